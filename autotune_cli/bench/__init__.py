@@ -1,0 +1,1 @@
+"""Benchmarking: worker processes that build, verify and time candidates."""

@@ -1,0 +1,140 @@
+"""The worker process: builds, verifies and times candidates on one device.
+
+Started with multiprocessing's spawn method. The environment is set up first thing,
+before torch or triton is imported: TRITON_INTERPRET=1 for the CPU, CUDA_VISIBLE_DEVICES
+for one GPU. A candidate that fails is reported as a typed result, never an exception
+across the pipe. After a CUDA error the context may be unusable, so the worker reports the
+result and exits; the executor starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
+
+
+def _setup_environment(device_type: str, device_index: int) -> None:
+    if device_type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_index)
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return (" | ".join(lines[-3:]) if len(lines) > 3 else " | ".join(lines))[:600]
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & set(COMPILE_ERROR_NAMES)) or type(exc).__module__.startswith("triton.compiler")
+
+
+class CandidateRunner:
+    """Runs one candidate: build, verify on fresh inputs, time."""
+
+    def __init__(self, device_type: str, l2_bytes: int) -> None:
+        import torch
+
+        from ..bench import timing
+
+        self.torch = torch
+        self.device_type = device_type
+        self.device = "cuda" if device_type == "cuda" else "cpu"
+        if device_type == "cuda":
+            self.timer = timing.CudaTimer(l2_bytes)
+        else:
+            torch.set_num_threads(1)
+            self.timer = timing.time_cpu
+
+    def sync(self) -> None:
+        if self.device_type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Returns (candidate dict, fatal): fatal means this process should not go on."""
+        from ..bench.verify import check, make_operands, poison, reference
+        from ..problem import GemmProblem
+        from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, WRONG_RESULT, Candidate
+        from ..settings import TimingPolicy
+        from ..templates import get_template
+
+        problem = GemmProblem.from_dict(task["problem"])
+        template = get_template(task["uid"])
+        params = template.full_params(problem, task["config"])
+
+        def result(status: str, **fields) -> dict[str, Any]:
+            return Candidate(uid=template.uid, params=params, status=status, **fields).to_dict()
+
+        started = time.perf_counter()
+        try:
+            runnable = template.build(problem, params, task["kernel_dir"])
+        except Exception as exc:
+            return result(COMPILE_ERROR, error=_short(exc)), False
+        try:
+            ops = make_operands(problem, task["seed"], self.device)
+            ref = reference(problem, ops)
+            poison(ops)
+        except Exception as exc:  # the inputs did not fit, or the device failed
+            fatal = self.device_type == "cuda"
+            return result(RUNTIME_ERROR, error="preparing inputs: " + _short(exc)), fatal
+        try:
+            runnable(ops)  # the first launch compiles
+            self.sync()
+        except Exception as exc:
+            if _is_compile_error(exc):
+                return result(COMPILE_ERROR, error=_short(exc)), False
+            return result(RUNTIME_ERROR, error=_short(exc)), self.device_type == "cuda"
+        compile_s = time.perf_counter() - started
+        verdict = check(problem, ops.out, ref)
+        if not verdict.ok:
+            return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
+                          compile_s=compile_s), False
+        del ref
+        try:
+            timing = self.timer(lambda: runnable(ops), TimingPolicy(**task["timing"]))
+        except Exception as exc:
+            return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
+        return result(OK, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
+                      runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s), False
+
+
+def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
+                l2_bytes: int) -> None:
+    _setup_environment(device_type, device_index)
+    try:
+        from .. import templates  # noqa: F401  (registers the built-ins)
+        from ..plugins import load_plugins
+
+        load_plugins(plugins)
+        runner = CandidateRunner(device_type, l2_bytes)
+    except BaseException as exc:
+        conn.send({"kind": "failed", "error": _short(exc), "trace": traceback.format_exc()})
+        return
+    conn.send({"kind": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if task is None:
+            return
+        try:
+            candidate, fatal = runner.run(task)
+        except Exception as exc:  # a bug in the runner itself: report it, keep the trace
+            from ..results import RUNTIME_ERROR
+
+            candidate = {"uid": task.get("uid", "?"), "params": task.get("config", {}),
+                         "status": RUNTIME_ERROR, "error": "worker: " + traceback.format_exc()[-600:]}
+            fatal = True
+        conn.send({"kind": "result", "candidate": candidate, "fatal": fatal})
+        if fatal:
+            return

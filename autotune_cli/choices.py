@@ -1,0 +1,195 @@
+"""KernelTemplateChoice and the finalize step that prunes choices before anything compiles.
+
+`get_choices` asks each template's heuristic for configs (lazily), wraps them in cheap
+KernelTemplateChoice objects, and runs the prune pipeline: an ordered list of stages, each
+of which removes choices and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from .fingerprint import DeviceInfo
+from .heuristics import lookup_heuristic
+from .heuristics.spaces import load_space_file
+from .problem import GemmProblem
+from .results import params_str
+from .settings import TuneSettings
+from .templates import Template, templates_for
+
+
+@dataclass(frozen=True)
+class KernelTemplateChoice:
+    """template + problem + config: cheap to hold. Renders source and builds the runnable
+    only when asked, and remembers the outcome (a failure included)."""
+
+    template: Template
+    problem: GemmProblem
+    config: tuple[tuple[str, Any], ...]
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @classmethod
+    def make(cls, template: Template, problem: GemmProblem, config: dict[str, Any]):
+        return cls(template, problem, tuple(sorted(config.items())))
+
+    @property
+    def uid(self) -> str:
+        return self.template.uid
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        if "params" not in self._memo:
+            self._memo["params"] = self.template.full_params(self.problem, self.config_dict)
+        return dict(self._memo["params"])
+
+    @property
+    def source(self) -> str | None:
+        if "source" not in self._memo:
+            self._memo["source"] = self.template.render(self.problem, self.params)
+        return self._memo["source"]
+
+    def build(self, kernel_dir: str):
+        """The runnable, built once; a build failure is remembered and raised again."""
+        if "built" not in self._memo:
+            try:
+                self._memo["built"] = (True, self.template.build(self.problem, self.params, kernel_dir))
+            except Exception as exc:  # remembered, re-raised to each caller
+                self._memo["built"] = (False, exc)
+        ok, value = self._memo["built"]
+        if not ok:
+            raise value
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.uid} {params_str(self.config_dict)}".strip()
+
+
+# -- prune pipeline ---------------------------------------------------------------------------
+
+@dataclass
+class PruneContext:
+    problem: GemmProblem
+    device: DeviceInfo
+    settings: TuneSettings
+
+
+@dataclass(frozen=True)
+class Pruned:
+    choice: KernelTemplateChoice
+    stage: str
+    reason: str
+
+
+PruneStage = Callable[[KernelTemplateChoice, PruneContext], str | None]  # reason, or None to keep
+
+
+def _triton(choice: KernelTemplateChoice) -> bool:
+    return choice.template.backend == "triton"
+
+
+def shared_memory_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
+    """Operand tiles of every pipeline stage must fit the block's shared memory."""
+    if not _triton(choice) or not ctx.device.smem_per_block:
+        return None
+    p = choice.config_dict
+    stages = max(1, p["num_stages"])
+    need = ctx.problem.dtype_size * (p["BLOCK_M"] * p["BLOCK_K"] + p["BLOCK_K"] * p["BLOCK_N"]) * stages
+    if need > ctx.device.smem_per_block:
+        return f"needs {need} B of shared memory, the device has {ctx.device.smem_per_block}"
+    return None
+
+
+def register_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
+    """The fp32 accumulator alone must fit in the registers of the block's threads
+    (255 per thread); beyond that the kernel spills and is never competitive."""
+    if not _triton(choice) or ctx.device.device_type != "cuda":
+        return None
+    p = choice.config_dict
+    per_thread = p["BLOCK_M"] * p["BLOCK_N"] // (32 * p["num_warps"])
+    if per_thread > 192:
+        return f"accumulator needs {per_thread} registers per thread (spills)"
+    return None
+
+
+def interpreter_seconds(problem: GemmProblem, config: dict[str, Any], runs: int) -> float:
+    """Estimated interpreter time: ~4.3 ms per program per K step plus a term for tile
+    volume (fitted to 128^3 with 32^3 tiles ~0.3 s and 64^3 tiles ~60 ms)."""
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    programs = -(-problem.m // bm) * -(-problem.n // bn) * problem.b
+    k_steps = -(-problem.k // bk)
+    per_step_ms = 4.3 + 1.2e-5 * bm * bn * bk
+    return programs * k_steps * per_step_ms * runs / 1000.0
+
+
+def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
+    if not _triton(choice) or ctx.device.device_type != "cpu":
+        return None
+    runs = 1 + ctx.settings.timing_policy.min_runs
+    seconds = interpreter_seconds(ctx.problem, choice.config_dict, runs)
+    if seconds > ctx.settings.interpreter_budget_s:
+        return (f"the interpreter would take ~{seconds:.0f} s (budget "
+                f"{ctx.settings.interpreter_budget_s:.0f} s; --interpreter-budget to raise)")
+    return None
+
+
+PRUNE_STAGES: list[tuple[str, PruneStage]] = [
+    ("shared_memory", shared_memory_stage),
+    ("registers", register_stage),
+    ("interpreter_cost", interpreter_stage),
+]
+
+
+@dataclass
+class ChoiceSet:
+    choices: list[KernelTemplateChoice]
+    pruned: list[Pruned]
+    considered: int
+
+    def pruned_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for item in self.pruned:
+            counts[item.stage] = counts.get(item.stage, 0) + 1
+        return counts
+
+
+def enumerate_configs(
+    template: Template, problem: GemmProblem, settings: TuneSettings,
+    user_space: dict[str, list[dict]] | None,
+) -> Iterator[dict[str, Any]]:
+    space = None
+    if user_space is not None and template.backend == "triton":
+        space = user_space.get(template.uid, user_space.get("*"))
+    heuristic = lookup_heuristic(template.uid, problem.device, problem.op)
+    yield from heuristic.get_configs(problem, settings.search, space)
+
+
+def get_choices(
+    problem: GemmProblem, device: DeviceInfo, settings: TuneSettings,
+    templates: Iterable[Template] | None = None,
+    stages: list[tuple[str, PruneStage]] | None = None,
+) -> ChoiceSet:
+    """Every (template, config) worth benchmarking, after the prune pipeline."""
+    if templates is None:
+        templates = templates_for(problem, settings.templates)
+    user_space = load_space_file(settings.space_file) if settings.space_file else None
+    ctx = PruneContext(problem, device, settings)
+    kept: list[KernelTemplateChoice] = []
+    pruned: list[Pruned] = []
+    considered = 0
+    for template in templates:
+        for config in enumerate_configs(template, problem, settings, user_space):
+            considered += 1
+            choice = KernelTemplateChoice.make(template, problem, config)
+            for stage_name, stage in stages or PRUNE_STAGES:
+                reason = stage(choice, ctx)
+                if reason:
+                    pruned.append(Pruned(choice, stage_name, reason))
+                    break
+            else:
+                kept.append(choice)
+    return ChoiceSet(kept, pruned, considered)

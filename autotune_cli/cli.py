@@ -1,0 +1,251 @@
+"""The command line: parse, build objects, call, format. Nothing else lives here.
+
+torch and triton are imported lazily inside the commands that need them; `autotune cache
+show` imports neither. User errors print one line and exit 2; data goes to stdout and
+progress to stderr, so `--json` pipes cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+try:  # typer >= 0.29 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as click_errors
+from .errors import UserError
+
+app = typer.Typer(
+    name="autotune", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="Find the fastest GEMM kernels for your shapes on your GPU, and remember them.",
+)
+cache_app = typer.Typer(help="See and manage what autotune has learned.", no_args_is_help=True,
+                        rich_markup_mode=None)
+app.add_typer(cache_app, name="cache")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Device(str, Enum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class Search(str, Enum):
+    default = "default"
+    exhaustive = "exhaustive"
+
+
+class BiasShape(str, Enum):
+    n = "n"
+    mn = "mn"
+
+
+def gpu_present() -> bool:
+    """Cheap check first (no driver files: no GPU), then ask torch."""
+    if not (Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi")):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_device(device: Optional[Device]) -> str:
+    if device is not None:
+        return device.value
+    if gpu_present():
+        return "cuda"
+    err.print("note: no GPU found; running on the CPU through Triton's interpreter "
+              "(--device cpu). Timings there only rank kernels for the interpreter.")
+    return "cpu"
+
+
+def build_settings(device: str, *, search: Search = Search.default, space: Optional[Path] = None,
+                   templates: Optional[str] = None, workers: Optional[int] = None,
+                   timeout: float = 120.0, cache_dir: Optional[Path] = None, force: bool = False,
+                   seed: int = 0, plugin: Optional[List[str]] = None,
+                   interpreter_budget: float = 30.0):
+    from .settings import TuneSettings, default_cache_dir
+
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if timeout <= 0:
+        raise UserError(f"--timeout must be positive, got {timeout}")
+    if space is not None and not space.is_file():
+        raise UserError(f"space file not found: {space}")
+    uids = tuple(t.strip() for t in templates.split(",") if t.strip()) if templates else None
+    return TuneSettings(
+        device=device, search=search.value, space_file=str(space) if space else None,
+        templates=uids, workers=workers, timeout_s=timeout,
+        cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), force=force,
+        seed=seed, plugins=tuple(plugin or ()), interpreter_budget_s=interpreter_budget,
+    )
+
+
+# Options shared by the tuning commands.
+DeviceOpt = typer.Option(None, "--device", help="cuda (default with a GPU) or cpu (Triton interpreter).")
+SearchOpt = typer.Option(Search.default, "--search", help="Config space: the default list or exhaustive.")
+SpaceOpt = typer.Option(None, "--space", help="JSON file of Triton configs to try instead of the defaults.")
+TemplatesOpt = typer.Option(None, "--templates", help="Comma-separated uids or backends, e.g. aten or triton::mm.")
+WorkersOpt = typer.Option(None, "--workers", help="Benchmark worker processes (default: 1 per GPU, or per CPU core).")
+TimeoutOpt = typer.Option(120.0, "--timeout", help="Seconds one candidate may take before it is killed.")
+CacheDirOpt = typer.Option(None, "--cache-dir", help="Cache folder (default: $AUTOTUNE_CACHE_DIR or the user cache dir).")
+ForceOpt = typer.Option(False, "--force", help="Re-tune even if the cache has a winner.")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
+PluginOpt = typer.Option(None, "--plugin", help="A module or .py file that registers more templates (repeatable).")
+BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would take longer than this (s).")
+SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")
+
+
+@app.command()
+def mm(
+    m: int = typer.Option(..., "--m", help="Rows of A and of the output."),
+    n: int = typer.Option(..., "--n", help="Columns of B and of the output."),
+    k: int = typer.Option(..., "--k", help="The reduction dimension."),
+    batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
+    bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
+    bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a full matrix."),
+    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16 or float32."),
+    layout: str = typer.Option("nn", "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t)."),
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
+    device: Optional[Device] = DeviceOpt,
+    search: Search = SearchOpt,
+    space: Optional[Path] = SpaceOpt,
+    templates: Optional[str] = TemplatesOpt,
+    workers: Optional[int] = WorkersOpt,
+    timeout: float = TimeoutOpt,
+    cache_dir: Optional[Path] = CacheDirOpt,
+    force: bool = ForceOpt,
+    json_out: bool = JsonOpt,
+    top: int = typer.Option(10, "--top", help="Rows in the candidate table."),
+    plugin: Optional[List[str]] = PluginOpt,
+    interpreter_budget: float = BudgetOpt,
+    seed: int = SeedOpt,
+) -> None:
+    """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
+    from .problem import make_problem
+    from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
+    from .tuner import Tuner
+
+    # Validate the problem before anything slow happens.
+    make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
+                 bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
+                 device=device.value if device else "cpu")
+    dev = resolve_device(device)
+    problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
+                           bias=bias_shape.value if bias else None, allow_tf32=allow_tf32, device=dev)
+    settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                              timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                              plugin=plugin, interpreter_budget=interpreter_budget)
+    reporter = ProgressReporter(err, enabled=True)
+    with Tuner(settings, reporter) as tuner:
+        outcome = tuner.tune(problem)
+    if json_out:
+        out.print(dumps(outcome_json(outcome)), markup=False)
+    else:
+        out.print(outcome_table(outcome, top=top))
+        out.print(outcome_summary(outcome))
+    if outcome.winner is None:
+        raise typer.Exit(code=1)
+
+
+# -- cache commands ------------------------------------------------------------------------
+
+def _cache(cache_dir: Optional[Path]):
+    from .cache import Cache
+    from .settings import default_cache_dir
+
+    return Cache(cache_dir if cache_dir is not None else default_cache_dir())
+
+
+def _print_notices(cache) -> None:
+    for notice in cache.notices:
+        err.print(f"note: {notice}")
+    cache.notices.clear()
+
+
+@cache_app.command("path")
+def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
+    """Print the cache file's path."""
+    out.print(str(_cache(cache_dir).path), markup=False)
+
+
+@cache_app.command("show")
+def cache_show(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    json_out: bool = JsonOpt,
+    filter_text: Optional[str] = typer.Option(None, "--filter", help="Only entries whose problem key or device contains this text (e.g. bf16, mm/, H200)."),
+) -> None:
+    """List the cached winners (imports neither torch nor triton)."""
+    from .report import cache_table, dumps
+
+    cache = _cache(cache_dir)
+    items = list(cache.items())
+    _print_notices(cache)
+    if filter_text:
+        needle = filter_text.lower().replace("bf16", "bfloat16").replace("fp16", "float16").replace("fp32", "float32")
+        items = [(k, e) for k, e in items
+                 if needle in k.lower() or needle in str(e["fingerprint"].get("device_name", "")).lower()]
+    if json_out:
+        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False)
+        return
+    if not items:
+        err.print(f"the cache at {cache.path} is empty")
+        return
+    out.print(cache_table(items))
+    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
+    for digest, fp in fingerprints.items():
+        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
+        out.print(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
+                  f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} runtime {fp.get('runtime') or '-'} "
+                  f"torch {fp.get('torch')} triton {fp.get('triton')}; templates {templates}", markup=False)
+
+
+@cache_app.command("clear")
+def cache_clear(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+) -> None:
+    """Remove every entry."""
+    cache = _cache(cache_dir)
+    count = len(cache.load())
+    if count and not yes and sys.stdin.isatty():
+        typer.confirm(f"remove {count} entries from {cache.path}?", abort=True)
+    removed = cache.clear()
+    _print_notices(cache)
+    err.print(f"removed {removed} entries from {cache.path}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: one line and exit 2 for usage errors and bad input."""
+    try:
+        result = app(args=argv, prog_name="autotune", standalone_mode=False)
+    except UserError as exc:
+        err.print(f"autotune: error: {exc}", markup=False)
+        return 2
+    except click_errors.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
+            out.print(exc.format_message(), markup=False)
+            return 0
+        err.print(f"autotune: error: {exc.format_message()}", markup=False)
+        return 2
+    except click_errors.Abort:
+        err.print("aborted")
+        return 1
+    except click_errors.ClickException as exc:
+        err.print(f"autotune: error: {exc.format_message()}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    return result if isinstance(result, int) else 0

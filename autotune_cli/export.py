@@ -1,0 +1,385 @@
+"""Export cached winners as a PyTorch Inductor lookup table.
+
+Inductor (torch >= 2.10) can skip its own GEMM autotuning when a lookup table names the
+config to use:
+
+    torch._inductor.config.lookup_table.table = table      # {key: [config, ...]}
+    from torch._inductor.lookup_table import LookupTableChoices
+    from torch._inductor.virtualized import V
+    V.set_choices_handler(LookupTableChoices())
+
+What follows was read from torch 2.11 and 2.13 (torch/_inductor/lookup_table/choices.py,
+kernel/mm.py, kernel/bmm.py, template_heuristics/triton.py and aten.py).
+
+The key is ``"<device>+<inputs>+<op>"``:
+  * ``<device>`` is ``torch.cuda.get_device_properties(i).gcnArchName``, which on NVIDIA
+    GPUs is the device name ("NVIDIA H200"). Inductor also tries the key without the
+    device part; ``inductor_key(problem, None)`` builds that one. CPU tensors never match.
+  * ``<inputs>`` is ``str(tuple((dtype, list(size), list(stride)) for each input))``, e.g.
+    ``((torch.bfloat16, [1024, 4096], [4096, 1]), (torch.bfloat16, [4096, 512], [512, 1]))``,
+    followed for addmm by ``+alpha=1&beta=1`` (its scalars, sorted, joined by ``&``).
+  * ``<op>`` is the lowering's name: ``mm``, ``addmm``, ``bmm``.
+  addmm's inputs are (bias, mat1, mat2). Triton templates see the bias expanded to
+  ``[m, n]``; a ``[n]`` bias becomes stride ``[0, 1]``. ATen choices see the bias as given
+  (``[n]``, stride ``[1]``) in torch 2.13 (and in 2.11 without max-autotune), but expanded
+  in 2.11 under max-autotune; an ATen addmm winner is therefore written under both keys.
+
+A value is a list of dicts, each with ``template_id`` (the Inductor template uid) plus the
+template's keyword arguments, and optionally ``template_hash`` (the template source's
+sha256, ``template.src_hash``); a config whose hash differs from the installed template's
+is dropped by Inductor. torch 2.10/2.11 pass a config's kwargs to the template as they are,
+so a Triton entry must carry every argument: EVEN_K, USE_FAST_ACCUM, ACC_TYPE, num_stages,
+num_warps, BLOCK_M, BLOCK_N, BLOCK_K, hint_override, GROUP_M (2.13 merges them over its
+defaults). ALLOW_TF32 must not be in a config: Inductor passes it separately (from
+``torch.backends.cuda.matmul.fp32_precision``) and a second copy is a duplicate keyword.
+ATen entries take no arguments: ``{"template_id": "aten::mm"}``.
+
+When a key's configs name only some of the templates an op offers, Inductor builds choices
+from those alone; one choice means no benchmarking at all. Triton entries apply only under
+max-autotune on a GPU with at least 68 SMs.
+
+This module imports torch only inside `installed_template_hash`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+__all__ = [
+    "inductor_key",
+    "inductor_value",
+    "inductor_table",
+    "installed_template_hash",
+    "INDUCTOR_TRITON_ARGS",
+]
+
+_TORCH_DTYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": "torch.float32"}
+_OPS = ("mm", "addmm", "bmm")
+
+# The keyword arguments Inductor's triton::mm / triton::bmm templates take from a config,
+# in the order Inductor's own heuristic emits them.
+INDUCTOR_TRITON_ARGS = (
+    "EVEN_K", "USE_FAST_ACCUM", "ACC_TYPE", "num_stages", "num_warps",
+    "BLOCK_M", "BLOCK_N", "BLOCK_K", "hint_override", "GROUP_M",
+)
+_TILE_ARGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
+# Params of our Triton templates that Inductor derives itself (or that only shape our own
+# rendering); they are dropped, not copied.
+_DERIVED_PARAMS = frozenset({
+    "EVEN_K", "ACC_TYPE", "ALLOW_TF32", "USE_FAST_ACCUM", "hint_override", "UPCAST",
+    "INPUT_PRECISION", "HAS_BIAS", "BATCHED", "OUT_DTYPE",
+})
+
+# (our uid, op) -> Inductor template uid for ATen choices, which take no arguments.
+_ATEN_EQUIVALENT = {
+    ("aten::mm", "mm"): "aten::mm",
+    ("aten::addmm", "addmm"): "aten::addmm",
+    ("aten::bias_addmm", "addmm"): "aten::bias_addmm",
+    ("aten::bmm", "bmm"): "aten::bmm",
+}
+# (our uid, op) -> Inductor Triton template uid.
+_TRITON_EQUIVALENT = {
+    ("triton::mm", "mm"): "triton::mm",
+    ("triton::mm", "addmm"): "triton::mm",
+    ("triton::bmm", "bmm"): "triton::bmm",
+}
+# Inductor template uid -> (module, attribute) holding the TritonTemplate.
+_INDUCTOR_TRITON_TEMPLATES = {
+    "triton::mm": ("torch._inductor.kernel.mm", "mm_template"),
+    "triton::bmm": ("torch._inductor.kernel.bmm", "bmm_template"),
+    "triton::mm_persistent_tma": ("torch._inductor.kernel.mm", "persistent_tma_mm_template"),
+}
+
+
+# -- keys ------------------------------------------------------------------------------------
+def _fmt_inputs(inputs: list[tuple[str, list[int], list[int]]]) -> str:
+    # Same text as str() of a tuple of (torch.dtype, list, list) tuples.
+    return "(" + ", ".join(f"({dt}, {size!r}, {stride!r})" for dt, size, stride in inputs) + ")"
+
+
+def _operand_strides(problem: dict) -> tuple[list[int], list[int]]:
+    m, n, k = problem["m"], problem["n"], problem["k"]
+    layout = problem.get("layout", "nn")
+    a_t, b_t = layout[0] == "t", layout[1] == "t"
+    a = [1, m] if a_t else [k, 1]
+    b = [1, k] if b_t else [n, 1]
+    if problem["op"] == "bmm":
+        a = [m * k, *a]
+        b = [k * n, *b]
+    return a, b
+
+
+def _check_problem(problem: dict) -> None:
+    if not isinstance(problem, dict):
+        raise ValueError(f"a problem must be a dict, got {type(problem).__name__}")
+    op = problem.get("op")
+    if op not in _OPS:
+        raise ValueError(f"unsupported op {op!r} (Inductor export knows {', '.join(_OPS)})")
+    for name in ("m", "n", "k"):
+        value = problem.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"problem field {name!r} must be a positive int, got {value!r}")
+    if problem.get("dtype") not in _TORCH_DTYPES:
+        raise ValueError(f"unsupported dtype {problem.get('dtype')!r}")
+    layout = problem.get("layout", "nn")
+    if layout not in ("nn", "nt", "tn", "tt"):
+        raise ValueError(f"unknown layout {layout!r}")
+    if op == "bmm":
+        b = problem.get("b", 1)
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"problem field 'b' must be a positive int, got {b!r}")
+    if op == "addmm" and problem.get("bias") not in ("n", "mn"):
+        raise ValueError(f"addmm needs bias 'n' or 'mn', got {problem.get('bias')!r}")
+    if op != "addmm" and problem.get("bias") is not None:
+        raise ValueError(f"a bias only applies to addmm (op is {op})")
+
+
+def inductor_key(problem: dict, device_name: str | None, *, bias_expanded: bool = True) -> str:
+    """Inductor's lookup key for `problem` on a device named `device_name`.
+
+    `device_name` None (or "") gives the device-agnostic key, which Inductor tries second.
+    `bias_expanded` (addmm with a [n] bias only): True gives the key the Triton templates
+    (and, in torch 2.11 under max-autotune, every choice) are looked up with, the bias seen
+    as [m, n] with stride [0, 1]; False the key of torch 2.13's ATen choices, bias [n].
+    """
+    _check_problem(problem)
+    op = problem["op"]
+    dt = _TORCH_DTYPES[problem["dtype"]]
+    m, n, k = problem["m"], problem["n"], problem["k"]
+    a_stride, b_stride = _operand_strides(problem)
+    if op == "bmm":
+        b = problem.get("b", 1)
+        inputs = [(dt, [b, m, k], a_stride), (dt, [b, k, n], b_stride)]
+    else:
+        inputs = [(dt, [m, k], a_stride), (dt, [k, n], b_stride)]
+    scalars = ""
+    if op == "addmm":
+        if problem["bias"] == "mn":
+            bias = (dt, [m, n], [n, 1])
+        elif bias_expanded:
+            bias = (dt, [m, n], [0, 1])
+        else:
+            bias = (dt, [n], [1])
+        inputs.insert(0, bias)
+        # Inductor's addmm lowering records alpha and beta (python ints, 1 by default).
+        scalars = "+alpha=1&beta=1"
+    body = _fmt_inputs(inputs) + scalars
+    parts = [device_name, body, op] if device_name else [body, op]
+    return "+".join(parts)
+
+
+# -- values ----------------------------------------------------------------------------------
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _pow2(value: int) -> bool:
+    return value >= 1 and value & (value - 1) == 0
+
+
+def _convert(winner: dict, problem: dict, include_hash: bool = True) -> tuple[dict | None, str]:
+    """(config, "") or (None, why not)."""
+    if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
+        return None, "no winner"
+    try:
+        _check_problem(problem)
+    except ValueError as exc:
+        return None, str(exc)
+    uid, op = winner["uid"], problem["op"]
+    aten = _ATEN_EQUIVALENT.get((uid, op))
+    if aten is not None:
+        return {"template_id": aten}, ""
+    target = _TRITON_EQUIVALENT.get((uid, op))
+    if target is None:
+        return None, f"winner {uid} for {op} has no Inductor lookup-table equivalent"
+    params = winner.get("params") or {}
+    if not isinstance(params, dict):
+        return None, f"winner {uid} has params that are not a dict"
+    unknown = sorted(key for key in params if key not in _DERIVED_PARAMS
+                     and key not in _TILE_ARGS and key != "GROUP_M")
+    if unknown:
+        return None, (f"winner {uid} has params Inductor's {target} does not take: "
+                      f"{', '.join(unknown)}")
+    tiles: dict[str, int] = {}
+    for key in _TILE_ARGS:
+        value = _as_int(params.get(key))
+        if value is None or value < 1:
+            return None, f"winner {uid} lacks a valid {key}: {params.get(key)!r}"
+        tiles[key] = value
+    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"):
+        if not _pow2(tiles[key]):
+            return None, f"winner {uid} has {key}={tiles[key]}, not a power of two"
+    group_m = _as_int(params.get("GROUP_M", 8))
+    if group_m is None or group_m < 1:
+        return None, f"winner {uid} has an invalid GROUP_M: {params.get('GROUP_M')!r}"
+    config: dict[str, Any] = {
+        "template_id": target,
+        # Inductor: EVEN_K = k % BLOCK_K == 0 (statically known); ACC_TYPE is tl.float32
+        # for fp16/bf16 and the triton type of the output (tl.float32) for fp32.
+        "EVEN_K": problem["k"] % tiles["BLOCK_K"] == 0,
+        "USE_FAST_ACCUM": False,
+        "ACC_TYPE": "tl.float32",
+        "num_stages": tiles["num_stages"],
+        "num_warps": tiles["num_warps"],
+        "BLOCK_M": tiles["BLOCK_M"],
+        "BLOCK_N": tiles["BLOCK_N"],
+        "BLOCK_K": tiles["BLOCK_K"],
+        "hint_override": None,
+        "GROUP_M": group_m,
+    }
+    if include_hash:
+        src_hash = installed_template_hash(target)
+        if src_hash:
+            config["template_hash"] = src_hash
+    return config, ""
+
+
+def inductor_value(winner: dict, problem: dict, *, include_hash: bool = True) -> dict | None:
+    """One lookup-table config equivalent to `winner`, or None where Inductor has none.
+
+    Triton configs get `template_hash` from the installed torch when it can be read there
+    (`include_hash=False` leaves it out); ATen configs are just their template_id.
+    """
+    config, _ = _convert(winner, problem, include_hash)
+    return config
+
+
+# -- tables ----------------------------------------------------------------------------------
+def _describe(entry: Any) -> str:
+    problem = entry.get("problem") if isinstance(entry, dict) else None
+    if not isinstance(problem, dict):
+        return "entry without a problem"
+    op = problem.get("op", "?")
+    dims = "x".join(str(problem.get(d, "?")) for d in (("b", "m", "n", "k") if op == "bmm" else ("m", "n", "k")))
+    text = f"{op} {dims} {problem.get('dtype', '?')} {problem.get('layout', '?')}"
+    if problem.get("bias"):
+        text += f" bias[{problem['bias']}]"
+    if problem.get("dtype") == "float32":
+        text += " tf32" if problem.get("allow_tf32") else " ieee"
+    winner = entry.get("winner") if isinstance(entry.get("winner"), dict) else {}
+    if winner.get("uid"):
+        text += f" ({winner['uid']})"
+    return text
+
+
+def _base_version(version: str) -> str:
+    return str(version).split("+", 1)[0].strip()
+
+
+def _installed_torch_version() -> str | None:
+    try:
+        from importlib import metadata
+
+        return metadata.version("torch")
+    except Exception:
+        return None
+
+
+def _ms(entry: dict) -> float:
+    value = (entry.get("winner") or {}).get("ms")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return math.inf
+
+
+def inductor_table(
+    entries: list[dict],
+    *,
+    allow_tf32: bool = False,
+    include_hash: bool = True,
+) -> tuple[dict[str, list[dict]], list[str]]:
+    """Build Inductor's lookup table from cache entries.
+
+    Returns (table, notes): `table` maps each key to a one-config list; `notes` says, one
+    line each, which entries were left out and why (CPU entries, winners without an Inductor
+    equivalent, float32 entries tuned under the other precision mode, entries that lost to
+    a faster one for the same key) and where a template hash was left out.
+
+    Inductor's key does not say whether TF32 is allowed: it decides that at compile time
+    from `torch.backends.cuda.matmul.fp32_precision`. Only float32 entries tuned with
+    `allow_tf32` equal to this function's `allow_tf32` are exported (default: IEEE, torch's
+    default).
+    """
+    notes: list[str] = []
+    chosen: dict[str, tuple[dict, dict]] = {}  # key -> (entry, config)
+    installed = _installed_torch_version() if include_hash else None
+    for entry in entries:
+        what = _describe(entry)
+        if not isinstance(entry, dict) or not isinstance(entry.get("problem"), dict):
+            notes.append(f"{what}: skipped, not a cache entry")
+            continue
+        problem = entry["problem"]
+        fingerprint = entry.get("fingerprint") if isinstance(entry.get("fingerprint"), dict) else {}
+        device = problem.get("device", "cuda")
+        device_type = fingerprint.get("device_type", device)
+        if device != "cuda" or device_type != "cuda":
+            notes.append(f"{what}: skipped, tuned on {device} (Inductor's lookup table "
+                         "applies to CUDA devices only)")
+            continue
+        device_name = fingerprint.get("device_name")
+        if not device_name:
+            notes.append(f"{what}: skipped, its fingerprint has no device name")
+            continue
+        if problem.get("dtype") == "float32" and bool(problem.get("allow_tf32")) != allow_tf32:
+            mode = "TF32" if problem.get("allow_tf32") else "IEEE float32"
+            notes.append(f"{what}: skipped, tuned for {mode}; export with "
+                         f"allow_tf32={not allow_tf32} for that precision mode")
+            continue
+        use_hash = include_hash
+        tuned_torch = fingerprint.get("torch")
+        if use_hash and tuned_torch and installed and _base_version(tuned_torch) != _base_version(installed):
+            use_hash = False
+            notes.append(f"{what}: template_hash left out, tuned with torch {tuned_torch} "
+                         f"but torch {installed} is installed here")
+        config, why = _convert(entry.get("winner"), problem, use_hash)
+        if config is None:
+            notes.append(f"{what}: skipped, {why}")
+            continue
+        sm_count = fingerprint.get("sm_count")
+        if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
+                and 0 < sm_count < 68):
+            notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
+                         f"with at least 68 SMs ({device_name} has {sm_count})")
+        keys = [inductor_key(problem, device_name)]
+        if problem["op"] == "addmm" and problem.get("bias") == "n" and config["template_id"] == "aten::addmm":
+            keys.append(inductor_key(problem, device_name, bias_expanded=False))
+        for key in keys:
+            previous = chosen.get(key)
+            if previous is None:
+                chosen[key] = (entry, config)
+            elif _ms(entry) < _ms(previous[0]):
+                notes.append(f"{_describe(previous[0])}: dropped, {what} is faster for the same key")
+                chosen[key] = (entry, config)
+            else:
+                notes.append(f"{what}: dropped, {_describe(previous[0])} is faster for the same key")
+    table = {key: [dict(config)] for key, (_, config) in chosen.items()}
+    return table, notes
+
+
+# -- the installed torch ---------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def installed_template_hash(uid: str) -> str | None:
+    """The installed torch's source hash of Inductor template `uid` (e.g. "triton::mm"),
+    as its lookup table checks it; None for ATen choices (they have none), unknown uids, or
+    when torch or Inductor cannot be imported."""
+    target = _INDUCTOR_TRITON_TEMPLATES.get(uid)
+    if target is None:
+        return None
+    module_name, attr = target
+    try:
+        import importlib
+
+        module = importlib.import_module(module_name)
+        template = getattr(module, attr, None)
+        src_hash = getattr(template, "src_hash", None)
+    except Exception:
+        return None
+    return src_hash if isinstance(src_hash, str) and src_hash else None

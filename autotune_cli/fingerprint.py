@@ -1,0 +1,132 @@
+"""Fingerprint: what must be the same for a cached winner to be reused.
+
+The machine part (device name, compute capability, SM count, driver, CUDA runtime, torch
+and triton versions) and the hash of each template's source. `probe_device` reads the
+device's limits, which the prune stages need too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device_type: str  # "cuda" or "cpu"
+    name: str
+    capability: str = ""
+    sm_count: int = 0
+    smem_per_block: int = 0  # bytes a block may opt in to (0: no limit, the interpreter)
+    l2_bytes: int = 0
+    total_memory: int = 0
+    driver: str = ""
+    runtime: str = ""
+    index: int = 0
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def probe_device(device_type: str, index: int = 0) -> DeviceInfo:
+    """Read the device's identity and limits. CPU needs no torch import."""
+    if device_type == "cpu":
+        return DeviceInfo(device_type="cpu", name=_cpu_name(), runtime="triton-interpreter")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA GPU is visible (use --device cpu)")
+    if index >= torch.cuda.device_count():
+        raise UserError(f"GPU {index} asked for, {torch.cuda.device_count()} visible")
+    props = torch.cuda.get_device_properties(index)
+    try:
+        driver = str(torch._C._cuda_getDriverVersion())
+    except Exception:  # private API: absence only loses a field
+        driver = ""
+    smem = getattr(props, "shared_memory_per_block_optin", 0) or 0
+    return DeviceInfo(
+        device_type="cuda",
+        name=props.name,
+        capability=f"{props.major}.{props.minor}",
+        sm_count=props.multi_processor_count,
+        smem_per_block=int(smem),
+        l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0),
+        total_memory=int(props.total_memory),
+        driver=driver,
+        runtime=str(torch.version.cuda or ""),
+        index=index,
+    )
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    device_type: str
+    device_name: str
+    capability: str
+    sm_count: int
+    driver: str
+    runtime: str
+    torch: str
+    triton: str
+    templates: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (uid, source hash)
+
+    @classmethod
+    def of(cls, info: DeviceInfo, templates: dict[str, str]) -> "Fingerprint":
+        return cls(
+            device_type=info.device_type, device_name=info.name, capability=info.capability,
+            sm_count=info.sm_count, driver=info.driver, runtime=info.runtime,
+            torch=_version("torch"), triton=_version("triton"),
+            templates=tuple(sorted(templates.items())),
+        )
+
+    def machine_digest(self) -> str:
+        """The machine alone, without templates: entries from another machine never match."""
+        data = self.to_dict()
+        data.pop("templates")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["templates"] = dict(self.templates)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Fingerprint":
+        fields = dict(data)
+        fields["templates"] = tuple(sorted(dict(fields.get("templates", {})).items()))
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in fields.items() if k in known})
+
+    def describe(self) -> str:
+        extra = f" cc{self.capability} {self.sm_count} SMs" if self.capability else ""
+        return f"{self.device_name}{extra}, torch {self.torch}, triton {self.triton}"

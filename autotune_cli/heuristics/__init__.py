@@ -1,0 +1,17 @@
+"""Heuristics: per (template uid, device type, op), the configs worth trying."""
+
+from . import aten, triton_mm  # noqa: F401  (registers the built-in heuristics)
+from .registry import (
+    Heuristic,
+    HeuristicKey,
+    heuristic_key,
+    lookup_heuristic,
+    register_heuristic,
+    unregister_heuristic,
+)
+from .spaces import exhaustive_space, load_space_file, shipped_space
+
+__all__ = [
+    "Heuristic", "HeuristicKey", "heuristic_key", "lookup_heuristic", "register_heuristic",
+    "unregister_heuristic", "exhaustive_space", "load_space_file", "shipped_space",
+]

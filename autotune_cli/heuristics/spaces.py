@@ -1,0 +1,85 @@
+"""Config spaces: the JSON lists shipped in configs/, a user's --space file, and the
+exhaustive space, generated rather than listed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+TRITON_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+BLOCK_RANGE = (16, 256)
+
+
+@lru_cache(maxsize=None)
+def shipped_space(name: str) -> tuple[dict[str, Any], ...]:
+    """A config list from the package's configs/ folder, e.g. 'triton_mm_cuda'."""
+    text = resources.files("autotune_cli.configs").joinpath(f"{name}.json").read_text()
+    data = json.loads(text)
+    return tuple(validate_config(c, f"configs/{name}.json") for c in data["configs"])
+
+
+def exhaustive_space() -> list[dict[str, Any]]:
+    """BLOCK_M/N/K in 16..256, stages 1..5, warps 2/4/8: 1875 configs, like Inductor's."""
+    blocks = (16, 32, 64, 128, 256)
+    return [
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_stages": s, "num_warps": w}
+        for bm, bn, bk, s, w in itertools.product(blocks, blocks, blocks, range(1, 6), (2, 4, 8))
+    ]
+
+
+def validate_config(config: Any, where: str) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise UserError(f"{where}: each config must be an object, got {type(config).__name__}")
+    unknown = set(config) - set(TRITON_KEYS)
+    if unknown:
+        raise UserError(f"{where}: unknown config key(s) {', '.join(sorted(unknown))}; "
+                        f"expected {', '.join(TRITON_KEYS)}")
+    out = {"GROUP_M": 8}
+    out.update(config)
+    for key in TRITON_KEYS:
+        if key not in out:
+            raise UserError(f"{where}: config {config} lacks {key}")
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{where}: {key} must be a positive integer, got {value!r}")
+    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = out[key]
+        if value & (value - 1) or not (BLOCK_RANGE[0] <= value <= 1024):
+            raise UserError(f"{where}: {key}={value} must be a power of two from 16 to 1024")
+    if out["num_warps"] not in (1, 2, 4, 8, 16, 32):
+        raise UserError(f"{where}: num_warps={out['num_warps']} must be a power of two up to 32")
+    if out["num_stages"] > 8:
+        raise UserError(f"{where}: num_stages={out['num_stages']} is more than 8")
+    return out
+
+
+def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """A user's space: a JSON list of configs (for every Triton template) or an object
+    {uid: [configs]}. Returns {uid or "*": configs}."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"space file not found: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"space file {path} is not valid JSON: {exc}") from None
+    if isinstance(data, dict) and "configs" in data and isinstance(data["configs"], list):
+        data = data["configs"]
+    if isinstance(data, list):
+        groups = {"*": data}
+    elif isinstance(data, dict):
+        groups = data
+    else:
+        raise UserError(f"space file {path}: expected a list of configs or {{uid: [configs]}}")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for uid, configs in groups.items():
+        if not isinstance(configs, list) or not configs:
+            raise UserError(f"space file {path}: {uid!r} must map to a non-empty list of configs")
+        out[str(uid)] = [validate_config(c, f"{path} [{uid}]") for c in configs]
+    return out

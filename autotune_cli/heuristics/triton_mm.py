@@ -1,0 +1,56 @@
+"""Which Triton GEMM configs to try: the shipped lists, scaled to the problem."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ..problem import GemmProblem
+from .registry import Heuristic, register_heuristic
+from .spaces import exhaustive_space, shipped_space
+
+
+def _next_pow2(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
+def scale_to_problem(config: dict[str, Any], problem: GemmProblem) -> dict[str, Any]:
+    """Shrink blocks that are larger than the problem (never below 16, the dot minimum)."""
+    scaled = dict(config)
+    for key, dim in (("BLOCK_M", problem.m), ("BLOCK_N", problem.n), ("BLOCK_K", problem.k)):
+        scaled[key] = min(config[key], max(16, _next_pow2(dim)))
+    return scaled
+
+
+class _TritonSpace(Heuristic):
+    shipped: str = ""
+
+    def _impl(
+        self, problem: GemmProblem, search: str, space: list[dict] | None
+    ) -> Iterator[dict[str, Any]]:
+        if space is not None:
+            configs = space
+        elif search == "exhaustive":
+            configs = exhaustive_space()
+        else:
+            configs = shipped_space(self.shipped)
+        seen: set[tuple] = set()
+        for config in configs:
+            scaled = scale_to_problem(config, problem)
+            ident = tuple(sorted(scaled.items()))
+            if ident not in seen:
+                seen.add(ident)
+                yield scaled
+
+
+@register_heuristic("triton::mm", "cuda")
+@register_heuristic("triton::bmm", "cuda")
+class TritonMMCuda(_TritonSpace):
+    shipped = "triton_mm_cuda"
+
+
+@register_heuristic("triton::mm", "cpu")
+@register_heuristic("triton::bmm", "cpu")
+class TritonMMCpu(_TritonSpace):
+    """Under the interpreter a config costs seconds: a few small tiles."""
+
+    shipped = "triton_mm_cpu"

@@ -1,0 +1,203 @@
+"""GemmProblem: the one description of a matrix multiply to tune.
+
+A problem is a frozen, hashable value. It is built from CLI flags or from a model's graph,
+validated once, and then passed down unchanged. `key()` is a stable string used in the
+cache key; `to_dict`/`from_dict` round-trip through JSON.
+
+Semantics (matching aten):
+  mm     C[m, n]    = A[m, k] @ B[k, n]
+  addmm  C[m, n]    = bias + A[m, k] @ B[k, n]      (bias broadcast from [n] or [m, n])
+  bmm    C[b, m, n] = A[b, m, k] @ B[b, k, n]
+
+`layout` is two letters, one per operand: `n` means row-major (contiguous in the last dim),
+`t` means the operand is stored transposed (column-major), like BLAS's N/T flags.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .errors import UserError
+
+OPS = ("mm", "addmm", "bmm")
+DTYPES = ("float16", "bfloat16", "float32")
+LAYOUTS = ("nn", "nt", "tn", "tt")
+DEVICES = ("cuda", "cpu")
+BIAS_SHAPES = ("n", "mn")
+
+DTYPE_ALIASES = {
+    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
+}
+DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+# A problem whose operands would exceed this many bytes is refused before any allocation.
+MAX_DIM = 2**31 - 1
+
+
+def normalize_dtype(name: str) -> str:
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise UserError(f"unsupported dtype {name!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPE_ALIASES[key]
+
+
+@dataclass(frozen=True, order=True)
+class GemmProblem:
+    op: str
+    m: int
+    n: int
+    k: int
+    b: int = 1
+    dtype: str = "float16"
+    layout: str = "nn"
+    bias: str | None = None  # addmm only: "n" (a row vector, as nn.Linear) or "mn"
+    allow_tf32: bool = False  # float32 only: whether the matrix units may round to tf32
+    device: str = "cuda"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- validation -----------------------------------------------------------------------
+    def validate(self) -> None:
+        if self.op not in OPS:
+            raise UserError(f"unknown op {self.op!r}: choose one of {', '.join(OPS)}")
+        for name in ("m", "n", "k", "b"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UserError(f"--{name} must be an integer, got {value!r}")
+            if value < 1:
+                raise UserError(f"--{name} must be at least 1, got {value}")
+            if value > MAX_DIM:
+                raise UserError(f"--{name} is {value}, larger than {MAX_DIM}")
+        if self.op != "bmm" and self.b != 1:
+            raise UserError(f"--batch {self.b} only applies to bmm (op is {self.op})")
+        if self.dtype not in DTYPES:
+            raise UserError(f"unsupported dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.layout not in LAYOUTS:
+            raise UserError(f"unknown layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
+        if self.device not in DEVICES:
+            raise UserError(f"unknown device {self.device!r}: choose one of {', '.join(DEVICES)}")
+        if self.op == "addmm":
+            if self.bias not in BIAS_SHAPES:
+                raise UserError(f"addmm needs a bias shape, one of {', '.join(BIAS_SHAPES)}")
+        elif self.bias is not None:
+            raise UserError(f"a bias only applies to addmm (op is {self.op})")
+        if self.allow_tf32 and self.dtype != "float32":
+            raise UserError("--allow-tf32 only applies to float32")
+
+    # -- derived quantities ---------------------------------------------------------------
+    @property
+    def a_transposed(self) -> bool:
+        return self.layout[0] == "t"
+
+    @property
+    def b_transposed(self) -> bool:
+        return self.layout[1] == "t"
+
+    @property
+    def dtype_size(self) -> int:
+        return DTYPE_SIZE[self.dtype]
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.b * self.m * self.n * self.k
+
+    @property
+    def min_bytes(self) -> int:
+        """Fewest bytes a kernel must move: each operand read once, the output written once."""
+        elems = self.b * (self.m * self.k + self.k * self.n + self.m * self.n)
+        if self.op == "addmm":
+            elems += self.n if self.bias == "n" else self.m * self.n
+        return elems * self.dtype_size
+
+    def a_shape(self) -> tuple[int, ...]:
+        return ((self.b,) if self.op == "bmm" else ()) + (self.m, self.k)
+
+    def b_shape(self) -> tuple[int, ...]:
+        return ((self.b,) if self.op == "bmm" else ()) + (self.k, self.n)
+
+    def out_shape(self) -> tuple[int, ...]:
+        return ((self.b,) if self.op == "bmm" else ()) + (self.m, self.n)
+
+    def bias_shape(self) -> tuple[int, ...] | None:
+        if self.op != "addmm":
+            return None
+        return (self.n,) if self.bias == "n" else (self.m, self.n)
+
+    def tflops(self, ms: float) -> float:
+        return self.flops / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
+
+    # -- identity -------------------------------------------------------------------------
+    def key(self) -> str:
+        """A stable, human-readable key: the same problem always gives the same string."""
+        parts = [self.op]
+        if self.op == "bmm":
+            parts.append(f"b{self.b}")
+        parts += [f"m{self.m}", f"n{self.n}", f"k{self.k}", self.dtype, self.layout]
+        if self.bias:
+            parts.append(f"bias_{self.bias}")
+        if self.dtype == "float32":
+            parts.append("tf32" if self.allow_tf32 else "ieee")
+        parts.append(self.device)
+        return "/".join(parts)
+
+    def describe(self) -> str:
+        dims = f"{self.b}x{self.m}x{self.n}x{self.k}" if self.op == "bmm" else f"{self.m}x{self.n}x{self.k}"
+        extra = f" bias[{self.bias}]" if self.bias else ""
+        tf = " tf32" if self.allow_tf32 else ""
+        return f"{self.op} {dims} {self.dtype}{tf} {self.layout}{extra}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GemmProblem":
+        if not isinstance(data, dict):
+            raise UserError(f"a problem must be a JSON object, got {type(data).__name__}")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise UserError(f"unknown problem field(s): {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    def with_device(self, device: str) -> "GemmProblem":
+        return replace(self, device=device)
+
+
+def make_problem(
+    *,
+    m: int,
+    n: int,
+    k: int,
+    batch: int | None = None,
+    dtype: str = "float16",
+    layout: str = "nn",
+    bias: str | None = None,
+    allow_tf32: bool = False,
+    device: str = "cuda",
+    op: str | None = None,
+) -> GemmProblem:
+    """Build a problem from CLI-style arguments: a bias makes addmm, a batch makes bmm."""
+    if op is None:
+        if bias and batch:
+            raise UserError("--bias and --batch cannot be combined (baddbmm is not supported)")
+        op = "addmm" if bias else "bmm" if batch else "mm"
+    return GemmProblem(
+        op=op, m=m, n=n, k=k, b=batch or 1, dtype=normalize_dtype(dtype),
+        layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
+    )
+
+
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")
+
+
+def parse_mnk(text: str) -> tuple[int, int, int]:
+    """Parse 'MxNxK' (or 'M,N,K') into three ints."""
+    match = _SHAPE_RE.match(text)
+    if not match:
+        raise UserError(f"cannot parse {text!r} as MxNxK")
+    return tuple(int(g) for g in match.groups())  # type: ignore[return-value]

@@ -1,0 +1,156 @@
+"""Drawing: progress while tuning (stderr), tables and JSON documents (stdout).
+
+Imports rich only; never torch or triton.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .problem import GemmProblem
+from .results import Candidate, params_str
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms:.4f}" if ms < 1 else f"{ms:.3f}" if ms < 100 else f"{ms:.1f}"
+
+
+def fmt_tflops(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+class ProgressReporter:
+    """A TuneListener that draws a progress bar per problem on stderr."""
+
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress: Progress | None = None
+        self.task = None
+
+    def notice(self, message: str) -> None:
+        self.console.print(f"[yellow]note:[/yellow] {message}", highlight=False)
+
+    def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
+        if not self.enabled:
+            return
+        winner = entry["winner"]
+        self.console.print(
+            f"cached: {problem.describe()} -> {winner['uid']} {params_str(winner['params'])} "
+            f"{fmt_ms(winner['ms'])} ms (tuned {entry.get('tuned_at', '?')}; --force to re-tune)",
+            highlight=False)
+
+    def planned(self, problem: GemmProblem, choices) -> None:
+        if not self.enabled:
+            return
+        pruned = choices.pruned_counts()
+        pruned_text = ", ".join(f"{n} by {stage}" for stage, n in pruned.items()) or "none"
+        self.console.print(
+            f"tuning {problem.describe()} on {problem.device}: {len(choices.choices)} candidates "
+            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=self.console, transient=True,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task("benchmarking", total=len(choices.choices))
+
+    def candidate_done(self, problem, candidate: Candidate, done: int, total: int,
+                       best: Candidate | None) -> None:
+        if self.progress is None:
+            return
+        best_text = f"best {fmt_ms(best.ms)} ms {best.uid}" if best else "no valid candidate yet"
+        self.progress.update(self.task, completed=done, description=f"benchmarking ({best_text})")
+
+    def finished(self, outcome) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def candidate_rows(entry: dict) -> list[dict]:
+    return [dict(c) for c in entry.get("candidates", [])]
+
+
+def outcome_table(outcome, top: int = 10) -> Table:
+    entry = outcome.entry
+    problem = outcome.problem
+    winner = entry.get("winner")
+    best = winner["ms"] if winner else None
+    title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
+    if outcome.from_cache:
+        title += " (from cache)"
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("#", "right"), ("template", "left"), ("params", "left"), ("ms", "right"),
+                          ("TFLOP/s", "right"), ("% of best", "right"), ("status", "left")):
+        table.add_column(name, justify=justify, no_wrap=name in ("template", "params"))
+    rows = candidate_rows(entry)
+    ok = [c for c in rows if c["status"] == "ok"]
+    failed = [c for c in rows if c["status"] != "ok"]
+    for rank, cand in enumerate(ok[:top], 1):
+        ms = cand["ms"]
+        mark = "[bold green]" if rank == 1 else ""
+        table.add_row(str(rank), f"{mark}{cand['uid']}", params_str(cand["params"]), fmt_ms(ms),
+                      fmt_tflops(problem.tflops(ms)), f"{100 * best / ms:.0f}%" if best else "-", "ok")
+    for cand in failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5]:
+        table.add_row("-", cand["uid"], params_str(cand["params"]), "-", "-", "-",
+                      f"[red]{cand['status']}[/red]")
+    return table
+
+
+def outcome_summary(outcome) -> str:
+    entry = outcome.entry
+    winner = entry.get("winner")
+    statuses: dict[str, int] = {}
+    for cand in entry.get("candidates", []):
+        statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    if winner is None:
+        return f"no valid candidate ({counts})"
+    return (f"winner: {winner['uid']} {params_str(winner['params'])}  {fmt_ms(winner['ms'])} ms  "
+            f"{fmt_tflops(winner['tflops'])} TFLOP/s  [{counts}; tuned in {entry.get('tune_seconds', 0):.1f} s]")
+
+
+def outcome_json(outcome) -> dict[str, Any]:
+    entry = outcome.entry
+    return {
+        "problem": entry["problem"],
+        "key": outcome.key,
+        "from_cache": outcome.from_cache,
+        "winner": entry.get("winner"),
+        "candidates": entry.get("candidates", []),
+        "pruned": entry.get("pruned", {}),
+        "considered": entry.get("considered"),
+        "fingerprint": entry["fingerprint"],
+        "tuned_at": entry.get("tuned_at"),
+        "tune_seconds": entry.get("tune_seconds"),
+    }
+
+
+def dumps(document: Any) -> str:
+    return json.dumps(document, indent=2, sort_keys=False)
+
+
+def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> Table:
+    table = Table(title="autotune cache", title_justify="left")
+    for name, justify in (("problem", "left"), ("device", "left"), ("winner", "left"),
+                          ("params", "left"), ("ms", "right"), ("TFLOP/s", "right"),
+                          ("tuned", "left"), ("here", "left")):
+        table.add_column(name, justify=justify)
+    for key, entry in items:
+        problem = GemmProblem.from_dict(entry["problem"])
+        winner = entry.get("winner") or {}
+        fp = entry["fingerprint"]
+        here = "yes" if current_machine and entry.get("machine") == current_machine else ""
+        table.add_row(problem.describe(), fp.get("device_name", "?"), winner.get("uid", "(none)"),
+                      params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
+                      fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
+                      str(entry.get("tuned_at", "?")), here)
+    return table

@@ -1,0 +1,69 @@
+"""What a benchmark run says about one candidate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OK = "ok"
+COMPILE_ERROR = "compile_error"
+RUNTIME_ERROR = "runtime_error"
+TIMEOUT = "timeout"
+WRONG_RESULT = "wrong_result"
+SKIPPED = "skipped"
+STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, WRONG_RESULT, SKIPPED)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate's outcome. Only status `ok` candidates may win."""
+
+    uid: str
+    params: dict[str, Any]
+    status: str
+    ms: float | None = None  # median time
+    p20: float | None = None
+    p80: float | None = None
+    runs: int = 0
+    error: str = ""
+    max_rel_error: float | None = None  # ‖out − ref‖ / ‖ref‖ of the verification run
+    compile_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK and self.ms is not None
+
+    def label(self) -> str:
+        return f"{self.uid} {params_str(self.params)}".strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Candidate":
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+SHORT_NAMES = {
+    "BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
+    "num_stages": "s", "num_warps": "w",
+}
+
+
+def params_str(params: dict[str, Any]) -> str:
+    """One line: the tuned values only (the ones fixed by the problem are left out)."""
+    shown = [f"{SHORT_NAMES[k]}{v}" for k, v in params.items() if k in SHORT_NAMES]
+    return " ".join(shown)
+
+
+def pick_winner(candidates: list[Candidate]) -> Candidate | None:
+    """The fastest verified candidate; ties broken by uid and params for a stable pick."""
+    valid = [c for c in candidates if c.ok]
+    if not valid:
+        return None
+    return min(valid, key=lambda c: (c.ms, c.uid, sorted(c.params.items(), key=str)))

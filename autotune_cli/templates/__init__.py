@@ -1,0 +1,16 @@
+"""Templates: the kernel families autotune can choose from, by uid."""
+
+from . import aten, triton_mm  # noqa: F401  (registers the built-in templates)
+from .base import Operands, Runnable, Template
+from .registry import (
+    all_templates,
+    get_template,
+    register_template,
+    templates_for,
+    unregister_template,
+)
+
+__all__ = [
+    "Operands", "Runnable", "Template", "all_templates", "get_template",
+    "register_template", "templates_for", "unregister_template",
+]

@@ -1,0 +1,177 @@
+"""The tuner: cache lookup -> choices -> benchmark -> pick -> store.
+
+It emits events to a listener (report.py draws them) and never prints.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from . import __version__
+from .bench.executor import Executor, LocalExecutor
+from .cache import Cache, entry_key
+from .choices import ChoiceSet, get_choices
+from .errors import UserError
+from .fingerprint import DeviceInfo, Fingerprint, probe_device
+from .plugins import load_plugins
+from .problem import GemmProblem
+from .results import Candidate, pick_winner
+from .settings import TuneSettings
+from .templates import templates_for
+
+
+class TuneListener:
+    """Receives the tuner's events. Every method is optional."""
+
+    def notice(self, message: str) -> None: ...
+
+    def cache_hit(self, problem: GemmProblem, entry: dict) -> None: ...
+
+    def planned(self, problem: GemmProblem, choices: ChoiceSet) -> None: ...
+
+    def candidate_done(self, problem: GemmProblem, candidate: Candidate, done: int, total: int,
+                       best: Candidate | None) -> None: ...
+
+    def finished(self, outcome: "TuneOutcome") -> None: ...
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    problem: GemmProblem
+    key: str
+    entry: dict[str, Any]
+    from_cache: bool
+
+    @property
+    def winner(self) -> dict | None:
+        return self.entry.get("winner")
+
+
+def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
+    """Refuse, before any allocation, a problem whose tensors cannot fit on the device:
+    operands and output, plus the float64 reference of the output and operands."""
+    elems = problem.b * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n)
+    need = problem.min_bytes + 8 * elems
+    if device.device_type == "cuda":
+        limit = int(device.total_memory * 0.9)
+        where = f"{device.name} ({device.total_memory / 2**30:.0f} GiB)"
+    else:
+        try:
+            limit = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+        except (ValueError, OSError, AttributeError):
+            return
+        where = f"this machine's memory ({limit / 0.8 / 2**30:.0f} GiB)"
+    if need > limit:
+        raise UserError(f"{problem.describe()} needs ~{need / 2**30:.1f} GiB to benchmark and "
+                        f"verify; it does not fit in {where}")
+
+
+class Tuner:
+    """Tunes problems one after another, sharing one executor and one cache."""
+
+    def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
+                 executor_factory: Callable[[DeviceInfo, TuneSettings], Executor] | None = None) -> None:
+        load_plugins(settings.plugins)
+        self.settings = settings
+        self.listener = listener or TuneListener()
+        self.cache = Cache(settings.cache_dir)
+        self.executor_factory = executor_factory or LocalExecutor
+        self._device: DeviceInfo | None = None
+        self._executor: Executor | None = None
+
+    @property
+    def device(self) -> DeviceInfo:
+        if self._device is None:
+            self._device = probe_device(self.settings.device)
+        return self._device
+
+    def fingerprint(self, problem: GemmProblem) -> Fingerprint:
+        templates = {t.uid: t.source_hash() for t in templates_for(problem, self.settings.templates)}
+        return Fingerprint.of(self.device, templates)
+
+    def _emit_notices(self) -> None:
+        while self.cache.notices:
+            self.listener.notice(self.cache.notices.pop(0))
+
+    def cached(self, problem: GemmProblem) -> tuple[str, dict | None]:
+        key = entry_key(problem.key(), self.fingerprint(problem).digest())
+        entry = self.cache.get(key)
+        self._emit_notices()
+        if entry is not None and entry.get("winner") is None:
+            entry = None  # everything failed last time: try again
+        return key, entry
+
+    def tune(self, problem: GemmProblem) -> TuneOutcome:
+        if problem.device != self.settings.device:
+            raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
+        key, entry = self.cached(problem)
+        if entry is not None and not self.settings.force:
+            self.listener.cache_hit(problem, entry)
+            outcome = TuneOutcome(problem, key, entry, from_cache=True)
+            self.listener.finished(outcome)
+            return outcome
+        check_fits(problem, self.device)
+        started = time.perf_counter()
+        choice_set = get_choices(problem, self.device, self.settings)
+        if not choice_set.choices:
+            raise UserError(f"no candidates left for {problem.describe()} after pruning "
+                            f"({choice_set.pruned_counts()}); try --templates aten or other configs")
+        self.listener.planned(problem, choice_set)
+        done: list[Candidate] = []
+
+        def on_result(index: int, candidate: Candidate) -> None:
+            done.append(candidate)
+            self.listener.candidate_done(problem, candidate, len(done), len(choice_set.choices),
+                                         pick_winner(done))
+
+        candidates = self.executor.run(choice_set.choices, on_result)
+        entry = self._entry(problem, candidates, choice_set, time.perf_counter() - started)
+        self.cache.put(key, entry)
+        self._emit_notices()
+        outcome = TuneOutcome(problem, key, entry, from_cache=False)
+        self.listener.finished(outcome)
+        return outcome
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = self.executor_factory(self.device, self.settings)
+        return self._executor
+
+    def _entry(self, problem: GemmProblem, candidates: list[Candidate], choice_set: ChoiceSet,
+               seconds: float) -> dict[str, Any]:
+        fingerprint = self.fingerprint(problem)
+        winner = pick_winner(candidates)
+        ordered = sorted(candidates, key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0))
+        return {
+            "problem": problem.to_dict(),
+            "fingerprint": fingerprint.to_dict(),
+            "fingerprint_digest": fingerprint.digest(),
+            "machine": fingerprint.machine_digest(),
+            "winner": None if winner is None else {
+                "uid": winner.uid, "params": winner.params, "ms": winner.ms,
+                "p20": winner.p20, "p80": winner.p80, "tflops": problem.tflops(winner.ms),
+            },
+            "candidates": [c.to_dict() for c in ordered],
+            "pruned": choice_set.pruned_counts(),
+            "considered": choice_set.considered,
+            "search": self.settings.search,
+            "tool_version": __version__,
+            "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tune_seconds": round(seconds, 3),
+        }
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def __enter__(self) -> "Tuner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
