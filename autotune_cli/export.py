@@ -361,7 +361,7 @@ def inductor_table(
             else:
                 notes.append(f"{what}: dropped, {_describe(previous[0])} is faster for the same key")
     table = {key: [dict(config)] for key, (_, config) in chosen.items()}
-    return table, notes
+    return table, list(dict.fromkeys(notes))
 
 
 # -- the installed torch ---------------------------------------------------------------------

@@ -143,7 +143,7 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
     for name, justify in (("problem", "left"), ("device", "left"), ("winner", "left"),
                           ("params", "left"), ("ms", "right"), ("TFLOP/s", "right"),
                           ("tuned", "left"), ("here", "left")):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, no_wrap=name in ("problem", "params"))
     for key, entry in items:
         problem = GemmProblem.from_dict(entry["problem"])
         winner = entry.get("winner") or {}

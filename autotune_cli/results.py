@@ -57,7 +57,7 @@ SHORT_NAMES = {
 
 def params_str(params: dict[str, Any]) -> str:
     """One line: the tuned values only (the ones fixed by the problem are left out)."""
-    shown = [f"{SHORT_NAMES[k]}{v}" for k, v in params.items() if k in SHORT_NAMES]
+    shown = [f"{short}{params[key]}" for key, short in SHORT_NAMES.items() if key in params]
     return " ".join(shown)
 
 

@@ -1,0 +1,90 @@
+from autotune_cli.choices import KernelTemplateChoice, get_choices, interpreter_seconds
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.problem import make_problem
+from autotune_cli.settings import TuneSettings
+from autotune_cli.templates import get_template
+from autotune_cli.templates.base import Template
+
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
+                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
+CPU = DeviceInfo(device_type="cpu", name="cpu")
+
+
+class CountingTemplate(Template):
+    uid = "test::counting"
+    ops = ("mm",)
+    backend = "test"
+
+    def __init__(self):
+        self.renders = 0
+        self.builds = 0
+
+    def source_text(self):
+        return "counting"
+
+    def render(self, problem, params):
+        self.renders += 1
+        return "source"
+
+    def build(self, problem, params, kernel_dir):
+        self.builds += 1
+        raise RuntimeError("cannot build")
+
+
+def test_choice_is_lazy_and_remembers_failure():
+    template = CountingTemplate()
+    choice = KernelTemplateChoice.make(template, make_problem(m=8, n=8, k=8), {})
+    assert template.renders == 0 and template.builds == 0
+    assert choice.source == "source" and choice.source == "source"
+    assert template.renders == 1
+    for _ in range(2):
+        try:
+            choice.build("/tmp")
+        except RuntimeError as exc:
+            assert "cannot build" in str(exc)
+    assert template.builds == 1
+
+
+def test_choices_hashable_and_equal_by_value():
+    template = get_template("triton::mm")
+    problem = make_problem(m=64, n=64, k=64)
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    a = KernelTemplateChoice.make(template, problem, config)
+    b = KernelTemplateChoice.make(template, problem, dict(reversed(list(config.items()))))
+    assert a == b and len({a, b}) == 1
+    assert str(a) == "triton::mm BM32 BN32 BK32 G8 s2 w4"
+
+
+def test_shared_memory_and_register_pruning_on_exhaustive_space():
+    problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
+    result = get_choices(problem, H200, TuneSettings(device="cuda", search="exhaustive"))
+    counts = result.pruned_counts()
+    assert result.considered == 1875 + 1  # + aten::mm
+    assert counts["shared_memory"] > 0 and counts["registers"] > 0
+    for choice in result.choices:
+        if choice.uid == "triton::mm":
+            p = choice.config_dict
+            assert 2 * (p["BLOCK_M"] + p["BLOCK_N"]) * p["BLOCK_K"] * p["num_stages"] <= 232448
+    for pruned in result.pruned:
+        if pruned.stage == "shared_memory":
+            p = pruned.choice.config_dict
+            assert 2 * (p["BLOCK_M"] + p["BLOCK_N"]) * p["BLOCK_K"] * p["num_stages"] > 232448
+    assert len(result.choices) + len(result.pruned) == result.considered
+
+
+def test_default_cuda_space_is_kept_whole_for_a_square_problem():
+    problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
+    result = get_choices(problem, H200, TuneSettings(device="cuda"))
+    assert result.pruned == [] and len(result.choices) >= 19
+
+
+def test_interpreter_cost_prunes_big_problems_on_cpu():
+    small = make_problem(m=128, n=128, k=128, device="cpu")
+    assert get_choices(small, CPU, TuneSettings(device="cpu")).pruned == []
+    big = make_problem(m=2048, n=2048, k=2048, device="cpu")
+    result = get_choices(big, CPU, TuneSettings(device="cpu"))
+    assert [c.uid for c in result.choices] == ["aten::mm"]
+    assert result.pruned_counts() == {"interpreter_cost": 5}
+    assert "interpreter would take" in result.pruned[0].reason
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    assert 0.1 < interpreter_seconds(small, config, 1) < 1.0

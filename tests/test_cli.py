@@ -1,0 +1,125 @@
+"""The CLI end to end on the CPU: real worker processes, the Triton interpreter, the cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PLUGINS
+
+
+def tune_json(cli, *args):
+    code, out, err = cli("mm", "--device", "cpu", "--json", *args)
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def assert_verified_winner(doc):
+    winner = doc["winner"]
+    assert winner is not None and winner["ms"] > 0
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert winner["ms"] == min(c["ms"] for c in ok)
+    for cand in ok:
+        assert cand["max_rel_error"] is not None and cand["max_rel_error"] < 2e-2
+    uids = {c["uid"] for c in doc["candidates"]}
+    assert any(u.startswith("aten::") for u in uids) and any(u.startswith("triton::") for u in uids)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_mm_all_layouts_fp16(cli, cache_dir, layout):
+    doc, _ = tune_json(cli, "--m", 64, "--n", 48, "--k", 80, "--dtype", "float16", "--layout", layout)
+    assert doc["problem"]["layout"] == layout and doc["from_cache"] is False
+    assert_verified_winner(doc)
+    assert all(c["status"] == "ok" for c in doc["candidates"])
+
+
+def test_mm_fp32_then_cache_hit(cli, cache_dir):
+    args = ("--m", 96, "--n", 64, "--k", 64, "--dtype", "float32")
+    first, _ = tune_json(cli, *args)
+    assert_verified_winner(first)
+    second, err = tune_json(cli, *args)
+    assert second["from_cache"] is True and "cached:" in err
+    assert second["winner"] == first["winner"]
+    # --force re-tunes; another dtype is another entry
+    forced, _ = tune_json(cli, *args, "--force")
+    assert forced["from_cache"] is False
+    other, _ = tune_json(cli, "--m", 96, "--n", 64, "--k", 64, "--dtype", "bfloat16", "--templates", "aten")
+    assert other["from_cache"] is False
+    code, out, _ = cli("cache", "show", "--json")
+    assert code == 0
+    entries = json.loads(out)["entries"]
+    assert len(entries) == 2 and all(e["winner"] for e in entries.values())
+
+
+def test_addmm_and_bmm(cli, cache_dir):
+    addmm, _ = tune_json(cli, "--m", 48, "--n", 64, "--k", 32, "--bias", "--dtype", "bfloat16")
+    assert addmm["problem"]["op"] == "addmm" and addmm["problem"]["bias"] == "n"
+    assert {c["uid"] for c in addmm["candidates"]} == {"aten::addmm", "triton::mm"}
+    assert_verified_winner(addmm)
+    bmm, _ = tune_json(cli, "--m", 32, "--n", 48, "--k", 64, "--batch", 3, "--dtype", "float32")
+    assert bmm["problem"]["op"] == "bmm" and bmm["problem"]["b"] == 3
+    assert {c["uid"] for c in bmm["candidates"]} == {"aten::bmm", "triton::bmm"}
+    assert_verified_winner(bmm)
+
+
+def test_planted_wrong_candidate_never_wins(cli, cache_dir):
+    doc, _ = tune_json(cli, "--m", 64, "--n", 64, "--k", 64, "--plugin", PLUGINS / "wrong_mm.py",
+                       "--templates", "aten,test::wrong_mm")
+    by_uid = {c["uid"]: c for c in doc["candidates"]}
+    wrong = by_uid["test::wrong_mm"]
+    assert wrong["status"] == "wrong_result" and "element" in wrong["error"] or "relative" in wrong["error"]
+    assert doc["winner"]["uid"] == "aten::mm"
+
+
+def test_table_output(cli, cache_dir):
+    code, out, err = cli("mm", "--device", "cpu", "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
+    assert code == 0
+    assert "aten::mm" in out and "winner: aten::mm" in out and "% of best" in out
+    assert "tuning mm 32x32x32 float16 nn on cpu" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["mm", "--m", "0", "--n", "4", "--k", "4"], "--m must be at least 1"),
+    (["mm", "--m", "x", "--n", "4", "--k", "4"], "'--m'"),
+    (["mm", "--m", "4", "--n", "4"], "--k"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "int8"], "unsupported dtype"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--layout", "xx"], "unknown layout"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "tpu"], "'--device'"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", "nope::mm"], "unknown template"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--space", "/no/such.json"], "space file not found"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "float16", "--allow-tf32"], "only applies to float32"),
+    (["mm", "--m", "4000000", "--n", "4000000", "--k", "4", "--device", "cpu"], "does not fit"),
+    (["nosuchcommand"], "No such command"),
+])
+def test_bad_input_is_one_line_exit_2(cache_dir, args, message):
+    proc = subprocess.run([sys.executable, "-m", "autotune_cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("autotune: error:") and message in lines[0]
+    assert not (cache_dir / "autotune-cache.json").exists()
+
+
+def test_cache_commands_import_neither_torch_nor_triton(cache_dir, cli):
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    code = ("import sys; from autotune_cli.cli import main; rc = main(['cache', 'show']);"
+            "assert rc == 0; bad = [m for m in ('torch', 'triton') if m in sys.modules];"
+            "print('IMPORTED', bad)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "250"}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "IMPORTED []" in proc.stdout and "mm 16x16x16 float16 nn" in proc.stdout
+    assert "fingerprint" in proc.stdout
+
+
+def test_cache_path_and_clear(cli, cache_dir):
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    code, out, _ = cli("cache", "path")
+    assert out.strip() == str(cache_dir / "autotune-cache.json")
+    code, _, err = cli("cache", "clear", "--yes")
+    assert code == 0 and "removed 1 entries" in err
+    code, out, _ = cli("cache", "show", "--json")
+    assert json.loads(out)["entries"] == {}

@@ -1,0 +1,321 @@
+"""Reading the matmuls of saved models (autotune_cli.model), on the CPU.
+
+Each model is built here, saved as TorchScript (torch.jit.trace + save) and as a
+torch.export program, and the exact list of GEMM problems found is checked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from autotune_cli.errors import UserError  # noqa: E402
+from autotune_cli.model import (  # noqa: E402
+    FoundGemm,
+    find_gemms,
+    parse_hints,
+    parse_input_shape,
+    plan_flops_share,
+)
+
+
+def rows(found: list[FoundGemm]) -> list[tuple]:
+    """(op, m, n, k, b, dtype, layout, bias, count) for each found problem, in order."""
+    return [(f.problem.op, f.problem.m, f.problem.n, f.problem.k, f.problem.b, f.problem.dtype,
+             f.problem.layout, f.problem.bias, f.count) for f in found]
+
+
+def save_both(model: nn.Module, inputs: tuple, folder, name: str, dynamic_shapes=None):
+    model = model.eval()
+    ts = folder / f"{name}.pt"
+    pt2 = folder / f"{name}.pt2"
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(model, inputs), str(ts))
+    torch.export.save(torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes), str(pt2))
+    return ts, pt2
+
+
+def shapes_of(inputs: tuple) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in inputs]
+
+
+# -- models -------------------------------------------------------------------------------
+
+class MLPBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(64, 128)
+        self.l2 = nn.Linear(128, 128)
+        self.l3 = nn.Linear(128, 32)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        h = torch.relu(self.l2(h))
+        h = torch.relu(self.l2(h))  # the same layer again: count 2
+        return self.l3(h)
+
+
+class MLPNoBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(32, 64, bias=False)
+        self.down = nn.Linear(64, 32, bias=False)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d, bias=False)
+        self.o = nn.Linear(d, d)
+
+    def forward(self, x):
+        bsz, seq, d = x.shape
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        s1 = torch.bmm(q, k.transpose(1, 2))              # bmm, B transposed
+        s2 = torch.matmul(q, k.transpose(1, 2))           # the same problem through matmul
+        o = torch.matmul(torch.softmax(s1 + s2, -1), v)   # 3-D @ 3-D -> bmm nn
+        qh = q.view(bsz, seq, self.heads, d // self.heads).transpose(1, 2)
+        kh = k.view(bsz, seq, self.heads, d // self.heads).transpose(1, 2)
+        vh = v.view(bsz, seq, self.heads, d // self.heads).transpose(1, 2)
+        p = torch.softmax(qh @ kh.transpose(-2, -1), -1)  # 4-D: batch dims don't merge -> copies
+        oh = p @ vh
+        fused = F.scaled_dot_product_attention(qh, kh, vh)  # a fused kernel: not a GEMM
+        heads = (oh + fused).transpose(1, 2).reshape(bsz, seq, d)
+        return self.o(o + heads)
+
+
+class Transposed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 32))
+        self.a = nn.Parameter(torch.randn(32, 24))
+        self.c = nn.Parameter(torch.randn(4, 16))
+        self.p = nn.Parameter(torch.randn(2, 5))
+
+    def forward(self, x):
+        y = x @ self.w.t()                        # mm nt
+        z = x.t() @ y                             # mm tn
+        u = torch.mm(self.a.t(), self.w.t())      # mm tt
+        v = torch.addmm(self.c, x, self.w.t())    # addmm with an [m, n] bias
+        x3 = x.view(2, 2, 32).transpose(1, 2)     # [2, 32, 2], rows don't fold -> bmm
+        r = x3 @ self.p
+        return y.sum() + z.sum() + u.sum() + v.sum() + r.sum()
+
+
+class Dynamic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 32)
+        self.a = nn.Parameter(torch.randn(8, 16))
+        self.b = nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x):
+        return self.lin(x), torch.mm(self.a, self.b)
+
+
+class NoMatmul(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+class IntMatmul(nn.Module):
+    def forward(self, x):
+        return x @ x.t()
+
+
+# -- fixtures: save each model once ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("models")
+    out = {}
+    cases = {
+        "mlp_bias": (MLPBias(), (torch.randn(2, 3, 64),)),
+        "mlp_nobias": (MLPNoBias().to(torch.bfloat16), (torch.randn(8, 32, dtype=torch.bfloat16),)),
+        "attention": (Attention(), (torch.randn(2, 8, 16),)),
+        "transposed": (Transposed().half(), (torch.randn(4, 32, dtype=torch.float16),)),
+    }
+    for name, (model, inputs) in cases.items():
+        out[name] = (*save_both(model, inputs, folder, name), shapes_of(inputs))
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    dyn_in = (torch.randn(3, 4, 16),)
+    out["dynamic"] = (*save_both(Dynamic(), dyn_in, folder, "dynamic", ({0: batch},)),
+                      shapes_of(dyn_in))
+    out["nomatmul"] = (*save_both(NoMatmul(), (torch.randn(4, 4),), folder, "nomatmul"), None)
+    ints = (torch.ones(4, 4, dtype=torch.int64),)
+    out["int"] = (*save_both(IntMatmul(), ints, folder, "int"), shapes_of(ints))
+    return out
+
+
+def both(saved, name, **kwargs) -> tuple[list[FoundGemm], list[FoundGemm]]:
+    ts, pt2, shapes = saved[name]
+    return find_gemms(ts, input_shapes=shapes, **kwargs), find_gemms(pt2, **kwargs)
+
+
+# -- exact problem lists ------------------------------------------------------------------------
+
+def test_mlp_with_bias(saved):
+    for found in both(saved, "mlp_bias"):
+        assert rows(found) == [
+            ("addmm", 6, 128, 64, 1, "float32", "nt", "n", 1),
+            ("addmm", 6, 128, 128, 1, "float32", "nt", "n", 2),
+            ("addmm", 6, 32, 128, 1, "float32", "nt", "n", 1),
+        ]
+        assert all(f.sources == ("aten.linear",) and f.hint is None for f in found)
+        assert all(f.problem.device == "cuda" and not f.problem.allow_tf32 for f in found)
+
+
+def test_mlp_without_bias_bf16(saved):
+    for found in both(saved, "mlp_nobias", device="cpu", allow_tf32=True):
+        assert rows(found) == [
+            ("mm", 8, 64, 32, 1, "bfloat16", "nt", None, 1),
+            ("mm", 8, 32, 64, 1, "bfloat16", "nt", None, 1),
+        ]
+        # tf32 applies to float32 only
+        assert all(f.problem.device == "cpu" and not f.problem.allow_tf32 for f in found)
+
+
+def test_attention_block(saved):
+    for found in both(saved, "attention", allow_tf32=True):
+        assert rows(found) == [
+            ("mm", 16, 16, 16, 1, "float32", "nt", None, 3),   # q, k, v projections
+            ("bmm", 8, 8, 16, 2, "float32", "nt", None, 2),    # q @ k^T via bmm and matmul
+            ("bmm", 8, 16, 8, 2, "float32", "nn", None, 1),    # softmax @ v
+            ("bmm", 8, 8, 8, 4, "float32", "nn", None, 2),     # per-head scores and output
+            ("addmm", 16, 16, 16, 1, "float32", "nt", "n", 1),  # output projection
+        ]
+        assert found[1].sources == ("aten.bmm", "aten.matmul")
+        assert found[3].sources == ("aten.matmul",)
+        assert all(f.problem.allow_tf32 for f in found)
+
+
+def test_explicit_transposes_fp16(saved):
+    for found in both(saved, "transposed"):
+        assert rows(found) == [
+            ("mm", 4, 16, 32, 1, "float16", "nt", None, 1),
+            ("mm", 32, 16, 4, 1, "float16", "tn", None, 1),
+            ("mm", 24, 16, 32, 1, "float16", "tt", None, 1),
+            ("addmm", 4, 16, 32, 1, "float16", "nt", "mn", 1),
+            ("bmm", 32, 5, 2, 2, "float16", "tn", None, 1),
+        ]
+        assert [f.sources for f in found] == [
+            ("aten.matmul",), ("aten.matmul",), ("aten.mm",), ("aten.addmm",), ("aten.matmul",)]
+
+
+def test_dynamic_batch_defaults(saved):
+    ts, pt2, shapes = saved["dynamic"]
+    found = find_gemms(pt2)
+    (sym,) = {name for f in found if f.hint for name in f.hint}
+    # Dim(min=1, max=1024): defaults {1, 32, 1024}; linear flattens [B, 4, 16] -> M = 4B
+    assert rows(found) == [
+        ("addmm", 4, 32, 16, 1, "float32", "nt", "n", 1),
+        ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),  # static: listed once
+        ("addmm", 128, 32, 16, 1, "float32", "nt", "n", 1),
+        ("addmm", 4096, 32, 16, 1, "float32", "nt", "n", 1),
+    ]
+    assert [f.hint for f in found] == [{sym: 1}, None, {sym: 32}, {sym: 1024}]
+
+    # TorchScript: sizes come from the example input
+    assert rows(find_gemms(ts, input_shapes=shapes)) == [
+        ("addmm", 12, 32, 16, 1, "float32", "nt", "n", 1),
+        ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
+    ]
+
+
+def test_dynamic_batch_hints(saved):
+    _, pt2, _ = saved["dynamic"]
+    by_alias = find_gemms(pt2, hints={"x.0": [2, 8]})
+    assert rows(by_alias) == [
+        ("addmm", 8, 32, 16, 1, "float32", "nt", "n", 1),
+        ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
+        ("addmm", 32, 32, 16, 1, "float32", "nt", "n", 1),
+    ]
+    (sym,) = by_alias[0].hint
+    assert [f.hint for f in by_alias] == [{sym: 2}, None, {sym: 8}]
+    # the symbol's own name works too
+    assert find_gemms(pt2, hints={sym: [2, 8]}) == by_alias
+    # input shapes bind the symbol
+    bound = find_gemms(pt2, input_shapes=[((5, 4, 16), "float32")])
+    assert rows(bound) == [
+        ("addmm", 20, 32, 16, 1, "float32", "nt", "n", 1),
+        ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
+    ]
+    assert bound[0].hint == {sym: 5}
+
+    with pytest.raises(UserError, match=r"unknown dynamic dim 'zz'.*x\.0"):
+        find_gemms(pt2, hints={"zz": [4]})
+    with pytest.raises(UserError, match="dim 1"):
+        find_gemms(pt2, input_shapes=[((5, 3, 16), "float32")])
+
+
+def test_flops_share(saved):
+    found = find_gemms(saved["mlp_bias"][1])
+    share = plan_flops_share(found)
+    assert share == pytest.approx([2 / 11, 8 / 11, 1 / 11])  # 6*128*64 : 2*6*128*128 : 6*32*128
+    assert plan_flops_share([]) == []
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+def test_bad_files(saved, tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        find_gemms(tmp_path / "missing.pt2")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(UserError, match="not a saved model"):
+        find_gemms(text)
+    ckpt = tmp_path / "weights.pt"
+    torch.save(MLPBias().state_dict(), ckpt)
+    with pytest.raises(UserError, match="torch.save checkpoint"):
+        find_gemms(ckpt)
+
+
+def test_torchscript_needs_right_input_shapes(saved):
+    ts, _, shapes = saved["mlp_bias"]
+    with pytest.raises(UserError, match="--input-shape"):
+        find_gemms(ts)
+    with pytest.raises(UserError, match="takes 1 tensor input"):
+        find_gemms(ts, input_shapes=shapes * 2)
+    with pytest.raises(UserError, match="failed"):
+        find_gemms(ts, input_shapes=[((2, 3, 65), "float32")])  # wrong K
+
+
+def test_no_matmuls(saved):
+    ts, pt2, _ = saved["nomatmul"]
+    with pytest.raises(UserError, match="no matmuls"):
+        find_gemms(pt2)
+    with pytest.raises(UserError, match="no matmuls"):
+        find_gemms(ts, input_shapes=[((4, 4), "float32")])
+    ts, pt2, shapes = saved["int"]
+    for path, kw in ((pt2, {}), (ts, {"input_shapes": shapes})):
+        with pytest.raises(UserError, match="no matmuls.*int64"):
+            find_gemms(path, **kw)
+
+
+def test_parse_input_shape():
+    assert parse_input_shape("8x128x768:float16") == ((8, 128, 768), "float16")
+    assert parse_input_shape("4,16") == ((4, 16), "float32")
+    assert parse_input_shape("2x7:bf16") == ((2, 7), "bfloat16")
+    assert parse_input_shape("1x9:int64") == ((1, 9), "int64")
+    for bad in ("", "8xx4", "8x4:float128", "0x4", "axb", "8x4:"):
+        with pytest.raises(UserError):
+            parse_input_shape(bad)
+
+
+def test_parse_hints():
+    assert parse_hints(["s0=1,16,128", "s1=64"]) == {"s0": [1, 16, 128], "s1": [64]}
+    assert parse_hints(["x.0 = 4, 4, 8"]) == {"x.0": [4, 8]}
+    assert parse_hints([]) == {}
+    for bad in (["s0"], ["s0="], ["s0=1,x"], ["s0=0"], ["=3"], ["s0=1", "s0=2"], ["s0=-1"]):
+        with pytest.raises(UserError):
+            parse_hints(bad)

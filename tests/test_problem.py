@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+from autotune_cli.errors import UserError
+from autotune_cli.problem import GemmProblem, make_problem, normalize_dtype, parse_mnk
+
+
+def test_flags_pick_the_op():
+    assert make_problem(m=8, n=16, k=32).op == "mm"
+    addmm = make_problem(m=8, n=16, k=32, bias="n")
+    assert addmm.op == "addmm" and addmm.bias_shape() == (16,)
+    bmm = make_problem(m=8, n=16, k=32, batch=4)
+    assert bmm.op == "bmm" and bmm.a_shape() == (4, 8, 32) and bmm.out_shape() == (4, 8, 16)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(m=0, n=1, k=1), "--m must be at least 1"),
+    (dict(m=1, n=-3, k=1), "--n must be at least 1"),
+    (dict(m=1, n=1, k=1, dtype="int8"), "unsupported dtype"),
+    (dict(m=1, n=1, k=1, layout="nx"), "unknown layout"),
+    (dict(m=1, n=1, k=1, allow_tf32=True, dtype="float16"), "only applies to float32"),
+    (dict(m=1, n=1, k=1, bias="n", batch=2), "cannot be combined"),
+    (dict(m=1, n=1, k=1, device="tpu"), "unknown device"),
+])
+def test_bad_values_are_user_errors(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        make_problem(**kwargs)
+
+
+def test_batch_only_for_bmm():
+    with pytest.raises(UserError, match="only applies to bmm"):
+        GemmProblem(op="mm", m=2, n=2, k=2, b=3)
+
+
+def test_dtype_aliases():
+    assert normalize_dtype("bf16") == "bfloat16"
+    assert normalize_dtype("torch.float16") == "float16"
+    assert normalize_dtype("FP32") == "float32"
+
+
+def test_key_is_stable_and_distinguishes_what_matters():
+    base = make_problem(m=64, n=32, k=16, dtype="float32")
+    assert base.key() == make_problem(m=64, n=32, k=16, dtype="fp32").key()
+    variants = [
+        make_problem(m=64, n=32, k=16, dtype="float32", allow_tf32=True),
+        make_problem(m=64, n=32, k=16, dtype="float32", layout="nt"),
+        make_problem(m=64, n=32, k=16, dtype="float32", device="cpu"),
+        make_problem(m=64, n=32, k=16, dtype="float32", bias="n"),
+        make_problem(m=64, n=32, k=16, dtype="float32", bias="mn"),
+        make_problem(m=32, n=64, k=16, dtype="float32"),
+    ]
+    keys = {v.key() for v in variants} | {base.key()}
+    assert len(keys) == len(variants) + 1
+
+
+def test_json_round_trip():
+    problem = make_problem(m=3, n=5, k=7, batch=2, dtype="bf16", layout="tn", device="cpu")
+    again = GemmProblem.from_dict(json.loads(json.dumps(problem.to_dict())))
+    assert again == problem and hash(again) == hash(problem)
+
+
+def test_from_dict_rejects_unknown_fields():
+    with pytest.raises(UserError, match="unknown problem field"):
+        GemmProblem.from_dict({"op": "mm", "m": 1, "n": 1, "k": 1, "colour": "red"})
+
+
+def test_flops_and_bytes():
+    problem = make_problem(m=2, n=3, k=4, batch=5, dtype="float16")
+    assert problem.flops == 2 * 5 * 2 * 3 * 4
+    assert problem.min_bytes == 2 * 5 * (2 * 4 + 4 * 3 + 2 * 3)
+
+
+def test_parse_mnk():
+    assert parse_mnk("1x2x3") == (1, 2, 3)
+    with pytest.raises(UserError):
+        parse_mnk("1x2")
