@@ -546,8 +546,7 @@ def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[
         sym = aliases.get(key, key)
         if sym not in known:
             if known:
-                listing = ", ".join(
-                    s + "".join(f" ({a})" for a, t in aliases.items() if t == s) for s in known)
+                listing = ", ".join(_with_aliases(s, aliases) for s in known)
                 raise UserError(f"unknown dynamic dim {key!r} in --hint; known: {listing}")
             raise UserError(f"--hint {key!r}: the exported program has no dynamic dims")
         if sym in given:
@@ -555,6 +554,11 @@ def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[
         given[sym] = list(values)
     per_symbol = {s: given.get(s) or _default_values(ranges.get(s)) for s in used}
     return raws, _combine(per_symbol)
+
+
+def _with_aliases(symbol: str, aliases: dict[str, str]) -> str:
+    names = [a for a, target in aliases.items() if target == symbol]
+    return f"{symbol} ({', '.join(names)})" if names else symbol
 
 
 def _bind_input_shapes(inputs, input_shapes) -> dict[str, int]:

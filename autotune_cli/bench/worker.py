@@ -23,7 +23,8 @@ def _setup_environment(device_type: str, device_index: int) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     else:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_index)
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible[device_index] if visible else str(device_index)
         os.environ.pop("TRITON_INTERPRET", None)
 
 
