@@ -32,8 +32,15 @@ cache_app = typer.Typer(help="See and manage what autotune has learned.", no_arg
                         rich_markup_mode=None)
 app.add_typer(cache_app, name="cache")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+def _console(stderr: bool) -> Console:
+    """Tables stay readable when piped: without a terminal, draw 160 columns, not 80."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+
+
+out = _console(stderr=False)
+err = _console(stderr=True)
 
 
 class Device(str, Enum):
@@ -156,6 +163,83 @@ def mm(
         out.print(outcome_table(outcome, top=top))
         out.print(outcome_summary(outcome))
     if outcome.winner is None:
+        raise typer.Exit(code=1)
+
+
+def aten_ms(entry: dict) -> float | None:
+    times = [c["ms"] for c in entry.get("candidates", [])
+             if c["status"] == "ok" and c["uid"].startswith("aten::") and c.get("ms")]
+    return min(times) if times else None
+
+
+@app.command()
+def model(
+    path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. 8x128x768:float16 (repeat, in order)."),
+    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. s0=1,16,128 (repeatable)."),
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),
+    plan_only: bool = typer.Option(False, "--plan", help="Only list the matmuls found; tune nothing."),
+    device: Optional[Device] = DeviceOpt,
+    search: Search = SearchOpt,
+    space: Optional[Path] = SpaceOpt,
+    templates: Optional[str] = TemplatesOpt,
+    workers: Optional[int] = WorkersOpt,
+    timeout: float = TimeoutOpt,
+    cache_dir: Optional[Path] = CacheDirOpt,
+    force: bool = ForceOpt,
+    json_out: bool = JsonOpt,
+    plugin: Optional[List[str]] = PluginOpt,
+    interpreter_budget: float = BudgetOpt,
+    seed: int = SeedOpt,
+) -> None:
+    """Find every matmul in a saved model and tune each distinct problem."""
+    from .model import find_gemms, parse_hints, parse_input_shape, plan_flops_share
+    from .report import ModelProgress, dumps, model_summary_table, plan_table
+    from .tuner import Tuner
+
+    shapes = [parse_input_shape(text) for text in input_shape or []]
+    hints = parse_hints(hint or [])
+    if not path.exists():
+        raise UserError(f"model file not found: {path}")
+    dev = resolve_device(device)
+    settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                              timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                              plugin=plugin, interpreter_budget=interpreter_budget)
+    found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                       allow_tf32=allow_tf32)
+    shares = plan_flops_share(found)
+    plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
+             "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
+             "hint": f.hint} for f, share in zip(found, shares)]
+    if not json_out:
+        err.print(plan_table(plan))
+    if plan_only:
+        if json_out:
+            out.print(dumps({"model": str(path), "plan": plan}), markup=False)
+        return
+    rows = []
+    progress = ModelProgress(err, total=len(found))
+    try:
+        with Tuner(settings, progress) as tuner:
+            for item, planned in zip(found, plan):
+                outcome = tuner.tune(item.problem)
+                winner = outcome.winner
+                aten = aten_ms(outcome.entry)
+                saved = (aten - winner["ms"]) * item.count if winner and aten else None
+                rows.append({**planned, "key": outcome.key, "from_cache": outcome.from_cache,
+                             "winner": winner, "aten_ms": aten, "saved_ms": saved})
+    finally:
+        progress.close()
+    total_saved = sum(r["saved_ms"] for r in rows if r["saved_ms"] is not None)
+    total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
+    if json_out:
+        out.print(dumps({"model": str(path), "problems": rows, "saved_ms_per_pass": total_saved,
+                         "aten_ms_per_pass": total_aten}), markup=False)
+    else:
+        out.print(model_summary_table(rows))
+        out.print(f"estimated GEMM time per forward pass: aten {total_aten:.4f} ms, "
+                  f"tuned {total_aten - total_saved:.4f} ms (saves {total_saved:.4f} ms)")
+    if any(r["winner"] is None for r in rows):
         raise typer.Exit(code=1)
 
 

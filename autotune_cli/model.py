@@ -9,7 +9,8 @@ Two formats are read:
 * TorchScript (`torch.jit.save`): sizes are not stored, so the module is run once on
   example inputs built from `input_shapes` under `torch.profiler` with `record_shapes`,
   which records every aten op with its operands' sizes, strides and dtype, nested as they
-  were called. The run is first tried on the meta device (no arithmetic, no memory for
+  were called, with the graph executor's optimizations off so that the ops are the saved
+  ones (the optimizing executor rewrites e.g. addmm into mm + add). The run is first tried on the meta device (no arithmetic, no memory for
   activations); if the module cannot run there it is run on the CPU with random inputs
   (integer and bool inputs are zeros, so that they are valid indices).
 
@@ -58,8 +59,10 @@ the exported range are accepted (tuning batch 1 of a program exported for batch 
 still useful). `input_shapes` given for an exported program instead bind the symbols to
 the sizes given (one combination) and are checked against the static sizes.
 
-Problems that are identical (same GemmProblem and the same hint) are merged, their counts
-summed within one combination, and listed in order of first appearance.
+Within one combination of values, identical problems (same GemmProblem, same hint) are
+merged with their counts summed; a problem already listed for an earlier combination
+(e.g. a static one, hint None) is not listed again. Order: combination by combination,
+then first appearance in the forward pass. `hint` keys are torch's symbol names.
 """
 
 from __future__ import annotations
@@ -595,7 +598,6 @@ def _default_values(vr: Any) -> list[int]:
             lo = int(vr.lower)
         if not bool(vr.upper >= DEFAULT_HINT_CAP):
             hi = int(vr.upper)
-    lo = min(lo, DEFAULT_HINT_CAP)
     hi = max(hi, lo)
     mid = 2 ** int(math.floor(math.log2(lo * hi) / 2 + 0.5))
     mid = min(max(mid, lo), hi)

@@ -9,6 +9,7 @@ import json
 from typing import Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -36,7 +37,7 @@ class ProgressReporter:
         self.task = None
 
     def notice(self, message: str) -> None:
-        self.console.print(f"[yellow]note:[/yellow] {message}", highlight=False)
+        self.console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
 
     def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
         if not self.enabled:
@@ -45,7 +46,7 @@ class ProgressReporter:
         self.console.print(
             f"cached: {problem.describe()} -> {winner['uid']} {params_str(winner['params'])} "
             f"{fmt_ms(winner['ms'])} ms (tuned {entry.get('tuned_at', '?')}; --force to re-tune)",
-            highlight=False)
+            highlight=False, markup=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
         if not self.enabled:
@@ -54,7 +55,7 @@ class ProgressReporter:
         pruned_text = ", ".join(f"{n} by {stage}" for stage, n in pruned.items()) or "none"
         self.console.print(
             f"tuning {problem.describe()} on {problem.device}: {len(choices.choices)} candidates "
-            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False)
+            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False, markup=False)
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=self.console, transient=True,
@@ -75,6 +76,74 @@ class ProgressReporter:
             self.progress = None
 
 
+class ModelProgress(ProgressReporter):
+    """Progress for many problems: one overall bar, plus a line per problem as it ends."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        super().__init__(console, enabled=True)
+        self.total = total
+        self.done = 0
+        self.overall = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, transient=True,
+        )
+        self.overall_task = self.overall.add_task("problems", total=total)
+        self.overall.start()
+
+    def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
+        winner = entry["winner"]
+        self.console.print(f"cached: {problem.describe()} -> {winner['uid']} "
+                           f"{fmt_ms(winner['ms'])} ms", highlight=False, markup=False)
+
+    def planned(self, problem: GemmProblem, choices) -> None:
+        self.overall.update(self.overall_task, description=escape(f"tuning {problem.describe()}"))
+        self.current_total = len(choices.choices)
+
+    def candidate_done(self, problem, candidate, done, total, best) -> None:
+        best_text = f"best {fmt_ms(best.ms)} ms" if best else "no valid candidate yet"
+        self.overall.update(self.overall_task,
+                            description=escape(f"{problem.describe()}: {done}/{total} candidates, {best_text}"))
+
+    def finished(self, outcome) -> None:
+        self.done += 1
+        self.overall.update(self.overall_task, completed=self.done, description="problems")
+        if not outcome.from_cache:
+            self.console.print(f"tuned: {outcome.problem.describe()} -> {outcome_summary(outcome)}",
+                               highlight=False, markup=False)
+
+    def close(self) -> None:
+        self.overall.stop()
+
+
+def plan_table(rows: list[dict]) -> Table:
+    table = Table(title="matmuls found", title_justify="left")
+    for name, justify in (("#", "right"), ("problem", "left"), ("count", "right"),
+                          ("GFLOP each", "right"), ("share", "right"), ("from", "left"), ("hint", "left")):
+        table.add_column(name, justify=justify, no_wrap=name == "problem")
+    for i, row in enumerate(rows, 1):
+        table.add_row(str(i), escape(row["describe"]), str(row["count"]), f"{row['gflop']:.3g}",
+                      f"{100 * row['share']:.1f}%", ", ".join(row["sources"]),
+                      ", ".join(f"{k}={v}" for k, v in (row["hint"] or {}).items()) or "-")
+    return table
+
+
+def model_summary_table(rows: list[dict]) -> Table:
+    table = Table(title="winners", title_justify="left")
+    for name, justify in (("problem", "left"), ("count", "right"), ("winner", "left"),
+                          ("params", "left"), ("ms", "right"), ("aten ms", "right"),
+                          ("speed-up", "right"), ("saved/pass ms", "right"), ("cached", "left")):
+        table.add_column(name, justify=justify, no_wrap=name in ("problem", "params"))
+    for row in rows:
+        winner = row["winner"] or {}
+        table.add_row(escape(row["describe"]), str(row["count"]), winner.get("uid", "(none)"),
+                      params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
+                      fmt_ms(row["aten_ms"]),
+                      f"{row['aten_ms'] / winner['ms']:.2f}x" if row["aten_ms"] and winner.get("ms") else "-",
+                      fmt_ms(row["saved_ms"]) if row["saved_ms"] is not None else "-",
+                      "yes" if row["from_cache"] else "")
+    return table
+
+
 def candidate_rows(entry: dict) -> list[dict]:
     return [dict(c) for c in entry.get("candidates", [])]
 
@@ -87,7 +156,7 @@ def outcome_table(outcome, top: int = 10) -> Table:
     title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
     if outcome.from_cache:
         title += " (from cache)"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     for name, justify in (("#", "right"), ("template", "left"), ("params", "left"), ("ms", "right"),
                           ("TFLOP/s", "right"), ("% of best", "right"), ("status", "left")):
         table.add_column(name, justify=justify, no_wrap=name in ("template", "params"))
@@ -149,7 +218,7 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
         winner = entry.get("winner") or {}
         fp = entry["fingerprint"]
         here = "yes" if current_machine and entry.get("machine") == current_machine else ""
-        table.add_row(problem.describe(), fp.get("device_name", "?"), winner.get("uid", "(none)"),
+        table.add_row(escape(problem.describe()), fp.get("device_name", "?"), winner.get("uid", "(none)"),
                       params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
                       fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
                       str(entry.get("tuned_at", "?")), here)
