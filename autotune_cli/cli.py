@@ -323,7 +323,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         err.print(f"autotune: error: {exc.format_message()}", markup=False)
         return 2
-    except click_errors.Abort:
+    except typer.Abort:
         err.print("aborted")
         return 1
     except click_errors.ClickException as exc:
