@@ -92,6 +92,11 @@ def _triton(choice: KernelTemplateChoice) -> bool:
     return choice.template.backend == "triton"
 
 
+def hardware_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
+    """Templates that need a feature this device or Triton lacks."""
+    return choice.template.unavailable_reason(ctx.problem, ctx.device)
+
+
 def shared_memory_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
     """Operand tiles of every pipeline stage must fit the block's shared memory."""
     if not _triton(choice) or not ctx.device.smem_per_block:
@@ -138,6 +143,7 @@ def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | 
 
 
 PRUNE_STAGES: list[tuple[str, PruneStage]] = [
+    ("hardware", hardware_stage),
     ("shared_memory", shared_memory_stage),
     ("registers", register_stage),
     ("interpreter_cost", interpreter_stage),

@@ -37,6 +37,11 @@ class Template(ABC):
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops
 
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        """Why this template cannot run on `device` (a DeviceInfo), or None if it can.
+        E.g. a TMA template needs compute capability >= 9.0. Checked by the prune pipeline."""
+        return None
+
     @abstractmethod
     def source_text(self) -> str:
         """The text whose hash goes in the fingerprint: change it and old winners expire."""
