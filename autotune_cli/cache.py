@@ -1,11 +1,33 @@
 """The cache: one JSON document of tuning results. This module alone knows the file.
 
-Layout: {"schema": 1, "entries": {key: entry}}; key = "<problem key>@<fingerprint digest>".
-Writes take an exclusive lock, re-read the file, merge, write a temporary file in the same
-folder, fsync it and `os.replace` it over the old one: a reader sees the old document or the
-new one, never a torn one, and a writer never drops what another wrote in between.
-A file that cannot be read is moved aside (kept), the user is told, and work carries on
-with an empty cache. This module imports neither torch nor triton.
+Layout (schema 1): {"schema": 1, "entries": {key: entry}}; key = "<problem key>@<fingerprint
+digest>". Other top-level fields (an export's "exported_at", ...) are accepted on reading and
+not written back. Writes take an exclusive lock, re-read the file, merge, write a temporary
+file in the same folder, fsync it and `os.replace` it over the old one: a reader sees the old
+document or the new one, never a torn one, and a writer never drops what another wrote in
+between. Temporary files exist only while a writer holds the lock, so any that a writer
+holding it finds were left by a writer killed mid-write; it deletes them.
+
+A file that cannot be used (not JSON, not UTF-8, a schema it cannot read, an entry of the wrong
+shape) is moved aside under a name that is never reused (kept byte for byte), the
+user is told in one line, and work carries on with an empty cache. Numbers must be finite:
+JSON has no NaN or infinity, so a non-finite number in an entry being stored (a candidate's
+error of inf when it wrote NaN) is stored as null. A cache folder that cannot be read or
+written at all raises CacheUnavailable, a UserError: one line, exit 2.
+
+Schema 0 is the unversioned layout: {"entries": {problem key: entry}}, no "schema" field,
+entries keyed by the problem key alone and without "fingerprint_digest" and "machine". No
+released autotune wrote it; this module defines it so that such a file is brought forward
+instead of thrown away, and as the pattern later migrations follow. Migrating 0 -> 1
+rebuilds each entry's Fingerprint from its "fingerprint" object, sets "fingerprint_digest"
+and "machine" from it and re-keys the entry "<problem key>@<digest>" (the problem rebuilt
+from its "problem" object), which is the key the tuner looks up. An entry that lacks what
+that needs makes the whole file unusable (moved aside as above): nothing is dropped. A
+migrated file is first copied to "autotune-cache.json.schema-0[.N]", then rewritten as
+schema 1, and the user is told. An explicit "schema": 0 was never written by anyone and is
+refused like any other unknown older schema.
+
+This module imports neither torch nor triton.
 """
 
 from __future__ import annotations
@@ -13,15 +35,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from .errors import UserError
+
 SCHEMA = 1
 CACHE_FILE = "autotune-cache.json"
 LOCK_FILE = ".autotune-cache.lock"
+TMP_PREFIX, TMP_SUFFIX = ".autotune-cache.", ".tmp"
 
 
 def entry_key(problem_key: str, fingerprint_digest: str) -> str:
@@ -32,13 +58,34 @@ class DamagedCache(ValueError):
     pass
 
 
+class CacheUnavailable(UserError):
+    """The cache folder or file cannot be read or written at all (a permission, a file
+    where the folder should be, a full disk)."""
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise DamagedCache(message)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_problem(key: str, data: Any) -> None:
+    from .problem import GemmProblem  # plain Python: no torch
+
+    _require(isinstance(data, dict), f"entry {key!r}: 'problem' missing or not a dict")
+    try:
+        GemmProblem.from_dict(data)
+    except (UserError, TypeError, ValueError) as exc:
+        raise DamagedCache(f"entry {key!r}: problem is invalid ({exc})") from None
+
+
 def validate_entry(key: str, entry: Any) -> None:
-    """Raise DamagedCache with a one-line reason if the entry is not what we wrote."""
+    """Raise DamagedCache with a one-line reason if the entry is not what we write: every
+    field the tool reads back has the type it expects."""
+    _require(isinstance(key, str), f"key {key!r} is not a string")
     _require(isinstance(entry, dict), f"entry {key!r} is a {type(entry).__name__}, not an object")
     for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
         _require(isinstance(entry.get(name), kind), f"entry {key!r}: {name!r} missing or not a {kind.__name__}")
@@ -47,18 +94,117 @@ def validate_entry(key: str, entry: Any) -> None:
     if winner is not None:
         _require(isinstance(winner.get("uid"), str), f"entry {key!r}: winner has no uid")
         _require(isinstance(winner.get("params"), dict), f"entry {key!r}: winner params not an object")
-        ms = winner.get("ms")
-        _require(isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0,
-                 f"entry {key!r}: winner time {ms!r} is not a number")
+        for name in ("ms", "tflops"):
+            value = winner.get(name)
+            _require(_is_number(value) and value >= 0,
+                     f"entry {key!r}: winner {'time' if name == 'ms' else name} {value!r} is not a number")
+        for name in ("p20", "p80"):
+            value = winner.get(name)
+            _require(value is None or _is_number(value), f"entry {key!r}: winner {name} {value!r} is not a number")
     for i, cand in enumerate(entry["candidates"]):
         _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
-                 and isinstance(cand.get("status"), str),
+                 and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
                  f"entry {key!r}: candidate {i} is malformed")
+        ms = cand.get("ms")
+        _require(ms is None or _is_number(ms), f"entry {key!r}: candidate {i} time {ms!r} is not a number")
+        _require(cand["status"] != "ok" or ms is not None, f"entry {key!r}: candidate {i} is ok but has no time")
+    _check_problem(key, entry["problem"])
+    fingerprint = entry["fingerprint"]
+    _require(isinstance(fingerprint.get("device_name"), str), f"entry {key!r}: fingerprint has no device_name")
+    templates = fingerprint.get("templates", {})
+    _require(isinstance(templates, dict) and all(isinstance(h, str) for h in templates.values()),
+             f"entry {key!r}: fingerprint templates are not {{uid: hash}}")
+    for name in ("fingerprint_digest", "machine"):
+        _require(name not in entry or isinstance(entry[name], str), f"entry {key!r}: {name!r} is not a string")
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """A copy of value as plain JSON: tuples become lists, NaN and infinity become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, dict):
+        _require(all(isinstance(k, str) for k in value), f"{where}: an object key is not a string")
+        return {k: _json_value(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, where) for v in value]
+    raise DamagedCache(f"{where}: a {type(value).__name__} cannot be stored in JSON")
+
+
+def _reject_constant(name: str) -> Any:
+    raise DamagedCache(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    _require(math.isfinite(value), f"not valid JSON (the number {text[:20]} is out of range)")
+    return value
+
+
+def _migrate_0(document: dict) -> dict:
+    from .fingerprint import Fingerprint  # plain Python: no torch
+    from .problem import GemmProblem
+
+    old = document.get("entries")
+    _require(isinstance(old, dict), "schema 0: 'entries' is not an object")
+    entries: dict[str, dict] = {}
+    for old_key, entry in old.items():
+        where = f"schema 0 entry {old_key!r} cannot be migrated"
+        _require(isinstance(entry, dict), f"{where}: not an object")
+        _check_problem(old_key, entry.get("problem"))
+        _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
+        try:
+            fingerprint = Fingerprint.from_dict(entry["fingerprint"])
+            digest, machine = fingerprint.digest(), fingerprint.machine_digest()
+        except (TypeError, ValueError) as exc:
+            raise DamagedCache(f"{where}: its fingerprint is incomplete ({exc})") from None
+        key = entry_key(GemmProblem.from_dict(entry["problem"]).key(), digest)
+        _require(key not in entries, f"{where}: it and another entry both become {key!r}")
+        entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
+    return {**document, "schema": 1, "entries": entries}
 
 
 # Older schemas that can be brought forward: {version: function(document) -> document}.
-# Version 1 is the first released schema, so there is nothing to migrate from yet.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+# The unversioned layout counts as schema 0 (see the module docstring).
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: _migrate_0}
+
+
+def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
+    """The entries of a cache document, and the schema it was migrated from (None if it was
+    current). Raises DamagedCache with a one-line reason."""
+    try:
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise DamagedCache("not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # DamagedCache, or an integer too long to convert
+        if isinstance(exc, DamagedCache):
+            raise
+        raise DamagedCache(f"not valid JSON ({str(exc).splitlines()[0]})") from None
+    _require(isinstance(document, dict), "the top level is not an object")
+    if "schema" not in document and "entries" in document:
+        schema, migrated_from = 0, 0
+    else:
+        schema, migrated_from = document.get("schema"), None
+        _require(isinstance(schema, int) and not isinstance(schema, bool), "no schema version")
+        if schema > SCHEMA:
+            raise DamagedCache(f"schema {schema} is newer than this autotune understands ({SCHEMA}); "
+                               "upgrade autotune to use it")
+        _require(schema == SCHEMA, f"schema {schema} is older than {SCHEMA} and cannot be migrated")
+    while schema < SCHEMA:
+        document = MIGRATIONS[schema](document)
+        schema = document["schema"]
+    entries = document.get("entries")
+    _require(isinstance(entries, dict), "'entries' is missing or not an object")
+    for key, entry in entries.items():
+        validate_entry(key, entry)
+    return entries, migrated_from
+
+
+def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
+    return CacheUnavailable(f"cannot {what} the cache at {path}: {exc.strerror or exc}")
 
 
 class Cache:
@@ -68,73 +214,105 @@ class Cache:
         self.lock_path = self.directory / LOCK_FILE
         self.notices: list[str] = []  # what the user must be told (a file moved aside, …)
 
+    def _parse(self, text: str) -> dict[str, dict]:
+        """The entries of a cache document's text (migrated in memory where it is older);
+        DamagedCache if it is not one. Used to read exports too."""
+        return parse_document(text)[0]
+
     # -- locking and raw I/O ----------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as handle:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle = open(self.lock_path, "a+")
+        except OSError as exc:
+            raise _unavailable("lock", self.directory, exc) from None
+        with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def _parse(self, text: str) -> dict[str, dict]:
+    def _read_bytes(self) -> bytes | None:
         try:
-            document = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        _require(isinstance(document, dict), "the top level is not an object")
-        schema = document.get("schema")
-        _require(isinstance(schema, int) and not isinstance(schema, bool), "no schema version")
-        while schema < SCHEMA and schema in MIGRATIONS:
-            document = MIGRATIONS[schema](document)
-            schema = document["schema"]
-        if schema > SCHEMA:
-            raise DamagedCache(f"schema {schema} is newer than this autotune understands ({SCHEMA}); "
-                               "upgrade autotune to use it")
-        _require(schema == SCHEMA, f"schema {schema} is older than {SCHEMA} and cannot be migrated")
-        entries = document.get("entries")
-        _require(isinstance(entries, dict), "'entries' is missing or not an object")
-        for key, entry in entries.items():
-            validate_entry(key, entry)
-        return entries
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _unavailable("read", self.path, exc) from None
 
     def _read_unlocked(self) -> dict[str, dict]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        raw = self._read_bytes()
+        if raw is None:
             return {}
         try:
-            return self._parse(raw.decode("utf-8"))
-        except (DamagedCache, UnicodeDecodeError) as exc:
+            entries, migrated_from = parse_document(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            self._move_aside(f"not UTF-8 text (byte {exc.start})")
+            return {}
+        except DamagedCache as exc:
             self._move_aside(str(exc))
             return {}
+        if migrated_from is not None:
+            kept = self._unused_name(f"{CACHE_FILE}.schema-{migrated_from}")
+            try:
+                kept.write_bytes(raw)
+            except OSError as exc:
+                raise _unavailable("write", kept, exc) from None
+            self._write_unlocked(entries)
+            self.notices.append(f"cache {self.path} used schema {migrated_from}; migrated it to schema "
+                                f"{SCHEMA} (the original is kept at {kept})")
+        return entries
+
+    def _unused_name(self, name: str) -> Path:
+        """A path in the cache folder that does not exist yet (call under the lock)."""
+        target, n = self.directory / name, 0
+        while target.exists() or target.is_symlink():
+            n += 1
+            target = self.directory / f"{name}.{n}"
+        return target
 
     def _move_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = self.path.with_name(f"{CACHE_FILE}.damaged-{stamp}-{os.getpid()}")
+        target = self._unused_name(f"{CACHE_FILE}.damaged-{stamp}-{os.getpid()}")
         try:
             os.replace(self.path, target)
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise _unavailable("move aside", self.path, exc) from None
+        reason = " ".join(reason.split())
         self.notices.append(f"cache {self.path} is unusable ({reason}); moved it to {target} "
                             "and started an empty cache")
 
+    def _remove_stale_temporaries(self) -> None:
+        """Call under the lock: a temporary file present now was left by a killed writer."""
+        for stale in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
     def _write_unlocked(self, entries: dict[str, dict]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_temporaries()
         document = {"schema": SCHEMA, "entries": dict(sorted(entries.items()))}
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".autotune-cache.", suffix=".tmp")
         try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
+        except OSError as exc:
+            raise _unavailable("write", self.directory, exc) from None
+        try:
+            with contextlib.suppress(FileNotFoundError):  # keep a mode the user gave the file
+                os.fchmod(fd, self.path.stat().st_mode & 0o7777)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(document, handle, indent=1, allow_nan=False)
                 handle.write("\n")
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise _unavailable("write", self.path, exc) from None
             raise
         with contextlib.suppress(OSError):
             dir_fd = os.open(self.directory, os.O_RDONLY)
@@ -145,14 +323,19 @@ class Cache:
 
     # -- the API ------------------------------------------------------------------------------
     def load(self) -> dict[str, dict]:
-        """All entries. A damaged file is moved aside under the lock (see notices)."""
-        if not self.path.exists():
+        """All entries. A damaged file is moved aside, an older one migrated, under the lock
+        (see notices)."""
+        raw = self._read_bytes()
+        if raw is None:
             return {}
         try:
-            return self._parse(self.path.read_text(encoding="utf-8"))
-        except (DamagedCache, UnicodeDecodeError, FileNotFoundError):
-            with self.locked():
-                return self._read_unlocked()
+            entries, migrated_from = parse_document(raw.decode("utf-8"))
+            if migrated_from is None:
+                return entries
+        except (DamagedCache, UnicodeDecodeError):
+            pass
+        with self.locked():  # another process may have fixed it meanwhile: look again
+            return self._read_unlocked()
 
     def get(self, key: str) -> dict | None:
         return self.load().get(key)
@@ -162,11 +345,13 @@ class Cache:
 
     def update(self, entries: dict[str, dict]) -> None:
         """Merge entries into the file (theirs replace ours for the same key)."""
+        clean = {}
         for key, entry in entries.items():
-            validate_entry(key, entry)
+            clean[key] = _json_value(entry, f"entry {key!r}")
+            validate_entry(key, clean[key])
         with self.locked():
             current = self._read_unlocked()
-            current.update(entries)
+            current.update(clean)
             self._write_unlocked(current)
 
     def remove(self, predicate: Callable[[str, dict], bool]) -> int:

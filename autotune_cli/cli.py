@@ -81,13 +81,18 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    templates: Optional[str] = None, workers: Optional[int] = None,
                    timeout: float = 120.0, cache_dir: Optional[Path] = None, force: bool = False,
                    seed: int = 0, plugin: Optional[List[str]] = None,
-                   interpreter_budget: float = 30.0):
+                   interpreter_budget: float = 30.0, budget: Optional[float] = None,
+                   compile_workers: Optional[int] = None):
     from .settings import TuneSettings, default_cache_dir
 
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be at least 1, got {workers}")
     if timeout <= 0:
         raise UserError(f"--timeout must be positive, got {timeout}")
+    if budget is not None and budget <= 0:
+        raise UserError(f"--budget must be positive, got {budget}")
+    if compile_workers is not None and compile_workers < 0:
+        raise UserError(f"--compile-workers must be 0 or more, got {compile_workers}")
     if space is not None and not space.is_file():
         raise UserError(f"space file not found: {space}")
     uids = tuple(t.strip() for t in templates.split(",") if t.strip()) if templates else None
@@ -96,6 +101,7 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         templates=uids, workers=workers, timeout_s=timeout,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), force=force,
         seed=seed, plugins=tuple(plugin or ()), interpreter_budget_s=interpreter_budget,
+        budget_s=budget, compile_workers=compile_workers,
     )
 
 
@@ -112,6 +118,8 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of
 PluginOpt = typer.Option(None, "--plugin", help="A module or .py file that registers more templates (repeatable).")
 BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would take longer than this (s).")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")
+TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds; what is left unmeasured is recorded as skipped.")
+CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool processes on CUDA (default: up to 8; 0 compiles in the timing worker).")
 
 
 @app.command()
@@ -138,6 +146,8 @@ def mm(
     plugin: Optional[List[str]] = PluginOpt,
     interpreter_budget: float = BudgetOpt,
     seed: int = SeedOpt,
+    budget: Optional[float] = TuneBudgetOpt,
+    compile_workers: Optional[int] = CompileWorkersOpt,
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
     from .problem import make_problem
@@ -153,7 +163,8 @@ def mm(
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32, device=dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
-                              plugin=plugin, interpreter_budget=interpreter_budget)
+                              plugin=plugin, interpreter_budget=interpreter_budget,
+                              budget=budget, compile_workers=compile_workers)
     reporter = ProgressReporter(err, enabled=True)
     with Tuner(settings, reporter) as tuner:
         outcome = tuner.tune(problem)
@@ -191,6 +202,8 @@ def model(
     plugin: Optional[List[str]] = PluginOpt,
     interpreter_budget: float = BudgetOpt,
     seed: int = SeedOpt,
+    budget: Optional[float] = TuneBudgetOpt,
+    compile_workers: Optional[int] = CompileWorkersOpt,
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
     from .model import find_gemms, parse_hints, parse_input_shape, plan_flops_share
@@ -204,7 +217,8 @@ def model(
     dev = resolve_device(device)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
-                              plugin=plugin, interpreter_budget=interpreter_budget)
+                              plugin=plugin, interpreter_budget=interpreter_budget,
+                              budget=budget, compile_workers=compile_workers)
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32)
     shares = plan_flops_share(found)
@@ -244,70 +258,9 @@ def model(
 
 
 # -- cache commands ------------------------------------------------------------------------
+# They live in cli_cache.py and register themselves on cache_app.
 
-def _cache(cache_dir: Optional[Path]):
-    from .cache import Cache
-    from .settings import default_cache_dir
-
-    return Cache(cache_dir if cache_dir is not None else default_cache_dir())
-
-
-def _print_notices(cache) -> None:
-    for notice in cache.notices:
-        err.print(f"note: {notice}")
-    cache.notices.clear()
-
-
-@cache_app.command("path")
-def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
-    """Print the cache file's path."""
-    out.print(str(_cache(cache_dir).path), markup=False)
-
-
-@cache_app.command("show")
-def cache_show(
-    cache_dir: Optional[Path] = CacheDirOpt,
-    json_out: bool = JsonOpt,
-    filter_text: Optional[str] = typer.Option(None, "--filter", help="Only entries whose problem key or device contains this text (e.g. bf16, mm/, H200)."),
-) -> None:
-    """List the cached winners (imports neither torch nor triton)."""
-    from .report import cache_table, dumps
-
-    cache = _cache(cache_dir)
-    items = list(cache.items())
-    _print_notices(cache)
-    if filter_text:
-        needle = filter_text.lower().replace("bf16", "bfloat16").replace("fp16", "float16").replace("fp32", "float32")
-        items = [(k, e) for k, e in items
-                 if needle in k.lower() or needle in str(e["fingerprint"].get("device_name", "")).lower()]
-    if json_out:
-        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False)
-        return
-    if not items:
-        err.print(f"the cache at {cache.path} is empty")
-        return
-    out.print(cache_table(items))
-    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
-    for digest, fp in fingerprints.items():
-        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
-        out.print(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
-                  f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} runtime {fp.get('runtime') or '-'} "
-                  f"torch {fp.get('torch')} triton {fp.get('triton')}; templates {templates}", markup=False)
-
-
-@cache_app.command("clear")
-def cache_clear(
-    cache_dir: Optional[Path] = CacheDirOpt,
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
-) -> None:
-    """Remove every entry."""
-    cache = _cache(cache_dir)
-    count = len(cache.load())
-    if count and not yes and sys.stdin.isatty():
-        typer.confirm(f"remove {count} entries from {cache.path}?", abort=True)
-    removed = cache.clear()
-    _print_notices(cache)
-    err.print(f"removed {removed} entries from {cache.path}")
+from . import cli_cache  # noqa: E402,F401
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -28,6 +28,8 @@ class Candidate:
     error: str = ""
     max_rel_error: float | None = None  # ‖out − ref‖ / ‖ref‖ of the verification run
     compile_s: float | None = None
+    first_run_s: float | None = None  # first launch in the timing process (a cache load when precompiled)
+    timing: str = ""  # how it was timed: events, graph×N, perf_counter
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

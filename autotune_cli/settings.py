@@ -25,12 +25,29 @@ class TimingPolicy:
     max_runs: int = 100
     budget_ms: float = 100.0
     flush_l2: bool = True
+    # "events": CUDA events around each run, L2 flushed before it. "graph": a CUDA graph
+    # of launches over rotating copies of the operands (more bytes than the L2 holds),
+    # for problems so small that launch overhead would otherwise pick the winner.
+    mode: str = "events"
 
     @classmethod
     def for_device(cls, device: str) -> "TimingPolicy":
         if device == "cpu":  # the interpreter: a run costs up to a second
             return cls(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False)
         return cls()
+
+    def more_runs(self, factor: float = 4.0) -> "TimingPolicy":
+        """The policy for re-timing close contenders."""
+        from dataclasses import replace
+
+        return replace(self, min_runs=int(self.min_runs * factor),
+                       max_runs=int(self.max_runs * factor), budget_ms=self.budget_ms * factor)
+
+    def screening(self) -> "TimingPolicy":
+        """Few runs: enough to rank a large field, not to pick the winner."""
+        from dataclasses import replace
+
+        return replace(self, warmup=1, min_runs=3, max_runs=10, budget_ms=min(self.budget_ms, 10.0))
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,10 @@ class TuneSettings:
     seed: int = 0
     plugins: tuple[str, ...] = ()  # modules or .py files that register templates
     interpreter_budget_s: float = 30.0  # a CPU (interpreter) candidate estimated slower is pruned
+    compile_workers: int | None = None  # compile-pool processes on CUDA (default: up to 8)
+    budget_s: float | None = None  # bound on one problem's whole tune
+    graph_below_us: float = 10.0  # time by CUDA graph when the problem's floor is below this
+    retime_within: float = 0.03  # contenders this close to the best are re-timed with more runs
     timing: TimingPolicy | None = None
 
     @property

@@ -20,6 +20,7 @@ from .fingerprint import DeviceInfo, Fingerprint, probe_device
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .results import Candidate, pick_winner
+from .search import SearchContext, get_strategy
 from .settings import TuneSettings
 from .templates import templates_for
 
@@ -70,6 +71,60 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
                         f"verify; it does not fit in {where}")
 
 
+def problem_floor_seconds(problem: GemmProblem) -> float:
+    """The fastest any kernel could be on an H200-class GPU: bytes over HBM bandwidth or
+    flops over the matrix units' rate, whichever is larger."""
+    rate = {"float16": 7.9e14, "bfloat16": 7.9e14, "float32": 3.9e14 if problem.allow_tf32 else 5e13}
+    return max(problem.min_bytes / 4.3e12, problem.flops / rate[problem.dtype])
+
+
+def _identity(uid: str, params: dict) -> tuple:
+    return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
+
+
+class _Progress:
+    """Collects results as they come, tells the listener, and saves a partial entry every
+    few seconds so that an interrupted run resumes where it stopped."""
+
+    SAVE_EVERY_S = 2.0
+
+    def __init__(self, tuner: "Tuner", problem: GemmProblem, key: str, choice_set: ChoiceSet,
+                 reused: list[Candidate], started: float) -> None:
+        self.tuner = tuner
+        self.problem = problem
+        self.key = key
+        self.choice_set = choice_set
+        self.started = started
+        self.latest: dict[tuple, Candidate] = {_identity(c.uid, c.params): c for c in reused}
+        self.done = 0
+        self.reported: set[tuple] = set()
+        self.last_save = time.monotonic()
+
+    def report(self, candidate: Candidate) -> None:
+        self.reported.add(_identity(candidate.uid, candidate.params))
+        self.done += 1
+        best = pick_winner(list(self.latest.values()))
+        total = max(len(self.choice_set.choices), self.done)
+        self.tuner.listener.candidate_done(self.problem, candidate, self.done, total, best)
+
+    def on_result(self, choice, candidate: Candidate, round_name: str) -> None:
+        ident = _identity(candidate.uid, candidate.params)
+        if round_name == "screen" or ident not in self.latest or candidate.ok:
+            self.latest[ident] = candidate
+        if ident not in self.reported:
+            self.report(candidate)
+        if time.monotonic() - self.last_save > self.SAVE_EVERY_S:
+            self.save()
+
+    def save(self) -> None:
+        entry = self.tuner._entry(self.problem, list(self.latest.values()), self.choice_set,
+                                  time.perf_counter() - self.started)
+        entry["winner"] = None
+        entry["partial"] = True
+        self.tuner.cache.put(self.key, entry)
+        self.last_save = time.monotonic()
+
+
 class Tuner:
     """Tunes problems one after another, sharing one executor and one cache."""
 
@@ -115,26 +170,65 @@ class Tuner:
             self.listener.finished(outcome)
             return outcome
         check_fits(problem, self.device)
+        strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
         choice_set = get_choices(problem, self.device, self.settings)
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
+        known = self._known_results(key)
+        todo = [c for c in choice_set.choices if _identity(c.uid, c.params) not in known]
+        reused = [known[_identity(c.uid, c.params)] for c in choice_set.choices
+                  if _identity(c.uid, c.params) in known]
         self.listener.planned(problem, choice_set)
-        done: list[Candidate] = []
-
-        def on_result(index: int, candidate: Candidate) -> None:
-            done.append(candidate)
-            self.listener.candidate_done(problem, candidate, len(done), len(choice_set.choices),
-                                         pick_winner(done))
-
-        candidates = self.executor.run(choice_set.choices, on_result)
+        progress = _Progress(self, problem, key, choice_set, reused, started)
+        for candidate in reused:
+            progress.report(candidate)
+        deadline = (time.monotonic() + self.settings.budget_s) if self.settings.budget_s else None
+        candidates = list(reused)
+        if todo:
+            ctx = SearchContext(problem=problem, device=self.device, choices=todo,
+                                executor=self.executor, settings=self.settings,
+                                policy=self.settings_policy(problem), deadline=deadline,
+                                on_result=progress.on_result)
+            candidates += strategy.search(ctx)
         entry = self._entry(problem, candidates, choice_set, time.perf_counter() - started)
+        entry["resumed"] = len(reused)
         self.cache.put(key, entry)
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
         return outcome
+
+    def settings_policy(self, problem: GemmProblem):
+        """The timing policy for this problem: CUDA-graph timing when the problem is so
+        small that its floor is under `graph_below_us` (launch overhead would dominate);
+        one mode for every candidate of the problem, so all are timed alike."""
+        from dataclasses import replace
+
+        policy = self.settings.timing_policy
+        if self.device.device_type == "cuda" and policy.mode == "events":
+            floor_us = problem_floor_seconds(problem) * 1e6
+            if floor_us < self.settings.graph_below_us:
+                policy = replace(policy, mode="graph")
+        return policy
+
+    def _known_results(self, key: str) -> dict[tuple, Candidate]:
+        """Results already measured under this fingerprint that need not be measured again:
+        everything from an interrupted (partial) run; from a finished run, with --force,
+        only its deterministic failures (compile errors, wrong results)."""
+        entry = self.cache.get(key)
+        if entry is None:
+            return {}
+        keep_all = entry.get("partial", False)
+        known = {}
+        for data in entry.get("candidates", []):
+            candidate = Candidate.from_dict(data)
+            if keep_all and candidate.status in ("ok", "compile_error", "wrong_result", "runtime_error", "timeout"):
+                known[_identity(candidate.uid, candidate.params)] = candidate
+            elif candidate.status in ("compile_error", "wrong_result"):
+                known[_identity(candidate.uid, candidate.params)] = candidate
+        return known
 
     @property
     def executor(self) -> Executor:

@@ -3,6 +3,7 @@ Triton alike, is timed by the same one."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ class Timing:
     p20_ms: float
     p80_ms: float
     runs: int
+    mode: str = "events"
 
 
-def summarize(samples_ms: list[float]) -> Timing:
+def summarize(samples_ms: list[float], mode: str = "events") -> Timing:
     ordered = sorted(samples_ms)
 
     def quantile(q: float) -> float:
@@ -28,7 +30,7 @@ def summarize(samples_ms: list[float]) -> Timing:
         high = min(low + 1, len(ordered) - 1)
         return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
-    return Timing(statistics.median(ordered), quantile(0.2), quantile(0.8), len(ordered))
+    return Timing(statistics.median(ordered), quantile(0.2), quantile(0.8), len(ordered), mode)
 
 
 def time_cpu(fn: Callable[[], None], policy: TimingPolicy) -> Timing:
@@ -45,33 +47,63 @@ def time_cpu(fn: Callable[[], None], policy: TimingPolicy) -> Timing:
         spent += elapsed
         if len(samples) >= policy.min_runs and spent >= policy.budget_ms:
             break
-    return summarize(samples)
+    return summarize(samples, "perf_counter")
+
+
+def _operand_bytes(ops) -> int:
+    total = 0
+    for tensor in (ops.a, ops.b, ops.out, ops.bias):
+        if tensor is not None:
+            total += tensor.untyped_storage().nbytes()
+    return total
+
+
+def _clone_operands(ops):
+    from ..templates.base import Operands
+
+    def clone(tensor):
+        return None if tensor is None else tensor.clone()  # clone keeps the strides
+
+    return Operands(a=clone(ops.a), b=clone(ops.b), out=clone(ops.out), bias=clone(ops.bias))
 
 
 class CudaTimer:
-    """CUDA events around each run, with the L2 flushed (an L2-sized buffer zeroed) before
-    every run so no candidate is timed on a warm cache; median of the runs."""
+    """Times a runnable on CUDA.
+
+    events: CUDA events around each run, the L2 flushed (a buffer twice its size zeroed)
+    before every run; median of the runs.
+    graph: for tiny problems, one CUDA graph holds launches over several copies of the
+    operands, together larger than the L2 (so each launch finds its data cold, as a
+    flush would leave it), and the graph's time over the number of launches is one
+    sample. Launch overhead is gone, which is the point for kernels of a few µs.
+    """
+
+    MAX_COPIES = 64
 
     def __init__(self, l2_bytes: int) -> None:
         import torch
 
         self.torch = torch
+        self.l2_bytes = max(l2_bytes, 8 << 20)
         size = max(2 * l2_bytes, 64 << 20)
         self.flush_buffer = torch.empty(size // 4, dtype=torch.int32, device="cuda")
 
-    def __call__(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+    def estimate_ms(self, fn: Callable[[], None], warmup: int) -> float:
         torch = self.torch
-        for _ in range(max(policy.warmup, 1)):
+        for _ in range(max(warmup, 1)):
             fn()
         torch.cuda.synchronize()
-        # Estimate the run time to size the number of runs to the budget.
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(3):
             fn()
         end.record()
         torch.cuda.synchronize()
-        estimate = max(start.elapsed_time(end) / 3, 1e-3)
+        return max(start.elapsed_time(end) / 3, 1e-4)
+
+    def __call__(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+        torch = self.torch
+        estimate = self.estimate_ms(fn, policy.warmup)
         runs = int(min(policy.max_runs, max(policy.min_runs, policy.budget_ms / estimate)))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
@@ -82,4 +114,44 @@ class CudaTimer:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+        return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], "events")
+
+    def measure(self, run, ops, policy: TimingPolicy) -> Timing:
+        if policy.mode == "graph":
+            return self.graph(run, ops, policy)
+        return self(lambda: run(ops), policy)
+
+    def graph(self, run, ops, policy: TimingPolicy) -> Timing:
+        torch = self.torch
+        copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(_operand_bytes(ops), 1))))
+        sets = [ops] + [_clone_operands(ops) for _ in range(copies - 1)]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the default stream, as capture needs
+            for _ in range(max(policy.warmup, 1)):
+                for item in sets:
+                    run(item)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for item in sets:
+                run(item)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        per_replay = max(start.elapsed_time(end), 1e-4)
+        replays = int(min(policy.max_runs, max(policy.min_runs, policy.budget_ms / per_replay)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        for i in range(replays):
+            starts[i].record()
+            graph.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        del graph
+        return summarize([s.elapsed_time(e) / copies for s, e in zip(starts, ends)], f"graph×{copies}")

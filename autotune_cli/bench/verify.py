@@ -46,6 +46,25 @@ def make_operands(problem: GemmProblem, seed: int, device: str) -> Operands:
     return Operands(a=a, b=b, out=out, bias=bias)
 
 
+def empty_operands(problem: GemmProblem, device: str) -> Operands:
+    """Operands of the right shapes, strides and dtype, with no kernel run to fill them:
+    enough to compile a kernel for them."""
+    import torch
+
+    dtype = _torch_dtype(problem.dtype)
+
+    def operand(shape, transposed):
+        if transposed:
+            stored = shape[:-2] + (shape[-1], shape[-2])
+            return torch.empty(stored, dtype=dtype, device=device).transpose(-1, -2)
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    bias = torch.empty(problem.bias_shape(), dtype=dtype, device=device) if problem.op == "addmm" else None
+    return Operands(a=operand(problem.a_shape(), problem.a_transposed),
+                    b=operand(problem.b_shape(), problem.b_transposed),
+                    out=torch.empty(problem.out_shape(), dtype=dtype, device=device), bias=bias)
+
+
 def reference(problem: GemmProblem, ops: Operands):
     """The exact product in float64 (on the operands' device)."""
     import torch

@@ -100,12 +100,37 @@ class CandidateRunner:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
         del ref
+        policy = TimingPolicy(**task["timing"])
         try:
-            timing = self.timer(lambda: runnable(ops), TimingPolicy(**task["timing"]))
+            if self.device_type == "cuda":
+                timing = self.timer.measure(runnable, ops, policy)
+            else:
+                timing = self.timer(lambda: runnable(ops), policy)
         except Exception as exc:
             return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
         return result(OK, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
-                      runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s), False
+                      runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
+                      timing=timing.mode), False
+
+    def compile(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Build and compile without launching anything: what a compile-pool process does.
+        The binary lands in Triton's cache, where the timing process finds it."""
+        from ..bench.verify import empty_operands
+        from ..problem import GemmProblem
+        from ..templates import get_template
+
+        problem = GemmProblem.from_dict(task["problem"])
+        template = get_template(task["uid"])
+        started = time.perf_counter()
+        try:
+            params = template.full_params(problem, task["config"])
+            runnable = template.build(problem, params, task["kernel_dir"])
+            warmup = getattr(runnable, "warmup", None)
+            if warmup is not None:
+                warmup(empty_operands(problem, self.device))
+        except Exception as exc:
+            return {"ok": False, "error": _short(exc)}, False
+        return {"ok": True, "compile_s": time.perf_counter() - started}, False
 
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
@@ -128,14 +153,21 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
             return
         if task is None:
             return
+        compile_only = task.get("mode") == "compile"
         try:
-            candidate, fatal = runner.run(task)
-        except Exception as exc:  # a bug in the runner itself: report it, keep the trace
+            if compile_only:
+                payload, fatal = runner.compile(task)
+            else:
+                payload, fatal = runner.run(task)
+        except Exception:  # a bug in the runner itself: report it, keep the trace
             from ..results import RUNTIME_ERROR
 
-            candidate = {"uid": task.get("uid", "?"), "params": task.get("config", {}),
-                         "status": RUNTIME_ERROR, "error": "worker: " + traceback.format_exc()[-600:]}
+            payload = {"uid": task.get("uid", "?"), "params": task.get("config", {}),
+                       "status": RUNTIME_ERROR, "error": "worker: " + traceback.format_exc()[-600:]}
+            if compile_only:
+                payload = {"ok": False, "error": payload["error"]}
             fatal = True
-        conn.send({"kind": "result", "candidate": candidate, "fatal": fatal})
+        kind = "compiled" if compile_only else "result"
+        conn.send({"kind": kind, "payload": payload, "fatal": fatal})
         if fatal:
             return

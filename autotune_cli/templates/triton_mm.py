@@ -91,7 +91,7 @@ class TritonMMTemplate(Template):
         batched = problem.op == "bmm"
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
 
-        def run(ops: Operands) -> None:
+        def arguments(ops: Operands) -> tuple:
             a, b, c = ops.a, ops.b, ops.out
             sa, sb, sc = a.stride(), b.stride(), c.stride()
             if batched:
@@ -104,11 +104,18 @@ class TritonMMTemplate(Template):
                 bias, bias_args = ops.bias, (0, ops.bias.stride(0))
             else:
                 bias, bias_args = ops.bias, ops.bias.stride()
-            kernel[grid](
-                a, b, c, bias, m, n, k, *a_args, *b_args, *c_args, *bias_args,
-                num_warps=num_warps, num_stages=num_stages,
-            )
+            return (a, b, c, bias, m, n, k, *a_args, *b_args, *c_args, *bias_args)
 
+        def run(ops: Operands) -> None:
+            kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
+
+        def warmup(ops: Operands) -> None:
+            """Compile for these operands without launching: a compile-pool process calls
+            this, and the timing process then finds the binary in Triton's cache."""
+            if hasattr(kernel, "warmup"):  # the interpreter has nothing to compile
+                kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)
+
+        run.warmup = warmup  # type: ignore[attr-defined]
         return run
 
 

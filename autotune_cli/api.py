@@ -1,0 +1,445 @@
+"""Use the winners from Python.
+
+    import autotune_cli
+
+    autotune_cli.lookup(m=1024, n=4096, k=4096, dtype="bfloat16")  # the cached winner, or None
+    out = autotune_cli.mm(a, b)          # runs this machine's cached winner for a @ b
+    out = autotune_cli.addmm(bias, a, b)
+    out = autotune_cli.bmm(a, b)
+
+A call builds the GemmProblem from its tensors (shape, dtype, device, and the layout read
+from the strides), finds the entry `autotune mm …` stored for it under this machine's
+fingerprint, and runs its winner: an aten winner is the torch call itself, a Triton winner
+the template's kernel (built once, into the cache's kernels folder). Everything up to the
+kernel is worked out on the first call with given shapes, strides and dtype and remembered,
+so a later call is one dict lookup away from the kernel. Re-tuned in the same process?
+Call `reset()`.
+
+With nothing cached for a problem (or a problem autotune cannot express) the call falls back
+to torch.mm / addmm / bmm and warns once per problem with an AutotuneFallbackWarning. Tensors
+that need gradients go to torch too: the Triton kernels have no backward.
+
+The fingerprint that selects an entry is the tuner's own (`Tuner.fingerprint`), computed
+for the template selection the entry was tuned with; so an entry from another machine, or
+one whose template source has changed since, is never used.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .cache import Cache, entry_key
+from .errors import UserError
+from .problem import GemmProblem, make_problem
+
+__all__ = [
+    "AutotuneFallbackWarning", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
+    "lookup", "lookup_entry", "mm", "reset",
+]
+
+
+class AutotuneFallbackWarning(UserWarning):
+    """A call ran torch's own op because no cached winner applies."""
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """What a call with given tensors runs."""
+
+    op: str
+    uid: str  # the winner's uid, or "torch.mm" (etc.) for a fallback
+    problem: GemmProblem | None  # None: the tensors are not a problem autotune describes
+    key: str | None = None  # the cache entry used
+    params: dict = field(default_factory=dict)
+    fallback: bool = False
+    reason: str = ""
+
+
+_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+def _layout(tensor) -> tuple[str, bool]:
+    """(letter, needs a contiguous copy): 'n' when the last dim is contiguous, 't' when the
+    one before it is (the transpose of a contiguous matrix); anything else is copied."""
+    strides = tensor.stride()
+    if strides[-1] == 1:
+        return "n", False
+    if strides[-2] == 1:
+        return "t", False
+    return "n", True
+
+
+class _Torch:
+    """What the hot path needs from torch, read once."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.float32 = torch.float32
+        self.matmul_flags = torch.backends.cuda.matmul
+        self.ops = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
+
+
+class Dispatcher:
+    """Looks up and runs cached winners from one cache folder; remembers its plans.
+
+    `cache_dir` None: $AUTOTUNE_CACHE_DIR or the user cache dir, read when a plan is made.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None = None) -> None:
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._t: _Torch | None = None
+        self._lock = threading.Lock()
+        self._plans: dict[str, dict[tuple, Callable]] = {"mm": {}, "addmm": {}, "bmm": {}}
+        self._info: dict[tuple, Dispatch] = {}
+        self._warned: set[str] = set()
+        self._tuners: dict[tuple, Any] = {}
+        self._entries: tuple[tuple, dict] | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        if self._cache_dir is not None:
+            return self._cache_dir
+        from .settings import default_cache_dir
+
+        return default_cache_dir()
+
+    def reset(self) -> None:
+        """Forget every plan, warning and cache read (after re-tuning in this process)."""
+        with self._lock:
+            self._t = None
+            for plans in self._plans.values():
+                plans.clear()
+            self._info.clear()
+            self._warned.clear()
+            self._tuners.clear()
+            self._entries = None
+
+    # -- looking up ------------------------------------------------------------------------
+    def _load_entries(self) -> dict[str, dict]:
+        """The cache's entries, read again only when the file changed."""
+        cache = Cache(self.cache_dir)
+        try:
+            stat = cache.path.stat()
+            stamp = (str(cache.path), stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            return {}
+        if self._entries is not None and self._entries[0] == stamp:
+            return self._entries[1]
+        entries = cache.load()
+        for notice in cache.notices:
+            warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=3)
+        self._entries = (stamp, entries)
+        return entries
+
+    def _fingerprint_digest(self, problem: GemmProblem, templates: tuple[str, ...] | None) -> str:
+        """The digest `Tuner.fingerprint` gives this problem when tuning with `templates`
+        (uids or backends; None: all). One Tuner per selection: the device is probed once."""
+        from .settings import TuneSettings
+        from .tuner import Tuner
+
+        memo = (problem.device, templates)
+        tuner = self._tuners.get(memo)
+        if tuner is None:
+            settings = TuneSettings(device=problem.device, templates=templates, cache_dir=self.cache_dir)
+            tuner = self._tuners[memo] = Tuner(settings)
+        return tuner.fingerprint(problem).digest()
+
+    def lookup_entry(self, problem: GemmProblem, *, templates: str | tuple[str, ...] | None = None
+                     ) -> tuple[str, dict] | None:
+        """(key, entry) of the cached result for `problem` on this machine, or None.
+
+        `templates`: only the entry tuned with exactly this selection (as `--templates`).
+        Otherwise any entry for this problem whose fingerprint is this machine's, for the
+        templates it was tuned with, and whose winner is registered here; the fastest wins.
+        """
+        entries = self._load_entries()
+        if templates is not None:
+            only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
+            key = entry_key(problem.key(), self._fingerprint_digest(problem, only))
+            entry = entries.get(key)
+            return (key, entry) if entry is not None and self._usable(entry) else None
+        prefix = problem.key() + "@"
+        best: tuple[str, dict] | None = None
+        for key, entry in entries.items():
+            if not key.startswith(prefix) or not self._usable(entry):
+                continue
+            uids = tuple(sorted((entry.get("fingerprint") or {}).get("templates") or ()))
+            if not uids:
+                continue
+            try:
+                digest = self._fingerprint_digest(problem, uids)
+            except UserError:  # tuned with a template (a plugin's) not registered here
+                continue
+            if key != entry_key(problem.key(), digest):
+                continue  # another machine, or a template changed since
+            if best is None or entry["winner"]["ms"] < best[1]["winner"]["ms"]:
+                best = (key, entry)
+        return best
+
+    @staticmethod
+    def _usable(entry: dict) -> bool:
+        """A winner whose template is registered here (a plugin's must be imported first)."""
+        from .templates import get_template
+
+        winner = entry.get("winner")
+        if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
+            return False
+        try:
+            get_template(winner["uid"])
+        except UserError:
+            return False
+        return True
+
+    def lookup(self, problem: GemmProblem | dict | None = None, /, *,
+               templates: str | tuple[str, ...] | None = None, **fields) -> dict | None:
+        """The cached winner ({uid, params, ms, …}) for a problem on this machine, or None.
+
+        Give a GemmProblem, its dict, or the fields as keywords (as the CLI's flags):
+        m, n, k, batch, dtype, layout, bias ("n"/"mn"), allow_tf32, op, device (default:
+        cuda where a GPU is present, else cpu).
+        """
+        problem = _as_problem(problem, fields)
+        found = self.lookup_entry(problem, templates=templates)
+        return copy.deepcopy(found[1]["winner"]) if found else None
+
+    # -- dispatching -------------------------------------------------------------------------
+    def _torch(self) -> _Torch:
+        if self._t is None:
+            self._t = _Torch()
+        return self._t
+
+    def mm(self, a, b):
+        """a @ b with this machine's cached winner (torch.mm where there is none)."""
+        t = self._t or self._torch()
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
+               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
+        run = self._plans["mm"].get(key)
+        if run is None:
+            run = self._plan("mm", key, a, b, None)
+        return run(a, b)
+
+    def bmm(self, a, b):
+        """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
+        t = self._t or self._torch()
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
+               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
+        run = self._plans["bmm"].get(key)
+        if run is None:
+            run = self._plan("bmm", key, a, b, None)
+        return run(a, b)
+
+    def addmm(self, bias, a, b, *, beta=1, alpha=1):
+        """bias + a @ b with this machine's cached winner (torch.addmm where there is none).
+        Other beta or alpha go to torch.addmm."""
+        t = self._t or self._torch()
+        if beta != 1 or alpha != 1:
+            return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
+               a.dtype is t.float32 and t.matmul_flags.allow_tf32,
+               bias.shape, bias.stride(), bias.dtype, bias.device)
+        run = self._plans["addmm"].get(key)
+        if run is None:
+            run = self._plan("addmm", key, a, b, bias)
+        return run(bias, a, b)
+
+    def dispatch_info(self, a, b, bias=None) -> Dispatch:
+        """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
+        it as a call would (a fallback warns here, then not again)."""
+        t = self._t or self._torch()
+        op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
+        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
+               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
+        if bias is not None:
+            key += (bias.shape, bias.stride(), bias.dtype, bias.device)
+        if key not in self._plans[op]:
+            self._plan(op, key, a, b, bias)
+        return self._info[(op, key)]
+
+    # -- planning (once per shapes/strides/dtype/device) -----------------------------------------
+    def _plan(self, op: str, key: tuple, a, b, bias) -> Callable:
+        with self._lock:
+            t = self._torch()
+            torch_op = t.ops[op]
+            try:  # key[8]: whether TF32 was allowed (float32 only), as the key was made
+                problem, how = _problem_of(op, a, b, bias, tf32=key[8], t=t)
+            except _TorchDecides as exc:  # mismatched shapes, dtypes, devices: torch says so
+                run, info = torch_op, Dispatch(op, f"torch.{op}", None, fallback=True, reason=str(exc))
+            except UserError as exc:  # a GEMM autotune does not tune
+                run, info = torch_op, self._fallback(op, None, f"{exc}", depth=4)
+            else:
+                run, info = self._plan_problem(op, problem, how, torch_op)
+            self._plans[op][key] = run
+            self._info[(op, key)] = info
+            return run
+
+    def _fallback(self, op: str, problem: GemmProblem | None, reason: str, depth: int = 5) -> Dispatch:
+        """A fallback to torch's op, warned about once per problem. `depth`: frames from
+        here up to the caller of mm/addmm/bmm, where the warning points."""
+        what = problem.describe() if problem else f"this {op}"
+        memo = problem.key() if problem else reason
+        if memo not in self._warned:
+            self._warned.add(memo)
+            warnings.warn(f"autotune: {what} runs torch.{op}: {reason}", AutotuneFallbackWarning,
+                          stacklevel=depth)
+        return Dispatch(op, f"torch.{op}", problem, fallback=True, reason=reason)
+
+    def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op):
+        from .templates import get_template
+
+        found = self.lookup_entry(problem)
+        if found is None:
+            hint = (f"autotune mm --m {problem.m} --n {problem.n} --k {problem.k} --dtype {problem.dtype} "
+                    f"--layout {problem.layout}" + (f" --batch {problem.b}" if op == "bmm" else "")
+                    + (f" --bias --bias-shape {problem.bias}" if op == "addmm" else "")
+                    + (" --allow-tf32" if problem.allow_tf32 else "") + f" --device {problem.device}")
+            return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine ({hint})")
+        key, entry = found
+        winner = entry["winner"]
+        info = Dispatch(op, winner["uid"], problem, key, dict(winner.get("params") or {}))
+        template = get_template(winner["uid"])
+        if template.backend == "aten":
+            return torch_op, info  # the winner is torch's own call, on the tensors as given
+        from .templates.triton_mm import interpreting
+
+        if problem.device == "cpu" and template.backend == "triton" and not interpreting():
+            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} runs on the CPU "
+                                            "only under Triton's interpreter (TRITON_INTERPRET=1)")
+        try:
+            kernel = template.build(problem, dict(winner.get("params") or {}),
+                                    str(Path(self.cache_dir) / "kernels"))
+        except Exception as exc:  # a winner that no longer builds must not break the program
+            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
+        return _kernel_call(op, problem, how, kernel, torch_op, self._torch()), info
+
+
+class _TorchDecides(Exception):
+    """The tensors do not make a valid call: let torch raise its own error."""
+
+
+@dataclass(frozen=True)
+class _Adapt:
+    """How a call's tensors become the kernel's operands."""
+
+    copy_a: bool = False
+    copy_b: bool = False
+    bias_row: bool = False  # a [1, n] bias passed as its [n] row
+
+
+def _problem_of(op: str, a, b, bias, *, tf32: bool, t: _Torch) -> tuple[GemmProblem, _Adapt]:
+    """The GemmProblem these tensors pose, and how to adapt them to it."""
+    dims = 3 if op == "bmm" else 2
+    if a.dim() != dims or b.dim() != dims:
+        raise _TorchDecides(f"{op} needs {dims}-d operands")
+    if a.shape[-1] != b.shape[-2] or (op == "bmm" and a.shape[0] != b.shape[0]):
+        raise _TorchDecides("the operands' shapes do not match")
+    if a.dtype != b.dtype or a.device != b.device:
+        raise _TorchDecides("the operands differ in dtype or device")
+    dtype = _DTYPES.get(str(a.dtype).removeprefix("torch."))
+    if dtype is None:
+        raise UserError(f"autotune tunes float16, bfloat16 and float32, not {a.dtype}")
+    if a.device.type not in ("cuda", "cpu"):
+        raise UserError(f"autotune runs on cuda or cpu, not {a.device.type}")
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    bias_kind, bias_row = None, False
+    if op == "addmm":
+        if bias.dtype != a.dtype or bias.device != a.device:
+            raise _TorchDecides("the bias differs in dtype or device")
+        if tuple(bias.shape) == (n,):
+            bias_kind = "n"
+        elif tuple(bias.shape) == (1, n):
+            bias_kind, bias_row = "n", True
+        elif tuple(bias.shape) == (m, n):
+            bias_kind = "mn"
+        else:
+            raise UserError(f"a bias of shape {list(bias.shape)} is not tuned (only [n] and [m, n])")
+    layout_a, copy_a = _layout(a)
+    layout_b, copy_b = _layout(b)
+    device = a.device.type
+    problem = make_problem(
+        m=m, n=n, k=k, batch=a.shape[0] if op == "bmm" else None, dtype=dtype,
+        layout=layout_a + layout_b, bias=bias_kind, op=op, device=device,
+        allow_tf32=bool(tf32) and dtype == "float32" and device == "cuda",
+    )
+    return problem, _Adapt(copy_a, copy_b, bias_row)
+
+
+def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, torch_op, t: _Torch) -> Callable:
+    """A function with torch's signature for `op` that runs a built kernel."""
+    from .templates.base import Operands
+
+    torch = t.torch
+    empty = torch.empty
+    grad_enabled = torch.is_grad_enabled
+    shape = problem.out_shape()
+    copy_a, copy_b, bias_row = how.copy_a, how.copy_b, how.bias_row
+    on_cuda = problem.device == "cuda"
+    current_device = torch.cuda.current_device if on_cuda else None
+    device_guard = torch.cuda.device if on_cuda else None
+
+    def launch(a, b, bias):
+        if copy_a:
+            a = a.contiguous()
+        if copy_b:
+            b = b.contiguous()
+        if bias_row:
+            bias = bias[0]
+        out = empty(shape, dtype=a.dtype, device=a.device)
+        ops = Operands(a, b, out, bias)
+        if on_cuda and a.device.index != current_device():
+            with device_guard(a.device):  # Triton launches on the current device
+                kernel(ops)
+        else:
+            kernel(ops)
+        return out
+
+    if op == "addmm":
+        def call(bias, a, b):
+            if (a.requires_grad or b.requires_grad or bias.requires_grad) and grad_enabled():
+                return torch_op(bias, a, b)
+            return launch(a, b, bias)
+    else:
+        def call(a, b):
+            if (a.requires_grad or b.requires_grad) and grad_enabled():
+                return torch_op(a, b)
+            return launch(a, b, None)
+    return call
+
+
+def _as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
+    if isinstance(problem, GemmProblem):
+        if fields:
+            raise TypeError("give a problem or its fields, not both")
+        return problem
+    if isinstance(problem, dict):
+        if fields:
+            raise TypeError("give a problem or its fields, not both")
+        return GemmProblem.from_dict(problem)
+    if problem is not None:
+        raise TypeError(f"expected a GemmProblem or a dict, got {type(problem).__name__}")
+    fields = dict(fields)
+    if fields.get("device") is None:
+        from .fingerprint import cuda_available
+
+        fields["device"] = "cuda" if cuda_available() else "cpu"
+    return make_problem(**fields)
+
+
+# -- the default dispatcher: autotune_cli.mm and friends -------------------------------------------
+
+_default = Dispatcher()
+mm = _default.mm
+addmm = _default.addmm
+bmm = _default.bmm
+lookup = _default.lookup
+lookup_entry = _default.lookup_entry
+dispatch_info = _default.dispatch_info
+reset = _default.reset

@@ -1,0 +1,409 @@
+"""`autotune cache …`: see, move and trim what autotune has learned.
+
+The commands register themselves on `cli.cache_app` when `cli` imports this module. The
+plain functions above the commands (selecting, merging, pruning) hold the logic; the
+commands parse, call them, and print. Only `prune --not-this-machine` on a GPU and
+`export --format inductor` with Triton winners import torch; the rest import neither torch
+nor triton.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Iterable, List, Optional
+
+import typer
+
+from .cli import CacheDirOpt, Device, JsonOpt, cache_app, err, gpu_present, out
+from .errors import UserError
+from .problem import DTYPE_ALIASES, OPS
+
+Items = List[tuple]  # [(key, entry)]
+
+
+# -- selecting ---------------------------------------------------------------------------------
+
+def entry_matches(key: str, entry: dict, text: str) -> bool:
+    """Whether an entry matches a `--filter` text.
+
+    A dtype name or alias (bf16, fp16, float32, …) matches that dtype exactly, and an op name
+    (mm, addmm, bmm) that op exactly: "fp16" does not match bfloat16 entries, nor "mm" addmm
+    ones. Text with a "/" matches whole parts of the key ("mm/m64" is neither "addmm/m64"
+    nor "mm/m640").
+    Anything else is a substring of the key, the device name or the fingerprint digest.
+    """
+    needle = text.strip().lower()
+    problem = entry.get("problem") or {}
+    if needle in DTYPE_ALIASES:
+        return problem.get("dtype") == DTYPE_ALIASES[needle]
+    if needle in OPS:
+        return problem.get("op") == needle
+    haystack = key.lower()
+    if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
+        needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
+        return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
+    device_name = str((entry.get("fingerprint") or {}).get("device_name", "")).lower()
+    return needle in haystack or needle in device_name
+
+
+def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
+    items = list(items)
+    if not filter_text:
+        return items
+    return [(k, e) for k, e in items if entry_matches(k, e, filter_text)]
+
+
+# -- exporting ---------------------------------------------------------------------------------
+
+def autotune_document(items: Items) -> dict:
+    """Our own export: a cache document holding the selected entries (`cache import` reads it,
+    and so does autotune as a cache file)."""
+    from . import __version__
+    from .cache import SCHEMA
+
+    return {
+        "schema": SCHEMA,
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "tool_version": __version__,
+        "entries": dict(sorted(items)),
+    }
+
+
+def write_output(text: str, target: Optional[str]) -> None:
+    if target in (None, "-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise UserError(f"--output {target} is a directory")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+# -- importing ---------------------------------------------------------------------------------
+
+@dataclass
+class ImportPlan:
+    """What merging another cache's entries into ours does, entry by entry."""
+
+    imported: dict = field(default_factory=dict)  # new keys
+    replaced: dict = field(default_factory=dict)  # keys we had, theirs tuned later
+    skipped: list = field(default_factory=list)  # (key, why)
+
+    @property
+    def writes(self) -> dict:
+        return {**self.imported, **self.replaced}
+
+
+def read_export(path: Path, cache) -> dict:
+    """The entries of an export (or of another machine's cache file), checked as a cache
+    file is. Any problem is a UserError naming the file."""
+    from .cache import DamagedCache
+
+    if not path.exists():
+        raise UserError(f"import file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"import file {path} is a directory")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    try:
+        return cache._parse(text)  # the cache's own reader: same schema checks and migrations
+    except DamagedCache as exc:
+        raise UserError(f"{path} is not an autotune export: {exc}") from None
+
+
+def _tuned_at(entry: dict) -> datetime | None:
+    value = entry.get("tuned_at")
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _key_mismatch(key: str, entry: dict) -> str:
+    """Why an entry's key does not describe its content ("" when it does)."""
+    from .problem import GemmProblem
+
+    if "@" not in key:
+        return "key has no fingerprint part"
+    problem_key, digest = key.rsplit("@", 1)
+    try:
+        problem = GemmProblem.from_dict(entry["problem"])
+    except (UserError, TypeError) as exc:
+        return f"bad problem ({exc})"
+    if problem.key() != problem_key:
+        return f"key names {problem_key} but the entry holds {problem.key()}"
+    stored = entry.get("fingerprint_digest")
+    if stored is not None and stored != digest:
+        return f"key's fingerprint {digest} differs from the entry's {stored}"
+    return ""
+
+
+def plan_import(ours: dict, theirs: dict) -> ImportPlan:
+    """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
+    later; identical entries and older ones are skipped. Entries under another fingerprint
+    have other keys, so they are kept alongside ours (and never used on this machine)."""
+    plan = ImportPlan()
+    for key, entry in theirs.items():
+        why = _key_mismatch(key, entry)
+        if why:
+            plan.skipped.append((key, why))
+            continue
+        mine = ours.get(key)
+        if mine is None:
+            plan.imported[key] = entry
+        elif mine == entry:
+            plan.skipped.append((key, "already here"))
+        else:
+            new, old = _tuned_at(entry), _tuned_at(mine)
+            if new is not None and (old is None or new > old):
+                plan.replaced[key] = entry
+            else:
+                plan.skipped.append((key, "ours was tuned at the same time or later"))
+    return plan
+
+
+# -- pruning -----------------------------------------------------------------------------------
+
+def parse_date(text: str) -> datetime:
+    """An ISO date (2026-11-01, midnight UTC) or date-time; UserError otherwise."""
+    value = text.strip()
+    try:
+        if len(value) == 10:
+            day = date.fromisoformat(value)
+            return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"--older-than {text!r} is not an ISO date such as 2026-11-01") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def this_machine_digests(device: Optional[str]) -> dict[str, set]:
+    """{device type: machine digests of this machine}. `device` None: the CPU and, where a
+    GPU is present, every visible GPU. The CPU is probed without importing torch."""
+    from .fingerprint import Fingerprint, probe_device
+
+    kinds = [device] if device else (["cpu", "cuda"] if gpu_present() else ["cpu"])
+    digests: dict[str, set] = {}
+    for kind in kinds:
+        if kind == "cuda":
+            import torch
+
+            infos = [probe_device("cuda", i) for i in range(torch.cuda.device_count())]
+        else:
+            infos = [probe_device(kind)]
+        digests[kind] = {Fingerprint.of(info, {}).machine_digest() for info in infos}
+    return digests
+
+
+def entry_machine(entry: dict) -> str | None:
+    """The entry's machine digest, recomputed from its fingerprint when not stored."""
+    from .fingerprint import Fingerprint
+
+    if isinstance(entry.get("machine"), str):
+        return entry["machine"]
+    try:
+        return Fingerprint.from_dict(entry["fingerprint"]).machine_digest()
+    except TypeError:
+        return None
+
+
+def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str, set]],
+                    filter_text: Optional[str], device: Optional[str] = None) -> Callable[[str, dict], bool]:
+    """Remove an entry when every given condition holds. `machines` ({device type: digests},
+    from `this_machine_digests`): entries whose machine is not among them. `device` limits
+    that judgement to entries of one device type (`--device cpu` leaves GPU entries alone).
+    """
+
+    def remove(key: str, entry: dict) -> bool:
+        if filter_text and not entry_matches(key, entry, filter_text):
+            return False
+        if older_than is not None:
+            when = _tuned_at(entry)
+            if when is None or when >= older_than:
+                return False
+        if machines is not None:
+            kind = (entry.get("fingerprint") or {}).get("device_type") \
+                or (entry.get("problem") or {}).get("device")
+            if device is not None and kind != device:
+                return False  # --device names the other kind: not ours to judge
+            if entry_machine(entry) in machines.get(kind, set()):
+                return False
+        return True
+
+    return remove
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text: a dtype (bf16), "
+                         "an op (mm), key parts (mm/m64), or a device name (H200).")
+
+
+def open_cache(cache_dir: Optional[Path]):
+    from .cache import Cache
+    from .settings import default_cache_dir
+
+    return Cache(cache_dir if cache_dir is not None else default_cache_dir())
+
+
+def print_notices(cache) -> None:
+    for notice in cache.notices:
+        err.print(f"note: {notice}", markup=False)
+    cache.notices.clear()
+
+
+@cache_app.command("path")
+def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
+    """Print the cache file's path."""
+    out.print(str(open_cache(cache_dir).path), markup=False)
+
+
+@cache_app.command("show")
+def cache_show(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    json_out: bool = JsonOpt,
+    filter_text: Optional[str] = FilterOpt,
+) -> None:
+    """List the cached winners (imports neither torch nor triton)."""
+    from .report import cache_table, dumps
+
+    cache = open_cache(cache_dir)
+    items = select(cache.items(), filter_text)
+    print_notices(cache)
+    if json_out:
+        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False)
+        return
+    if not items:
+        if filter_text:
+            err.print(f"no entries in {cache.path} match {filter_text!r}", markup=False)
+        else:
+            err.print(f"the cache at {cache.path} is empty", markup=False)
+        return
+    out.print(cache_table(items))
+    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
+    for digest, fp in fingerprints.items():
+        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
+        out.print(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
+                  f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} runtime {fp.get('runtime') or '-'} "
+                  f"torch {fp.get('torch')} triton {fp.get('triton')}; templates {templates}", markup=False)
+
+
+@cache_app.command("clear")
+def cache_clear(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+) -> None:
+    """Remove every entry."""
+    cache = open_cache(cache_dir)
+    count = len(cache.load())
+    if count and not yes and sys.stdin.isatty():
+        typer.confirm(f"remove {count} entries from {cache.path}?", abort=True)
+    removed = cache.clear()
+    print_notices(cache)
+    err.print(f"removed {removed} entries from {cache.path}", markup=False)
+
+
+class ExportFormat(str, Enum):
+    inductor = "inductor"
+    autotune = "autotune"
+
+
+@cache_app.command("export")
+def cache_export(
+    format_: ExportFormat = typer.Option(..., "--format", "-f", help="inductor: torch.compile's lookup "
+                                         "table; autotune: entries for `cache import` on another machine."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="File to write (default or '-': stdout)."),
+    filter_text: Optional[str] = FilterOpt,
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="inductor: export float32 entries tuned "
+                                    "with TF32 (for a program that enables it) instead of IEEE ones."),
+    no_hash: bool = typer.Option(False, "--no-hash", help="inductor: leave out template_hash (for a "
+                                 "program running another torch version)."),
+    cache_dir: Optional[Path] = CacheDirOpt,
+) -> None:
+    """Write the cached winners for torch.compile, or for another machine's cache."""
+    cache = open_cache(cache_dir)
+    items = select(cache.items(), filter_text)
+    print_notices(cache)
+    where = "stdout" if output in (None, "-") else output
+    if format_ is ExportFormat.autotune:
+        write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
+        err.print(f"exported {len(items)} entries to {where}", markup=False)
+        return
+    from .export import inductor_table
+
+    table, notes = inductor_table([entry for _, entry in items], allow_tf32=allow_tf32,
+                                  include_hash=not no_hash)
+    write_output(json.dumps(table, indent=1) + "\n", output)
+    for note in notes:
+        err.print(f"note: {note}", markup=False)
+    err.print(f"exported {len(table)} lookup-table keys from {len(items)} entries to {where}", markup=False)
+
+
+@cache_app.command("import")
+def cache_import(
+    path: Path = typer.Argument(..., help="A file written by `autotune cache export --format autotune` "
+                                "(or another machine's cache file)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would change."),
+    cache_dir: Optional[Path] = CacheDirOpt,
+) -> None:
+    """Merge another machine's entries into this cache (a later tuning replaces an earlier one)."""
+    cache = open_cache(cache_dir)
+    theirs = read_export(path, cache)
+    plan = plan_import(cache.load(), theirs)
+    print_notices(cache)
+    for key, why in plan.skipped:
+        if why != "already here":
+            err.print(f"skipped {key}: {why}", markup=False)
+    if plan.writes and not dry_run:
+        cache.update(plan.writes)
+        print_notices(cache)
+    verb = "would import" if dry_run else "imported"
+    err.print(f"{verb} {len(plan.imported)}, replaced {len(plan.replaced)}, skipped "
+              f"{len(plan.skipped)} of {len(theirs)} entries from {path}", markup=False)
+
+
+@cache_app.command("prune")
+def cache_prune(
+    older_than: Optional[str] = typer.Option(None, "--older-than", help="Entries tuned before this ISO date (2026-11-01)."),
+    not_this_machine: bool = typer.Option(False, "--not-this-machine", help="Entries whose machine "
+                                          "(device, driver, runtime, torch, triton) is not this one's."),
+    device: Optional[Device] = typer.Option(None, "--device", help="With --not-this-machine: judge only "
+                                            "entries of this device (default: the CPU, and the GPUs if any)."),
+    filter_text: Optional[str] = FilterOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be removed."),
+    cache_dir: Optional[Path] = CacheDirOpt,
+) -> None:
+    """Remove entries that match every condition given."""
+    if older_than is None and not not_this_machine:
+        raise UserError("cache prune needs --older-than DATE and/or --not-this-machine")
+    cutoff = parse_date(older_than) if older_than is not None else None
+    kind = device.value if device else None
+    machines = this_machine_digests(kind) if not_this_machine else None
+    predicate = prune_predicate(cutoff, machines, filter_text, kind)
+    cache = open_cache(cache_dir)
+    if dry_run:
+        items = list(cache.items())
+        doomed = [key for key, entry in items if predicate(key, entry)]
+        print_notices(cache)
+        for key in doomed:
+            out.print(key, markup=False)
+        err.print(f"would remove {len(doomed)} of {len(items)} entries from {cache.path}", markup=False)
+        return
+    removed = cache.remove(predicate)
+    print_notices(cache)
+    err.print(f"removed {removed} entries from {cache.path}", markup=False)

@@ -1,0 +1,111 @@
+"""exhaustive: successive halving over a large space.
+
+The space (e.g. 1875 configs) has already been pruned statically (shared memory,
+registers, hardware). What is left is ranked by a simple analytic model (below) and only
+the best `cap` are compiled; those are screened with a few runs each, the best quarter
+re-timed with the full policy, and the near-ties re-timed with more runs. aten and any
+template the model does not describe always go through.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..choices import KernelTemplateChoice
+from ..problem import GemmProblem
+from ..results import SKIPPED, Candidate
+from .base import SearchContext, retime_contenders
+
+OPTIONS = "model-ranked cap, screening runs, then halving; honours --budget"
+COMPILE_CAP = 160
+KEEP_FRACTION = 0.25
+KEEP_MIN = 6
+
+PEAK_FLOPS = {"float16": 7.9e14, "bfloat16": 7.9e14, "tf32": 3.9e14, "float32": 5.0e13}
+HBM_BYTES_PER_S = 4.3e12
+L2_BYTES_PER_S = 1.2e13
+
+
+def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
+    """A rough roofline per tile config, used only to rank configs before compiling.
+
+    Time = waves x per-wave tile time, where a tile's arithmetic runs at the SM's share of
+    peak scaled by an efficiency for its shape (small tiles under-use the tensor cores,
+    too many accumulators per thread spill, few stages expose load latency), and its
+    operand traffic comes through L2; the whole problem is never faster than its HBM floor.
+    """
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    warps, stages = config["num_warps"], config["num_stages"]
+    sms = max(sm_count, 1)
+    precision = "tf32" if problem.allow_tf32 else problem.dtype
+    tiles = math.ceil(problem.m / bm) * math.ceil(problem.n / bn) * problem.b
+    waves = math.ceil(tiles / sms)
+    k_iters = math.ceil(problem.k / bk)
+    efficiency = 1.0
+    efficiency *= min(1.0, bm / 64) ** 0.7 * min(1.0, bn / 64) ** 0.5
+    per_thread = bm * bn / (32 * warps)
+    if per_thread > 128:
+        efficiency *= 128 / per_thread
+    elif per_thread < 32:
+        efficiency *= (per_thread / 32) ** 0.5
+    efficiency *= {1: 0.45, 2: 0.75, 3: 0.95}.get(stages, 1.0)
+    if bk < 32:
+        efficiency *= 0.7
+    # padding waste: work on rows/cols past the edge
+    useful = problem.m * problem.n * problem.b / (tiles * bm * bn)
+    tile_flops = 2.0 * bm * bn * bk * k_iters
+    compute = waves * tile_flops / (PEAK_FLOPS[precision] / sms * efficiency)
+    traffic = tiles * (bm + bn) * bk * k_iters * problem.dtype_size / L2_BYTES_PER_S
+    floor = problem.min_bytes / HBM_BYTES_PER_S
+    return max(compute, traffic, floor) * (1.0 + 0.02 * (1 - useful))
+
+
+def _modelled(choice: KernelTemplateChoice) -> bool:
+    config = choice.config_dict
+    return choice.template.backend == "triton" and all(
+        key in config for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
+
+
+def search(ctx: SearchContext) -> list[Candidate]:
+    modelled = [c for c in ctx.choices if _modelled(c)]
+    others = [c for c in ctx.choices if not _modelled(c)]
+    ranked = sorted(modelled, key=lambda c: model_seconds(ctx.problem, c.config_dict, ctx.device.sm_count))
+    cap = COMPILE_CAP if ctx.device.device_type == "cuda" else max(8, COMPILE_CAP // 16)
+    screened_choices = others + ranked[:cap]
+    results: dict[int, Candidate] = {}
+    for choice in ranked[cap:]:
+        results[id(choice)] = Candidate(uid=choice.uid, params=choice.params, status=SKIPPED,
+                                        error=f"ranked below the top {cap} by the tile model")
+    # Round 1: screen everything compiled with a few runs.
+    screen = ctx.measure(screened_choices, ctx.policy.screening(), "screen")
+    pairs = list(zip(screened_choices, screen))
+    for choice, result in pairs:
+        results[id(choice)] = result
+    ok = sorted([(c, r) for c, r in pairs if r.ok], key=lambda p: p[1].ms)
+    # Round 2: the best quarter (and every non-modelled template's best) with full timing.
+    keep = max(KEEP_MIN, math.ceil(len(ok) * KEEP_FRACTION))
+    finalists = ok[:keep]
+    for choice, result in ok[keep:]:
+        if not _modelled(choice) and all(c is not choice for c, _ in finalists):
+            finalists.append((choice, result))
+    if finalists and not ctx.out_of_time():
+        full = ctx.measure([c for c, _ in finalists], ctx.policy, "full")
+        finalists = [(c, r) for (c, _), r in zip(finalists, full)]
+        for choice, result in finalists:
+            results[id(choice)] = result
+        for choice, result in retime_contenders(ctx, finalists, ctx.policy):
+            results[id(choice)] = result
+    # Screened-out candidates keep their screening times: mark them so they cannot win on a
+    # short measurement.
+    finalist_ids = {id(c) for c, _ in finalists}
+    out = []
+    for choice in ctx.choices:
+        result = results.get(id(choice))
+        if result is None:
+            continue
+        if result.ok and id(choice) not in finalist_ids and finalists:
+            result = replace(result, status=SKIPPED,
+                             error=f"screened out at {result.ms:.4f} ms (few runs)")
+        out.append(result)
+    return out

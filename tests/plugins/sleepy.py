@@ -1,0 +1,40 @@
+"""A planted slow template for tests: eight configs, each run takes 0.4 s (or $AUTOTUNE_TEST_SLEEP); config 5 is
+the fastest (it sleeps least)."""
+
+import os
+import time
+
+from autotune_cli.heuristics import register_heuristic
+from autotune_cli.heuristics.registry import Heuristic
+from autotune_cli.templates import Template, register_template
+
+
+class Sleepy(Template):
+    uid = "test::sleepy"
+    ops = ("mm",)
+    backend = "test"
+
+    def source_text(self):
+        return "sleepy v1"
+
+    def build(self, problem, params, kernel_dir):
+        import torch
+
+        base = float(os.environ.get("AUTOTUNE_TEST_SLEEP", "0.4"))
+        delay = base - (base / 2 if params["id"] == 5 else 0.0)
+
+        def run(ops):
+            time.sleep(delay)
+            torch.mm(ops.a, ops.b, out=ops.out)
+
+        return run
+
+
+register_template(Sleepy())
+
+
+@register_heuristic("test::sleepy")
+class EightConfigs(Heuristic):
+    def _impl(self, problem, search, space):
+        for i in range(8):
+            yield {"id": i}

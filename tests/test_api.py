@@ -1,0 +1,269 @@
+"""The Python API on the CPU: problems tuned by the CLI into a temporary cache, then looked up
+and called through autotune_cli.lookup / mm / addmm / bmm (Triton under the interpreter)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli import api
+from autotune_cli.problem import GemmProblem
+from autotune_cli.settings import TuneSettings
+from autotune_cli.tuner import Tuner
+
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+
+
+@pytest.fixture(autouse=True)
+def fresh_api():
+    api.reset()
+    yield
+    api.reset()
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(ONE_CONFIG))
+    return path
+
+
+def tune(cli, *args) -> dict:
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def cached_entries(cli) -> dict:
+    code, out, _ = cli("cache", "show", "--json")
+    assert code == 0
+    return json.loads(out)["entries"]
+
+
+def operand(rows, cols, dtype, transposed=False, seed=0):
+    """A [rows, cols] tensor, stored column-major when `transposed`."""
+    g = torch.Generator().manual_seed(seed)
+    if transposed:
+        return torch.randn(cols, rows, generator=g).to(dtype).t()
+    return torch.randn(rows, cols, generator=g).to(dtype)
+
+
+class NoWarnings:
+    def __enter__(self):
+        self._cm = warnings.catch_warnings(record=True)
+        self.caught = self._cm.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        self._cm.__exit__(*exc)
+        mine = [w for w in self.caught if issubclass(w.category, api.AutotuneFallbackWarning)]
+        assert not mine, [str(w.message) for w in mine]
+
+
+def fallbacks(caught):
+    return [w for w in caught if issubclass(w.category, api.AutotuneFallbackWarning)]
+
+
+@contextlib.contextmanager
+def torch_forbidden(*names):
+    """torch.<name> raises inside: a result that still comes back did not come from torch.
+    The API forgets its plans on the way in and out, so they are made with the stand-ins."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in names:
+            def refuse(*args, _name=name, **kwargs):
+                raise AssertionError(f"torch.{_name} was called")
+            patch.setattr(torch, name, refuse)
+        api.reset()
+        try:
+            yield
+        finally:
+            api.reset()
+
+
+# -- import ----------------------------------------------------------------------------------
+
+def test_importing_the_package_and_api_names_imports_no_torch():
+    code = ("import sys, autotune_cli; from autotune_cli import lookup, mm, addmm, bmm, dispatch_info;"
+            "assert callable(mm) and autotune_cli.mm is mm;"
+            "print('IMPORTED', [m for m in ('torch', 'triton') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "IMPORTED []" in proc.stdout
+    with pytest.raises(AttributeError):
+        autotune_cli.no_such_name  # noqa: B018
+
+
+# -- lookup and the aten path ------------------------------------------------------------------
+
+def test_lookup_and_mm_use_the_cached_aten_winner(cli, cache_dir):
+    doc = tune(cli, "--m", 64, "--n", 48, "--k", 32, "--templates", "aten")
+    entries = cached_entries(cli)
+    assert list(entries) == [doc["key"]]
+    winner = entries[doc["key"]]["winner"]
+    assert winner["uid"] == "aten::mm"
+
+    problem = GemmProblem(op="mm", m=64, n=48, k=32, dtype="float16", device="cpu")
+    assert autotune_cli.lookup(problem) == winner
+    assert autotune_cli.lookup(problem.to_dict()) == winner
+    assert autotune_cli.lookup(m=64, n=48, k=32, dtype="fp16", device="cpu") == winner
+    assert autotune_cli.lookup(problem, templates="aten") == winner
+    assert autotune_cli.lookup(problem, templates="triton") is None  # no entry tuned that way
+    assert autotune_cli.lookup(m=64, n=48, k=32, dtype="bf16", device="cpu") is None
+    assert autotune_cli.lookup(m=64, n=48, k=32, layout="nt", device="cpu") is None
+    # the key is the tuner's own: problem key @ Tuner.fingerprint for that template selection
+    key, _ = api.lookup_entry(problem)
+    settings = TuneSettings(device="cpu", templates=("aten",), cache_dir=cache_dir)
+    assert key == f"{problem.key()}@{Tuner(settings).fingerprint(problem).digest()}" == doc["key"]
+
+    a, b = operand(64, 32, torch.float16), operand(32, 48, torch.float16, seed=1)
+    with NoWarnings():
+        info = autotune_cli.dispatch_info(a, b)
+        out = autotune_cli.mm(a, b)
+        again = autotune_cli.mm(a, b)
+    assert (info.uid, info.fallback, info.key) == ("aten::mm", False, doc["key"])
+    assert info.problem == problem
+    assert torch.equal(out, torch.mm(a, b)) and torch.equal(again, out)
+
+    # a strided operand that is neither row- nor column-major is copied: still this problem
+    wide = operand(64, 64, torch.float16)[:, ::2]
+    assert wide.stride() == (64, 2)
+    with NoWarnings():
+        assert autotune_cli.dispatch_info(wide, b).uid == "aten::mm"
+        assert torch.equal(autotune_cli.mm(wide, b), torch.mm(wide.contiguous(), b))
+
+
+def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
+    tune(cli, "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
+    a, b = operand(48, 32, torch.float16), operand(32, 32, torch.float16, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [autotune_cli.mm(a, b) for _ in range(3)]
+        # the same problem with other (still row-major) strides: no second warning
+        padded = operand(48, 40, torch.float16)[:, :32].copy_(a)
+        results.append(autotune_cli.mm(padded, b))
+        info = autotune_cli.dispatch_info(a, b)
+    warned = fallbacks(caught)
+    assert len(warned) == 1, [str(w.message) for w in warned]
+    message = str(warned[0].message)
+    assert "mm 48x32x32 float16 nn runs torch.mm" in message and "autotune mm --m 48 --n 32 --k 32" in message
+    assert warned[0].filename == __file__  # it points at the caller
+    assert info.fallback and info.uid == "torch.mm" and info.problem.m == 48
+    for out in results:
+        assert torch.equal(out, torch.mm(a, b))
+
+    # the tuned problem in another layout is another problem: it falls back, once
+    at = operand(32, 32, torch.float16, transposed=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = autotune_cli.mm(at, b)
+        autotune_cli.mm(at, b)
+    assert [str(w.message).split(" runs")[0] for w in fallbacks(caught)] == ["autotune: mm 32x32x32 float16 tn"]
+    assert torch.equal(out, torch.mm(at, b))
+
+    # what autotune does not tune: once per kind, torch's numbers
+    d = operand(8, 8, torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = autotune_cli.mm(d, d)
+        autotune_cli.mm(d, d)
+    assert len(fallbacks(caught)) == 1 and "not torch.float64" in str(fallbacks(caught)[0].message)
+    assert torch.equal(out, torch.mm(d, d))
+
+    # invalid calls raise torch's own error, without a warning
+    with NoWarnings(), pytest.raises(RuntimeError):
+        autotune_cli.mm(a, operand(16, 8, torch.float16))
+
+
+# -- the Triton path -------------------------------------------------------------------------
+
+def test_mm_runs_the_cached_triton_winner(cli, cache_dir, space):
+    doc = tune(cli, "--m", 64, "--n", 48, "--k", 64, "--dtype", "float32", "--layout", "nt",
+               "--templates", "triton", "--space", space)
+    assert doc["winner"]["uid"] == "triton::mm"
+    assert autotune_cli.lookup(m=64, n=48, k=64, dtype="float32", layout="nt", device="cpu") == doc["winner"]
+
+    a = operand(64, 64, torch.float32)
+    b = operand(64, 48, torch.float32, transposed=True, seed=1)
+    assert b.stride() == (1, 64)
+    expected = torch.mm(a, b)
+    with torch_forbidden("mm", "addmm", "matmul"), NoWarnings():
+        info = autotune_cli.dispatch_info(a, b)
+        out = autotune_cli.mm(a, b)
+        again = autotune_cli.mm(a, b)
+    assert (info.uid, info.key, info.fallback) == ("triton::mm", doc["key"], False)
+    assert info.params == doc["winner"]["params"]
+    assert out.shape == (64, 48) and out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert torch.equal(again, out)
+    assert list((cache_dir / "kernels").glob("autotune_kernel_*.py"))  # built into the cache dir
+
+    # operands that need gradients go to torch: the kernel has no backward
+    ag = a.clone().requires_grad_()
+    out = autotune_cli.mm(ag, b)
+    out.sum().backward()
+    assert ag.grad is not None
+
+
+def test_addmm_and_bmm_run_their_triton_winners(cli, cache_dir, space):
+    add = tune(cli, "--m", 48, "--n", 64, "--k", 32, "--bias", "--dtype", "bfloat16", "--layout", "tn",
+               "--templates", "triton", "--space", space)
+    bat = tune(cli, "--m", 32, "--n", 32, "--k", 48, "--batch", 3, "--dtype", "float16",
+               "--templates", "triton", "--space", space)
+    assert add["winner"]["uid"] == "triton::mm" and bat["winner"]["uid"] == "triton::bmm"
+
+    a = operand(48, 32, torch.bfloat16, transposed=True)
+    b = operand(32, 64, torch.bfloat16, seed=1)
+    bias = operand(1, 64, torch.bfloat16, seed=2)[0]
+    x = torch.randn(3, 32, 48, generator=torch.Generator().manual_seed(3)).half()
+    y = torch.randn(3, 48, 32, generator=torch.Generator().manual_seed(4)).half()
+    ref_add = (a.double() @ b.double() + bias.double()).float()
+    ref_bmm = (x.double() @ y.double()).float()
+    info = autotune_cli.dispatch_info(a, b, bias=bias)
+    assert (info.op, info.uid, info.key) == ("addmm", "triton::mm", add["key"])
+    assert autotune_cli.dispatch_info(x, y).uid == "triton::bmm"
+
+    with torch_forbidden("mm", "addmm", "bmm", "matmul"), NoWarnings():
+        out_add = autotune_cli.addmm(bias, a, b)
+        out_row = autotune_cli.addmm(bias[None, :], a, b)  # a [1, n] bias is the same problem
+        out_bmm = autotune_cli.bmm(x, y)
+    torch.testing.assert_close(out_add.float(), ref_add, rtol=2e-2, atol=5e-2)
+    assert torch.equal(out_row, out_add)
+    torch.testing.assert_close(out_bmm.float(), ref_bmm, rtol=2e-3, atol=2e-2)
+    assert out_bmm.shape == (3, 32, 32) and out_bmm.dtype == torch.float16
+
+    # beta/alpha other than 1, and a bias shape autotune does not tune, go to torch
+    torch.testing.assert_close(autotune_cli.addmm(bias, a, b, beta=0), torch.mm(a, b))
+    column = operand(48, 1, torch.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = autotune_cli.addmm(column, a, b)
+    assert len(fallbacks(caught)) == 1 and "bias of shape [48, 1]" in str(fallbacks(caught)[0].message)
+    assert torch.equal(out, torch.addmm(column, a, b))
+
+
+def test_a_dispatcher_reads_its_own_cache_dir(cli, cache_dir, tmp_path):
+    tune(cli, "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
+    elsewhere = api.Dispatcher(tmp_path / "empty")
+    here = api.Dispatcher(cache_dir)
+    a = operand(32, 32, torch.float16)
+    assert here.lookup(m=32, n=32, k=32, device="cpu")["uid"] == "aten::mm"
+    assert elsewhere.lookup(m=32, n=32, k=32, device="cpu") is None
+    with pytest.warns(api.AutotuneFallbackWarning):
+        elsewhere.mm(a, a)
+    with NoWarnings():
+        assert here.dispatch_info(a, a).uid == "aten::mm"
+    # a plan is remembered until reset(): a new winner is seen after it
+    (tmp_path / "empty").mkdir()
+    os.replace(cache_dir / "autotune-cache.json", tmp_path / "empty" / "autotune-cache.json")
+    assert elsewhere.dispatch_info(a, a).fallback
+    elsewhere.reset()
+    assert elsewhere.dispatch_info(a, a).uid == "aten::mm"

@@ -1,0 +1,359 @@
+"""`autotune cache show --filter / export / import / prune` on the CPU.
+
+One real tune (aten only, module-wide) gives an entry of this machine; the other entries are
+written by hand so that dates, devices and machines are what each test needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune_cli.cache import CACHE_FILE, Cache, entry_key
+from autotune_cli.export import inductor_table
+from autotune_cli.fingerprint import Fingerprint, probe_device
+from autotune_cli.problem import GemmProblem
+
+H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
+
+
+def synthetic(op="mm", m=64, n=64, k=64, b=1, dtype="float16", layout="nn", bias=None,
+              allow_tf32=False, device="cuda", device_name=H200, uid=None, params=None, ms=0.01,
+              tuned_at="2026-11-20T10:00:00+00:00", torch_version="2.13.0", machine=None):
+    """(key, entry) shaped as the tuner writes them, for a machine that need not exist."""
+    problem = GemmProblem(op=op, m=m, n=n, k=k, b=b, dtype=dtype, layout=layout, bias=bias,
+                          allow_tf32=allow_tf32, device=device)
+    uid = uid or f"aten::{op}"
+    fingerprint = Fingerprint(
+        device_type=device, device_name=device_name, capability="9.0" if device == "cuda" else "",
+        sm_count=132 if device == "cuda" else 0, driver="", runtime="12.8", torch=torch_version,
+        triton="3.9.0", templates=((uid, "0" * 16),))
+    winner = {"uid": uid, "params": params or {}, "ms": ms, "tflops": problem.tflops(ms)}
+    entry = {
+        "problem": problem.to_dict(), "fingerprint": fingerprint.to_dict(),
+        "fingerprint_digest": fingerprint.digest(), "machine": machine or fingerprint.machine_digest(),
+        "winner": winner, "candidates": [{"uid": uid, "params": params or {}, "status": "ok", "ms": ms}],
+        "tool_version": "0.1.0", "tuned_at": tuned_at,
+    }
+    return entry_key(problem.key(), fingerprint.digest()), entry
+
+
+TRITON_PARAMS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+                 "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32", "ALLOW_TF32": False}
+
+
+def write(cache_dir: Path, *items) -> dict:
+    entries = dict(items)
+    Cache(cache_dir).update(entries)
+    return entries
+
+
+def entries_of(cache_dir: Path) -> dict:
+    return Cache(cache_dir).load()
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("autotune: error:")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def tuned_here(tmp_path_factory) -> dict:
+    """A real entry of this machine: mm 32x32x32 fp16, aten only."""
+    from autotune_cli.cli import main
+
+    folder = tmp_path_factory.mktemp("tuned-here")
+    code = main(["mm", "--device", "cpu", "--m", "32", "--n", "32", "--k", "32", "--templates", "aten",
+                 "--workers", "1", "--cache-dir", str(folder)])
+    assert code == 0
+    return Cache(folder).load()
+
+
+# -- show --filter ---------------------------------------------------------------------------
+
+@pytest.fixture
+def mixed(cache_dir):
+    return write(cache_dir,
+                 synthetic(dtype="float16", m=64),
+                 synthetic(dtype="bfloat16", m=64),
+                 synthetic(op="addmm", bias="n", dtype="float16", m=64),
+                 synthetic(op="bmm", b=4, dtype="float32", m=128, device_name=A100),
+                 synthetic(dtype="float16", m=640, layout="nt", device="cpu", device_name="AMD EPYC"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("fp16", {("mm", "float16", 64), ("addmm", "float16", 64), ("mm", "float16", 640)}),
+    ("float16", {("mm", "float16", 64), ("addmm", "float16", 64), ("mm", "float16", 640)}),
+    ("bf16", {("mm", "bfloat16", 64)}),
+    ("mm", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("mm", "float16", 640)}),
+    ("mm/", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("mm", "float16", 640)}),
+    ("addmm/m64", {("addmm", "float16", 64)}),
+    ("mm/m64", {("mm", "float16", 64), ("mm", "bfloat16", 64)}),
+    ("bf16/nn", {("mm", "bfloat16", 64)}),
+    ("a100", {("bmm", "float32", 128)}),
+    ("m64", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("addmm", "float16", 64),
+             ("mm", "float16", 640)}),
+    ("/nt/", {("mm", "float16", 640)}),
+])
+def test_show_filter(cli, mixed, text, expected):
+    code, out, err = cli("cache", "show", "--json", "--filter", text)
+    assert code == 0, err
+    shown = json.loads(out)["entries"]
+    assert {(e["problem"]["op"], e["problem"]["dtype"], e["problem"]["m"]) for e in shown.values()} == expected
+    assert set(shown) <= set(mixed)
+
+
+def test_show_filter_table_and_no_match(cli, mixed):
+    code, out, _ = cli("cache", "show", "--filter", "H200")
+    assert code == 0
+    assert "mm 64x64x64 bfloat16 nn" in out and "bmm" not in out and "AMD EPYC" not in out
+    code, out, err = cli("cache", "show", "--filter", "tf32")
+    assert code == 0 and out == "" and "match 'tf32'" in err
+
+
+# -- export ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpu_entries(cache_dir):
+    import torch
+
+    installed = torch.__version__
+    return write(cache_dir,
+                 synthetic(m=1024, n=512, k=4096, dtype="bfloat16", uid="triton::mm",
+                           params=TRITON_PARAMS, torch_version=installed),
+                 synthetic(op="addmm", bias="n", m=256, n=512, k=128, torch_version=installed),
+                 synthetic(op="bmm", b=8, m=128, n=128, k=64, dtype="float32", torch_version=installed),
+                 synthetic(m=256, n=256, k=256, dtype="float32", allow_tf32=True, torch_version=installed),
+                 synthetic(m=32, n=32, k=32, device="cpu", device_name="AMD EPYC"))
+
+
+def test_export_inductor_to_file(cli, cache_dir, gpu_entries, tmp_path):
+    target = tmp_path / "table.json"
+    code, out, err = cli("cache", "export", "--format", "inductor", "-o", target)
+    assert code == 0, err
+    assert out == ""
+    table = json.loads(target.read_text())
+    expected, notes = inductor_table(list(entries_of(cache_dir).values()))
+    assert table == expected
+    # mm (triton), addmm (aten: under two keys), bmm; the tf32 and the CPU entries are left out
+    assert len(table) == 4
+    assert {cfg[0]["template_id"] for cfg in table.values()} == {"triton::mm", "aten::addmm", "aten::bmm"}
+    (triton_key,) = [k for k, v in table.items() if v[0]["template_id"] == "triton::mm"]
+    assert triton_key.startswith(H200 + "+((torch.bfloat16, [1024, 4096], [4096, 1]), ")
+    config = table[triton_key][0]
+    assert config["BLOCK_K"] == 64 and config["num_stages"] == 3 and "ALLOW_TF32" not in config
+    assert config.get("template_hash")  # tuned under the installed torch: the hash is kept
+    # each note on its own stderr line
+    note_lines = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert [line[len("note: "):] for line in note_lines] == notes
+    assert any("tuned on cpu" in n for n in notes) and any("tuned for TF32" in n for n in notes)
+    assert "exported 4 lookup-table keys from 5 entries" in err
+
+
+@pytest.mark.parametrize("dash", [True, False])
+def test_export_inductor_to_stdout(cli, cache_dir, gpu_entries, dash):
+    args = ["-o", "-"] if dash else []
+    code, out, err = cli("cache", "export", "--format", "inductor", "--no-hash", "--allow-tf32",
+                         "--filter", "fp32", *args)
+    assert code == 0, err
+    table = json.loads(out)
+    selected = [e for e in entries_of(cache_dir).values() if e["problem"]["dtype"] == "float32"]
+    assert table == inductor_table(selected, allow_tf32=True, include_hash=False)[0]
+    assert len(table) == 1 and "bmm" not in next(iter(table))  # bmm is IEEE: skipped under tf32
+    assert all("template_hash" not in cfg[0] for cfg in table.values())
+
+
+def test_export_autotune_document(cli, cache_dir, gpu_entries, tmp_path):
+    target = tmp_path / "moved.json"
+    code, _, err = cli("cache", "export", "--format", "autotune", "--output", target, "--filter", "bf16")
+    assert code == 0 and "exported 1 entries" in err
+    document = json.loads(target.read_text())
+    assert document["schema"] == 1 and document["tool_version"]
+    assert document["entries"] == {k: v for k, v in gpu_entries.items() if v["problem"]["dtype"] == "bfloat16"}
+    # the document is a valid cache file as it stands
+    shutil.copy(target, tmp_path / CACHE_FILE)
+    assert Cache(tmp_path).load() == document["entries"]
+
+
+def test_export_bad_format_and_output(cli, cache_dir, gpu_entries, tmp_path):
+    code, _, err = cli("cache", "export", "--format", "csv")
+    assert code == 2 and "csv" in one_error_line(err)
+    code, _, err = cli("cache", "export", "--format", "autotune", "-o", tmp_path)
+    assert code == 2 and "is a directory" in one_error_line(err)
+
+
+# -- import ----------------------------------------------------------------------------------
+
+def test_export_import_round_trip_between_machines(cli, cache_dir, tuned_here, tmp_path):
+    """Export here, import into an empty cache: the entry is found again, and by the API."""
+    from autotune_cli import api
+
+    write(cache_dir, *tuned_here.items())
+    moved = tmp_path / "moved.json"
+    assert cli("cache", "export", "--format", "autotune", "-o", moved)[0] == 0
+    other = tmp_path / "other-cache"
+    code, _, err = cli("cache", "import", moved, "--cache-dir", other)
+    assert code == 0 and "imported 1, replaced 0, skipped 0 of 1 entries" in err
+    assert Cache(other).load() == tuned_here
+    winner = api.Dispatcher(other).lookup(m=32, n=32, k=32, dtype="float16", device="cpu")
+    assert winner == next(iter(tuned_here.values()))["winner"]
+    # a second import changes nothing
+    code, _, err = cli("cache", "import", moved, "--cache-dir", other)
+    assert code == 0 and "imported 0, replaced 0, skipped 1 of 1" in err
+
+
+def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tuned_here, tmp_path):
+    from autotune_cli import api
+
+    write(cache_dir, *tuned_here.items())
+    (key, here), = tuned_here.items()
+    newer = json.loads(json.dumps(here))
+    newer["tuned_at"] = "2099-01-01T00:00:00+00:00"
+    newer["winner"]["ms"] = here["winner"]["ms"] / 2
+    older = synthetic(m=48, device="cpu", tuned_at="2026-01-01T00:00:00+00:00")
+    # the same problem from another machine, "faster": it must never be used here
+    foreign_key, foreign = synthetic(m=32, n=32, k=32, device="cpu", device_name="Other CPU",
+                                     ms=1e-6, uid="triton::mm", params=TRITON_PARAMS)
+    assert foreign_key.split("@")[0] == key.split("@")[0] and foreign_key != key
+    # and an entry whose key does not describe it
+    bad_key, bad = synthetic(m=16, device="cpu")
+    bad_key = bad_key.replace("m16", "m17")
+    export = tmp_path / "theirs.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: newer, older[0]: older[1],
+                                                           foreign_key: foreign, bad_key: bad}}))
+
+    code, _, err = cli("cache", "import", export, "--dry-run")
+    assert code == 0 and "would import 2, replaced 1, skipped 1 of 4 entries" in err
+    assert entries_of(cache_dir) == tuned_here
+
+    code, _, err = cli("cache", "import", export)
+    assert code == 0 and "imported 2, replaced 1, skipped 1 of 4 entries" in err
+    assert f"skipped {bad_key}: key names" in err
+    merged = entries_of(cache_dir)
+    assert set(merged) == {key, older[0], foreign_key}
+    assert merged[key] == newer
+    dispatcher = api.Dispatcher(cache_dir)
+    assert dispatcher.lookup(m=32, n=32, k=32, device="cpu") == newer["winner"]
+    assert dispatcher.lookup_entry(GemmProblem(op="mm", m=32, n=32, k=32, device="cpu"))[0] == key
+
+    # importing our older copy back does not undo the newer one
+    older_export = tmp_path / "older.json"
+    older_export.write_text(json.dumps({"schema": 1, "entries": tuned_here}))
+    code, _, err = cli("cache", "import", older_export)
+    assert code == 0 and "imported 0, replaced 0, skipped 1" in err
+    assert entries_of(cache_dir)[key] == newer
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "import file not found"),
+    ('{"schema": 1, "entries": {', "not valid JSON"),
+    ("[1, 2]", "not an object"),
+    ('{"schema": 7, "entries": {}}', "newer than this autotune"),
+    ('{"schema": 1, "entries": {"k": {"problem": {}}}}', "missing"),
+    ("\udcff", "cannot read"),
+])
+def test_import_bad_input_is_one_line_exit_2(cli, cache_dir, tmp_path, content, message):
+    path = tmp_path / "export.json"
+    if content == "\udcff":
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    elif content is not None:
+        path.write_text(content)
+    code, _, err = cli("cache", "import", path)
+    assert code == 2
+    assert message in one_error_line(err)
+    assert path.exists() or content is None  # never moved aside like a damaged cache
+    assert not (cache_dir / CACHE_FILE).exists()
+
+
+# -- prune -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def dated(cache_dir):
+    return write(cache_dir,
+                 synthetic(m=16, tuned_at="2026-10-31T23:59:59+00:00"),
+                 synthetic(m=32, tuned_at="2026-11-01T00:00:00+00:00"),
+                 synthetic(m=48, tuned_at="2025-02-03T04:05:06+00:00", dtype="bfloat16"),
+                 synthetic(m=64, tuned_at="2026-11-28T12:00:00+00:00"))
+
+
+def test_prune_older_than(cli, cache_dir, dated):
+    code, out, err = cli("cache", "prune", "--older-than", "2026-11-01", "--dry-run")
+    assert code == 0 and "would remove 2 of 4 entries" in err
+    assert {line.split("/")[1] for line in out.split()} == {"m16", "m48"}
+    assert entries_of(cache_dir) == dated
+    code, _, err = cli("cache", "prune", "--older-than", "2026-11-01", "--filter", "bf16")
+    assert code == 0 and "removed 1 entries" in err
+    assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
+    code, _, err = cli("cache", "prune", "--older-than", "2026-11-28T13:00:00")
+    assert code == 0 and "removed 3 entries" in err and entries_of(cache_dir) == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "needs --older-than DATE and/or --not-this-machine"),
+    (["--older-than", "2026-13-01"], "not an ISO date"),
+    (["--older-than", "last week"], "not an ISO date"),
+    (["--not-this-machine", "--device", "tpu"], "'--device'"),
+])
+def test_prune_bad_input_is_one_line_exit_2(cli, cache_dir, dated, args, message):
+    code, _, err = cli("cache", "prune", *args)
+    assert code == 2 and message in one_error_line(err)
+    assert entries_of(cache_dir) == dated
+
+
+def test_prune_not_this_machine(cli, cache_dir, tuned_here):
+    here_cpu = Fingerprint.of(probe_device("cpu"), {}).machine_digest()
+    assert {e["machine"] for e in tuned_here.values()} == {here_cpu}
+    old_here = synthetic(m=80, device="cpu", device_name=probe_device("cpu").name, machine=here_cpu,
+                         tuned_at="2026-01-01T00:00:00+00:00")
+    other_cpu = synthetic(m=96, device="cpu", device_name="Other CPU", tuned_at="2026-01-01T00:00:00+00:00")
+    other_cpu_new = synthetic(m=112, device="cpu", device_name="Other CPU")
+    gpu = synthetic(m=128, device="cuda", device_name=H200)
+    write(cache_dir, *tuned_here.items(), old_here, other_cpu, other_cpu_new, gpu)
+    ms = lambda: sorted(e["problem"]["m"] for e in entries_of(cache_dir).values())  # noqa: E731
+
+    # --device cpu judges only CPU entries; both conditions must hold
+    code, out, err = cli("cache", "prune", "--not-this-machine", "--device", "cpu",
+                         "--older-than", "2026-06-01", "--dry-run")
+    assert code == 0 and "would remove 1 of 5" in err and "/m96/" in out
+    code, _, err = cli("cache", "prune", "--not-this-machine", "--device", "cpu")
+    assert code == 0 and "removed 2 entries" in err
+    assert ms() == [32, 80, 128]
+    # the default judges every entry: no GPU here, so the H200 entry is another machine's
+    if not _gpu_here():
+        code, _, err = cli("cache", "prune", "--not-this-machine")
+        assert code == 0 and "removed 1 entries" in err
+        assert ms() == [32, 80]
+
+
+def _gpu_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_cache_tools_on_the_cpu_import_neither_torch_nor_triton(cache_dir, tmp_path):
+    _, entry = synthetic(m=96, device="cpu", device_name="Other CPU")
+    key, _ = synthetic(m=96, device="cpu", device_name="Other CPU")
+    export = tmp_path / "e.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: entry}}))
+    code = (
+        "import sys; from autotune_cli.cli import main\n"
+        f"assert main(['cache', 'import', {str(export)!r}]) == 0\n"
+        f"assert main(['cache', 'export', '--format', 'autotune', '-o', {str(tmp_path / 'x.json')!r}]) == 0\n"
+        "assert main(['cache', 'show', '--filter', 'fp16']) == 0\n"
+        "assert main(['cache', 'prune', '--not-this-machine', '--device', 'cpu']) == 0\n"
+        "print('IMPORTED', [m for m in ('torch', 'triton') if m in sys.modules])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert "IMPORTED []" in proc.stdout
+    assert "imported 1" in proc.stderr and "removed 1 entries" in proc.stderr

@@ -1,0 +1,139 @@
+"""The benchmark engine on the CPU: crash/hang isolation, the compile pool, search
+strategies, the time budget, and resuming an interrupted tune."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PLUGINS
+from autotune_cli.bench.executor import LocalExecutor
+from autotune_cli.choices import get_choices
+from autotune_cli.fingerprint import probe_device
+from autotune_cli.plugins import load_plugins
+from autotune_cli.problem import make_problem
+from autotune_cli.settings import TuneSettings
+
+
+def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):
+    load_plugins([str(PLUGINS / "faulty.py")])
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, timeout_s=8.0, workers=2,
+                            plugins=(str(PLUGINS / "faulty.py"),),
+                            templates=("test::abort", "test::raise", "test::hang", "test::good", "aten::mm"))
+    problem = make_problem(m=32, n=32, k=32, device="cpu", dtype="float32")
+    device = probe_device("cpu")
+    choices = get_choices(problem, device, settings).choices
+    started = time.monotonic()
+    with LocalExecutor(device, settings) as executor:
+        results = executor.run(choices)
+    by_uid = {r.uid: r for r in results}
+    assert set(by_uid) == {"test::abort", "test::raise", "test::hang", "test::good", "aten::mm"}
+    assert by_uid["test::abort"].status == "runtime_error" and "SIGABRT" in by_uid["test::abort"].error
+    assert by_uid["test::raise"].status == "runtime_error" and "planted failure" in by_uid["test::raise"].error
+    assert by_uid["test::hang"].status == "timeout" and "worker killed" in by_uid["test::hang"].error
+    assert by_uid["test::good"].ok and by_uid["aten::mm"].ok
+    assert time.monotonic() - started < 60  # the hang cost its timeout, not an hour
+
+
+def test_faults_through_the_cli(cli, cache_dir):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 32, "--n", 32, "--k", 32,
+                         "--plugin", PLUGINS / "faulty.py", "--timeout", 6,
+                         "--templates", "test::abort,test::raise,test::hang,test::good")
+    assert code == 0, err
+    doc = json.loads(out)
+    statuses = {c["uid"]: c["status"] for c in doc["candidates"]}
+    assert statuses == {"test::abort": "runtime_error", "test::raise": "runtime_error",
+                        "test::hang": "timeout", "test::good": "ok"}
+    assert doc["winner"]["uid"] == "test::good"
+
+
+def test_compile_pool_feeds_the_timing_worker(tmp_path):
+    """With a compile pool the Triton candidates are compiled (under the interpreter,
+    a no-op warm-up) by another process first, then measured: same results."""
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1)
+    problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
+    device = probe_device("cpu")
+    choices = get_choices(problem, device, settings).choices
+    with LocalExecutor(device, settings) as executor:
+        assert len(executor.compilers) == 1 and len(executor.timers) == 1
+        results = executor.run(choices)
+    assert len(results) == len(choices) and all(r.ok for r in results)
+    triton = [r for r in results if r.uid == "triton::mm"]
+    assert triton and all(r.compile_s is not None and r.first_run_s is not None for r in triton)
+
+
+def test_compile_errors_are_caught_in_the_pool(tmp_path):
+    space = tmp_path / "space.json"
+    # BLOCK_K 1024 with K 64 is scaled down; a num_warps Triton rejects is not: use a
+    # config the kernel cannot build under the interpreter: BLOCK_M 2048 (over the limit).
+    space.write_text(json.dumps([{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}]))
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
+                            space_file=str(space))
+    problem = make_problem(m=32, n=32, k=32, device="cpu")
+    device = probe_device("cpu")
+    choices = get_choices(problem, device, settings).choices
+    with LocalExecutor(device, settings) as executor:
+        results = executor.run(choices)
+    assert sorted(r.uid for r in results) == ["aten::mm", "triton::mm"] and all(r.ok for r in results)
+
+
+def test_exhaustive_search_on_cpu(cli, cache_dir):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--search", "exhaustive",
+                         "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--interpreter-budget", 2)
+    assert code == 0, err
+    doc = json.loads(out)
+    # 1875 configs, scaled to a 32^3 problem: blocks {16, 32}^3 x 5 stages x 3 warp counts
+    assert doc["considered"] == 8 * 5 * 3 + 1
+    statuses = {}
+    for cand in doc["candidates"]:
+        statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
+    assert statuses.get("ok", 0) >= 2  # finalists, aten among them
+    assert doc["winner"]["ms"] == min(c["ms"] for c in doc["candidates"] if c["status"] == "ok")
+    assert sum(doc["pruned"].values()) + len(doc["candidates"]) <= 1876
+
+
+def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "1.5")  # 8 configs x 2 runs x 1.5 s: far past the budget
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 16, "--n", 16, "--k", 16,
+                         "--plugin", PLUGINS / "sleepy.py", "--templates", "test::sleepy,aten",
+                         "--workers", 1, "--budget", 12)
+    assert code == 0, err
+    doc = json.loads(out)
+    statuses = [c["status"] for c in doc["candidates"]]
+    assert "skipped" in statuses and "ok" in statuses
+    assert doc["tune_seconds"] < 12 + 2 * 1.5 + 5  # the budget, the run in flight, slack
+
+
+def test_interrupted_tune_resumes(cache_dir):
+    args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16",
+            "--n", "16", "--k", "16", "--plugin", str(PLUGINS / "sleepy.py"),
+            "--templates", "test::sleepy", "--workers", "1"]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    cache_file = cache_dir / "autotune-cache.json"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if cache_file.exists() and '"partial": true' in cache_file.read_text():
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = json.loads(cache_file.read_text())["entries"]
+    (entry,) = partial.values()
+    assert entry["partial"] is True and entry["winner"] is None
+    measured_before = len(entry["candidates"])
+    assert 1 <= measured_before < 8
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["from_cache"] is False
+    assert len(doc["candidates"]) == 8
+    assert doc["winner"]["params"] == {"id": 5}
+    final = json.loads(cache_file.read_text())["entries"]
+    (entry,) = final.values()
+    assert entry["resumed"] == measured_before and "partial" not in entry

@@ -1,0 +1,449 @@
+"""`autotune model` end to end on the CPU: models built here, saved both ways, tuned, cached.
+
+Each model is saved as TorchScript (torch.jit.trace or torch.jit.script, then torch.jit.save)
+and as a torch.export program (torch.export.export + torch.export.save). Sizes stay <= 64 and
+most runs use `--templates aten` to keep tuning cheap; one run uses the default templates
+(Triton under the interpreter) to exercise the whole pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+from autotune_cli.cache import Cache  # noqa: E402
+from autotune_cli.problem import GemmProblem  # noqa: E402
+from autotune_cli.report import fmt_ms  # noqa: E402
+
+ATEN = ("--templates", "aten", "--workers", "1")  # one candidate per problem: one worker
+
+
+# -- models -------------------------------------------------------------------------------
+
+class MLPBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(32, 64)
+        self.l2 = nn.Linear(64, 64)
+        self.l3 = nn.Linear(64, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        h = torch.relu(self.l2(h))
+        h = torch.relu(self.l2(h))  # the same layer again: count 2
+        return self.l3(h)
+
+
+class MLPNoBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 48, bias=False)
+        self.down = nn.Linear(48, 16, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Linear(d, d, bias=False)
+        self.o = nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        s1 = torch.bmm(q, k.transpose(1, 2))      # bmm, B transposed
+        s2 = torch.matmul(q, k.transpose(1, 2))   # the same problem through matmul
+        p = torch.softmax(s1 + s2, -1)
+        o = torch.bmm(p, v)                       # bmm nn
+        return self.o(o)
+
+
+class Transposed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 32))
+        self.a = nn.Parameter(torch.randn(32, 24))
+
+    def forward(self, x):
+        y = x @ self.w.t()                    # mm nt
+        z = x.t() @ y                         # mm tn
+        u = torch.mm(self.a.t(), self.w.t())  # mm tt
+        return y.sum() + z.sum() + u.sum()
+
+
+class Dynamic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 32)
+        self.a = nn.Parameter(torch.randn(8, 16))
+        self.b = nn.Parameter(torch.randn(16, 8))
+
+    def forward(self, x):
+        return self.lin(x), torch.mm(self.a, self.b)
+
+
+class NoMatmul(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def save_both(model, inputs, folder, name, *, script=False, dynamic_shapes=None):
+    model = model.eval()
+    ts, pt2 = folder / f"{name}.pt", folder / f"{name}.pt2"
+    with torch.no_grad():
+        program = torch.jit.script(model) if script else torch.jit.trace(model, inputs)
+    torch.jit.save(program, str(ts))
+    torch.export.save(torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes), str(pt2))
+    shapes = [f"{'x'.join(map(str, t.shape))}:{str(t.dtype).removeprefix('torch.')}" for t in inputs]
+    return ts, pt2, shapes
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("models")
+    out = {
+        "mlp_bias": save_both(MLPBias(), (torch.randn(2, 4, 32),), folder, "mlp_bias"),
+        "mlp_nobias": save_both(MLPNoBias(), (torch.randn(8, 16),), folder, "mlp_nobias", script=True),
+        "attention": save_both(Attention(), (torch.randn(2, 8, 16),), folder, "attention", script=True),
+        "transposed": save_both(Transposed().half(), (torch.randn(4, 32, dtype=torch.float16),),
+                                folder, "transposed"),
+        "dynamic": save_both(Dynamic(), (torch.randn(3, 4, 16),), folder, "dynamic",
+                             dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},)),
+        "nomatmul": save_both(NoMatmul(), (torch.randn(4, 4),), folder, "nomatmul"),
+    }
+    ckpt = folder / "weights.pt"
+    torch.save(MLPBias().state_dict(), ckpt)
+    out["checkpoint"] = ckpt
+    notes = folder / "notes.txt"
+    notes.write_text("not a model\n")
+    out["notes"] = notes
+    return out
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def rows(problems: list[dict]) -> list[tuple]:
+    """(op, m, n, k, b, dtype, layout, bias, count) per listed problem, in order."""
+    return [(p["problem"]["op"], p["problem"]["m"], p["problem"]["n"], p["problem"]["k"],
+             p["problem"]["b"], p["problem"]["dtype"], p["problem"]["layout"], p["problem"]["bias"],
+             p["count"]) for p in problems]
+
+
+def model_json(cli, path, *args):
+    code, out, err = cli("model", path, "--device", "cpu", "--json", *args)
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def cache_entries(cli) -> dict:
+    code, out, err = cli("cache", "show", "--json")
+    assert code == 0, err
+    return json.loads(out)["entries"]
+
+
+def assert_tuned_and_cached(cli, cache_dir, doc):
+    """Every listed problem has a winner, and its entry is in the cache under
+    problem.key() + "@" + fingerprint digest."""
+    entries = cache_entries(cli)
+    direct = Cache(cache_dir).load()
+    assert set(direct) == set(entries)
+    for row in doc["problems"]:
+        problem = GemmProblem.from_dict(row["problem"])
+        assert problem.device == "cpu"
+        assert row["describe"] == problem.describe()
+        winner = row["winner"]
+        assert winner is not None and winner["ms"] > 0
+        key = row["key"]
+        prefix, _, digest = key.partition("@")
+        assert prefix == problem.key() and digest
+        entry = entries[key]
+        assert entry["fingerprint_digest"] == digest
+        assert entry["problem"] == row["problem"]
+        assert entry["winner"] == winner
+        # aten is timed for every problem; the saving is per forward pass (x count)
+        assert row["aten_ms"] > 0 and row["aten_ms"] >= winner["ms"]
+        assert row["saved_ms"] == pytest.approx((row["aten_ms"] - winner["ms"]) * row["count"])
+    assert doc["saved_ms_per_pass"] == pytest.approx(sum(r["saved_ms"] for r in doc["problems"]))
+    assert doc["aten_ms_per_pass"] == pytest.approx(
+        sum(r["aten_ms"] * r["count"] for r in doc["problems"]))
+    return entries
+
+
+def assert_shares(problems):
+    weights = [2 * p["problem"]["m"] * p["problem"]["n"] * p["problem"]["k"] * p["problem"]["b"]
+               * p["count"] for p in problems]
+    assert [p["share"] for p in problems] == pytest.approx([w / sum(weights) for w in weights])
+    for p in problems:
+        assert p["gflop"] == pytest.approx(2 * p["problem"]["m"] * p["problem"]["n"]
+                                           * p["problem"]["k"] * p["problem"]["b"] / 1e9)
+
+
+# -- exact problems, tuned and cached ---------------------------------------------------------
+
+MLP_BIAS = [
+    ("addmm", 8, 64, 32, 1, "float32", "nt", "n", 1),
+    ("addmm", 8, 64, 64, 1, "float32", "nt", "n", 2),
+    ("addmm", 8, 16, 64, 1, "float32", "nt", "n", 1),
+]
+
+
+def test_mlp_with_bias_both_formats(cli, cache_dir, models):
+    ts, pt2, shapes = models["mlp_bias"]
+    first, _ = model_json(cli, ts, "--input-shape", *shapes, *ATEN)
+    assert first["model"] == str(ts)
+    assert rows(first["problems"]) == MLP_BIAS
+    assert all(p["sources"] == ["aten.linear"] and p["hint"] is None for p in first["problems"])
+    assert all(p["from_cache"] is False for p in first["problems"])
+    # shares of GEMM FLOPs: 8*64*32 : 2*8*64*64 : 8*16*64 = 2 : 8 : 1
+    assert [p["share"] for p in first["problems"]] == pytest.approx([2 / 11, 8 / 11, 1 / 11])
+    assert_shares(first["problems"])
+    entries = assert_tuned_and_cached(cli, cache_dir, first)
+    assert len(entries) == 3
+
+    # the exported program lists the same problems, so they all come from the cache
+    second, err = model_json(cli, pt2, *ATEN)
+    assert rows(second["problems"]) == MLP_BIAS
+    assert all(p["from_cache"] is True for p in second["problems"])
+    assert [p["key"] for p in second["problems"]] == [p["key"] for p in first["problems"]]
+    assert err.count("cached:") == 3 and "tuned:" not in err
+    assert len(cache_entries(cli)) == 3
+
+
+def test_mlp_without_bias_scripted(cli, cache_dir, models):
+    ts, pt2, shapes = models["mlp_nobias"]
+    expected = [("mm", 8, 48, 16, 1, "float32", "nt", None, 1),
+                ("mm", 8, 16, 48, 1, "float32", "nt", None, 1)]
+    for path, args in ((pt2, ()), (ts, ("--input-shape", *shapes))):
+        doc, _ = model_json(cli, path, *args, *ATEN)
+        assert rows(doc["problems"]) == expected
+        assert all(p["problem"]["bias"] is None and p["sources"] == ["aten.linear"]
+                   for p in doc["problems"])
+        assert [p["problem"]["allow_tf32"] for p in doc["problems"]] == [False, False]
+        assert_tuned_and_cached(cli, cache_dir, doc)
+    assert [p["from_cache"] for p in doc["problems"]] == [True, True]  # the same problems
+    assert len(cache_entries(cli)) == 2
+    # --allow-tf32 makes float32 problems other problems
+    doc, _ = model_json(cli, pt2, "--allow-tf32", "--plan")
+    assert [p["problem"]["allow_tf32"] for p in doc["plan"]] == [True, True]
+    assert all(GemmProblem.from_dict(p["problem"]).key().endswith("/tf32/cpu") for p in doc["plan"])
+
+
+def test_attention_block_with_bmm(cli, cache_dir, models):
+    ts, pt2, shapes = models["attention"]
+    expected = [
+        ("mm", 16, 16, 16, 1, "float32", "nt", None, 3),    # q, k, v projections
+        ("bmm", 8, 8, 16, 2, "float32", "nt", None, 2),     # q @ k^T via bmm and matmul
+        ("bmm", 8, 16, 8, 2, "float32", "nn", None, 1),     # p @ v
+        ("addmm", 16, 16, 16, 1, "float32", "nt", "n", 1),  # output projection
+    ]
+    exported, _ = model_json(cli, pt2, *ATEN)
+    assert rows(exported["problems"]) == expected
+    assert exported["problems"][1]["sources"] == ["aten.bmm", "aten.matmul"]
+    assert_shares(exported["problems"])
+    assert not any(p["from_cache"] for p in exported["problems"])
+    entries = assert_tuned_and_cached(cli, cache_dir, exported)
+    assert len(entries) == 4
+    assert {e["winner"]["uid"] for e in entries.values()} == {"aten::mm", "aten::bmm", "aten::addmm"}
+
+    # a second run re-tunes nothing: every problem comes from the cache, which is unchanged
+    before = Cache(cache_dir).load()
+    again, err = model_json(cli, pt2, *ATEN)
+    assert all(p["from_cache"] for p in again["problems"])
+    assert err.count("cached:") == 4 and "tuned:" not in err
+    assert [p["winner"] for p in again["problems"]] == [p["winner"] for p in exported["problems"]]
+    assert Cache(cache_dir).load() == before
+
+    # the scripted TorchScript model lists the same problems: all cached
+    scripted, _ = model_json(cli, ts, "--input-shape", *shapes, *ATEN)
+    assert rows(scripted["problems"]) == expected
+    assert all(p["from_cache"] for p in scripted["problems"])
+    assert Cache(cache_dir).load() == before
+
+
+def test_transposed_matmuls_fp16(cli, cache_dir, models):
+    ts, pt2, shapes = models["transposed"]
+    expected = [
+        ("mm", 4, 16, 32, 1, "float16", "nt", None, 1),
+        ("mm", 32, 16, 4, 1, "float16", "tn", None, 1),
+        ("mm", 24, 16, 32, 1, "float16", "tt", None, 1),
+    ]
+    doc, _ = model_json(cli, ts, "--input-shape", *shapes, *ATEN)
+    assert rows(doc["problems"]) == expected
+    assert [p["sources"] for p in doc["problems"]] == [["aten.matmul"], ["aten.matmul"], ["aten.mm"]]
+    entries = assert_tuned_and_cached(cli, cache_dir, doc)
+    assert sorted(k.partition("@")[0] for k in entries) == sorted([
+        "mm/m4/n16/k32/float16/nt/cpu", "mm/m32/n16/k4/float16/tn/cpu", "mm/m24/n16/k32/float16/tt/cpu"])
+    plan, _ = model_json(cli, pt2, "--plan")
+    assert rows(plan["plan"]) == expected
+
+
+def test_dynamic_batch_hints_one_problem_per_value(cli, cache_dir, models):
+    _, pt2, _ = models["dynamic"]
+    doc, _ = model_json(cli, pt2, "--hint", "x.0=2,4", *ATEN)
+    # linear flattens [B, 4, 16] -> M = 4B; the static mm is listed once
+    assert rows(doc["problems"]) == [
+        ("addmm", 8, 32, 16, 1, "float32", "nt", "n", 1),
+        ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
+        ("addmm", 16, 32, 16, 1, "float32", "nt", "n", 1),
+    ]
+    (sym,) = doc["problems"][0]["hint"]
+    assert [p["hint"] for p in doc["problems"]] == [{sym: 2}, None, {sym: 4}]
+    entries = assert_tuned_and_cached(cli, cache_dir, doc)
+    assert len(entries) == 3
+
+    # the symbol's own name works too; those problems are cached now
+    again, err = model_json(cli, pt2, "--hint", f"{sym}=4", *ATEN)
+    assert [(p["problem"]["m"], p["hint"], p["from_cache"]) for p in again["problems"]] == [
+        (16, {sym: 4}, True), (8, None, True)]
+    assert err.count("cached:") == 2 and "tuned:" not in err
+    assert len(cache_entries(cli)) == 3
+
+
+def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
+    _, pt2, _ = models["dynamic"]
+    # Dim(min=1, max=64): default values {1, 8, 64}
+    plan, _ = model_json(cli, pt2, "--plan")
+    (sym,) = plan["plan"][0]["hint"]
+    assert [(p["problem"]["op"], p["problem"]["m"], p["hint"]) for p in plan["plan"]] == [
+        ("addmm", 4, {sym: 1}), ("mm", 8, None), ("addmm", 32, {sym: 8}), ("addmm", 256, {sym: 64})]
+    bound, _ = model_json(cli, pt2, "--plan", "--input-shape", "5x4x16")
+    assert [(p["problem"]["m"], p["hint"]) for p in bound["plan"]] == [(20, {sym: 5}), (8, None)]
+    assert not (cache_dir / "autotune-cache.json").exists()
+
+
+# -- the plan, the summary, the cache on a second run ------------------------------------------
+
+def test_human_output_plan_first_then_summary(cli, cache_dir, models):
+    _, pt2, _ = models["mlp_bias"]
+    code, out, err = cli("model", pt2, "--device", "cpu", *ATEN)
+    assert code == 0, err
+    # the plan table comes first, on stderr
+    assert "matmuls found" in err and "share" in err and "GFLOP each" in err
+    assert err.index("matmuls found") < err.index("tuned:")
+    for describe, share in (("addmm 8x64x32 float32 nt bias[n]", "18.2%"),
+                            ("addmm 8x64x64 float32 nt bias[n]", "72.7%"),
+                            ("addmm 8x16x64 float32 nt bias[n]", "9.1%")):
+        plan_line = next(line for line in err.splitlines() if describe in line)
+        assert share in plan_line and "aten.linear" in plan_line
+    assert err.count("tuned:") == 3
+    assert "matmuls found" not in out
+
+    # the summary table on stdout: per problem its winner, aten time and saved time
+    assert "winners" in out and "aten ms" in out and "saved/pass ms" in out
+    assert "estimated GEMM time per forward pass: aten" in out
+    doc, err2 = model_json(cli, pt2, *ATEN)  # the same numbers, from the cache
+    assert all(p["from_cache"] for p in doc["problems"]) and "tuned:" not in err2
+    for row in doc["problems"]:
+        line = next(line for line in out.splitlines() if row["describe"] in line)
+        assert row["winner"]["uid"] in line
+        assert fmt_ms(row["aten_ms"]) in line and fmt_ms(row["saved_ms"]) in line
+        assert f" {row['count']} " in line
+    assert f"aten {doc['aten_ms_per_pass']:.4f} ms" in out
+    assert f"saves {doc['saved_ms_per_pass']:.4f} ms" in out
+
+    # a second human run: everything cached, marked so, nothing re-tuned
+    code, out3, err3 = cli("model", pt2, "--device", "cpu", *ATEN)
+    assert code == 0
+    assert err3.count("cached:") == 3 and "tuned:" not in err3
+    summary = [line for line in out3.splitlines() if "bias[n]" in line]
+    assert len(summary) == 3 and all("yes" in line for line in summary)
+
+
+def test_plan_only_lists(cli, cache_dir, models):
+    ts, pt2, shapes = models["mlp_bias"]
+    doc, _ = model_json(cli, ts, "--plan", "--input-shape", *shapes)
+    assert set(doc) == {"model", "plan"}
+    assert rows(doc["plan"]) == MLP_BIAS
+    assert_shares(doc["plan"])
+    for p in doc["plan"]:
+        assert set(p) == {"problem", "describe", "count", "gflop", "share", "sources", "hint"}
+    code, out, err = cli("model", pt2, "--device", "cpu", "--plan")
+    assert code == 0, err
+    assert "matmuls found" in err and "addmm 8x64x64 float32 nt bias[n]" in err
+    assert "tuned:" not in err and "winners" not in out
+    assert not (cache_dir / "autotune-cache.json").exists()
+    assert cache_entries(cli) == {}
+
+
+def test_default_templates_end_to_end(cli, cache_dir, models):
+    """No --templates: aten and Triton (under the interpreter) compete, results verified."""
+    _, pt2, _ = models["mlp_nobias"]
+    doc, _ = model_json(cli, pt2)
+    assert rows(doc["problems"]) == [("mm", 8, 48, 16, 1, "float32", "nt", None, 1),
+                                     ("mm", 8, 16, 48, 1, "float32", "nt", None, 1)]
+    entries = assert_tuned_and_cached(cli, cache_dir, doc)
+    for row in doc["problems"]:
+        candidates = entries[row["key"]]["candidates"]
+        uids = {c["uid"] for c in candidates}
+        assert "aten::mm" in uids and any(u.startswith("triton::") for u in uids)
+        ok = [c for c in candidates if c["status"] == "ok"]
+        assert any(c["uid"].startswith("triton::") for c in ok)
+        assert row["winner"]["ms"] == min(c["ms"] for c in ok)
+        assert row["aten_ms"] == min(c["ms"] for c in ok if c["uid"].startswith("aten::"))
+
+
+# -- bad input: one line, exit 2, no traceback --------------------------------------------------
+
+def bad_cases(models, tmp_path):
+    ts, pt2, shapes = models["mlp_bias"]
+    return [
+        ([tmp_path / "missing.pt2"], "model file not found"),
+        ([models["notes"]], "is not a saved model"),
+        ([models["checkpoint"]], "torch.save checkpoint"),
+        ([tmp_path], "is a directory"),
+        ([models["nomatmul"][1]], "no matmuls found"),
+        ([models["nomatmul"][0], "--input-shape", "4x4"], "no matmuls found"),
+        ([ts], "TorchScript, which does not store sizes"),
+        ([ts, "--input-shape", shapes[0], "--input-shape", shapes[0]], "takes 1 tensor input(s) (x); got 2"),
+        ([pt2, "--input-shape", shapes[0], "--input-shape", "4x4"], "takes 1 tensor input(s) (x); got 2"),
+        ([ts, "--input-shape", "2x4x33"], "failed (check --input-shape)"),
+        ([ts, "--input-shape", "2x4x"], "cannot parse input shape"),
+        ([ts, "--input-shape", shapes[0], "--hint", "s0=2"], "--hint applies to exported programs"),
+        ([pt2, "--hint", "x.0=2"], "no dynamic dims"),
+        ([models["dynamic"][1], "--hint", "zz=2"], "unknown dynamic dim 'zz'"),
+        ([models["dynamic"][1], "--hint", "x.0=0"], "not a positive integer"),
+    ]
+
+
+def one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("autotune: error:")
+    return lines[0]
+
+
+def test_bad_input_in_process(cli, cache_dir, models, tmp_path):
+    for args, message in bad_cases(models, tmp_path):
+        code, out, err = cli("model", *args, "--device", "cpu", *ATEN)
+        assert code == 2, (args, err)
+        assert message in one_error_line(err), (args, err)
+        assert out == ""
+    assert not (cache_dir / "autotune-cache.json").exists()
+
+
+@pytest.mark.parametrize("case", ["notes", "wrong_count"])
+def test_bad_input_subprocess_no_traceback(cache_dir, models, case):
+    ts, pt2, shapes = models["mlp_bias"]
+    args, message = {
+        "notes": ([models["notes"]], "is not a saved model"),
+        "wrong_count": ([ts, "--input-shape", shapes[0], "--input-shape", shapes[0]], "got 2 --input-shape"),
+    }[case]
+    proc = subprocess.run([sys.executable, "-m", "autotune_cli", "model", *map(str, args), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+    assert proc.returncode == 2, proc.stderr
+    assert message in one_error_line(proc.stderr)
+    assert proc.stdout == ""
+    assert not (cache_dir / "autotune-cache.json").exists()

@@ -1,0 +1,344 @@
+"""Hostile input, property-based: problems, --space files, cache files. Each either works
+or fails in the one documented way (UserError for input, a moved-aside file for a cache)."""
+
+import contextlib
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache, validate_entry
+from autotune_cli.errors import UserError
+from autotune_cli.heuristics.spaces import TRITON_KEYS, load_space_file, validate_config
+from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, LAYOUTS, MAX_DIM, OPS,
+                                  GemmProblem, make_problem, parse_mnk)
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# -- strategies ----------------------------------------------------------------------------------
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                    st.text(max_size=8))
+json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                            st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+                           max_leaves=12)
+junk = st.one_of(scalars, st.lists(scalars, max_size=2), st.floats())
+dims = st.one_of(st.integers(1, 4096), st.integers(-5, MAX_DIM + 5), st.integers(), junk)
+
+
+def maybe(good, bad=junk):
+    """Mostly a good value, sometimes anything."""
+    return st.one_of(good, good, good, bad)
+
+
+problem_fields = st.fixed_dictionaries({
+    "op": maybe(st.sampled_from(OPS)), "m": dims, "n": dims, "k": dims,
+    "b": st.one_of(st.just(1), dims),
+    "dtype": maybe(st.sampled_from(DTYPES)), "layout": maybe(st.sampled_from(LAYOUTS)),
+    "bias": maybe(st.sampled_from((None, *BIAS_SHAPES))), "allow_tf32": st.booleans(),
+    "device": maybe(st.sampled_from(DEVICES)),
+})
+
+
+@st.composite
+def valid_problems(draw):
+    op = draw(st.sampled_from(OPS))
+    dtype = draw(st.sampled_from(DTYPES))
+    return GemmProblem(
+        op=op, m=draw(st.integers(1, MAX_DIM)), n=draw(st.integers(1, MAX_DIM)), k=draw(st.integers(1, MAX_DIM)),
+        b=draw(st.integers(1, 4096)) if op == "bmm" else 1, dtype=dtype, layout=draw(st.sampled_from(LAYOUTS)),
+        bias=draw(st.sampled_from(BIAS_SHAPES)) if op == "addmm" else None,
+        allow_tf32=draw(st.booleans()) if dtype == "float32" else False, device=draw(st.sampled_from(DEVICES)))
+
+
+# Plain text for names the tables draw: rich reads "[...]" in them as markup (see the xfail below).
+names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="[]"), max_size=12)
+times = st.floats(0, 1e6, allow_nan=False)
+
+
+@st.composite
+def valid_entries(draw):
+    params = draw(st.dictionaries(st.sampled_from(TRITON_KEYS), st.integers(1, 256), max_size=6))
+    candidates = draw(st.lists(st.fixed_dictionaries(
+        {"uid": names, "params": st.dictionaries(names, scalars, max_size=3),
+         "status": st.sampled_from(("ok", "timeout", "compile_error", "wrong_result"))},
+        optional={"error": names, "max_rel_error": st.one_of(st.none(), times)}), max_size=4))
+    for cand in candidates:
+        cand["ms"] = draw(times) if cand["status"] == "ok" else draw(st.one_of(st.none(), times))
+    winner = draw(st.one_of(st.none(), st.fixed_dictionaries(
+        {"uid": names, "params": st.just(params), "ms": times, "tflops": times},
+        optional={"p20": st.one_of(st.none(), times), "p80": times})))
+    entry = {
+        "problem": draw(valid_problems()).to_dict(),
+        "fingerprint": draw(st.fixed_dictionaries(
+            {"device_name": names}, optional={"templates": st.dictionaries(names, names, max_size=3),
+                                              "torch": names, "sm_count": st.integers(0, 200)})),
+        "winner": winner,
+        "candidates": candidates,
+    }
+    entry.update(draw(st.fixed_dictionaries({}, optional={
+        "fingerprint_digest": names, "machine": names, "tuned_at": names, "extra": json_values})))
+    return entry
+
+
+entry_maps = st.dictionaries(names.map(lambda s: s + "@fp"), valid_entries(), min_size=1, max_size=3)
+
+
+def cli_in_process(*args):
+    """The CLI's main() in this process, its output captured: (exit code, stdout, stderr)."""
+    from autotune_cli.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- problems ------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(problem_fields)
+def test_problem_is_valid_and_round_trips_or_is_a_user_error(fields):
+    try:
+        problem = GemmProblem(**fields)
+    except UserError as exc:
+        assert "\n" not in str(exc)
+        return
+    again = GemmProblem.from_dict(json.loads(json.dumps(problem.to_dict())))
+    assert again == problem and again.key() == problem.key() and hash(again) == hash(problem)
+
+
+@SETTINGS
+@given(valid_problems(), valid_problems())
+def test_problem_keys_are_distinct_for_distinct_problems(first, second):
+    assert (first.key() == second.key()) == (first == second)
+
+
+@SETTINGS
+@given(m=dims, n=dims, k=dims, batch=st.one_of(st.none(), dims),
+       dtype=maybe(st.sampled_from(sorted(DTYPE_ALIASES)), st.text(max_size=10)),
+       layout=maybe(st.sampled_from(LAYOUTS + ("NT", "Tn")), st.text(max_size=4)),
+       bias=maybe(st.sampled_from((None, *BIAS_SHAPES))), device=maybe(st.sampled_from(DEVICES)))
+def test_make_problem_is_valid_or_a_user_error(m, n, k, batch, dtype, layout, bias, device):
+    assume(batch != 0)  # see test_batch_zero_is_refused
+    try:
+        problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout, bias=bias, device=device)
+    except UserError:
+        return
+    assert GemmProblem.from_dict(problem.to_dict()) == problem
+    assert problem.op == ("addmm" if bias else "bmm" if batch else "mm")
+
+
+@SETTINGS
+@given(st.one_of(st.text(max_size=30),
+                 st.from_regex(r"\A\s*[0-9٣]{1,12}\s*[x,X]\s*-?[0-9]{1,12}\s*[x,]\s*[0-9]{1,12}\s*\Z")))
+def test_parse_mnk_gives_three_ints_or_a_user_error(text):
+    try:
+        m, n, k = parse_mnk(text)
+    except UserError:
+        return
+    assert all(isinstance(v, int) and v >= 0 for v in (m, n, k))
+
+
+# -- --space files -------------------------------------------------------------------------------
+
+config_like = st.dictionaries(
+    st.one_of(st.sampled_from(TRITON_KEYS), st.text(max_size=6)),
+    st.one_of(st.sampled_from((1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)), junk), max_size=7)
+space_documents = st.one_of(
+    json_values,
+    st.lists(config_like, max_size=4),
+    st.dictionaries(st.text(max_size=10), st.lists(config_like, max_size=3), max_size=3),
+    st.fixed_dictionaries({"configs": st.lists(config_like, max_size=3)}),
+)
+
+
+@SETTINGS
+@given(space_documents)
+def test_space_file_is_a_config_list_or_a_user_error(data):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "my space 'ü'.json"
+        path.write_text(json.dumps(data))
+        try:
+            space = load_space_file(path)
+        except UserError as exc:
+            assert "\n" not in str(exc)
+            return
+    assert space and all(isinstance(uid, str) and configs for uid, configs in space.items())
+    for configs in space.values():
+        for config in configs:
+            assert set(config) == set(TRITON_KEYS) and validate_config(config, "again") == config
+
+
+@SETTINGS
+@given(st.binary(max_size=64))
+def test_space_file_of_raw_bytes_is_a_user_error(raw):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "space.json"
+        path.write_bytes(raw)
+        try:
+            load_space_file(path)
+        except UserError:
+            pass
+
+
+# -- the cache -----------------------------------------------------------------------------------
+
+@SETTINGS
+@given(entry_maps, entry_maps)
+def test_cache_stores_and_loads_entries_unchanged(first, second):
+    with tempfile.TemporaryDirectory() as folder:
+        cache = Cache(folder)
+        cache.update(first)
+        cache.update(second)
+        assert Cache(folder).load() == {**first, **second} and not cache.notices
+        code, out, err = cli_in_process("cache", "show", "--cache-dir", folder)  # it can draw them
+        assert code == 0, err
+        code, out, _ = cli_in_process("cache", "show", "--json", "--cache-dir", folder)
+        assert code == 0 and json.loads(out)["entries"] == {**first, **second}
+
+
+def mutate(document, path, value):
+    """document with the value at path (a list of keys and indexes) replaced."""
+    target = document
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return document
+
+
+@st.composite
+def damaged_documents(draw):
+    """A valid document with one value somewhere inside replaced by anything."""
+    entries = draw(entry_maps)
+    document = {"schema": 1, "entries": entries}
+    path, node = [], document
+    while isinstance(node, (dict, list)) and node and draw(st.integers(0, 4)) > 0:
+        step = draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))
+        path.append(step)
+        node = node[step]
+    if not path:
+        return draw(json_values)
+    return mutate(document, path, draw(json_values))
+
+
+def truncated(args):
+    """A valid document cut somewhere inside."""
+    entries, where = args
+    text = json.dumps({"schema": 1, "entries": entries})
+    return text[: int(len(text) * where)].encode()
+
+
+garbage = st.one_of(
+    st.binary(max_size=80),
+    st.text(max_size=80).map(str.encode),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"schema": junk, "entries": json_values}).map(lambda v: json.dumps(v).encode()),
+    damaged_documents().map(lambda v: json.dumps(v).encode()),
+    st.tuples(entry_maps, st.floats(0, 1, exclude_max=True)).map(truncated),
+)
+
+
+
+@SETTINGS
+@given(garbage)
+def test_any_cache_file_loads_or_is_moved_aside_intact(raw):
+    with tempfile.TemporaryDirectory() as folder:
+        cache = Cache(folder)
+        cache.path.write_bytes(raw)
+        entries = cache.load()  # never raises
+        asides = list(Path(folder).glob(f"{CACHE_FILE}.damaged-*"))
+        kept = list(Path(folder).glob(f"{CACHE_FILE}.schema-*"))
+        if asides:
+            assert entries == {} and len(cache.notices) == 1 and "\n" not in cache.notices[0]
+            assert asides[0].read_bytes() == raw and not cache.path.exists()
+        elif kept:  # an unversioned document, migrated; the original kept
+            assert kept[0].read_bytes() == raw and "migrated" in cache.notices[0]
+        else:
+            assert cache.path.read_bytes() == raw and not cache.notices  # untouched
+        for key, entry in entries.items():
+            validate_entry(key, entry)
+        if "[" not in json.dumps(entries, ensure_ascii=False):  # see the markup xfail below
+            code, _, err = cli_in_process("cache", "show", "--cache-dir", folder)
+            assert code == 0, err
+        cache.put("new@fp", {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "x"},
+                             "winner": None, "candidates": []})
+        assert set(Cache(folder).load()) == set(entries) | {"new@fp"}
+
+
+@SETTINGS
+@given(valid_entries(), st.sampled_from(["nan", "inf", "-inf"]))
+def test_non_finite_numbers_never_reach_the_file(entry, word):
+    entry["candidates"].append({"uid": "x", "params": {}, "status": "wrong_result", "ms": None,
+                                "max_rel_error": float(word)})
+    with tempfile.TemporaryDirectory() as folder:
+        Cache(folder).put("k@fp", entry)
+        text = (Path(folder) / CACHE_FILE).read_text()
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the file"))
+        assert Cache(folder).load()["k@fp"]["candidates"][-1]["max_rel_error"] is None
+
+
+def test_invalid_entries_are_refused_before_the_lock(tmp_path):
+    for bad in ({"problem": {"op": "mm"}, "fingerprint": {"device_name": "x"}, "candidates": []},
+                {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {}, "candidates": []},
+                {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "x"},
+                 "candidates": [], "extra": {1, 2}}):
+        with pytest.raises(DamagedCache):
+            Cache(tmp_path).put("k@fp", bad)
+    assert not (tmp_path / CACHE_FILE).exists()
+
+
+def test_deeply_nested_and_huge_number_cache_files_are_moved_aside(tmp_path):
+    for raw in ("[" * 100_000, '{"schema": 1, "entries": {}, "x": ' + "9" * 5000 + "}",
+                '{"schema": 1, "entries": {}, "x": 1e999}'):
+        cache = Cache(tmp_path)
+        cache.path.write_text(raw)
+        assert cache.load() == {} and len(cache.notices) == 1, raw[:40]
+    assert len(list(tmp_path.glob(f"{CACHE_FILE}.damaged-*"))) == 3
+
+
+# -- known bugs in files this change does not own (strict: they fail loudly once fixed) -------------
+
+@pytest.mark.xfail(strict=True, reason="problem.py: from_dict with missing fields raises TypeError")
+def test_problem_from_dict_missing_fields_is_a_user_error():
+    with pytest.raises(UserError):
+        GemmProblem.from_dict({"op": "mm"})
+
+
+@pytest.mark.xfail(strict=True, reason="problem.py: allow_tf32 is not checked to be a bool")
+def test_allow_tf32_must_be_a_bool():
+    with pytest.raises(UserError):
+        GemmProblem(op="mm", m=1, n=1, k=1, dtype="float32", allow_tf32="no")
+
+
+@pytest.mark.xfail(strict=True, reason="problem.py: make_problem(batch=0) silently makes an mm")
+def test_batch_zero_is_refused():
+    with pytest.raises(UserError):
+        make_problem(m=1, n=1, k=1, batch=0)
+
+
+@pytest.mark.xfail(strict=True, reason="problem.py: parse_mnk of a >4300-digit number raises ValueError")
+def test_parse_mnk_of_a_huge_number_is_a_user_error():
+    with pytest.raises(UserError):
+        parse_mnk("1" * 5000 + "x1x1")
+
+
+@pytest.mark.xfail(strict=True, reason="spaces.py: deeply nested JSON raises RecursionError")
+def test_deeply_nested_space_file_is_a_user_error(tmp_path):
+    path = tmp_path / "space.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(UserError):
+        load_space_file(path)
+
+
+@pytest.mark.xfail(strict=True, reason="report.py cache_table: uid/device name drawn as rich markup")
+def test_cache_show_draws_brackets_in_names(tmp_path):
+    entry = {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "gpu [/]"},
+             "winner": {"uid": "my[/]mm", "params": {}, "ms": 1.0, "tflops": 1.0}, "candidates": []}
+    Cache(tmp_path).put("k@fp", entry)
+    code, out, _ = cli_in_process("cache", "show", "--cache-dir", tmp_path)
+    assert code == 0 and "my[/]mm" in out

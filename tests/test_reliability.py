@@ -1,0 +1,332 @@
+"""Reliability of the cache and the CLI: concurrent writers, writers killed mid-write,
+damaged and older cache files, odd names and paths, sizes that cannot fit."""
+
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache
+from conftest import PLUGINS
+from helpers_cache_writer import make_entry
+
+HELPER = Path(__file__).parent / "helpers_cache_writer.py"
+ODD = "odd dir ü ñ 'single' \"double\" $HOME ;&|*? [x]"
+
+
+def run_cli(*args, cache_dir=None, timeout=180):
+    env = {**os.environ, "COLUMNS": "250"}
+    if cache_dir is not None:
+        env["AUTOTUNE_CACHE_DIR"] = str(cache_dir)
+    return subprocess.run([sys.executable, "-m", "autotune_cli", *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def stderr_lines(proc):
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+def document(cache_dir):
+    """The cache file as plain JSON, checked to be a whole schema-1 document."""
+    doc = json.loads((Path(cache_dir) / CACHE_FILE).read_text(encoding="utf-8"))
+    assert doc["schema"] == SCHEMA and isinstance(doc["entries"], dict)
+    return doc
+
+
+def temporaries(cache_dir):
+    return sorted(Path(cache_dir).glob(".autotune-cache.*.tmp"))
+
+
+# -- 1. concurrent writers -----------------------------------------------------------------
+
+def test_eight_cli_processes_tuning_into_one_cache_keep_every_entry(tmp_path):
+    cache_dir = tmp_path / "cache"
+    sizes = [16 + 8 * i for i in range(8)]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    procs = [subprocess.Popen([sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--templates",
+                               "aten", "--workers", "1", "--json", "--m", str(m), "--n", "16", "--k", "16"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for m in sizes]
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        assert json.loads(out)["winner"]["uid"].startswith("aten::")
+    entries = document(cache_dir)["entries"]
+    assert sorted(e["problem"]["m"] for e in entries.values()) == sizes
+    assert Cache(cache_dir).load() == entries and not temporaries(cache_dir)
+
+
+def test_eight_processes_putting_in_a_loop_lose_nothing(tmp_path):
+    count = 25
+    procs = [subprocess.Popen([sys.executable, str(HELPER), "stress", str(tmp_path), f"w{i}", str(count)],
+                              stderr=subprocess.PIPE, text=True) for i in range(8)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    expected = {f"w{i}-{j}@stress" for i in range(8) for j in range(count)}
+    assert set(document(tmp_path)["entries"]) == expected
+    cache = Cache(tmp_path)
+    assert set(cache.load()) == expected and not cache.notices and not temporaries(tmp_path)
+
+
+# -- 2. a writer killed mid-write ------------------------------------------------------------
+
+class AckReader(threading.Thread):
+    """Collects the writer's "<key> <seq>" lines: each one is a put that returned."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.acked, self.first = stream, [], threading.Event()
+
+    def run(self):
+        for line in self.stream:
+            key, seq = line.split()
+            self.acked.append((key, int(seq)))
+            self.first.set()
+
+
+def test_sigkill_at_random_moments_leaves_the_old_or_the_new_document(tmp_path):
+    rng = random.Random(5)
+    last_acked: dict[str, int] = {}
+    torn_writes = 0  # kills that landed while a temporary file existed
+    for _ in range(30):
+        proc = subprocess.Popen([sys.executable, str(HELPER), "forever", str(tmp_path), "8", "150"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reader = AckReader(proc.stdout)
+        reader.start()
+        assert reader.first.wait(60), proc.stderr.read() if proc.poll() is not None else "no put in 60 s"
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+        proc.stderr.close()
+        assert proc.returncode == -signal.SIGKILL
+        for key, seq in reader.acked:
+            last_acked[key] = seq
+        left = temporaries(tmp_path)
+        assert len(left) <= 1  # the next writer deleted earlier ones under the lock
+        torn_writes += bool(left)
+        entries = document(tmp_path)["entries"]  # parses: never torn
+        cache = Cache(tmp_path)
+        assert cache.load() == entries and not cache.notices  # validates, nothing moved aside
+        for key, seq in last_acked.items():  # every committed put is there (or a newer one)
+            assert int(entries[key]["tuned_at"]) >= seq
+    assert torn_writes >= 1, "no kill landed mid-write: the test proved nothing"
+    Cache(tmp_path).put("after@kills", make_entry())
+    assert not temporaries(tmp_path)
+    assert not list(tmp_path.glob(f"{CACHE_FILE}.damaged-*"))
+
+
+def test_stale_temporaries_are_deleted_by_the_next_writer_only(tmp_path):
+    cache = Cache(tmp_path)
+    cache.put("a@1", make_entry())
+    stale = tmp_path / ".autotune-cache.abc123.tmp"
+    stale.write_text('{"schema": 1, "entr')
+    other = tmp_path / "notes.tmp"  # not ours: never touched
+    other.write_text("keep")
+    assert set(cache.load()) == {"a@1"} and stale.exists()  # readers take no lock, delete nothing
+    cache.put("b@1", make_entry(m=2))
+    assert not stale.exists() and other.read_text() == "keep"
+
+
+# -- 3. damaged and older caches ---------------------------------------------------------------
+
+DAMAGED = {
+    "truncated": ('{"schema": 1, "entries": {"a@1": {"problem": ', "not valid JSON"),
+    "newer schema": ('{"schema": 7, "entries": {}}', "schema 7 is newer"),
+    "older schema": ('{"schema": -1, "entries": {}}', "cannot be migrated"),
+    "wrong type": ('{"schema": 1, "entries": {"a@1": {"problem": {"op": "mm", "m": "64", "n": 8, "k": 8},'
+                   ' "fingerprint": {"device_name": "cpu"}, "candidates": [], "winner": null}}}',
+                   "--m must be an integer"),
+    "NaN": ('{"schema": 1, "entries": {"a@1": {"problem": {"op": "mm", "m": 1, "n": 1, "k": 1},'
+            ' "fingerprint": {"device_name": "cpu"}, "candidates": [], "winner": {"uid": "aten::mm",'
+            ' "params": {}, "ms": NaN, "tflops": 1}}}}', "NaN is not a JSON number"),
+    "not utf-8": (b'{"schema": 1, "entries": {"\xff": 1}}', "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_cache_show_on_a_damaged_file_says_one_line_and_keeps_it(tmp_path, name):
+    content, reason = DAMAGED[name]
+    raw = content if isinstance(content, bytes) else content.encode()
+    cache_dir = tmp_path / ODD
+    cache_dir.mkdir()
+    (cache_dir / CACHE_FILE).write_bytes(raw)
+    proc = run_cli("cache", "show", "--cache-dir", cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in stderr_lines(proc) if line.startswith("note:")]
+    assert len(notes) == 1 and reason in notes[0], proc.stderr
+    (aside,) = cache_dir.glob(f"{CACHE_FILE}.damaged-*")
+    assert str(aside) in notes[0] and aside.read_bytes() == raw
+    assert "is empty" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (cache_dir / CACHE_FILE).exists()  # nothing written in its place by a reader
+
+
+def test_tuning_over_a_damaged_file_carries_on_and_keeps_it(tmp_path):
+    raw = b'{"schema": 1, "entries": {"a@1": {"problem": '
+    (tmp_path / CACHE_FILE).write_bytes(raw)
+    proc = run_cli("mm", "--device", "cpu", "--templates", "aten", "--workers", "1", "--json",
+                   "--m", 8, "--n", 8, "--k", 8, cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sum("moved it to" in line for line in stderr_lines(proc)) == 1
+    (aside,) = tmp_path.glob(f"{CACHE_FILE}.damaged-*")
+    assert aside.read_bytes() == raw
+    assert len(document(tmp_path)["entries"]) == 1
+
+
+def test_damaged_twice_in_one_second_keeps_both_copies(tmp_path):
+    cache = Cache(tmp_path)
+    for text in ("{", "[", "nul"):
+        cache.path.write_text(text)
+        assert cache.load() == {}
+    kept = sorted(p.read_text() for p in tmp_path.glob(f"{CACHE_FILE}.damaged-*"))
+    assert kept == sorted(["{", "[", "nul"]) and len(cache.notices) == 3
+
+
+def test_non_finite_numbers_are_stored_as_null_and_never_break_a_write(tmp_path):
+    entry = make_entry()
+    entry["candidates"].append({"uid": "test::nan", "params": {}, "status": "wrong_result", "ms": 0.5,
+                                "max_rel_error": float("inf"), "p20": float("nan")})
+    cache = Cache(tmp_path)
+    cache.put("a@1", entry)
+    stored = document(tmp_path)["entries"]["a@1"]["candidates"][-1]
+    assert stored["max_rel_error"] is None and stored["p20"] is None and stored["ms"] == 0.5
+    assert entry["candidates"][-1]["max_rel_error"] == float("inf")  # the caller's copy untouched
+    bad = make_entry(ms=float("inf"))
+    with pytest.raises(ValueError, match="winner time"):
+        cache.put("b@1", bad)
+
+
+def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    for args in (["cache", "show"], ["cache", "clear", "--yes"],
+                 ["mm", "--device", "cpu", "--templates", "aten", "--m", 4, "--n", 4, "--k", 4]):
+        proc = run_cli(*args, "--cache-dir", not_a_dir)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = stderr_lines(proc)
+        assert line.startswith("autotune: error: cannot") and "Not a directory" in line
+    assert not_a_dir.read_text() == "x"
+
+
+def schema_0(doc):
+    """A schema-1 document turned into the unversioned layout the migration reads."""
+    from autotune_cli.problem import GemmProblem
+
+    entries = {}
+    for entry in doc["entries"].values():
+        old = {k: v for k, v in entry.items() if k not in ("fingerprint_digest", "machine")}
+        entries[GemmProblem.from_dict(entry["problem"]).key()] = old
+    return {"entries": entries}
+
+
+def test_schema_0_is_migrated_and_its_entries_are_cache_hits(tmp_path):
+    args = ("mm", "--device", "cpu", "--templates", "aten", "--workers", "1", "--json",
+            "--m", 24, "--n", 8, "--k", 8)
+    first = run_cli(*args, cache_dir=tmp_path)
+    assert first.returncode == 0, first.stderr
+    current = document(tmp_path)
+    old_text = json.dumps(schema_0(current), indent=2)
+    (tmp_path / CACHE_FILE).write_text(old_text)
+
+    second = run_cli(*args, cache_dir=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["from_cache"] is True  # found under the recomputed key
+    notes = [line for line in stderr_lines(second) if "note:" in line]
+    assert len(notes) == 1 and "used schema 0; migrated it to schema 1" in notes[0], second.stderr
+    assert (tmp_path / f"{CACHE_FILE}.schema-0").read_text() == old_text  # the original, kept
+    assert document(tmp_path)["entries"] == current["entries"]  # same keys, digests, machine
+
+
+def test_schema_0_that_cannot_be_migrated_is_moved_aside(tmp_path):
+    entry = {k: v for k, v in make_entry().items() if k != "fingerprint_digest"}  # fingerprint incomplete
+    text = json.dumps({"entries": {"mm/m64": entry}})
+    cache = Cache(tmp_path)
+    cache.path.write_text(text)
+    assert cache.load() == {}
+    assert len(cache.notices) == 1 and "cannot be migrated" in cache.notices[0]
+    (aside,) = tmp_path.glob(f"{CACHE_FILE}.damaged-*")
+    assert aside.read_text() == text and not list(tmp_path.glob(f"{CACHE_FILE}.schema-*"))
+
+
+def test_schema_0_migration_refuses_two_entries_that_become_one(tmp_path):
+    from autotune_cli.fingerprint import Fingerprint, probe_device
+
+    fp = Fingerprint.of(probe_device("cpu"), {}).to_dict()
+    entry = {**make_entry(), "fingerprint": fp}
+    del entry["fingerprint_digest"]
+    cache = Cache(tmp_path)
+    cache.path.write_text(json.dumps({"entries": {"one": entry, "two": entry}}))
+    assert cache.load() == {} and "both become" in cache.notices[0]
+    cache.path.write_text(json.dumps({"entries": {"one": entry}, "note": "metadata"}))
+    (key,) = cache.load()
+    assert key == f"mm/m64/n8/k8/float16/nn/cpu@{Fingerprint.from_dict(fp).digest()}"
+
+
+def test_parse_reads_exports_with_metadata(tmp_path):
+    text = json.dumps({"schema": SCHEMA, "exported_at": "now", "entries": {"a@1": make_entry()}})
+    assert list(Cache(tmp_path)._parse(text)) == ["a@1"]
+
+
+def test_existing_file_mode_is_kept(tmp_path):
+    cache = Cache(tmp_path)
+    cache.put("a@1", make_entry())
+    cache.path.chmod(0o644)
+    cache.put("b@1", make_entry(m=2))
+    assert cache.path.stat().st_mode & 0o777 == 0o644
+
+
+# -- 4. sizes and odd names --------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--m", 4000000, "--n", 4000000, "--k", 4],
+    ["--m", 65536, "--n", 65536, "--k", 65536, "--batch", 64],
+])
+def test_huge_problem_is_refused_before_any_allocation(tmp_path, args):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = run_cli("mm", "--device", "cpu", "--templates", "aten", *args, cache_dir=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = stderr_lines(proc)
+    assert line.startswith("autotune: error:") and "does not fit" in line
+    peak_kib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    assert peak_kib < 2 * 2**20  # under 2 GiB: nothing of the TiB it needs was allocated
+    assert not (tmp_path / CACHE_FILE).exists()
+
+
+def test_odd_cache_dir_plugin_and_space_paths(tmp_path):
+    odd = tmp_path / ODD
+    plugin_dir = odd / "plugins ü"
+    plugin_dir.mkdir(parents=True)
+    plugin = plugin_dir / "wrong 'mm' ü.py"
+    shutil.copy(PLUGINS / "wrong_mm.py", plugin)
+    cache_dir = odd / "cache dir"
+    proc = run_cli("mm", "--device", "cpu", "--templates", "aten,test::wrong_mm", "--plugin", plugin,
+                   "--workers", "1", "--json", "--m", 8, "--n", 8, "--k", 8, "--cache-dir", cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["winner"]["uid"].startswith("aten::")
+    statuses = {c["uid"]: c["status"] for c in result["candidates"]}
+    assert statuses["test::wrong_mm"] == "wrong_result"  # the plugin loaded in the worker too
+    assert len(document(cache_dir)["entries"]) == 1
+
+    shown = run_cli("cache", "show", "--json", "--cache-dir", cache_dir)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["path"] == str(cache_dir / CACHE_FILE)
+    path = run_cli("cache", "path", "--cache-dir", cache_dir)
+    assert path.stdout.strip() == str(cache_dir / CACHE_FILE)
+
+    space = odd / "space 'ü' [1].json"
+    space.write_text('[{"BLOCK_M": 3}]')
+    bad = run_cli("mm", "--device", "cpu", "--m", 8, "--n", 8, "--k", 8, "--space", space,
+                  "--cache-dir", cache_dir)
+    assert bad.returncode == 2, bad.stderr
+    (line,) = stderr_lines(bad)
+    assert line.startswith("autotune: error:") and str(space) in line
