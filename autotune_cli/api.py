@@ -83,7 +83,10 @@ class _Torch:
 
         self.torch = torch
         self.float32 = torch.float32
-        self.matmul_flags = torch.backends.cuda.matmul
+        # torch.backends.cuda.matmul.allow_tf32 reads this getter through a Python
+        # __getattr__ that costs ~1.5 us; call the getter itself where it exists.
+        getter = getattr(torch._C, "_get_cublas_allow_tf32", None)
+        self.allow_tf32 = getter if callable(getter) else (lambda: torch.backends.cuda.matmul.allow_tf32)
         self.ops = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
 
 
@@ -97,7 +100,10 @@ class Dispatcher:
         self._cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._t: _Torch | None = None
         self._lock = threading.Lock()
-        self._plans: dict[str, dict[tuple, Callable]] = {"mm": {}, "addmm": {}, "bmm": {}}
+        self._mm: dict[tuple, Callable] = {}  # key from the tensors -> the function to call
+        self._addmm: dict[tuple, Callable] = {}
+        self._bmm: dict[tuple, Callable] = {}
+        self._plans = {"mm": self._mm, "addmm": self._addmm, "bmm": self._bmm}
         self._info: dict[tuple, Dispatch] = {}
         self._warned: set[str] = set()
         self._tuners: dict[tuple, Any] = {}
@@ -160,6 +166,11 @@ class Dispatcher:
         Otherwise any entry for this problem whose fingerprint is this machine's, for the
         templates it was tuned with, and whose winner is registered here; the fastest wins.
         """
+        if problem.device == "cuda":
+            from .fingerprint import cuda_available
+
+            if not cuda_available():
+                return None  # no GPU here: no GPU winner can be this machine's
         entries = self._load_entries()
         if templates is not None:
             only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
@@ -220,8 +231,8 @@ class Dispatcher:
         """a @ b with this machine's cached winner (torch.mm where there is none)."""
         t = self._t or self._torch()
         key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
-        run = self._plans["mm"].get(key)
+               a.dtype is t.float32 and t.allow_tf32())
+        run = self._mm.get(key)
         if run is None:
             run = self._plan("mm", key, a, b, None)
         return run(a, b)
@@ -230,8 +241,8 @@ class Dispatcher:
         """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
         t = self._t or self._torch()
         key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
-        run = self._plans["bmm"].get(key)
+               a.dtype is t.float32 and t.allow_tf32())
+        run = self._bmm.get(key)
         if run is None:
             run = self._plan("bmm", key, a, b, None)
         return run(a, b)
@@ -243,9 +254,9 @@ class Dispatcher:
         if beta != 1 or alpha != 1:
             return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
         key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.matmul_flags.allow_tf32,
+               a.dtype is t.float32 and t.allow_tf32(),
                bias.shape, bias.stride(), bias.dtype, bias.device)
-        run = self._plans["addmm"].get(key)
+        run = self._addmm.get(key)
         if run is None:
             run = self._plan("addmm", key, a, b, bias)
         return run(bias, a, b)
@@ -256,7 +267,7 @@ class Dispatcher:
         t = self._t or self._torch()
         op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
         key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.matmul_flags.allow_tf32)
+               a.dtype is t.float32 and t.allow_tf32())
         if bias is not None:
             key += (bias.shape, bias.stride(), bias.dtype, bias.device)
         if key not in self._plans[op]:

@@ -221,6 +221,16 @@ def model(
                               budget=budget, compile_workers=compile_workers)
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32)
+    if not plan_only:
+        # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
+        # here, before the plan is shown, so that the error is the only line on stderr.
+        from .fingerprint import probe_device
+        from .plugins import load_plugins
+        from .templates import templates_for
+
+        load_plugins(settings.plugins)
+        templates_for(found[0].problem, settings.templates)
+        probe_device(dev)
     shares = plan_flops_share(found)
     plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),

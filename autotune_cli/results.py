@@ -53,7 +53,7 @@ class Candidate:
 
 SHORT_NAMES = {
     "BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
-    "num_stages": "s", "num_warps": "w",
+    "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic", "FLATTEN": "flat",
 }
 
 

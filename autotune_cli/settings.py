@@ -23,7 +23,7 @@ class TimingPolicy:
     warmup: int = 1
     min_runs: int = 10
     max_runs: int = 100
-    budget_ms: float = 100.0
+    budget_ms: float = 40.0
     flush_l2: bool = True
     # "events": CUDA events around each run, L2 flushed before it. "graph": a CUDA graph
     # of launches over rotating copies of the operands (more bytes than the L2 holds),

@@ -78,6 +78,20 @@ def problem_floor_seconds(problem: GemmProblem) -> float:
     return max(problem.min_bytes / 4.3e12, problem.flops / rate[problem.dtype])
 
 
+def timing_policy_for(problem: GemmProblem, device: DeviceInfo, settings: TuneSettings,
+                      base=None):
+    """The timing policy for a problem: CUDA-graph timing when the problem is so small that
+    its floor is under `graph_below_us` (launch overhead would otherwise pick the winner);
+    one mode for every candidate of the problem, so all are timed alike."""
+    from dataclasses import replace
+
+    policy = base or settings.timing_policy
+    if device.device_type == "cuda" and policy.mode == "events":
+        if problem_floor_seconds(problem) * 1e6 < settings.graph_below_us:
+            policy = replace(policy, mode="graph")
+    return policy
+
+
 def _identity(uid: str, params: dict) -> tuple:
     return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
@@ -98,6 +112,7 @@ class _Progress:
         self.latest: dict[tuple, Candidate] = {_identity(c.uid, c.params): c for c in reused}
         self.done = 0
         self.reported: set[tuple] = set()
+        self.timeline: list[tuple[str, str, float]] = []  # (candidate, round, seconds since start)
         self.last_save = time.monotonic()
 
     def report(self, candidate: Candidate) -> None:
@@ -109,6 +124,7 @@ class _Progress:
 
     def on_result(self, choice, candidate: Candidate, round_name: str) -> None:
         ident = _identity(candidate.uid, candidate.params)
+        self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
         if round_name == "screen" or ident not in self.latest or candidate.ok:
             self.latest[ident] = candidate
         if ident not in self.reported:
@@ -172,6 +188,9 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
+        start_workers = getattr(self.executor, "start", None)
+        if start_workers is not None:  # processes import torch while we do the rest
+            start_workers()
         choice_set = get_choices(problem, self.device, self.settings)
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
@@ -194,6 +213,7 @@ class Tuner:
             candidates += strategy.search(ctx)
         entry = self._entry(problem, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)
+        entry["timeline"] = progress.timeline
         self.cache.put(key, entry)
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
@@ -201,17 +221,7 @@ class Tuner:
         return outcome
 
     def settings_policy(self, problem: GemmProblem):
-        """The timing policy for this problem: CUDA-graph timing when the problem is so
-        small that its floor is under `graph_below_us` (launch overhead would dominate);
-        one mode for every candidate of the problem, so all are timed alike."""
-        from dataclasses import replace
-
-        policy = self.settings.timing_policy
-        if self.device.device_type == "cuda" and policy.mode == "events":
-            floor_us = problem_floor_seconds(problem) * 1e6
-            if floor_us < self.settings.graph_below_us:
-                policy = replace(policy, mode="graph")
-        return policy
+        return timing_policy_for(problem, self.device, self.settings)
 
     def _known_results(self, key: str) -> dict[tuple, Candidate]:
         """Results already measured under this fingerprint that need not be measured again:

@@ -1,4 +1,6 @@
-"""Shared helpers for the GPU benchmark scripts: side-by-side timing in one process."""
+"""Shared helpers for the GPU benchmark scripts: side-by-side timing in one process, by
+the same method the tuner uses for the problem (events with L2 flush, or a CUDA graph over
+rotating operand copies for tiny problems)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 from autotune_cli.bench.timing import CudaTimer
 from autotune_cli.bench.verify import check, make_operands, reference
 from autotune_cli.fingerprint import probe_device
-from autotune_cli.settings import TimingPolicy
+from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import get_template
+from autotune_cli.tuner import timing_policy_for
 
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
 
@@ -23,7 +26,7 @@ def out_dir() -> Path:
 
 
 class SideBySide:
-    """Times torch.mm (the anchor) and a chosen kernel with one timer in one process."""
+    """Times torch.mm (the anchor) and chosen kernels with one timer in one process."""
 
     def __init__(self) -> None:
         import torch
@@ -31,33 +34,47 @@ class SideBySide:
         self.torch = torch
         self.device = probe_device("cuda")
         self.timer = CudaTimer(self.device.l2_bytes)
+        self.settings = TuneSettings(device="cuda")
 
-    def anchor(self, problem, ops):
+    def policy(self, problem) -> TimingPolicy:
+        return timing_policy_for(problem, self.device, self.settings, base=POLICY)
+
+    def anchor(self, problem):
         torch = self.torch
         torch.backends.cuda.matmul.allow_tf32 = problem.allow_tf32
         if problem.op == "mm":
-            return lambda: torch.mm(ops.a, ops.b, out=ops.out)
+            return lambda ops: torch.mm(ops.a, ops.b, out=ops.out)
         if problem.op == "addmm":
-            return lambda: torch.addmm(ops.bias, ops.a, ops.b, out=ops.out)
-        return lambda: torch.bmm(ops.a, ops.b, out=ops.out)
+            return lambda ops: torch.addmm(ops.bias, ops.a, ops.b, out=ops.out)
+        return lambda ops: torch.bmm(ops.a, ops.b, out=ops.out)
 
-    def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
-        """(ours ms, torch ms, rel error of ours), interleaved A/B/A/B to share drift."""
-        template = get_template(winner["uid"])
-        run = template.build(problem, winner["params"], kernel_dir)
+    def runnable(self, problem, winner: dict, kernel_dir: str):
+        return get_template(winner["uid"]).build(problem, winner["params"], kernel_dir)
+
+    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 3):
+        """Median over `rounds` interleaved passes (A, B, C, A, B, C, ...) of each runnable's
+        median time, so slow drift of clocks hits all alike. Also verifies each."""
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
-        run(ops)
-        self.torch.cuda.synchronize()
-        verdict = check(problem, ops.out, ref)
+        verdicts = []
+        for run in runs:
+            ops.out.fill_(float("nan"))
+            run(ops)
+            self.torch.cuda.synchronize()
+            verdicts.append(check(problem, ops.out, ref))
         del ref
-        ours_fn = lambda: run(ops)  # noqa: E731
-        anchor_fn = self.anchor(problem, ops)
-        ours, anchor = [], []
-        for _ in range(3):
-            ours.append(self.timer(ours_fn, POLICY).median_ms)
-            anchor.append(self.timer(anchor_fn, POLICY).median_ms)
-        return sorted(ours)[1], sorted(anchor)[1], verdict
+        policy = self.policy(problem)
+        samples = [[] for _ in runs]
+        for _ in range(rounds):
+            for i, run in enumerate(runs):
+                samples[i].append(self.timer.measure(run, ops, policy).median_ms)
+        return [sorted(s)[len(s) // 2] for s in samples], verdicts
+
+    def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
+        """(ours ms, torch ms, verdict on ours)."""
+        (ours, anchor), verdicts = self.time_many(
+            problem, [self.runnable(problem, winner, kernel_dir), self.anchor(problem)], seed)
+        return ours, anchor, verdicts[0]
 
 
 def write_json(name: str, data) -> Path:

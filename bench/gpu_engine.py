@@ -81,14 +81,20 @@ def main() -> None:
         problem = make_problem(device="cuda", **spec)
         ours = tune(problem)
         ours_ms, torch_ms, verdict = side.time_winner(problem, ours["winner"], ours["kernel_dir"])
-        row = {"problem": name, "ours": ours, "ours_ms": ours_ms, "torch_mm_ms": torch_ms,
+        row = {"problem": name, "timing": side.policy(problem).mode, "ours": ours, "ours_ms": ours_ms, "torch_mm_ms": torch_ms,
                "verified": verdict.ok}
         if not args.skip_inductor:
             row["inductor"] = inductor(spec)
         # stability: more cold tunes, winners compared side by side
         winners = [ours["winner"]] + [tune(problem)["winner"] for _ in range(args.repeats)]
-        times = [side.time_winner(problem, w, ours["kernel_dir"])[0] for w in winners]
-        spread = max(times) / min(times) - 1
+        distinct = {json.dumps([w["uid"], w["params"]], sort_keys=True): w for w in winners}
+        if len(distinct) == 1:
+            times, spread = [ours_ms], 0.0  # the same kernel every time
+        else:
+            runs = [side.runnable(problem, w, ours["kernel_dir"]) for w in distinct.values()]
+            times, _ = side.time_many(problem, runs)
+            spread = max(times) / min(times) - 1
+        row["distinct_winners"] = [json.loads(k) for k in distinct]
         row["repeat_winner_ms"] = times
         row["repeat_spread"] = spread
         rows.append(row)

@@ -28,6 +28,10 @@ def main() -> None:
 
     from autotune_cli.bench.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
+    from autotune_cli.problem import make_problem
+    from autotune_cli.settings import TuneSettings
+    from autotune_cli.templates.base import Operands
+    from autotune_cli.tuner import timing_policy_for
     from bench.common import POLICY
 
     config.force_disable_caches = True
@@ -42,14 +46,19 @@ def main() -> None:
     tune_s = time.perf_counter() - started
     ref = torch.mm(a.double(), b.double())
     rel = float((out.double() - ref).norm() / ref.norm())
-    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    device = probe_device("cuda")
+    timer = CudaTimer(device.l2_bytes)
+    problem = make_problem(m=m, n=n, k=k, dtype=dtype_name, device="cuda")
+    policy = timing_policy_for(problem, device, TuneSettings(device="cuda"), base=POLICY)
+    ops = Operands(a=a, b=b, out=torch.empty(m, n, device="cuda", dtype=dtype))
     inductor_ms, torch_ms = [], []
     for _ in range(3):
-        inductor_ms.append(timer(lambda: fn(a, b), POLICY).median_ms)
-        torch_ms.append(timer(lambda: torch.mm(a, b), POLICY).median_ms)
+        inductor_ms.append(timer.measure(lambda o: fn(o.a, o.b), ops, policy).median_ms)
+        torch_ms.append(timer.measure(lambda o: torch.mm(o.a, o.b, out=o.out), ops, policy).median_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode,
                       "tune_s": tune_s, "inductor_ms": sorted(inductor_ms)[1],
-                      "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel}))
+                      "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel,
+                      "timing": policy.mode}))
 
 
 if __name__ == "__main__":

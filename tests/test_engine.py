@@ -67,18 +67,21 @@ def test_compile_pool_feeds_the_timing_worker(tmp_path):
 
 
 def test_compile_errors_are_caught_in_the_pool(tmp_path):
-    space = tmp_path / "space.json"
-    # BLOCK_K 1024 with K 64 is scaled down; a num_warps Triton rejects is not: use a
-    # config the kernel cannot build under the interpreter: BLOCK_M 2048 (over the limit).
-    space.write_text(json.dumps([{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}]))
+    plugin = str(PLUGINS / "broken.py")
+    load_plugins([plugin])
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
-                            space_file=str(space))
+                            plugins=(plugin,), templates=("test::broken", "triton::mm", "aten::mm"))
     problem = make_problem(m=32, n=32, k=32, device="cpu")
     device = probe_device("cpu")
     choices = get_choices(problem, device, settings).choices
     with LocalExecutor(device, settings) as executor:
         results = executor.run(choices)
-    assert sorted(r.uid for r in results) == ["aten::mm", "triton::mm"] and all(r.ok for r in results)
+    by_uid = {}
+    for result in results:
+        by_uid.setdefault(result.uid, []).append(result)
+    (broken,) = by_uid["test::broken"]
+    assert broken.status == "compile_error" and "SyntaxError" in broken.error
+    assert all(r.ok for r in by_uid["triton::mm"] + by_uid["aten::mm"])
 
 
 def test_exhaustive_search_on_cpu(cli, cache_dir):

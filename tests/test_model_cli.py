@@ -413,6 +413,10 @@ def bad_cases(models, tmp_path):
         ([pt2, "--hint", "x.0=2"], "no dynamic dims"),
         ([models["dynamic"][1], "--hint", "zz=2"], "unknown dynamic dim 'zz'"),
         ([models["dynamic"][1], "--hint", "x.0=0"], "not a positive integer"),
+        # bad tuning options fail before the plan is shown
+        ([pt2, "--templates", "nope::mm"], "unknown template 'nope::mm'"),
+        ([pt2, "--plugin", tmp_path / "no_such_plugin.py"], "plugin file not found"),
+        ([pt2, "--workers", "0"], "--workers must be at least 1"),
     ]
 
 
@@ -425,8 +429,12 @@ def one_error_line(stderr: str) -> str:
 
 
 def test_bad_input_in_process(cli, cache_dir, models, tmp_path):
-    for args, message in bad_cases(models, tmp_path):
-        code, out, err = cli("model", *args, "--device", "cpu", *ATEN)
+    # the case's own options come last, so that they win over ATEN's
+    cases = [(["--device", "cpu", *ATEN, *args], message) for args, message in bad_cases(models, tmp_path)]
+    if not torch.cuda.is_available():
+        cases.append(([models["mlp_bias"][1], "--device", "cuda"], "no CUDA GPU is visible"))
+    for args, message in cases:
+        code, out, err = cli("model", *args)
         assert code == 2, (args, err)
         assert message in one_error_line(err), (args, err)
         assert out == ""

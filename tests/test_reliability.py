@@ -171,18 +171,6 @@ def test_cache_show_on_a_damaged_file_says_one_line_and_keeps_it(tmp_path, name)
     assert not (cache_dir / CACHE_FILE).exists()  # nothing written in its place by a reader
 
 
-def test_tuning_over_a_damaged_file_carries_on_and_keeps_it(tmp_path):
-    raw = b'{"schema": 1, "entries": {"a@1": {"problem": '
-    (tmp_path / CACHE_FILE).write_bytes(raw)
-    proc = run_cli("mm", "--device", "cpu", "--templates", "aten", "--workers", "1", "--json",
-                   "--m", 8, "--n", 8, "--k", 8, cache_dir=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert sum("moved it to" in line for line in stderr_lines(proc)) == 1
-    (aside,) = tmp_path.glob(f"{CACHE_FILE}.damaged-*")
-    assert aside.read_bytes() == raw
-    assert len(document(tmp_path)["entries"]) == 1
-
-
 def test_damaged_twice_in_one_second_keeps_both_copies(tmp_path):
     cache = Cache(tmp_path)
     for text in ("{", "[", "nul"):
@@ -218,33 +206,28 @@ def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
     assert not_a_dir.read_text() == "x"
 
 
-def schema_0(doc):
-    """A schema-1 document turned into the unversioned layout the migration reads."""
-    from autotune_cli.problem import GemmProblem
-
-    entries = {}
-    for entry in doc["entries"].values():
-        old = {k: v for k, v in entry.items() if k not in ("fingerprint_digest", "machine")}
-        entries[GemmProblem.from_dict(entry["problem"]).key()] = old
-    return {"entries": entries}
-
-
 def test_schema_0_is_migrated_and_its_entries_are_cache_hits(tmp_path):
-    args = ("mm", "--device", "cpu", "--templates", "aten", "--workers", "1", "--json",
-            "--m", 24, "--n", 8, "--k", 8)
-    first = run_cli(*args, cache_dir=tmp_path)
-    assert first.returncode == 0, first.stderr
-    current = document(tmp_path)
-    old_text = json.dumps(schema_0(current), indent=2)
+    from autotune_cli.fingerprint import Fingerprint, probe_device
+    from autotune_cli.problem import make_problem
+    from autotune_cli.templates import templates_for
+
+    problem = make_problem(m=24, n=8, k=8, device="cpu")
+    templates = {t.uid: t.source_hash() for t in templates_for(problem, ("aten",))}
+    fingerprint = Fingerprint.of(probe_device("cpu"), templates)
+    old_entry = {**make_entry(), "problem": problem.to_dict(), "fingerprint": fingerprint.to_dict()}
+    old_text = json.dumps({"entries": {problem.key(): old_entry}}, indent=2)  # schema 0
     (tmp_path / CACHE_FILE).write_text(old_text)
 
-    second = run_cli(*args, cache_dir=tmp_path)
-    assert second.returncode == 0, second.stderr
-    assert json.loads(second.stdout)["from_cache"] is True  # found under the recomputed key
-    notes = [line for line in stderr_lines(second) if "note:" in line]
-    assert len(notes) == 1 and "used schema 0; migrated it to schema 1" in notes[0], second.stderr
+    proc = run_cli("mm", "--device", "cpu", "--templates", "aten", "--json", "--m", 24, "--n", 8, "--k", 8,
+                   cache_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["from_cache"] is True  # found under the recomputed key
+    notes = [line for line in stderr_lines(proc) if "note:" in line]
+    assert len(notes) == 1 and "used schema 0; migrated it to schema 1" in notes[0], proc.stderr
     assert (tmp_path / f"{CACHE_FILE}.schema-0").read_text() == old_text  # the original, kept
-    assert document(tmp_path)["entries"] == current["entries"]  # same keys, digests, machine
+    key = f"{problem.key()}@{fingerprint.digest()}"
+    assert document(tmp_path)["entries"] == {key: {**old_entry, "fingerprint_digest": fingerprint.digest(),
+                                                   "machine": fingerprint.machine_digest()}}
 
 
 def test_schema_0_that_cannot_be_migrated_is_moved_aside(tmp_path):
@@ -302,13 +285,16 @@ def test_huge_problem_is_refused_before_any_allocation(tmp_path, args):
     assert not (tmp_path / CACHE_FILE).exists()
 
 
-def test_odd_cache_dir_plugin_and_space_paths(tmp_path):
+def test_odd_cache_dir_plugin_and_space_paths_and_a_damaged_file(tmp_path):
     odd = tmp_path / ODD
     plugin_dir = odd / "plugins ü"
     plugin_dir.mkdir(parents=True)
     plugin = plugin_dir / "wrong 'mm' ü.py"
     shutil.copy(PLUGINS / "wrong_mm.py", plugin)
     cache_dir = odd / "cache dir"
+    cache_dir.mkdir()
+    damaged = b'{"schema": 1, "entries": {"a@1": {"problem": '
+    (cache_dir / CACHE_FILE).write_bytes(damaged)
     proc = run_cli("mm", "--device", "cpu", "--templates", "aten,test::wrong_mm", "--plugin", plugin,
                    "--workers", "1", "--json", "--m", 8, "--n", 8, "--k", 8, "--cache-dir", cache_dir)
     assert proc.returncode == 0, proc.stderr
@@ -317,6 +303,9 @@ def test_odd_cache_dir_plugin_and_space_paths(tmp_path):
     statuses = {c["uid"]: c["status"] for c in result["candidates"]}
     assert statuses["test::wrong_mm"] == "wrong_result"  # the plugin loaded in the worker too
     assert len(document(cache_dir)["entries"]) == 1
+    notes = [line for line in stderr_lines(proc) if "note:" in line]  # the damaged file: kept, said once
+    (aside,) = cache_dir.glob(f"{CACHE_FILE}.damaged-*")
+    assert len(notes) == 1 and str(aside) in notes[0] and aside.read_bytes() == damaged
 
     shown = run_cli("cache", "show", "--json", "--cache-dir", cache_dir)
     assert shown.returncode == 0 and json.loads(shown.stdout)["path"] == str(cache_dir / CACHE_FILE)

@@ -148,6 +148,13 @@ class LocalExecutor:
     def workers(self) -> list[_Worker]:
         return self.timers + self.compilers
 
+    def start(self) -> None:
+        """Start every worker process now (they import torch and triton in parallel with
+        whatever the caller does next)."""
+        for worker in self.workers:
+            if worker.state == "down":
+                worker.start(self.settings.startup_timeout_s)
+
     def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy, mode: str) -> dict[str, Any]:
         return {
             "mode": mode,

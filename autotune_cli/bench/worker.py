@@ -44,6 +44,7 @@ class CandidateRunner:
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
+        import triton  # noqa: F401  (imported now, not at the first candidate)
 
         from ..bench import timing
 

@@ -1,0 +1,285 @@
+"""triton::mm_persistent_tma (mm and addmm): a persistent Triton GEMM whose operand tiles
+come in through TMA tensor descriptors, rendered from jinja.
+
+Which TMA API. Triton has had device-side descriptors (`tl.make_tensor_descriptor`, the
+kernel builds them in a global scratch buffer it gets through `triton.set_allocator`) and
+host-side ones (`triton.tools.tensor_descriptor.TensorDescriptor`) since 3.4; 3.3 had only
+`tl._experimental_make_tensor_descriptor`. Both exist in 3.6 (the GPU host) and 3.9 (CI), and
+both run under 3.9's interpreter. We use the device-side form, as Inductor's persistent TMA
+template and Triton's persistent-matmul tutorial do: the kernel takes plain tensors, so one
+argument list serves launch and `warmup`, and nothing is encoded on the host per launch.
+The price is the allocator, which `run` installs before each launch (`set_allocator` sets a
+ContextVar, i.e. per thread). The interpreter needs no scratch memory.
+
+NUM_SMS. The grid is one program per SM (fewer when there are fewer tiles), and the kernel
+strides over tiles by the number of programs, a constexpr passed at launch. Neither the
+heuristic nor `full_params` sees the device, and the params need not: the SM count is part of
+the fingerprint that guards every cache entry, so params + fingerprint fix the kernel, and
+the same params stay valid on a GPU with another SM count. `build` (in the worker, on the
+device) reads the count from torch; under the interpreter it is INTERPRETER_SMS.
+
+TMA needs compute capability >= 9.0, a contiguous last dimension and 16-byte aligned row
+strides and base addresses. A transposed operand is described as stored ([K, M] for A) and
+its tiles are transposed after loading, so every layout works when the strides align;
+`unavailable_reason` says why not when they do not (e.g. fp16 with K = 777).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Operands, Runnable, Template
+from .registry import register_template
+from .triton_mm import interpreting, load_kernel
+
+TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
+INTERPRETER_SMS = 4  # programs under the interpreter: enough for each to own several tiles
+MIN_TRITON = (3, 4)  # the first release with tl.make_tensor_descriptor and set_allocator
+TMA_ALIGN = 16  # bytes: base address and every stride but the last
+
+
+@lru_cache(maxsize=1)
+def _jinja_template():
+    import jinja2
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.from_string(TEMPLATE_FILE.read_text())
+
+
+# -- what this Triton and this device can do --------------------------------------------------
+
+def _imported(name: str):
+    """The module if this process has imported it already, else None (nothing is imported)."""
+    return sys.modules.get(name)
+
+
+def _installed_triton_version() -> tuple[int, int] | None:
+    for name in ("triton", "pytorch-triton"):
+        try:
+            text = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        match = re.match(r"(\d+)\.(\d+)", text)
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return None
+
+
+@lru_cache(maxsize=1)
+def descriptor_api_problem() -> str | None:
+    """Why this Triton cannot build device-side tensor descriptors, or None if it can.
+    Asks the module itself when triton is already imported (a worker), else the installed
+    version, so that the parent process need not import triton to prune."""
+    language = _imported("triton.language")
+    if language is not None:
+        triton = _imported("triton")
+        if hasattr(language, "make_tensor_descriptor") and hasattr(triton, "set_allocator"):
+            return None
+        version = getattr(triton, "__version__", "?")
+        return f"triton {version} lacks tl.make_tensor_descriptor / triton.set_allocator (needs >= 3.4)"
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed"
+    version = _installed_triton_version()
+    if version is not None and version < MIN_TRITON:
+        return (f"triton {version[0]}.{version[1]} lacks tl.make_tensor_descriptor "
+                f"(needs >= {MIN_TRITON[0]}.{MIN_TRITON[1]})")
+    return None
+
+
+@lru_cache(maxsize=1)
+def interpreter_descriptor_problem() -> str | None:
+    """Why Triton's interpreter cannot run tensor descriptors, or None if it can (it can
+    since the release that made them public, 3.4)."""
+    problem = descriptor_api_problem()
+    if problem:
+        return problem
+    interpreter = _imported("triton.runtime.interpreter")
+    if interpreter is not None:
+        builder = getattr(interpreter, "InterpreterBuilder", None)
+        if builder is not None and not hasattr(builder, "create_make_tensor_descriptor"):
+            return "this Triton's interpreter cannot run tensor descriptors"
+    return None
+
+
+def _capability(text: str) -> tuple[int, int] | None:
+    match = re.match(r"^\s*(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def misaligned_rows(problem: GemmProblem) -> list[str]:
+    """The stored matrices whose row stride is not a multiple of 16 bytes. Rows are as
+    stored: a transposed A is [K, M], so its rows are M elements long."""
+    size = problem.dtype_size
+    rows = {
+        "A": problem.m if problem.a_transposed else problem.k,
+        "B": problem.k if problem.b_transposed else problem.n,
+        "C": problem.n,
+    }
+    return [f"{name} rows are {count * size} B" for name, count in rows.items()
+            if (count * size) % TMA_ALIGN]
+
+
+# -- the template -----------------------------------------------------------------------------
+
+class TritonPersistentTMATemplate(Template):
+    backend = "triton"
+
+    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
+        self.uid = uid
+        self.ops = ops
+
+    def source_text(self) -> str:
+        return TEMPLATE_FILE.read_text() + Path(__file__).read_text()
+
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        api = descriptor_api_problem()
+        if api:
+            return api
+        if device.device_type == "cpu":
+            why = interpreter_descriptor_problem()
+            if why:
+                return why
+        elif device.device_type == "cuda":
+            if "AMD" in (device.name or "").upper().split():
+                return "TMA descriptors are an NVIDIA feature"
+            capability = _capability(device.capability)
+            if capability is None:
+                return "TMA needs compute capability >= 9.0; the device's is unknown"
+            if capability < (9, 0):
+                return f"TMA needs compute capability >= 9.0, the device has {device.capability}"
+        else:
+            return f"no TMA on device type {device.device_type!r}"
+        bad = misaligned_rows(problem)
+        if bad:
+            return ("TMA needs row strides that are multiples of 16 bytes: "
+                    + ", ".join(bad) + f" ({problem.dtype}, layout {problem.layout})")
+        return None
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        missing = [key for key in CONFIG_KEYS if key not in config]
+        if missing:
+            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
+        params = {key: int(config[key]) for key in CONFIG_KEYS}
+        for key, default in DEFAULTS.items():
+            params[key] = int(config.get(key, default))
+        params["ACC_TYPE"] = "tl.float32"
+        params["ALLOW_TF32"] = bool(problem.allow_tf32)
+        return params
+
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        upcast = problem.device == "cpu" and problem.dtype != "float32"
+        if problem.dtype == "float32" and not upcast:
+            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
+        else:
+            precision = ""
+        digest = hashlib.sha256(
+            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
+        ).hexdigest()[:12]
+        return _jinja_template().render(
+            uid=self.uid,
+            problem_desc=problem.describe(),
+            params_desc=", ".join(f"{k}={v}" for k, v in params.items()),
+            kernel_name=f"{self.uid.split('::')[1]}_{digest}",
+            BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"],
+            GROUP_M=params["GROUP_M"], ACC_TYPE=params["ACC_TYPE"],
+            FLATTEN=bool(params["FLATTEN"]), UPCAST=upcast, INPUT_PRECISION=precision,
+            A_TRANSPOSED=problem.a_transposed, B_TRANSPOSED=problem.b_transposed,
+            HAS_BIAS=problem.op == "addmm",
+        )
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        if problem.op not in self.ops:
+            raise ValueError(f"{self.uid} does not serve {problem.op}")
+        source = self.render(problem, params)
+        kernel = load_kernel(source, kernel_dir)
+        num_warps, num_stages = params["num_warps"], params["num_stages"]
+        m, n, k = problem.m, problem.n, problem.k
+        tiles = -(-m // params["BLOCK_M"]) * -(-n // params["BLOCK_N"])
+        programs = max(1, min(device_sm_count(problem.device), tiles))
+        grid = (programs,)
+        a_t, b_t = problem.a_transposed, problem.b_transposed
+        bias_strides_n = problem.op == "addmm" and problem.bias == "n"
+        allocator = None if problem.device == "cpu" or interpreting() else _scratch_allocator()
+
+        def arguments(ops: Operands) -> tuple:
+            a, b, c = ops.a, ops.b, ops.out
+            stride_a = _row_stride(a, a_t, "A")
+            stride_b = _row_stride(b, b_t, "B")
+            stride_c = _row_stride(c, False, "out")
+            if ops.bias is None:
+                bias, bias_args = c, (0, 0)
+            elif bias_strides_n:
+                bias, bias_args = ops.bias, (0, ops.bias.stride(0))
+            else:
+                bias, bias_args = ops.bias, ops.bias.stride()
+            return (a, b, c, bias, m, n, k, stride_a, stride_b, stride_c, *bias_args)
+
+        def run(ops: Operands) -> None:
+            args = arguments(ops)
+            if allocator is not None:
+                import triton
+
+                triton.set_allocator(allocator)
+            kernel[grid](*args, NUM_SMS=programs, num_warps=num_warps, num_stages=num_stages)
+
+        def warmup(ops: Operands) -> None:
+            """Compile for these operands without launching (the compile pool calls this)."""
+            if hasattr(kernel, "warmup"):  # the interpreter has nothing to compile
+                kernel.warmup(*arguments(ops), NUM_SMS=programs, grid=grid,
+                              num_warps=num_warps, num_stages=num_stages)
+
+        run.warmup = warmup  # type: ignore[attr-defined]
+        run.programs = programs  # type: ignore[attr-defined]
+        return run
+
+
+def device_sm_count(device_type: str) -> int:
+    """Programs of the persistent grid: the current GPU's SM count, or INTERPRETER_SMS."""
+    if device_type == "cpu" or interpreting():
+        return INTERPRETER_SMS
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _scratch_allocator():
+    """Global memory for the descriptors the kernel builds (128 B each per program)."""
+    import torch
+
+    def allocate(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    return allocate
+
+
+def _row_stride(tensor, transposed: bool, name: str) -> int:
+    """The stride between rows of `tensor` as stored, checking what TMA needs: a contiguous
+    last dimension, a 16-byte aligned base and row stride."""
+    rows, cols = (1, 0) if transposed else (0, 1)
+    if tensor.stride(cols) != 1 and tensor.shape[cols] != 1:
+        layout = "column-major" if transposed else "row-major"
+        raise ValueError(f"{name} must be {layout} for this kernel, got strides {tuple(tensor.stride())}")
+    stride = tensor.stride(rows)
+    if tensor.shape[rows] == 1:  # one row: its stride is never used, but must look aligned
+        per_align = max(1, TMA_ALIGN // tensor.element_size())
+        stride = -(-tensor.shape[cols] // per_align) * per_align
+    if tensor.data_ptr() % TMA_ALIGN or (stride * tensor.element_size()) % TMA_ALIGN:
+        raise ValueError(f"{name}: TMA needs a 16-byte aligned base and row stride "
+                         f"(stride {stride}, {tensor.element_size()} B elements)")
+    return stride
+
+
+register_template(TritonPersistentTMATemplate("triton::mm_persistent_tma", ("mm", "addmm")))

@@ -1,0 +1,195 @@
+"""triton::mm_splitk (mm and addmm): split-K for problems with few output tiles and a long K,
+rendered from jinja.
+
+When M·N is small, a plain tiled GEMM has fewer tiles than the GPU has SMs and each program
+walks all of K alone. Split-K cuts K into SPLIT_K slices and gives each (tile, slice) its own
+program (grid axis 1), so SPLIT_K times more programs share the work.
+
+The partial sums are float32 and are combined in one of two ways (the ATOMIC_ADD param):
+  0 (default): each slice writes its own [M, N] plane of a [SPLIT_K, M, N] workspace, and a
+     second small kernel sums the planes in slice order, adds the bias once, rounds to the
+     output dtype and writes C. Deterministic: the same inputs give the same bits.
+  1: every slice atomically adds into one [M, N] float32 buffer, zeroed before the launch,
+     and the same second kernel (with one plane) adds the bias and rounds. Fewer bytes, but
+     the order of the additions varies from run to run, and so does the rounding.
+The workspace is allocated on the first run and kept by the runnable (it is at most
+SPLIT_K·M·N·4 bytes; the heuristic keeps that small). Strides are runtime arguments, so one
+kernel serves every layout; C may have any strides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Operands, Runnable, Template
+from .registry import register_template
+
+TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "SPLIT_K")
+DEFAULTS = {"ATOMIC_ADD": 0}
+REDUCE_BLOCK = 1024
+REDUCE_WARPS = 4
+MAX_WORKSPACE_ELEMENTS = 2**31 - 1  # the kernels index the workspace with 32-bit offsets
+
+
+@lru_cache(maxsize=1)
+def _jinja_template():
+    import jinja2
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.from_string(TEMPLATE_FILE.read_text())
+
+
+def k_per_split(k: int, split_k: int, block_k: int) -> int:
+    """The length of each slice of K: K / SPLIT_K rounded up to a multiple of BLOCK_K (the
+    last slice may be shorter, or empty)."""
+    per = -(-k // split_k)
+    return -(-per // block_k) * block_k
+
+
+class TritonSplitKTemplate(Template):
+    backend = "triton"
+
+    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
+        self.uid = uid
+        self.ops = ops
+
+    def source_text(self) -> str:
+        return TEMPLATE_FILE.read_text() + Path(__file__).read_text()
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        missing = [key for key in CONFIG_KEYS if key not in config]
+        if missing:
+            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
+        params = {key: int(config[key]) for key in CONFIG_KEYS}
+        for key, default in DEFAULTS.items():
+            params[key] = int(config.get(key, default))
+        if params["SPLIT_K"] < 1:
+            raise ValueError(f"{self.uid}: SPLIT_K must be at least 1, got {params['SPLIT_K']}")
+        params["EVEN_K"] = problem.k % (params["BLOCK_K"] * params["SPLIT_K"]) == 0
+        params["ACC_TYPE"] = "tl.float32"
+        params["ALLOW_TF32"] = bool(problem.allow_tf32)
+        return params
+
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        upcast = problem.device == "cpu" and problem.dtype != "float32"
+        if problem.dtype == "float32" and not upcast:
+            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
+        else:
+            precision = ""
+        digest = hashlib.sha256(
+            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
+        ).hexdigest()[:12]
+        name = self.uid.split("::")[1]
+        atomic = bool(params["ATOMIC_ADD"])
+        return _jinja_template().render(
+            uid=self.uid,
+            problem_desc=problem.describe(),
+            params_desc=", ".join(f"{k}={v}" for k, v in params.items()),
+            kernel_name=f"{name}_{digest}",
+            reduce_name=f"{name}_reduce_{digest}",
+            BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"],
+            GROUP_M=params["GROUP_M"], ACC_TYPE=params["ACC_TYPE"], EVEN_K=params["EVEN_K"],
+            K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
+            ATOMIC_ADD=atomic, PARTS=1 if atomic else params["SPLIT_K"],
+            REDUCE_BLOCK=REDUCE_BLOCK, UPCAST=upcast, INPUT_PRECISION=precision,
+            HAS_BIAS=problem.op == "addmm",
+        )
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        if problem.op not in self.ops:
+            raise ValueError(f"{self.uid} does not serve {problem.op}")
+        source = self.render(problem, params)
+        partial, reduce = load_kernels(source, kernel_dir, count=2)
+        num_warps, num_stages = params["num_warps"], params["num_stages"]
+        bm, bn, split_k = params["BLOCK_M"], params["BLOCK_N"], params["SPLIT_K"]
+        atomic = bool(params["ATOMIC_ADD"])
+        m, n, k = problem.m, problem.n, problem.k
+        planes = 1 if atomic else split_k
+        if planes * m * n > MAX_WORKSPACE_ELEMENTS:
+            raise ValueError(f"a {planes}x{m}x{n} workspace is too large for 32-bit offsets")
+        grid = (-(-m // bm) * -(-n // bn), split_k)
+        reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
+        bias_strides_n = problem.op == "addmm" and problem.bias == "n"
+        workspaces: dict[Any, Any] = {}
+
+        def workspace(device):
+            ws = workspaces.get(device)
+            if ws is None:
+                import torch
+
+                ws = workspaces[device] = torch.empty((planes, m, n), dtype=torch.float32, device=device)
+            return ws
+
+        def arguments(ops: Operands) -> tuple[tuple, tuple]:
+            a, b, c = ops.a, ops.b, ops.out
+            ws = workspace(c.device)
+            if ops.bias is None:
+                bias, bias_args = c, (0, 0)
+            elif bias_strides_n:
+                bias, bias_args = ops.bias, (0, ops.bias.stride(0))
+            else:
+                bias, bias_args = ops.bias, ops.bias.stride()
+            first = (a, b, ws, m, n, k, *a.stride(), *b.stride())
+            second = (ws, c, bias, m, n, *c.stride(), *bias_args)
+            return first, second
+
+        def run(ops: Operands) -> None:
+            first, second = arguments(ops)
+            if atomic:
+                first[2].zero_()
+            partial[grid](*first, num_warps=num_warps, num_stages=num_stages)
+            reduce[reduce_grid](*second, num_warps=REDUCE_WARPS, num_stages=1)
+
+        def warmup(ops: Operands) -> None:
+            """Compile both kernels for these operands without launching."""
+            if hasattr(partial, "warmup"):  # the interpreter has nothing to compile
+                first, second = arguments(ops)
+                partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages)
+                reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1)
+
+        run.warmup = warmup  # type: ignore[attr-defined]
+        return run
+
+
+def load_kernels(source: str, kernel_dir: str, count: int) -> list:
+    """Write rendered source to a file (Triton reads a kernel's source from its file), import
+    it and return its @triton.jit functions in the order they are defined."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    module_name = f"autotune_kernel_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        directory = Path(kernel_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{module_name}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
+    if len(kernels) != count:
+        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
+    return kernels
+
+
+register_template(TritonSplitKTemplate("triton::mm_splitk", ("mm", "addmm")))

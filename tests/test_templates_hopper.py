@@ -1,0 +1,400 @@
+"""Issue 7's templates: triton::mm_persistent_tma and triton::mm_splitk.
+
+Both kernels run for real under Triton's interpreter (which runs tensor descriptors since
+Triton 3.4) against a float64 reference, on every layout, for mm and addmm; their fallbacks
+(compute capability, Triton version, misaligned strides) and heuristics are checked too."""
+
+import ast
+
+import pytest
+import torch
+
+from autotune_cli.bench.verify import check, make_operands, poison, reference
+from autotune_cli.choices import get_choices
+from autotune_cli.errors import UserError
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.heuristics import lookup_heuristic
+from autotune_cli.heuristics import hopper
+from autotune_cli.problem import make_problem
+from autotune_cli.results import params_str
+from autotune_cli.settings import TuneSettings
+from autotune_cli.templates import get_template, templates_for
+from autotune_cli.templates import triton_persistent_tma as tma_module
+from autotune_cli.templates.triton_splitk import k_per_split
+
+TMA = "triton::mm_persistent_tma"
+SPLITK = "triton::mm_splitk"
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
+                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
+A100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
+                  smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
+CPU = DeviceInfo(device_type="cpu", name="cpu")
+TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
+LAYOUTS = ["nn", "nt", "tn", "tt"]
+OPS = [dict(), dict(bias="n"), dict(bias="mn")]
+
+
+def run_and_check(problem, template, config, tmp_path, seed=1):
+    """Build, run on NaN-poisoned output, verify; and show the check is not vacuous."""
+    params = template.full_params(problem, config)
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=seed, device="cpu")
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
+    other = make_operands(problem, seed=seed + 1, device="cpu")
+    assert not check(problem, ops.out, reference(problem, other)).ok
+    return run, ops
+
+
+def test_registered_for_mm_and_addmm_only():
+    mm = make_problem(m=8, n=8, k=8, device="cpu")
+    addmm = make_problem(m=8, n=8, k=8, bias="n", device="cpu")
+    bmm = make_problem(m=8, n=8, k=8, batch=2, device="cpu")
+    for problem in (mm, addmm):
+        assert {TMA, SPLITK} <= {t.uid for t in templates_for(problem)}
+    assert not {TMA, SPLITK} & {t.uid for t in templates_for(bmm)}
+    for uid in (TMA, SPLITK):
+        assert get_template(uid).backend == "triton"  # so the shared-memory prune applies
+
+
+# -- split-K: the kernel ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("split_k", [2, 4])
+@pytest.mark.parametrize("op", OPS, ids=["mm", "addmm_n", "addmm_mn"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_splitk_computes_the_product(layout, op, split_k, tmp_path):
+    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
+    problem = make_problem(m=24, n=40, k=200, dtype=dtype, layout=layout, device="cpu", **op)
+    template = get_template(SPLITK)
+    params = template.full_params(problem, {**TILE, "SPLIT_K": split_k})
+    assert params["EVEN_K"] is False and params["ATOMIC_ADD"] == 0
+    run_and_check(problem, template, {**TILE, "SPLIT_K": split_k}, tmp_path)
+
+
+@pytest.mark.parametrize("case", [
+    dict(m=33, n=65, k=256, split_k=4, atomic=0),   # EVEN_K: 256 = 4 * 2 * 32, no K masks
+    dict(m=24, n=40, k=200, split_k=4, atomic=1),   # atomics into one zeroed plane
+    dict(m=40, n=24, k=130, split_k=8, atomic=0),   # slices 5..7 start past K: empty
+], ids=["even_k", "atomic", "empty_slices"])
+def test_splitk_edge_cases(case, tmp_path):
+    problem = make_problem(m=case["m"], n=case["n"], k=case["k"], dtype="float32", bias="n",
+                           layout="nt", device="cpu")
+    template = get_template(SPLITK)
+    config = {**TILE, "SPLIT_K": case["split_k"], "ATOMIC_ADD": case["atomic"]}
+    params = template.full_params(problem, config)
+    assert params["EVEN_K"] is (problem.k % (32 * case["split_k"]) == 0)
+    run, ops = run_and_check(problem, template, config, tmp_path)
+    # The runnable keeps its workspace: a second run gives the same bits.
+    first = ops.out.clone()
+    poison(ops)
+    run(ops)
+    assert torch.equal(first, ops.out)
+
+
+def test_splitk_source():
+    problem = make_problem(m=24, n=40, k=200, dtype="bfloat16", bias="n", device="cpu")
+    template = get_template(SPLITK)
+    source = template.render(problem, template.full_params(problem, {**TILE, "SPLIT_K": 4}))
+    tree = ast.parse(source)
+    assert len([n for n in tree.body if isinstance(n, ast.FunctionDef)]) == 2
+    assert "K_PER_SPLIT: tl.constexpr = 64" in source  # ceil(200 / 4) -> a multiple of 32
+    assert "PARTS: tl.constexpr = 4" in source and "atomic_add" not in source
+    assert "a = a.to(tl.float32)" in source  # bf16 upcast under the interpreter
+    atomic = template.render(problem, template.full_params(problem, {**TILE, "SPLIT_K": 4, "ATOMIC_ADD": 1}))
+    assert "tl.atomic_add" in atomic and "PARTS: tl.constexpr = 1" in atomic
+    assert k_per_split(200, 4, 32) == 64 and k_per_split(256, 4, 32) == 64 and k_per_split(130, 8, 32) == 32
+
+
+# -- persistent TMA: the kernel ---------------------------------------------------------------
+
+needs_interpreter_tma = pytest.mark.skipif(
+    tma_module.interpreter_descriptor_problem() is not None,
+    reason=f"{tma_module.interpreter_descriptor_problem()}",
+)
+
+
+@needs_interpreter_tma
+@pytest.mark.parametrize("op", OPS, ids=["mm", "addmm_n", "addmm_mn"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_persistent_tma_computes_the_product(layout, op, tmp_path):
+    # 40x72 in 32x32 tiles is 6 tiles for 4 programs: some programs take two tiles, and the
+    # edge tiles lean on the descriptors' zero padding and clipped stores.
+    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
+    problem = make_problem(m=40, n=72, k=56, dtype=dtype, layout=layout, device="cpu", **op)
+    template = get_template(TMA)
+    assert template.unavailable_reason(problem, CPU) is None
+    run, _ = run_and_check(problem, template, TILE, tmp_path)
+    assert run.programs == tma_module.INTERPRETER_SMS == 4
+
+
+@needs_interpreter_tma
+@pytest.mark.parametrize("flatten", [0, 1])
+def test_persistent_tma_flatten_and_grid(flatten, tmp_path):
+    problem = make_problem(m=96, n=48, k=80, dtype="float32", bias="n", device="cpu")
+    template = get_template(TMA)
+    config = {**TILE, "GROUP_M": 8, "FLATTEN": flatten}
+    assert template.full_params(problem, config)["FLATTEN"] == flatten
+    run, _ = run_and_check(problem, template, config, tmp_path)
+    assert run.programs == 4  # 3x2 tiles, 4 programs
+    small = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
+    assert template.build(small, template.full_params(small, config), str(tmp_path)).programs == 1
+
+
+@needs_interpreter_tma
+def test_persistent_tma_rejects_a_misaligned_base(tmp_path):
+    problem = make_problem(m=32, n=32, k=32, dtype="float16", device="cpu")
+    template = get_template(TMA)
+    run = template.build(problem, template.full_params(problem, TILE), str(tmp_path))
+    ops = make_operands(problem, seed=1, device="cpu")
+    storage = torch.empty(32 * 32 + 1, dtype=torch.float16)
+    ops.a = storage[1:].view(32, 32)  # 2 bytes past an aligned address
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        run(ops)
+
+
+def test_persistent_tma_source():
+    template = get_template(TMA)
+    problem = make_problem(m=64, n=64, k=64, dtype="bfloat16", layout="tn", bias="n")
+    params = template.full_params(problem, TILE)
+    assert params["FLATTEN"] == 1 and params["ACC_TYPE"] == "tl.float32"
+    source = template.render(problem, params)
+    ast.parse(source)
+    assert "tl.make_tensor_descriptor(A, shape=[K, M]" in source  # A described as stored
+    assert "a_desc.load([off_k, off_m]).T" in source
+    assert "b_desc.load([off_k, off_n])" in source and "shape=[K, N]" in source
+    assert "c_desc.store(" in source and "flatten=True" in source
+    assert "NUM_SMS: tl.constexpr" in source and "BIAS + offs_m" in source
+    assert "a.to(tl.float32)" not in source  # CUDA: no interpreter upcast
+    nt = make_problem(m=64, n=64, k=64, dtype="float32", layout="nt", allow_tf32=True)
+    nt_source = template.render(nt, template.full_params(nt, {**TILE, "FLATTEN": 0}))
+    ast.parse(nt_source)
+    assert "b_desc.load([off_n, off_k]).T" in nt_source and "shape=[N, K]" in nt_source
+    assert 'input_precision="tf32"' in nt_source and "flatten=True" not in nt_source
+    assert "BIAS + offs_m" not in nt_source
+
+
+# -- persistent TMA: when it is unavailable ---------------------------------------------------
+
+def test_tma_unavailable_below_hopper_and_on_unknown_devices():
+    template = get_template(TMA)
+    problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
+    assert template.unavailable_reason(problem, H200) is None
+    assert "9.0" in template.unavailable_reason(problem, A100)
+    assert template.unavailable_reason(problem, DeviceInfo("cuda", "NVIDIA B200", capability="10.0")) is None
+    assert template.unavailable_reason(problem, DeviceInfo("cuda", "mystery", capability="")) is not None
+    assert "NVIDIA" in template.unavailable_reason(problem, DeviceInfo("cuda", "AMD Instinct MI300X", capability="9.4"))
+
+
+@pytest.mark.parametrize("spec, operand", [
+    (dict(m=1000, n=3000, k=777, dtype="float16"), "A rows are 1554 B"),          # K * 2 B
+    (dict(m=1001, n=3000, k=776, dtype="float16", layout="tn"), "A rows are 2002 B"),  # A stored [K, M]
+    (dict(m=64, n=64, k=777, dtype="bfloat16", layout="nt"), "B rows are 1554 B"),  # B stored [N, K]
+    (dict(m=64, n=100, k=64, dtype="bfloat16", layout="nt"), "C rows are 200 B"),
+    (dict(m=64, n=64, k=3, dtype="float32"), "A rows are 12 B"),
+])
+def test_tma_unavailable_for_misaligned_rows(spec, operand):
+    problem = make_problem(**spec)
+    reason = get_template(TMA).unavailable_reason(problem, H200)
+    assert reason is not None and operand in reason and "16 bytes" in reason
+    fine = make_problem(m=1000, n=3000, k=776, dtype="float16", layout="tt")  # 1552, 2000, 6000 B
+    assert get_template(TMA).unavailable_reason(fine, H200) is None
+
+
+def test_tma_unavailable_when_triton_lacks_the_api(monkeypatch):
+    template = get_template(TMA)
+    problem = make_problem(m=64, n=64, k=64, dtype="float16")
+    monkeypatch.setattr(tma_module, "descriptor_api_problem", lambda: "triton 3.2 lacks it")
+    assert template.unavailable_reason(problem, H200) == "triton 3.2 lacks it"
+    assert template.unavailable_reason(problem.with_device("cpu"), CPU) == "triton 3.2 lacks it"
+
+
+def test_tma_cpu_follows_the_interpreter(monkeypatch):
+    template = get_template(TMA)
+    problem = make_problem(m=64, n=64, k=64, dtype="float16", device="cpu")
+    expected = tma_module.interpreter_descriptor_problem()
+    assert template.unavailable_reason(problem, CPU) == expected
+    import triton  # noqa: F401  (triton 3.9's interpreter runs descriptors)
+
+    assert tma_module.interpreter_descriptor_problem() is None
+    monkeypatch.setattr(tma_module, "interpreter_descriptor_problem", lambda: "no descriptors here")
+    assert template.unavailable_reason(problem, CPU) == "no descriptors here"
+
+
+def test_tma_api_probe_reads_the_installed_version(monkeypatch):
+    tma_module.descriptor_api_problem.cache_clear()
+    try:
+        monkeypatch.setattr(tma_module, "_imported", lambda name: None)  # as in a parent process
+        monkeypatch.setattr(tma_module, "_installed_triton_version", lambda: (3, 3))
+        assert "3.3" in tma_module.descriptor_api_problem()
+        tma_module.descriptor_api_problem.cache_clear()
+        monkeypatch.setattr(tma_module, "_installed_triton_version", lambda: (3, 6))
+        assert tma_module.descriptor_api_problem() is None
+    finally:
+        tma_module.descriptor_api_problem.cache_clear()
+
+
+# -- heuristics -------------------------------------------------------------------------------
+
+def test_heuristics_registered_for_cuda_and_cpu():
+    assert isinstance(lookup_heuristic(TMA, "cuda", "mm"), hopper.PersistentTMACuda)
+    assert isinstance(lookup_heuristic(TMA, "cpu", "addmm"), hopper.PersistentTMACpu)
+    assert isinstance(lookup_heuristic(SPLITK, "cuda", "addmm"), hopper.SplitKCuda)
+    assert isinstance(lookup_heuristic(SPLITK, "cpu", "mm"), hopper.SplitKCpu)
+
+
+def assert_valid_split(problem, config):
+    split, block_k = config["SPLIT_K"], config["BLOCK_K"]
+    assert split in (2, 4, 8, 16)
+    assert problem.k // split >= block_k
+    assert (split - 1) * k_per_split(problem.k, split, block_k) < problem.k  # no empty slice
+    assert split * problem.m * problem.n <= hopper.SPLITK_MAX_WORKSPACE
+
+
+@pytest.mark.parametrize("spec", [
+    dict(m=16, n=4096, k=16384, dtype="bfloat16"),
+    dict(m=64, n=8192, k=8192, dtype="float16"),
+    dict(m=16, n=4096, k=1100, dtype="bfloat16", bias="n"),
+])
+def test_splitk_offered_for_small_mn_and_long_k(spec):
+    problem = make_problem(**spec)
+    configs = list(lookup_heuristic(SPLITK, "cuda", problem.op).get_configs(problem))
+    assert configs
+    for config in configs:
+        assert_valid_split(problem, config)
+        assert config["BLOCK_M"] <= max(16, problem.m)  # scaled down to the problem
+    assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)
+
+
+def test_splitk_filters_slices_that_would_be_empty_or_short():
+    problem = make_problem(m=16, n=4096, k=1100, dtype="bfloat16")
+    # 16 slices of 1100: each rounds up to 128 (two BK64 steps), so 9+ slices are empty.
+    assert not hopper.split_fits(problem, {"SPLIT_K": 16, "BLOCK_K": 64})
+    assert not hopper.split_fits(problem, {"SPLIT_K": 8, "BLOCK_K": 256})  # 137 < 256
+    assert not hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 128})  # 3 x 384 >= 1100
+    assert hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64})  # 4 x 320, last is 140
+    assert hopper.split_fits(problem, {"SPLIT_K": 2, "BLOCK_K": 128})
+    assert not hopper.split_fits(problem, {"SPLIT_K": 1, "BLOCK_K": 16})
+    wide = make_problem(m=2048, n=1024, k=8192)  # M*N = 2^21: 16 planes pass 2^24 floats
+    assert not hopper.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64})
+    assert hopper.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64, "ATOMIC_ADD": 1})
+
+
+@pytest.mark.parametrize("spec", [
+    dict(m=4096, n=4096, k=4096),   # M*N too large
+    dict(m=16, n=4096, k=512),      # K too short
+    dict(m=8, n=8, k=4096, batch=4),  # bmm: not served
+])
+def test_splitk_not_offered(spec):
+    problem = make_problem(**spec)
+    assert list(lookup_heuristic(SPLITK, "cuda", problem.op).get_configs(problem)) == []
+
+
+def test_splitk_expands_user_and_exhaustive_spaces():
+    problem = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
+    heuristic = lookup_heuristic(SPLITK, "cuda", "mm")
+    tile = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3, "num_warps": 4}
+    configs = list(heuristic.get_configs(problem, "default", [tile]))
+    assert sorted(c["SPLIT_K"] for c in configs) == [2, 4, 8, 16]
+    exhaustive = list(heuristic.get_configs(problem, "exhaustive"))
+    assert len(exhaustive) > 100
+    for config in exhaustive:
+        assert_valid_split(problem, config)
+
+
+def test_tma_heuristic_scales_and_keeps_flatten():
+    heuristic = lookup_heuristic(TMA, "cuda", "mm")
+    big = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
+    configs = list(heuristic.get_configs(big))
+    assert len(configs) == len(hopper.shipped_configs("triton_persistent_tma_cuda")) >= 8
+    assert {c.get("FLATTEN", 1) for c in configs} == {0, 1}
+    for c in configs:  # operand stages + the staged output tile fit an H200's 227 KiB
+        smem = 2 * ((c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * c["num_stages"] + c["BLOCK_M"] * c["BLOCK_N"])
+        assert smem <= H200.smem_per_block
+    skinny = make_problem(m=16, n=4096, k=4096, dtype="bfloat16")
+    assert {c["BLOCK_M"] for c in heuristic.get_configs(skinny)} == {16}
+    cpu = list(lookup_heuristic(TMA, "cpu", "mm").get_configs(make_problem(m=64, n=64, k=64, device="cpu")))
+    assert 1 <= len(cpu) <= 4
+
+
+def test_shipped_config_extras_are_checked():
+    good = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_stages": 3, "num_warps": 4}
+    parsed = hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FLATTEN": 0}]}, "x.json")
+    assert parsed == ({**good, "GROUP_M": 8, "SPLIT_K": 4, "FLATTEN": 0},)
+    with pytest.raises(UserError, match="SPLIT_K=3"):
+        hopper.parse_configs({"configs": [{**good, "SPLIT_K": 3}]}, "x.json")
+    with pytest.raises(UserError, match="unknown config key"):
+        hopper.parse_configs({"configs": [{**good, "SPLITK": 4}]}, "x.json")
+    for name in ("triton_persistent_tma_cuda", "triton_persistent_tma_cpu",
+                 "triton_splitk_cuda", "triton_splitk_cpu"):
+        assert hopper.shipped_configs(name)
+    assert all(c["SPLIT_K"] >= 2 and not c.get("ATOMIC_ADD") for c in hopper.shipped_configs("triton_splitk_cuda"))
+
+
+def test_params_str_names_the_new_knobs():
+    problem = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
+    params = get_template(SPLITK).full_params(problem, {**TILE, "SPLIT_K": 8})
+    assert "sk8" in params_str(params) and "atomic0" in params_str(params)
+    assert "flat1" in params_str(get_template(TMA).full_params(problem, TILE))
+
+
+# -- choices on a (fake) H200 and A100 --------------------------------------------------------
+
+def uids(result):
+    return {c.uid for c in result.choices}
+
+
+def test_choices_on_h200_decode_shape_include_both():
+    problem = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
+    result = get_choices(problem, H200, TuneSettings(device="cuda"))
+    assert {TMA, SPLITK, "triton::mm", "aten::mm"} <= uids(result)
+    assert result.pruned == []
+    for choice in result.choices:
+        if choice.uid == SPLITK:
+            assert_valid_split(problem, choice.config_dict)
+
+
+def test_choices_on_h200_square_shape_have_tma_not_splitk():
+    problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
+    result = get_choices(problem, H200, TuneSettings(device="cuda"))
+    assert TMA in uids(result) and SPLITK not in uids(result)
+    assert result.pruned == []
+
+
+def test_choices_prune_tma_with_a_reason():
+    decode = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
+    on_a100 = get_choices(decode, A100, TuneSettings(device="cuda"))
+    assert TMA not in uids(on_a100) and SPLITK in uids(on_a100)
+    reasons = {p.reason for p in on_a100.pruned if p.choice.uid == TMA}
+    assert len(reasons) == 1 and "compute capability" in reasons.pop()
+    odd = make_problem(m=1000, n=3000, k=777, dtype="float16")
+    on_h200 = get_choices(odd, H200, TuneSettings(device="cuda"))
+    assert TMA not in uids(on_h200) and on_h200.pruned_counts() == {"hardware": len(on_h200.pruned)}
+
+
+# -- on a GPU (skipped without one) -----------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("uid, spec", [
+    (TMA, dict(m=256, n=384, k=512, dtype="bfloat16", layout="tn", bias="n")),
+    (SPLITK, dict(m=16, n=512, k=4096, dtype="float16", layout="nt", bias="mn")),
+])
+def test_gpu_new_templates_verify(uid, spec, tmp_path):
+    from autotune_cli.fingerprint import probe_device
+
+    problem = make_problem(device="cuda", **spec)
+    device = probe_device("cuda")
+    template = get_template(uid)
+    if template.unavailable_reason(problem, device):
+        pytest.skip(template.unavailable_reason(problem, device))
+    config = next(iter(lookup_heuristic(uid, "cuda", problem.op).get_configs(problem)))
+    run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+    ops = make_operands(problem, seed=3, device="cuda")
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    torch.cuda.synchronize()
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
