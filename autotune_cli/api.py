@@ -30,7 +30,7 @@ import copy
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -280,7 +280,7 @@ class Dispatcher:
             t = self._torch()
             torch_op = t.ops[op]
             try:  # key[8]: whether TF32 was allowed (float32 only), as the key was made
-                problem, how = _problem_of(op, a, b, bias, tf32=key[8], t=t)
+                problem, how = _problem_of(op, a, b, bias, tf32=key[8])
             except _TorchDecides as exc:  # mismatched shapes, dtypes, devices: torch says so
                 run, info = torch_op, Dispatch(op, f"torch.{op}", None, fallback=True, reason=str(exc))
             except UserError as exc:  # a GEMM autotune does not tune
@@ -344,7 +344,7 @@ class _Adapt:
     bias_row: bool = False  # a [1, n] bias passed as its [n] row
 
 
-def _problem_of(op: str, a, b, bias, *, tf32: bool, t: _Torch) -> tuple[GemmProblem, _Adapt]:
+def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt]:
     """The GemmProblem these tensors pose, and how to adapt them to it."""
     dims = 3 if op == "bmm" else 2
     if a.dim() != dims or b.dim() != dims:

@@ -154,11 +154,14 @@ def _migrate_0(document: dict) -> dict:
         _require(isinstance(entry, dict), f"{where}: not an object")
         _check_problem(old_key, entry.get("problem"))
         _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
+        missing = [name for name in Fingerprint.__dataclass_fields__
+                   if name != "templates" and name not in entry["fingerprint"]]
+        _require(not missing, f"{where}: its fingerprint lacks {', '.join(missing)}")
         try:
             fingerprint = Fingerprint.from_dict(entry["fingerprint"])
             digest, machine = fingerprint.digest(), fingerprint.machine_digest()
         except (TypeError, ValueError) as exc:
-            raise DamagedCache(f"{where}: its fingerprint is incomplete ({exc})") from None
+            raise DamagedCache(f"{where}: its fingerprint is malformed ({exc})") from None
         key = entry_key(GemmProblem.from_dict(entry["problem"]).key(), digest)
         _require(key not in entries, f"{where}: it and another entry both become {key!r}")
         entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
@@ -192,7 +195,8 @@ def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
         if schema > SCHEMA:
             raise DamagedCache(f"schema {schema} is newer than this autotune understands ({SCHEMA}); "
                                "upgrade autotune to use it")
-        _require(schema == SCHEMA, f"schema {schema} is older than {SCHEMA} and cannot be migrated")
+        _require(schema == SCHEMA, f"schema {schema} is older than {SCHEMA} and cannot be migrated"
+                 + (" (only a file without a schema field is read as schema 0)" if schema == 0 else ""))
     while schema < SCHEMA:
         document = MIGRATIONS[schema](document)
         schema = document["schema"]

@@ -86,7 +86,8 @@ def test_compile_errors_are_caught_in_the_pool(tmp_path):
 
 def test_exhaustive_search_on_cpu(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--search", "exhaustive",
-                         "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--interpreter-budget", 2)
+                         "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--interpreter-budget", 2,
+                         "--templates", "aten,triton::mm")
     assert code == 0, err
     doc = json.loads(out)
     # 1875 configs, scaled to a 32^3 problem: blocks {16, 32}^3 x 5 stages x 3 warp counts

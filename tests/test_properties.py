@@ -234,7 +234,16 @@ def truncated(args):
     return text[: int(len(text) * where)].encode()
 
 
+FINGERPRINT_FIELDS = ("device_type", "device_name", "capability", "sm_count", "driver", "runtime", "torch",
+                      "triton", "templates")
+schema_0_documents = st.fixed_dictionaries({"entries": st.dictionaries(st.text(max_size=6), st.fixed_dictionaries({
+    "problem": st.one_of(valid_problems().map(GemmProblem.to_dict), json_values),
+    "fingerprint": st.fixed_dictionaries({name: json_values for name in FINGERPRINT_FIELDS}),
+    "winner": st.none(), "candidates": st.just([])}), max_size=3)})
+
+
 garbage = st.one_of(
+    schema_0_documents.map(lambda v: json.dumps(v).encode()),
     st.binary(max_size=80),
     st.text(max_size=80).map(str.encode),
     json_values.map(lambda v: json.dumps(v).encode()),
