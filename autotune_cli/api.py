@@ -230,8 +230,9 @@ class Dispatcher:
     def mm(self, a, b):
         """a @ b with this machine's cached winner (torch.mm where there is none)."""
         t = self._t or self._torch()
-        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.allow_tf32())
+        dtype = a.dtype
+        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
+               dtype is t.float32 and t.allow_tf32())
         run = self._mm.get(key)
         if run is None:
             run = self._plan("mm", key, a, b, None)
@@ -240,8 +241,9 @@ class Dispatcher:
     def bmm(self, a, b):
         """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
         t = self._t or self._torch()
-        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.allow_tf32())
+        dtype = a.dtype
+        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
+               dtype is t.float32 and t.allow_tf32())
         run = self._bmm.get(key)
         if run is None:
             run = self._plan("bmm", key, a, b, None)
@@ -253,8 +255,9 @@ class Dispatcher:
         t = self._t or self._torch()
         if beta != 1 or alpha != 1:
             return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.allow_tf32(),
+        dtype = a.dtype
+        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
+               dtype is t.float32 and t.allow_tf32(),
                bias.shape, bias.stride(), bias.dtype, bias.device)
         run = self._addmm.get(key)
         if run is None:
@@ -266,8 +269,9 @@ class Dispatcher:
         it as a call would (a fallback warns here, then not again)."""
         t = self._t or self._torch()
         op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
-        key = (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-               a.dtype is t.float32 and t.allow_tf32())
+        dtype = a.dtype
+        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
+               dtype is t.float32 and t.allow_tf32())
         if bias is not None:
             key += (bias.shape, bias.stride(), bias.dtype, bias.device)
         if key not in self._plans[op]:

@@ -36,6 +36,7 @@ import contextlib
 import fcntl
 import json
 import math
+import numbers
 import os
 import tempfile
 import time
@@ -63,67 +64,83 @@ class CacheUnavailable(UserError):
     where the folder should be, a full disk)."""
 
 
+def _show(value: Any) -> str:
+    """repr, cut short: a message stays one readable line whatever the file holds."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise DamagedCache(message)
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float that the tables can format as a float (so not 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _check_problem(key: str, data: Any) -> None:
     from .problem import GemmProblem  # plain Python: no torch
 
-    _require(isinstance(data, dict), f"entry {key!r}: 'problem' missing or not a dict")
+    _require(isinstance(data, dict), f"entry {_show(key)}: 'problem' missing or not a dict")
     try:
         GemmProblem.from_dict(data)
     except (UserError, TypeError, ValueError) as exc:
-        raise DamagedCache(f"entry {key!r}: problem is invalid ({exc})") from None
+        reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        raise DamagedCache(f"entry {_show(key)}: problem is invalid ({reason})") from None
 
 
 def validate_entry(key: str, entry: Any) -> None:
     """Raise DamagedCache with a one-line reason if the entry is not what we write: every
     field the tool reads back has the type it expects."""
-    _require(isinstance(key, str), f"key {key!r} is not a string")
-    _require(isinstance(entry, dict), f"entry {key!r} is a {type(entry).__name__}, not an object")
+    _require(isinstance(key, str), f"key {_show(key)} is not a string")
+    where = f"entry {_show(key)}"
+    _require(isinstance(entry, dict), f"{where} is a {type(entry).__name__}, not an object")
     for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
-        _require(isinstance(entry.get(name), kind), f"entry {key!r}: {name!r} missing or not a {kind.__name__}")
+        _require(isinstance(entry.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
     winner = entry.get("winner")
-    _require(winner is None or isinstance(winner, dict), f"entry {key!r}: 'winner' is not an object")
+    _require(winner is None or isinstance(winner, dict), f"{where}: 'winner' is not an object")
     if winner is not None:
-        _require(isinstance(winner.get("uid"), str), f"entry {key!r}: winner has no uid")
-        _require(isinstance(winner.get("params"), dict), f"entry {key!r}: winner params not an object")
-        for name in ("ms", "tflops"):
+        _require(isinstance(winner.get("uid"), str), f"{where}: winner has no uid")
+        _require(isinstance(winner.get("params"), dict), f"{where}: winner params not an object")
+        for name, label in (("ms", "time"), ("tflops", "tflops")):
             value = winner.get(name)
-            _require(_is_number(value) and value >= 0,
-                     f"entry {key!r}: winner {'time' if name == 'ms' else name} {value!r} is not a number")
+            _require(_is_number(value) and value >= 0, f"{where}: winner {label} {_show(value)} is not a number")
         for name in ("p20", "p80"):
             value = winner.get(name)
-            _require(value is None or _is_number(value), f"entry {key!r}: winner {name} {value!r} is not a number")
+            _require(value is None or _is_number(value), f"{where}: winner {name} {_show(value)} is not a number")
     for i, cand in enumerate(entry["candidates"]):
         _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
                  and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
-                 f"entry {key!r}: candidate {i} is malformed")
+                 f"{where}: candidate {i} is malformed")
         ms = cand.get("ms")
-        _require(ms is None or _is_number(ms), f"entry {key!r}: candidate {i} time {ms!r} is not a number")
-        _require(cand["status"] != "ok" or ms is not None, f"entry {key!r}: candidate {i} is ok but has no time")
+        _require(ms is None or _is_number(ms), f"{where}: candidate {i} time {_show(ms)} is not a number")
+        _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
     _check_problem(key, entry["problem"])
     fingerprint = entry["fingerprint"]
-    _require(isinstance(fingerprint.get("device_name"), str), f"entry {key!r}: fingerprint has no device_name")
+    _require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
     templates = fingerprint.get("templates", {})
     _require(isinstance(templates, dict) and all(isinstance(h, str) for h in templates.values()),
-             f"entry {key!r}: fingerprint templates are not {{uid: hash}}")
+             f"{where}: fingerprint templates are not {{uid: hash}}")
     for name in ("fingerprint_digest", "machine"):
-        _require(name not in entry or isinstance(entry[name], str), f"entry {key!r}: {name!r} is not a string")
+        _require(name not in entry or isinstance(entry[name], str), f"{where}: {name!r} is not a string")
 
 
 def _json_value(value: Any, where: str) -> Any:
     """A copy of value as plain JSON: tuples become lists, NaN and infinity become null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int)):
+    if value is None or isinstance(value, (str, bool)):
         return value
+    if isinstance(value, numbers.Integral):  # numpy's too
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         _require(all(isinstance(k, str) for k in value), f"{where}: an object key is not a string")
         return {k: _json_value(v, where) for k, v in value.items()}
@@ -138,7 +155,7 @@ def _reject_constant(name: str) -> Any:
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    _require(math.isfinite(value), f"not valid JSON (the number {text[:20]} is out of range)")
+    _require(math.isfinite(value), f"the number {text[:20]} is out of range")
     return value
 
 
@@ -150,7 +167,7 @@ def _migrate_0(document: dict) -> dict:
     _require(isinstance(old, dict), "schema 0: 'entries' is not an object")
     entries: dict[str, dict] = {}
     for old_key, entry in old.items():
-        where = f"schema 0 entry {old_key!r} cannot be migrated"
+        where = f"schema 0 entry {_show(old_key)} cannot be migrated"
         _require(isinstance(entry, dict), f"{where}: not an object")
         _check_problem(old_key, entry.get("problem"))
         _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
@@ -161,9 +178,9 @@ def _migrate_0(document: dict) -> dict:
             fingerprint = Fingerprint.from_dict(entry["fingerprint"])
             digest, machine = fingerprint.digest(), fingerprint.machine_digest()
         except (TypeError, ValueError) as exc:
-            raise DamagedCache(f"{where}: its fingerprint is malformed ({exc})") from None
+            raise DamagedCache(f"{where}: its fingerprint is malformed ({_show(str(exc))})") from None
         key = entry_key(GemmProblem.from_dict(entry["problem"]).key(), digest)
-        _require(key not in entries, f"{where}: it and another entry both become {key!r}")
+        _require(key not in entries, f"{where}: it and another entry both become {_show(key)}")
         entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
     return {**document, "schema": 1, "entries": entries}
 
@@ -182,10 +199,10 @@ def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
         raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise DamagedCache("not valid JSON (nested too deeply)") from None
-    except ValueError as exc:  # DamagedCache, or an integer too long to convert
-        if isinstance(exc, DamagedCache):
-            raise
-        raise DamagedCache(f"not valid JSON ({str(exc).splitlines()[0]})") from None
+    except DamagedCache:
+        raise
+    except ValueError:  # an integer of more digits than Python converts
+        raise DamagedCache("not valid JSON (a number too long to read)") from None
     _require(isinstance(document, dict), "the top level is not an object")
     if "schema" not in document and "entries" in document:
         schema, migrated_from = 0, 0
@@ -193,9 +210,9 @@ def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
         schema, migrated_from = document.get("schema"), None
         _require(isinstance(schema, int) and not isinstance(schema, bool), "no schema version")
         if schema > SCHEMA:
-            raise DamagedCache(f"schema {schema} is newer than this autotune understands ({SCHEMA}); "
+            raise DamagedCache(f"schema {_show(schema)} is newer than this autotune understands ({SCHEMA}); "
                                "upgrade autotune to use it")
-        _require(schema == SCHEMA, f"schema {schema} is older than {SCHEMA} and cannot be migrated"
+        _require(schema == SCHEMA, f"schema {_show(schema)} is older than {SCHEMA} and cannot be migrated"
                  + (" (only a file without a schema field is read as schema 0)" if schema == 0 else ""))
     while schema < SCHEMA:
         document = MIGRATIONS[schema](document)
@@ -351,7 +368,7 @@ class Cache:
         """Merge entries into the file (theirs replace ours for the same key)."""
         clean = {}
         for key, entry in entries.items():
-            clean[key] = _json_value(entry, f"entry {key!r}")
+            clean[key] = _json_value(entry, f"entry {_show(key)}")
             validate_entry(key, clean[key])
         with self.locked():
             current = self._read_unlocked()

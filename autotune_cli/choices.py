@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from .errors import UserError
 from .fingerprint import DeviceInfo
 from .heuristics import lookup_heuristic
 from .heuristics.spaces import load_space_file
@@ -183,6 +184,14 @@ def get_choices(
     if templates is None:
         templates = templates_for(problem, settings.templates)
     user_space = load_space_file(settings.space_file) if settings.space_file else None
+    if user_space is not None:
+        from .templates import all_templates
+
+        known = {t.uid for t in all_templates()}
+        unknown = [uid for uid in user_space if uid != "*" and uid not in known]
+        if unknown:
+            raise UserError(f"space file {settings.space_file} names unknown template(s) "
+                            f"{', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
     ctx = PruneContext(problem, device, settings)
     kept: list[KernelTemplateChoice] = []
     pruned: list[Pruned] = []

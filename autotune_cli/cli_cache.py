@@ -104,10 +104,10 @@ class ImportPlan:
         return {**self.imported, **self.replaced}
 
 
-def read_export(path: Path, cache) -> dict:
-    """The entries of an export (or of another machine's cache file), checked as a cache
-    file is. Any problem is a UserError naming the file."""
-    from .cache import DamagedCache
+def read_export(path: Path) -> dict:
+    """The entries of an export (or of another machine's cache file), checked and migrated
+    as a cache file is. Any problem is a UserError naming the file."""
+    from .cache import DamagedCache, parse_document
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")
@@ -118,7 +118,7 @@ def read_export(path: Path, cache) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
     try:
-        return cache._parse(text)  # the cache's own reader: same schema checks and migrations
+        return parse_document(text)[0]
     except DamagedCache as exc:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 
@@ -363,7 +363,7 @@ def cache_import(
 ) -> None:
     """Merge another machine's entries into this cache (a later tuning replaces an earlier one)."""
     cache = open_cache(cache_dir)
-    theirs = read_export(path, cache)
+    theirs = read_export(path)
     plan = plan_import(cache.load(), theirs)
     print_notices(cache)
     for key, why in plan.skipped:

@@ -63,7 +63,7 @@ class GemmProblem:
 
     # -- validation -----------------------------------------------------------------------
     def validate(self) -> None:
-        if self.op not in OPS:
+        if not isinstance(self.op, str) or self.op not in OPS:
             raise UserError(f"unknown op {self.op!r}: choose one of {', '.join(OPS)}")
         for name in ("m", "n", "k", "b"):
             value = getattr(self, name)
@@ -75,17 +75,19 @@ class GemmProblem:
                 raise UserError(f"--{name} is {value}, larger than {MAX_DIM}")
         if self.op != "bmm" and self.b != 1:
             raise UserError(f"--batch {self.b} only applies to bmm (op is {self.op})")
-        if self.dtype not in DTYPES:
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise UserError(f"unsupported dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
-        if self.layout not in LAYOUTS:
+        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
             raise UserError(f"unknown layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
-        if self.device not in DEVICES:
+        if not isinstance(self.device, str) or self.device not in DEVICES:
             raise UserError(f"unknown device {self.device!r}: choose one of {', '.join(DEVICES)}")
         if self.op == "addmm":
             if self.bias not in BIAS_SHAPES:
                 raise UserError(f"addmm needs a bias shape, one of {', '.join(BIAS_SHAPES)}")
         elif self.bias is not None:
             raise UserError(f"a bias only applies to addmm (op is {self.op})")
+        if not isinstance(self.allow_tf32, bool):
+            raise UserError(f"allow_tf32 must be true or false, got {self.allow_tf32!r}")
         if self.allow_tf32 and self.dtype != "float32":
             raise UserError("--allow-tf32 only applies to float32")
 
@@ -161,7 +163,10 @@ class GemmProblem:
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
-            raise UserError(f"unknown problem field(s): {', '.join(sorted(unknown))}")
+            raise UserError(f"unknown problem field(s): {', '.join(sorted(map(repr, unknown)))}")
+        missing = [f for f in ("op", "m", "n", "k") if f not in data]
+        if missing:
+            raise UserError(f"a problem lacks {', '.join(missing)}")
         return cls(**data)
 
     def with_device(self, device: str) -> "GemmProblem":
@@ -183,11 +188,11 @@ def make_problem(
 ) -> GemmProblem:
     """Build a problem from CLI-style arguments: a bias makes addmm, a batch makes bmm."""
     if op is None:
-        if bias and batch:
+        if bias and batch is not None:
             raise UserError("--bias and --batch cannot be combined (baddbmm is not supported)")
-        op = "addmm" if bias else "bmm" if batch else "mm"
+        op = "addmm" if bias else "bmm" if batch is not None else "mm"
     return GemmProblem(
-        op=op, m=m, n=n, k=k, b=batch or 1, dtype=normalize_dtype(dtype),
+        op=op, m=m, n=n, k=k, b=1 if batch is None else batch, dtype=normalize_dtype(dtype),
         layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
     )
 
@@ -198,6 +203,6 @@ _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")
 def parse_mnk(text: str) -> tuple[int, int, int]:
     """Parse 'MxNxK' (or 'M,N,K') into three ints."""
     match = _SHAPE_RE.match(text)
-    if not match:
-        raise UserError(f"cannot parse {text!r} as MxNxK")
+    if not match or any(len(g) > 12 for g in match.groups()):
+        raise UserError(f"cannot parse {text[:40]!r} as MxNxK")
     return tuple(int(g) for g in match.groups())  # type: ignore[return-value]

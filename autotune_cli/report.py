@@ -203,8 +203,19 @@ def outcome_json(outcome) -> dict[str, Any]:
     }
 
 
+def _plain(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def dumps(document: Any) -> str:
-    return json.dumps(document, indent=2, sort_keys=False)
+    return json.dumps(_plain(document), indent=2, sort_keys=False, allow_nan=False)
 
 
 def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> Table:
@@ -218,7 +229,8 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
         winner = entry.get("winner") or {}
         fp = entry["fingerprint"]
         here = "yes" if current_machine and entry.get("machine") == current_machine else ""
-        table.add_row(escape(problem.describe()), fp.get("device_name", "?"), winner.get("uid", "(none)"),
+        table.add_row(escape(problem.describe()), escape(str(fp.get("device_name", "?"))),
+                      escape(str(winner.get("uid", "(none)"))),
                       params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
                       fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
                       str(entry.get("tuned_at", "?")), here)

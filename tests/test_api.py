@@ -150,7 +150,9 @@ def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
         # the same problem with other (still row-major) strides: no second warning
         padded = operand(48, 40, torch.float16)[:, :32].copy_(a)
         results.append(autotune_cli.mm(padded, b))
-        info = autotune_cli.dispatch_info(a, b)
+        plans = dict(api._default._mm)
+        info = autotune_cli.dispatch_info(a, b)  # finds the call's plan: the keys agree
+        assert api._default._mm == plans and len(plans) == 2
     warned = fallbacks(caught)
     assert len(warned) == 1, [str(w.message) for w in warned]
     message = str(warned[0].message)
@@ -187,7 +189,7 @@ def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
 
 def test_mm_runs_the_cached_triton_winner(cli, cache_dir, space):
     doc = tune(cli, "--m", 64, "--n", 48, "--k", 64, "--dtype", "float32", "--layout", "nt",
-               "--templates", "triton", "--space", space)
+               "--templates", "triton::mm", "--space", space)
     assert doc["winner"]["uid"] == "triton::mm"
     assert autotune_cli.lookup(m=64, n=48, k=64, dtype="float32", layout="nt", device="cpu") == doc["winner"]
 
@@ -215,9 +217,9 @@ def test_mm_runs_the_cached_triton_winner(cli, cache_dir, space):
 
 def test_addmm_and_bmm_run_their_triton_winners(cli, cache_dir, space):
     add = tune(cli, "--m", 48, "--n", 64, "--k", 32, "--bias", "--dtype", "bfloat16", "--layout", "tn",
-               "--templates", "triton", "--space", space)
+               "--templates", "triton::mm", "--space", space)
     bat = tune(cli, "--m", 32, "--n", 32, "--k", 48, "--batch", 3, "--dtype", "float16",
-               "--templates", "triton", "--space", space)
+               "--templates", "triton::bmm", "--space", space)
     assert add["winner"]["uid"] == "triton::mm" and bat["winner"]["uid"] == "triton::bmm"
 
     a = operand(48, 32, torch.bfloat16, transposed=True)

@@ -56,11 +56,11 @@ def test_mm_fp32_then_cache_hit(cli, cache_dir):
 def test_addmm_and_bmm(cli, cache_dir):
     addmm, _ = tune_json(cli, "--m", 48, "--n", 64, "--k", 32, "--bias", "--dtype", "bfloat16")
     assert addmm["problem"]["op"] == "addmm" and addmm["problem"]["bias"] == "n"
-    assert {c["uid"] for c in addmm["candidates"]} == {"aten::addmm", "triton::mm"}
+    assert {"aten::addmm", "triton::mm"} <= {c["uid"] for c in addmm["candidates"]}
     assert_verified_winner(addmm)
     bmm, _ = tune_json(cli, "--m", 32, "--n", 48, "--k", 64, "--batch", 3, "--dtype", "float32")
     assert bmm["problem"]["op"] == "bmm" and bmm["problem"]["b"] == 3
-    assert {c["uid"] for c in bmm["candidates"]} == {"aten::bmm", "triton::bmm"}
+    assert {"aten::bmm", "triton::bmm"} <= {c["uid"] for c in bmm["candidates"]}
     assert_verified_winner(bmm)
 
 

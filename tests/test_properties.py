@@ -311,33 +311,28 @@ def test_deeply_nested_and_huge_number_cache_files_are_moved_aside(tmp_path):
     assert len(list(tmp_path.glob(f"{CACHE_FILE}.damaged-*"))) == 3
 
 
-# -- known bugs in files this change does not own (strict: they fail loudly once fixed) -------------
+# -- bugs found by these tests, now fixed -------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="problem.py: from_dict with missing fields raises TypeError")
 def test_problem_from_dict_missing_fields_is_a_user_error():
     with pytest.raises(UserError):
         GemmProblem.from_dict({"op": "mm"})
 
 
-@pytest.mark.xfail(strict=True, reason="problem.py: allow_tf32 is not checked to be a bool")
 def test_allow_tf32_must_be_a_bool():
     with pytest.raises(UserError):
         GemmProblem(op="mm", m=1, n=1, k=1, dtype="float32", allow_tf32="no")
 
 
-@pytest.mark.xfail(strict=True, reason="problem.py: make_problem(batch=0) silently makes an mm")
 def test_batch_zero_is_refused():
     with pytest.raises(UserError):
         make_problem(m=1, n=1, k=1, batch=0)
 
 
-@pytest.mark.xfail(strict=True, reason="problem.py: parse_mnk of a >4300-digit number raises ValueError")
 def test_parse_mnk_of_a_huge_number_is_a_user_error():
     with pytest.raises(UserError):
         parse_mnk("1" * 5000 + "x1x1")
 
 
-@pytest.mark.xfail(strict=True, reason="spaces.py: deeply nested JSON raises RecursionError")
 def test_deeply_nested_space_file_is_a_user_error(tmp_path):
     path = tmp_path / "space.json"
     path.write_text("[" * 100_000)
@@ -345,7 +340,6 @@ def test_deeply_nested_space_file_is_a_user_error(tmp_path):
         load_space_file(path)
 
 
-@pytest.mark.xfail(strict=True, reason="report.py cache_table: uid/device name drawn as rich markup")
 def test_cache_show_draws_brackets_in_names(tmp_path):
     entry = {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "gpu [/]"},
              "winner": {"uid": "my[/]mm", "params": {}, "ms": 1.0, "tflops": 1.0}, "candidates": []}
@@ -354,8 +348,6 @@ def test_cache_show_draws_brackets_in_names(tmp_path):
     assert code == 0 and "my[/]mm" in out
 
 
-@pytest.mark.xfail(strict=True, reason="spaces.py: a space file {} loads as no space, and the "
-                   "shipped configs are used without a word")
 def test_empty_space_object_is_a_user_error(tmp_path):
     path = tmp_path / "space.json"
     path.write_text("{}")
@@ -363,8 +355,6 @@ def test_empty_space_object_is_a_user_error(tmp_path):
         load_space_file(path)
 
 
-@pytest.mark.xfail(strict=True, reason="spaces.py: unknown config keys are printed raw, so one "
-                   "holding a newline breaks the one-line error")
 def test_unknown_space_key_with_a_newline_stays_one_line(tmp_path):
     path = tmp_path / "space.json"
     path.write_text(json.dumps([{"BLOCK_M\nx": 16}]))

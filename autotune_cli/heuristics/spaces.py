@@ -41,7 +41,7 @@ def validate_config(config: Any, where: str) -> dict[str, Any]:
         raise UserError(f"{where}: each config must be an object, got {type(config).__name__}")
     unknown = set(config) - set(TRITON_KEYS)
     if unknown:
-        raise UserError(f"{where}: unknown config key(s) {', '.join(sorted(unknown))}; "
+        raise UserError(f"{where}: unknown config key(s) {', '.join(sorted(map(repr, unknown)))}; "
                         f"expected {', '.join(TRITON_KEYS)}")
     out = {"GROUP_M": 8}
     out.update(config)
@@ -70,8 +70,9 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         raise UserError(f"space file not found: {path}")
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"space file {path} is not valid JSON: {exc}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise UserError(f"space file {path} is not valid JSON: {reason}") from None
     if isinstance(data, dict) and "configs" in data and isinstance(data["configs"], list):
         data = data["configs"]
     if isinstance(data, list):
@@ -80,9 +81,11 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         groups = data
     else:
         raise UserError(f"space file {path}: expected a list of configs or {{uid: [configs]}}")
+    if not groups:
+        raise UserError(f"space file {path} holds no configs")
     out: dict[str, list[dict[str, Any]]] = {}
     for uid, configs in groups.items():
         if not isinstance(configs, list) or not configs:
-            raise UserError(f"space file {path}: {uid!r} must map to a non-empty list of configs")
+            raise UserError(f"space file {path}: {str(uid)!r} must map to a non-empty list of configs")
         out[str(uid)] = [validate_config(c, f"{path} [{uid}]") for c in configs]
     return out
