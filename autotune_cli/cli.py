@@ -236,7 +236,8 @@ def model(
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
              "hint": f.hint} for f, share in zip(found, shares)]
     if not json_out:
-        err.print(plan_table(plan))
+        # With --plan the table is the result (stdout); otherwise it precedes the work (stderr).
+        (out if plan_only else err).print(plan_table(plan))
     if plan_only:
         if json_out:
             out.print(dumps({"model": str(path), "plan": plan}), markup=False)

@@ -97,13 +97,15 @@ class Check:
             configs += [{**c, "ATOMIC_ADD": 1} for c in configs[:ATOMIC_VARIANTS]]
         pruned = ", ".join(f"{n} by {stage}" for stage, n in result.pruned_counts().items())
         if not configs:
-            return [], "not offered" + (f" ({pruned})" if pruned else " (the heuristic yields nothing here)")
+            why = pruned or ("split-K needs M*N <= 2^21 and K >= 1024" if uid == SPLITK
+                             else "the heuristic yields nothing here")
+            return [], f"not offered ({why})"
         return configs, f"pruned {pruned}" if pruned else ""
 
-    def one(self, problem, uid, config, ops, ref) -> dict:
+    def one(self, problem, uid, config, ops, ref, deadline: float) -> dict:
         template = get_template(uid)
         row = {"uid": uid, "config": config}
-        if time.perf_counter() > self.deadline:
+        if time.perf_counter() > deadline:
             return {**row, "status": "skipped", "error": "time budget spent"}
         started = time.perf_counter()
         try:
@@ -128,8 +130,12 @@ class Check:
             return {**row, "status": "error", "error": "timing: " + short(exc)}
         return {**row, "status": "ok"}
 
-    def problem(self, name, spec, uids) -> dict:
+    def problem(self, name, spec, uids, problems_left: int) -> dict:
+        """Every config of every template for one problem, round-robin over the templates,
+        within this problem's share of the remaining budget."""
         torch = self.torch
+        now = time.perf_counter()
+        deadline = now + max(0.0, self.deadline - now) / max(problems_left, 1)
         problem = make_problem(device="cuda", **spec)
         ops = make_operands(problem, 1234, "cuda")
         ref = reference(problem, ops)
@@ -140,18 +146,26 @@ class Check:
             anchor = lambda o: torch.mm(o.a, o.b, out=o.out)  # noqa: E731
         torch_ms = self.time(anchor, ops)
         entry = {"problem": name, "key": problem.key(), "torch_mm_ms": torch_ms, "templates": {}}
+        queues = {}
         for uid in uids:
             configs, note = self.candidates(problem, uid)
-            rows = []
-            for config in configs:
-                row = self.one(problem, uid, config, ops, ref)
-                rows.append(row)
+            queues[uid] = list(configs)
+            entry["templates"][uid] = {"note": note, "rows": []}
+        while any(queues.values()):
+            for uid, queue in queues.items():
+                if not queue:
+                    continue
+                config = queue.pop(0)
+                row = self.one(problem, uid, config, ops, ref, deadline)
+                entry["templates"][uid]["rows"].append(row)
                 if row["status"] == "ok":
                     print(f"  {uid} {params_str(row['params']):42} {row['ms']:.4f} ms "
                           f"(compile {row['compile_s']:.1f} s)", flush=True)
                 elif row["status"] != "skipped":
                     print(f"  {uid} {params_str(config):42} {row['status']}: {row['error']}", flush=True)
-            entry["templates"][uid] = {"note": note, "rows": rows}
+        skipped = sum(r["status"] == "skipped" for t in entry["templates"].values() for r in t["rows"])
+        if skipped:
+            print(f"  ({skipped} configs skipped: this problem's share of the budget is spent)", flush=True)
         del ref
         return entry
 
@@ -202,12 +216,11 @@ def main() -> None:
     print(f"{run.device.name} cc{run.device.capability} {run.device.sm_count} SMs, "
           f"torch {torch.__version__}, triton {triton.__version__}", flush=True)
     entries = []
+    chosen = [(name, spec) for name, spec in PROBLEMS if not args.only or args.only in name]
     try:
-        for name, spec in PROBLEMS:
-            if args.only and args.only not in name:
-                continue
+        for index, (name, spec) in enumerate(chosen):
             print(f"== {name} ({run.elapsed():.0f} s)", flush=True)
-            entries.append(run.problem(name, spec, uids))
+            entries.append(run.problem(name, spec, uids, problems_left=len(chosen) - index))
     except DeadContext as exc:
         print(f"!! the CUDA context failed ({exc}); stopping with what was measured", flush=True)
     except Exception:

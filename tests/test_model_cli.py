@@ -370,7 +370,7 @@ def test_plan_only_lists(cli, cache_dir, models):
         assert set(p) == {"problem", "describe", "count", "gflop", "share", "sources", "hint"}
     code, out, err = cli("model", pt2, "--device", "cpu", "--plan")
     assert code == 0, err
-    assert "matmuls found" in err and "addmm 8x64x64 float32 nt bias[n]" in err
+    assert "matmuls found" in out and "addmm 8x64x64 float32 nt bias[n]" in out
     assert "tuned:" not in err and "winners" not in out
     assert not (cache_dir / "autotune-cache.json").exists()
     assert cache_entries(cli) == {}
