@@ -57,7 +57,8 @@ def test_choices_hashable_and_equal_by_value():
 
 def test_shared_memory_and_register_pruning_on_exhaustive_space():
     problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
-    result = get_choices(problem, H200, TuneSettings(device="cuda", search="exhaustive"))
+    settings = TuneSettings(device="cuda", search="exhaustive", templates=("aten::mm", "triton::mm"))
+    result = get_choices(problem, H200, settings)
     counts = result.pruned_counts()
     assert result.considered == 1875 + 1  # + aten::mm
     assert counts["shared_memory"] > 0 and counts["registers"] > 0
@@ -74,7 +75,7 @@ def test_shared_memory_and_register_pruning_on_exhaustive_space():
 
 def test_default_cuda_space_is_kept_whole_for_a_square_problem():
     problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
-    result = get_choices(problem, H200, TuneSettings(device="cuda"))
+    result = get_choices(problem, H200, TuneSettings(device="cuda", templates=("aten::mm", "triton::mm")))
     assert result.pruned == [] and len(result.choices) >= 19
 
 
@@ -82,7 +83,7 @@ def test_interpreter_cost_prunes_big_problems_on_cpu():
     small = make_problem(m=128, n=128, k=128, device="cpu")
     assert get_choices(small, CPU, TuneSettings(device="cpu")).pruned == []
     big = make_problem(m=2048, n=2048, k=2048, device="cpu")
-    result = get_choices(big, CPU, TuneSettings(device="cpu"))
+    result = get_choices(big, CPU, TuneSettings(device="cpu", templates=("aten::mm", "triton::mm")))
     assert [c.uid for c in result.choices] == ["aten::mm"]
     assert result.pruned_counts() == {"interpreter_cost": 5}
     assert "interpreter would take" in result.pruned[0].reason

@@ -72,7 +72,8 @@ CASES = [
 @pytest.mark.parametrize("backend", ["triton", "aten"])
 def test_kernels_compute_the_product(case, backend, tmp_path):
     problem = make_problem(device="cpu", **case)
-    (template,) = templates_for(problem, (backend,))
+    uid = {"aten": f"aten::{problem.op}", "triton": "triton::bmm" if problem.op == "bmm" else "triton::mm"}[backend]
+    template = get_template(uid)
     params = template.full_params(problem, CONFIG if backend == "triton" else {})
     run = template.build(problem, params, str(tmp_path))
     ops = make_operands(problem, seed=1, device="cpu")
