@@ -93,3 +93,29 @@ def test_rendered_kernel_file_is_kept(tmp_path):
     template.build(problem, template.full_params(problem, CONFIG), str(tmp_path))
     files = list(tmp_path.glob("autotune_kernel_*.py"))
     assert len(files) == 1 and "@triton.jit" in files[0].read_text()
+
+
+@pytest.mark.parametrize("case", [
+    dict(m=40, n=32, k=37, dtype="float16", layout="nn"),
+    dict(m=33, n=64, k=45, dtype="bfloat16", layout="tt", bias="n"),
+    dict(m=20, n=16, k=23, dtype="float16", layout="nt", bias="mn"),
+], ids=["nn", "tt-bias", "nt-biasmn"])
+def test_padded_k_template(case, tmp_path):
+    problem = make_problem(device="cpu", **case)
+    template = get_template("triton::mm_padded")
+    assert template.supports(problem)
+    params = template.full_params(problem, CONFIG)
+    from autotune_cli.templates.triton_mm_padded import padded_k
+
+    assert padded_k(problem) % 8 == 0 and padded_k(problem) >= problem.k
+    assert params["EVEN_K"] == (padded_k(problem) % CONFIG["BLOCK_K"] == 0)
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=4, device="cpu")
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
+    # only offered where K is misaligned and N aligned
+    assert not template.supports(make_problem(m=8, n=16, k=32, device="cpu"))
+    assert not template.supports(make_problem(m=8, n=15, k=31, device="cpu"))

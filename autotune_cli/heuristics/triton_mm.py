@@ -44,12 +44,14 @@ class _TritonSpace(Heuristic):
 
 @register_heuristic("triton::mm", "cuda")
 @register_heuristic("triton::bmm", "cuda")
+@register_heuristic("triton::mm_padded", "cuda")
 class TritonMMCuda(_TritonSpace):
     shipped = "triton_mm_cuda"
 
 
 @register_heuristic("triton::mm", "cpu")
 @register_heuristic("triton::bmm", "cpu")
+@register_heuristic("triton::mm_padded", "cpu")
 class TritonMMCpu(_TritonSpace):
     """Under the interpreter a config costs seconds: a few small tiles."""
 
