@@ -1,7 +1,7 @@
 """Inductor max-autotune on one mm, cold, in its own process: prints one JSON line with
 its tune wall time, and its kernel's time beside torch.mm's (same timer as ours).
 
-PYTHONPATH=. python3 bench/inductor_mm.py M N K DTYPE [MODE]
+PYTHONPATH=. python3 bench/inductor_mm.py M N K DTYPE [MODE] [OP] [BATCH] [LAYOUT] [TF32]
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ def main() -> None:
     m, n, k = (int(x) for x in sys.argv[1:4])
     dtype_name = sys.argv[4]
     mode = sys.argv[5] if len(sys.argv) > 5 else "max-autotune-no-cudagraphs"
+    op = sys.argv[6] if len(sys.argv) > 6 else "mm"
+    batch = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    layout = sys.argv[8] if len(sys.argv) > 8 else "nn"
+    tf32 = len(sys.argv) > 9 and sys.argv[9] == "1"
     scratch = tempfile.mkdtemp(prefix="inductor-bench-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
@@ -36,26 +40,46 @@ def main() -> None:
 
     config.force_disable_caches = True
     dtype = getattr(torch, dtype_name)
-    a = torch.randn(m, k, device="cuda", dtype=dtype)
-    b = torch.randn(k, n, device="cuda", dtype=dtype)
-    fn = torch.compile(lambda x, y: torch.mm(x, y), mode=mode, dynamic=False)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    problem = make_problem(m=m, n=n, k=k, dtype=dtype_name, device="cuda", layout=layout,
+                           batch=batch if op == "bmm" else None, bias="n" if op == "addmm" else None,
+                           allow_tf32=tf32)
+    from autotune_cli.bench.verify import check, make_operands, reference
+
+    ops = make_operands(problem, 7, "cuda")
+    if op == "mm":
+        fn = torch.compile(lambda x, y: torch.mm(x, y), mode=mode, dynamic=False)
+        call = lambda o: fn(o.a, o.b)  # noqa: E731
+        anchor = lambda o: torch.mm(o.a, o.b, out=o.out)  # noqa: E731
+    elif op == "addmm":
+        fn = torch.compile(lambda c, x, y: torch.addmm(c, x, y), mode=mode, dynamic=False)
+        call = lambda o: fn(o.bias, o.a, o.b)  # noqa: E731
+        anchor = lambda o: torch.addmm(o.bias, o.a, o.b, out=o.out)  # noqa: E731
+    else:
+        fn = torch.compile(lambda x, y: torch.bmm(x, y), mode=mode, dynamic=False)
+        call = lambda o: fn(o.a, o.b)  # noqa: E731
+        anchor = lambda o: torch.bmm(o.a, o.b, out=o.out)  # noqa: E731
     torch.cuda.synchronize()
     started = time.perf_counter()
-    out = fn(a, b)
+    out = call(ops)
     torch.cuda.synchronize()
     tune_s = time.perf_counter() - started
-    ref = torch.mm(a.double(), b.double())
-    rel = float((out.double() - ref).norm() / ref.norm())
+    rel = check(problem, out, reference(problem, ops)).rel_error
     device = probe_device("cuda")
     timer = CudaTimer(device.l2_bytes)
-    problem = make_problem(m=m, n=n, k=k, dtype=dtype_name, device="cuda")
     policy = timing_policy_for(problem, device, TuneSettings(device="cuda"), base=POLICY)
-    ops = Operands(a=a, b=b, out=torch.empty(m, n, device="cuda", dtype=dtype))
+    try:
+        timer.measure(call, ops, policy)
+    except Exception as exc:  # capture of the compiled function failed: time both by events
+        print(f"graph timing failed ({type(exc).__name__}: {exc}); using events", file=sys.stderr)
+        from dataclasses import replace
+
+        policy = replace(policy, mode="events")
     inductor_ms, torch_ms = [], []
     for _ in range(3):
-        inductor_ms.append(timer.measure(lambda o: fn(o.a, o.b), ops, policy).median_ms)
-        torch_ms.append(timer.measure(lambda o: torch.mm(o.a, o.b, out=o.out), ops, policy).median_ms)
-    print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode,
+        inductor_ms.append(timer.measure(call, ops, policy).median_ms)
+        torch_ms.append(timer.measure(anchor, ops, policy).median_ms)
+    print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "inductor_ms": sorted(inductor_ms)[1],
                       "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel,
                       "timing": policy.mode}))

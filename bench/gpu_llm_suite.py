@@ -1,0 +1,114 @@
+"""Issue 7's suite: LLM prefill and decode shapes, odd sizes, square sizes, fp16/bf16/fp32,
+bmm and addmm. Per shape: torch.mm, Inductor max-autotune's pick and ours, each timed by the
+same method (events + L2 flush, or CUDA graph over rotating copies for tiny problems).
+Ours and torch.mm are timed side by side in this process; Inductor's pick beside its own
+torch.mm in a child process (caches off); ratios are taken to the anchor of each run.
+
+PYTHONPATH=. python3 bench/gpu_llm_suite.py [--skip-inductor] [--only TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import SideBySide, now, write_json  # noqa: E402
+from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.settings import TuneSettings  # noqa: E402
+from autotune_cli.tuner import Tuner  # noqa: E402
+
+SHAPES = [
+    ("prefill qkv 2048x4096x4096 bf16 nt", dict(m=2048, n=4096, k=4096, dtype="bfloat16", layout="nt")),
+    ("prefill up 2048x14336x4096 bf16", dict(m=2048, n=14336, k=4096, dtype="bfloat16")),
+    ("prefill down 2048x4096x14336 bf16", dict(m=2048, n=4096, k=14336, dtype="bfloat16")),
+    ("decode 16x4096x4096 bf16", dict(m=16, n=4096, k=4096, dtype="bfloat16")),
+    ("decode 8x14336x4096 bf16", dict(m=8, n=14336, k=4096, dtype="bfloat16")),
+    ("decode 16x4096x14336 bf16", dict(m=16, n=4096, k=14336, dtype="bfloat16")),
+    ("odd 1000x3000x777 fp16", dict(m=1000, n=3000, k=777, dtype="float16")),
+    ("square 4096^3 fp16", dict(m=4096, n=4096, k=4096, dtype="float16")),
+    ("tf32 2048^3 fp32", dict(m=2048, n=2048, k=2048, dtype="float32", allow_tf32=True)),
+    ("bmm 32x512x512x128 bf16", dict(m=512, n=512, k=128, batch=32, dtype="bfloat16")),
+    ("addmm 4096x4096x4096 bf16", dict(m=4096, n=4096, k=4096, dtype="bfloat16", bias="n")),
+]
+
+
+def inductor(problem) -> dict:
+    op = problem.op
+    cmd = [sys.executable, str(Path(__file__).with_name("inductor_mm.py")), str(problem.m),
+           str(problem.n), str(problem.k), problem.dtype, "max-autotune-no-cudagraphs", op,
+           str(problem.b), problem.layout, "1" if problem.allow_tf32 else "0"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": proc.stderr[-400:]}
+    return json.loads(lines[-1])
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--skip-inductor", action="store_true")
+    parser.add_argument("--only", default=None)
+    args = parser.parse_args()
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-suite-")
+    side = SideBySide()
+    settings = TuneSettings(device="cuda", cache_dir=Path(tempfile.mkdtemp()), force=True)
+    rows = []
+    with Tuner(settings) as tuner:
+        for name, spec in SHAPES:
+            if args.only and args.only not in name:
+                continue
+            problem = make_problem(device="cuda", **spec)
+            started = now()
+            outcome = tuner.tune(problem)
+            tune_s = now() - started
+            winner = outcome.entry["winner"]
+            ours, torch_ms, verdict = side.time_winner(problem, winner, str(settings.kernel_dir))
+            row = {"shape": name, "winner": winner["uid"], "params": winner["params"], "ours_ms": ours,
+                   "torch_ms": torch_ms, "speedup": torch_ms / ours, "verified": verdict.ok,
+                   "tune_s": tune_s, "timing": side.policy(problem).mode,
+                   "floor_ms": problem.min_bytes / 4.3e12 * 1e3}
+            by_uid = {}
+            for cand in outcome.entry["candidates"]:
+                if cand["status"] == "ok":
+                    by_uid[cand["uid"]] = min(by_uid.get(cand["uid"], 1e9), cand["ms"])
+            row["best_by_template"] = by_uid
+            if not args.skip_inductor:
+                ind = inductor(problem)
+                row["inductor"] = ind
+                if "inductor_ms" in ind:
+                    row["inductor_speedup"] = ind["torch_mm_ms"] / ind["inductor_ms"]
+            rows.append(row)
+            print(f"done {name}: {row['winner']} x{row['speedup']:.3f} vs torch.mm"
+                  f" (inductor x{row.get('inductor_speedup', float('nan')):.3f}); tune {tune_s:.1f} s", flush=True)
+            write_json("gpu_llm_suite.json", rows)
+    print()
+    print(f"{'shape':36} {'winner':26} {'ours ms':>8} {'torch ms':>8} {'ours x':>7} {'ind. x':>7}"
+          f" {'ours/best':>9} {'floor x':>7}")
+    for r in rows:
+        best_other = max(1.0, r.get("inductor_speedup") or 1.0)
+        print(f"{r['shape']:36} {r['winner']:26} {r['ours_ms']:8.4f} {r['torch_ms']:8.4f} {r['speedup']:7.3f}"
+              f" {r.get('inductor_speedup', float('nan')):7.3f} {r['speedup'] / best_other:9.3f}"
+              f" {r['ours_ms'] / r['floor_ms']:7.2f}")
+    print(f"geomean speed-up vs torch.mm: ours {geomean([r['speedup'] for r in rows]):.3f}, inductor "
+          f"{geomean([r.get('inductor_speedup') for r in rows]):.3f}")
+
+
+if __name__ == "__main__":
+    main()
