@@ -1,7 +1,14 @@
 import os
+import shutil
 
-# Triton's interpreter must be chosen before triton is imported anywhere in this process.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Without a GPU, Triton runs under its interpreter; that must be chosen before triton is
+# imported anywhere in this process. With a GPU, in-process kernels compile for it (and the
+# tests that run Triton on CPU tensors in-process are skipped, below).
+GPU_PRESENT = os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+if not GPU_PRESENT:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+IN_PROCESS_CPU_KERNEL_MODULES = ("test_templates.py", "test_templates_hopper.py")
 
 from pathlib import Path  # noqa: E402
 
@@ -11,6 +18,11 @@ PLUGINS = Path(__file__).parent / "plugins"
 
 
 def pytest_collection_modifyitems(config, items):
+    if not INTERPRETING:
+        needs = pytest.mark.skip(reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")
+        for item in items:
+            if item.fspath.basename in IN_PROCESS_CPU_KERNEL_MODULES and "gpu" not in item.keywords:
+                item.add_marker(needs)
     try:
         import torch
 
