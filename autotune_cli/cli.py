@@ -53,6 +53,11 @@ class Search(str, Enum):
     exhaustive = "exhaustive"
 
 
+class ExecutorKind(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 class BiasShape(str, Enum):
     n = "n"
     mn = "mn"
@@ -82,7 +87,9 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    timeout: float = 120.0, cache_dir: Optional[Path] = None, force: bool = False,
                    seed: int = 0, plugin: Optional[List[str]] = None,
                    interpreter_budget: float = 30.0, budget: Optional[float] = None,
-                   compile_workers: Optional[int] = None):
+                   compile_workers: Optional[int] = None, gpus: Optional[str] = None,
+                   executor: str = "local", ray_address: Optional[str] = None):
+    from .scale import parse_gpus
     from .settings import TuneSettings, default_cache_dir
 
     if workers is not None and workers < 1:
@@ -102,6 +109,9 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), force=force,
         seed=seed, plugins=tuple(plugin or ()), interpreter_budget_s=interpreter_budget,
         budget_s=budget, compile_workers=compile_workers,
+        # with Ray, all of the cluster's devices unless told otherwise
+        gpus=parse_gpus(gpus if gpus is not None else ("all" if executor == "ray" else "1")),
+        executor=executor, ray_address=ray_address,
     )
 
 
@@ -204,6 +214,9 @@ def model(
     seed: int = SeedOpt,
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over N GPUs of this host, or all (default 1; with --executor ray, all of the cluster's). On the CPU, N worker groups."),
+    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor per GPU of a Ray cluster; pip install 'autotune-cli[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
     from .model import find_gemms, parse_hints, parse_input_shape, plan_flops_share
@@ -218,7 +231,14 @@ def model(
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,
-                              budget=budget, compile_workers=compile_workers)
+                              budget=budget, compile_workers=compile_workers, gpus=gpus,
+                              executor=executor.value, ray_address=ray_address)
+    scaled = settings.executor == "ray" or settings.gpus != 1
+    if settings.executor == "ray" and not plan_only:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32)
     if not plan_only:
@@ -230,7 +250,12 @@ def model(
 
         load_plugins(settings.plugins)
         templates_for(found[0].problem, settings.templates)
-        probe_device(dev)
+        if settings.executor == "local":  # Ray's actors probe their own devices
+            probe_device(dev)
+            if scaled:  # --gpus N: that many visible
+                from .scale import local_devices
+
+                local_devices(settings)
     shares = plan_flops_share(found)
     plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
@@ -243,18 +268,42 @@ def model(
             out.print(dumps({"model": str(path), "plan": plan}), markup=False)
         return
     rows = []
+
+    def add_row(item, planned, outcome, slot=0, device_name=None, host=None, error=None):
+        winner = outcome.winner if outcome else None
+        aten = aten_ms(outcome.entry) if outcome else None
+        saved = (aten - winner["ms"]) * item.count if winner and aten else None
+        if outcome is not None and device_name is None:
+            device_name = outcome.entry.get("fingerprint", {}).get("device_name")
+        row = {**planned, "key": outcome.key if outcome else None,
+               "from_cache": outcome.from_cache if outcome else False,
+               "winner": winner, "aten_ms": aten, "saved_ms": saved,
+               "slot": slot, "device": device_name}
+        if host is not None:
+            row["host"] = host
+        if error is not None:
+            row["error"] = error
+        rows.append(row)
+
     progress = ModelProgress(err, total=len(found))
     try:
-        with Tuner(settings, progress) as tuner:
-            for item, planned in zip(found, plan):
-                outcome = tuner.tune(item.problem)
-                winner = outcome.winner
-                aten = aten_ms(outcome.entry)
-                saved = (aten - winner["ms"]) * item.count if winner and aten else None
-                rows.append({**planned, "key": outcome.key, "from_cache": outcome.from_cache,
-                             "winner": winner, "aten_ms": aten, "saved_ms": saved})
+        if scaled:
+            from .scale import make_scaled_tuner
+
+            with make_scaled_tuner(settings, progress) as tuner:
+                results = tuner.tune_all([item.problem for item in found])
+            for item, planned, result in zip(found, plan, results):
+                add_row(item, planned, result.outcome, result.slot, result.device, result.host,
+                        result.error)
+        else:
+            with Tuner(settings, progress) as tuner:
+                for item, planned in zip(found, plan):
+                    add_row(item, planned, tuner.tune(item.problem))
     finally:
         progress.close()
+    for row in rows:
+        if row.get("error"):
+            err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
     total_saved = sum(r["saved_ms"] for r in rows if r["saved_ms"] is not None)
     total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
     if json_out:

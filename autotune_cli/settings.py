@@ -72,6 +72,11 @@ class TuneSettings:
     graph_below_us: float = 50.0
     retime_within: float = 0.03  # contenders this close to the best are re-timed with more runs
     timing: TimingPolicy | None = None
+    # Scale out (scale.py): devices to spread problems over (on the CPU, worker groups that
+    # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
+    gpus: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
 
     @property
     def timing_policy(self) -> TimingPolicy:

@@ -145,13 +145,17 @@ class Tuner:
     """Tunes problems one after another, sharing one executor and one cache."""
 
     def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
-                 executor_factory: Callable[[DeviceInfo, TuneSettings], Executor] | None = None) -> None:
+                 executor_factory: Callable[[DeviceInfo, TuneSettings], Executor] | None = None,
+                 device: DeviceInfo | None = None, cache: Any = None) -> None:
+        """`device`: tune on this device (one GPU of several) instead of probing GPU 0.
+        `cache`: anything with get/put/notices in place of the cache file (a Ray actor
+        keeps its entries in memory and hands them to the driver, which alone writes)."""
         load_plugins(settings.plugins)
         self.settings = settings
         self.listener = listener or TuneListener()
-        self.cache = Cache(settings.cache_dir)
+        self.cache = cache if cache is not None else Cache(settings.cache_dir)
         self.executor_factory = executor_factory or LocalExecutor
-        self._device: DeviceInfo | None = None
+        self._device: DeviceInfo | None = device
         self._executor: Executor | None = None
 
     @property

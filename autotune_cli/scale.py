@@ -1,0 +1,253 @@
+"""Scale out: spread PROBLEMS over every GPU of a host (here) or over a Ray cluster
+(scale_ray.py, imported only for `--executor ray`).
+
+On one host, `MultiDeviceTuner` owns one `Tuner` per device, each with its own
+`LocalExecutor` pinned to that GPU (the worker maps the index into the parent's
+CUDA_VISIBLE_DEVICES); compile workers are split between them. One thread per device
+takes the next problem from a shared queue and tunes it; the work itself runs in the
+executors' subprocesses. Each device is probed on its own, so each result carries the
+fingerprint of the GPU that measured it: GPUs with different names never share an entry.
+The cache file is shared through its lock (every writer re-reads and merges).
+
+On the CPU, `--gpus N` makes N worker groups stand in for N devices.
+
+Faults: a device whose workers cannot be (re)started is retired and its unfinished
+problem goes back on the queue for the survivors (a problem is tried on at most
+MAX_ATTEMPTS devices); what a device finished is in the cache already. A problem that
+fails on its own (it does not fit, no candidates left) is reported failed and the device
+goes on. The run ends with every problem tuned or reported failed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers
+from .errors import UserError
+from .fingerprint import DeviceInfo, probe_device
+from .problem import GemmProblem
+from .settings import TuneSettings
+from .tuner import TuneListener, TuneOutcome, Tuner
+
+MAX_ATTEMPTS = 3
+
+
+class MemoryCache:
+    """The cache interface the Tuner uses (get, put, notices), held in memory: a Ray actor
+    tunes into one and hands the entry to the driver, which alone writes the file."""
+
+    def __init__(self, entries: dict[str, dict] | None = None) -> None:
+        self.entries: dict[str, dict] = dict(entries or {})
+        self.notices: list[str] = []
+
+    def load(self) -> dict[str, dict]:
+        return dict(self.entries)
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, entry: dict) -> None:
+        self.entries[key] = entry
+
+
+class LockedListener(TuneListener):
+    """Serializes a listener's events: several devices report at once."""
+
+    def __init__(self, inner: TuneListener) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+
+    def _call(self, name: str, *args) -> None:
+        method = getattr(self.inner, name, None)
+        if method is not None:
+            with self.lock:
+                method(*args)
+
+    def notice(self, message): self._call("notice", message)
+    def cache_hit(self, problem, entry): self._call("cache_hit", problem, entry)
+    def planned(self, problem, choices): self._call("planned", problem, choices)
+    def candidate_done(self, problem, candidate, done, total, best):
+        self._call("candidate_done", problem, candidate, done, total, best)
+    def finished(self, outcome): self._call("finished", outcome)
+
+
+@dataclass
+class ProblemResult:
+    """One problem's end: its outcome, or why there is none, and where it was measured."""
+
+    index: int
+    problem: GemmProblem
+    outcome: TuneOutcome | None = None
+    slot: int | None = None  # the device (or actor) that produced the outcome
+    device: str | None = None  # that device's name
+    host: str | None = None
+    attempts: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None
+
+
+def parse_gpus(text: str | int | None) -> int:
+    """`--gpus N|all`: a positive count, or 0 for all."""
+    if text is None:
+        return 1
+    value = str(text).strip().lower()
+    if value == "all":
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UserError(f"--gpus takes a positive count or 'all', got {text!r}")
+    return count
+
+
+def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
+    """The devices of this host to tune on: GPUs 0..N-1 of the visible ones, each probed
+    on its own; on the CPU, N worker groups (one device, N slots)."""
+    if settings.device == "cpu":
+        count = settings.gpus or 1
+        cpu = probe_device("cpu")
+        return [replace(cpu, index=i) for i in range(count)]
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = settings.gpus or visible
+    if visible == 0:
+        raise UserError("--device cuda: no CUDA GPU is visible (use --device cpu)")
+    if count > visible:
+        raise UserError(f"--gpus {count}: only {visible} GPU(s) visible")
+    return [probe_device("cuda", i) for i in range(count)]
+
+
+def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> TuneSettings:
+    """One device's share of the host: the compile pool (CUDA) or the interpreter workers
+    (CPU) are split between the devices."""
+    if device.device_type == "cuda":
+        total = settings.compile_workers
+        if total is None:
+            total = default_compile_workers(device)
+        return replace(settings, compile_workers=max(1, total // slots) if total else 0)
+    total = settings.workers or LocalExecutor.default_workers(device)
+    return replace(settings, workers=max(1, total // slots))
+
+
+class MultiDeviceTuner:
+    """Tunes problems on several devices of this host at once, one problem per device."""
+
+    def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
+                 devices: Sequence[DeviceInfo] | None = None,
+                 executor_factory: Callable[[DeviceInfo, TuneSettings], Any] | None = None) -> None:
+        self.settings = settings
+        self.listener = LockedListener(listener or TuneListener())
+        self.devices = list(devices) if devices is not None else local_devices(settings)
+        n = len(self.devices)
+        self.tuners = [Tuner(slot_settings(settings, d, n), self.listener, executor_factory, device=d)
+                       for d in self.devices]
+        self.alive = [True] * n
+        self.slot_errors: dict[int, str] = {}
+
+    def tune_all(self, problems: Sequence[GemmProblem],
+                 on_result: Callable[[ProblemResult], None] | None = None) -> list[ProblemResult]:
+        results = [ProblemResult(i, p) for i, p in enumerate(problems)]
+        queue = deque(range(len(problems)))
+        cond = threading.Condition()
+        state = {"in_flight": 0}
+
+        report_lock = threading.Lock()
+
+        def finish(result: ProblemResult) -> None:
+            if on_result is not None:
+                with report_lock:
+                    on_result(result)
+
+        def drive(slot: int) -> None:
+            tuner = self.tuners[slot]
+            while True:
+                with cond:
+                    while not queue and state["in_flight"] and self.alive[slot]:
+                        cond.wait()  # a failing device may hand its problem back
+                    if not queue or not self.alive[slot]:
+                        return
+                    index = queue.popleft()
+                    state["in_flight"] += 1
+                result = results[index]
+                result.attempts += 1
+                try:
+                    outcome = tuner.tune(result.problem)
+                except (WorkerStartError, OSError, EOFError) as exc:  # the device is lost
+                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    with cond:
+                        self.alive[slot] = False
+                        self.slot_errors[slot] = reason
+                        state["in_flight"] -= 1
+                        survivors = any(self.alive)
+                        if survivors and result.attempts < MAX_ATTEMPTS:
+                            queue.appendleft(index)
+                            again = True
+                        else:
+                            result.error = f"device {slot} ({self.devices[slot].name}) failed: {reason}"
+                            again = False
+                        cond.notify_all()
+                    if not again:
+                        finish(result)
+                    tuner.close()
+                    return
+                except Exception as exc:  # the problem failed, not the device
+                    result.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+                    result.slot, result.device = slot, self.devices[slot].name
+                else:
+                    result.outcome = outcome
+                    result.slot, result.device = slot, self.devices[slot].name
+                with cond:
+                    state["in_flight"] -= 1
+                    cond.notify_all()
+                finish(result)
+
+        threads = [threading.Thread(target=drive, args=(slot,), daemon=True,
+                                    name=f"autotune-device-{slot}") for slot in range(len(self.tuners))]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(timeout=0.5)
+        except BaseException:  # Ctrl-C: stop the workers; the threads are daemons
+            with cond:
+                queue.clear()
+                self.alive = [False] * len(self.alive)
+                cond.notify_all()
+            self.close()
+            raise
+        lost = "; ".join(f"device {s}: {e}" for s, e in sorted(self.slot_errors.items()))
+        for result in results:
+            if result.outcome is None and result.error is None:
+                result.error = f"no device left to tune it ({lost or 'all failed'})"
+                finish(result)
+        return results
+
+    def close(self) -> None:
+        for tuner in self.tuners:
+            tuner.close()
+
+    def __enter__(self) -> "MultiDeviceTuner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_scaled_tuner(settings: TuneSettings, listener: TuneListener | None = None):
+    """The tuner for `settings.executor` and `settings.gpus`: both have `tune_all(problems)`
+    and `close()`. Ray is imported only here, and only for the Ray executor."""
+    if settings.executor == "ray":
+        from .scale_ray import RayTuner
+
+        return RayTuner(settings, listener)
+    return MultiDeviceTuner(settings, listener)

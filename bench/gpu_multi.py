@@ -1,0 +1,121 @@
+"""Issue 8's benchmark: `autotune model` on one GPU against two GPUs of the same host.
+
+A model of eight linear layers of distinct shapes (eight distinct problems, bf16) is saved
+with torch.export and tuned cold twice, each time with a fresh cache: `--gpus 1`, then
+`--gpus 2`. Reported: the wall time of each run (the whole command: start-up, extraction,
+tuning), the speed-up, which GPU tuned which problem, and whether the two runs picked the
+same winners (and how far apart their times are where they did not).
+
+Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--budget 120]
+Writes $OUT/gpu_multi.json (or bench_out/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import write_json  # noqa: E402
+
+OUT_FEATURES = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 14336)  # eight distinct problems
+IN_FEATURES = 4096
+
+
+def save_model(folder: Path, m: int) -> Path:
+    import torch
+    import torch.nn as nn
+
+    class EightLinears(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(IN_FEATURES, n, bias=False) for n in OUT_FEATURES)
+
+        def forward(self, x):
+            return tuple(layer(x) for layer in self.layers)
+
+    model = EightLinears().to(torch.bfloat16).eval()
+    example = (torch.randn(m, IN_FEATURES, dtype=torch.bfloat16),)
+    path = folder / "eight_linears.pt2"
+    torch.export.save(torch.export.export(model, example), str(path))
+    return path
+
+
+def tune(path: Path, gpus: int, cache_dir: Path, extra: list[str]) -> tuple[float, dict, str]:
+    command = [sys.executable, "-m", "autotune_cli", "model", str(path), "--device", "cuda",
+               "--gpus", str(gpus), "--json", *extra]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return wall, json.loads(proc.stdout), proc.stderr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
+    parser.add_argument("--budget", type=float, default=None, help="--budget per problem (s)")
+    parser.add_argument("--templates", default=None, help="--templates for both runs")
+    args = parser.parse_args()
+
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if visible < 2:
+        raise SystemExit(f"needs two GPUs; {visible} visible")
+    names = [torch.cuda.get_device_name(i) for i in range(2)]
+    extra = []
+    if args.budget:
+        extra += ["--budget", str(args.budget)]
+    if args.templates:
+        extra += ["--templates", args.templates]
+
+    work = Path(tempfile.mkdtemp(prefix="autotune-multi-"))
+    path = save_model(work, args.m)
+    runs = {}
+    for gpus in (1, 2):
+        wall, doc, stderr = tune(path, gpus, work / f"cache-{gpus}", extra)
+        rows = doc["problems"]
+        runs[gpus] = {"wall_s": wall, "rows": rows, "failed": [r["describe"] for r in rows if not r["winner"]],
+                      "per_slot": {str(s): sum(1 for r in rows if r.get("slot") == s)
+                                   for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})}}
+        print(f"--gpus {gpus}: {wall:.1f} s wall, {len(rows)} problems, per GPU {runs[gpus]['per_slot']}, "
+              f"failed {runs[gpus]['failed'] or 'none'}", flush=True)
+
+    one, two = ({r["describe"]: r for r in runs[g]["rows"]} for g in (1, 2))
+    comparison = []
+    for describe, a in one.items():
+        b = two.get(describe) or {}
+        wa, wb = a.get("winner") or {}, b.get("winner") or {}
+        same = bool(wa) and wa.get("uid") == wb.get("uid") and wa.get("params") == wb.get("params")
+        ratio = wb["ms"] / wa["ms"] if wa.get("ms") and wb.get("ms") else None
+        comparison.append({"problem": describe, "same_winner": same,
+                           "one_gpu": {"uid": wa.get("uid"), "params": wa.get("params"), "ms": wa.get("ms")},
+                           "two_gpus": {"uid": wb.get("uid"), "params": wb.get("params"), "ms": wb.get("ms"),
+                                        "slot": b.get("slot"), "device": b.get("device")},
+                           "ms_ratio_two_over_one": ratio})
+        print(f"  {describe:40s} 1 GPU {wa.get('uid')} {wa.get('ms')} ms | 2 GPUs (slot {b.get('slot')}) "
+              f"{wb.get('uid')} {wb.get('ms')} ms | same winner: {same}"
+              + (f", time ratio {ratio:.3f}" if ratio else ""))
+    speedup = runs[1]["wall_s"] / runs[2]["wall_s"]
+    print(f"speed-up with two GPUs: {speedup:.2f}x ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
+          f"same winners {sum(c['same_winner'] for c in comparison)}/{len(comparison)}")
+    write_json("gpu_multi.json", {
+        "gpus": names, "m": args.m, "extra": extra,
+        "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
+        "per_slot_two_gpus": runs[2]["per_slot"], "comparison": comparison,
+        "failed": {"1": runs[1]["failed"], "2": runs[2]["failed"]},
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Scale out on one host, on the CPU: two CPU worker groups stand in for two GPUs.
+
+Problems are spread over the devices, every result carries the fingerprint of the device
+that measured it, a device that is lost hands its problem back to the survivors, and the
+local path never imports Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+from autotune_cli.bench.executor import LocalExecutor, WorkerStartError  # noqa: E402
+from autotune_cli.cache import Cache, entry_key  # noqa: E402
+from autotune_cli.errors import UserError  # noqa: E402
+from autotune_cli.fingerprint import probe_device  # noqa: E402
+from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.scale import MultiDeviceTuner, parse_gpus  # noqa: E402
+from autotune_cli.settings import TuneSettings  # noqa: E402
+
+
+class FourLayers(nn.Module):
+    """Four distinct mm problems."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 24, bias=False)
+        self.b = nn.Linear(24, 32, bias=False)
+        self.c = nn.Linear(32, 40, bias=False)
+        self.d = nn.Linear(40, 16, bias=False)
+
+    def forward(self, x):
+        return self.d(self.c(self.b(self.a(x))))
+
+
+@pytest.fixture(scope="module")
+def four_layers(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("scale") / "four.pt2"
+    model = FourLayers().eval()
+    torch.export.save(torch.export.export(model, (torch.randn(8, 16),)), str(path))
+    return path
+
+
+def problems(count=4):
+    return [make_problem(m=8, n=8 * (i + 2), k=16, device="cpu", dtype="float32") for i in range(count)]
+
+
+def aten_settings(tmp_path, **fields):
+    return TuneSettings(device="cpu", cache_dir=tmp_path, templates=("aten",), workers=2, **fields)
+
+
+def test_parse_gpus():
+    assert parse_gpus(None) == 1 and parse_gpus("3") == 3 and parse_gpus("all") == 0
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(UserError):
+            parse_gpus(bad)
+
+
+def test_model_on_two_cpu_groups_without_ray(cache_dir, four_layers):
+    """`--gpus 2` on the CPU: both groups tune, every problem is cached, Ray stays out."""
+    code = (
+        "import sys\n"
+        "from autotune_cli.cli import main\n"
+        f"rc = main(['model', {str(four_layers)!r}, '--device', 'cpu', '--gpus', '2',\n"
+        "            '--templates', 'aten', '--workers', '2', '--json'])\n"
+        "assert 'ray' not in sys.modules, 'the local path imported ray'\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    rows = doc["problems"]
+    assert len(rows) == 4 and len({r["key"] for r in rows}) == 4
+    assert {r["slot"] for r in rows} == {0, 1}  # both devices were used
+    entries = Cache(cache_dir).load()
+    cpu = probe_device("cpu").name
+    for row in rows:
+        assert row["winner"] is not None and not row["from_cache"] and row["device"] == cpu
+        assert entries[row["key"]]["winner"] == row["winner"]
+    assert proc.stderr.count("tuned:") == 4
+
+
+def test_each_result_carries_its_devices_fingerprint(tmp_path):
+    """Devices with different names never share an entry: each result is stored under the
+    fingerprint of the device that measured it."""
+    cpu = probe_device("cpu")
+    devices = [replace(cpu, name="cpu-A", index=0), replace(cpu, name="cpu-B", index=1)]
+    settings = aten_settings(tmp_path)
+    seen = []
+    with MultiDeviceTuner(settings, devices=devices) as tuner:
+        results = tuner.tune_all(problems(4), on_result=seen.append)
+    assert len(seen) == 4 and all(r.ok for r in results)
+    assert {r.slot for r in results} == {0, 1}
+    entries = Cache(tmp_path).load()
+    digests = {}
+    for result in results:
+        device = devices[result.slot]
+        entry = entries[result.outcome.key]
+        assert result.device == device.name == entry["fingerprint"]["device_name"]
+        fingerprint = tuner.tuners[result.slot].fingerprint(result.problem)
+        assert result.outcome.key == entry_key(result.problem.key(), fingerprint.digest())
+        digests.setdefault(device.name, set()).add(entry["machine"])
+    assert len(digests["cpu-A"] | digests["cpu-B"]) == 2  # one machine digest per device name
+
+
+class LostDevice:
+    """An executor whose workers cannot be started: the device is gone."""
+
+    def __init__(self, device, settings):
+        self.runs = 0
+
+    def run(self, choices, on_result=None, policy=None, deadline=None):
+        self.runs += 1
+        time.sleep(0.2)
+        raise WorkerStartError("benchmark worker failed to start: planted")
+
+    def close(self):
+        pass
+
+
+def test_a_lost_device_hands_its_problem_to_the_survivor(tmp_path):
+    cpu = probe_device("cpu")
+    devices = [replace(cpu, index=0), replace(cpu, index=1)]
+
+    def factory(device, settings):
+        return LostDevice(device, settings) if device.index == 1 else LocalExecutor(device, settings)
+
+    with MultiDeviceTuner(aten_settings(tmp_path), devices=devices, executor_factory=factory) as tuner:
+        results = tuner.tune_all(problems(4))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert {r.slot for r in results} == {0}
+    assert sorted(r.attempts for r in results) == [1, 1, 1, 2]  # one was re-queued
+    assert tuner.alive == [True, False] and "planted" in tuner.slot_errors[1]
+    entries = Cache(tmp_path).load()
+    assert {r.outcome.key for r in results} <= set(entries)
+
+
+def test_every_device_lost_reports_every_problem_failed(tmp_path):
+    cpu = probe_device("cpu")
+    devices = [replace(cpu, index=0), replace(cpu, index=1)]
+    with MultiDeviceTuner(aten_settings(tmp_path), devices=devices, executor_factory=LostDevice) as tuner:
+        results = tuner.tune_all(problems(3))
+    assert not any(r.ok for r in results)
+    assert all(r.error and "planted" in r.error for r in results), [r.error for r in results]
+    assert not (tmp_path / "autotune-cache.json").exists()
+
+
+def test_bad_scale_options_are_one_line_errors(cli, cache_dir, four_layers, monkeypatch):
+    code, out, err = cli("model", four_layers, "--device", "cpu", "--gpus", "zero")
+    assert code == 2 and "--gpus takes a positive count or 'all'" in err and out == ""
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    code, out, err = cli("model", four_layers, "--device", "cpu", "--executor", "ray")
+    assert code == 2 and "pip install 'autotune-cli[ray]'" in err and out == ""
+    assert not (cache_dir / "autotune-cache.json").exists()
