@@ -16,7 +16,7 @@ Semantics (matching aten):
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .errors import UserError

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import asdict
+
 from typing import Any
 
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")

@@ -120,33 +120,38 @@ class TritonMMTemplate(Template):
 
 
 def load_kernel(source: str, kernel_dir: str):
-    """Write rendered source to a file (Triton reads a kernel's source from its file) and
-    import it; return its one @triton.jit function."""
+    """The one @triton.jit function of a rendered source."""
+    (kernel,) = load_kernels(source, kernel_dir, count=1)
+    return kernel
+
+
+def load_kernels(source: str, kernel_dir: str, count: int) -> list:
+    """Write rendered source to a file (Triton reads a kernel's source from its file), import
+    it once per process, and return its @triton.jit functions in the order they are defined."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"autotune_kernel_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name].__dict__["_kernel"]
-    directory = Path(kernel_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{module_name}.py"
-    if not path.exists() or path.read_text() != source:
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-        os.replace(tmp, path)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    kernels = [v for k, v in vars(module).items() if hasattr(v, "run") and hasattr(v, "fn")]
-    if len(kernels) != 1:
-        raise RuntimeError(f"{path} defines {len(kernels)} kernels, expected 1")
-    module.__dict__["_kernel"] = kernels[0]
-    return kernels[0]
+    module = sys.modules.get(module_name)
+    if module is None:
+        directory = Path(kernel_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{module_name}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
+    if len(kernels) != count:
+        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
+    return kernels
 
 
 register_template(TritonMMTemplate("triton::mm", ("mm", "addmm")))

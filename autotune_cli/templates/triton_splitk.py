@@ -20,10 +20,6 @@ kernel serves every layout; C may have any strides.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
-import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +27,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable, Template
 from .registry import register_template
+from .triton_mm import load_kernels
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "SPLIT_K")
@@ -161,35 +158,6 @@ class TritonSplitKTemplate(Template):
 
         run.warmup = warmup  # type: ignore[attr-defined]
         return run
-
-
-def load_kernels(source: str, kernel_dir: str, count: int) -> list:
-    """Write rendered source to a file (Triton reads a kernel's source from its file), import
-    it and return its @triton.jit functions in the order they are defined."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    module_name = f"autotune_kernel_{digest}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        directory = Path(kernel_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{module_name}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
-    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
-    if len(kernels) != count:
-        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
-    return kernels
 
 
 register_template(TritonSplitKTemplate("triton::mm_splitk", ("mm", "addmm")))
