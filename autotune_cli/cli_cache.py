@@ -294,7 +294,10 @@ def cache_show(
         else:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
-    out.print(cache_table(items))
+    from .fingerprint import Fingerprint, probe_device
+
+    cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
+    out.print(cache_table(items, current_machine=cpu_machine))
     fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
     for digest, fp in fingerprints.items():
         templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))

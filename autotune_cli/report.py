@@ -219,6 +219,9 @@ def dumps(document: Any) -> str:
 
 
 def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> Table:
+    """`current_machine`: this host's CPU machine digest. CPU entries say whether they were
+    measured here; GPU entries say "?" (knowing needs torch; `cache prune --not-this-machine`
+    asks the GPU)."""
     table = Table(title="autotune cache", title_justify="left")
     for name, justify in (("problem", "left"), ("device", "left"), ("winner", "left"),
                           ("params", "left"), ("ms", "right"), ("TFLOP/s", "right"),
@@ -228,7 +231,10 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
         problem = GemmProblem.from_dict(entry["problem"])
         winner = entry.get("winner") or {}
         fp = entry["fingerprint"]
-        here = "yes" if current_machine and entry.get("machine") == current_machine else ""
+        if fp.get("device_type") == "cpu" and current_machine:
+            here = "yes" if entry.get("machine") == current_machine else "no"
+        else:
+            here = "?"
         table.add_row(escape(problem.describe()), escape(str(fp.get("device_name", "?"))),
                       escape(str(winner.get("uid", "(none)"))),
                       params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),

@@ -113,6 +113,7 @@ def test_cache_commands_import_neither_torch_nor_triton(cache_dir, cli):
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout and "mm 16x16x16 float16 nn" in proc.stdout
     assert "fingerprint" in proc.stdout
+    assert " yes " in proc.stdout  # the entry was measured on this machine's CPU
 
 
 def test_cache_path_and_clear(cli, cache_dir):
