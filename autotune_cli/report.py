@@ -237,7 +237,7 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
             here = "?"
         table.add_row(escape(problem.describe()), escape(str(fp.get("device_name", "?"))),
                       escape(str(winner.get("uid", "(none)"))),
-                      params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
+                      escape(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
                       fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
-                      str(entry.get("tuned_at", "?")), here)
+                      escape(str(entry.get("tuned_at", "?"))), here)
     return table
