@@ -322,7 +322,7 @@ class Dispatcher:
         template = get_template(winner["uid"])
         if template.backend == "aten":
             return torch_op, info  # the winner is torch's own call, on the tensors as given
-        from .templates.triton_mm import interpreting
+        from .templates.triton_base import interpreting
 
         if problem.device == "cpu" and template.backend == "triton" and not interpreting():
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} runs on the CPU "

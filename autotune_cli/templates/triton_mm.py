@@ -8,77 +8,25 @@ runtime arguments, so one kernel serves every layout.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
-import sys
-import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template
+from .base import Operands, Runnable
 from .registry import register_template
+from .triton_base import TritonTemplate, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 
 
-@lru_cache(maxsize=1)
-def _jinja_template():
-    import jinja2
+class TritonMMTemplate(TritonTemplate):
+    template_file = TEMPLATE_FILE
 
-    env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    return env.from_string(TEMPLATE_FILE.read_text())
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-class TritonMMTemplate(Template):
-    backend = "triton"
-
-    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
-        self.uid = uid
-        self.ops = ops
-
-    def source_text(self) -> str:
-        return TEMPLATE_FILE.read_text() + Path(__file__).read_text()
-
-    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
-        missing = [key for key in CONFIG_KEYS if key not in config]
-        if missing:
-            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
-        params = {key: int(config[key]) for key in CONFIG_KEYS}
+    def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0
-        params["ACC_TYPE"] = "tl.float32"
-        params["ALLOW_TF32"] = bool(problem.allow_tf32)
-        return params
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
-        upcast = problem.device == "cpu" and problem.dtype != "float32"
-        if problem.dtype == "float32" and not upcast:
-            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
-        else:
-            precision = ""
-        digest = hashlib.sha256(
-            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
-        ).hexdigest()[:12]
-        return _jinja_template().render(
-            uid=self.uid,
-            problem_desc=problem.describe(),
-            params_desc=", ".join(f"{k}={v}" for k, v in params.items()),
-            kernel_name=f"{self.uid.split('::')[1]}_{digest}",
-            BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"],
-            GROUP_M=params["GROUP_M"], ACC_TYPE=params["ACC_TYPE"], EVEN_K=params["EVEN_K"],
-            UPCAST=upcast, INPUT_PRECISION=precision,
-            HAS_BIAS=problem.op == "addmm", BATCHED=problem.op == "bmm",
-        )
+        return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm")
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
         source = self.render(problem, params)
@@ -117,41 +65,6 @@ class TritonMMTemplate(Template):
 
         run.warmup = warmup  # type: ignore[attr-defined]
         return run
-
-
-def load_kernel(source: str, kernel_dir: str):
-    """The one @triton.jit function of a rendered source."""
-    (kernel,) = load_kernels(source, kernel_dir, count=1)
-    return kernel
-
-
-def load_kernels(source: str, kernel_dir: str, count: int) -> list:
-    """Write rendered source to a file (Triton reads a kernel's source from its file), import
-    it once per process, and return its @triton.jit functions in the order they are defined."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    module_name = f"autotune_kernel_{digest}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        directory = Path(kernel_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{module_name}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
-    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
-    if len(kernels) != count:
-        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
-    return kernels
 
 
 register_template(TritonMMTemplate("triton::mm", ("mm", "addmm")))

@@ -36,11 +36,6 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
                 and (problem.k * problem.dtype_size) % ALIGN_BYTES != 0
                 and (problem.n * problem.dtype_size) % ALIGN_BYTES == 0)
 
-    def source_text(self) -> str:
-        from pathlib import Path
-
-        return super().source_text() + Path(__file__).read_text()
-
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         return super().full_params(replace(problem, k=padded_k(problem)), config)
 

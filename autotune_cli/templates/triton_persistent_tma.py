@@ -26,7 +26,6 @@ its tiles are transposed after loading, so every layout works when the strides a
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import re
 import sys
@@ -36,27 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template
+from .base import Operands, Runnable
 from .registry import register_template
-from .triton_mm import interpreting, load_kernel
+from .triton_base import TritonTemplate, interpreting, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
 INTERPRETER_SMS = 4  # programs under the interpreter: enough for each to own several tiles
 MIN_TRITON = (3, 4)  # the first release with tl.make_tensor_descriptor and set_allocator
 TMA_ALIGN = 16  # bytes: base address and every stride but the last
-
-
-@lru_cache(maxsize=1)
-def _jinja_template():
-    import jinja2
-
-    env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    return env.from_string(TEMPLATE_FILE.read_text())
 
 
 # -- what this Triton and this device can do --------------------------------------------------
@@ -134,15 +121,9 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 
 # -- the template -----------------------------------------------------------------------------
 
-class TritonPersistentTMATemplate(Template):
-    backend = "triton"
-
-    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
-        self.uid = uid
-        self.ops = ops
-
-    def source_text(self) -> str:
-        return TEMPLATE_FILE.read_text() + Path(__file__).read_text()
+class TritonPersistentTMATemplate(TritonTemplate):
+    template_file = TEMPLATE_FILE
+    defaults = DEFAULTS
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         api = descriptor_api_problem()
@@ -168,36 +149,10 @@ class TritonPersistentTMATemplate(Template):
                     + ", ".join(bad) + f" ({problem.dtype}, layout {problem.layout})")
         return None
 
-    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
-        missing = [key for key in CONFIG_KEYS if key not in config]
-        if missing:
-            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
-        params = {key: int(config[key]) for key in CONFIG_KEYS}
-        for key, default in DEFAULTS.items():
-            params[key] = int(config.get(key, default))
-        params["ACC_TYPE"] = "tl.float32"
-        params["ALLOW_TF32"] = bool(problem.allow_tf32)
-        return params
-
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
-        upcast = problem.device == "cpu" and problem.dtype != "float32"
-        if problem.dtype == "float32" and not upcast:
-            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
-        else:
-            precision = ""
-        digest = hashlib.sha256(
-            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
-        ).hexdigest()[:12]
-        return _jinja_template().render(
-            uid=self.uid,
-            problem_desc=problem.describe(),
-            params_desc=", ".join(f"{k}={v}" for k, v in params.items()),
-            kernel_name=f"{self.uid.split('::')[1]}_{digest}",
-            BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"],
-            GROUP_M=params["GROUP_M"], ACC_TYPE=params["ACC_TYPE"],
-            FLATTEN=bool(params["FLATTEN"]), UPCAST=upcast, INPUT_PRECISION=precision,
+        return self.render_with(
+            problem, params, FLATTEN=bool(params["FLATTEN"]),
             A_TRANSPOSED=problem.a_transposed, B_TRANSPOSED=problem.b_transposed,
-            HAS_BIAS=problem.op == "addmm",
         )
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:

@@ -19,33 +19,20 @@ kernel serves every layout; C may have any strides.
 
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template
+from .base import Operands, Runnable
 from .registry import register_template
-from .triton_mm import load_kernels
+from .triton_base import TILE_KEYS, TritonTemplate, jinja_template, load_kernels
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "SPLIT_K")
+CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)
 DEFAULTS = {"ATOMIC_ADD": 0}
 REDUCE_BLOCK = 1024
 REDUCE_WARPS = 4
 MAX_WORKSPACE_ELEMENTS = 2**31 - 1  # the kernels index the workspace with 32-bit offsets
-
-
-@lru_cache(maxsize=1)
-def _jinja_template():
-    import jinja2
-
-    env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    return env.from_string(TEMPLATE_FILE.read_text())
 
 
 def k_per_split(k: int, split_k: int, block_k: int) -> int:
@@ -55,53 +42,25 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
     return -(-per // block_k) * block_k
 
 
-class TritonSplitKTemplate(Template):
-    backend = "triton"
+class TritonSplitKTemplate(TritonTemplate):
+    template_file = TEMPLATE_FILE
+    config_keys = CONFIG_KEYS
+    defaults = DEFAULTS
 
-    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
-        self.uid = uid
-        self.ops = ops
-
-    def source_text(self) -> str:
-        return TEMPLATE_FILE.read_text() + Path(__file__).read_text()
-
-    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
-        missing = [key for key in CONFIG_KEYS if key not in config]
-        if missing:
-            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
-        params = {key: int(config[key]) for key in CONFIG_KEYS}
-        for key, default in DEFAULTS.items():
-            params[key] = int(config.get(key, default))
+    def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         if params["SPLIT_K"] < 1:
             raise ValueError(f"{self.uid}: SPLIT_K must be at least 1, got {params['SPLIT_K']}")
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * params["SPLIT_K"]) == 0
-        params["ACC_TYPE"] = "tl.float32"
-        params["ALLOW_TF32"] = bool(problem.allow_tf32)
-        return params
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
-        upcast = problem.device == "cpu" and problem.dtype != "float32"
-        if problem.dtype == "float32" and not upcast:
-            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
-        else:
-            precision = ""
-        digest = hashlib.sha256(
-            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
-        ).hexdigest()[:12]
-        name = self.uid.split("::")[1]
+        context = self.render_context(problem, params)
         atomic = bool(params["ATOMIC_ADD"])
-        return _jinja_template().render(
-            uid=self.uid,
-            problem_desc=problem.describe(),
-            params_desc=", ".join(f"{k}={v}" for k, v in params.items()),
-            kernel_name=f"{name}_{digest}",
-            reduce_name=f"{name}_reduce_{digest}",
-            BLOCK_M=params["BLOCK_M"], BLOCK_N=params["BLOCK_N"], BLOCK_K=params["BLOCK_K"],
-            GROUP_M=params["GROUP_M"], ACC_TYPE=params["ACC_TYPE"], EVEN_K=params["EVEN_K"],
+        return jinja_template(self.template_file).render(
+            **context,
+            reduce_name=f"{self.uid.split('::')[1]}_reduce_{context['digest']}",
+            EVEN_K=params["EVEN_K"],
             K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
-            ATOMIC_ADD=atomic, PARTS=1 if atomic else params["SPLIT_K"],
-            REDUCE_BLOCK=REDUCE_BLOCK, UPCAST=upcast, INPUT_PRECISION=precision,
-            HAS_BIAS=problem.op == "addmm",
+            ATOMIC_ADD=atomic, PARTS=1 if atomic else params["SPLIT_K"], REDUCE_BLOCK=REDUCE_BLOCK,
         )
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:

@@ -1,0 +1,132 @@
+"""What every Triton template shares: the jinja environment, the kernel loader, the params
+every kernel takes, and the render context every template fills the same way.
+
+A subclass names its `.jinja` file, its required config keys and optional defaults, adds
+the params it alone derives in `extra_params`, and passes its own variables to `render`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Template
+
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@lru_cache(maxsize=None)
+def jinja_template(path: Path):
+    import jinja2
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.from_string(path.read_text())
+
+
+def load_kernel(source: str, kernel_dir: str):
+    """The one @triton.jit function of a rendered source."""
+    (kernel,) = load_kernels(source, kernel_dir, count=1)
+    return kernel
+
+
+def load_kernels(source: str, kernel_dir: str, count: int) -> list:
+    """Write rendered source to a file (Triton reads a kernel's source from its file), import
+    it once per process, and return its @triton.jit functions in the order they are defined."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    module_name = f"autotune_kernel_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        directory = Path(kernel_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{module_name}.py"
+        if not path.exists() or path.read_text() != source:
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
+    if len(kernels) != count:
+        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
+    return kernels
+
+
+class TritonTemplate(Template):
+    backend = "triton"
+    template_file: Path
+    config_keys: tuple[str, ...] = TILE_KEYS
+    defaults: dict[str, int] = {}  # tuned too, but optional in a config
+
+    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
+        self.uid = uid
+        self.ops = ops
+
+    def source_text(self) -> str:
+        """The jinja file and the Python of every Triton template class this one is built
+        from, so that a change to any of them expires the winners."""
+        modules = []
+        for cls in type(self).__mro__:
+            if issubclass(cls, TritonTemplate) and cls.__module__ not in modules:
+                modules.append(cls.__module__)
+        return self.template_file.read_text() + "".join(
+            Path(sys.modules[name].__file__).read_text() for name in modules)
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        missing = [key for key in self.config_keys if key not in config]
+        if missing:
+            raise ValueError(f"{self.uid} config lacks {', '.join(missing)}: {config}")
+        params = {key: int(config[key]) for key in self.config_keys}
+        for key, default in self.defaults.items():
+            params[key] = int(config.get(key, default))
+        self.extra_params(problem, params)
+        params["ACC_TYPE"] = "tl.float32"
+        params["ALLOW_TF32"] = bool(problem.allow_tf32)
+        return params
+
+    def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
+        """Add (in place) the params this template derives from the problem."""
+
+    def render_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
+        """The variables every Triton template's jinja file takes; `digest` names kernels."""
+        upcast = problem.device == "cpu" and problem.dtype != "float32"
+        if problem.dtype == "float32" and not upcast:
+            precision = "tf32" if params["ALLOW_TF32"] else "ieee"
+        else:
+            precision = ""
+        digest = hashlib.sha256(
+            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
+        ).hexdigest()[:12]
+        return {
+            "uid": self.uid,
+            "digest": digest,
+            "problem_desc": problem.describe(),
+            "params_desc": ", ".join(f"{k}={v}" for k, v in params.items()),
+            "kernel_name": f"{self.uid.split('::')[1]}_{digest}",
+            "BLOCK_M": params["BLOCK_M"], "BLOCK_N": params["BLOCK_N"], "BLOCK_K": params["BLOCK_K"],
+            "GROUP_M": params["GROUP_M"], "ACC_TYPE": params["ACC_TYPE"],
+            "UPCAST": upcast, "INPUT_PRECISION": precision, "HAS_BIAS": problem.op == "addmm",
+        }
+
+    def render_with(self, problem: GemmProblem, params: dict[str, Any], **own: Any) -> str:
+        return jinja_template(self.template_file).render(**self.render_context(problem, params), **own)
