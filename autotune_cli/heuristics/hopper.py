@@ -22,18 +22,15 @@ rest by `validate_config`.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..errors import UserError
 from ..problem import GemmProblem
 from ..templates.triton_splitk import k_per_split
 from .registry import Heuristic, register_heuristic
-from .spaces import exhaustive_space, validate_config
-from .triton_mm import scale_to_problem
+from .spaces import exhaustive_space, shipped_document, validate_config
+from .triton_mm import TritonSpace, scaled_unique
 
 PERSISTENT_TMA = "triton::mm_persistent_tma"
 SPLITK = "triton::mm_splitk"
@@ -54,11 +51,7 @@ EXTRA_KEYS = {
 @lru_cache(maxsize=None)
 def shipped_configs(name: str) -> tuple[dict[str, Any], ...]:
     """A config list from configs/<name>.json, its extra keys checked here."""
-    try:  # installed: configs/ is the package autotune_cli.configs
-        text = resources.files("autotune_cli.configs").joinpath(f"{name}.json").read_text()
-    except ModuleNotFoundError:  # run from a checkout with PYTHONPATH=.
-        text = (Path(__file__).resolve().parents[2] / "configs" / f"{name}.json").read_text()
-    return parse_configs(json.loads(text), f"configs/{name}.json")
+    return parse_configs(shipped_document(name), f"configs/{name}.json")
 
 
 def parse_configs(data: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
@@ -76,29 +69,11 @@ def parse_configs(data: dict[str, Any], where: str) -> tuple[dict[str, Any], ...
     return tuple(out)
 
 
-def _scaled_unique(configs: Iterable[dict[str, Any]], problem: GemmProblem) -> Iterator[dict[str, Any]]:
-    seen: set[tuple] = set()
-    for config in configs:
-        scaled = scale_to_problem(config, problem)
-        ident = tuple(sorted(scaled.items()))
-        if ident not in seen:
-            seen.add(ident)
-            yield scaled
-
-
 # -- persistent TMA ---------------------------------------------------------------------------
 
-class _PersistentTMA(Heuristic):
-    shipped = ""
-
-    def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        if space is not None:
-            configs = space
-        elif search == "exhaustive":
-            configs = exhaustive_space()
-        else:
-            configs = shipped_configs(self.shipped)
-        yield from _scaled_unique(configs, problem)
+class _PersistentTMA(TritonSpace):
+    def shipped_configs(self) -> Iterable[dict[str, Any]]:
+        return shipped_configs(self.shipped)  # its lists carry FLATTEN
 
 
 @register_heuristic(PERSISTENT_TMA, "cuda")
@@ -145,7 +120,7 @@ class _SplitK(Heuristic):
                        for split in ((tile["SPLIT_K"],) if "SPLIT_K" in tile else SPLIT_CHOICES))
         else:
             configs = iter(shipped_configs(self.shipped))
-        for config in _scaled_unique(configs, problem):
+        for config in scaled_unique(configs, problem):
             if split_fits(problem, config):
                 yield config
 

@@ -16,15 +16,19 @@ TRITON_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_wa
 BLOCK_RANGE = (16, 256)
 
 
-@lru_cache(maxsize=None)
-def shipped_space(name: str) -> tuple[dict[str, Any], ...]:
-    """A config list from the package's configs/ folder, e.g. 'triton_mm_cuda'."""
+def shipped_document(name: str) -> dict[str, Any]:
+    """configs/<name>.json, shipped with the package, as parsed JSON."""
     try:  # installed: configs/ is the package autotune_cli.configs
         text = resources.files("autotune_cli.configs").joinpath(f"{name}.json").read_text()
     except ModuleNotFoundError:  # run from a checkout with PYTHONPATH=.
         text = (Path(__file__).resolve().parents[2] / "configs" / f"{name}.json").read_text()
-    data = json.loads(text)
-    return tuple(validate_config(c, f"configs/{name}.json") for c in data["configs"])
+    return json.loads(text)
+
+
+@lru_cache(maxsize=None)
+def shipped_space(name: str) -> tuple[dict[str, Any], ...]:
+    """A config list from the package's configs/ folder, e.g. 'triton_mm_cuda'."""
+    return tuple(validate_config(c, f"configs/{name}.json") for c in shipped_document(name)["configs"])
 
 
 def exhaustive_space() -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..problem import GemmProblem
 from .registry import Heuristic, register_heuristic
@@ -21,8 +21,24 @@ def scale_to_problem(config: dict[str, Any], problem: GemmProblem) -> dict[str, 
     return scaled
 
 
-class _TritonSpace(Heuristic):
+def scaled_unique(configs: Iterable[dict[str, Any]], problem: GemmProblem) -> Iterator[dict[str, Any]]:
+    """Each config scaled to the problem, duplicates (after scaling) dropped."""
+    seen: set[tuple] = set()
+    for config in configs:
+        scaled = scale_to_problem(config, problem)
+        ident = tuple(sorted(scaled.items()))
+        if ident not in seen:
+            seen.add(ident)
+            yield scaled
+
+
+class TritonSpace(Heuristic):
+    """A user's --space, the exhaustive space, or the shipped list named `shipped`."""
+
     shipped: str = ""
+
+    def shipped_configs(self) -> Iterable[dict[str, Any]]:
+        return shipped_space(self.shipped)
 
     def _impl(
         self, problem: GemmProblem, search: str, space: list[dict] | None
@@ -32,27 +48,21 @@ class _TritonSpace(Heuristic):
         elif search == "exhaustive":
             configs = exhaustive_space()
         else:
-            configs = shipped_space(self.shipped)
-        seen: set[tuple] = set()
-        for config in configs:
-            scaled = scale_to_problem(config, problem)
-            ident = tuple(sorted(scaled.items()))
-            if ident not in seen:
-                seen.add(ident)
-                yield scaled
+            configs = self.shipped_configs()
+        yield from scaled_unique(configs, problem)
 
 
 @register_heuristic("triton::mm", "cuda")
 @register_heuristic("triton::bmm", "cuda")
 @register_heuristic("triton::mm_padded", "cuda")
-class TritonMMCuda(_TritonSpace):
+class TritonMMCuda(TritonSpace):
     shipped = "triton_mm_cuda"
 
 
 @register_heuristic("triton::mm", "cpu")
 @register_heuristic("triton::bmm", "cpu")
 @register_heuristic("triton::mm_padded", "cpu")
-class TritonMMCpu(_TritonSpace):
+class TritonMMCpu(TritonSpace):
     """Under the interpreter a config costs seconds: a few small tiles."""
 
     shipped = "triton_mm_cpu"
