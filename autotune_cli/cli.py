@@ -164,13 +164,12 @@ def mm(
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
     from .tuner import Tuner
 
-    # Validate the problem before anything slow happens.
-    make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
-                 bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
-                 device=device.value if device else "cpu")
-    dev = resolve_device(device)
+    # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
-                           bias=bias_shape.value if bias else None, allow_tf32=allow_tf32, device=dev)
+                           bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
+                           device=device.value if device else "cpu")
+    dev = resolve_device(device)
+    problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,

@@ -96,16 +96,32 @@ def _identity(uid: str, params: dict) -> tuple:
     return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
 
+def _known_results(stored: dict | None) -> dict[tuple, Candidate]:
+    """Results already measured under this fingerprint that need not be measured again:
+    everything measured by an interrupted (partial) run; from a finished run (re-tuned with
+    --force), only its deterministic failures (compile errors, wrong results)."""
+    if stored is None:
+        return {}
+    keep = ("compile_error", "wrong_result")
+    known = {}
+    for data in stored.get("candidates", []):
+        candidate = Candidate.from_dict(data)
+        if candidate.status in keep or (stored.get("partial") and candidate.status != "skipped"):
+            known[_identity(candidate.uid, candidate.params)] = candidate
+    return known
+
+
 class _Progress:
     """Collects results as they come, tells the listener, and saves a partial entry every
     few seconds so that an interrupted run resumes where it stopped."""
 
     SAVE_EVERY_S = 2.0
 
-    def __init__(self, tuner: "Tuner", problem: GemmProblem, key: str, choice_set: ChoiceSet,
-                 reused: list[Candidate], started: float) -> None:
+    def __init__(self, tuner: "Tuner", problem: GemmProblem, fingerprint: Fingerprint, key: str,
+                 choice_set: ChoiceSet, reused: list[Candidate], started: float) -> None:
         self.tuner = tuner
         self.problem = problem
+        self.fingerprint = fingerprint
         self.key = key
         self.choice_set = choice_set
         self.started = started
@@ -133,8 +149,8 @@ class _Progress:
             self.save()
 
     def save(self) -> None:
-        entry = self.tuner._entry(self.problem, list(self.latest.values()), self.choice_set,
-                                  time.perf_counter() - self.started)
+        entry = self.tuner._entry(self.problem, self.fingerprint, list(self.latest.values()),
+                                  self.choice_set, time.perf_counter() - self.started)
         entry["winner"] = None
         entry["partial"] = True
         self.tuner.cache.put(self.key, entry)
@@ -172,18 +188,15 @@ class Tuner:
         while self.cache.notices:
             self.listener.notice(self.cache.notices.pop(0))
 
-    def cached(self, problem: GemmProblem) -> tuple[str, dict | None]:
-        key = entry_key(problem.key(), self.fingerprint(problem).digest())
-        entry = self.cache.get(key)
-        self._emit_notices()
-        if entry is not None and entry.get("winner") is None:
-            entry = None  # everything failed last time: try again
-        return key, entry
-
     def tune(self, problem: GemmProblem) -> TuneOutcome:
         if problem.device != self.settings.device:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
-        key, entry = self.cached(problem)
+        fingerprint = self.fingerprint(problem)
+        key = entry_key(problem.key(), fingerprint.digest())
+        stored = self.cache.get(key)
+        self._emit_notices()
+        # An entry without a winner (all failed, or an interrupted run) is tuned again.
+        entry = stored if stored is not None and stored.get("winner") is not None else None
         if entry is not None and not self.settings.force:
             self.listener.cache_hit(problem, entry)
             outcome = TuneOutcome(problem, key, entry, from_cache=True)
@@ -199,12 +212,12 @@ class Tuner:
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
-        known = self._known_results(key)
+        known = _known_results(stored)
         todo = [c for c in choice_set.choices if _identity(c.uid, c.params) not in known]
         reused = [known[_identity(c.uid, c.params)] for c in choice_set.choices
                   if _identity(c.uid, c.params) in known]
         self.listener.planned(problem, choice_set)
-        progress = _Progress(self, problem, key, choice_set, reused, started)
+        progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started)
         for candidate in reused:
             progress.report(candidate)
         deadline = (time.monotonic() + self.settings.budget_s) if self.settings.budget_s else None
@@ -212,10 +225,11 @@ class Tuner:
         if todo:
             ctx = SearchContext(problem=problem, device=self.device, choices=todo,
                                 executor=self.executor, settings=self.settings,
-                                policy=self.settings_policy(problem), deadline=deadline,
+                                policy=timing_policy_for(problem, self.device, self.settings),
+                                deadline=deadline,
                                 on_result=progress.on_result)
             candidates += strategy.search(ctx)
-        entry = self._entry(problem, candidates, choice_set, time.perf_counter() - started)
+        entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)
         entry["timeline"] = progress.timeline
         self.cache.put(key, entry)
@@ -224,35 +238,14 @@ class Tuner:
         self.listener.finished(outcome)
         return outcome
 
-    def settings_policy(self, problem: GemmProblem):
-        return timing_policy_for(problem, self.device, self.settings)
-
-    def _known_results(self, key: str) -> dict[tuple, Candidate]:
-        """Results already measured under this fingerprint that need not be measured again:
-        everything from an interrupted (partial) run; from a finished run, with --force,
-        only its deterministic failures (compile errors, wrong results)."""
-        entry = self.cache.get(key)
-        if entry is None:
-            return {}
-        keep_all = entry.get("partial", False)
-        known = {}
-        for data in entry.get("candidates", []):
-            candidate = Candidate.from_dict(data)
-            if keep_all and candidate.status in ("ok", "compile_error", "wrong_result", "runtime_error", "timeout"):
-                known[_identity(candidate.uid, candidate.params)] = candidate
-            elif candidate.status in ("compile_error", "wrong_result"):
-                known[_identity(candidate.uid, candidate.params)] = candidate
-        return known
-
     @property
     def executor(self) -> Executor:
         if self._executor is None:
             self._executor = self.executor_factory(self.device, self.settings)
         return self._executor
 
-    def _entry(self, problem: GemmProblem, candidates: list[Candidate], choice_set: ChoiceSet,
-               seconds: float) -> dict[str, Any]:
-        fingerprint = self.fingerprint(problem)
+    def _entry(self, problem: GemmProblem, fingerprint: Fingerprint, candidates: list[Candidate],
+               choice_set: ChoiceSet, seconds: float) -> dict[str, Any]:
         winner = pick_winner(candidates)
         ordered = sorted(candidates, key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0))
         return {

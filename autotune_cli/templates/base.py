@@ -47,7 +47,10 @@ class Template(ABC):
         """The text whose hash goes in the fingerprint: change it and old winners expire."""
 
     def source_hash(self) -> str:
-        return hashlib.sha256(self.source_text().encode()).hexdigest()[:16]
+        """Read once per process: every fingerprint needs it."""
+        if "_source_hash" not in self.__dict__:
+            self._source_hash = hashlib.sha256(self.source_text().encode()).hexdigest()[:16]
+        return self._source_hash
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         """Every argument the kernel takes: the tuned config plus values fixed by the problem."""
