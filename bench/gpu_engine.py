@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import POLICY, SideBySide, now, write_json  # noqa: E402
+from bench.common import SideBySide, now, write_json  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 from autotune_cli.tuner import Tuner  # noqa: E402

@@ -34,12 +34,10 @@ def main() -> None:
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.settings import TuneSettings
-    from autotune_cli.templates.base import Operands
     from autotune_cli.tuner import timing_policy_for
     from bench.common import POLICY
 
     config.force_disable_caches = True
-    dtype = getattr(torch, dtype_name)
     torch.backends.cuda.matmul.allow_tf32 = tf32
     problem = make_problem(m=m, n=n, k=k, dtype=dtype_name, device="cuda", layout=layout,
                            batch=batch if op == "bmm" else None, bias="n" if op == "addmm" else None,

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from conftest import PLUGINS
 from autotune_cli.bench.executor import LocalExecutor

@@ -4,7 +4,6 @@ Triton's interpreter against torch for every op and layout."""
 import ast
 
 import pytest
-import torch
 
 from autotune_cli.bench.verify import check, make_operands, poison, reference
 from autotune_cli.errors import UserError
