@@ -72,6 +72,13 @@ def gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
+def likely_device(device: Optional[Device]) -> str:
+    """The device a run will likely use, known without importing torch."""
+    if device is not None:
+        return device.value
+    return "cuda" if (Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi")) else "cpu"
+
+
 def resolve_device(device: Optional[Device]) -> str:
     if device is not None:
         return device.value
@@ -160,6 +167,7 @@ def mm(
     compile_workers: Optional[int] = CompileWorkersOpt,
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
+    from .bench.executor import prestart_workers
     from .problem import make_problem
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
     from .tuner import Tuner
@@ -168,6 +176,7 @@ def mm(
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu")
+    prestart_workers(likely_device(device))  # the workers' imports now run beside ours
     dev = resolve_device(device)
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
@@ -226,6 +235,10 @@ def model(
     hints = parse_hints(hint or [])
     if not path.exists():
         raise UserError(f"model file not found: {path}")
+    if executor == ExecutorKind.local and not plan_only:
+        from .bench.executor import prestart_workers
+
+        prestart_workers(likely_device(device))  # their imports run beside ours
     dev = resolve_device(device)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,

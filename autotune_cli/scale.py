@@ -20,6 +20,8 @@ goes on. The run ends with every problem tuned or reported failed.
 
 from __future__ import annotations
 
+import os
+
 import threading
 from collections import deque
 from dataclasses import dataclass, replace
@@ -126,14 +128,16 @@ def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
     return [probe_device("cuda", i) for i in range(count)]
 
 
-def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> TuneSettings:
+def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int, slot: int = 0) -> TuneSettings:
     """One device's share of the host: the compile pool (CUDA) or the interpreter workers
-    (CPU) are split between the devices."""
+    (CPU) are split between the devices, and each device's pool starts compiling at its own
+    place in the list, so that devices share through Triton's cache what the others built."""
     if device.device_type == "cuda":
         total = settings.compile_workers
-        if total is None:
-            total = default_compile_workers(device)
-        return replace(settings, compile_workers=max(1, total // slots) if total else 0)
+        if total is None:  # each device's usual pool, as far as half the host's cores go
+            total = min(default_compile_workers(device) * slots, max(1, (os.cpu_count() or 2) // 2))
+        return replace(settings, compile_workers=max(1, total // slots) if total else 0,
+                       compile_start=slot / slots)
     total = settings.workers or LocalExecutor.default_workers(device)
     return replace(settings, workers=max(1, total // slots))
 
@@ -148,8 +152,8 @@ class MultiDeviceTuner:
         self.listener = LockedListener(listener or TuneListener())
         self.devices = list(devices) if devices is not None else local_devices(settings)
         n = len(self.devices)
-        self.tuners = [Tuner(slot_settings(settings, d, n), self.listener, executor_factory, device=d)
-                       for d in self.devices]
+        self.tuners = [Tuner(slot_settings(settings, d, n, slot), self.listener, executor_factory, device=d)
+                       for slot, d in enumerate(self.devices)]
         self.alive = [True] * n
         self.slot_errors: dict[int, str] = {}
 

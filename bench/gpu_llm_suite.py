@@ -33,10 +33,12 @@ SHAPES = [
     ("decode 8x14336x4096 bf16", dict(m=8, n=14336, k=4096, dtype="bfloat16")),
     ("decode 16x4096x14336 bf16", dict(m=16, n=4096, k=14336, dtype="bfloat16")),
     ("odd 1000x3000x777 fp16", dict(m=1000, n=3000, k=777, dtype="float16")),
-    ("square 4096^3 fp16", dict(m=4096, n=4096, k=4096, dtype="float16")),
-    ("tf32 2048^3 fp32", dict(m=2048, n=2048, k=2048, dtype="float32", allow_tf32=True)),
+    # GPT-2's output projection: a vocabulary of 50257 leaves B's and the output's rows misaligned
+    ("lm_head 2048x50257x768 fp16", dict(m=2048, n=50257, k=768, dtype="float16")),
     ("bmm 32x512x512x128 bf16", dict(m=512, n=512, k=128, batch=32, dtype="bfloat16")),
     ("addmm 4096x4096x4096 bf16", dict(m=4096, n=4096, k=4096, dtype="bfloat16", bias="n")),
+    ("square 4096^3 fp16", dict(m=4096, n=4096, k=4096, dtype="float16")),
+    ("tf32 2048^3 fp32", dict(m=2048, n=2048, k=2048, dtype="float32", allow_tf32=True)),
 ]
 
 

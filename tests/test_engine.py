@@ -2,6 +2,8 @@
 strategies, the time budget, and resuming an interrupted tune."""
 
 import json
+
+import pytest
 import os
 import signal
 import subprocess
@@ -141,3 +143,54 @@ def test_interrupted_tune_resumes(cache_dir):
     final = json.loads(cache_file.read_text())["entries"]
     (entry,) = final.values()
     assert entry["resumed"] == measured_before and "partial" not in entry
+
+
+def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
+    """Workers fork from a server started earlier; the environment they run under is the
+    caller's at the time they start, not the server's."""
+    from autotune_cli.bench.executor import worker_context
+
+    worker_context(None, "cpu")  # the forkserver is up (started before the mark is set)
+    plugin = str(PLUGINS / "envcheck.py")
+    load_plugins([plugin])
+    monkeypatch.setenv("AUTOTUNE_ENV_MARK", "set-after-the-server-started")
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, plugins=(plugin,),
+                            templates=("test::envcheck",))
+    problem = make_problem(m=16, n=16, k=16, device="cpu")
+    device = probe_device("cpu")
+    with LocalExecutor(device, settings) as executor:
+        (result,) = executor.run(get_choices(problem, device, settings).choices)
+        assert executor.startups and all(role == "measure" for role, _ in executor.startups)
+    assert result.ok, result.error
+
+
+def test_one_forkserver_serves_one_kind_of_worker():
+    """Triton decorates its library at import, as the interpreter or not: a forkserver that
+    imported it for CPU workers does not serve GPU workers (they are spawned)."""
+    from autotune_cli.bench.executor import worker_context
+
+    assert worker_context(None, "cpu").get_start_method() == "forkserver"
+    assert worker_context(None, "cuda").get_start_method() == "spawn"
+    assert worker_context("spawn", "cpu").get_start_method() == "spawn"
+    with pytest.raises(ValueError, match="forkserver or spawn"):
+        worker_context("fork", "cpu")
+
+
+def test_compile_start_rotates_the_compile_order(tmp_path):
+    """Devices of one host start compiling at different places in the list, so that each
+    finds in Triton's cache what another built; every candidate is still compiled once."""
+    problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
+    device = probe_device("cpu")
+    orders = []
+    for start in (0.0, 0.5):
+        settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
+                                compile_start=start, templates=("triton::mm",))
+        choices = get_choices(problem, device, settings).choices
+        order = []
+        with LocalExecutor(device, settings) as executor:
+            results = executor.run(choices, lambda i, c: order.append(i))
+        assert len(results) == len(choices) and all(r.ok for r in results)
+        orders.append(order)
+    count = len(orders[0])
+    assert count >= 2 and sorted(orders[0]) == sorted(orders[1]) == list(range(count))
+    assert orders[0][0] == 0 and orders[1][0] == count // 2

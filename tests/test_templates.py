@@ -118,3 +118,59 @@ def test_padded_k_template(case, tmp_path):
     # only offered where K is misaligned and N aligned
     assert not template.supports(make_problem(m=8, n=16, k=32, device="cpu"))
     assert not template.supports(make_problem(m=8, n=15, k=31, device="cpu"))
+
+
+@pytest.mark.parametrize("zero_pad", [0, 1])
+@pytest.mark.parametrize("case", [
+    dict(m=40, n=32, k=37, dtype="float16", layout="nn"),  # A's rows (K) off
+    dict(m=33, n=45, k=32, dtype="bfloat16", layout="nn", bias="n"),  # B's and C's rows (N) off
+    dict(m=21, n=19, k=23, dtype="float16", layout="tt", bias="mn"),  # A's (M), B's (K), C's (N)
+    dict(m=30, n=16, k=45, dtype="float32", layout="nt"),  # B's rows (K) off
+], ids=["nn-k", "nn-n-bias", "tt-all-biasmn", "nt-k-fp32"])
+def test_aligned_aten_template(case, zero_pad, tmp_path):
+    from autotune_cli.templates.aten_aligned import misaligned_dims
+
+    problem = make_problem(device="cpu", **case)
+    template = get_template("aten::mm_aligned")
+    assert template.supports(problem) and misaligned_dims(problem)
+    run = template.build(problem, template.full_params(problem, {"ZERO_PAD": zero_pad}), str(tmp_path))
+    for seed in (4, 5):  # twice: the padding must still be zero on the second call
+        ops = make_operands(problem, seed=seed, device="cpu")
+        ref = reference(problem, ops)
+        poison(ops)
+        run(ops)
+        verdict = check(problem, ops.out, ref)
+        assert verdict.ok, verdict.reason
+
+
+def test_aligned_aten_template_offered_only_where_misaligned():
+    template = get_template("aten::mm_aligned")
+    assert not template.supports(make_problem(m=7, n=16, k=32, device="cpu"))  # M is no leading dim
+    assert template.supports(make_problem(m=7, n=16, k=32, layout="tn", device="cpu"))  # now it is
+    assert not template.supports(make_problem(m=8, n=15, k=31, batch=2, device="cpu"))  # not bmm
+    assert template.supports(make_problem(m=8, n=5, k=4, dtype="float32", device="cpu"))  # 20-byte rows
+    with pytest.raises(ValueError, match="ZERO_PAD"):
+        template.full_params(make_problem(m=8, n=8, k=7, device="cpu"), {"ZERO_PAD": 2})
+
+
+@pytest.mark.parametrize("uid,config", [
+    ("triton::mm", CONFIG),
+    ("triton::mm_splitk", {**CONFIG, "SPLIT_K": 2}),
+    ("triton::mm_persistent_tma", CONFIG),
+])
+def test_problems_that_differ_only_in_size_share_one_kernel(uid, config, tmp_path):
+    """M, N and K are runtime arguments: problems that render the same text share one
+    module (and so one compiled binary); what is baked in (EVEN_K here) still splits them."""
+    template = get_template(uid)
+    sources = set()
+    for m, n in ((32, 64), (96, 128), (1000, 3000)):
+        problem = make_problem(m=m, n=n, k=128, dtype="float16", device="cpu")
+        params = template.full_params(problem, config)
+        sources.add(template.render(problem, params))
+        template.build(problem, params, str(tmp_path))
+    assert len(sources) == 1
+    assert len(list(tmp_path.glob("autotune_kernel_*.py"))) == 1
+    odd = make_problem(m=32, n=64, k=100, dtype="float16", device="cpu")
+    odd_params = template.full_params(odd, config)
+    if "EVEN_K" in odd_params:  # (the TMA template masks K in its descriptors: no flag)
+        assert not odd_params["EVEN_K"] and template.render(odd, odd_params) not in sources

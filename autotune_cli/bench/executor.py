@@ -66,14 +66,21 @@ class _Worker:
         self.state = "down"  # down | starting | idle | busy
         self.deadline = 0.0
         self.task_index: int | None = None
+        self.started_at = 0.0
+        self.ready_after: float | None = None  # seconds from start to ready, for reports
 
     def start(self, startup_timeout: float) -> None:
         parent, child = self.ctx.Pipe()
+        # The environment travels explicitly: a forkserver child would otherwise inherit the
+        # server's environment from when it started, not the caller's of now.
         self.process = self.ctx.Process(
             target=worker_main,
-            args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes),
+            args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
+                  dict(os.environ), self.role),
             daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
         )
+        self.started_at = time.monotonic()
+        self.ready_after = None
         self.process.start()
         child.close()
         self.conn = parent
@@ -108,6 +115,57 @@ class _Worker:
         self.kill()
 
 
+# Modules a forkserver imports once, so that each worker it forks starts with them loaded
+# instead of importing torch and triton again (seconds each, and nine at once contend).
+FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.bench.worker", "autotune_cli.templates"]
+
+# Whether the forkserver this process started imported triton as Triton's interpreter
+# (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
+# at import, so a server serves one kind only; the other kind is spawned.
+_forkserver_interprets: bool | None = None
+
+
+def worker_context(method: str | None = None, device_type: str = "cuda"):
+    """The multiprocessing context workers start from: a preloaded forkserver by default
+    where the platform has one, else spawn. Never plain fork: the caller may have CUDA up."""
+    global _forkserver_interprets
+    method = method or os.environ.get("AUTOTUNE_START_METHOD") or (
+        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"worker start method must be forkserver or spawn, not {method!r}")
+    interprets = device_type == "cpu"
+    if method == "forkserver":
+        if _forkserver_interprets is None:
+            _start_forkserver(interprets)
+        if _forkserver_interprets != interprets:
+            method = "spawn"
+    return multiprocessing.get_context(method)
+
+
+def _start_forkserver(interprets: bool) -> None:
+    global _forkserver_interprets
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interprets else "0"  # what the server imports under
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    _forkserver_interprets = interprets
+
+
+def prestart_workers(device_type: str) -> None:
+    """Start the forkserver now, so that its imports of torch and triton run beside the
+    caller's own (the CLI calls this before it imports torch) rather than after them."""
+    worker_context(None, device_type)
+
+
 def default_compile_workers(device: DeviceInfo) -> int:
     """Measured on the 16-core H200 host: 8 warm compilers gave 6.3 configs/s, 16 only 2.1."""
     if device.device_type != "cuda":
@@ -124,7 +182,8 @@ class LocalExecutor:
                  gpu_indices: Sequence[int] | None = None) -> None:
         self.device = device
         self.settings = settings
-        self.ctx = multiprocessing.get_context("spawn")
+        self.ctx = worker_context(settings.start_method, device.device_type)
+        self.startups: list[tuple[str, float]] = []  # (role, seconds to ready) per start
         plugins = tuple(settings.plugins)
         if device.device_type == "cuda":
             indices = list(gpu_indices) if gpu_indices is not None else [device.index]
@@ -177,6 +236,7 @@ class LocalExecutor:
         policy = policy or settings.timing_policy
         results: list[Candidate | None] = [None] * len(choices)
         compile_queue = deque(i for i, c in enumerate(choices) if self._needs_compile(c))
+        compile_queue.rotate(-int(len(compile_queue) * (settings.compile_start % 1.0)))
         measure_queue = deque(i for i, c in enumerate(choices) if not self._needs_compile(c))
         compile_seconds: dict[int, float] = {}
 
@@ -240,6 +300,8 @@ class LocalExecutor:
                     worker.kill()
                 elif message["kind"] == "ready":
                     worker.state = "idle"
+                    worker.ready_after = time.monotonic() - worker.started_at
+                    self.startups.append((worker.role, round(worker.ready_after, 3)))
                 elif message["kind"] == "failed":
                     worker.kill()
                     self._start_failed(message["error"], message.get("trace", ""))

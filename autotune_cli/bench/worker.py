@@ -1,8 +1,9 @@
 """The worker process: builds, verifies and times candidates on one device.
 
-Started with multiprocessing's spawn method. The environment is set up first thing,
-before torch or triton is imported: TRITON_INTERPRET=1 for the CPU, CUDA_VISIBLE_DEVICES
-for one GPU. A candidate that fails is reported as a typed result, never an exception
+Started from a preloaded forkserver (torch and triton already imported, CUDA not
+initialised) or by spawn. The environment is set up first thing, before CUDA is touched or a
+kernel is loaded: the caller's variables, TRITON_INTERPRET=1 for the CPU,
+CUDA_VISIBLE_DEVICES for one GPU. A candidate that fails is reported as a typed result, never an exception
 across the pipe. After a CUDA error the context may be unusable, so the worker reports the
 result and exits; the executor starts a fresh one.
 """
@@ -18,7 +19,10 @@ from typing import Any
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
 
 
-def _setup_environment(device_type: str, device_index: int) -> None:
+def _setup_environment(device_type: str, device_index: int, environ: dict[str, str] | None = None) -> None:
+    if environ is not None:  # the caller's environment of now (a forkserver child has the server's)
+        os.environ.clear()
+        os.environ.update(environ)
     if device_type == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -39,6 +43,19 @@ def _is_compile_error(exc: BaseException) -> bool:
     return bool(names & set(COMPILE_ERROR_NAMES)) or type(exc).__module__.startswith("triton.compiler")
 
 
+def _prepare_launcher(kernel) -> None:
+    """Build a compiled kernel's host-side launcher now, in the compile pool: Triton builds
+    one per kernel signature (with a C compiler, in some versions: ~1 s) at the first
+    launch and keeps it in its cache, where the timing process then finds it. Best effort:
+    the internals differ between Triton versions, and the first launch builds it anyway."""
+    try:
+        from triton.runtime.driver import driver
+
+        driver.active.launcher_cls(kernel.src, kernel.metadata)
+    except Exception:
+        pass
+
+
 class CandidateRunner:
     """Runs one candidate: build, verify on fresh inputs, time."""
 
@@ -46,16 +63,21 @@ class CandidateRunner:
         import torch
         import triton  # noqa: F401  (imported now, not at the first candidate)
 
-        from ..bench import timing
-
         self.torch = torch
         self.device_type = device_type
         self.device = "cuda" if device_type == "cuda" else "cpu"
-        if device_type == "cuda":
-            self.timer = timing.CudaTimer(l2_bytes)
-        else:
+        self.l2_bytes = l2_bytes
+        self._timer = None  # made at the first timing: a compile-pool process never needs one
+        if device_type != "cuda":
             torch.set_num_threads(1)
-            self.timer = timing.time_cpu
+
+    @property
+    def timer(self):
+        if self._timer is None:
+            from ..bench import timing
+
+            self._timer = timing.CudaTimer(self.l2_bytes) if self.device_type == "cuda" else timing.time_cpu
+        return self._timer
 
     def sync(self) -> None:
         if self.device_type == "cuda":
@@ -127,22 +149,25 @@ class CandidateRunner:
             params = template.full_params(problem, task["config"])
             runnable = template.build(problem, params, task["kernel_dir"])
             warmup = getattr(runnable, "warmup", None)
-            if warmup is not None:
-                warmup(empty_operands(problem, self.device))
+            compiled = warmup(empty_operands(problem, self.device)) if warmup is not None else None
         except Exception as exc:
             return {"ok": False, "error": _short(exc)}, False
+        for kernel in compiled or ():
+            _prepare_launcher(kernel)
         return {"ok": True, "compile_s": time.perf_counter() - started}, False
 
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
-                l2_bytes: int) -> None:
-    _setup_environment(device_type, device_index)
+                l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure") -> None:
+    _setup_environment(device_type, device_index, environ)
     try:
         from .. import templates  # noqa: F401  (registers the built-ins)
         from ..plugins import load_plugins
 
         load_plugins(plugins)
         runner = CandidateRunner(device_type, l2_bytes)
+        if role == "measure":
+            runner.timer  # noqa: B018  (CUDA comes up now, while the caller builds its choices)
     except BaseException as exc:
         conn.send({"kind": "failed", "error": _short(exc), "trace": traceback.format_exc()})
         return

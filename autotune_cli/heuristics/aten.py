@@ -14,3 +14,12 @@ from .registry import Heuristic, register_heuristic
 class AtenSingleConfig(Heuristic):
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         yield {}
+
+
+@register_heuristic("aten::mm_aligned")
+class AtenAlignedConfigs(Heuristic):
+    """Leading dimensions padded only, or every misaligned size zero-padded too."""
+
+    def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
+        yield {"ZERO_PAD": 0}
+        yield {"ZERO_PAD": 1}

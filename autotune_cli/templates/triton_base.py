@@ -19,6 +19,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Template
 
+DIGEST_MARK = "__DIGEST__"
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 
 
@@ -48,16 +49,16 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
     it once per process, and return its @triton.jit functions in the order they are defined."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"autotune_kernel_{digest}"
+    directory = Path(kernel_dir)
+    path = directory / f"{module_name}.py"
+    if not path.exists() or path.read_text() != source:  # kept where the user can read it
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+        os.replace(tmp, path)
     module = sys.modules.get(module_name)
     if module is None:
-        directory = Path(kernel_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{module_name}.py"
-        if not path.exists() or path.read_text() != source:
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
-            os.replace(tmp, path)
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
@@ -108,25 +109,30 @@ class TritonTemplate(Template):
         """Add (in place) the params this template derives from the problem."""
 
     def render_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
-        """The variables every Triton template's jinja file takes; `digest` names kernels."""
+        """The variables every Triton template's jinja file takes. Names carry DIGEST_MARK,
+        which `finish` replaces by a hash of the rendered text: a kernel is named by what it
+        is, not by the problem it was first rendered for, so problems that render the same
+        source (M, N, K are runtime arguments) share one module and one compiled binary."""
         upcast = problem.device == "cpu" and problem.dtype != "float32"
         if problem.dtype == "float32" and not upcast:
             precision = "tf32" if params["ALLOW_TF32"] else "ieee"
         else:
             precision = ""
-        digest = hashlib.sha256(
-            repr((self.uid, problem.key(), sorted(params.items()), upcast)).encode()
-        ).hexdigest()[:12]
         return {
             "uid": self.uid,
-            "digest": digest,
-            "problem_desc": problem.describe(),
+            "digest": DIGEST_MARK,
             "params_desc": ", ".join(f"{k}={v}" for k, v in params.items()),
-            "kernel_name": f"{self.uid.split('::')[1]}_{digest}",
+            "kernel_name": f"{self.uid.split('::')[1]}_{DIGEST_MARK}",
             "BLOCK_M": params["BLOCK_M"], "BLOCK_N": params["BLOCK_N"], "BLOCK_K": params["BLOCK_K"],
             "GROUP_M": params["GROUP_M"], "ACC_TYPE": params["ACC_TYPE"],
             "UPCAST": upcast, "INPUT_PRECISION": precision, "HAS_BIAS": problem.op == "addmm",
         }
 
+    @staticmethod
+    def finish(source: str) -> str:
+        """Replace DIGEST_MARK by the hash of the rendered text."""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+        return source.replace(DIGEST_MARK, digest)
+
     def render_with(self, problem: GemmProblem, params: dict[str, Any], **own: Any) -> str:
-        return jinja_template(self.template_file).render(**self.render_context(problem, params), **own)
+        return self.finish(jinja_template(self.template_file).render(**self.render_context(problem, params), **own))

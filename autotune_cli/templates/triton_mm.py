@@ -57,11 +57,13 @@ class TritonMMTemplate(TritonTemplate):
         def run(ops: Operands) -> None:
             kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
 
-        def warmup(ops: Operands) -> None:
+        def warmup(ops: Operands) -> list:
             """Compile for these operands without launching: a compile-pool process calls
-            this, and the timing process then finds the binary in Triton's cache."""
-            if hasattr(kernel, "warmup"):  # the interpreter has nothing to compile
-                kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)
+            this, and the timing process then finds the binary in Triton's cache. Returns
+            the compiled kernels (none under the interpreter, which has nothing to compile)."""
+            if not hasattr(kernel, "warmup"):
+                return []
+            return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
 
         run.warmup = warmup  # type: ignore[attr-defined]
         return run

@@ -61,8 +61,8 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         def run(ops: Operands) -> None:
             inner(padded(ops))
 
-        def warmup(ops: Operands) -> None:
-            inner.warmup(Operands(a=a_pad, b=b_pad, out=ops.out, bias=ops.bias))
+        def warmup(ops: Operands) -> list:
+            return inner.warmup(Operands(a=a_pad, b=b_pad, out=ops.out, bias=ops.bias))
 
         run.warmup = warmup  # type: ignore[attr-defined]
         return run

@@ -190,11 +190,13 @@ class TritonPersistentTMATemplate(TritonTemplate):
                 triton.set_allocator(allocator)
             kernel[grid](*args, NUM_SMS=programs, num_warps=num_warps, num_stages=num_stages)
 
-        def warmup(ops: Operands) -> None:
-            """Compile for these operands without launching (the compile pool calls this)."""
-            if hasattr(kernel, "warmup"):  # the interpreter has nothing to compile
-                kernel.warmup(*arguments(ops), NUM_SMS=programs, grid=grid,
-                              num_warps=num_warps, num_stages=num_stages)
+        def warmup(ops: Operands) -> list:
+            """Compile for these operands without launching (the compile pool calls this);
+            returns the compiled kernels (none under the interpreter)."""
+            if not hasattr(kernel, "warmup"):
+                return []
+            return [kernel.warmup(*arguments(ops), NUM_SMS=programs, grid=grid,
+                                  num_warps=num_warps, num_stages=num_stages)]
 
         run.warmup = warmup  # type: ignore[attr-defined]
         run.programs = programs  # type: ignore[attr-defined]

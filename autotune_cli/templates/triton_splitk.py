@@ -55,13 +55,13 @@ class TritonSplitKTemplate(TritonTemplate):
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = self.render_context(problem, params)
         atomic = bool(params["ATOMIC_ADD"])
-        return jinja_template(self.template_file).render(
+        return self.finish(jinja_template(self.template_file).render(
             **context,
             reduce_name=f"{self.uid.split('::')[1]}_reduce_{context['digest']}",
             EVEN_K=params["EVEN_K"],
             K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
             ATOMIC_ADD=atomic, PARTS=1 if atomic else params["SPLIT_K"], REDUCE_BLOCK=REDUCE_BLOCK,
-        )
+        ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
         if problem.op not in self.ops:
@@ -108,12 +108,14 @@ class TritonSplitKTemplate(TritonTemplate):
             partial[grid](*first, num_warps=num_warps, num_stages=num_stages)
             reduce[reduce_grid](*second, num_warps=REDUCE_WARPS, num_stages=1)
 
-        def warmup(ops: Operands) -> None:
-            """Compile both kernels for these operands without launching."""
-            if hasattr(partial, "warmup"):  # the interpreter has nothing to compile
-                first, second = arguments(ops)
-                partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages)
-                reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1)
+        def warmup(ops: Operands) -> list:
+            """Compile both kernels for these operands without launching; returns them
+            (none under the interpreter)."""
+            if not hasattr(partial, "warmup"):
+                return []
+            first, second = arguments(ops)
+            return [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages),
+                    reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1)]
 
         run.warmup = warmup  # type: ignore[attr-defined]
         return run

@@ -1,0 +1,118 @@
+"""aten::mm_aligned (mm and addmm): cuBLAS on operands copied into 16-byte-aligned buffers.
+
+cuBLAS picks its fast kernels only when every matrix's leading dimension (the stride
+between rows as stored) is a multiple of 16 bytes. With K = 777 in fp16 (A row-major) or
+N = 50257 (B and the output), it falls back to slow unaligned kernels: torch.mm on
+1000x3000x777 fp16 runs at ~80 TFLOP/s on an H200. This template copies each operand
+whose leading dimension is off into a buffer whose leading dimension is rounded up to 16
+bytes, runs cuBLAS there, and copies the output back if its rows are off too. Two configs:
+
+  ZERO_PAD=0  only the leading dimensions grow; cuBLAS sees the true M, N, K;
+  ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
+              extra rows and columns of the output are dropped): every size aligned.
+
+The copies are part of every call, so they are timed with it; whether it pays is for the
+benchmark to say. Offered only where some leading dimension is misaligned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Operands, Runnable, Template
+from .registry import register_template
+
+ALIGN_BYTES = 16
+
+
+def misaligned_dims(problem: GemmProblem) -> set[str]:
+    """The dims ("m", "n", "k") that are some matrix's leading dimension and are not a
+    multiple of 16 bytes. A row-major A's rows run along K, a transposed A's along M; B's
+    along N (or K transposed); the output, always row-major, along N."""
+    size = problem.dtype_size
+    leading = {"k" if not problem.a_transposed else "m", "n" if not problem.b_transposed else "k", "n"}
+    extent = {"m": problem.m, "n": problem.n, "k": problem.k}
+    return {d for d in leading if (extent[d] * size) % ALIGN_BYTES}
+
+
+class AtenAlignedTemplate(Template):
+    backend = "aten"
+
+    def __init__(self) -> None:
+        self.uid = "aten::mm_aligned"
+        self.ops = ("mm", "addmm")
+
+    def supports(self, problem: GemmProblem) -> bool:
+        return problem.op in self.ops and bool(misaligned_dims(problem))
+
+    def source_text(self) -> str:
+        from pathlib import Path
+
+        return Path(__file__).read_text()
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        zero_pad = int(config.get("ZERO_PAD", 0))
+        if zero_pad not in (0, 1):
+            raise ValueError(f"{self.uid}: ZERO_PAD must be 0 or 1, got {config.get('ZERO_PAD')!r}")
+        return {"ZERO_PAD": zero_pad}
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        import torch
+
+        if not self.supports(problem):
+            raise ValueError(f"{self.uid} does not serve {problem.describe()}")
+        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[problem.dtype]
+        device = "cuda" if problem.device == "cuda" else "cpu"
+        step = ALIGN_BYTES // problem.dtype_size
+        padded = misaligned_dims(problem)
+        zero_pad = bool(params["ZERO_PAD"])
+        m, n, k = problem.m, problem.n, problem.k
+        lead = {d: (-(-v // step) * step if d in padded else v) for d, v in (("m", m), ("n", n), ("k", k))}
+        used = lead if zero_pad else {"m": m, "n": n, "k": k}  # the sizes cuBLAS is given
+
+        def buffer(rows: str, cols: str, transposed: bool):
+            """A logical [rows, cols] view of zeroed storage whose leading dimension is padded."""
+            if transposed:  # stored [cols, rows], rows contiguous
+                return torch.zeros(used[cols], lead[rows], dtype=dtype, device=device).t()[:used[rows], :]
+            return torch.zeros(used[rows], lead[cols], dtype=dtype, device=device)[:, :used[cols]]
+
+        def needs_copy(dims: tuple[str, str], leading: str) -> bool:
+            return leading in padded or (zero_pad and bool(padded & set(dims)))
+
+        a_view = b_view = c_view = None
+        if needs_copy(("m", "k"), "m" if problem.a_transposed else "k"):
+            a_view = buffer("m", "k", problem.a_transposed)
+        if needs_copy(("k", "n"), "k" if problem.b_transposed else "n"):
+            b_view = buffer("k", "n", problem.b_transposed)
+        if needs_copy(("m", "n"), "n"):
+            c_view = buffer("m", "n", False)
+        addmm = problem.op == "addmm"
+        allow_tf32 = problem.allow_tf32
+
+        def run(ops: Operands) -> None:
+            if device == "cuda":
+                torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+            a, b = ops.a, ops.b
+            if a_view is not None:
+                a_view[:m, :k].copy_(a)  # the padding stays zero: it is never written
+                a = a_view
+            if b_view is not None:
+                b_view[:k, :n].copy_(b)
+                b = b_view
+            if c_view is None:
+                if addmm:
+                    torch.addmm(ops.bias, a, b, out=ops.out)
+                else:
+                    torch.mm(a, b, out=ops.out)
+                return
+            torch.mm(a, b, out=c_view)
+            if addmm:  # the copy out and the bias in one pass
+                torch.add(c_view[:m, :n], ops.bias, out=ops.out)
+            else:
+                ops.out.copy_(c_view[:m, :n])
+
+        return run
+
+
+register_template(AtenAlignedTemplate())
