@@ -43,8 +43,13 @@ def tune(problem, search="default", budget=None):
     started = now()
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
-    wall = now() - started
+        wall = now() - started
+        startups = list(getattr(tuner.executor, "startups", []))
     entry = outcome.entry
+    timeline = entry.get("timeline", [])
+    rounds = {}
+    for _, name, _ in timeline:
+        rounds[name] = rounds.get(name, 0) + 1
     counts = {}
     for cand in entry["candidates"]:
         counts[cand["status"]] = counts.get(cand["status"], 0) + 1
@@ -55,7 +60,11 @@ def tune(problem, search="default", budget=None):
             "max_first_run_s": max(loads) if loads else None,
             "median_first_run_s": sorted(loads)[len(loads) // 2] if loads else None,
             "timing_modes": sorted({c.get("timing", "") for c in entry["candidates"] if c.get("timing")}),
-            "kernel_dir": str(settings.kernel_dir)}
+            "kernel_dir": str(settings.kernel_dir),
+            "startups": startups, "rounds": rounds,
+            "first_result_s": timeline[0][2] if timeline else None,
+            "last_result_s": timeline[-1][2] if timeline else None,
+            "sum_first_run_s": sum(loads), "timeline": timeline}
 
 
 def cli_cold(spec) -> dict:
@@ -116,6 +125,9 @@ def main() -> None:
         row["repeat_winner_ms"] = times
         row["repeat_spread"] = spread
         rows.append(row)
+        print(f"  phases: workers ready {ours['startups']}, results {ours['rounds']}, first at"
+              f" {ours['first_result_s']} s, last at {ours['last_result_s']} s, loads {ours['sum_first_run_s']:.2f} s",
+              flush=True)
         print(f"done {name}: ours {ours_ms:.4f} ms (tune {ours['wall_s']:.1f} s) torch.mm {torch_ms:.4f}"
               f" inductor {row.get('inductor', {}).get('inductor_ms')} (tune {row.get('inductor', {}).get('tune_s')})"
               f" spread {100 * spread:.1f}%", flush=True)

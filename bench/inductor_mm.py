@@ -90,7 +90,7 @@ def main() -> None:
         torch_ms.append(timer.measure(anchor, ops, policy).median_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": sorted(inductor_ms)[1],
-                      "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel,
+                      "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel, "out_stride": list(out.stride()),
                       "timing": policy.mode}))
 
 

@@ -98,7 +98,9 @@ def test_rendered_kernel_file_is_kept(tmp_path):
     dict(m=40, n=32, k=37, dtype="float16", layout="nn"),
     dict(m=33, n=64, k=45, dtype="bfloat16", layout="tt", bias="n"),
     dict(m=20, n=16, k=23, dtype="float16", layout="nt", bias="mn"),
-], ids=["nn", "tt-bias", "nt-biasmn"])
+    dict(m=24, n=45, k=32, dtype="float16", layout="nn"),  # N off: B's rows get a pitch
+    dict(m=17, n=37, k=29, dtype="bfloat16", layout="tn", bias="n"),  # both
+], ids=["nn", "tt-bias", "nt-biasmn", "nn-n", "tn-kn-bias"])
 def test_padded_k_template(case, tmp_path):
     problem = make_problem(device="cpu", **case)
     template = get_template("triton::mm_padded")
@@ -115,9 +117,9 @@ def test_padded_k_template(case, tmp_path):
     run(ops)
     verdict = check(problem, ops.out, ref)
     assert verdict.ok, verdict.reason
-    # only offered where K is misaligned and N aligned
+    # only offered where K or N is misaligned
     assert not template.supports(make_problem(m=8, n=16, k=32, device="cpu"))
-    assert not template.supports(make_problem(m=8, n=15, k=31, device="cpu"))
+    assert template.supports(make_problem(m=8, n=15, k=32, device="cpu"))  # N off
 
 
 @pytest.mark.parametrize("zero_pad", [0, 1])
