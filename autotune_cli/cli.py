@@ -290,7 +290,8 @@ def model(
         row = {**planned, "key": outcome.key if outcome else None,
                "from_cache": outcome.from_cache if outcome else False,
                "winner": winner, "aten_ms": aten, "saved_ms": saved,
-               "slot": slot, "device": device_name}
+               "slot": slot, "device": device_name,
+               "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
         if host is not None:
             row["host"] = host
         if error is not None:

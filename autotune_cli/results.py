@@ -30,6 +30,7 @@ class Candidate:
     compile_s: float | None = None
     first_run_s: float | None = None  # first launch in the timing process (a cache load when precompiled)
     timing: str = ""  # how it was timed: events, graph×N, perf_counter
+    phases: dict[str, float] | None = None  # seconds in the timing process: build, inputs, first_run, check, timing
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

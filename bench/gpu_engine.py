@@ -36,6 +36,15 @@ def fresh_triton_cache() -> None:
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
 
 
+def phase_totals(entry) -> dict:
+    """Seconds the timing process spent per step, over every candidate measured."""
+    totals = {}
+    for cand in entry["candidates"]:
+        for name, seconds in (cand.get("phases") or {}).items():
+            totals[name] = round(totals.get(name, 0.0) + seconds, 3)
+    return totals
+
+
 def tune(problem, search="default", budget=None):
     fresh_triton_cache()
     settings = TuneSettings(device="cuda", search=search, cache_dir=Path(tempfile.mkdtemp()),
@@ -64,7 +73,8 @@ def tune(problem, search="default", budget=None):
             "startups": startups, "rounds": rounds,
             "first_result_s": timeline[0][2] if timeline else None,
             "last_result_s": timeline[-1][2] if timeline else None,
-            "sum_first_run_s": sum(loads), "timeline": timeline}
+            "sum_first_run_s": sum(loads), "timeline": timeline,
+            "phase_totals": phase_totals(entry)}
 
 
 def cli_cold(spec) -> dict:
@@ -126,7 +136,8 @@ def main() -> None:
         row["repeat_spread"] = spread
         rows.append(row)
         print(f"  phases: workers ready {ours['startups']}, results {ours['rounds']}, first at"
-              f" {ours['first_result_s']} s, last at {ours['last_result_s']} s, loads {ours['sum_first_run_s']:.2f} s",
+              f" {ours['first_result_s']} s, last at {ours['last_result_s']} s, loads {ours['sum_first_run_s']:.2f} s,"
+              f" timing process per step {ours['phase_totals']}",
               flush=True)
         print(f"done {name}: ours {ours_ms:.4f} ms (tune {ours['wall_s']:.1f} s) torch.mm {torch_ms:.4f}"
               f" inductor {row.get('inductor', {}).get('inductor_ms')} (tune {row.get('inductor', {}).get('tune_s')})"

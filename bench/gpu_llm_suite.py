@@ -66,7 +66,7 @@ def geomean(values):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-inductor", action="store_true")
-    parser.add_argument("--only", default=None, help="comma-separated substrings of shape names")
+    parser.add_argument("--only", default=None, help="comma-separated substrings of shape names (_ for a space)")
     args = parser.parse_args()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-suite-")
     side = SideBySide()
@@ -74,7 +74,7 @@ def main() -> None:
     rows = []
     with Tuner(settings) as tuner:
         for name, spec in SHAPES:
-            if args.only and not any(part in name for part in args.only.split(",")):
+            if args.only and not any(part.replace("_", " ") in name for part in args.only.split(",")):
                 continue
             problem = make_problem(device="cuda", **spec)
             started = now()

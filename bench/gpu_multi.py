@@ -87,8 +87,13 @@ def main() -> None:
         rows = doc["problems"]
         runs[gpus] = {"wall_s": wall, "rows": rows, "failed": [r["describe"] for r in rows if not r["winner"]],
                       "per_slot": {str(s): sum(1 for r in rows if r.get("slot") == s)
-                                   for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})}}
+                                   for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})},
+                      "tune_s_per_slot": {str(s): round(sum(r.get("tune_seconds") or 0 for r in rows
+                                                            if r.get("slot") == s), 2)
+                                          for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})},
+                      "tune_s": [r.get("tune_seconds") for r in rows]}
         print(f"--gpus {gpus}: {wall:.1f} s wall, {len(rows)} problems, per GPU {runs[gpus]['per_slot']}, "
+              f"tune s per GPU {runs[gpus]['tune_s_per_slot']}, per problem {runs[gpus]['tune_s']}, "
               f"failed {runs[gpus]['failed'] or 'none'}", flush=True)
 
     one, two = ({r["describe"]: r for r in runs[g]["rows"]} for g in (1, 2))
@@ -112,7 +117,8 @@ def main() -> None:
     write_json("gpu_multi.json", {
         "gpus": names, "m": args.m, "extra": extra,
         "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
-        "per_slot_two_gpus": runs[2]["per_slot"], "comparison": comparison,
+        "per_slot_two_gpus": runs[2]["per_slot"],
+        "tune_s": {"1": runs[1]["tune_s"], "2": runs[2]["tune_s"]}, "comparison": comparison,
         "failed": {"1": runs[1]["failed"], "2": runs[2]["failed"]},
     })
 

@@ -99,14 +99,25 @@ class CandidateRunner:
             return Candidate(uid=template.uid, params=params, status=status, **fields).to_dict()
 
         started = time.perf_counter()
+        phases: dict[str, float] = {}  # seconds per step: where a candidate's time goes
+        mark = [started]
+
+        def lap(name: str) -> None:
+            now = time.perf_counter()
+            phases[name] = round(now - mark[0], 4)
+            mark[0] = now
+
         try:
             runnable = template.build(problem, params, task["kernel_dir"])
         except Exception as exc:
             return result(COMPILE_ERROR, error=_short(exc)), False
+        lap("build")
         try:
             ops = make_operands(problem, task["seed"], self.device)
             ref = reference(problem, ops)
             poison(ops)
+            self.sync()
+            lap("inputs")
         except Exception as exc:  # the inputs did not fit, or the device failed
             fatal = self.device_type == "cuda"
             return result(RUNTIME_ERROR, error="preparing inputs: " + _short(exc)), fatal
@@ -118,7 +129,9 @@ class CandidateRunner:
                 return result(COMPILE_ERROR, error=_short(exc)), False
             return result(RUNTIME_ERROR, error=_short(exc)), self.device_type == "cuda"
         compile_s = time.perf_counter() - started
+        lap("first_run")
         verdict = check(problem, ops.out, ref)
+        lap("check")
         if not verdict.ok:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
@@ -131,7 +144,8 @@ class CandidateRunner:
                 timing = self.timer(lambda: runnable(ops), policy)
         except Exception as exc:
             return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
-        return result(OK, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
+        lap("timing")
+        return result(OK, phases=phases, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
                       runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
                       timing=timing.mode), False
 
