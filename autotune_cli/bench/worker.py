@@ -56,6 +56,18 @@ def _prepare_launcher(kernel) -> None:
         pass
 
 
+def _prepare_compiler() -> None:
+    """Bring up what a compile-pool process's first compile would (CUDA, Triton's driver and
+    its target) before reporting ready, while the caller builds its choices. Best effort."""
+    try:
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_target()
+        driver.active.get_current_device()
+    except Exception:
+        pass
+
+
 class CandidateRunner:
     """Runs one candidate: build, verify on fresh inputs, time."""
 
@@ -182,6 +194,8 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         runner = CandidateRunner(device_type, l2_bytes)
         if role == "measure":
             runner.timer  # noqa: B018  (CUDA comes up now, while the caller builds its choices)
+        elif device_type == "cuda":
+            _prepare_compiler()
     except BaseException as exc:
         conn.send({"kind": "failed", "error": _short(exc), "trace": traceback.format_exc()})
         return
