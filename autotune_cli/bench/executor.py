@@ -104,14 +104,20 @@ class _Worker:
         self.state = "down"
         self.task_index = None
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the process to exit; it tears down (CUDA and all) on its own time."""
         if self.conn is not None and self.state in ("idle", "busy"):
             try:
                 self.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
+
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop the process: asked first, killed if it is still there at `deadline`."""
+        self.request_stop()
         if self.process is not None:
-            self.process.join(timeout=2)
+            wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self.process.join(timeout=wait_s)
         self.kill()
 
 
@@ -343,8 +349,13 @@ class LocalExecutor:
             raise WorkerStartError(f"benchmark worker failed to start: {reason}\n{trace}".rstrip())
 
     def close(self) -> None:
+        # Every worker is asked first, so that they all tear down at once, then each is
+        # waited for (killed if still there after two seconds in all).
         for worker in self.workers:
-            worker.stop()
+            worker.request_stop()
+        deadline = time.monotonic() + 2.0
+        for worker in self.workers:
+            worker.stop(deadline)
 
     def __enter__(self) -> "LocalExecutor":
         return self
