@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, replace
@@ -129,6 +130,7 @@ FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.bench.worker", "autotune_
 # (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
 # at import, so a server serves one kind only; the other kind is spawned.
 _forkserver_interprets: bool | None = None
+_forkserver_lock = threading.Lock()  # the tuners of several GPUs start their executors in threads
 
 
 def worker_context(method: str | None = None, device_type: str = "cuda"):
@@ -141,8 +143,9 @@ def worker_context(method: str | None = None, device_type: str = "cuda"):
         raise ValueError(f"worker start method must be forkserver or spawn, not {method!r}")
     interprets = device_type == "cpu"
     if method == "forkserver":
-        if _forkserver_interprets is None:
-            _start_forkserver(interprets)
+        with _forkserver_lock:
+            if _forkserver_interprets is None:
+                _start_forkserver(interprets)
         if _forkserver_interprets != interprets:
             method = "spawn"
     return multiprocessing.get_context(method)
