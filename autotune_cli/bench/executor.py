@@ -136,7 +136,6 @@ _forkserver_lock = threading.Lock()  # the tuners of several GPUs start their ex
 def worker_context(method: str | None = None, device_type: str = "cuda"):
     """The multiprocessing context workers start from: a preloaded forkserver by default
     where the platform has one, else spawn. Never plain fork: the caller may have CUDA up."""
-    global _forkserver_interprets
     method = method or os.environ.get("AUTOTUNE_START_METHOD") or (
         "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method not in ("forkserver", "spawn"):
