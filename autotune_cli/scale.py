@@ -237,8 +237,12 @@ class MultiDeviceTuner:
         return results
 
     def close(self) -> None:
-        for tuner in self.tuners:
-            tuner.close()
+        """Close every device's workers at once: each takes a moment to tear CUDA down."""
+        closers = [threading.Thread(target=tuner.close, daemon=True) for tuner in self.tuners]
+        for thread in closers:
+            thread.start()
+        for thread in closers:
+            thread.join()
 
     def __enter__(self) -> "MultiDeviceTuner":
         return self
