@@ -164,16 +164,46 @@ def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
     assert result.ok, result.error
 
 
-def test_one_forkserver_serves_one_kind_of_worker():
-    """Triton decorates its library at import, as the interpreter or not: a forkserver that
-    imported it for CPU workers does not serve GPU workers (they are spawned)."""
-    from autotune_cli.bench.executor import worker_context
+def test_one_forkserver_serves_one_kind_of_worker(monkeypatch):
+    """Triton decorates its library at import, as the interpreter or not: the forkserver
+    serves the kind of worker it was started for, and the other kind is spawned."""
+    from autotune_cli.bench import executor
+    from autotune_cli.errors import UserError
 
-    assert worker_context(None, "cpu").get_start_method() == "forkserver"
-    assert worker_context(None, "cuda").get_start_method() == "spawn"
-    assert worker_context("spawn", "cpu").get_start_method() == "spawn"
-    with pytest.raises(ValueError, match="forkserver or spawn"):
+    monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
+    worker_context = executor.worker_context
+    worker_context(None, "cpu")  # starts the server unless one is up already
+    served = "cpu" if executor._forkserver_interprets else "cuda"
+    other = "cuda" if served == "cpu" else "cpu"
+    assert worker_context(None, served).get_start_method() == "forkserver"
+    assert worker_context(None, other).get_start_method() == "spawn"
+    assert worker_context("spawn", served).get_start_method() == "spawn"
+    with pytest.raises(UserError, match="forkserver or spawn"):
         worker_context("fork", "cpu")
+
+
+def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
+    """If the server dies, the next worker starts it again under the interpreter setting
+    of its kind (not the caller's environment, which may lack TRITON_INTERPRET)."""
+    import multiprocessing.forkserver as forkserver
+
+    from autotune_cli.bench import executor
+
+    monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
+    if executor.worker_context(None, "cpu").get_start_method() != "forkserver":
+        pytest.skip("this process's forkserver serves GPU workers")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pid = forkserver._forkserver._forkserver_pid
+    os.kill(pid, signal.SIGKILL)  # (left unreaped: multiprocessing reaps it and starts another)
+    time.sleep(0.5)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, templates=("triton::mm",))
+    problem = make_problem(m=33, n=17, k=40, device="cpu", dtype="float16")
+    device = probe_device("cpu")
+    choices = get_choices(problem, device, settings).choices[:2]
+    with LocalExecutor(device, settings) as ex:
+        results = ex.run(choices)
+    assert forkserver._forkserver._forkserver_pid != pid
+    assert results and all(r.ok for r in results), [r.error for r in results]
 
 
 def test_compile_start_rotates_the_compile_order(tmp_path):

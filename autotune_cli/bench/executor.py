@@ -24,6 +24,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Protocol, Sequence
 
 from ..choices import KernelTemplateChoice
+from ..errors import UserError
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
@@ -77,7 +78,7 @@ class _Worker:
         self.process = self.ctx.Process(
             target=worker_main,
             args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
-                  dict(os.environ), self.role),
+                  worker_environment(self.ctx, self.device.device_type), self.role),
             daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
         )
         self.started_at = time.monotonic()
@@ -130,7 +131,9 @@ FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.bench.worker", "autotune_
 # (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
 # at import, so a server serves one kind only; the other kind is spawned.
 _forkserver_interprets: bool | None = None
-_forkserver_lock = threading.Lock()  # the tuners of several GPUs start their executors in threads
+# Held while the forkserver is (re)started, which briefly changes os.environ, and while a
+# worker's environment is copied (the tuners of several GPUs start workers in threads).
+_forkserver_lock = threading.Lock()
 
 
 def worker_context(method: str | None = None, device_type: str = "cuda"):
@@ -139,33 +142,53 @@ def worker_context(method: str | None = None, device_type: str = "cuda"):
     method = method or os.environ.get("AUTOTUNE_START_METHOD") or (
         "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     if method not in ("forkserver", "spawn"):
-        raise ValueError(f"worker start method must be forkserver or spawn, not {method!r}")
+        raise UserError(f"AUTOTUNE_START_METHOD must be forkserver or spawn, not {method!r}")
     interprets = device_type == "cpu"
     if method == "forkserver":
         with _forkserver_lock:
             if _forkserver_interprets is None:
-                _start_forkserver(interprets)
-        if _forkserver_interprets != interprets:
-            method = "spawn"
+                _ensure_forkserver(interprets)
+            if _forkserver_interprets != interprets:
+                method = "spawn"
     return multiprocessing.get_context(method)
 
 
-def _start_forkserver(interprets: bool) -> None:
+def _ensure_forkserver(interprets: bool) -> None:
+    """Start the forkserver, or start it again if it died, under the environment it must
+    import with: TRITON_INTERPRET for its kind, and this process's sys.path (Python 3.11's
+    forkserver does not take it over; PYTHONSAFEPATH keeps the working folder out, so that a
+    folder named torch or triton there is not imported instead). Call with the lock held."""
     global _forkserver_interprets
     from multiprocessing import forkserver
 
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interprets else "0"  # what the server imports under
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    import sys
+
+    server_env = {
+        "TRITON_INTERPRET": "1" if interprets else "0",
+        "PYTHONPATH": os.pathsep.join(os.getcwd() if p == "" else p for p in sys.path),
+        "PYTHONSAFEPATH": "1",
+    }
+    saved = {name: os.environ.get(name) for name in server_env}
+    os.environ.update(server_env)
     try:
-        forkserver.ensure_running()
+        forkserver.ensure_running()  # a no-op while the server lives
     finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     _forkserver_interprets = interprets
+
+
+def worker_environment(ctx, device_type: str) -> dict[str, str]:
+    """The caller's environment for a new worker, copied under the lock; first, for a
+    forkserver worker, the server is made sure of (restarted in its kind if it died)."""
+    with _forkserver_lock:
+        if ctx.get_start_method() == "forkserver":
+            _ensure_forkserver(device_type == "cpu")
+        return dict(os.environ)
 
 
 def prestart_workers(device_type: str) -> None:

@@ -1,13 +1,14 @@
-"""triton::mm_padded: triton::mm on operands copied into 16-byte-aligned buffers.
+"""triton::mm_padded: triton::mm on operands copied into buffers with aligned rows.
 
-When K·dtype_size is not a multiple of 16 bytes (K = 777 in fp16, say), every row of a
-row-major A starts misaligned and the tiled kernel cannot use wide loads; when N is off
-(a vocabulary of 50257), B's rows are. A is copied into an [M, Kp] buffer and B into one
-whose rows are Kp long and Np apart (Kp, Np rounded up to 16 bytes), the K padding zero so
+Triton assumes a row pitch aligned only when it is a multiple of 16 elements (it marks an
+integer argument divisible by 16, or not at all). When K is not (K = 777 in fp16, say), the
+rows of a row-major A are loaded without wide loads; when N is not (a vocabulary of 50257),
+B's are. A is copied into an [M, Kp] buffer and B into one whose rows are Kp long and Np
+apart (Kp, Np rounded up to 16 elements), the K padding zero so
 the product is unchanged; the kernel then loads aligned tiles (EVEN_K possible) and writes
 the output in place with masked stores. The copies cost a pass over the operands: whether
 that pays is for the benchmark to say, as for every candidate (copies included in its time).
-Offered only where it can help: K or N misaligned.
+Offered only where it can help: K or N not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from .base import Operands, Runnable
 from .registry import register_template
 from .triton_mm import TritonMMTemplate
 
-ALIGN_BYTES = 16
+ALIGN_ELEMENTS = 16  # what Triton's divisibility specialisation can see
 
 
 def padded_k(problem: GemmProblem) -> int:
-    step = ALIGN_BYTES // problem.dtype_size
-    return -(-problem.k // step) * step
+    return -(-problem.k // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
 
 
 class TritonMMPaddedTemplate(TritonMMTemplate):
@@ -33,9 +33,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         super().__init__("triton::mm_padded", ("mm", "addmm"))
 
     def supports(self, problem: GemmProblem) -> bool:
-        return problem.op in self.ops and (
-            (problem.k * problem.dtype_size) % ALIGN_BYTES != 0
-            or (problem.n * problem.dtype_size) % ALIGN_BYTES != 0)
+        return problem.op in self.ops and (problem.k % ALIGN_ELEMENTS != 0 or problem.n % ALIGN_ELEMENTS != 0)
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         return super().full_params(replace(problem, k=padded_k(problem)), config)
@@ -47,8 +45,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         import torch
 
         kp = padded_k(problem)
-        step = ALIGN_BYTES // problem.dtype_size
-        n_lead = -(-problem.n // step) * step  # B's row pitch
+        n_lead = -(-problem.n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS  # B's row pitch
         inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir)
         dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[problem.dtype]
         device = "cuda" if problem.device == "cuda" else "cpu"
