@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# The last device call of a session: GPU tests, API overhead, the LLM suite; each bounded.
+# Every GPU measurement of issues 6-8 in one device call, each bounded, logs under $OUT and a
+# short summary last. On a 2-GPU host it also runs the two-GPU comparison (issue 8).
+#   bash bench/final_device_call.sh            (carry .whl; about 9 minutes)
 set -uo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-bench_out}; mkdir -p "$OUT"
-timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"; tail -4 "$OUT/pytest_gpu.log"
-timeout 60 python3 bench/api_overhead.py > "$OUT/api_overhead.log" 2>&1; echo "api rc=$?"; tail -6 "$OUT/api_overhead.log"
-timeout 290 python3 bench/gpu_llm_suite.py 2>&1 | tee "$OUT/suite.log" | tail -16
+quiet='UserWarning\|warn_once\|current_out_size\|^  triton_mm\|^  mm \|strides:\|dtypes:\|^AUTOTUNE\|Autotune Choices\|num_choices\|SingleProcess'
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -ge 2 ]; then
+  timeout 120 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi.log"
+fi
+CUDA_VISIBLE_DEVICES=0 timeout 170 python3 bench/gpu_engine.py --repeats 1 2>&1 | grep -v "$quiet" > "$OUT/engine.log"
+CUDA_VISIBLE_DEVICES=0 timeout 240 python3 bench/gpu_llm_suite.py 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
+echo "== summary"
+tail -3 "$OUT/pytest_gpu.log"
+[ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up" "$OUT/multi.log"
+grep -A5 "^problem " "$OUT/engine.log"; grep -A5 "whole process" "$OUT/engine.log"; grep "^exhaustive" "$OUT/engine.log" | tail -1
+grep -A14 "^shape " "$OUT/suite.log"; grep "^geomean" "$OUT/suite.log"
