@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU measurement of issues 6-8 in one device call, each bounded, logs under $OUT and a
 # short summary last. On a 2-GPU host it also runs the two-GPU comparison (issue 8).
-#   bash bench/final_device_call.sh            (carry .whl; about 9 minutes)
+#   bash bench/final_device_call.sh            (carry .whl; under 10 minutes: the suite may be cut, its JSON keeps the shapes done)
 set -uo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -10,13 +10,13 @@ export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-bench_out}; mkdir -p "$OUT"
 quiet='UserWarning\|warn_once\|current_out_size\|^  triton_mm\|^  mm \|strides:\|dtypes:\|^AUTOTUNE\|Autotune Choices\|num_choices\|SingleProcess'
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"
+timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"
 gpus=$(nvidia-smi -L | wc -l)
 if [ "$gpus" -ge 2 ]; then
-  timeout 120 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi.log"
+  timeout 100 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi.log"
 fi
 CUDA_VISIBLE_DEVICES=0 timeout 170 python3 bench/gpu_engine.py --repeats 1 2>&1 | grep -v "$quiet" > "$OUT/engine.log"
-CUDA_VISIBLE_DEVICES=0 timeout 240 python3 bench/gpu_llm_suite.py 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
+CUDA_VISIBLE_DEVICES=0 timeout 220 python3 bench/gpu_llm_suite.py 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
 echo "== summary"
 tail -3 "$OUT/pytest_gpu.log"
 [ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up" "$OUT/multi.log"
