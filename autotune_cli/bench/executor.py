@@ -69,7 +69,6 @@ class _Worker:
         self.deadline = 0.0
         self.task_index: int | None = None
         self.started_at = 0.0
-        self.ready_after: float | None = None  # seconds from start to ready, for reports
 
     def start(self, startup_timeout: float) -> None:
         parent, child = self.ctx.Pipe()
@@ -82,7 +81,6 @@ class _Worker:
             daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
         )
         self.started_at = time.monotonic()
-        self.ready_after = None
         self.process.start()
         child.close()
         self.conn = parent
@@ -331,8 +329,7 @@ class LocalExecutor:
                     worker.kill()
                 elif message["kind"] == "ready":
                     worker.state = "idle"
-                    worker.ready_after = time.monotonic() - worker.started_at
-                    self.startups.append((worker.role, round(worker.ready_after, 3)))
+                    self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
                 elif message["kind"] == "failed":
                     worker.kill()
                     self._start_failed(message["error"], message.get("trace", ""))

@@ -7,17 +7,11 @@ import math
 from dataclasses import dataclass
 
 from ..problem import GemmProblem
-from ..templates.base import Operands
+from ..templates.base import Operands, torch_dtype
 
 # Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
 NORM_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2, "float32": 1e-4, "tf32": 3e-3}
 ELEMENT_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2, "float32": 1e-4, "tf32": 1.5e-2}
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
 def _operand(shape: tuple[int, ...], transposed: bool, dtype, device: str, generator):
@@ -36,7 +30,7 @@ def make_operands(problem: GemmProblem, seed: int, device: str) -> Operands:
 
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
-    dtype = _torch_dtype(problem.dtype)
+    dtype = torch_dtype(problem.dtype)
     a = _operand(problem.a_shape(), problem.a_transposed, dtype, device, generator)
     b = _operand(problem.b_shape(), problem.b_transposed, dtype, device, generator)
     bias = None
@@ -51,7 +45,7 @@ def empty_operands(problem: GemmProblem, device: str) -> Operands:
     enough to compile a kernel for them."""
     import torch
 
-    dtype = _torch_dtype(problem.dtype)
+    dtype = torch_dtype(problem.dtype)
 
     def operand(shape, transposed):
         if transposed:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template
+from .base import Operands, Runnable, Template, torch_dtype
 from .registry import register_template
 
 ALIGN_BYTES = 16
@@ -62,7 +62,7 @@ class AtenAlignedTemplate(Template):
 
         if not self.supports(problem):
             raise ValueError(f"{self.uid} does not serve {problem.describe()}")
-        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[problem.dtype]
+        dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
         step = ALIGN_BYTES // problem.dtype_size
         padded = misaligned_dims(problem)

@@ -27,6 +27,13 @@ class Operands:
 Runnable = Callable[[Operands], None]
 
 
+def torch_dtype(name: str):
+    """The torch dtype a problem's dtype name stands for (imports torch: call in `build`)."""
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
 class Template(ABC):
     """A family of kernels for some ops; its configs come from the heuristics registry."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Template
+from .base import Operands, Template
 
 DIGEST_MARK = "__DIGEST__"
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
@@ -38,6 +38,20 @@ def jinja_template(path: Path):
     return env.from_string(path.read_text())
 
 
+def bias_arguments(ops: Operands, row_vector: bool) -> tuple[Any, tuple[int, ...]]:
+    """The bias pointer and its (row, column) strides, as every Triton template takes them:
+    with no bias the output stands in (strides 0, never read); a [N] row vector (`row_vector`)
+    is read with row stride 0; an [M, N] matrix with its own strides."""
+    if ops.bias is None:
+        return ops.out, (0, 0)
+    if row_vector:
+        return ops.bias, (0, ops.bias.stride(0))
+    return ops.bias, tuple(ops.bias.stride())
+
+
+_WRITTEN: set[Path] = set()  # kernel files this process has written or found right
+
+
 def load_kernel(source: str, kernel_dir: str):
     """The one @triton.jit function of a rendered source."""
     (kernel,) = load_kernels(source, kernel_dir, count=1)
@@ -51,12 +65,14 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
     module_name = f"autotune_kernel_{digest}"
     directory = Path(kernel_dir)
     path = directory / f"{module_name}.py"
-    if not path.exists() or path.read_text() != source:  # kept where the user can read it
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-        os.replace(tmp, path)
+    if path not in _WRITTEN:  # each file checked once per process, kept where the user can read it
+        if not path.exists() or path.read_text() != source:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(source)
+            os.replace(tmp, path)
+        _WRITTEN.add(path)
     module = sys.modules.get(module_name)
     if module is None:
         spec = importlib.util.spec_from_file_location(module_name, path)

@@ -14,7 +14,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, load_kernel
+from .triton_base import TritonTemplate, bias_arguments, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
@@ -46,12 +46,7 @@ class TritonMMTemplate(TritonTemplate):
                 a_args, b_args, c_args = sa, sb, sc
             else:
                 a_args, b_args, c_args = (0, *sa), (0, *sb), (0, *sc)
-            if ops.bias is None:
-                bias, bias_args = c, (0, 0)
-            elif bias_strides_n:
-                bias, bias_args = ops.bias, (0, ops.bias.stride(0))
-            else:
-                bias, bias_args = ops.bias, ops.bias.stride()
+            bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, *a_args, *b_args, *c_args, *bias_args)
 
         def run(ops: Operands) -> None:

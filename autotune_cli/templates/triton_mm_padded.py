@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
+from .base import Operands, Runnable, torch_dtype
 from .registry import register_template
 from .triton_mm import TritonMMTemplate
 
@@ -47,7 +47,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         kp = padded_k(problem)
         n_lead = -(-problem.n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS  # B's row pitch
         inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir)
-        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[problem.dtype]
+        dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
         k, n = problem.k, problem.n
         a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=device) if kp != k else None

@@ -37,7 +37,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, interpreting, load_kernel
+from .triton_base import TritonTemplate, bias_arguments, interpreting, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
@@ -174,12 +174,7 @@ class TritonPersistentTMATemplate(TritonTemplate):
             stride_a = _row_stride(a, a_t, "A")
             stride_b = _row_stride(b, b_t, "B")
             stride_c = _row_stride(c, False, "out")
-            if ops.bias is None:
-                bias, bias_args = c, (0, 0)
-            elif bias_strides_n:
-                bias, bias_args = ops.bias, (0, ops.bias.stride(0))
-            else:
-                bias, bias_args = ops.bias, ops.bias.stride()
+            bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, stride_a, stride_b, stride_c, *bias_args)
 
         def run(ops: Operands) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TILE_KEYS, TritonTemplate, jinja_template, load_kernels
+from .triton_base import TILE_KEYS, TritonTemplate, bias_arguments, jinja_template, load_kernels
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)
@@ -91,12 +91,7 @@ class TritonSplitKTemplate(TritonTemplate):
         def arguments(ops: Operands) -> tuple[tuple, tuple]:
             a, b, c = ops.a, ops.b, ops.out
             ws = workspace(c.device)
-            if ops.bias is None:
-                bias, bias_args = c, (0, 0)
-            elif bias_strides_n:
-                bias, bias_args = ops.bias, (0, ops.bias.stride(0))
-            else:
-                bias, bias_args = ops.bias, ops.bias.stride()
+            bias, bias_args = bias_arguments(ops, bias_strides_n)
             first = (a, b, ws, m, n, k, *a.stride(), *b.stride())
             second = (ws, c, bias, m, n, *c.stride(), *bias_args)
             return first, second
