@@ -5,11 +5,11 @@ import ast
 
 import pytest
 
-from autotune_cli.bench.verify import check, make_operands, poison, reference
 from autotune_cli.errors import UserError
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import all_templates, get_template, register_template, templates_for
 from autotune_cli.templates.aten import AtenTemplate
+from helpers_kernels import run_and_check
 
 CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 
@@ -72,18 +72,7 @@ CASES = [
 def test_kernels_compute_the_product(case, backend, tmp_path):
     problem = make_problem(device="cpu", **case)
     uid = {"aten": f"aten::{problem.op}", "triton": "triton::bmm" if problem.op == "bmm" else "triton::mm"}[backend]
-    template = get_template(uid)
-    params = template.full_params(problem, CONFIG if backend == "triton" else {})
-    run = template.build(problem, params, str(tmp_path))
-    ops = make_operands(problem, seed=1, device="cpu")
-    ref = reference(problem, ops)
-    poison(ops)
-    run(ops)
-    verdict = check(problem, ops.out, ref)
-    assert verdict.ok, verdict.reason
-    # And the check is not vacuous: a different seed gives a different product.
-    other = make_operands(problem, seed=2, device="cpu")
-    assert not check(problem, ops.out, reference(problem, other)).ok
+    run_and_check(problem, get_template(uid), CONFIG if backend == "triton" else {}, tmp_path)
 
 
 def test_rendered_kernel_file_is_kept(tmp_path):
@@ -110,13 +99,7 @@ def test_padded_k_template(case, tmp_path):
 
     assert padded_k(problem) % 8 == 0 and padded_k(problem) >= problem.k
     assert params["EVEN_K"] == (padded_k(problem) % CONFIG["BLOCK_K"] == 0)
-    run = template.build(problem, params, str(tmp_path))
-    ops = make_operands(problem, seed=4, device="cpu")
-    ref = reference(problem, ops)
-    poison(ops)
-    run(ops)
-    verdict = check(problem, ops.out, ref)
-    assert verdict.ok, verdict.reason
+    run_and_check(problem, template, CONFIG, tmp_path, seed=4)
     # only offered where K or N is misaligned
     assert not template.supports(make_problem(m=8, n=16, k=32, device="cpu"))
     assert template.supports(make_problem(m=8, n=15, k=32, device="cpu"))  # N off
@@ -135,14 +118,8 @@ def test_aligned_aten_template(case, zero_pad, tmp_path):
     problem = make_problem(device="cpu", **case)
     template = get_template("aten::mm_aligned")
     assert template.supports(problem) and misaligned_dims(problem)
-    run = template.build(problem, template.full_params(problem, {"ZERO_PAD": zero_pad}), str(tmp_path))
-    for seed in (4, 5):  # twice: the padding must still be zero on the second call
-        ops = make_operands(problem, seed=seed, device="cpu")
-        ref = reference(problem, ops)
-        poison(ops)
-        run(ops)
-        verdict = check(problem, ops.out, ref)
-        assert verdict.ok, verdict.reason
+    # called twice: the padding must still be zero on the second call
+    run_and_check(problem, template, {"ZERO_PAD": zero_pad}, tmp_path, seed=4, calls=2)
 
 
 def test_aligned_aten_template_offered_only_where_misaligned():

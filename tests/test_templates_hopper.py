@@ -21,6 +21,7 @@ from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_persistent_tma as tma_module
 from autotune_cli.templates.triton_splitk import k_per_split
+from helpers_kernels import run_and_check
 
 TMA = "triton::mm_persistent_tma"
 SPLITK = "triton::mm_splitk"
@@ -32,21 +33,6 @@ CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 LAYOUTS = ["nn", "nt", "tn", "tt"]
 OPS = [dict(), dict(bias="n"), dict(bias="mn")]
-
-
-def run_and_check(problem, template, config, tmp_path, seed=1):
-    """Build, run on NaN-poisoned output, verify; and show the check is not vacuous."""
-    params = template.full_params(problem, config)
-    run = template.build(problem, params, str(tmp_path))
-    ops = make_operands(problem, seed=seed, device="cpu")
-    ref = reference(problem, ops)
-    poison(ops)
-    run(ops)
-    verdict = check(problem, ops.out, ref)
-    assert verdict.ok, verdict.reason
-    other = make_operands(problem, seed=seed + 1, device="cpu")
-    assert not check(problem, ops.out, reference(problem, other)).ok
-    return run, ops
 
 
 def test_registered_for_mm_and_addmm_only():
