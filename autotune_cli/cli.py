@@ -63,9 +63,14 @@ class BiasShape(str, Enum):
     mn = "mn"
 
 
+def driver_present() -> bool:
+    """NVIDIA's driver files are here: a GPU may be (known without importing torch)."""
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+
+
 def gpu_present() -> bool:
     """Cheap check first (no driver files: no GPU), then ask torch."""
-    if not (Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi")):
+    if not driver_present():
         return False
     import torch
 
@@ -76,7 +81,7 @@ def likely_device(device: Optional[Device]) -> str:
     """The device a run will likely use, known without importing torch."""
     if device is not None:
         return device.value
-    return "cuda" if (Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi")) else "cpu"
+    return "cuda" if driver_present() else "cpu"
 
 
 def resolve_device(device: Optional[Device]) -> str:

@@ -21,7 +21,6 @@ goes on. The run ends with every problem tuned or reported failed.
 from __future__ import annotations
 
 import os
-
 import threading
 from collections import deque
 from dataclasses import dataclass, replace

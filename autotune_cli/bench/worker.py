@@ -3,8 +3,8 @@
 Started from a preloaded forkserver (torch and triton already imported, CUDA not
 initialised) or by spawn. The environment is set up first thing, before CUDA is touched or a
 kernel is loaded: the caller's variables, TRITON_INTERPRET=1 for the CPU,
-CUDA_VISIBLE_DEVICES for one GPU. A candidate that fails is reported as a typed result, never an exception
-across the pipe. After a CUDA error the context may be unusable, so the worker reports the
+CUDA_VISIBLE_DEVICES for one GPU. A candidate that fails is reported as a typed result,
+never an exception across the pipe. After a CUDA error the context may be unusable, so the worker reports the
 result and exits; the executor starts a fresh one.
 """
 

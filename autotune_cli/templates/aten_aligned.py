@@ -17,6 +17,7 @@ benchmark to say. Offered only where some leading dimension is misaligned.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
@@ -47,8 +48,6 @@ class AtenAlignedTemplate(Template):
         return problem.op in self.ops and bool(misaligned_dims(problem))
 
     def source_text(self) -> str:
-        from pathlib import Path
-
         return Path(__file__).read_text()
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
