@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import sys
 from enum import Enum
 from pathlib import Path
@@ -206,6 +207,17 @@ def aten_ms(entry: dict) -> float | None:
     return min(times) if times else None
 
 
+class _Clock:
+    """Seconds since the command started at which each stage ended (for --json readers)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def mark(self, stage: str) -> None:
+        self.stages[stage] = round(time.perf_counter() - self.started, 3)
+
+
 @app.command()
 def model(
     path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
@@ -236,6 +248,7 @@ def model(
     from .report import ModelProgress, dumps, model_summary_table, plan_table
     from .tuner import Tuner
 
+    clock = _Clock()
     shapes = [parse_input_shape(text) for text in input_shape or []]
     hints = parse_hints(hint or [])
     if not path.exists():
@@ -258,6 +271,7 @@ def model(
             raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32)
+    clock.mark("found")
     if not plan_only:
         # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
         # here, before the plan is shown, so that the error is the only line on stderr.
@@ -286,7 +300,7 @@ def model(
         return
     rows = []
 
-    def add_row(item, planned, outcome, slot=0, device_name=None, host=None, error=None):
+    def add_row(item, planned, outcome, slot=0, device_name=None, host=None, error=None, span=None):
         winner = outcome.winner if outcome else None
         aten = aten_ms(outcome.entry) if outcome else None
         saved = (aten - winner["ms"]) * item.count if winner and aten else None
@@ -297,6 +311,8 @@ def model(
                "winner": winner, "aten_ms": aten, "saved_ms": saved,
                "slot": slot, "device": device_name,
                "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
+        if span is not None:  # seconds since the command started: when its tune began and ended
+            row["span_s"] = [round(t - clock.started, 3) for t in span]
         if host is not None:
             row["host"] = host
         if error is not None:
@@ -309,16 +325,23 @@ def model(
             from .scale import make_scaled_tuner
 
             with make_scaled_tuner(settings, progress) as tuner:
+                clock.mark("devices")
                 results = tuner.tune_all([item.problem for item in found])
+                clock.mark("tuned")
             for item, planned, result in zip(found, plan, results):
                 add_row(item, planned, result.outcome, result.slot, result.device, result.host,
-                        result.error)
+                        result.error, result.span)
         else:
             with Tuner(settings, progress) as tuner:
+                clock.mark("devices")
                 for item, planned in zip(found, plan):
-                    add_row(item, planned, tuner.tune(item.problem))
+                    began = time.perf_counter()
+                    outcome = tuner.tune(item.problem)
+                    add_row(item, planned, outcome, span=(began, time.perf_counter()))
+                clock.mark("tuned")
     finally:
         progress.close()
+    clock.mark("closed")
     for row in rows:
         if row.get("error"):
             err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
@@ -326,7 +349,7 @@ def model(
     total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
     if json_out:
         out.print(dumps({"model": str(path), "problems": rows, "saved_ms_per_pass": total_saved,
-                         "aten_ms_per_pass": total_aten}), markup=False)
+                         "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False)
     else:
         out.print(model_summary_table(rows))
         out.print(f"estimated GEMM time per forward pass: aten {total_aten:.4f} ms, "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -87,6 +88,7 @@ class ProblemResult:
     host: str | None = None
     attempts: int = 0
     error: str | None = None
+    span: tuple[float, float] | None = None  # perf_counter at the start and end of its last attempt
 
     @property
     def ok(self) -> bool:
@@ -182,6 +184,7 @@ class MultiDeviceTuner:
                     state["in_flight"] += 1
                 result = results[index]
                 result.attempts += 1
+                began = time.perf_counter()
                 try:
                     outcome = tuner.tune(result.problem)
                 except (WorkerStartError, OSError, EOFError) as exc:  # the device is lost
@@ -208,6 +211,7 @@ class MultiDeviceTuner:
                 else:
                     result.outcome = outcome
                     result.slot, result.device = slot, self.devices[slot].name
+                result.span = (began, time.perf_counter())
                 with cond:
                     state["in_flight"] -= 1
                     cond.notify_all()

@@ -19,6 +19,6 @@ CUDA_VISIBLE_DEVICES=0 timeout 170 python3 bench/gpu_engine.py --repeats 1 2>&1 
 CUDA_VISIBLE_DEVICES=0 timeout 220 python3 bench/gpu_llm_suite.py 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
 echo "== summary"
 tail -3 "$OUT/pytest_gpu.log"
-[ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up" "$OUT/multi.log"
+[ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up|stages" "$OUT/multi.log"
 grep -A5 "^problem " "$OUT/engine.log"; grep -A5 "whole process" "$OUT/engine.log"; grep "^exhaustive" "$OUT/engine.log" | tail -1
 grep -A14 "^shape " "$OUT/suite.log"; grep "^geomean" "$OUT/suite.log"

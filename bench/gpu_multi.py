@@ -91,10 +91,13 @@ def main() -> None:
                       "tune_s_per_slot": {str(s): round(sum(r.get("tune_seconds") or 0 for r in rows
                                                             if r.get("slot") == s), 2)
                                           for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})},
-                      "tune_s": [r.get("tune_seconds") for r in rows]}
+                      "tune_s": [r.get("tune_seconds") for r in rows],
+                      "stages_s": doc.get("stages_s"), "spans_s": [[r.get("slot"), *(r.get("span_s") or [])] for r in rows]}
         print(f"--gpus {gpus}: {wall:.1f} s wall, {len(rows)} problems, per GPU {runs[gpus]['per_slot']}, "
               f"tune s per GPU {runs[gpus]['tune_s_per_slot']}, per problem {runs[gpus]['tune_s']}, "
               f"failed {runs[gpus]['failed'] or 'none'}", flush=True)
+        print(f"  stages (s since the command began) {runs[gpus]['stages_s']}; problem spans [slot, begin, end] "
+              f"{runs[gpus]['spans_s']}", flush=True)
 
     one, two = ({r["describe"]: r for r in runs[g]["rows"]} for g in (1, 2))
     comparison = []
@@ -120,6 +123,8 @@ def main() -> None:
         "per_slot_two_gpus": runs[2]["per_slot"],
         "tune_s": {"1": runs[1]["tune_s"], "2": runs[2]["tune_s"]}, "comparison": comparison,
         "failed": {"1": runs[1]["failed"], "2": runs[2]["failed"]},
+        "stages_s": {"1": runs[1]["stages_s"], "2": runs[2]["stages_s"]},
+        "spans_s": {"1": runs[1]["spans_s"], "2": runs[2]["spans_s"]},
     })
 
 
