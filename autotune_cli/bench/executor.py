@@ -299,7 +299,9 @@ class LocalExecutor:
                         worker.start(settings.startup_timeout_s)
                     if worker.state == "idle" and queue:
                         index = queue.popleft()
-                        worker.assign(index, self._task(choices[index], settings.seed + index, policy, mode),
+                        # One seed for every candidate: the timing worker keeps one problem's
+                        # inputs and reference between its candidates (worker.CandidateRunner).
+                        worker.assign(index, self._task(choices[index], settings.seed, policy, mode),
                                       settings.timeout_s)
             live = [w for w in self.workers if w.state in ("starting", "busy")]
             if not live:

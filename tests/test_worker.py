@@ -1,0 +1,145 @@
+"""The timing worker's CandidateRunner keeps one problem's inputs and float64 reference
+between candidates: reused while the problem and seed stay, made anew when they change or a
+candidate fails, and a candidate that fails on kept inputs is checked again on fresh ones."""
+
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from autotune_cli.bench import verify
+from autotune_cli.bench.executor import LocalExecutor
+from autotune_cli.bench.verify import make_operands as fresh_operands  # not counted below
+from autotune_cli.bench.worker import CandidateRunner
+from autotune_cli.choices import KernelTemplateChoice
+from autotune_cli.fingerprint import probe_device
+from autotune_cli.plugins import load_plugins
+from autotune_cli.problem import make_problem
+from autotune_cli.settings import TimingPolicy, TuneSettings
+from autotune_cli.templates import get_template
+from conftest import PLUGINS
+
+PLANTED = tuple(str(PLUGINS / name) for name in ("faulty.py", "corrupting.py", "broken.py"))
+FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
+PROBLEM = make_problem(m=32, n=32, k=32, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    """A CPU runner in this process, with make_operands and reference counted."""
+    load_plugins(PLANTED)
+    threads = torch.get_num_threads()
+    made = {"operands": 0, "reference": 0}
+    make_operands, reference = verify.make_operands, verify.reference
+
+    def counted_operands(*args, **kwargs):
+        made["operands"] += 1
+        return make_operands(*args, **kwargs)
+
+    def counted_reference(*args, **kwargs):
+        made["reference"] += 1
+        return reference(*args, **kwargs)
+
+    monkeypatch.setattr(verify, "make_operands", counted_operands)
+    monkeypatch.setattr(verify, "reference", counted_reference)
+    runner = CandidateRunner("cpu", 0)  # sets torch's threads to 1: given back below
+    runner.made = made
+    yield runner
+    torch.set_num_threads(threads)
+
+
+def run(runner, tmp_path, uid, problem=PROBLEM, seed=0):
+    task = {"mode": "measure", "uid": uid, "problem": problem.to_dict(), "config": {}, "seed": seed,
+            "kernel_dir": str(tmp_path), "timing": FAST}
+    payload, fatal = runner.run(task)
+    assert not fatal
+    return payload
+
+
+def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner, tmp_path):
+    first = run(runner, tmp_path, "test::good")
+    kept = runner._inputs
+    second = run(runner, tmp_path, "aten::mm")
+    third = run(runner, tmp_path, "test::good")
+    assert [c["status"] for c in (first, second, third)] == ["ok", "ok", "ok"]
+    assert runner.made == {"operands": 1, "reference": 1}
+    assert runner._inputs is kept  # the same tensors, not equal copies
+    assert all("recheck" not in c["phases"] for c in (first, second, third))
+    # The reference is still that of the inputs: the kept A and B were not changed.
+    fresh = fresh_operands(PROBLEM, 0, "cpu")
+    assert torch.equal(kept.a, fresh.a) and torch.equal(kept.b, fresh.b)
+    assert torch.equal(kept.ref, fresh.a.double() @ fresh.b.double())
+
+
+def test_the_output_is_poisoned_again_before_a_candidate_on_kept_inputs(runner, tmp_path):
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    # A kernel that writes nothing would find the last candidate's right product in a
+    # reused output that was not filled with NaN again.
+    lazy = run(runner, tmp_path, "test::writes_nothing")
+    assert lazy["status"] == "wrong_result" and "never written" in lazy["error"]
+    assert runner._inputs is None  # a failed candidate drops the kept inputs
+
+
+def test_a_correct_candidate_after_one_that_spoiled_the_inputs_is_still_ok(runner, tmp_path):
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    # Right output, then A and B spoiled: it passes, and the kept inputs are now wrong.
+    spoiler = run(runner, tmp_path, "test::corrupt_after")
+    assert spoiler["status"] == "ok"
+    assert runner.made["operands"] == 1
+    fresh = fresh_operands(PROBLEM, 0, "cpu")
+    assert not torch.equal(runner._inputs.a, fresh.a)  # the corruption is real
+    good = run(runner, tmp_path, "test::good")
+    assert good["status"] == "ok", good
+    assert "recheck" in good["phases"]  # it failed on the kept inputs, passed on fresh ones
+    assert runner.made == {"operands": 2, "reference": 2}
+    assert torch.equal(runner._inputs.a, fresh.a)  # the fresh inputs are kept now
+    after = run(runner, tmp_path, "aten::mm")
+    assert after["status"] == "ok" and "recheck" not in after["phases"]
+    assert runner.made["operands"] == 2
+
+
+def test_a_wrong_candidate_stays_wrong_on_fresh_inputs_and_drops_them(runner, tmp_path):
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    wrong = run(runner, tmp_path, "test::corrupt_before")  # fails on kept, then on fresh inputs
+    assert wrong["status"] == "wrong_result"
+    assert runner.made["operands"] == 2 and runner._inputs is None
+    good = run(runner, tmp_path, "test::good")
+    assert good["status"] == "ok" and "recheck" not in good["phases"]  # fresh from the start
+    assert runner.made["operands"] == 3
+
+
+def test_failures_drop_the_kept_inputs_but_a_build_error_does_not(runner, tmp_path):
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    kept = runner._inputs
+    broken = run(runner, tmp_path, "test::broken")  # fails before any input is handed over
+    assert broken["status"] == "compile_error"
+    assert runner._inputs is kept
+    raised = run(runner, tmp_path, "test::raise")  # raised with the inputs in hand
+    assert raised["status"] == "runtime_error" and "planted failure" in raised["error"]
+    assert runner._inputs is None
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert runner.made["operands"] == 2
+
+
+def test_another_problem_or_seed_makes_new_inputs(runner, tmp_path):
+    other = make_problem(m=48, n=32, k=16, device="cpu", dtype="float32")
+    steps = [(PROBLEM, 0, 1), (PROBLEM, 0, 1), (other, 0, 2), (other, 0, 2), (PROBLEM, 0, 3), (PROBLEM, 7, 4)]
+    for problem, seed, made in steps:
+        assert run(runner, tmp_path, "test::good", problem, seed)["status"] == "ok"
+        assert runner.made["operands"] == made
+        assert runner._inputs.a.shape == (problem.m, problem.k)
+    assert runner.made["reference"] == 4
+
+
+def test_the_timing_worker_reuses_inputs_across_the_executors_candidates(tmp_path):
+    """Through the executor: one seed for all candidates, so the worker's inputs are kept, and
+    the candidate after the spoiler is rescued by the check on fresh inputs."""
+    load_plugins(PLANTED)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, plugins=PLANTED)
+    device = probe_device("cpu")
+    uids = ["test::good", "test::corrupt_after", "test::good", "aten::mm"]
+    choices = [KernelTemplateChoice.make(get_template(uid), PROBLEM, {}) for uid in uids]
+    with LocalExecutor(device, settings) as executor:
+        results = executor.run(choices, policy=TimingPolicy(**FAST))
+    assert [r.status for r in results] == ["ok"] * 4, [r.error for r in results]
+    assert ["recheck" in r.phases for r in results] == [False, False, True, False]
