@@ -3,7 +3,8 @@
 
 On one host, `MultiDeviceTuner` owns one `Tuner` per device, each with its own
 `LocalExecutor` pinned to that GPU (the worker maps the index into the parent's
-CUDA_VISIBLE_DEVICES); compile workers are split between them. One thread per device
+CUDA_VISIBLE_DEVICES); the devices of one GPU model share one compile pool, which builds
+each kernel once for all of them (bench/compile_pool.py). One thread per device
 takes the next problem from a shared queue and tunes it; the work itself runs in the
 executors' subprocesses. Each device is probed on its own, so each result carries the
 fingerprint of the GPU that measured it: GPUs with different names never share an entry.
@@ -27,7 +28,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers
+from .bench.compile_pool import CompilePool
+from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers, worker_context
 from .errors import UserError
 from .fingerprint import DeviceInfo, probe_device
 from .problem import GemmProblem
@@ -129,18 +131,35 @@ def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
     return [probe_device("cuda", i) for i in range(count)]
 
 
-def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int, slot: int = 0) -> TuneSettings:
-    """One device's share of the host: the compile pool (CUDA) or the interpreter workers
-    (CPU) are split between the devices, and each device's pool starts compiling at its own
-    place in the list, so that devices share through Triton's cache what the others built."""
+def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> TuneSettings:
+    """One device's share of the host on the CPU: the interpreter workers are split between
+    the worker groups. (On CUDA each device has one timing process and the compile pool is
+    shared: see `shared_compile_pools`.)"""
     if device.device_type == "cuda":
-        total = settings.compile_workers
-        if total is None:  # each device's usual pool, as far as half the host's cores go
-            total = min(default_compile_workers(device) * slots, max(1, (os.cpu_count() or 2) // 2))
-        return replace(settings, compile_workers=max(1, total // slots) if total else 0,
-                       compile_start=slot / slots)
+        return settings
     total = settings.workers or LocalExecutor.default_workers(device)
     return replace(settings, workers=max(1, total // slots))
+
+
+def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) -> dict[str, CompilePool]:
+    """One compile pool per GPU model among `devices`, shared by the devices of that model:
+    a kernel that several devices need is compiled once. Its size: `--compile-workers` if
+    given, else each device's usual pool, as far as half the host's cores go. GPUs of
+    different models never share one (their binaries differ)."""
+    pools: dict[str, CompilePool] = {}
+    by_name: dict[str, list[DeviceInfo]] = {}
+    for device in devices:
+        by_name.setdefault(device.name, []).append(device)
+    for name, group in by_name.items():
+        count = settings.compile_workers
+        if count is None:
+            per_device = default_compile_workers(group[0])
+            count = min(per_device * len(group), max(per_device, (os.cpu_count() or 2) // 2))
+        if count:
+            ctx = worker_context(settings.start_method, group[0].device_type)
+            pools[name] = CompilePool(ctx, group, count, tuple(settings.plugins), settings.timeout_s,
+                                      settings.startup_timeout_s)
+    return pools
 
 
 class MultiDeviceTuner:
@@ -153,8 +172,13 @@ class MultiDeviceTuner:
         self.listener = LockedListener(listener or TuneListener())
         self.devices = list(devices) if devices is not None else local_devices(settings)
         n = len(self.devices)
-        self.tuners = [Tuner(slot_settings(settings, d, n, slot), self.listener, executor_factory, device=d)
-                       for slot, d in enumerate(self.devices)]
+        self.pools = shared_compile_pools(settings, self.devices) if executor_factory is None else {}
+
+        def local_executor(device: DeviceInfo, device_settings: TuneSettings) -> LocalExecutor:
+            return LocalExecutor(device, device_settings, compile_pool=self.pools.get(device.name))
+
+        self.tuners = [Tuner(slot_settings(settings, d, n), self.listener, executor_factory or local_executor,
+                             device=d) for d in self.devices]
         self.alive = [True] * n
         self.slot_errors: dict[int, str] = {}
 
@@ -240,8 +264,10 @@ class MultiDeviceTuner:
         return results
 
     def close(self) -> None:
-        """Close every device's workers at once: each takes a moment to tear CUDA down."""
-        closers = [threading.Thread(target=tuner.close, daemon=True) for tuner in self.tuners]
+        """Close every device's workers and the compile pools at once: each process takes a
+        moment to tear CUDA down."""
+        closers = [threading.Thread(target=closer, daemon=True)
+                   for closer in [t.close for t in self.tuners] + [p.close for p in self.pools.values()]]
         for thread in closers:
             thread.start()
         for thread in closers:

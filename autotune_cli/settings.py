@@ -66,10 +66,6 @@ class TuneSettings:
     interpreter_budget_s: float = 30.0  # a CPU (interpreter) candidate estimated slower is pruned
     compile_workers: int | None = None  # compile-pool processes on CUDA (default: up to 8)
     start_method: str | None = None  # worker processes: "forkserver" (default) or "spawn"
-    # Where in its list of candidates the compile pool starts (0..1, wrapping round). GPUs
-    # of one host tuning problems that share kernels start apart, so each finds in Triton's
-    # cache what another compiled instead of compiling the same kernel at the same time.
-    compile_start: float = 0.0
     budget_s: float | None = None  # bound on one problem's whole tune
     # Time by CUDA graph when the problem's floor is below this. At 10 us, 40-us decode
     # kernels were timed by events and Triton's launch gap decided between near-equals

@@ -232,6 +232,11 @@ class Tuner:
         entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)
         entry["timeline"] = progress.timeline
+        log = getattr(self._executor, "compile_log", None)
+        if log:  # [sent, done, seconds compiling] per kernel the pool built for this problem
+            entry["compiles"] = [[round(a - started, 3), round(d - started, 3), round(c, 3)]
+                                 for a, d, c in log if a >= started]
+            log.clear()
         self.cache.put(key, entry)
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)

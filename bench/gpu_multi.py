@@ -60,6 +60,28 @@ def tune(path: Path, gpus: int, cache_dir: Path, extra: list[str]) -> tuple[floa
     return wall, json.loads(proc.stdout), proc.stderr
 
 
+def compile_pipeline(cache_dir: Path) -> list[dict]:
+    """Per tuned problem, from the cache: when its results came (s after its tune began),
+    and its compile pool's work (kernels built, when the first and last were done, the
+    seconds spent compiling in all): whether the GPU waited on compiles or on timing."""
+    doc = json.loads((cache_dir / "autotune-cache.json").read_text())
+    lines = []
+    for entry in doc.get("entries", {}).values():
+        timeline = entry.get("timeline") or []
+        compiles = entry.get("compiles") or []
+        lines.append({"problem": entry.get("problem", {}).get("n"), "tune_s": entry.get("tune_seconds"),
+                      "results": len(timeline),
+                      "first_result_s": timeline[0][2] if timeline else None,
+                      "first_triton_s": next((t[2] for t in timeline if not t[0].startswith("aten")), None),
+                      "last_result_s": timeline[-1][2] if timeline else None,
+                      "compiled": len(compiles),
+                      "first_compiled_s": min((c[1] for c in compiles), default=None),
+                      "last_compiled_s": max((c[1] for c in compiles), default=None),
+                      "compile_s_sum": round(sum(c[2] for c in compiles), 2),
+                      "compile_s_max": max((c[2] for c in compiles), default=None)})
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
@@ -96,6 +118,10 @@ def main() -> None:
         print(f"--gpus {gpus}: {wall:.1f} s wall, {len(rows)} problems, per GPU {runs[gpus]['per_slot']}, "
               f"tune s per GPU {runs[gpus]['tune_s_per_slot']}, per problem {runs[gpus]['tune_s']}, "
               f"failed {runs[gpus]['failed'] or 'none'}", flush=True)
+        pipeline = compile_pipeline(work / f"cache-{gpus}")
+        runs[gpus]["pipeline"] = pipeline
+        for line in pipeline:
+            print(f"  pipeline {line}", flush=True)
         print(f"  stages (s since the command began) {runs[gpus]['stages_s']}; problem spans [slot, begin, end] "
               f"{runs[gpus]['spans_s']}", flush=True)
 
@@ -125,6 +151,7 @@ def main() -> None:
         "failed": {"1": runs[1]["failed"], "2": runs[2]["failed"]},
         "stages_s": {"1": runs[1]["stages_s"], "2": runs[2]["stages_s"]},
         "spans_s": {"1": runs[1]["spans_s"], "2": runs[2]["spans_s"]},
+        "pipeline": {"1": runs[1]["pipeline"], "2": runs[2]["pipeline"]},
     })
 
 

@@ -2,6 +2,7 @@
 strategies, the time budget, and resuming an interrupted tune."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import os
@@ -206,21 +207,72 @@ def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     assert results and all(r.ok for r in results), [r.error for r in results]
 
 
-def test_compile_start_rotates_the_compile_order(tmp_path):
-    """Devices of one host start compiling at different places in the list, so that each
-    finds in Triton's cache what another built; every candidate is still compiled once."""
-    problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
+def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
+    """Two devices (two CPU executors standing in) tune problems that differ only in size
+    at the same time through one compile pool: each kernel is compiled once and both get
+    every result."""
+    import threading
+
+    from autotune_cli.bench.compile_pool import CompilePool, compile_key
+    from autotune_cli.bench.executor import worker_context
+
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=2, workers=1,
+                            templates=("triton::mm",))
     device = probe_device("cpu")
-    orders = []
-    for start in (0.0, 0.5):
-        settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
-                                compile_start=start, templates=("triton::mm",))
-        choices = get_choices(problem, device, settings).choices
-        order = []
-        with LocalExecutor(device, settings) as executor:
-            results = executor.run(choices, lambda i, c: order.append(i))
-        assert len(results) == len(choices) and all(r.ok for r in results)
-        orders.append(order)
-    count = len(orders[0])
-    assert count >= 2 and sorted(orders[0]) == sorted(orders[1]) == list(range(count))
-    assert orders[0][0] == 0 and orders[1][0] == count // 2
+    problems = [make_problem(m=64, n=64, k=64, device="cpu", dtype="float16"),
+                make_problem(m=80, n=64, k=64, device="cpu", dtype="float16")]
+    choice_lists = [get_choices(p, device, settings).choices for p in problems]
+    keys = [{compile_key(c) for c in choices} for choices in choice_lists]
+    assert keys[0] == keys[1] and len(keys[0]) == len(choice_lists[0]) >= 2  # same kernels
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    executors = [LocalExecutor(device, settings, compile_pool=pool) for _ in problems]
+    outcomes: dict[int, list] = {}
+    try:
+        threads = [threading.Thread(target=lambda i=i: outcomes.setdefault(i, executors[i].run(choice_lists[i])))
+                   for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        for executor in executors:
+            executor.close()
+        pool.close()
+    for i in range(2):
+        assert len(outcomes[i]) == len(choice_lists[i]) and all(r.ok for r in outcomes[i])
+        assert all(r.compile_s is not None for r in outcomes[i])
+    assert pool.compiled == len(keys[0])  # once each, not once per device
+    # each executor logs the compiles it waited for; one shared compile is one entry in both
+    logged = set(executors[0].compile_log) | set(executors[1].compile_log)
+    assert len(logged) == len(keys[0]) and all(sent <= done for sent, done, _ in logged)
+    assert executors[0].compilers is executors[1].compilers is pool.workers
+    assert all(not w.process for w in pool.workers)  # closed
+
+
+def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
+    """A request withdrawn before its compile started is dropped; the others are answered."""
+    from autotune_cli.bench.compile_pool import CompilePool, compile_key
+    from autotune_cli.bench.executor import worker_context
+
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",))
+    device = probe_device("cpu")
+    problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
+    choices = get_choices(problem, device, settings).choices[:3]
+    pool = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0)
+    executor = LocalExecutor(device, replace(settings, compile_workers=0))
+    answers = []
+    keep, drop = object(), object()
+    try:
+        for i, choice in enumerate(choices):
+            task = executor._task(choice, 0, settings.timing_policy, "compile")
+            pool.submit(compile_key(choice), task, keep if i == 0 else drop, answers.append)
+        pool.withdraw(drop)
+        deadline = time.monotonic() + 120
+        while not answers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        executor.close()
+        pool.close()
+    assert len(answers) == 1 and answers[0]["ok"]
+    assert pool.compiled == 1

@@ -114,6 +114,29 @@ def test_each_result_carries_its_devices_fingerprint(tmp_path):
     assert len(digests["cpu-A"] | digests["cpu-B"]) == 2  # one machine digest per device name
 
 
+def test_devices_of_one_model_share_one_compile_pool(tmp_path):
+    """Two devices of one name share one compile pool, which builds each kernel once for the
+    problems of both (same kernels: the problems differ only in N); a device of another
+    name gets its own pool."""
+    cpu = probe_device("cpu")
+    same = [replace(cpu, index=0), replace(cpu, index=1)]
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=2, workers=2,
+                            templates=("triton::mm",))
+    probs = [make_problem(m=64, n=n, k=64, device="cpu", dtype="float16") for n in (64, 80, 96, 112)]
+    with MultiDeviceTuner(settings, devices=same) as tuner:
+        assert len(tuner.pools) == 1
+        (pool,) = tuner.pools.values()
+        assert all(t.executor.compile_pool is pool for t in tuner.tuners)
+        results = tuner.tune_all(probs)
+    assert all(r.ok for r in results) and {r.slot for r in results} == {0, 1}
+    kernels = len(results[0].outcome.entry["candidates"])
+    assert kernels >= 2 and pool.compiled == kernels  # once for all four problems
+    assert all(not w.process for w in pool.workers)  # the tuner closed its pool
+    other = [replace(cpu, name="cpu-A", index=0), replace(cpu, name="cpu-B", index=1)]
+    with MultiDeviceTuner(settings, devices=other) as tuner:
+        assert len(tuner.pools) == 2
+
+
 class LostDevice:
     """An executor whose workers cannot be started: the device is gone."""
 

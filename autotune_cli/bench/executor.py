@@ -28,6 +28,7 @@ from ..errors import UserError
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
+from .compile_pool import CompilePool, compile_key
 from .worker import worker_main
 
 ResultCallback = Callable[[int, Candidate], None]
@@ -69,6 +70,7 @@ class _Worker:
         self.deadline = 0.0
         self.task_index: int | None = None
         self.started_at = 0.0
+        self.assigned_at = 0.0  # time.perf_counter() when its current task was sent
 
     def start(self, startup_timeout: float) -> None:
         parent, child = self.ctx.Pipe()
@@ -89,6 +91,7 @@ class _Worker:
 
     def assign(self, index: int, task: dict, timeout: float) -> None:
         self.conn.send(task)
+        self.assigned_at = time.perf_counter()
         self.state = "busy"
         self.task_index = index
         self.deadline = time.monotonic() + timeout
@@ -208,23 +211,36 @@ class LocalExecutor:
     MAX_START_FAILURES = 3
 
     def __init__(self, device: DeviceInfo, settings: TuneSettings, workers: int | None = None,
-                 gpu_indices: Sequence[int] | None = None) -> None:
+                 gpu_indices: Sequence[int] | None = None, compile_pool: CompilePool | None = None) -> None:
         self.device = device
         self.settings = settings
         self.ctx = worker_context(settings.start_method, device.device_type)
         self.startups: list[tuple[str, float]] = []  # (role, seconds to ready) per start
+        # (sent, done, compile seconds in the worker) per kernel the pool built for this
+        # executor's requests, perf_counter times: what the tuner reports as a problem's
+        # compile pipeline.
+        self.compile_log: list[tuple[float, float, float]] = []
         plugins = tuple(settings.plugins)
         if device.device_type == "cuda":
             indices = list(gpu_indices) if gpu_indices is not None else [device.index]
         else:
             indices = [0] * (workers or settings.workers or self.default_workers(device))
         self.timers = [_Worker(self.ctx, device, i, plugins, "measure") for i in indices]
-        compile_count = settings.compile_workers
-        if compile_count is None:
-            compile_count = default_compile_workers(device)
-        self.compilers = [_Worker(self.ctx, device, indices[n % len(indices)], plugins, "compile")
-                          for n in range(compile_count)]
+        self.owns_pool = compile_pool is None
+        if compile_pool is None:
+            count = settings.compile_workers
+            if count is None:
+                count = default_compile_workers(device)
+            if count:
+                compile_pool = CompilePool(self.ctx, [replace(device, index=i) for i in indices], count,
+                                           plugins, settings.timeout_s, settings.startup_timeout_s)
+        self.compile_pool = compile_pool
+        self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)  # the pool's answers ring here
         self.start_failures = 0
+
+    @property
+    def compilers(self) -> list[_Worker]:
+        return self.compile_pool.workers if self.compile_pool is not None else []
 
     @staticmethod
     def default_workers(device: DeviceInfo) -> int:
@@ -239,9 +255,11 @@ class LocalExecutor:
     def start(self) -> None:
         """Start every worker process now (they import torch and triton in parallel with
         whatever the caller does next)."""
-        for worker in self.workers:
+        for worker in self.timers:
             if worker.state == "down":
                 worker.start(self.settings.startup_timeout_s)
+        if self.compile_pool is not None:
+            self.compile_pool.start()
 
     def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy, mode: str) -> dict[str, Any]:
         return {
@@ -255,19 +273,21 @@ class LocalExecutor:
         }
 
     def _needs_compile(self, choice: KernelTemplateChoice) -> bool:
-        return bool(self.compilers) and choice.template.backend != "aten"
+        return self.compile_pool is not None and choice.template.backend != "aten"
 
     def run(self, choices: Sequence[KernelTemplateChoice], on_result: ResultCallback | None = None,
             policy: TimingPolicy | None = None, deadline: float | None = None) -> list[Candidate]:
-        """Measure every choice; results in the order of `choices`. Past `deadline`
+        """Measure every choice; results in the order of `choices`. Triton choices go to the
+        compile pool first and are measured as their binaries arrive. Past `deadline`
         (time.monotonic()), nothing new starts and what is left is recorded as skipped."""
         settings = self.settings
         policy = policy or settings.timing_policy
         results: list[Candidate | None] = [None] * len(choices)
-        compile_queue = deque(i for i, c in enumerate(choices) if self._needs_compile(c))
-        compile_queue.rotate(-int(len(compile_queue) * (settings.compile_start % 1.0)))
         measure_queue = deque(i for i, c in enumerate(choices) if not self._needs_compile(c))
+        compiling = {i for i, c in enumerate(choices) if self._needs_compile(c)}
         compile_seconds: dict[int, float] = {}
+        answers: deque[tuple[int, dict]] = deque()  # (index, payload) from the pool's thread
+        owner = object()  # stands for this run's requests in the pool
 
         def record(index: int, candidate: Candidate) -> None:
             if index in compile_seconds:  # compiled by the pool; the first run only loaded it
@@ -281,90 +301,113 @@ class LocalExecutor:
             choice = choices[index]
             return Candidate(uid=choice.uid, params=choice.params, status=status, error=reason)
 
-        def busy(pool: list[_Worker]) -> bool:
-            return any(w.state == "busy" for w in pool)
+        def answered(index: int):
+            def callback(payload: dict) -> None:  # runs on the pool's thread
+                answers.append((index, payload))
+                try:
+                    self._wake_w.send_bytes(b"\0")
+                except (OSError, ValueError):
+                    pass
+            return callback
 
-        while compile_queue or measure_queue or busy(self.workers):
-            if deadline is not None and time.monotonic() > deadline:
-                for index in list(compile_queue) + list(measure_queue):
-                    record(index, failed(index, SKIPPED, "the tuning budget ran out"))
-                compile_queue.clear()
-                measure_queue.clear()
-                if not busy(self.workers):
-                    break
-            for pool, queue, mode in ((self.compilers, compile_queue, "compile"),
-                                      (self.timers, measure_queue, "measure")):
-                for worker in pool:
-                    if worker.state == "down" and (queue or (mode == "measure" and compile_queue)):
+        def take_answers() -> None:
+            while self._wake_r.poll():
+                self._wake_r.recv_bytes()
+            while answers:
+                index, payload = answers.popleft()
+                if index not in compiling:
+                    continue
+                compiling.discard(index)
+                if payload.get("pool_failed"):
+                    raise WorkerStartError(payload["error"])
+                if payload.get("ok"):
+                    compile_seconds[index] = payload["compile_s"]
+                    if not payload.get("reused"):
+                        self.compile_log.append((payload["sent_at"], payload["done_at"], payload["compile_s"]))
+                    measure_queue.append(index)
+                else:
+                    record(index, failed(index, payload.get("status", COMPILE_ERROR), payload["error"]))
+
+        try:
+            for index in sorted(compiling):
+                choice = choices[index]
+                self.compile_pool.submit(compile_key(choice),
+                                         self._task(choice, settings.seed, policy, "compile"),
+                                         owner, answered(index))
+            while compiling or measure_queue or any(w.state == "busy" for w in self.timers):
+                take_answers()
+                if deadline is not None and time.monotonic() > deadline:
+                    if self.compile_pool is not None:
+                        self.compile_pool.withdraw(owner)
+                    for index in sorted(compiling) + list(measure_queue):
+                        record(index, failed(index, SKIPPED, "the tuning budget ran out"))
+                    compiling.clear()
+                    measure_queue.clear()
+                    if not any(w.state == "busy" for w in self.timers):
+                        break
+                for worker in self.timers:
+                    if worker.state == "down" and (measure_queue or compiling):
                         worker.start(settings.startup_timeout_s)
-                    if worker.state == "idle" and queue:
-                        index = queue.popleft()
+                    if worker.state == "idle" and measure_queue:
+                        index = measure_queue.popleft()
                         # One seed for every candidate: the timing worker keeps one problem's
                         # inputs and reference between its candidates (worker.CandidateRunner).
-                        worker.assign(index, self._task(choices[index], settings.seed, policy, mode),
+                        worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
                                       settings.timeout_s)
-            live = [w for w in self.workers if w.state in ("starting", "busy")]
-            if not live:
-                if compile_queue or measure_queue:
-                    continue
-                break
-            now = time.monotonic()
-            wait_for = max(0.01, min(w.deadline for w in live) - now)
-            ready = wait([w.conn for w in live], timeout=min(wait_for, 0.5))
-            for worker in live:
-                if worker.conn not in ready:
-                    continue
-                try:
-                    message = worker.conn.recv()
-                except (EOFError, OSError):
-                    message = None
-                if message is None:  # the process died
-                    if worker.process is not None:
-                        worker.process.join(timeout=5)
-                    reason = _exit_reason(worker.process.exitcode if worker.process else None)
-                    if worker.state == "busy":
-                        status = COMPILE_ERROR if worker.role == "compile" else RUNTIME_ERROR
-                        where = "while compiling" if worker.role == "compile" else ""
-                        record(worker.task_index, failed(worker.task_index, status, f"{reason} {where}".strip()))
-                    else:
-                        self._start_failed(reason)
-                    worker.kill()
-                elif message["kind"] == "ready":
-                    worker.state = "idle"
-                    self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
-                elif message["kind"] == "failed":
-                    worker.kill()
-                    self._start_failed(message["error"], message.get("trace", ""))
-                elif message["kind"] == "compiled":
-                    index = worker.task_index
-                    payload = message["payload"]
-                    if payload["ok"]:
-                        compile_seconds[index] = payload["compile_s"]
-                        measure_queue.append(index)
-                    else:
-                        record(index, failed(index, COMPILE_ERROR, payload["error"]))
-                    worker.task_index = None
-                    worker.state = "idle"
-                    if message.get("fatal"):
+                live = [w for w in self.timers if w.state in ("starting", "busy")]
+                if not live and not compiling and not answers:
+                    if measure_queue:
+                        continue
+                    break
+                wait_for = 0.5
+                if live:
+                    wait_for = max(0.01, min(0.5, min(w.deadline for w in live) - time.monotonic()))
+                ready = wait([w.conn for w in live] + [self._wake_r], timeout=wait_for)
+                for worker in live:
+                    if worker.conn in ready:
+                        self._receive(worker, record, failed)
+                now = time.monotonic()
+                for worker in self.timers:
+                    if worker.state == "busy" and now > worker.deadline:
+                        index = worker.task_index
                         worker.kill()
-                elif message["kind"] == "result":
-                    record(worker.task_index, Candidate.from_dict(message["payload"]))
-                    worker.task_index = None
-                    worker.state = "idle"
-                    if message.get("fatal"):
+                        record(index, failed(index, TIMEOUT,
+                                             f"no result within {settings.timeout_s:g} s; worker killed"))
+                    elif worker.state == "starting" and now > worker.deadline:
                         worker.kill()
-            now = time.monotonic()
-            for worker in self.workers:
-                if worker.state == "busy" and now > worker.deadline:
-                    index = worker.task_index
-                    worker.kill()
-                    what = "compile" if worker.role == "compile" else "result"
-                    record(index, failed(index, TIMEOUT,
-                                         f"no {what} within {settings.timeout_s:g} s; worker killed"))
-                elif worker.state == "starting" and now > worker.deadline:
-                    worker.kill()
-                    self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
+                        self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
+        finally:
+            if self.compile_pool is not None:
+                self.compile_pool.withdraw(owner)
         return [r for r in results if r is not None]
+
+    def _receive(self, worker: _Worker, record, failed) -> None:
+        """One message from a timing worker."""
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is None:  # the process died
+            if worker.process is not None:
+                worker.process.join(timeout=5)
+            reason = _exit_reason(worker.process.exitcode if worker.process else None)
+            if worker.state == "busy":
+                record(worker.task_index, failed(worker.task_index, RUNTIME_ERROR, reason))
+            else:
+                self._start_failed(reason)
+            worker.kill()
+        elif message["kind"] == "ready":
+            worker.state = "idle"
+            self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
+        elif message["kind"] == "failed":
+            worker.kill()
+            self._start_failed(message["error"], message.get("trace", ""))
+        elif message["kind"] == "result":
+            record(worker.task_index, Candidate.from_dict(message["payload"]))
+            worker.task_index = None
+            worker.state = "idle"
+            if message.get("fatal"):
+                worker.kill()
 
     def _start_failed(self, reason: str, trace: str = "") -> None:
         self.start_failures += 1
@@ -374,12 +417,20 @@ class LocalExecutor:
 
     def close(self) -> None:
         # Every worker is asked first, so that they all tear down at once, then each is
-        # waited for (killed if still there after two seconds in all).
-        for worker in self.workers:
+        # waited for (killed if still there after two seconds in all). A shared compile
+        # pool is closed by its owner.
+        for worker in self.timers:
             worker.request_stop()
+        pool = self.compile_pool if self.owns_pool else None
+        closing = None
+        if pool is not None:
+            closing = threading.Thread(target=pool.close, daemon=True)
+            closing.start()
         deadline = time.monotonic() + 2.0
-        for worker in self.workers:
+        for worker in self.timers:
             worker.stop(deadline)
+        if closing is not None:
+            closing.join()
 
     def __enter__(self) -> "LocalExecutor":
         return self

@@ -1,0 +1,259 @@
+"""The compile pool: warm processes that compile Triton candidates ahead of the timing
+workers, so that a GPU never waits on a compile that could have overlapped.
+
+One pool serves every device of a host that has the same GPU model (scale.py shares it;
+a lone `LocalExecutor` owns one). A kernel is compiled once however many devices ask for it:
+requests carry a key (`compile_key`) that says which binary they need, a request for a key
+already queued or running waits on that compile, and a key already built is answered at
+once. The binary lands in Triton's cache, where every timing process finds it. Were a key
+ever too coarse, the timing process would compile what it misses itself: slower, never
+wrong.
+
+Each request's answer comes through a callback, called from the pool's own thread, with a
+payload: {"ok": True, "compile_s", "sent_at", "done_at"} (perf_counter times of the compile
+that built it; "reused": True where it was built for an earlier request), or {"ok": False,
+"status", "error"}, and "pool_failed": True when no compile process can be started at all.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from multiprocessing import Pipe
+from multiprocessing.connection import wait
+from typing import Any, Callable, Hashable, Sequence
+
+from ..fingerprint import DeviceInfo
+from ..results import COMPILE_ERROR, TIMEOUT
+
+Callback = Callable[[dict[str, Any]], None]
+
+MAX_START_FAILURES = 3
+
+
+def compile_key(choice) -> tuple:
+    """What decides a Triton candidate's binary: the template and its full parameters, and
+    what Triton specializes on in the problem (dtype, layout, op, bias, whether there is a
+    batch, which sizes are multiples of 16 or equal to 1). Problems that differ only in
+    sizes beyond that share one binary (kernels are named by their text, sizes are
+    runtime arguments)."""
+    p = choice.problem
+    dims = (p.m, p.n, p.k)
+    return (choice.uid, json.dumps(choice.params, sort_keys=True, default=str), p.dtype, p.layout,
+            p.op, p.bias, p.b > 1, getattr(p, "allow_tf32", False),
+            tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims))
+
+
+class _Job:
+    __slots__ = ("key", "task", "waiters")
+
+    def __init__(self, key: Hashable, task: dict[str, Any]) -> None:
+        self.key = key
+        self.task = task
+        self.waiters: list[tuple[object, Callback]] = []  # (owner, callback)
+
+
+class CompilePool:
+    """Compile processes for one GPU model, shared by the devices of a host."""
+
+    def __init__(self, ctx, devices: Sequence[DeviceInfo], count: int, plugins: tuple[str, ...],
+                 timeout_s: float, startup_timeout_s: float) -> None:
+        from .executor import _Worker  # the process wrapper both pools use
+
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        # Spread over the devices: each process brings CUDA up on one of them.
+        self.workers = [_Worker(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
+                                plugins, "compile") for n in range(count)]
+        self.startups: list[float] = []  # seconds to ready, per process start
+        self.compiled = 0  # kernels built (not answered from `_built`)
+        self._lock = threading.Lock()
+        self._queue: deque[_Job] = deque()
+        self._jobs: dict[Hashable, _Job] = {}  # queued or being compiled
+        self._running: dict[int, _Job] = {}  # id(worker) -> its job
+        self._built: dict[Hashable, dict[str, Any]] = {}  # key -> the payload that built it
+        self._wake_r, self._wake_w = Pipe(duplex=False)
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._start_failures = 0
+        self.failure: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    # -- used by executors (any thread) -----------------------------------------------------
+
+    def start(self) -> None:
+        """Start the processes (their imports run while the caller goes on) and the thread
+        that feeds them."""
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            for worker in self.workers:
+                if worker.state == "down":
+                    worker.start(self.startup_timeout_s)
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="autotune-compile-pool")
+            self._thread.start()
+
+    def submit(self, key: Hashable, task: dict[str, Any], owner: object, callback: Callback) -> None:
+        """Ask for the binary `key` (built from `task`); `callback(payload)` once it is there."""
+        self.start()
+        answer = None
+        with self._lock:
+            if self.failure is not None:
+                answer = {"ok": False, "status": COMPILE_ERROR, "error": self.failure, "pool_failed": True}
+            elif key in self._built:
+                answer = {**self._built[key], "reused": True}
+            else:
+                job = self._jobs.get(key)
+                if job is None:
+                    job = self._jobs[key] = _Job(key, task)
+                    self._queue.append(job)
+                job.waiters.append((owner, callback))
+        if answer is not None:
+            callback(answer)
+        else:
+            self._wake()
+
+    def withdraw(self, owner: object) -> None:
+        """Forget `owner`'s requests: a queued compile nobody waits for any more is dropped
+        (one already running finishes and is kept)."""
+        with self._lock:
+            for job in list(self._jobs.values()):
+                job.waiters = [(o, cb) for o, cb in job.waiters if o is not owner]
+            dropped = [job for job in self._queue if not job.waiters]
+            for job in dropped:
+                self._queue.remove(job)
+                self._jobs.pop(job.key, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wake()
+        if thread is not None:
+            thread.join(timeout=5)
+        for worker in self.workers:
+            worker.request_stop()
+        deadline = time.monotonic() + 2.0
+        for worker in self.workers:
+            worker.stop(deadline)
+        self._fail_all("the compile pool was closed")
+
+    # -- the pool's thread ------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send_bytes(b"\0")
+        except (OSError, ValueError):
+            pass
+
+    def _finish(self, job: _Job, payload: dict[str, Any]) -> None:
+        with self._lock:
+            if self._jobs.get(job.key) is job:
+                del self._jobs[job.key]
+            if payload.get("ok"):
+                self._built[job.key] = payload
+            waiters, job.waiters = job.waiters, []
+        for _, callback in waiters:
+            callback(payload)
+
+    def _fail_all(self, reason: str, pool_failed: bool = False) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+            self._jobs.clear()
+            self._queue.clear()
+            self._running.clear()
+        payload = {"ok": False, "status": COMPILE_ERROR, "error": reason}
+        if pool_failed:
+            payload["pool_failed"] = True
+        for job in jobs:
+            for _, callback in job.waiters:
+                callback(payload)
+            job.waiters = []
+
+    def _start_failed(self, reason: str) -> None:
+        self._start_failures += 1
+        if self._start_failures >= MAX_START_FAILURES:
+            with self._lock:
+                self.failure = f"compile worker failed to start: {reason}"
+            for worker in self.workers:
+                worker.kill()
+            self._fail_all(self.failure, pool_failed=True)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                for worker in self.workers:
+                    if self.failure is None and worker.state == "down" and self._queue:
+                        worker.start(self.startup_timeout_s)
+                    if worker.state == "idle" and self._queue:
+                        job = self._queue.popleft()
+                        worker.assign(0, job.task, self.timeout_s)
+                        self._running[id(worker)] = job
+                live = [w for w in self.workers if w.state in ("starting", "busy")]
+            timeout = 0.5
+            if live:
+                timeout = max(0.01, min(0.5, min(w.deadline for w in live) - time.monotonic()))
+            ready = wait([w.conn for w in live] + [self._wake_r], timeout=timeout)
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+            for worker in live:
+                if worker.conn in ready:
+                    self._receive(worker)
+            now = time.monotonic()
+            for worker in self.workers:
+                if worker.state == "busy" and now > worker.deadline:
+                    job = self._running.pop(id(worker), None)
+                    worker.kill()
+                    if job is not None:
+                        self._finish(job, {"ok": False, "status": TIMEOUT,
+                                           "error": f"no compile within {self.timeout_s:g} s; worker killed"})
+                elif worker.state == "starting" and now > worker.deadline:
+                    worker.kill()
+                    self._start_failed(f"did not start within {self.startup_timeout_s:g} s")
+
+    def _receive(self, worker) -> None:
+        from .executor import _exit_reason
+
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is None:  # the process died
+            if worker.process is not None:
+                worker.process.join(timeout=5)
+            reason = _exit_reason(worker.process.exitcode if worker.process else None)
+            busy = worker.state == "busy"
+            job = self._running.pop(id(worker), None)
+            worker.kill()
+            if busy and job is not None:
+                self._finish(job, {"ok": False, "status": COMPILE_ERROR, "error": f"{reason} while compiling"})
+            elif not busy:
+                self._start_failed(reason)
+        elif message["kind"] == "ready":
+            worker.state = "idle"
+            self.startups.append(round(time.monotonic() - worker.started_at, 3))
+        elif message["kind"] == "failed":
+            worker.kill()
+            self._start_failed(message["error"])
+        elif message["kind"] == "compiled":
+            job = self._running.pop(id(worker), None)
+            sent_at = worker.assigned_at
+            worker.task_index = None
+            worker.state = "idle"
+            if message.get("fatal"):
+                worker.kill()
+            payload = dict(message["payload"])
+            if payload.get("ok"):
+                self.compiled += 1
+                payload.update(sent_at=sent_at, done_at=time.perf_counter())
+            else:
+                payload.setdefault("status", COMPILE_ERROR)
+            if job is not None:
+                self._finish(job, payload)
