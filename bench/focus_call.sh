@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One bounded device call for the open gaps: GPU tests, the two-GPU comparison (on a 2-GPU
+# host), the engine benchmark, the suite's hard shapes and an exhaustive tune of a decode
+# shape. Logs under $OUT, a summary last.
+#   bash bench/focus_call.sh            (carry .whl)
+set -uo pipefail
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+OUT=${OUT:-bench_out}; mkdir -p "$OUT"
+quiet='UserWarning\|warn_once\|current_out_size\|^  triton_mm\|^  mm \|strides:\|dtypes:\|^AUTOTUNE\|Autotune Choices\|num_choices\|SingleProcess'
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  timeout 110 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi.log"
+fi
+export CUDA_VISIBLE_DEVICES=0
+timeout 120 python3 bench/gpu_llm_suite.py --only "${SUITE_ONLY:-lm_head,decode_16x4096x4096,odd}" 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
+AUTOTUNE_CACHE_DIR=$(mktemp -d) timeout 90 python3 -m autotune_cli mm --m 16 --n 4096 --k 4096 --dtype bfloat16 \
+  --search exhaustive --json > "$OUT/decode_exhaustive.json" 2> "$OUT/decode_exhaustive.err"
+timeout 150 python3 bench/gpu_engine.py --repeats 0 --skip-exhaustive 2>&1 | grep -v "$quiet" > "$OUT/engine.log"
+echo "== summary"
+tail -1 "$OUT/pytest_gpu.log"
+[ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up|stages|pipeline" "$OUT/multi.log"
+grep -A5 "^problem " "$OUT/engine.log"; grep -A5 "whole process" "$OUT/engine.log" | head -6
+grep -E "^done|^geomean" "$OUT/suite.log"; grep -A6 "^shape " "$OUT/suite.log"
+python3 - "$OUT/decode_exhaustive.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as exc:
+    print("decode exhaustive: no JSON", exc); raise SystemExit
+ok = sorted((c for c in d["candidates"] if c["status"] == "ok"), key=lambda c: c["ms"])
+print("decode 16x4096x4096 exhaustive: tune", d.get("tune_seconds"), "s; floor", round(16*4096*2*2/4.3e9*1e3 + 4096*4096*2/4.3e9*1e3, 5), "ms")
+for c in ok[:6]:
+    print("  ", c["uid"], c["ms"], {k: v for k, v in c["params"].items() if k not in ("ACC_TYPE", "ALLOW_TF32", "EVEN_K")})
+PY
