@@ -3,9 +3,13 @@
 Two formats are read:
 
 * a torch.export program (`torch.export.save`, usually `.pt2`): the graph is walked and
-  each matmul-like node's operands are read from `node.meta["val"]` (fake tensors that
-  carry shape, strides and dtype). Sizes may be symbolic (`torch.export.Dim`); see
-  "Dynamic dimensions" below.
+  each matmul-like node's operands' shape, strides and dtype are read. The archive's
+  serialized program (`<archive>/models/model.json`) is read directly, without importing
+  torch or loading any weight; if it holds anything that reader does not know (another
+  schema major version, an argument form or symbolic expression it does not handle) the
+  program is loaded with `torch.export.load` instead and the operands are read from
+  `node.meta["val"]` (fake tensors), with the same result. Sizes may be symbolic
+  (`torch.export.Dim`); see "Dynamic dimensions" below.
 * TorchScript (`torch.jit.save`): sizes are not stored, so the module is run once on
   example inputs built from `input_shapes` under `torch.profiler` with `record_shapes`,
   which records every aten op with its operands' sizes, strides and dtype, nested as they
@@ -69,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
 import os
 import re
@@ -491,7 +496,25 @@ def _node_args(node: Any) -> list[Any]:
     return out
 
 
+@dataclass
+class _ExportGraph:
+    """What is read of an exported program, whichever way it was read."""
+
+    raws: list[Any]  # _classify's results for the graph's matmul-like nodes, in order
+    inputs: list[tuple[str, tuple[Any, ...]]]  # user tensor inputs: placeholder name, sizes
+    ranges: dict[str, Any]  # symbol name -> its range (.lower, .upper), as range_constraints
+
+
 def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[str, int]]]:
+    try:
+        graph = _read_export_archive(path)
+    except Exception:  # noqa: BLE001 - anything the JSON reader doesn't know: torch reads it
+        graph = _load_export_program(path)
+    return _export_scenarios(graph, input_shapes, hints)
+
+
+def _load_export_program(path: Path) -> _ExportGraph:
+    """The program loaded with torch.export.load (imports torch._dynamo, loads weights)."""
     import torch
 
     try:
@@ -509,22 +532,29 @@ def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[
             if raw is not None:
                 raws.append(raw)
 
-    # user inputs, their fake values, and aliases "<input>.<dim>" for plain symbols
     user_names = set(ep.graph_signature.user_inputs)
-    inputs: list[tuple[str, Any]] = []
+    inputs: list[tuple[str, tuple[Any, ...]]] = []
     for node in ep.graph.nodes:
         if node.op == "placeholder" and node.name in user_names:
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor):
-                inputs.append((node.name, val))
+                inputs.append((node.name, tuple(val.shape)))
+    ranges = {str(sym): vr for sym, vr in ep.range_constraints.items()}
+    return _ExportGraph(raws, inputs, ranges)
+
+
+def _export_scenarios(graph: _ExportGraph, input_shapes,
+                      hints) -> tuple[list[Any], list[dict[str, int]]]:
+    raws, inputs, ranges = graph.raws, graph.inputs, graph.ranges
+
+    # aliases "<input>.<dim>" for plain symbols
     aliases: dict[str, str] = {}
-    for name, val in inputs:
-        for i, size in enumerate(val.shape):
+    for name, shape in inputs:
+        for i, size in enumerate(shape):
             expr = _sym(size)
             if expr.is_Symbol:
                 aliases.setdefault(f"{name}.{i}", expr.name)
 
-    ranges = {str(sym): vr for sym, vr in ep.range_constraints.items()}
     used: list[str] = []
     for raw in raws:
         if isinstance(raw, _Raw):
@@ -559,6 +589,395 @@ def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[
     return raws, _combine(per_symbol)
 
 
+# -- torch.export's archive, read without torch ------------------------------------------------
+#
+# A .pt2 written by torch.export.save is a zip whose records all lie in one folder; in it
+# `archive_format` holds "pt2", `archive_version` "0", and `models/model.json` the program
+# that torch.export.load returns, serialized as torch/_export/serde/schema.py describes
+# (schema version 8.20 in torch 2.13; another major version is left to torch). Every union
+# there is a one-key object ({"as_tensor": {...}}); each node names its target
+# ("torch.ops.aten.mm.default") and its inputs by schema argument name;
+# `graph.tensor_values` gives every tensor's dtype (the ScalarType enum), sizes and strides
+# ({"as_int": 4} or {"as_expr": {"expr_str": <sympy.srepr of the expression>}});
+# `signature.input_specs` says which placeholders are user inputs; `range_constraints` maps
+# str(symbol) to {"min_val", "max_val"} (null for unbounded).
+
+class _ArchiveUnreadable(Exception):
+    """The archive holds something the JSON reader does not handle: use torch.export.load."""
+
+
+_EXPORT_SCHEMA_MAJOR = 8
+
+# schema.py's ScalarType -> torch dtype name (str(dtype) without "torch.")
+_EXPORT_DTYPES = {
+    1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
+    8: "float64", 9: "complex32", 10: "complex64", 11: "complex128", 12: "bool",
+    13: "bfloat16", 28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2",
+    31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz", 33: "float8_e8m0fnu", 34: "uint32",
+    35: "uint64",
+}
+
+# The schema argument names, in order, of each overload of the ops in _MATMUL_OPS (from
+# `torch.ops.aten.<op>.<overload>._schema`). A node's operands are placed by these, as
+# _node_args places an fx node's args and kwargs.
+_EXPORT_ARG_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "mm": {
+        "default": ("self", "mat2"),
+        "out": ("self", "mat2", "out"),
+        "dtype": ("self", "mat2", "out_dtype"),
+        "dtype_out": ("self", "mat2", "out_dtype", "out"),
+    },
+    "addmm": {
+        "default": ("self", "mat1", "mat2", "beta", "alpha"),
+        "out": ("self", "mat1", "mat2", "beta", "alpha", "out"),
+        "dtype": ("self", "mat1", "mat2", "out_dtype", "beta", "alpha"),
+        "dtype_out": ("self", "mat1", "mat2", "out_dtype", "beta", "alpha", "out"),
+    },
+    "addmm_": {"default": ("self", "mat1", "mat2", "beta", "alpha")},
+    "_addmm_activation": {
+        "default": ("self", "mat1", "mat2", "beta", "alpha", "use_gelu"),
+        "out": ("self", "mat1", "mat2", "beta", "alpha", "use_gelu", "out"),
+    },
+    "bmm": {
+        "default": ("self", "mat2"),
+        "out": ("self", "mat2", "out"),
+        "dtype": ("self", "mat2", "out_dtype"),
+        "dtype_out": ("self", "mat2", "out_dtype", "out"),
+    },
+    "baddbmm": {
+        "default": ("self", "batch1", "batch2", "beta", "alpha"),
+        "out": ("self", "batch1", "batch2", "beta", "alpha", "out"),
+        "dtype": ("self", "batch1", "batch2", "out_dtype", "beta", "alpha"),
+        "dtype_out": ("self", "batch1", "batch2", "out_dtype", "beta", "alpha", "out"),
+    },
+    "baddbmm_": {"default": ("self", "batch1", "batch2", "beta", "alpha")},
+    "linear": {
+        "default": ("input", "weight", "bias"),
+        "out": ("input", "weight", "bias", "out"),
+    },
+    "matmul": {
+        "default": ("self", "other"),
+        "out": ("self", "other", "out"),
+    },
+}
+
+# Argument forms that are never a tensor: torch's path sees a non-tensor there too (None).
+_EXPORT_NON_TENSOR_ARGS = frozenset({
+    "as_none", "as_int", "as_ints", "as_float", "as_floats", "as_bool", "as_bools",
+    "as_string", "as_strings", "as_scalar_type", "as_memory_format", "as_layout", "as_device",
+    "as_sym_int", "as_sym_ints", "as_sym_float", "as_sym_floats", "as_sym_bool",
+    "as_sym_bools", "as_complex",
+})
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SYMBOL_NAME_RE = re.compile(r"[a-z]+[0-9]+")  # torch's shape symbols: s0, s77, u3, ...
+_STR_EXPR_RE = re.compile(r"[A-Za-z0-9_+\-* ()]+")  # "4*s0 + 1": str() form (older files)
+_SREPR_START_RE = re.compile(r"\s*[A-Z][A-Za-z]*\(")  # "Mul(...": sympy.srepr text
+_SREPR_SYMBOL_RE = re.compile(r"Symbol\(\s*'([^']*)'")
+_SREPR_TOKEN_RE = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|(-?[0-9]+)|'([^'\\]*)'|([(),=]))")
+
+
+def _one(union: Any) -> tuple[str, Any]:
+    """The (field, value) of a serialized union: a one-key object."""
+    if not isinstance(union, dict) or len(union) != 1:
+        raise _ArchiveUnreadable(f"not a one-field union: {union!r}"[:200])
+    return next(iter(union.items()))
+
+
+def _expr_symbol_names(text: str) -> set[str]:
+    """Names of the symbols in an expr_str, without parsing it."""
+    if "Symbol(" in text:
+        return set(_SREPR_SYMBOL_RE.findall(text))
+    return set(_IDENT_RE.findall(text))
+
+
+class _ExprReader:
+    """Sizes and strides as sympy expressions equal to the ones torch's deserializer makes
+    (it sympifies expr_str: `sympy.srepr` text such as "Mul(Integer(4), Symbol('s0',
+    positive=True, integer=True))", or str() text "4*s0" in older files), and so to _sym()'s
+    results on the fake tensors of torch.export.load. The srepr text is parsed here, not
+    evaluated. Only integers, symbols, sums, products, non-negative integer powers and
+    sympy's Min and Max are accepted: anything else (FloorDiv, Mod, ...) needs torch's
+    sympy functions."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, Any] = {}  # symbols of str() text: no assumptions, as sympify
+        self.cache: dict[str, Any] = {}
+
+    def expr(self, text: Any) -> Any:
+        if not isinstance(text, str):
+            raise _ArchiveUnreadable(f"expr_str is not a string: {text!r}")
+        if text not in self.cache:
+            value = self._srepr(text) if _SREPR_START_RE.match(text) else self._str(text)
+            self._check(text, value)
+            self.cache[text] = value
+        return self.cache[text]
+
+    def _str(self, text: str) -> Any:
+        import sympy
+
+        if not _STR_EXPR_RE.fullmatch(text):
+            raise _ArchiveUnreadable(f"symbolic size {text!r} not understood")
+        names = set(_IDENT_RE.findall(text))
+        for name in names:
+            if not _SYMBOL_NAME_RE.fullmatch(name):
+                raise _ArchiveUnreadable(f"symbolic size {text!r}: {name!r} is not a symbol")
+            self.plain.setdefault(name, sympy.Symbol(name))
+        try:
+            return sympy.sympify(text, locals={n: self.plain[n] for n in names})
+        except Exception as exc:  # noqa: BLE001 - SympifyError, TokenError, SyntaxError
+            raise _ArchiveUnreadable(f"symbolic size {text!r}: {exc}") from None
+
+    def _srepr(self, text: str) -> Any:
+        tokens: list[tuple[str, Any]] = []
+        pos = 0
+        while pos < len(text):
+            match = _SREPR_TOKEN_RE.match(text, pos)
+            if match is None:
+                if text[pos:].strip():
+                    raise _ArchiveUnreadable(f"symbolic size {text!r} not understood")
+                break
+            pos = match.end()
+            name, number, string, punct = match.groups()
+            if name is not None:
+                tokens.append(("name", name))
+            elif number is not None:
+                tokens.append(("int", int(number)))
+            elif string is not None:
+                tokens.append(("str", string))
+            else:
+                tokens.append((punct, punct))
+        tokens.append(("end", None))
+        at = 0
+
+        def take(kind: str) -> Any:
+            nonlocal at
+            if tokens[at][0] != kind:
+                raise _ArchiveUnreadable(f"symbolic size {text!r} not understood")
+            at += 1
+            return tokens[at - 1][1]
+
+        def call() -> Any:
+            func = take("name")
+            take("(")
+            args: list[Any] = []
+            kwargs: dict[str, bool] = {}
+            while tokens[at][0] != ")":
+                kind = tokens[at][0]
+                if kind == "name" and tokens[at + 1][0] == "=":
+                    key = take("name")
+                    take("=")
+                    flag = take("name")
+                    if flag not in ("True", "False"):
+                        raise _ArchiveUnreadable(f"symbolic size {text!r} not understood")
+                    kwargs[key] = flag == "True"
+                elif kind in ("int", "str"):
+                    args.append(take(kind))
+                else:
+                    args.append(call())
+                if tokens[at][0] != ")":
+                    take(",")
+            take(")")
+            return self._build(text, func, args, kwargs)
+
+        value = call()
+        take("end")
+        return value
+
+    @staticmethod
+    def _build(text: str, func: str, args: list[Any], kwargs: dict[str, bool]) -> Any:
+        import sympy
+
+        def exprs() -> bool:
+            return bool(args) and all(isinstance(a, sympy.Basic) for a in args)
+
+        if func == "Integer" and len(args) == 1 and type(args[0]) is int and not kwargs:
+            return sympy.Integer(args[0])
+        if (func == "Symbol" and len(args) == 1 and isinstance(args[0], str)
+                and _IDENT_RE.fullmatch(args[0])):
+            try:
+                return sympy.Symbol(args[0], **kwargs)
+            except Exception as exc:  # noqa: BLE001 - an assumption sympy doesn't know
+                raise _ArchiveUnreadable(f"symbolic size {text!r}: {exc}") from None
+        if func in ("Add", "Mul") and exprs() and not kwargs:
+            return (sympy.Add if func == "Add" else sympy.Mul)(*args)
+        if func == "Pow" and len(args) == 2 and exprs() and not kwargs:
+            return sympy.Pow(*args)
+        if func in ("Min", "Max") and exprs() and not kwargs:  # sympy's, as sympify finds them
+            return (sympy.Min if func == "Min" else sympy.Max)(*args)
+        raise _ArchiveUnreadable(f"symbolic size {text!r}: {func} not understood")
+
+    @staticmethod
+    def _check(text: str, value: Any) -> None:
+        import sympy
+
+        for part in sympy.preorder_traversal(value):
+            if part.is_Symbol or part.is_Integer or part.is_Add or part.is_Mul:
+                continue
+            if isinstance(part, (sympy.Min, sympy.Max)):
+                continue
+            if part.is_Pow and part.exp.is_Integer and part.exp >= 0:
+                continue
+            raise _ArchiveUnreadable(f"symbolic size {text!r}: {part} not understood")
+
+    def symint(self, value: Any) -> Any:
+        import sympy
+
+        field, body = _one(value)
+        if field == "as_int" and type(body) is int:
+            return sympy.Integer(body)
+        if field == "as_expr" and isinstance(body, dict):
+            return self.expr(body["expr_str"])
+        raise _ArchiveUnreadable(f"size {value!r} not understood")
+
+    def tensor(self, meta: Any) -> _Tensor:
+        dtype = meta["dtype"]
+        if type(dtype) is not int or dtype not in _EXPORT_DTYPES:
+            raise _ArchiveUnreadable(f"unknown dtype {dtype!r}")
+        sizes = tuple(self.symint(v) for v in meta["sizes"])
+        strides = tuple(self.symint(v) for v in meta["strides"])
+        if len(sizes) != len(strides):
+            raise _ArchiveUnreadable("sizes and strides differ in length")
+        return _Tensor(sizes, strides, _EXPORT_DTYPES[dtype])
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A symbol's range as `ep.range_constraints` has it: ints, or -inf/inf when unbounded."""
+
+    lower: Any
+    upper: Any
+
+
+def _range_bound(value: Any, unbounded: float) -> Any:
+    if value is None or (isinstance(value, float) and value == unbounded):
+        return unbounded  # torch: -int_oo / int_oo
+    if type(value) is not int:
+        raise _ArchiveUnreadable(f"range bound {value!r} not understood")
+    return value
+
+
+def _expr_strings(value: Any, out: list[str]) -> None:
+    """Every expr_str anywhere in a serialized graph (nested graphs included)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "expr_str" and isinstance(item, str):
+                out.append(item)
+            else:
+                _expr_strings(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _expr_strings(item, out)
+
+
+def _read_export_archive(path: Path) -> _ExportGraph:
+    """Read the exported program from the archive's JSON, importing neither torch nor any
+    weight. Raises _ArchiveUnreadable (or another exception) on anything unexpected; the
+    caller then uses torch.export.load."""
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        if not names or "/" not in names[0]:
+            raise _ArchiveUnreadable("not a pt2 archive")
+        root = names[0].split("/", 1)[0]  # torch's reader takes the first record's folder
+
+        def read(name: str) -> bytes:
+            return zf.read(f"{root}/{name}")
+
+        if read("archive_format") != b"pt2" or read("archive_version") != b"0":
+            raise _ArchiveUnreadable("unknown archive format or version")
+        doc = json.loads(read("models/model.json"))
+    return _parse_exported_program(doc)
+
+
+def _parse_exported_program(doc: Any) -> _ExportGraph:
+    """_ExportGraph of a serialized ExportedProgram (models/model.json, parsed)."""
+    version = doc["schema_version"]
+    if version["major"] != _EXPORT_SCHEMA_MAJOR:
+        raise _ArchiveUnreadable(f"schema version {version['major']}.{version['minor']}")
+    module = doc["graph_module"]
+    graph = module["graph"]
+    values = graph["tensor_values"]
+    if not isinstance(values, dict):
+        raise _ArchiveUnreadable("tensor_values is not an object")
+    reader = _ExprReader()
+    tensors: dict[str, _Tensor] = {}
+
+    def tensor(name: Any) -> _Tensor:
+        if name not in tensors:
+            if not isinstance(name, str) or name not in values:
+                raise _ArchiveUnreadable(f"no tensor value {name!r}")
+            tensors[name] = reader.tensor(values[name])
+        return tensors[name]
+
+    def operand(arg: Any) -> _Tensor | None:
+        field, body = _one(arg)
+        if field == "as_tensor":
+            return tensor(body["name"])
+        if field in _EXPORT_NON_TENSOR_ARGS:
+            return None
+        raise _ArchiveUnreadable(f"argument form {field!r} not handled")
+
+    raws: list[Any] = []
+    for node in graph["nodes"]:
+        target = node["target"]
+        if not isinstance(target, str):
+            raise _ArchiveUnreadable(f"target {target!r}")
+        if not target.startswith("torch.ops.aten."):
+            continue  # other namespaces, operator.getitem, higher-order ops: not matmuls
+        parts = target.split(".")
+        if len(parts) != 5:
+            raise _ArchiveUnreadable(f"target {target!r} not understood")
+        op, overload = parts[3], parts[4]
+        name = f"aten::{op}"
+        if name not in _MATMUL_OPS:
+            continue
+        arg_names = _EXPORT_ARG_NAMES.get(op, {}).get(overload)
+        if arg_names is None:
+            raise _ArchiveUnreadable(f"unknown overload {target}")
+        args: list[Any] = [None] * len(arg_names)
+        for named in node["inputs"]:
+            if named["name"] not in arg_names:
+                raise _ArchiveUnreadable(f"{target} has no argument {named['name']!r}")
+            args[arg_names.index(named["name"])] = operand(named["arg"])
+        raw = _classify(name, args)
+        if raw is not None:
+            raws.append(raw)
+
+    # user inputs that are tensors, in placeholder order
+    user: set[str] = set()
+    for spec in module["signature"]["input_specs"]:
+        kind, body = _one(spec)
+        if kind == "user_input":
+            field, arg = _one(body["arg"])
+            if field == "as_tensor":
+                user.add(arg["name"])
+    inputs: list[tuple[str, tuple[Any, ...]]] = []
+    for arg in graph["inputs"]:
+        field, body = _one(arg)
+        if field == "as_tensor" and body["name"] in user:
+            inputs.append((body["name"], tensor(body["name"]).sizes))
+
+    # range_constraints, less the keys that occur in no expression of the graph (torch's
+    # deserializer keeps those whose str() is that of a symbol or sub-expression it parsed)
+    texts: list[str] = []
+    _expr_strings(graph, texts)
+    present: set[str] = set()
+    for text in texts:
+        present |= _expr_symbol_names(text)
+    if not all(_IDENT_RE.fullmatch(k) for k in doc["range_constraints"]):
+        import sympy  # a key such as "2*s0" (a derived Dim): parse every expression
+
+        for text in texts:
+            present.update(str(p) for p in sympy.preorder_traversal(reader.expr(text))
+                           if not p.is_Integer)
+    ranges: dict[str, Any] = {}
+    for key, bounds in doc["range_constraints"].items():
+        if key in present:
+            ranges[key] = _Range(_range_bound(bounds["min_val"], -math.inf),
+                                 _range_bound(bounds["max_val"], math.inf))
+    return _ExportGraph(raws, inputs, ranges)
+
+
 def _with_aliases(symbol: str, aliases: dict[str, str]) -> str:
     names = [a for a, target in aliases.items() if target == symbol]
     return f"{symbol} ({', '.join(names)})" if names else symbol
@@ -572,10 +991,10 @@ def _bind_input_shapes(inputs, input_shapes) -> dict[str, int]:
             f"got {len(input_shapes)} --input-shape")
     binding: dict[str, int] = {}
     checks: list[tuple[str, int, Any, int]] = []
-    for (name, val), (shape, _dtype) in zip(inputs, input_shapes):
-        if len(shape) != val.dim():
-            raise UserError(f"input {name} has {val.dim()} dims; --input-shape gives {len(shape)}")
-        for i, (size, want) in enumerate(zip(val.shape, shape)):
+    for (name, sizes), (shape, _dtype) in zip(inputs, input_shapes):
+        if len(shape) != len(sizes):
+            raise UserError(f"input {name} has {len(sizes)} dims; --input-shape gives {len(shape)}")
+        for i, (size, want) in enumerate(zip(sizes, shape)):
             expr = _sym(size)
             if expr.is_Symbol:
                 if binding.setdefault(expr.name, want) != want:
