@@ -69,7 +69,15 @@ def compile_pipeline(cache_dir: Path) -> list[dict]:
     for entry in doc.get("entries", {}).values():
         timeline = entry.get("timeline") or []
         compiles = entry.get("compiles") or []
+        phases: dict[str, float] = {}
+        for candidate in entry.get("candidates", []):
+            for name, seconds in (candidate.get("phases") or {}).items():
+                phases[name] = round(phases.get(name, 0.0) + seconds, 3)
+        gaps = sorted(((round(b[2] - a[2], 3), b[0], b[1]) for a, b in zip(timeline, timeline[1:])), reverse=True)[:3]
         lines.append({"problem": entry.get("problem", {}).get("n"), "tune_s": entry.get("tune_seconds"),
+                      "phases": phases, "longest_gaps": gaps,
+                      "statuses": sorted({c["status"] for c in entry.get("candidates", [])}),
+                      "timing_modes": sorted({c.get("timing") or "" for c in entry.get("candidates", [])}),
                       "results": len(timeline),
                       "first_result_s": timeline[0][2] if timeline else None,
                       "first_triton_s": next((t[2] for t in timeline if not t[0].startswith("aten")), None),
