@@ -74,7 +74,8 @@ def main() -> None:
     rows = []
     with Tuner(settings) as tuner:
         for name, spec in SHAPES:
-            if args.only and not any(part.replace("_", " ") in name for part in args.only.split(",")):
+            if args.only and not any(part in name or part.replace("_", " ") in name
+                                     for part in args.only.split(",")):
                 continue
             problem = make_problem(device="cuda", **spec)
             started = now()

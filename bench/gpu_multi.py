@@ -51,7 +51,8 @@ def save_model(folder: Path, m: int) -> Path:
 def tune(path: Path, gpus: int, cache_dir: Path, extra: list[str]) -> tuple[float, dict, str]:
     command = [sys.executable, "-m", "autotune_cli", "model", str(path), "--device", "cuda",
                "--gpus", str(gpus), "--json", *extra]
-    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    # Both runs start cold: their own autotune cache and their own Triton cache.
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "TRITON_CACHE_DIR": str(cache_dir / "triton")}
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started

@@ -276,3 +276,22 @@ def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
         pool.close()
     assert len(answers) == 1 and answers[0]["ok"]
     assert pool.compiled == 1
+
+
+def test_compile_keys_follow_the_binary(tmp_path):
+    """Problems that differ only in sizes share a compile key (one binary), also for the
+    persistent TMA template, whose SM-count constexpr does not depend on the problem; a
+    split-K kernel, whose text holds K per split, does not share across K."""
+    from autotune_cli.bench.compile_pool import compile_key
+
+    device = probe_device("cpu")
+
+    def keys(uid, **dims):
+        settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=(uid,), interpreter_budget_s=1e9)
+        problem = make_problem(device="cpu", dtype="float16", **dims)
+        return {c.config_dict.get("BLOCK_K"): compile_key(c) for c in get_choices(problem, device, settings).choices}
+
+    small, large = keys("triton::mm_persistent_tma", m=64, n=64, k=64), keys("triton::mm_persistent_tma", m=64, n=256, k=64)
+    assert small and set(small.values()) == set(large.values())
+    k64, k128 = keys("triton::mm_splitk", m=16, n=32, k=1024), keys("triton::mm_splitk", m=16, n=32, k=2048)
+    assert k64 and not set(k64.values()) & set(k128.values())

@@ -17,6 +17,7 @@ that built it; "reused": True where it was built for an earlier request), or {"o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -34,15 +35,21 @@ MAX_START_FAILURES = 3
 
 
 def compile_key(choice) -> tuple:
-    """What decides a Triton candidate's binary: the template and its full parameters, and
-    what Triton specializes on in the problem (dtype, layout, op, bias, whether there is a
-    batch, which sizes are multiples of 16 or equal to 1). Problems that differ only in
-    sizes beyond that share one binary (kernels are named by their text, sizes are
-    runtime arguments)."""
+    """What decides a Triton candidate's binary: its rendered source (which holds whatever the
+    problem fixes in the text, e.g. EVEN_K or a split-K's K per split), its full parameters
+    (warps, stages, launch constexprs), and what Triton specializes on in the problem's
+    arguments (dtype, layout, op, bias, a batch, which sizes are multiples of 16 or equal to
+    1). Problems that differ only in sizes beyond that share one binary: kernels are named by
+    their text and sizes are runtime arguments."""
     p = choice.problem
     dims = (p.m, p.n, p.k)
-    return (choice.uid, json.dumps(choice.params, sort_keys=True, default=str), p.dtype, p.layout,
-            p.op, p.bias, p.b > 1, getattr(p, "allow_tf32", False),
+    try:
+        source = choice.source
+    except Exception:  # noqa: BLE001 - a template that cannot render fails in its worker instead
+        source = None
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20] if source else None
+    return (choice.uid, digest, json.dumps(choice.params, sort_keys=True, default=str), p.dtype,
+            p.layout, p.op, p.bias, p.b > 1, getattr(p, "allow_tf32", False),
             tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims))
 
 

@@ -11,12 +11,15 @@ argument list serves launch and `warmup`, and nothing is encoded on the host per
 The price is the allocator, which `run` installs before each launch (`set_allocator` sets a
 ContextVar, i.e. per thread). The interpreter needs no scratch memory.
 
-NUM_SMS. The grid is one program per SM (fewer when there are fewer tiles), and the kernel
-strides over tiles by the number of programs, a constexpr passed at launch. Neither the
-heuristic nor `full_params` sees the device, and the params need not: the SM count is part of
-the fingerprint that guards every cache entry, so params + fingerprint fix the kernel, and
-the same params stay valid on a GPU with another SM count. `build` (in the worker, on the
-device) reads the count from torch; under the interpreter it is INTERPRETER_SMS.
+NUM_SMS. The grid is one program per SM (fewer when there are fewer tiles), and program p
+takes tiles p, p + NUM_SMS, ... where NUM_SMS, a constexpr, is the device's SM count, not the
+grid's size: with fewer tiles than SMs each program takes one tile and the stride ends its
+loop, so the binary depends on the device only and every problem shares it (the compile
+pool builds it once). Neither the heuristic nor `full_params` sees the device, and the params
+need not: the SM count is part of the fingerprint that guards every cache entry, so params +
+fingerprint fix the kernel, and the same params stay valid on a GPU with another SM count.
+`build` (in the worker, on the device) reads the count from torch; under the interpreter it
+is INTERPRETER_SMS.
 
 TMA needs compute capability >= 9.0, a contiguous last dimension and 16-byte aligned row
 strides and base addresses. A transposed operand is described as stored ([K, M] for A) and
@@ -163,7 +166,8 @@ class TritonPersistentTMATemplate(TritonTemplate):
         num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
         tiles = -(-m // params["BLOCK_M"]) * -(-n // params["BLOCK_N"])
-        programs = max(1, min(device_sm_count(problem.device), tiles))
+        sms = device_sm_count(problem.device)
+        programs = max(1, min(sms, tiles))
         grid = (programs,)
         a_t, b_t = problem.a_transposed, problem.b_transposed
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
@@ -183,14 +187,14 @@ class TritonPersistentTMATemplate(TritonTemplate):
                 import triton
 
                 triton.set_allocator(allocator)
-            kernel[grid](*args, NUM_SMS=programs, num_warps=num_warps, num_stages=num_stages)
+            kernel[grid](*args, NUM_SMS=sms, num_warps=num_warps, num_stages=num_stages)
 
         def warmup(ops: Operands) -> list:
             """Compile for these operands without launching (the compile pool calls this);
             returns the compiled kernels (none under the interpreter)."""
             if not hasattr(kernel, "warmup"):
                 return []
-            return [kernel.warmup(*arguments(ops), NUM_SMS=programs, grid=grid,
+            return [kernel.warmup(*arguments(ops), NUM_SMS=sms, grid=grid,
                                   num_warps=num_warps, num_stages=num_stages)]
 
         run.warmup = warmup  # type: ignore[attr-defined]
