@@ -28,13 +28,17 @@ class TritonMMTemplate(TritonTemplate):
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm")
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
+              load_n: int | None = None) -> Runnable:
+        """`load_n`: the width B's columns wrap at (N_LOAD), N unless B is copied into wider
+        rows (triton::mm_padded)."""
         source = self.render(problem, params)
         kernel = load_kernel(source, kernel_dir)
         num_warps = params["num_warps"]
         num_stages = params["num_stages"]
         bm, bn = params["BLOCK_M"], params["BLOCK_N"]
         m, n, k = problem.m, problem.n, problem.k
+        n_load = n if load_n is None else load_n
         grid = (((m + bm - 1) // bm) * ((n + bn - 1) // bn), problem.b if problem.op == "bmm" else 1)
         batched = problem.op == "bmm"
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
@@ -47,7 +51,7 @@ class TritonMMTemplate(TritonTemplate):
             else:
                 a_args, b_args, c_args = (0, *sa), (0, *sb), (0, *sc)
             bias, bias_args = bias_arguments(ops, bias_strides_n)
-            return (a, b, c, bias, m, n, k, *a_args, *b_args, *c_args, *bias_args)
+            return (a, b, c, bias, m, n, k, n_load, *a_args, *b_args, *c_args, *bias_args)
 
         def run(ops: Operands) -> None:
             kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)

@@ -5,8 +5,10 @@ integer argument divisible by 16, or not at all). When K is not (K = 777 in fp16
 rows of a row-major A are loaded without wide loads; when N is not (a vocabulary of 50257),
 B's are. A is copied into an [M, Kp] buffer and B into one whose rows are Kp long and Np
 apart (Kp, Np rounded up to 16 elements), the K padding zero so
-the product is unchanged; the kernel then loads aligned tiles (EVEN_K possible) and writes
-the output in place with masked stores. The copies cost a pass over the operands: whether
+the product is unchanged; the kernel then loads aligned tiles (EVEN_K possible; B's columns
+wrap at the padded width, whose extra columns are zero, so its vectors stay aligned: wrapped at
+N they were misaligned, an H200 "misaligned address" on a vocabulary of 50257) and writes the
+output in place with masked stores. The copies cost a pass over the operands: whether
 that pays is for the benchmark to say, as for every candidate (copies included in its time).
 Offered only where it can help: K or N not a multiple of 16.
 """
@@ -46,7 +48,9 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
 
         kp = padded_k(problem)
         n_lead = -(-problem.n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS  # B's row pitch
-        inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir)
+        # B's columns wrap at its padded width (zeros past N): wrapped vectors stay aligned.
+        inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir,
+                              load_n=n_lead if n_lead != problem.n else None)
         dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
         k, n = problem.k, problem.n
