@@ -143,3 +143,16 @@ def test_the_timing_worker_reuses_inputs_across_the_executors_candidates(tmp_pat
         results = executor.run(choices, policy=TimingPolicy(**FAST))
     assert [r.status for r in results] == ["ok"] * 4, [r.error for r in results]
     assert ["recheck" in r.phases for r in results] == [False, False, True, False]
+
+
+def test_a_long_error_keeps_what_happened():
+    """A CUDA error's name is on its first line and its boilerplate after: the one-line
+    reason keeps the first line (it was lost behind the advice before)."""
+    from autotune_cli.bench.worker import _short
+
+    error = RuntimeError("CUDA error: misaligned address\nCUDA kernel errors might be asynchronously "
+                         "reported at some other API call.\nFor debugging consider passing "
+                         "CUDA_LAUNCH_BLOCKING=1\nCompile with TORCH_USE_CUDA_DSA.\n")
+    line = _short(error)
+    assert line.startswith("RuntimeError: CUDA error: misaligned address") and "\n" not in line
+    assert _short(ValueError("one line")) == "ValueError: one line"

@@ -36,9 +36,13 @@ def _setup_environment(device_type: str, device_index: int, environ: dict[str, s
 
 
 def _short(exc: BaseException) -> str:
+    """The error in one line: its first line (what happened: a CUDA error's name comes
+    first, its advice after) and, for a longer text, its last two (where)."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    return (" | ".join(lines[-3:]) if len(lines) > 3 else " | ".join(lines))[:600]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 3:
+        lines = [lines[0], "...", *lines[-2:]]
+    return " | ".join(lines)[:600]
 
 
 def _is_compile_error(exc: BaseException) -> bool:
