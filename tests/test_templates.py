@@ -153,3 +153,33 @@ def test_problems_that_differ_only_in_size_share_one_kernel(uid, config, tmp_pat
     odd_params = template.full_params(odd, config)
     if "EVEN_K" in odd_params:  # (the TMA template masks K in its descriptors: no flag)
         assert not odd_params["EVEN_K"] and template.render(odd, odd_params) not in sources
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
+    """Operands that are views into wider buffers (a pitch larger than the size, as a slice
+    of a padded weight is): the kernel gives its wrapped-index hints only to packed operands,
+    and takes such views to the right product (the runtime branch the packed case skips)."""
+    import torch
+
+    from autotune_cli.bench.verify import check, make_operands, poison, reference
+    from autotune_cli.templates.base import Operands
+
+    problem = make_problem(m=24, n=45, k=40, dtype="float16", layout=layout, device="cpu")
+    template = get_template("triton::mm")
+    run = template.build(problem, template.full_params(problem, CONFIG), str(tmp_path))
+    ops = make_operands(problem, seed=3, device="cpu")
+
+    def widened(t):  # the same values in a buffer whose rows are 8 elements longer
+        stored = t.transpose(0, 1) if t.stride(0) == 1 and t.dim() == 2 and t.stride(1) != 1 else t
+        buf = torch.zeros(stored.shape[0], stored.shape[1] + 8, dtype=t.dtype)
+        buf[:, :stored.shape[1]] = stored
+        view = buf[:, :stored.shape[1]]
+        return view.transpose(0, 1) if stored is not t else view
+
+    wide = Operands(a=widened(ops.a), b=widened(ops.b), out=ops.out, bias=None)
+    assert wide.b.stride(0) == 45 + 8 and torch.equal(wide.a, ops.a) and torch.equal(wide.b, ops.b)
+    ref = reference(problem, ops)
+    poison(wide)
+    run(wide)
+    assert check(problem, wide.out, ref).ok
