@@ -173,7 +173,7 @@ def mm(
     compile_workers: Optional[int] = CompileWorkersOpt,
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
-    from .bench.executor import prestart_workers
+    from .bench.processes import prestart_workers
     from .problem import make_problem
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
     from .tuner import Tuner
@@ -254,7 +254,7 @@ def model(
     if not path.exists():
         raise UserError(f"model file not found: {path}")
     if executor == ExecutorKind.local and not plan_only:
-        from .bench.executor import prestart_workers
+        from .bench.processes import prestart_workers
 
         prestart_workers(likely_device(device))  # their imports run beside ours
     dev = resolve_device(device)

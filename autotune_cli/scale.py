@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from .bench.compile_pool import CompilePool
-from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers, worker_context
+from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers
+from .bench.processes import worker_context
 from .errors import UserError
 from .fingerprint import DeviceInfo, probe_device
 from .problem import GemmProblem

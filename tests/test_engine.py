@@ -149,7 +149,7 @@ def test_interrupted_tune_resumes(cache_dir):
 def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
     """Workers fork from a server started earlier; the environment they run under is the
     caller's at the time they start, not the server's."""
-    from autotune_cli.bench.executor import worker_context
+    from autotune_cli.bench.processes import worker_context
 
     worker_context(None, "cpu")  # the forkserver is up (started before the mark is set)
     plugin = str(PLUGINS / "envcheck.py")
@@ -168,13 +168,13 @@ def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
 def test_one_forkserver_serves_one_kind_of_worker(monkeypatch):
     """Triton decorates its library at import, as the interpreter or not: the forkserver
     serves the kind of worker it was started for, and the other kind is spawned."""
-    from autotune_cli.bench import executor
+    from autotune_cli.bench import processes
     from autotune_cli.errors import UserError
 
     monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
-    worker_context = executor.worker_context
+    worker_context = processes.worker_context
     worker_context(None, "cpu")  # starts the server unless one is up already
-    served = "cpu" if executor._forkserver_interprets else "cuda"
+    served = "cpu" if processes._forkserver_interprets else "cuda"
     other = "cuda" if served == "cpu" else "cpu"
     assert worker_context(None, served).get_start_method() == "forkserver"
     assert worker_context(None, other).get_start_method() == "spawn"
@@ -188,10 +188,10 @@ def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     of its kind (not the caller's environment, which may lack TRITON_INTERPRET)."""
     import multiprocessing.forkserver as forkserver
 
-    from autotune_cli.bench import executor
+    from autotune_cli.bench import processes
 
     monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
-    if executor.worker_context(None, "cpu").get_start_method() != "forkserver":
+    if processes.worker_context(None, "cpu").get_start_method() != "forkserver":
         pytest.skip("this process's forkserver serves GPU workers")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     pid = forkserver._forkserver._forkserver_pid
@@ -214,7 +214,7 @@ def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
     import threading
 
     from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.executor import worker_context
+    from autotune_cli.bench.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=2, workers=1,
                             templates=("triton::mm",))
@@ -252,7 +252,7 @@ def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
 def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
     """A request withdrawn before its compile started is dropped; the others are answered."""
     from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.executor import worker_context
+    from autotune_cli.bench.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",))
     device = probe_device("cpu")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, TIMEOUT
+from .processes import WorkerProcess, exit_reason
 
 Callback = Callable[[dict[str, Any]], None]
 
@@ -67,12 +68,10 @@ class CompilePool:
 
     def __init__(self, ctx, devices: Sequence[DeviceInfo], count: int, plugins: tuple[str, ...],
                  timeout_s: float, startup_timeout_s: float) -> None:
-        from .executor import _Worker  # the process wrapper both pools use
-
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         # Spread over the devices: each process brings CUDA up on one of them.
-        self.workers = [_Worker(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
+        self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
                                 plugins, "compile") for n in range(count)]
         self.startups: list[float] = []  # seconds to ready, per process start
         self.compiled = 0  # kernels built (not answered from `_built`)
@@ -226,8 +225,6 @@ class CompilePool:
                     self._start_failed(f"did not start within {self.startup_timeout_s:g} s")
 
     def _receive(self, worker) -> None:
-        from .executor import _exit_reason
-
         try:
             message = worker.conn.recv()
         except (EOFError, OSError):
@@ -235,7 +232,7 @@ class CompilePool:
         if message is None:  # the process died
             if worker.process is not None:
                 worker.process.join(timeout=5)
-            reason = _exit_reason(worker.process.exitcode if worker.process else None)
+            reason = exit_reason(worker.process.exitcode if worker.process else None)
             busy = worker.state == "busy"
             job = self._running.pop(id(worker), None)
             worker.kill()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import threading
 import time
 from collections import deque
@@ -24,12 +23,11 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Protocol, Sequence
 
 from ..choices import KernelTemplateChoice
-from ..errors import UserError
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from .compile_pool import CompilePool, compile_key
-from .worker import worker_main
+from .processes import WorkerProcess, exit_reason, worker_context
 
 ResultCallback = Callable[[int, Candidate], None]
 
@@ -43,159 +41,6 @@ class Executor(Protocol):
 
 class WorkerStartError(RuntimeError):
     pass
-
-
-def _exit_reason(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "worker vanished"
-    if exitcode < 0:
-        try:
-            return f"worker killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"worker killed by signal {-exitcode}"
-    return f"worker exited with code {exitcode}"
-
-
-class _Worker:
-    def __init__(self, ctx, device: DeviceInfo, gpu_index: int, plugins: tuple[str, ...],
-                 role: str) -> None:
-        self.ctx = ctx
-        self.device = device
-        self.gpu_index = gpu_index
-        self.plugins = plugins
-        self.role = role  # "measure" or "compile"
-        self.process = None
-        self.conn = None
-        self.state = "down"  # down | starting | idle | busy
-        self.deadline = 0.0
-        self.task_index: int | None = None
-        self.started_at = 0.0
-        self.assigned_at = 0.0  # time.perf_counter() when its current task was sent
-
-    def start(self, startup_timeout: float) -> None:
-        parent, child = self.ctx.Pipe()
-        # The environment travels explicitly: a forkserver child would otherwise inherit the
-        # server's environment from when it started, not the caller's of now.
-        self.process = self.ctx.Process(
-            target=worker_main,
-            args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
-                  worker_environment(self.ctx, self.device.device_type), self.role),
-            daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
-        )
-        self.started_at = time.monotonic()
-        self.process.start()
-        child.close()
-        self.conn = parent
-        self.state = "starting"
-        self.deadline = time.monotonic() + startup_timeout
-
-    def assign(self, index: int, task: dict, timeout: float) -> None:
-        self.conn.send(task)
-        self.assigned_at = time.perf_counter()
-        self.state = "busy"
-        self.task_index = index
-        self.deadline = time.monotonic() + timeout
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        if self.process is not None:
-            self.process.join(timeout=5)
-        if self.conn is not None:
-            self.conn.close()
-        self.process = self.conn = None
-        self.state = "down"
-        self.task_index = None
-
-    def request_stop(self) -> None:
-        """Ask the process to exit; it tears down (CUDA and all) on its own time."""
-        if self.conn is not None and self.state in ("idle", "busy"):
-            try:
-                self.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-
-    def stop(self, deadline: float | None = None) -> None:
-        """Stop the process: asked first, killed if it is still there at `deadline`."""
-        self.request_stop()
-        if self.process is not None:
-            wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
-            self.process.join(timeout=wait_s)
-        self.kill()
-
-
-# Modules a forkserver imports once, so that each worker it forks starts with them loaded
-# instead of importing torch and triton again (seconds each, and nine at once contend).
-FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.bench.worker", "autotune_cli.templates"]
-
-# Whether the forkserver this process started imported triton as Triton's interpreter
-# (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
-# at import, so a server serves one kind only; the other kind is spawned.
-_forkserver_interprets: bool | None = None
-# Held while the forkserver is (re)started, which briefly changes os.environ, and while a
-# worker's environment is copied (the tuners of several GPUs start workers in threads).
-_forkserver_lock = threading.Lock()
-
-
-def worker_context(method: str | None = None, device_type: str = "cuda"):
-    """The multiprocessing context workers start from: a preloaded forkserver by default
-    where the platform has one, else spawn. Never plain fork: the caller may have CUDA up."""
-    method = method or os.environ.get("AUTOTUNE_START_METHOD") or (
-        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
-    if method not in ("forkserver", "spawn"):
-        raise UserError(f"AUTOTUNE_START_METHOD must be forkserver or spawn, not {method!r}")
-    interprets = device_type == "cpu"
-    if method == "forkserver":
-        with _forkserver_lock:
-            if _forkserver_interprets is None:
-                _ensure_forkserver(interprets)
-            if _forkserver_interprets != interprets:
-                method = "spawn"
-    return multiprocessing.get_context(method)
-
-
-def _ensure_forkserver(interprets: bool) -> None:
-    """Start the forkserver, or start it again if it died, under the environment it must
-    import with: TRITON_INTERPRET for its kind, and this process's sys.path (Python 3.11's
-    forkserver does not take it over; PYTHONSAFEPATH keeps the working folder out, so that a
-    folder named torch or triton there is not imported instead). Call with the lock held."""
-    global _forkserver_interprets
-    from multiprocessing import forkserver
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-    import sys
-
-    server_env = {
-        "TRITON_INTERPRET": "1" if interprets else "0",
-        "PYTHONPATH": os.pathsep.join(os.getcwd() if p == "" else p for p in sys.path),
-        "PYTHONSAFEPATH": "1",
-    }
-    saved = {name: os.environ.get(name) for name in server_env}
-    os.environ.update(server_env)
-    try:
-        forkserver.ensure_running()  # a no-op while the server lives
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    _forkserver_interprets = interprets
-
-
-def worker_environment(ctx, device_type: str) -> dict[str, str]:
-    """The caller's environment for a new worker, copied under the lock; first, for a
-    forkserver worker, the server is made sure of (restarted in its kind if it died)."""
-    with _forkserver_lock:
-        if ctx.get_start_method() == "forkserver":
-            _ensure_forkserver(device_type == "cpu")
-        return dict(os.environ)
-
-
-def prestart_workers(device_type: str) -> None:
-    """Start the forkserver now, so that its imports of torch and triton run beside the
-    caller's own (the CLI calls this before it imports torch) rather than after them."""
-    worker_context(None, device_type)
 
 
 def default_compile_workers(device: DeviceInfo) -> int:
@@ -225,7 +70,7 @@ class LocalExecutor:
             indices = list(gpu_indices) if gpu_indices is not None else [device.index]
         else:
             indices = [0] * (workers or settings.workers or self.default_workers(device))
-        self.timers = [_Worker(self.ctx, device, i, plugins, "measure") for i in indices]
+        self.timers = [WorkerProcess(self.ctx, device, i, plugins, "measure") for i in indices]
         self.owns_pool = compile_pool is None
         if compile_pool is None:
             count = settings.compile_workers
@@ -239,7 +84,7 @@ class LocalExecutor:
         self.start_failures = 0
 
     @property
-    def compilers(self) -> list[_Worker]:
+    def compilers(self) -> list[WorkerProcess]:
         return self.compile_pool.workers if self.compile_pool is not None else []
 
     @staticmethod
@@ -249,7 +94,7 @@ class LocalExecutor:
         return max(1, min(4, os.cpu_count() or 1))
 
     @property
-    def workers(self) -> list[_Worker]:
+    def workers(self) -> list[WorkerProcess]:
         return self.timers + self.compilers
 
     def start(self) -> None:
@@ -381,7 +226,7 @@ class LocalExecutor:
                 self.compile_pool.withdraw(owner)
         return [r for r in results if r is not None]
 
-    def _receive(self, worker: _Worker, record, failed) -> None:
+    def _receive(self, worker: WorkerProcess, record, failed) -> None:
         """One message from a timing worker."""
         try:
             message = worker.conn.recv()
@@ -390,7 +235,7 @@ class LocalExecutor:
         if message is None:  # the process died
             if worker.process is not None:
                 worker.process.join(timeout=5)
-            reason = _exit_reason(worker.process.exitcode if worker.process else None)
+            reason = exit_reason(worker.process.exitcode if worker.process else None)
             if worker.state == "busy":
                 record(worker.task_index, failed(worker.task_index, RUNTIME_ERROR, reason))
             else:
