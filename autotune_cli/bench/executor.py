@@ -1,11 +1,13 @@
 """The executor seam: submit candidates for a problem, receive results.
 
-`LocalExecutor` runs spawned worker processes on this host:
+`LocalExecutor` runs worker processes on this host (bench/processes.py starts them):
   - timing workers: one per GPU for `cuda` (or several interpreter workers for `cpu`); each
     builds, verifies and times candidates;
-  - on `cuda`, a compile pool: warm processes that compile Triton candidates ahead of the
-    timing worker (without launching anything), so the GPU never waits on a compile that
-    could have overlapped; the timing process then loads the binary from Triton's cache.
+  - on `cuda`, a compile pool (bench/compile_pool.py; its own, or one shared by the GPUs of
+    the host): warm processes that compile Triton candidates ahead of the timing worker
+    (without launching anything), so the GPU never waits on a compile that could have
+    overlapped; the timing process then loads the binary from Triton's cache. Candidates
+    are measured as their binaries arrive.
 Each task gets a deadline; a worker that misses it is killed and replaced, and a worker that
 dies takes only its current candidate with it. Another executor (Ray, say) implements the
 same `run` and `close`.
