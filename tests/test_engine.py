@@ -295,3 +295,103 @@ def test_compile_keys_follow_the_binary(tmp_path):
     assert small and set(small.values()) == set(large.values())
     k64, k128 = keys("triton::mm_splitk", m=16, n=32, k=1024), keys("triton::mm_splitk", m=16, n=32, k=2048)
     assert k64 and not set(k64.values()) & set(k128.values())
+
+
+def _run_within(executor, choices, seconds=120):
+    """executor.run(choices) on a thread; fails the test instead of hanging."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["results"] = executor.run(choices)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "run() hung"
+    return box
+
+
+def test_compile_pool_survives_a_worker_that_dies_while_idle(tmp_path):
+    """A compile process killed between tasks is replaced; the next problem's compiles
+    still come (the pool's thread does not die on the broken pipe)."""
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
+                            templates=("triton::mm",))
+    device = probe_device("cpu")
+    first = get_choices(make_problem(m=64, n=64, k=64, device="cpu", dtype="float16"), device, settings).choices[:2]
+    second = get_choices(make_problem(m=64, n=64, k=64, device="cpu", dtype="float32"), device, settings).choices[:2]
+    with LocalExecutor(device, settings) as executor:
+        assert all(r.ok for r in _run_within(executor, first)["results"])
+        (worker,) = executor.compilers
+        os.kill(worker.process.pid, signal.SIGKILL)
+        time.sleep(0.5)
+        box = _run_within(executor, second)
+        assert "error" not in box, box.get("error")
+        assert len(box["results"]) == 2 and all(r.ok for r in box["results"])
+        assert executor.compile_pool._thread.is_alive()
+
+
+def test_a_broken_pool_thread_fails_the_run_instead_of_hanging(tmp_path, monkeypatch):
+    """Anything that goes wrong in the pool's thread fails the pool: waiters are told and
+    the executor raises WorkerStartError (as for workers that cannot start)."""
+    from autotune_cli.bench.compile_pool import CompilePool
+    from autotune_cli.bench.executor import WorkerStartError
+
+    def broken(self, worker):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(CompilePool, "_receive", broken)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
+                            templates=("triton::mm",))
+    device = probe_device("cpu")
+    choices = get_choices(make_problem(m=32, n=32, k=32, device="cpu"), device, settings).choices[:2]
+    with LocalExecutor(device, settings) as executor:
+        box = _run_within(executor, choices)
+    assert isinstance(box.get("error"), WorkerStartError) and "planted" in str(box["error"])
+
+
+def test_closed_pools_answer_at_once(tmp_path):
+    """A shared pool closed under a run answers SKIPPED (tried again another time), never a
+    compile error; an executor's own pool, closed with it, is made anew by the next run."""
+    from autotune_cli.bench.compile_pool import CompilePool, compile_key
+    from autotune_cli.bench.processes import worker_context
+
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
+                            templates=("triton::mm",))
+    device = probe_device("cpu")
+    choices = get_choices(make_problem(m=32, n=32, k=32, device="cpu"), device, settings).choices[:2]
+    shared = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0)
+    shared.close()
+    answers = []
+    shared.submit(compile_key(choices[0]), {}, object(), answers.append)
+    assert answers and answers[0].get("closed") and not answers[0]["ok"]
+    with LocalExecutor(device, settings, compile_pool=shared) as executor:
+        results = _run_within(executor, choices)["results"]
+    assert len(results) == len(choices) and {r.status for r in results} == {"skipped"}
+    with LocalExecutor(device, settings) as executor:
+        executor.close()
+        results = _run_within(executor, choices)["results"]
+        assert all(r.ok for r in results) and not executor.compile_pool.closed
+
+
+def test_a_run_cut_short_leaves_nothing_for_the_next(tmp_path):
+    """A run left by an exception (Ctrl-C in a listener, say) stops its busy timing workers:
+    their results do not land in the next run under stale indices."""
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=2, templates=("triton::mm", "aten"))
+    device = probe_device("cpu")
+    choices = get_choices(make_problem(m=64, n=64, k=64, device="cpu", dtype="float16"), device, settings).choices
+    assert len(choices) >= 3
+
+    def interrupt(index, candidate):
+        raise KeyboardInterrupt
+
+    with LocalExecutor(device, settings) as executor:
+        with pytest.raises(KeyboardInterrupt):
+            executor.run(choices, interrupt)
+        assert not any(w.state == "busy" for w in executor.timers)
+        results = executor.run(choices[:1])
+    assert len(results) == 1 and results[0].ok and results[0].uid == choices[0].uid

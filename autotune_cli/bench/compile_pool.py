@@ -12,7 +12,8 @@ wrong.
 Each request's answer comes through a callback, called from the pool's own thread, with a
 payload: {"ok": True, "compile_s", "sent_at", "done_at"} (perf_counter times of the compile
 that built it; "reused": True where it was built for an earlier request), or {"ok": False,
-"status", "error"}, and "pool_failed": True when no compile process can be started at all.
+"status", "error"}, with "pool_failed": True when no compile can be had from the pool any more,
+or {"ok": False, "closed": True} when the pool was closed first (not the kernel's fault).
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def compile_key(choice) -> tuple:
     1). Problems that differ only in sizes beyond that share one binary: kernels are named by
     their text and sizes are runtime arguments."""
     p = choice.problem
-    dims = (p.m, p.n, p.k)
+    # the sizes, and for a batch its strides (M*K, K*N, M*N), which Triton specializes too;
+    # values past 2**31 get 64-bit arguments
+    dims = (p.m, p.n, p.k) + ((p.m * p.k, p.k * p.n, p.m * p.n) if p.b > 1 else ())
     try:
         source = choice.source
     except Exception:  # noqa: BLE001 - a template that cannot render fails in its worker instead
@@ -51,7 +54,8 @@ def compile_key(choice) -> tuple:
     digest = hashlib.sha256(source.encode()).hexdigest()[:20] if source else None
     return (choice.uid, digest, json.dumps(choice.params, sort_keys=True, default=str), p.dtype,
             p.layout, p.op, p.bias, p.b > 1, getattr(p, "allow_tf32", False),
-            tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims))
+            tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims),
+            any(d * max(p.b, 1) >= 2**31 for d in dims))
 
 
 class _Job:
@@ -64,15 +68,20 @@ class _Job:
 
 
 class CompilePool:
-    """Compile processes for one GPU model, shared by the devices of a host."""
+    """Compile processes for one GPU model, shared by the devices of a host.
+
+    Only the pool's thread starts, feeds, stops and reaps the processes; other threads touch
+    the queue and the job table under the lock. Whatever goes wrong in that thread fails the
+    pool (every waiter is told, `pool_failed`), it never dies silently."""
 
     def __init__(self, ctx, devices: Sequence[DeviceInfo], count: int, plugins: tuple[str, ...],
                  timeout_s: float, startup_timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
+        self.devices, self.plugins = list(devices), plugins
         # Spread over the devices: each process brings CUDA up on one of them.
         self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
-                                plugins, "compile") for n in range(count)]
+                                      plugins, "compile") for n in range(count)]
         self.startups: list[float] = []  # seconds to ready, per process start
         self.compiled = 0  # kernels built (not answered from `_built`)
         self._lock = threading.Lock()
@@ -83,32 +92,36 @@ class CompilePool:
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._start_failures = 0
+        self._start_failures = 0  # in a row: a process that comes up resets it
         self.failure: str | None = None
 
     def __len__(self) -> int:
         return len(self.workers)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- used by executors (any thread) -----------------------------------------------------
 
     def start(self) -> None:
-        """Start the processes (their imports run while the caller goes on) and the thread
-        that feeds them."""
+        """Start the thread that starts and feeds the processes (their imports then run
+        while the caller goes on)."""
         with self._lock:
             if self._thread is not None or self._closed:
                 return
-            for worker in self.workers:
-                if worker.state == "down":
-                    worker.start(self.startup_timeout_s)
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="autotune-compile-pool")
+            self._thread = threading.Thread(target=self._run, daemon=True, name="autotune-compile-pool")
             self._thread.start()
 
     def submit(self, key: Hashable, task: dict[str, Any], owner: object, callback: Callback) -> None:
-        """Ask for the binary `key` (built from `task`); `callback(payload)` once it is there."""
+        """Ask for the binary `key` (built from `task`); `callback(payload)` once it is there
+        (at once, on the caller's thread, when it is known already or the pool is closed)."""
         self.start()
         answer = None
         with self._lock:
-            if self.failure is not None:
+            if self._closed:
+                answer = {"ok": False, "closed": True, "error": "the compile pool was closed"}
+            elif self.failure is not None:
                 answer = {"ok": False, "status": COMPILE_ERROR, "error": self.failure, "pool_failed": True}
             elif key in self._built:
                 answer = {**self._built[key], "reused": True}
@@ -135,18 +148,23 @@ class CompilePool:
                 self._jobs.pop(job.key, None)
 
     def close(self) -> None:
+        """Stop the thread and the processes; whoever still waits is told the pool closed
+        (a transient answer: the executor records SKIPPED, which is tried again later)."""
         with self._lock:
             self._closed = True
             thread = self._thread
         self._wake()
         if thread is not None:
-            thread.join(timeout=5)
-        for worker in self.workers:
-            worker.request_stop()
-        deadline = time.monotonic() + 2.0
-        for worker in self.workers:
-            worker.stop(deadline)
-        self._fail_all("the compile pool was closed")
+            thread.join(timeout=30)
+        if thread is None or not thread.is_alive():  # else it is stuck; its processes are daemons
+            for worker in self.workers:
+                worker.request_stop()
+            deadline = time.monotonic() + 2.0
+            for worker in self.workers:
+                worker.stop(deadline)
+        self._fail_all({"ok": False, "closed": True, "error": "the compile pool was closed"})
+        for end in (self._wake_r, self._wake_w):
+            end.close()
 
     # -- the pool's thread ------------------------------------------------------------------
 
@@ -166,56 +184,84 @@ class CompilePool:
         for _, callback in waiters:
             callback(payload)
 
-    def _fail_all(self, reason: str, pool_failed: bool = False) -> None:
+    def _fail_all(self, payload: dict[str, Any]) -> None:
         with self._lock:
             jobs = list(self._jobs.values())
             self._jobs.clear()
             self._queue.clear()
             self._running.clear()
-        payload = {"ok": False, "status": COMPILE_ERROR, "error": reason}
-        if pool_failed:
-            payload["pool_failed"] = True
-        for job in jobs:
-            for _, callback in job.waiters:
-                callback(payload)
-            job.waiters = []
+            waiters = [cb for job in jobs for _, cb in job.waiters]
+            for job in jobs:
+                job.waiters = []
+        for callback in waiters:
+            callback(payload)
+
+    def _fail(self, reason: str) -> None:
+        """No compile can be had from this pool any more: tell every waiter, now and later."""
+        with self._lock:
+            self.failure = reason
+        for worker in self.workers:
+            worker.kill()
+        self._fail_all({"ok": False, "status": COMPILE_ERROR, "error": reason, "pool_failed": True})
 
     def _start_failed(self, reason: str) -> None:
         self._start_failures += 1
         if self._start_failures >= MAX_START_FAILURES:
-            with self._lock:
-                self.failure = f"compile worker failed to start: {reason}"
-            for worker in self.workers:
-                worker.kill()
-            self._fail_all(self.failure, pool_failed=True)
+            self._fail(f"compile worker failed to start: {reason}")
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - a dead thread must not leave waiters hanging
+            self._fail(f"compile pool stopped: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
         while True:
             with self._lock:
                 if self._closed:
                     return
-                for worker in self.workers:
-                    if self.failure is None and worker.state == "down" and self._queue:
+                failed = self.failure is not None
+                want = len(self._queue)
+            # Processes are started outside the lock (a start may wait on the forkserver).
+            for worker in self.workers:
+                if not failed and worker.state == "down":
+                    try:
                         worker.start(self.startup_timeout_s)
-                    if worker.state == "idle" and self._queue:
-                        job = self._queue.popleft()
+                    except OSError as exc:  # no process to be had now: counted, retried
+                        worker.kill()
+                        self._start_failed(f"{type(exc).__name__}: {exc}")
+                if worker.state == "idle" and want:
+                    with self._lock:
+                        job = self._queue.popleft() if self._queue else None
+                        if job is not None:
+                            self._running[id(worker)] = job
+                    if job is None:
+                        continue
+                    want -= 1
+                    try:
                         worker.assign(0, job.task, self.timeout_s)
-                        self._running[id(worker)] = job
-                live = [w for w in self.workers if w.state in ("starting", "busy")]
+                    except OSError:  # it died while idle: the job goes back, the process is replaced
+                        with self._lock:
+                            self._running.pop(id(worker), None)
+                            self._queue.appendleft(job)
+                        worker.kill()
+            watched = [w for w in self.workers if w.state in ("starting", "busy", "idle")]
             timeout = 0.5
-            if live:
-                timeout = max(0.01, min(0.5, min(w.deadline for w in live) - time.monotonic()))
-            ready = wait([w.conn for w in live] + [self._wake_r], timeout=timeout)
+            deadlines = [w.deadline for w in watched if w.state in ("starting", "busy")]
+            if deadlines:
+                timeout = max(0.01, min(0.5, min(deadlines) - time.monotonic()))
+            ready = wait([w.conn for w in watched] + [self._wake_r], timeout=timeout)
             if self._wake_r in ready:
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
-            for worker in live:
+            for worker in watched:
                 if worker.conn in ready:
                     self._receive(worker)
             now = time.monotonic()
             for worker in self.workers:
                 if worker.state == "busy" and now > worker.deadline:
-                    job = self._running.pop(id(worker), None)
+                    with self._lock:
+                        job = self._running.pop(id(worker), None)
                     worker.kill()
                     if job is not None:
                         self._finish(job, {"ok": False, "status": TIMEOUT,
@@ -233,21 +279,25 @@ class CompilePool:
             if worker.process is not None:
                 worker.process.join(timeout=5)
             reason = exit_reason(worker.process.exitcode if worker.process else None)
-            busy = worker.state == "busy"
-            job = self._running.pop(id(worker), None)
+            state = worker.state
+            with self._lock:
+                job = self._running.pop(id(worker), None)
             worker.kill()
-            if busy and job is not None:
+            if state == "busy" and job is not None:
                 self._finish(job, {"ok": False, "status": COMPILE_ERROR, "error": f"{reason} while compiling"})
-            elif not busy:
+            elif state == "starting":
                 self._start_failed(reason)
+            # died while idle: replaced when there is work
         elif message["kind"] == "ready":
             worker.state = "idle"
+            self._start_failures = 0
             self.startups.append(round(time.monotonic() - worker.started_at, 3))
         elif message["kind"] == "failed":
             worker.kill()
             self._start_failed(message["error"])
         elif message["kind"] == "compiled":
-            job = self._running.pop(id(worker), None)
+            with self._lock:
+                job = self._running.pop(id(worker), None)
             sent_at = worker.assigned_at
             worker.task_index = None
             worker.state = "idle"

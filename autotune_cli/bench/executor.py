@@ -105,8 +105,9 @@ class LocalExecutor:
         for worker in self.timers:
             if worker.state == "down":
                 worker.start(self.settings.startup_timeout_s)
-        if self.compile_pool is not None:
-            self.compile_pool.start()
+        pool = self._pool()
+        if pool is not None:
+            pool.start()
 
     def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy, mode: str) -> dict[str, Any]:
         return {
@@ -148,13 +149,16 @@ class LocalExecutor:
             choice = choices[index]
             return Candidate(uid=choice.uid, params=choice.params, status=status, error=reason)
 
+        this_thread = threading.get_ident()
+
         def answered(index: int):
-            def callback(payload: dict) -> None:  # runs on the pool's thread
+            def callback(payload: dict) -> None:  # on the pool's thread, or on ours from submit
                 answers.append((index, payload))
-                try:
-                    self._wake_w.send_bytes(b"\0")
-                except (OSError, ValueError):
-                    pass
+                if threading.get_ident() != this_thread:  # ours reads `answers` before it waits
+                    try:
+                        self._wake_w.send_bytes(b"\0")
+                    except (OSError, ValueError):
+                        pass
             return callback
 
         def take_answers() -> None:
@@ -167,7 +171,9 @@ class LocalExecutor:
                 compiling.discard(index)
                 if payload.get("pool_failed"):
                     raise WorkerStartError(payload["error"])
-                if payload.get("ok"):
+                if payload.get("closed"):  # not the kernel's fault: tried again another time
+                    record(index, failed(index, SKIPPED, payload["error"]))
+                elif payload.get("ok"):
                     compile_seconds[index] = payload["compile_s"]
                     if not payload.get("reused"):
                         self.compile_log.append((payload["sent_at"], payload["done_at"], payload["compile_s"]))
@@ -175,17 +181,18 @@ class LocalExecutor:
                 else:
                     record(index, failed(index, payload.get("status", COMPILE_ERROR), payload["error"]))
 
+        pool = self._pool()
         try:
             for index in sorted(compiling):
                 choice = choices[index]
-                self.compile_pool.submit(compile_key(choice),
+                pool.submit(compile_key(choice),
                                          self._task(choice, settings.seed, policy, "compile"),
                                          owner, answered(index))
             while compiling or measure_queue or any(w.state == "busy" for w in self.timers):
                 take_answers()
                 if deadline is not None and time.monotonic() > deadline:
-                    if self.compile_pool is not None:
-                        self.compile_pool.withdraw(owner)
+                    if pool is not None:
+                        pool.withdraw(owner)
                     for index in sorted(compiling) + list(measure_queue):
                         record(index, failed(index, SKIPPED, "the tuning budget ran out"))
                     compiling.clear()
@@ -223,10 +230,25 @@ class LocalExecutor:
                     elif worker.state == "starting" and now > worker.deadline:
                         worker.kill()
                         self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
+        except BaseException:
+            # A timing worker still busy would hand its result to the next run: stop it.
+            for worker in self.timers:
+                if worker.state == "busy":
+                    worker.kill()
+            raise
         finally:
-            if self.compile_pool is not None:
-                self.compile_pool.withdraw(owner)
+            if pool is not None:
+                pool.withdraw(owner)
         return [r for r in results if r is not None]
+
+    def _pool(self) -> CompilePool | None:
+        """The compile pool; an own pool that was closed (by `close`, or after a failed
+        start) is made anew, a shared one is its owner's business."""
+        pool = self.compile_pool
+        if pool is not None and pool.closed and self.owns_pool:
+            pool = self.compile_pool = CompilePool(self.ctx, pool.devices, len(pool), pool.plugins,
+                                                   self.settings.timeout_s, self.settings.startup_timeout_s)
+        return pool
 
     def _receive(self, worker: WorkerProcess, record, failed) -> None:
         """One message from a timing worker."""
