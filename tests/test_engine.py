@@ -395,3 +395,59 @@ def test_a_run_cut_short_leaves_nothing_for_the_next(tmp_path):
         assert not any(w.state == "busy" for w in executor.timers)
         results = executor.run(choices[:1])
     assert len(results) == 1 and results[0].ok and results[0].uid == choices[0].uid
+
+
+def _pool_answers(pool, choices, seconds=120):
+    from autotune_cli.bench.compile_pool import compile_key
+
+    settings = TuneSettings(device="cpu")
+    executor = LocalExecutor(probe_device("cpu"), replace(settings, compile_workers=0))
+    answers = []
+    for choice in choices:
+        pool.submit(compile_key(choice), executor._task(choice, 0, settings.timing_policy, "compile"),
+                    object(), answers.append)
+    deadline = time.monotonic() + seconds
+    while len(answers) < len(choices) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    executor.close()
+    return answers
+
+
+def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
+    """A process whose start raises is retried with a back-off while the others work; when
+    none can start, every waiter is answered 'pool_failed' (nobody hangs)."""
+    from autotune_cli.bench.compile_pool import CompilePool
+    from autotune_cli.bench.processes import WorkerProcess, worker_context
+
+    real_start = WorkerProcess.start
+    device = probe_device("cpu")
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",))
+    choices = get_choices(make_problem(m=64, n=64, k=64, device="cpu", dtype="float16"), device, settings).choices[:2]
+
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    broken = pool.workers[0]
+
+    def start(self, timeout):
+        if self is broken:
+            raise OSError("planted: no process")
+        return real_start(self, timeout)
+
+    monkeypatch.setattr(WorkerProcess, "start", start)
+    try:
+        answers = _pool_answers(pool, choices)
+    finally:
+        pool.close()
+    assert len(answers) == len(choices) and all(a["ok"] for a in answers)
+    assert pool.failure is None
+
+    def never(self, timeout):
+        raise OSError("planted: no process")
+
+    monkeypatch.setattr(WorkerProcess, "start", never)
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    try:
+        answers = _pool_answers(pool, choices, seconds=60)
+    finally:
+        pool.close()
+    assert len(answers) == len(choices) and all(a.get("pool_failed") for a in answers)
+    assert "planted" in answers[0]["error"]

@@ -34,6 +34,7 @@ from .processes import WorkerProcess, exit_reason
 Callback = Callable[[dict[str, Any]], None]
 
 MAX_START_FAILURES = 3
+EARLY_DEATH_S = 5.0  # a process that dies this soon after coming up counts as a failed start
 
 
 def compile_key(choice) -> tuple:
@@ -92,7 +93,13 @@ class CompilePool:
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._start_failures = 0  # in a row: a process that comes up resets it
+        self._stopped_on_close = False  # close() stopped the processes (else the thread does)
+        # Per process: failed starts in a row (a start that comes up resets it; a process that
+        # dies within EARLY_DEATH_S of coming up counts as one) and when to try again.
+        self._failures: dict[int, int] = {id(w): 0 for w in self.workers}
+        self._retry_at: dict[int, float] = {id(w): 0.0 for w in self.workers}
+        self._ready_at: dict[int, float] = {}
+        self._ever_started: set[int] = set()
         self.failure: str | None = None
 
     def __len__(self) -> int:
@@ -156,12 +163,9 @@ class CompilePool:
         self._wake()
         if thread is not None:
             thread.join(timeout=30)
-        if thread is None or not thread.is_alive():  # else it is stuck; its processes are daemons
-            for worker in self.workers:
-                worker.request_stop()
-            deadline = time.monotonic() + 2.0
-            for worker in self.workers:
-                worker.stop(deadline)
+        if thread is None or not thread.is_alive():  # else the thread stops them on its way out
+            self._stopped_on_close = True
+            self._stop_workers()
         self._fail_all({"ok": False, "closed": True, "error": "the compile pool was closed"})
         for end in (self._wake_r, self._wake_w):
             end.close()
@@ -196,17 +200,37 @@ class CompilePool:
         for callback in waiters:
             callback(payload)
 
+    def _stop_workers(self) -> None:
+        for worker in self.workers:
+            worker.request_stop()
+        deadline = time.monotonic() + 2.0
+        for worker in self.workers:
+            try:
+                worker.stop(deadline)
+            except Exception:  # noqa: BLE001 - the others are still stopped
+                pass
+
     def _fail(self, reason: str) -> None:
-        """No compile can be had from this pool any more: tell every waiter, now and later."""
+        """No compile can be had from this pool any more: tell every waiter, now and later
+        (first: nothing after this may keep them waiting), then stop the processes."""
         with self._lock:
             self.failure = reason
-        for worker in self.workers:
-            worker.kill()
         self._fail_all({"ok": False, "status": COMPILE_ERROR, "error": reason, "pool_failed": True})
+        for worker in self.workers:
+            try:
+                worker.kill()
+            except Exception:  # noqa: BLE001
+                pass
 
-    def _start_failed(self, reason: str) -> None:
-        self._start_failures += 1
-        if self._start_failures >= MAX_START_FAILURES:
+    def _start_failed(self, worker, reason: str) -> None:
+        """One failed start (or an early death) of `worker`: it waits longer before the next
+        try; the pool fails only when every process has failed MAX_START_FAILURES times in a
+        row and none is up."""
+        key = id(worker)
+        self._failures[key] += 1
+        self._retry_at[key] = time.monotonic() + 0.5 * self._failures[key]
+        up = any(w.state in ("starting", "idle", "busy") for w in self.workers)
+        if not up and all(n >= MAX_START_FAILURES for n in self._failures.values()):
             self._fail(f"compile worker failed to start: {reason}")
 
     def _run(self) -> None:
@@ -214,22 +238,28 @@ class CompilePool:
             self._loop()
         except BaseException as exc:  # noqa: BLE001 - a dead thread must not leave waiters hanging
             self._fail(f"compile pool stopped: {type(exc).__name__}: {exc}")
+        if self._closed and not self._stopped_on_close:  # close() gave up waiting for us
+            self._stop_workers()
 
     def _loop(self) -> None:
         while True:
             with self._lock:
                 if self._closed:
                     return
-                failed = self.failure is not None
                 want = len(self._queue)
-            # Processes are started outside the lock (a start may wait on the forkserver).
+            # Processes are started outside the lock (a start may wait on the forkserver): all
+            # at first (a warm pool), later again when there is work, after any back-off.
+            now = time.monotonic()
             for worker in self.workers:
-                if not failed and worker.state == "down":
+                key = id(worker)
+                if (self.failure is None and worker.state == "down" and now >= self._retry_at[key]
+                        and (want or key not in self._ever_started)):
+                    self._ever_started.add(key)
                     try:
                         worker.start(self.startup_timeout_s)
-                    except OSError as exc:  # no process to be had now: counted, retried
+                    except Exception as exc:  # noqa: BLE001 - no process to be had now: counted, retried
                         worker.kill()
-                        self._start_failed(f"{type(exc).__name__}: {exc}")
+                        self._start_failed(worker, f"{type(exc).__name__}: {exc}")
                 if worker.state == "idle" and want:
                     with self._lock:
                         job = self._queue.popleft() if self._queue else None
@@ -244,7 +274,8 @@ class CompilePool:
                         with self._lock:
                             self._running.pop(id(worker), None)
                             self._queue.appendleft(job)
-                        worker.kill()
+                        want += 1
+                        self._died(worker)
             watched = [w for w in self.workers if w.state in ("starting", "busy", "idle")]
             timeout = 0.5
             deadlines = [w.deadline for w in watched if w.state in ("starting", "busy")]
@@ -268,7 +299,15 @@ class CompilePool:
                                            "error": f"no compile within {self.timeout_s:g} s; worker killed"})
                 elif worker.state == "starting" and now > worker.deadline:
                     worker.kill()
-                    self._start_failed(f"did not start within {self.startup_timeout_s:g} s")
+                    self._start_failed(worker, f"did not start within {self.startup_timeout_s:g} s")
+
+    def _died(self, worker, reason: str = "worker died") -> None:
+        """A process that was up is gone: replaced when there is work; one that dies soon
+        after coming up counts as a failed start (it would otherwise be restarted for ever)."""
+        early = time.monotonic() - self._ready_at.get(id(worker), 0.0) < EARLY_DEATH_S
+        worker.kill()
+        if early:
+            self._start_failed(worker, reason)
 
     def _receive(self, worker) -> None:
         try:
@@ -282,19 +321,21 @@ class CompilePool:
             state = worker.state
             with self._lock:
                 job = self._running.pop(id(worker), None)
-            worker.kill()
+            if state == "starting":
+                worker.kill()
+                self._start_failed(worker, reason)
+            else:
+                self._died(worker, reason)
             if state == "busy" and job is not None:
                 self._finish(job, {"ok": False, "status": COMPILE_ERROR, "error": f"{reason} while compiling"})
-            elif state == "starting":
-                self._start_failed(reason)
-            # died while idle: replaced when there is work
         elif message["kind"] == "ready":
             worker.state = "idle"
-            self._start_failures = 0
+            self._failures[id(worker)] = 0
+            self._ready_at[id(worker)] = time.monotonic()
             self.startups.append(round(time.monotonic() - worker.started_at, 3))
         elif message["kind"] == "failed":
             worker.kill()
-            self._start_failed(message["error"])
+            self._start_failed(worker, message["error"])
         elif message["kind"] == "compiled":
             with self._lock:
                 job = self._running.pop(id(worker), None)

@@ -43,18 +43,26 @@ class WorkerProcess:
         self.assigned_at = 0.0  # time.perf_counter() when its current task was sent
 
     def start(self, startup_timeout: float) -> None:
+        """Start the process; if that fails (no process to be had now), nothing is left
+        half-made and the error goes to the caller."""
         parent, child = self.ctx.Pipe()
-        # The environment travels explicitly: a forkserver child would otherwise inherit the
-        # server's environment from when it started, not the caller's of now.
-        self.process = self.ctx.Process(
-            target=worker_main,
-            args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
-                  worker_environment(self.ctx, self.device.device_type), self.role),
-            daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
-        )
-        self.started_at = time.monotonic()
-        self.process.start()
+        try:
+            # The environment travels explicitly: a forkserver child would otherwise inherit
+            # the server's environment from when it started, not the caller's of now.
+            process = self.ctx.Process(
+                target=worker_main,
+                args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
+                      worker_environment(self.ctx, self.device.device_type), self.role),
+                daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
+            )
+            self.started_at = time.monotonic()
+            process.start()
+        except BaseException:
+            parent.close()
+            child.close()
+            raise
         child.close()
+        self.process = process
         self.conn = parent
         self.state = "starting"
         self.deadline = time.monotonic() + startup_timeout
@@ -67,9 +75,9 @@ class WorkerProcess:
         self.deadline = time.monotonic() + timeout
 
     def kill(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        if self.process is not None:
+        if self.process is not None and self.process.pid is not None:  # it was started
+            if self.process.is_alive():
+                self.process.kill()
             self.process.join(timeout=5)
         if self.conn is not None:
             self.conn.close()
@@ -88,7 +96,7 @@ class WorkerProcess:
     def stop(self, deadline: float | None = None) -> None:
         """Stop the process: asked first, killed if it is still there at `deadline`."""
         self.request_stop()
-        if self.process is not None:
+        if self.process is not None and self.process.pid is not None:
             wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
             self.process.join(timeout=wait_s)
         self.kill()
