@@ -267,6 +267,7 @@ class LocalExecutor:
             worker.kill()
         elif message["kind"] == "ready":
             worker.state = "idle"
+            self.start_failures = 0  # they count in a row
             self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
         elif message["kind"] == "failed":
             worker.kill()
