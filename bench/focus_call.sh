@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One bounded device call for the open gaps: GPU tests, the two-GPU comparison (on a 2-GPU
-# host), the engine benchmark, the suite's hard shapes and an exhaustive tune of a decode
-# shape. Logs under $OUT, a summary last.
+# host), triton::mm_padded on lm_head-like shapes, the suite's hard shapes, an exhaustive tune
+# of a decode shape and the engine benchmark. Logs under $OUT, a summary last.
 #   bash bench/focus_call.sh            (carry .whl)
 set -uo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -16,11 +16,13 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   timeout 110 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi.log"
 fi
 export CUDA_VISIBLE_DEVICES=0
+timeout 60 python3 bench/padded_probe.py > "$OUT/padded_probe.log" 2>&1
 timeout 120 python3 bench/gpu_llm_suite.py --only "${SUITE_ONLY:-lm_head,decode_16x4096x4096,odd}" 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
 AUTOTUNE_CACHE_DIR=$(mktemp -d) timeout 90 python3 -m autotune_cli mm --m 16 --n 4096 --k 4096 --dtype bfloat16 \
   --search exhaustive --json > "$OUT/decode_exhaustive.json" 2> "$OUT/decode_exhaustive.err"
 timeout 150 python3 bench/gpu_engine.py --repeats 0 --skip-exhaustive 2>&1 | grep -v "$quiet" > "$OUT/engine.log"
 echo "== summary"
+grep -E "^[0-9]+ " "$OUT/padded_probe.log"
 tail -1 "$OUT/pytest_gpu.log"
 [ -f "$OUT/multi.log" ] && grep -E "^--gpus|speed-up|stages|pipeline" "$OUT/multi.log"
 grep -A5 "^problem " "$OUT/engine.log"; grep -A5 "whole process" "$OUT/engine.log" | head -6
