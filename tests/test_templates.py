@@ -9,7 +9,7 @@ from autotune_cli.errors import UserError
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import all_templates, get_template, register_template, templates_for
 from autotune_cli.templates.aten import AtenTemplate
-from helpers_kernels import run_and_check
+from helpers_kernels import run_kernel
 
 CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 
@@ -72,7 +72,9 @@ CASES = [
 def test_kernels_compute_the_product(case, backend, tmp_path):
     problem = make_problem(device="cpu", **case)
     uid = {"aten": f"aten::{problem.op}", "triton": "triton::bmm" if problem.op == "bmm" else "triton::mm"}[backend]
-    run_and_check(problem, get_template(uid), CONFIG if backend == "triton" else {}, tmp_path)
+    result = run_kernel(problem, get_template(uid), CONFIG if backend == "triton" else {}, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
 
 
 def test_rendered_kernel_file_is_kept(tmp_path):
@@ -99,7 +101,9 @@ def test_padded_k_template(case, tmp_path):
 
     assert padded_k(problem) % 8 == 0 and padded_k(problem) >= problem.k
     assert params["EVEN_K"] == (padded_k(problem) % CONFIG["BLOCK_K"] == 0)
-    run_and_check(problem, template, CONFIG, tmp_path, seed=4)
+    result = run_kernel(problem, template, CONFIG, tmp_path, seed=4)
+    assert result.correct, result.reasons
+    assert result.discriminating
     # only offered where K or N is misaligned
     assert not template.supports(make_problem(m=8, n=16, k=32, device="cpu"))
     assert template.supports(make_problem(m=8, n=15, k=32, device="cpu"))  # N off
@@ -119,7 +123,9 @@ def test_aligned_aten_template(case, zero_pad, tmp_path):
     template = get_template("aten::mm_aligned")
     assert template.supports(problem) and misaligned_dims(problem)
     # called twice: the padding must still be zero on the second call
-    run_and_check(problem, template, {"ZERO_PAD": zero_pad}, tmp_path, seed=4, calls=2)
+    result = run_kernel(problem, template, {"ZERO_PAD": zero_pad}, tmp_path, seed=4, calls=2)
+    assert len(result.verdicts) == 2 and result.correct, result.reasons
+    assert result.discriminating
 
 
 def test_aligned_aten_template_offered_only_where_misaligned():

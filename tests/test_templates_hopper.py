@@ -21,7 +21,7 @@ from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_persistent_tma as tma_module
 from autotune_cli.templates.triton_splitk import k_per_split
-from helpers_kernels import run_and_check
+from helpers_kernels import run_kernel
 
 TMA = "triton::mm_persistent_tma"
 SPLITK = "triton::mm_splitk"
@@ -57,7 +57,9 @@ def test_splitk_computes_the_product(layout, op, split_k, tmp_path):
     template = get_template(SPLITK)
     params = template.full_params(problem, {**TILE, "SPLIT_K": split_k})
     assert params["EVEN_K"] is False and params["ATOMIC_ADD"] == 0
-    run_and_check(problem, template, {**TILE, "SPLIT_K": split_k}, tmp_path)
+    result = run_kernel(problem, template, {**TILE, "SPLIT_K": split_k}, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
 
 
 @pytest.mark.parametrize("case", [
@@ -72,7 +74,10 @@ def test_splitk_edge_cases(case, tmp_path):
     config = {**TILE, "SPLIT_K": case["split_k"], "ATOMIC_ADD": case["atomic"]}
     params = template.full_params(problem, config)
     assert params["EVEN_K"] is (problem.k % (32 * case["split_k"]) == 0)
-    run, ops = run_and_check(problem, template, config, tmp_path)
+    result = run_kernel(problem, template, config, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
+    run, ops = result.run, result.ops
     # The runnable keeps its workspace: a second run gives the same bits.
     first = ops.out.clone()
     poison(ops)
@@ -112,8 +117,10 @@ def test_persistent_tma_computes_the_product(layout, op, tmp_path):
     problem = make_problem(m=40, n=72, k=56, dtype=dtype, layout=layout, device="cpu", **op)
     template = get_template(TMA)
     assert template.unavailable_reason(problem, CPU) is None
-    run, _ = run_and_check(problem, template, TILE, tmp_path)
-    assert run.programs == tma_module.INTERPRETER_SMS == 4
+    result = run_kernel(problem, template, TILE, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
+    assert result.run.programs == tma_module.INTERPRETER_SMS == 4
 
 
 @needs_interpreter_tma
@@ -123,8 +130,10 @@ def test_persistent_tma_flatten_and_grid(flatten, tmp_path):
     template = get_template(TMA)
     config = {**TILE, "GROUP_M": 8, "FLATTEN": flatten}
     assert template.full_params(problem, config)["FLATTEN"] == flatten
-    run, _ = run_and_check(problem, template, config, tmp_path)
-    assert run.programs == 4  # 3x2 tiles, 4 programs
+    result = run_kernel(problem, template, config, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
+    assert result.run.programs == 4  # 3x2 tiles, 4 programs
     small = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
     assert template.build(small, template.full_params(small, config), str(tmp_path)).programs == 1
 
