@@ -29,7 +29,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, TIMEOUT
-from .processes import WorkerProcess, exit_reason
+from .processes import WorkerProcess, stop_all
 
 Callback = Callable[[dict[str, Any]], None]
 
@@ -54,9 +54,9 @@ def compile_key(choice) -> tuple:
         source = None
     digest = hashlib.sha256(source.encode()).hexdigest()[:20] if source else None
     return (choice.uid, digest, json.dumps(choice.params, sort_keys=True, default=str), p.dtype,
-            p.layout, p.op, p.bias, p.b > 1, getattr(p, "allow_tf32", False),
+            p.layout, p.op, p.bias, p.b > 1, p.allow_tf32,
             tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims),
-            any(d * max(p.b, 1) >= 2**31 for d in dims))
+            any(d * p.b >= 2**31 for d in dims))
 
 
 class _Job:
@@ -79,7 +79,6 @@ class CompilePool:
                  timeout_s: float, startup_timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
-        self.devices, self.plugins = list(devices), plugins
         # Spread over the devices: each process brings CUDA up on one of them.
         self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
                                       plugins, "compile") for n in range(count)]
@@ -165,7 +164,7 @@ class CompilePool:
             thread.join(timeout=30)
         if thread is None or not thread.is_alive():  # else the thread stops them on its way out
             self._stopped_on_close = True
-            self._stop_workers()
+            stop_all(self.workers)
         self._fail_all({"ok": False, "closed": True, "error": "the compile pool was closed"})
         for end in (self._wake_r, self._wake_w):
             end.close()
@@ -200,16 +199,6 @@ class CompilePool:
         for callback in waiters:
             callback(payload)
 
-    def _stop_workers(self) -> None:
-        for worker in self.workers:
-            worker.request_stop()
-        deadline = time.monotonic() + 2.0
-        for worker in self.workers:
-            try:
-                worker.stop(deadline)
-            except Exception:  # noqa: BLE001 - the others are still stopped
-                pass
-
     def _fail(self, reason: str) -> None:
         """No compile can be had from this pool any more: tell every waiter, now and later
         (first: nothing after this may keep them waiting), then stop the processes."""
@@ -239,7 +228,7 @@ class CompilePool:
         except BaseException as exc:  # noqa: BLE001 - a dead thread must not leave waiters hanging
             self._fail(f"compile pool stopped: {type(exc).__name__}: {exc}")
         if self._closed and not self._stopped_on_close:  # close() gave up waiting for us
-            self._stop_workers()
+            stop_all(self.workers)
 
     def _loop(self) -> None:
         while True:
@@ -310,14 +299,8 @@ class CompilePool:
             self._start_failed(worker, reason)
 
     def _receive(self, worker) -> None:
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            message = None
+        message, reason = worker.receive()
         if message is None:  # the process died
-            if worker.process is not None:
-                worker.process.join(timeout=5)
-            reason = exit_reason(worker.process.exitcode if worker.process else None)
             state = worker.state
             with self._lock:
                 job = self._running.pop(id(worker), None)

@@ -29,7 +29,7 @@ from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from .compile_pool import CompilePool, compile_key
-from .processes import WorkerProcess, exit_reason, worker_context
+from .processes import WorkerProcess, stop_all, worker_context
 
 ResultCallback = Callable[[int, Candidate], None]
 
@@ -74,13 +74,12 @@ class LocalExecutor:
             indices = [0] * (workers or settings.workers or self.default_workers(device))
         self.timers = [WorkerProcess(self.ctx, device, i, plugins, "measure") for i in indices]
         self.owns_pool = compile_pool is None
+        self._pool_devices = [replace(device, index=i) for i in indices]  # an own pool's
         if compile_pool is None:
             count = settings.compile_workers
             if count is None:
                 count = default_compile_workers(device)
-            if count:
-                compile_pool = CompilePool(self.ctx, [replace(device, index=i) for i in indices], count,
-                                           plugins, settings.timeout_s, settings.startup_timeout_s)
+            compile_pool = self._own_pool(count) if count else None
         self.compile_pool = compile_pool
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)  # the pool's answers ring here
         self.start_failures = 0
@@ -94,10 +93,6 @@ class LocalExecutor:
         if device.device_type == "cuda":
             return 1
         return max(1, min(4, os.cpu_count() or 1))
-
-    @property
-    def workers(self) -> list[WorkerProcess]:
-        return self.timers + self.compilers
 
     def start(self) -> None:
         """Start every worker process now (they import torch and triton in parallel with
@@ -246,20 +241,17 @@ class LocalExecutor:
         start) is made anew, a shared one is its owner's business."""
         pool = self.compile_pool
         if pool is not None and pool.closed and self.owns_pool:
-            pool = self.compile_pool = CompilePool(self.ctx, pool.devices, len(pool), pool.plugins,
-                                                   self.settings.timeout_s, self.settings.startup_timeout_s)
+            pool = self.compile_pool = self._own_pool(len(pool))
         return pool
+
+    def _own_pool(self, count: int) -> CompilePool:
+        return CompilePool(self.ctx, self._pool_devices, count, tuple(self.settings.plugins),
+                           self.settings.timeout_s, self.settings.startup_timeout_s)
 
     def _receive(self, worker: WorkerProcess, record, failed) -> None:
         """One message from a timing worker."""
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            message = None
+        message, reason = worker.receive()
         if message is None:  # the process died
-            if worker.process is not None:
-                worker.process.join(timeout=5)
-            reason = exit_reason(worker.process.exitcode if worker.process else None)
             if worker.state == "busy":
                 record(worker.task_index, failed(worker.task_index, RUNTIME_ERROR, reason))
             else:
@@ -289,16 +281,12 @@ class LocalExecutor:
         # Every worker is asked first, so that they all tear down at once, then each is
         # waited for (killed if still there after two seconds in all). A shared compile
         # pool is closed by its owner.
-        for worker in self.timers:
-            worker.request_stop()
         pool = self.compile_pool if self.owns_pool else None
         closing = None
         if pool is not None:
             closing = threading.Thread(target=pool.close, daemon=True)
             closing.start()
-        deadline = time.monotonic() + 2.0
-        for worker in self.timers:
-            worker.stop(deadline)
+        stop_all(self.timers)
         if closing is not None:
             closing.join()
 

@@ -15,7 +15,7 @@ from ..fingerprint import DeviceInfo
 from .worker import worker_main
 
 
-def exit_reason(exitcode: int | None) -> str:
+def _exit_reason(exitcode: int | None) -> str:
     if exitcode is None:
         return "worker vanished"
     if exitcode < 0:
@@ -85,6 +85,17 @@ class WorkerProcess:
         self.state = "down"
         self.task_index = None
 
+    def receive(self) -> tuple[dict | None, str | None]:
+        """(the next message, None), or (None, why) when the process has died: it is reaped
+        and the reason read from its exit code. The caller decides what the death means."""
+        try:
+            return self.conn.recv(), None
+        except (EOFError, OSError):
+            pass
+        if self.process is not None and self.process.pid is not None:
+            self.process.join(timeout=5)
+        return None, _exit_reason(self.process.exitcode if self.process is not None else None)
+
     def request_stop(self) -> None:
         """Ask the process to exit; it tears down (CUDA and all) on its own time."""
         if self.conn is not None and self.state in ("idle", "busy"):
@@ -100,6 +111,19 @@ class WorkerProcess:
             wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
             self.process.join(timeout=wait_s)
         self.kill()
+
+
+def stop_all(workers) -> None:
+    """Stop processes together: every one is asked first, so that they all tear down (CUDA
+    and all) at once, then each is waited for, killed if still there after two seconds."""
+    for worker in workers:
+        worker.request_stop()
+    deadline = time.monotonic() + 2.0
+    for worker in workers:
+        try:
+            worker.stop(deadline)
+        except Exception:  # noqa: BLE001 - the others are still stopped
+            pass
 
 
 # Modules a forkserver imports once, so that each worker it forks starts with them loaded
