@@ -2,11 +2,7 @@
 # One device call: install carried wheels, run GPU tests, then the benchmarks named in $@.
 # Usage on the device:  bash bench/device_run.sh "bench/gpu_suite.py" ...
 set -uo pipefail
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-OUT=${OUT:-bench_out}; mkdir -p "$OUT"
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25

@@ -3,12 +3,7 @@
 # short summary last. On a 2-GPU host it also runs the two-GPU comparison (issue 8).
 #   bash bench/final_device_call.sh            (carry .whl; under 10 minutes: the suite may be cut, its JSON keeps the shapes done)
 set -uo pipefail
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-OUT=${OUT:-bench_out}; mkdir -p "$OUT"
-quiet='UserWarning\|warn_once\|current_out_size\|^  triton_mm\|^  mm \|strides:\|dtypes:\|^AUTOTUNE\|Autotune Choices\|num_choices\|SingleProcess'
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1; echo "gpu tests rc=$?"
 gpus=$(nvidia-smi -L | wc -l)
