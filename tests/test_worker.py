@@ -67,7 +67,7 @@ def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner
     assert all("recheck" not in c["phases"] for c in (first, second, third))
     # The reference is still that of the inputs: the kept A and B were not changed.
     fresh = fresh_operands(PROBLEM, 0, "cpu")
-    assert torch.equal(kept.a, fresh.a) and torch.equal(kept.b, fresh.b)
+    assert torch.equal(kept.ops.a, fresh.a) and torch.equal(kept.ops.b, fresh.b)
     assert torch.equal(kept.ref, fresh.a.double() @ fresh.b.double())
 
 
@@ -87,12 +87,12 @@ def test_a_correct_candidate_after_one_that_spoiled_the_inputs_is_still_ok(runne
     assert spoiler["status"] == "ok"
     assert runner.made["operands"] == 1
     fresh = fresh_operands(PROBLEM, 0, "cpu")
-    assert not torch.equal(runner._inputs.a, fresh.a)  # the corruption is real
+    assert not torch.equal(runner._inputs.ops.a, fresh.a)  # the corruption is real
     good = run(runner, tmp_path, "test::good")
     assert good["status"] == "ok", good
     assert "recheck" in good["phases"]  # it failed on the kept inputs, passed on fresh ones
     assert runner.made == {"operands": 2, "reference": 2}
-    assert torch.equal(runner._inputs.a, fresh.a)  # the fresh inputs are kept now
+    assert torch.equal(runner._inputs.ops.a, fresh.a)  # the fresh inputs are kept now
     after = run(runner, tmp_path, "aten::mm")
     assert after["status"] == "ok" and "recheck" not in after["phases"]
     assert runner.made["operands"] == 2
@@ -127,7 +127,7 @@ def test_another_problem_or_seed_makes_new_inputs(runner, tmp_path):
     for problem, seed, made in steps:
         assert run(runner, tmp_path, "test::good", problem, seed)["status"] == "ok"
         assert runner.made["operands"] == made
-        assert runner._inputs.a.shape == (problem.m, problem.k)
+        assert runner._inputs.ops.a.shape == (problem.m, problem.k)
     assert runner.made["reference"] == 4
 
 

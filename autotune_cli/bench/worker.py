@@ -11,12 +11,11 @@ unusable, so the worker reports the result and exits; the executor starts a fres
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
@@ -79,11 +78,8 @@ def _prepare_compiler() -> None:
 class _Inputs:
     """One problem's random inputs and their float64 reference, kept between candidates."""
 
-    key: tuple[str, int]  # (the problem, serialized deterministically; the seed)
-    a: Any
-    b: Any
-    bias: Any
-    out: Any
+    key: tuple[Any, int]  # (the problem, the seed)
+    ops: Any  # Operands, as made
     ref: Any
 
 
@@ -143,19 +139,16 @@ class CandidateRunner:
         from an earlier candidate). The inputs are made anew when the problem or the seed
         differs from the kept ones, the old ones dropped first."""
         from ..bench.verify import make_operands, poison, reference
-        from ..templates.base import Operands
 
-        key = (json.dumps(problem.to_dict(), sort_keys=True), seed)
+        key = (problem, seed)
         kept = self._inputs
         reused = kept is not None and kept.key == key
         if not reused:
             kept = self._inputs = None  # the old problem's tensors go before the new are made
             made = make_operands(problem, seed, self.device)
-            ref = reference(problem, made)
-            kept = _Inputs(key=key, a=made.a, b=made.b, bias=made.bias, out=made.out, ref=ref)
+            kept = self._inputs = _Inputs(key=key, ops=made, ref=reference(problem, made))
             del made
-            self._inputs = kept
-        ops = Operands(a=kept.a, b=kept.b, out=kept.out, bias=kept.bias)
+        ops = replace(kept.ops)  # its own Operands around the kept tensors
         poison(ops)
         return ops, kept.ref, reused
 
