@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
