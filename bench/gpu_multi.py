@@ -6,8 +6,8 @@ with torch.export and tuned cold twice, each time with a fresh cache: `--gpus 1`
 tuning), the speed-up, which GPU tuned which problem, and whether the two runs picked the
 same winners (and how far apart their times are where they did not).
 
-Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--budget 120]
-Writes $OUT/gpu_multi.json (or bench_out/).
+Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--budget 120] [--triton-cache warm]
+Writes $OUT/gpu_multi_<cold|warm>.json (or bench_out/).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,10 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
     parser.add_argument("--budget", type=float, default=None, help="--budget per problem (s)")
     parser.add_argument("--templates", default=None, help="--templates for both runs")
+    parser.add_argument("--triton-cache", choices=("cold", "warm"), default="cold",
+                        help="cold: each run compiles every kernel; warm: each run starts from a copy "
+                             "of one Triton cache filled by an unmeasured run first (kernels compiled "
+                             "before, as after a first model), the autotune cache still empty")
     args = parser.parse_args()
 
     import torch
@@ -113,7 +118,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="autotune-multi-"))
     path = save_model(work, args.m)
     runs = {}
+    if args.triton_cache == "warm":
+        wall, _, _ = tune(path, 1, work / "prewarm", extra)
+        print(f"unmeasured run to fill the Triton cache: {wall:.1f} s", flush=True)
     for gpus in (1, 2):
+        if args.triton_cache == "warm":
+            shutil.copytree(work / "prewarm" / "triton", work / f"cache-{gpus}" / "triton")
         wall, doc, stderr = tune(path, gpus, work / f"cache-{gpus}", extra)
         rows = doc["problems"]
         runs[gpus] = {"wall_s": wall, "rows": rows, "failed": [r["describe"] for r in rows if not r["winner"]],
@@ -150,10 +160,10 @@ def main() -> None:
               f"{wb.get('uid')} {wb.get('ms')} ms | same winner: {same}"
               + (f", time ratio {ratio:.3f}" if ratio else ""))
     speedup = runs[1]["wall_s"] / runs[2]["wall_s"]
-    print(f"speed-up with two GPUs: {speedup:.2f}x ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
+    print(f"[triton cache {args.triton_cache}] speed-up with two GPUs: {speedup:.2f}x ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
           f"same winners {sum(c['same_winner'] for c in comparison)}/{len(comparison)}")
-    write_json("gpu_multi.json", {
-        "gpus": names, "m": args.m, "extra": extra,
+    write_json(f"gpu_multi_{args.triton_cache}.json", {
+        "gpus": names, "m": args.m, "extra": extra, "triton_cache": args.triton_cache,
         "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
         "per_slot_two_gpus": runs[2]["per_slot"],
         "tune_s": {"1": runs[1]["tune_s"], "2": runs[2]["tune_s"]}, "comparison": comparison,

@@ -105,7 +105,11 @@ class WorkerProcess:
                 pass
 
     def stop(self, deadline: float | None = None) -> None:
-        """Stop the process: asked first, killed if it is still there at `deadline`."""
+        """Stop the process: asked first, killed if it is still there at `deadline`. One
+        still starting has nothing to finish: it is killed at once."""
+        if self.state == "starting":
+            self.kill()
+            return
         self.request_stop()
         if self.process is not None and self.process.pid is not None:
             wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
