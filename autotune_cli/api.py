@@ -9,11 +9,17 @@
 
 A call builds the GemmProblem from its tensors (shape, dtype, device, and the layout read
 from the strides), finds the entry `autotune mm …` stored for it under this machine's
-fingerprint, and runs its winner: an aten winner is the torch call itself, a Triton winner
-the template's kernel (built once, into the cache's kernels folder). Everything up to the
-kernel is worked out on the first call with given shapes, strides and dtype and remembered,
-so a later call is one dict lookup away from the kernel. Re-tuned in the same process?
-Call `reset()`.
+fingerprint, and runs its winner: an aten::mm|addmm|bmm winner is the torch call itself,
+any other the template's kernel (built once; a Triton kernel into the cache's kernels
+folder). Everything up to the kernel is worked out on the first call with given shapes,
+strides and dtype and remembered, so a later call is one dict lookup away from the kernel.
+Re-tuned in the same process? Call `reset()`.
+
+The output is made as the winner was timed: where N's rows are misaligned, the alignment
+templates (triton::mm_padded, aten::mm_aligned) ask for rows padded to 16 bytes or more
+(`Template.out_pitch`), as Inductor's max-autotune does (stride [50264, 1] for a vocabulary
+of 50257), so the result is a [M, N] view of wider rows and `out.is_contiguous()` is False.
+Its values are those of torch.mm; call `.contiguous()` where a packed tensor is needed.
 
 With nothing cached for a problem (or a problem autotune cannot express) the call falls back
 to torch.mm / addmm / bmm and warns once per problem with an AutotuneFallbackWarning. Tensors
@@ -26,6 +32,7 @@ one whose template source has changed since, is never used.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -290,7 +297,7 @@ class Dispatcher:
             except UserError as exc:  # a GEMM autotune does not tune
                 run, info = torch_op, self._fallback(op, None, f"{exc}", depth=4)
             else:
-                run, info = self._plan_problem(op, problem, how, torch_op)
+                run, info = self._plan_problem(op, problem, how, torch_op, a.device)
             self._plans[op][key] = run
             self._info[(op, key)] = info
             return run
@@ -306,7 +313,8 @@ class Dispatcher:
                           stacklevel=depth)
         return Dispatch(op, f"torch.{op}", problem, fallback=True, reason=reason)
 
-    def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op):
+    def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op, device):
+        """What runs `problem` (its operands on `device`): torch's op or the winner's kernel."""
         from .templates import get_template
 
         found = self.lookup_entry(problem)
@@ -320,19 +328,26 @@ class Dispatcher:
         winner = entry["winner"]
         info = Dispatch(op, winner["uid"], problem, key, dict(winner.get("params") or {}))
         template = get_template(winner["uid"])
-        if template.backend == "aten":
+        from .templates.aten import AtenTemplate
+
+        if isinstance(template, AtenTemplate):
             return torch_op, info  # the winner is torch's own call, on the tensors as given
         from .templates.triton_base import interpreting
 
         if problem.device == "cpu" and template.backend == "triton" and not interpreting():
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} runs on the CPU "
                                             "only under Triton's interpreter (TRITON_INTERPRET=1)")
+        params = dict(winner.get("params") or {})
+        torch = self._torch().torch
+        # what a template builds on the GPU (aligned copies of operands) goes on the tensors' GPU
+        on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         try:
-            kernel = template.build(problem, dict(winner.get("params") or {}),
-                                    str(Path(self.cache_dir) / "kernels"))
+            pitch = template.out_pitch(problem, params)
+            with on_device:
+                kernel = template.build(problem, params, str(Path(self.cache_dir) / "kernels"))
         except Exception as exc:  # a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
-        return _kernel_call(op, problem, how, kernel, torch_op, self._torch()), info
+        return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch()), info
 
 
 class _TorchDecides(Exception):
@@ -387,14 +402,15 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
     return problem, _Adapt(copy_a, copy_b, bias_row)
 
 
-def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, torch_op, t: _Torch) -> Callable:
-    """A function with torch's signature for `op` that runs a built kernel."""
-    from .templates.base import Operands
+def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, pitch: int | None, torch_op,
+                 t: _Torch) -> Callable:
+    """A function with torch's signature for `op` that runs a built kernel into an output
+    with the row pitch its template asked for (`pitch`; None: contiguous)."""
+    from .templates.base import Operands, out_allocator
 
     torch = t.torch
-    empty = torch.empty
     grad_enabled = torch.is_grad_enabled
-    shape = problem.out_shape()
+    empty_out = out_allocator(problem.out_shape(), pitch)  # (dtype, device) -> an output
     copy_a, copy_b, bias_row = how.copy_a, how.copy_b, how.bias_row
     on_cuda = problem.device == "cuda"
     current_device = torch.cuda.current_device if on_cuda else None
@@ -407,7 +423,7 @@ def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, torch_op, t
             b = b.contiguous()
         if bias_row:
             bias = bias[0]
-        out = empty(shape, dtype=a.dtype, device=a.device)
+        out = empty_out(a.dtype, a.device)
         ops = Operands(a, b, out, bias)
         if on_cuda and a.device.index != current_device():
             with device_guard(a.device):  # Triton launches on the current device

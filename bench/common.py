@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autotune_cli.bench.timing import CudaTimer
@@ -14,6 +15,7 @@ from autotune_cli.bench.verify import check, make_operands, reference
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import get_template
+from autotune_cli.templates.base import empty_out
 from autotune_cli.tuner import timing_policy_for
 
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
@@ -49,25 +51,33 @@ class SideBySide:
         return lambda ops: torch.bmm(ops.a, ops.b, out=ops.out)
 
     def runnable(self, problem, winner: dict, kernel_dir: str):
-        return get_template(winner["uid"]).build(problem, winner["params"], kernel_dir)
+        """The winner's kernel, carrying the output row pitch its template asks for
+        (`out_pitch`), as the tuner timed it."""
+        template = get_template(winner["uid"])
+        run = template.build(problem, winner["params"], kernel_dir)
+        run.out_pitch = template.out_pitch(problem, winner["params"])
+        return run
 
     def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 3):
         """Median over `rounds` interleaved passes (A, B, C, A, B, C, ...) of each runnable's
-        median time, so slow drift of clocks hits all alike. Also verifies each."""
+        median time, so slow drift of clocks hits all alike. Also verifies each. Each runs
+        into an output with its `out_pitch` (contiguous where it has none)."""
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
+        own = [replace(ops, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
+               for run in runs]
         verdicts = []
-        for run in runs:
-            ops.out.fill_(float("nan"))
-            run(ops)
+        for run, run_ops in zip(runs, own):
+            run_ops.out.fill_(float("nan"))
+            run(run_ops)
             self.torch.cuda.synchronize()
-            verdicts.append(check(problem, ops.out, ref))
+            verdicts.append(check(problem, run_ops.out, ref))
         del ref
         policy = self.policy(problem)
         samples = [[] for _ in runs]
         for _ in range(rounds):
             for i, run in enumerate(runs):
-                samples[i].append(self.timer.measure(run, ops, policy).median_ms)
+                samples[i].append(self.timer.measure(run, own[i], policy).median_ms)
         return [sorted(s)[len(s) // 2] for s in samples], verdicts
 
     def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):

@@ -10,7 +10,7 @@ for n in (50257, 4112, 3000):
                 {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}):
         try:
             params = t.full_params(p, cfg); run = t.build(p, params, kd)
-            ops = make_operands(p, 0, "cuda"); ref = reference(p, ops); run(ops); torch.cuda.synchronize()
+            ops = make_operands(p, 0, "cuda", t.out_pitch(p, params)); ref = reference(p, ops); run(ops); torch.cuda.synchronize()
             print(n, cfg["BLOCK_N"], "ok", check(p, ops.out, ref).ok, flush=True)
         except Exception as e:
             print(n, cfg["BLOCK_N"], "FAIL", str(e).splitlines()[:2], flush=True); raise SystemExit

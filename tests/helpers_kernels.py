@@ -29,12 +29,15 @@ class KernelRun:
 
 
 def run_kernel(problem, template, config, tmp_path, seed=1, calls=1) -> KernelRun:
-    """Build once; then `calls` times: fresh operands (seeds seed, seed+1, ...), output
-    poisoned with NaN, run, check against float64, and check against the product of a
-    different seed's operands too (which a meaningful check must reject)."""
-    result = KernelRun(run=template.build(problem, template.full_params(problem, config), str(tmp_path)))
+    """Build once; then `calls` times: fresh operands (seeds seed, seed+1, ...), the output
+    made with the template's row pitch (`out_pitch`) as the worker makes it and poisoned with
+    NaN, run, check against float64, and check against the product of a different seed's
+    operands too (which a meaningful check must reject)."""
+    params = template.full_params(problem, config)
+    pitch = template.out_pitch(problem, params)
+    result = KernelRun(run=template.build(problem, params, str(tmp_path)))
     for call in range(calls):
-        ops = make_operands(problem, seed=seed + call, device="cpu")
+        ops = make_operands(problem, seed=seed + call, device="cpu", pitch=pitch)
         ref = reference(problem, ops)
         poison(ops)
         result.run(ops)

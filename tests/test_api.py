@@ -269,3 +269,33 @@ def test_a_dispatcher_reads_its_own_cache_dir(cli, cache_dir, tmp_path):
     assert elsewhere.dispatch_info(a, a).fallback
     elsewhere.reset()
     assert elsewhere.dispatch_info(a, a).uid == "aten::mm"
+
+
+# -- outputs with padded rows ------------------------------------------------------------------
+
+def test_alignment_winners_return_outputs_with_padded_rows(cli, cache_dir, space):
+    """N = 50 fp16: rows of 100 bytes. The winners return what they were timed on, a [M, N]
+    view of rows padded to 16 elements (triton::mm_padded: what Triton specializes) or to 16
+    bytes (aten::mm_aligned, as Inductor's max-autotune returns it); values as torch.mm's."""
+    padded = tune(cli, "--m", 32, "--n", 50, "--k", 40, "--templates", "triton::mm_padded", "--space", space)
+    aligned = tune(cli, "--m", 32, "--n", 50, "--k", 40, "--bias", "--templates", "aten::mm_aligned")
+    assert padded["winner"]["uid"] == "triton::mm_padded" and aligned["winner"]["uid"] == "aten::mm_aligned"
+
+    a, b = operand(32, 40, torch.float16), operand(40, 50, torch.float16, seed=1)
+    bias = operand(1, 50, torch.float16, seed=2)[0]
+    expected = (a.double() @ b.double()).float()
+    with torch_forbidden("mm", "addmm", "matmul"), NoWarnings():
+        assert autotune_cli.dispatch_info(a, b).uid == "triton::mm_padded"
+        out = autotune_cli.mm(a, b)
+        again = autotune_cli.mm(a, b)
+    assert out.shape == (32, 50) and out.stride() == (64, 1) and not out.is_contiguous()
+    assert again.data_ptr() != out.data_ptr()  # a fresh output each call
+    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=2e-2)
+    assert torch.equal(again, out)
+
+    with NoWarnings():
+        info = autotune_cli.dispatch_info(a, b, bias=bias)
+        out_add = autotune_cli.addmm(bias, a, b)
+    assert (info.uid, info.key, info.fallback) == ("aten::mm_aligned", aligned["key"], False)
+    assert out_add.shape == (32, 50) and out_add.stride() == (56, 1)
+    torch.testing.assert_close(out_add.float(), expected + bias.float(), rtol=1e-2, atol=2e-2)

@@ -189,3 +189,90 @@ def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
     poison(wide)
     run(wide)
     assert check(problem, wide.out, ref).ok
+
+
+@pytest.mark.parametrize("uid,config", [
+    ("triton::mm_padded", CONFIG),
+    ("aten::mm_aligned", {"ZERO_PAD": 0}),
+    ("aten::mm_aligned", {"ZERO_PAD": 1}),
+])
+@pytest.mark.parametrize("case", [
+    dict(m=32, n=45, k=40, dtype="float16"),
+    dict(m=32, n=50, k=40, dtype="float32", bias="n"),
+    dict(m=24, n=45, k=40, dtype="bfloat16", bias="mn", layout="nt"),
+], ids=["fp16", "fp32-bias", "bf16-biasmn-nt"])
+def test_misaligned_n_is_written_in_place_into_padded_rows(uid, config, case, tmp_path):
+    """Where N's rows are off, the alignment templates ask for an output whose rows are
+    padded (as Inductor's max-autotune returns it) and write it where it lies: the stride is
+    the pitch, the storage is the one handed in, no copy of the output is made."""
+    import torch
+
+    from autotune_cli.bench.verify import check, make_operands, poison, reference
+
+    problem = make_problem(device="cpu", **case)
+    template = get_template(uid)
+    params = template.full_params(problem, config)
+    pitch = template.out_pitch(problem, params)
+    step = 16 if uid.startswith("triton") else 16 // problem.dtype_size  # elements or bytes
+    assert pitch == -(-problem.n // step) * step and pitch > problem.n
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=2, device="cpu", pitch=pitch)
+    ref = reference(problem, ops)
+    rows = ops.out.as_strided((problem.m, pitch), (pitch, 1))  # the storage, padding included
+    rows.fill_(float("nan"))
+    poison(ops)
+    where = ops.out.data_ptr()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        run(ops)
+    assert ops.out.stride() == (pitch, 1) and ops.out.data_ptr() == where
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
+    assert torch.equal(rows[:, :problem.n], ops.out)  # written in place, not replaced
+    # no pass copies an [M, N] result into the output (addmm's bias goes in first, by torch)
+    shape = [problem.m, problem.n]
+    copies = [e for e in prof.events() if e.name in ("aten::copy_", "aten::add")
+              and e.input_shapes and list(e.input_shapes[0]) == shape
+              and not (problem.op == "addmm" and e.name == "aten::copy_")]
+    assert not copies, [(e.name, e.input_shapes) for e in copies]
+    if uid == "triton::mm_padded":
+        # the stores cover whole padded rows: the padding holds B's zero columns' products
+        assert torch.equal(rows[:, problem.n:], torch.zeros_like(rows[:, problem.n:]))
+
+
+def test_mm_padded_into_a_contiguous_output_stops_at_n(tmp_path):
+    """An output without the padded pitch (one a caller made) is written up to N only: stores
+    over the padded width would spill into the next row."""
+    import torch
+
+    from autotune_cli.bench.verify import check, make_operands, poison, reference
+
+    problem = make_problem(m=32, n=45, k=40, dtype="float16", device="cpu")
+    template = get_template("triton::mm_padded")
+    run = template.build(problem, template.full_params(problem, CONFIG), str(tmp_path))
+    ops = make_operands(problem, seed=2, device="cpu")
+    assert ops.out.is_contiguous()
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    assert check(problem, ops.out, ref).ok
+    assert torch.isfinite(ops.out).all()
+
+
+def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
+    """triton::mm asks for no pitch: handed a view of wider rows it leaves the padding alone."""
+    import torch
+
+    from autotune_cli.bench.verify import check, make_operands, poison, reference
+
+    problem = make_problem(m=32, n=45, k=40, dtype="float16", device="cpu")
+    template = get_template("triton::mm")
+    params = template.full_params(problem, CONFIG)
+    assert template.out_pitch(problem, params) is None
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=2, device="cpu", pitch=48)
+    rows = ops.out.as_strided((32, 48), (48, 1))
+    rows.fill_(float("nan"))
+    ref = reference(problem, ops)
+    run(ops)
+    assert check(problem, ops.out, ref).ok
+    assert torch.isnan(rows[:, 45:]).all()

@@ -59,12 +59,16 @@ def _operand_bytes(ops) -> int:
 
 
 def _clone_operands(ops):
-    from ..templates.base import Operands
+    """A copy of the operands with the same strides: clone keeps those of a dense tensor
+    (A, B and the bias, row- or column-major), but makes a view of padded rows (an output
+    with a template's `out_pitch`) contiguous, so the output is made with its pitch."""
+    from ..templates.base import Operands, empty_out_like
 
     def clone(tensor):
-        return None if tensor is None else tensor.clone()  # clone keeps the strides
+        return None if tensor is None else tensor.clone()
 
-    return Operands(a=clone(ops.a), b=clone(ops.b), out=clone(ops.out), bias=clone(ops.bias))
+    return Operands(a=clone(ops.a), b=clone(ops.b), out=empty_out_like(ops.out).copy_(ops.out),
+                    bias=clone(ops.bias))
 
 
 class CudaTimer:

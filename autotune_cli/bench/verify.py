@@ -1,5 +1,9 @@
 """Inputs and verification: fresh random operands (never zeros), a reference in higher
-precision, and a dtype-aware check. Imports torch; runs inside a worker."""
+precision, and a dtype-aware check. Imports torch; runs inside a worker.
+
+The output is made by `templates.base.empty_out` with the row pitch a template asks for:
+a [M, N] view of padded rows where the pitch is larger than N. NaN fills and the check read
+the [M, N] view, the values a kernel owes; its padding is never read."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..problem import GemmProblem
-from ..templates.base import Operands, torch_dtype
+from ..templates.base import Operands, empty_out, torch_dtype
 
 # Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
 NORM_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2, "float32": 1e-4, "tf32": 3e-3}
@@ -25,7 +29,9 @@ def _operand(shape: tuple[int, ...], transposed: bool, dtype, device: str, gener
     return torch.randn(shape, generator=generator, dtype=torch.float32, device=device).to(dtype)
 
 
-def make_operands(problem: GemmProblem, seed: int, device: str) -> Operands:
+def make_operands(problem: GemmProblem, seed: int, device: str, pitch: int | None = None) -> Operands:
+    """Random A, B (and bias) for `problem`, and an uninitialised output whose rows are
+    `pitch` elements apart (None: contiguous)."""
     import torch
 
     generator = torch.Generator(device=device)
@@ -36,13 +42,12 @@ def make_operands(problem: GemmProblem, seed: int, device: str) -> Operands:
     bias = None
     if problem.op == "addmm":
         bias = torch.randn(problem.bias_shape(), generator=generator, device=device).to(dtype)
-    out = torch.empty(problem.out_shape(), dtype=dtype, device=device)
-    return Operands(a=a, b=b, out=out, bias=bias)
+    return Operands(a=a, b=b, out=empty_out(problem, pitch, dtype, device), bias=bias)
 
 
-def empty_operands(problem: GemmProblem, device: str) -> Operands:
-    """Operands of the right shapes, strides and dtype, with no kernel run to fill them:
-    enough to compile a kernel for them."""
+def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) -> Operands:
+    """Operands of the right shapes, strides and dtype (the output's rows `pitch` apart), with
+    no kernel run to fill them: enough to compile a kernel for them."""
     import torch
 
     dtype = torch_dtype(problem.dtype)
@@ -56,7 +61,7 @@ def empty_operands(problem: GemmProblem, device: str) -> Operands:
     bias = torch.empty(problem.bias_shape(), dtype=dtype, device=device) if problem.op == "addmm" else None
     return Operands(a=operand(problem.a_shape(), problem.a_transposed),
                     b=operand(problem.b_shape(), problem.b_transposed),
-                    out=torch.empty(problem.out_shape(), dtype=dtype, device=device), bias=bias)
+                    out=empty_out(problem, pitch, dtype, device), bias=bias)
 
 
 def reference(problem: GemmProblem, ops: Operands):
@@ -71,7 +76,8 @@ def reference(problem: GemmProblem, ops: Operands):
 
 
 def poison(ops: Operands) -> None:
-    """Fill the output with NaN so that an element the kernel never writes is caught."""
+    """Fill the output with NaN so that an element the kernel never writes is caught (the
+    [M, N] view: a padded row's padding is the kernel's to use, never checked)."""
     ops.out.fill_(float("nan"))
 
 

@@ -93,6 +93,7 @@ class _Inputs:
     key: tuple[Any, int]  # (the problem, the seed)
     ops: Any  # Operands, as made
     ref: Any
+    outs: dict[int | None, Any]  # an output per row pitch asked for (None: contiguous)
 
 
 class CandidateRunner:
@@ -101,7 +102,10 @@ class CandidateRunner:
     The random inputs and the reference are made once per (problem, seed) and kept for the
     next candidates (one problem's at a time: about 12 ms and a float64 matmul saved per
     candidate of a 4096^3 problem on an H200); before each candidate the output is filled
-    with NaN again. A faulty kernel may write out of bounds into the kept A, B or bias, so:
+    with NaN again. Each candidate gets its output with the row pitch its template asks for
+    (`Template.out_pitch`), made at the first ask and kept with the inputs: a kernel is timed
+    on the strides it will run with. A faulty kernel may write out of bounds into the kept A,
+    B or bias, so:
     - the reference was computed from the inputs as they were made, and a candidate is
       checked against it; corrupted inputs can therefore make a correct kernel fail the
       check, never make a wrong one pass (it would have to produce the product of inputs
@@ -146,21 +150,27 @@ class CandidateRunner:
         """Forget the kept inputs (their memory goes back once nothing else holds them)."""
         self._inputs = None
 
-    def inputs(self, problem, seed: int):
+    def inputs(self, problem, seed: int, pitch: int | None = None):
         """(operands with the output NaN-filled, float64 reference, whether they were kept
         from an earlier candidate). The inputs are made anew when the problem or the seed
-        differs from the kept ones, the old ones dropped first."""
+        differs from the kept ones, the old ones dropped first. The output has rows `pitch`
+        elements apart (None: contiguous), one kept per pitch."""
         from ..bench.verify import make_operands, poison, reference
+        from ..templates.base import empty_out
 
         key = (problem, seed)
         kept = self._inputs
         reused = kept is not None and kept.key == key
         if not reused:
             kept = self._inputs = None  # the old problem's tensors go before the new are made
-            made = make_operands(problem, seed, self.device)
-            kept = self._inputs = _Inputs(key=key, ops=made, ref=reference(problem, made))
+            made = make_operands(problem, seed, self.device, pitch)
+            kept = self._inputs = _Inputs(key=key, ops=made, ref=reference(problem, made),
+                                          outs={pitch: made.out})
             del made
-        ops = replace(kept.ops)  # its own Operands around the kept tensors
+        out = kept.outs.get(pitch)
+        if out is None:
+            out = kept.outs[pitch] = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
+        ops = replace(kept.ops, out=out)  # its own Operands around the kept tensors
         poison(ops)
         return ops, kept.ref, reused
 
@@ -188,6 +198,7 @@ class CandidateRunner:
         problem = GemmProblem.from_dict(task["problem"])
         template = get_template(task["uid"])
         params = template.full_params(problem, task["config"])
+        pitch = template.out_pitch(problem, params)
 
         def result(status: str, **fields) -> dict[str, Any]:
             return Candidate(uid=template.uid, params=params, status=status, **fields).to_dict()
@@ -209,7 +220,7 @@ class CandidateRunner:
 
         def prepare():
             try:
-                made = self.inputs(problem, task["seed"])
+                made = self.inputs(problem, task["seed"], pitch)
                 self.sync()
                 return made, None
             except Exception as exc:  # the inputs did not fit, or the device failed
@@ -283,7 +294,11 @@ class CandidateRunner:
             params = template.full_params(problem, task["config"])
             runnable = template.build(problem, params, task["kernel_dir"])
             warmup = getattr(runnable, "warmup", None)
-            compiled = warmup(empty_operands(problem, self.device)) if warmup is not None else None
+            compiled = None
+            if warmup is not None:  # the output has the pitch the timed run gives it: its
+                # stride is specialized on, so another would compile another binary
+                pitch = template.out_pitch(problem, params)
+                compiled = warmup(empty_operands(problem, self.device, pitch))
         except Exception as exc:
             return {"ok": False, "error": _short(exc)}, False
         for kernel in compiled or ():

@@ -3,13 +3,17 @@
 cuBLAS picks its fast kernels only when every matrix's leading dimension (the stride
 between rows as stored) is a multiple of 16 bytes. With K = 777 in fp16 (A row-major) or
 N = 50257 (B and the output), it falls back to slow unaligned kernels: torch.mm on
-1000x3000x777 fp16 runs at ~80 TFLOP/s on an H200. This template copies each operand
+1000x3000x777 fp16 runs at ~80 TFLOP/s on an H200. This template copies each input operand
 whose leading dimension is off into a buffer whose leading dimension is rounded up to 16
-bytes, runs cuBLAS there, and copies the output back if its rows are off too. Two configs:
+bytes and runs cuBLAS there. The output is not copied: where its rows are off, the template
+asks for it with rows padded to 16 bytes (`out_pitch`: a [M, N] view of [M, Np] storage, as
+Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary of 50257) and cuBLAS
+writes into it directly. Two configs:
 
   ZERO_PAD=0  only the leading dimensions grow; cuBLAS sees the true M, N, K;
   ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
-              extra rows and columns of the output are dropped): every size aligned.
+              extra columns of the output land in its row padding, extra rows in a
+              buffer copied out): every size aligned.
 
 The copies are part of every call, so they are timed with it; whether it pays is for the
 benchmark to say. Offered only where some leading dimension is misaligned.
@@ -56,6 +60,13 @@ class AtenAlignedTemplate(Template):
             raise ValueError(f"{self.uid}: ZERO_PAD must be 0 or 1, got {config.get('ZERO_PAD')!r}")
         return {"ZERO_PAD": zero_pad}
 
+    def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
+        """N rounded up to 16 bytes where the output's rows are off (see the module)."""
+        if "n" not in misaligned_dims(problem):
+            return None
+        step = ALIGN_BYTES // problem.dtype_size
+        return -(-problem.n // step) * step
+
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
         import torch
 
@@ -79,15 +90,23 @@ class AtenAlignedTemplate(Template):
         def needs_copy(dims: tuple[str, str], leading: str) -> bool:
             return leading in padded or (zero_pad and bool(padded & set(dims)))
 
-        a_view = b_view = c_view = None
+        a_view = b_view = None
         if needs_copy(("m", "k"), "m" if problem.a_transposed else "k"):
             a_view = buffer("m", "k", problem.a_transposed)
         if needs_copy(("k", "n"), "k" if problem.b_transposed else "n"):
             b_view = buffer("k", "n", problem.b_transposed)
-        if needs_copy(("m", "n"), "n"):
-            c_view = buffer("m", "n", False)
         addmm = problem.op == "addmm"
         allow_tf32 = problem.allow_tf32
+        pitch = self.out_pitch(problem, params)
+        grown = (used["m"], used["n"]) != (m, n)  # cuBLAS's output is larger than [M, N]
+        scratch: list = []  # a buffer for cuBLAS's output, made on the first call that needs it
+
+        def padded_rows(out):
+            """Where ZERO_PAD's wider output goes without a copy: the padded rows of an output
+            made with `pitch` (the padding is the output's own), or None (then a buffer)."""
+            if used["m"] == m and out.stride() == (pitch, 1):
+                return out.as_strided((m, used["n"]), (pitch, 1))
+            return None
 
         def run(ops: Operands) -> None:
             if device == "cuda":
@@ -99,12 +118,21 @@ class AtenAlignedTemplate(Template):
             if b_view is not None:
                 b_view[:k, :n].copy_(b)
                 b = b_view
-            if c_view is None:
+            if not grown:  # straight into the output: with its padded pitch, aligned rows
                 if addmm:
                     torch.addmm(ops.bias, a, b, out=ops.out)
                 else:
                     torch.mm(a, b, out=ops.out)
                 return
+            wide = padded_rows(ops.out)
+            if wide is not None:
+                torch.mm(a, b, out=wide)
+                if addmm:
+                    ops.out.add_(ops.bias)
+                return
+            if not scratch:  # extra rows (M padded), or an output without the padded pitch
+                scratch.append(buffer("m", "n", False))
+            c_view = scratch[0]
             torch.mm(a, b, out=c_view)
             if addmm:  # the copy out and the bias in one pass
                 torch.add(c_view[:m, :n], ops.bias, out=ops.out)

@@ -1,7 +1,8 @@
 """What a template is: data (uid, ops it serves, source hash) plus render and build.
 
 A template never runs anything at import: `build` is called inside a worker process and
-imports torch (and triton) there. `Operands` is what a built kernel receives.
+imports torch (and triton) there. `Operands` is what a built kernel receives; its output is
+made by `empty_out`, with the row pitch the template asks for (`Template.out_pitch`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,47 @@ class Operands:
 
 
 Runnable = Callable[[Operands], None]
+
+
+def empty_out(problem: GemmProblem, pitch: int | None, dtype, device):
+    """An uninitialised output for `problem` whose rows are `pitch` elements apart: a
+    logical [M, N] ([B, M, N] for bmm) view of [M, pitch] ([B, M, pitch]) storage, so every
+    row, the last included, owns `pitch` elements (a kernel may write the padding). None (or
+    N) is the usual contiguous output. Every output made for a kernel comes from here (the
+    worker, the compile pool, the timing copies through `empty_out_like`, the Python API
+    through `out_allocator`), so a kernel always sees the strides it was timed with."""
+    return out_allocator(problem.out_shape(), pitch)(dtype, device)
+
+
+def empty_out_like(out):
+    """A fresh output with the shape, dtype, device and row pitch of `out` (one made by
+    `empty_out`): `torch.clone` of a view with padded rows gives a contiguous tensor, and so
+    the kernel other strides than the ones it was timed with."""
+    import torch
+
+    if out.stride(-1) == 1 and out.stride(-2) > out.shape[-1]:
+        return out_allocator(tuple(out.shape), out.stride(-2))(out.dtype, out.device)
+    return torch.empty_like(out)  # dense: the same strides
+
+
+def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, Any], Any]:
+    """`empty_out` worked out once for an output shape and pitch: a function (dtype, device)
+    -> output, for a caller that makes one per call (the Python API: a slice per call would
+    cost microseconds)."""
+    import torch
+
+    empty = torch.empty
+    cols = shape[-1]
+    if pitch is None or pitch == cols:
+        return lambda dtype, device: empty(shape, dtype=dtype, device=device)
+    if pitch < cols:
+        raise ValueError(f"an output pitch of {pitch} is narrower than its {cols} columns")
+    strides = [1, pitch]
+    for size in reversed(shape[1:-1]):
+        strides.append(strides[-1] * size)
+    strides = tuple(reversed(strides))
+    elements = strides[0] * shape[0]  # the last row's padding included
+    return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
 
 
 def torch_dtype(name: str):
@@ -62,6 +104,16 @@ class Template(ABC):
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         """Every argument the kernel takes: the tuned config plus values fixed by the problem."""
         return dict(config)
+
+    def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
+        """The row pitch (elements from one output row to the next) this kernel wants its
+        output made with, or None for the usual contiguous [M, N]. A pitch larger than N
+        gives a view of padded rows (see `empty_out`), as Inductor's max-autotune returns
+        when N's rows are misaligned (stride [50264, 1] for a vocabulary of 50257): the rows
+        then start on 16-byte boundaries and the stores can be wide. Every output the
+        harness, the compile pool and the Python API make for this kernel has this pitch,
+        so the kernel is timed, compiled and run with the same strides."""
+        return None
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str | None:
         """Source code of the kernel for these params, where the template has any."""

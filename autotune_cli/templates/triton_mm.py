@@ -29,9 +29,12 @@ class TritonMMTemplate(TritonTemplate):
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm")
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
-              load_n: int | None = None) -> Runnable:
+              load_n: int | None = None, store_pitch: int | None = None) -> Runnable:
         """`load_n`: the width B's columns wrap at (N_LOAD), N unless B is copied into wider
-        rows (triton::mm_padded)."""
+        rows (triton::mm_padded). `store_pitch`: the padded row pitch the output is made with
+        (`out_pitch`, triton::mm_padded); an output that has it is written over whole rows
+        (N_STORE, at most `load_n`), its padding included, so that the stores can be vectorized.
+        Any other output (one a caller made contiguous) is written up to N only."""
         source = self.render(problem, params)
         kernel = load_kernel(source, kernel_dir)
         num_warps = params["num_warps"]
@@ -39,6 +42,9 @@ class TritonMMTemplate(TritonTemplate):
         bm, bn = params["BLOCK_M"], params["BLOCK_N"]
         m, n, k = problem.m, problem.n, problem.k
         n_load = n if load_n is None else load_n
+        if store_pitch is not None and not n < store_pitch <= n_load:
+            raise ValueError(f"{self.uid}: an output pitch of {store_pitch} must lie past N ({n}) "
+                             f"and within the width B's columns wrap at ({n_load})")
         grid = (((m + bm - 1) // bm) * ((n + bn - 1) // bn), problem.b if problem.op == "bmm" else 1)
         batched = problem.op == "bmm"
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
@@ -51,7 +57,8 @@ class TritonMMTemplate(TritonTemplate):
             else:
                 a_args, b_args, c_args = (0, *sa), (0, *sb), (0, *sc)
             bias, bias_args = bias_arguments(ops, bias_strides_n)
-            return (a, b, c, bias, m, n, k, n_load, *a_args, *b_args, *c_args, *bias_args)
+            n_store = store_pitch if sc[-2] == store_pitch and sc[-1] == 1 else n
+            return (a, b, c, bias, m, n, k, n_load, n_store, *a_args, *b_args, *c_args, *bias_args)
 
         def run(ops: Operands) -> None:
             kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)

@@ -7,10 +7,19 @@ B's are. A is copied into an [M, Kp] buffer and B into one whose rows are Kp lon
 apart (Kp, Np rounded up to 16 elements), the K padding zero so
 the product is unchanged; the kernel then loads aligned tiles (EVEN_K possible; B's columns
 wrap at the padded width, whose extra columns are zero, so its vectors stay aligned: wrapped at
-N they were misaligned, an H200 "misaligned address" on a vocabulary of 50257) and writes the
-output in place with masked stores. The copies cost a pass over the operands: whether
-that pays is for the benchmark to say, as for every candidate (copies included in its time).
-Offered only where it can help: K or N not a multiple of 16.
+N they were misaligned, an H200 "misaligned address" on a vocabulary of 50257).
+
+The output is the other half, and the larger one (lm_head 2048x50257x768: 206 MB written,
+77 MB read): with N off, its rows are asked padded to Np too (`out_pitch`), the output a
+[M, N] view of [M, Np] storage, as Inductor's max-autotune returns it (there stride [50264, 1]).
+The row stride is then a multiple of 16 (Triton specializes on it), and the kernel's stores
+cover whole padded rows (its N_STORE = Np: the padding columns get B's zero columns'
+products), so the mask is uniform over 16-element runs and the stores can be vectorized;
+into a contiguous output they were single elements. No copy of the output is made.
+
+The copies of A and B cost a pass over the operands: whether that pays is for the benchmark
+to say, as for every candidate (copies included in its time). Offered only where it can
+help: K or N not a multiple of 16.
 """
 
 from __future__ import annotations
@@ -30,6 +39,11 @@ def padded_k(problem: GemmProblem) -> int:
     return -(-problem.k // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
 
 
+def padded_n(problem: GemmProblem) -> int:
+    """The row pitch of the copy of B, and of the output where N is off."""
+    return -(-problem.n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+
+
 class TritonMMPaddedTemplate(TritonMMTemplate):
     def __init__(self) -> None:
         super().__init__("triton::mm_padded", ("mm", "addmm"))
@@ -40,6 +54,10 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         return super().full_params(replace(problem, k=padded_k(problem)), config)
 
+    def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
+        """N rounded up to 16 elements where N is not a multiple of 16 (see the module)."""
+        return padded_n(problem) if problem.n % ALIGN_ELEMENTS else None
+
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return super().render(replace(problem, k=padded_k(problem), layout="nn"), params)
 
@@ -47,10 +65,12 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         import torch
 
         kp = padded_k(problem)
-        n_lead = -(-problem.n // ALIGN_ELEMENTS) * ALIGN_ELEMENTS  # B's row pitch
-        # B's columns wrap at its padded width (zeros past N): wrapped vectors stay aligned.
+        n_lead = padded_n(problem)  # B's row pitch
+        # B's columns wrap at its padded width (zeros past N): wrapped vectors stay aligned;
+        # an output made with the padded pitch is written over whole rows.
         inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir,
-                              load_n=n_lead if n_lead != problem.n else None)
+                              load_n=n_lead if n_lead != problem.n else None,
+                              store_pitch=self.out_pitch(problem, params))
         dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
         k, n = problem.k, problem.n
