@@ -269,13 +269,17 @@ def model(
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
-    early = None
-    if not plan_only:
-        # The workers start now, while the model is read and the devices probed.
-        from .scale import EarlyStart
+    bring_up = None
+    if settings.executor == "local" and not plan_only:
+        # The GPUs are probed and the workers started while the model is read.
+        from .scale import BringUp
 
-        early = EarlyStart.begin(settings)
-    devices = None
+        if scaled:
+            from .scale import make_scaled_tuner
+
+            bring_up = BringUp(lambda: make_scaled_tuner(settings))
+        else:
+            bring_up = BringUp(lambda: Tuner(settings))
     try:
         found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                            allow_tf32=allow_tf32)
@@ -283,22 +287,16 @@ def model(
         if not plan_only:
             # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
             # here, before the plan is shown, so that the error is the only line on stderr.
-            from .fingerprint import probe_device
             from .plugins import load_plugins
             from .templates import templates_for
 
             load_plugins(settings.plugins)
             templates_for(found[0].problem, settings.templates)
-            if settings.executor == "local":  # Ray's actors probe their own devices
-                probe_device(dev)
-                if scaled:  # --gpus N: that many visible
-                    from .scale import local_devices
-
-                    devices = local_devices(settings)
+            ready = bring_up.result() if bring_up is not None else None  # raises what the probe raised
             clock.mark("devices")
     except BaseException:
-        if early is not None:
-            early.close()
+        if bring_up is not None:
+            bring_up.discard()
         raise
     shares = plan_flops_share(found)
     plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
@@ -337,14 +335,17 @@ def model(
         if scaled:
             from .scale import make_scaled_tuner
 
-            with make_scaled_tuner(settings, progress, devices=devices, early=early) as tuner:
+            if ready is not None:
+                ready.set_listener(progress)
+            with ready if ready is not None else make_scaled_tuner(settings, progress) as tuner:  # Ray: built here
                 results = tuner.tune_all([item.problem for item in found])
                 clock.mark("tuned")
             for item, planned, result in zip(found, plan, results):
                 add_row(item, planned, result.outcome, result.slot, result.device, result.host,
                         result.error, result.span)
         else:
-            with Tuner(settings, progress, executor_factory=early.executor_for if early else None) as tuner:
+            with ready as tuner:
+                tuner.set_listener(progress)
                 for item, planned in zip(found, plan):
                     began = time.perf_counter()
                     outcome = tuner.tune(item.problem)
@@ -352,8 +353,6 @@ def model(
                 clock.mark("tuned")
     finally:
         progress.close()
-        if early is not None:  # workers no tuner took (all cache hits, say); the rest are closed
-            early.close()
     clock.mark("closed")
     for row in rows:
         if row.get("error"):

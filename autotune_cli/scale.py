@@ -168,20 +168,12 @@ class MultiDeviceTuner:
 
     def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
                  devices: Sequence[DeviceInfo] | None = None,
-                 executor_factory: Callable[[DeviceInfo, TuneSettings], Any] | None = None,
-                 early: EarlyStart | None = None) -> None:
-        """`early`: workers started before the devices were probed (`EarlyStart`): its
-        executors and pools become this tuner's."""
+                 executor_factory: Callable[[DeviceInfo, TuneSettings], Any] | None = None) -> None:
         self.settings = settings
         self.listener = LockedListener(listener or TuneListener())
         self.devices = list(devices) if devices is not None else local_devices(settings)
         n = len(self.devices)
-        if early is not None:
-            early.adopt(self.devices)
-            self.pools = early.pools
-            executor_factory = early.executor_for
-        else:
-            self.pools = shared_compile_pools(settings, self.devices) if executor_factory is None else {}
+        self.pools = shared_compile_pools(settings, self.devices) if executor_factory is None else {}
 
         def local_executor(device: DeviceInfo, device_settings: TuneSettings) -> LocalExecutor:
             return LocalExecutor(device, device_settings, compile_pool=self.pools.get(device.name))
@@ -272,6 +264,15 @@ class MultiDeviceTuner:
                 finish(result)
         return results
 
+    def start(self) -> None:
+        """Start every device's worker processes and the compile pools now."""
+        for tuner in self.tuners:
+            tuner.start()
+
+    def set_listener(self, listener: TuneListener) -> None:
+        """Report to `listener` from now on (the devices' tuners share the locked wrapper)."""
+        self.listener.inner = listener
+
     def close(self) -> None:
         """Close every device's workers and the compile pools at once: each process takes a
         moment to tear CUDA down."""
@@ -289,78 +290,45 @@ class MultiDeviceTuner:
         self.close()
 
 
-class EarlyStart:
-    """The worker processes of a local run, started as the command begins, before the model
-    is read and before the devices are probed: forking from the forkserver waits for its
-    imports (torch, triton: seconds), then each process brings CUDA up, and none of that needs
-    to know more than the device type and its index. A timing worker reads its GPU's L2 size
-    itself; the executors take the probed devices in `executor_for`. All devices share one
-    compile pool here; should the probe find GPUs of different models, `adopt` gives each
-    model a pool of its own (their binaries differ). Process starts run on a thread, which
-    mostly waits on the forkserver. `close` stops whatever was started."""
+class BringUp:
+    """A tuner built, and its worker processes started, on a thread of its own while the
+    caller reads the model: probing the GPUs (CUDA in this process) and starting the
+    workers (torch, triton and CUDA in theirs) take seconds that need not wait for the
+    model. `result()` hands the tuner over (or raises what building it raised);
+    `discard()` closes whatever was built."""
 
-    def __init__(self, settings: TuneSettings, count: int) -> None:
-        self.settings = settings
-        provisional = [DeviceInfo(device_type=settings.device, name="", index=i) for i in range(count)]
-        self.pools = shared_compile_pools(settings, provisional) if count > 1 else {}
-        self.executors = [LocalExecutor(d, slot_settings(settings, d, count), compile_pool=self.pools.get(""))
-                          for d in provisional]
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, daemon=True, name="autotune-early-start")
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._tuner: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True, name="autotune-bring-up")
         self._thread.start()
 
-    @classmethod
-    def begin(cls, settings: TuneSettings) -> "EarlyStart | None":
-        """Start the workers now where the count is known without probing (`--gpus N`, or one
-        device); `--gpus all` waits for the probe."""
-        if settings.executor != "local" or settings.gpus == 0:
-            return None
-        return cls(settings, settings.gpus or 1)
-
-    def _start(self) -> None:
+    def _run(self, make: Callable[[], Any]) -> None:
         try:
-            for executor in self.executors:
-                executor.start()
-        except BaseException as exc:  # noqa: BLE001 - the run starts them again, or reports it
-            self.error = exc
+            self._tuner = make()
+            self._tuner.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
 
-    def adopt(self, devices: Sequence[DeviceInfo]) -> None:
-        """Take the probed devices (the same indices, in order): GPUs of different models get
-        a compile pool each."""
+    def result(self) -> Any:
         self._thread.join()
-        for executor, device in zip(self.executors, devices):
-            executor.device = device
-        names = {d.name for d in devices}
-        if self.pools and len(names) > 1:
-            for pool in self.pools.values():
-                pool.close()
-            self.pools = shared_compile_pools(self.settings, devices)
-            for executor, device in zip(self.executors, devices):
-                executor.compile_pool = self.pools.get(device.name)
+        if self._error is not None:
+            self.discard()
+            raise self._error
+        return self._tuner
 
-    def executor_for(self, device: DeviceInfo, settings: TuneSettings) -> LocalExecutor:
-        """A Tuner's executor factory: the started executor of `device`'s index."""
+    def discard(self) -> None:
         self._thread.join()
-        executor = self.executors[device.index]
-        executor.device = device
-        return executor
-
-    def close(self) -> None:
-        self._thread.join()
-        closers = [threading.Thread(target=c, daemon=True)
-                   for c in [e.close for e in self.executors] + [p.close for p in self.pools.values()]]
-        for thread in closers:
-            thread.start()
-        for thread in closers:
-            thread.join()
+        tuner, self._tuner = self._tuner, None
+        if tuner is not None:
+            tuner.close()
 
 
-def make_scaled_tuner(settings: TuneSettings, listener: TuneListener | None = None,
-                      devices: Sequence[DeviceInfo] | None = None, early: EarlyStart | None = None):
+def make_scaled_tuner(settings: TuneSettings, listener: TuneListener | None = None):
     """The tuner for `settings.executor` and `settings.gpus`: both have `tune_all(problems)`
     and `close()`. Ray is imported only here, and only for the Ray executor."""
     if settings.executor == "ray":
         from .scale_ray import RayTuner
 
         return RayTuner(settings, listener)
-    return MultiDeviceTuner(settings, listener, devices=devices, early=early)
+    return MultiDeviceTuner(settings, listener)

@@ -276,6 +276,10 @@ class Tuner:
         if start_workers is not None:
             start_workers()
 
+    def set_listener(self, listener: TuneListener) -> None:
+        """Report to `listener` from now on (a tuner built before its listener was)."""
+        self.listener = listener
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.close()

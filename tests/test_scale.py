@@ -24,7 +24,7 @@ from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.scale import EarlyStart, MultiDeviceTuner, parse_gpus  # noqa: E402
+from autotune_cli.scale import MultiDeviceTuner, parse_gpus  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 
 
@@ -135,51 +135,6 @@ def test_devices_of_one_model_share_one_compile_pool(tmp_path):
     other = [replace(cpu, name="cpu-A", index=0), replace(cpu, name="cpu-B", index=1)]
     with MultiDeviceTuner(settings, devices=other) as tuner:
         assert len(tuner.pools) == 2
-
-
-def test_workers_started_early_serve_the_probed_devices(tmp_path):
-    """EarlyStart starts two devices' workers and one shared pool before any probe; the
-    tuner adopts them (the same processes tune), and a probe that finds devices of two
-    models gives each model a pool of its own."""
-    cpu = probe_device("cpu")
-    settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=2, gpus=2,
-                            templates=("triton::mm",))
-    early = EarlyStart.begin(settings)
-    assert early is not None and len(early.executors) == 2 and list(early.pools) == [""]
-    same = [replace(cpu, index=0), replace(cpu, index=1)]
-    probs = [make_problem(m=32, n=n, k=32, device="cpu", dtype="float16") for n in (32, 48)]
-    with MultiDeviceTuner(settings, devices=same, early=early) as tuner:
-        (pool,) = tuner.pools.values()
-        assert [t.executor for t in tuner.tuners] == early.executors
-        assert all(t.executor.device == d for t, d in zip(tuner.tuners, same))
-        started = [w.process.pid for e in early.executors for w in e.timers if w.process]
-        assert len(started) == 2  # --workers 2 split over two groups, started before the tuner existed
-        results = tuner.tune_all(probs)
-    assert all(r.ok for r in results) and pool.compiled >= 1
-    assert all(not w.process for e in early.executors for w in e.timers)  # closed with the tuner
-    early.close()  # again: nothing left to do
-
-    early = EarlyStart.begin(settings)
-    first = early.pools[""]
-    other = [replace(cpu, name="cpu-A", index=0), replace(cpu, name="cpu-B", index=1)]
-    early.adopt(other)
-    assert first.closed and set(early.pools) == {"cpu-A", "cpu-B"}
-    assert [e.compile_pool for e in early.executors] == [early.pools["cpu-A"], early.pools["cpu-B"]]
-    early.close()
-    assert all(not w.process for e in early.executors for w in e.timers)
-
-
-def test_early_workers_are_closed_when_every_problem_is_cached(cli, cache_dir, four_layers):
-    """A second run finds everything cached: the workers started early are closed all the
-    same (none left behind), and nothing is tuned again."""
-    import multiprocessing
-
-    args = ["model", str(four_layers), "--device", "cpu", "--templates", "aten", "--workers", "1", "--json"]
-    assert cli(*args)[0] == 0
-    code, out, err = cli(*args)
-    assert code == 0, err
-    assert all(row["from_cache"] for row in json.loads(out)["problems"])
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("autotune-")]
 
 
 class LostDevice:

@@ -139,8 +139,6 @@ class CandidateRunner:
         if self._timer is None:
             from ..bench import timing
 
-            if self.device_type == "cuda" and not self.l2_bytes:  # started before the probe
-                self.l2_bytes = int(self.torch.cuda.get_device_properties(0).L2_cache_size)
             self._timer = timing.CudaTimer(self.l2_bytes) if self.device_type == "cuda" else timing.time_cpu
         return self._timer
 
