@@ -269,35 +269,24 @@ def model(
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
-    bring_up = None
-    if settings.executor == "local" and not plan_only:
-        # The GPUs are probed and the workers started while the model is read.
-        from .scale import BringUp
+    found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                       allow_tf32=allow_tf32)
+    clock.mark("found")
+    if not plan_only:
+        # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
+        # here, before the plan is shown, so that the error is the only line on stderr.
+        from .fingerprint import probe_device
+        from .plugins import load_plugins
+        from .templates import templates_for
 
-        if scaled:
-            from .scale import make_scaled_tuner
+        load_plugins(settings.plugins)
+        templates_for(found[0].problem, settings.templates)
+        if settings.executor == "local":  # Ray's actors probe their own devices
+            probe_device(dev)
+            if scaled:  # --gpus N: that many visible
+                from .scale import local_devices
 
-            bring_up = BringUp(lambda: make_scaled_tuner(settings))
-        else:
-            bring_up = BringUp(lambda: Tuner(settings))
-    try:
-        found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                           allow_tf32=allow_tf32)
-        clock.mark("found")
-        if not plan_only:
-            # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
-            # here, before the plan is shown, so that the error is the only line on stderr.
-            from .plugins import load_plugins
-            from .templates import templates_for
-
-            load_plugins(settings.plugins)
-            templates_for(found[0].problem, settings.templates)
-            ready = bring_up.result() if bring_up is not None else None  # raises what the probe raised
-            clock.mark("devices")
-    except BaseException:
-        if bring_up is not None:
-            bring_up.discard()
-        raise
+                local_devices(settings)
     shares = plan_flops_share(found)
     plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
@@ -335,17 +324,16 @@ def model(
         if scaled:
             from .scale import make_scaled_tuner
 
-            if ready is not None:
-                ready.set_listener(progress)
-            with ready if ready is not None else make_scaled_tuner(settings, progress) as tuner:  # Ray: built here
+            with make_scaled_tuner(settings, progress) as tuner:
+                clock.mark("devices")
                 results = tuner.tune_all([item.problem for item in found])
                 clock.mark("tuned")
             for item, planned, result in zip(found, plan, results):
                 add_row(item, planned, result.outcome, result.slot, result.device, result.host,
                         result.error, result.span)
         else:
-            with ready as tuner:
-                tuner.set_listener(progress)
+            with Tuner(settings, progress) as tuner:
+                clock.mark("devices")
                 for item, planned in zip(found, plan):
                     began = time.perf_counter()
                     outcome = tuner.tune(item.problem)

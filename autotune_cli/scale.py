@@ -264,15 +264,6 @@ class MultiDeviceTuner:
                 finish(result)
         return results
 
-    def start(self) -> None:
-        """Start every device's worker processes and the compile pools now."""
-        for tuner in self.tuners:
-            tuner.start()
-
-    def set_listener(self, listener: TuneListener) -> None:
-        """Report to `listener` from now on (the devices' tuners share the locked wrapper)."""
-        self.listener.inner = listener
-
     def close(self) -> None:
         """Close every device's workers and the compile pools at once: each process takes a
         moment to tear CUDA down."""
@@ -288,40 +279,6 @@ class MultiDeviceTuner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class BringUp:
-    """A tuner built, and its worker processes started, on a thread of its own while the
-    caller reads the model: probing the GPUs (CUDA in this process) and starting the
-    workers (torch, triton and CUDA in theirs) take seconds that need not wait for the
-    model. `result()` hands the tuner over (or raises what building it raised);
-    `discard()` closes whatever was built."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._tuner: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True, name="autotune-bring-up")
-        self._thread.start()
-
-    def _run(self, make: Callable[[], Any]) -> None:
-        try:
-            self._tuner = make()
-            self._tuner.start()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
-            self._error = exc
-
-    def result(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            self.discard()
-            raise self._error
-        return self._tuner
-
-    def discard(self) -> None:
-        self._thread.join()
-        tuner, self._tuner = self._tuner, None
-        if tuner is not None:
-            tuner.close()
 
 
 def make_scaled_tuner(settings: TuneSettings, listener: TuneListener | None = None):

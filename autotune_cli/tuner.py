@@ -205,7 +205,9 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
-        self.start()  # processes import torch while we do the rest (no-op when they are up)
+        start_workers = getattr(self.executor, "start", None)
+        if start_workers is not None:  # processes import torch while we do the rest
+            start_workers()
         choice_set = get_choices(problem, self.device, self.settings)
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
@@ -268,17 +270,6 @@ class Tuner:
             "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tune_seconds": round(seconds, 3),
         }
-
-    def start(self) -> None:
-        """Start the executor's worker processes now (they import torch and triton, and
-        bring CUDA up, while the caller does something else)."""
-        start_workers = getattr(self.executor, "start", None)
-        if start_workers is not None:
-            start_workers()
-
-    def set_listener(self, listener: TuneListener) -> None:
-        """Report to `listener` from now on (a tuner built before its listener was)."""
-        self.listener = listener
 
     def close(self) -> None:
         if self._executor is not None:

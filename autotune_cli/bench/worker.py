@@ -74,18 +74,6 @@ def _prepare_compiler() -> None:
         pass
 
 
-def _warm_triton(torch) -> None:
-    """Launch a trivial Triton kernel in a GPU timing process as it starts (see
-    bench/warmup_kernel.py). Best effort: a Triton that cannot launch here shows up, with its
-    reason, on the first Triton candidate instead."""
-    try:
-        from .warmup_kernel import warm_up
-
-        warm_up(torch)
-    except Exception:
-        pass
-
-
 @dataclass
 class _Inputs:
     """One problem's random inputs and their float64 reference, kept between candidates."""
@@ -317,8 +305,6 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         runner = CandidateRunner(device_type, l2_bytes)
         if role == "measure":
             runner.timer  # noqa: B018  (CUDA comes up now, while the caller builds its choices)
-            if device_type == "cuda":
-                _warm_triton(runner.torch)
         elif device_type == "cuda":
             _prepare_compiler()
     except BaseException as exc:
