@@ -124,15 +124,13 @@ def test_a_tune_of_misaligned_n_verifies_the_alignment_templates(tmp_path):
     space.write_text(json.dumps([{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
                                   "num_stages": 2, "num_warps": 4}]))
     settings = TuneSettings(device="cpu", cache_dir=tmp_path / "cache", workers=1, compile_workers=1,
-                            templates=("triton::mm_padded", "triton::mm_padded_out", "aten::mm_aligned"),
-                            space_file=str(space))
+                            templates=("triton::mm_padded", "aten::mm_aligned"), space_file=str(space))
     problem = make_problem(m=32, n=45, k=40, dtype="float16", bias="n", device="cpu")
     pitches = {uid: get_template(uid).out_pitch(problem, {}) for uid in settings.templates}
-    assert pitches == {"triton::mm_padded": 48, "triton::mm_padded_out": 48, "aten::mm_aligned": 48}
+    assert pitches == {"triton::mm_padded": 48, "aten::mm_aligned": 48}
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
     candidates = outcome.entry["candidates"]
-    assert sorted(c["uid"] for c in candidates) == ["aten::mm_aligned", "aten::mm_aligned", "triton::mm_padded",
-                                                    "triton::mm_padded_out"]
+    assert sorted(c["uid"] for c in candidates) == ["aten::mm_aligned", "aten::mm_aligned", "triton::mm_padded"]
     assert all(c["status"] == "ok" for c in candidates), candidates
     assert outcome.winner is not None

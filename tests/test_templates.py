@@ -193,7 +193,6 @@ def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
 
 @pytest.mark.parametrize("uid,config", [
     ("triton::mm_padded", CONFIG),
-    ("triton::mm_padded_out", CONFIG),
     ("aten::mm_aligned", {"ZERO_PAD": 0}),
     ("aten::mm_aligned", {"ZERO_PAD": 1}),
 ])

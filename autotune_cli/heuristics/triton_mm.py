@@ -55,7 +55,6 @@ class TritonSpace(Heuristic):
 @register_heuristic("triton::mm", "cuda")
 @register_heuristic("triton::bmm", "cuda")
 @register_heuristic("triton::mm_padded", "cuda")
-@register_heuristic("triton::mm_padded_out", "cuda")
 class TritonMMCuda(TritonSpace):
     shipped = "triton_mm_cuda"
 
@@ -63,7 +62,6 @@ class TritonMMCuda(TritonSpace):
 @register_heuristic("triton::mm", "cpu")
 @register_heuristic("triton::bmm", "cpu")
 @register_heuristic("triton::mm_padded", "cpu")
-@register_heuristic("triton::mm_padded_out", "cpu")
 class TritonMMCpu(TritonSpace):
     """Under the interpreter a config costs seconds: a few small tiles."""
 

@@ -32,10 +32,8 @@ class TritonMMTemplate(TritonTemplate):
               load_n: int | None = None, store_pitch: int | None = None) -> Runnable:
         """`load_n`: the width B's columns wrap at (N_LOAD), N unless B is copied into wider
         rows (triton::mm_padded). `store_pitch`: the padded row pitch the output is made with
-        (`out_pitch`, triton::mm_padded and triton::mm_padded_out); an output that has it is
-        written over whole rows (N_STORE), its padding included, so that the stores can be
-        vectorized: zeros where B's columns wrap at a zero-padded width (`load_n`), wrapped
-        products where B is read in place (padding either way, never part of the result).
+        (`out_pitch`, triton::mm_padded); an output that has it is written over whole rows
+        (N_STORE, at most `load_n`), its padding included, so that the stores can be vectorized.
         Any other output (one a caller made contiguous) is written up to N only."""
         source = self.render(problem, params)
         kernel = load_kernel(source, kernel_dir)
@@ -44,8 +42,9 @@ class TritonMMTemplate(TritonTemplate):
         bm, bn = params["BLOCK_M"], params["BLOCK_N"]
         m, n, k = problem.m, problem.n, problem.k
         n_load = n if load_n is None else load_n
-        if store_pitch is not None and not n < store_pitch:
-            raise ValueError(f"{self.uid}: an output pitch of {store_pitch} must lie past N ({n})")
+        if store_pitch is not None and not n < store_pitch <= n_load:
+            raise ValueError(f"{self.uid}: an output pitch of {store_pitch} must lie past N ({n}) "
+                             f"and within the width B's columns wrap at ({n_load})")
         grid = (((m + bm - 1) // bm) * ((n + bn - 1) // bn), problem.b if problem.op == "bmm" else 1)
         batched = problem.op == "bmm"
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"

@@ -99,26 +99,4 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         return run
 
 
-class TritonMMPaddedOutTemplate(TritonMMTemplate):
-    """triton::mm_padded_out: triton::mm with the operands read where they are and only the
-    output's rows padded (to 16 elements). Where the output is what costs (lm_head: a 206 MB
-    output of 2048 x 50257 against 77 MB of B), B's copy in triton::mm_padded is a pass that
-    gains nothing: B's tiles are reused from shared memory, the output is written once. Its
-    stores are vectorized as in triton::mm_padded; the columns of the padding hold wrapped
-    products (B's columns wrap at N), which are not part of the result."""
-
-    def __init__(self) -> None:
-        super().__init__("triton::mm_padded_out", ("mm", "addmm"))
-
-    def supports(self, problem: GemmProblem) -> bool:
-        return problem.op in self.ops and problem.n % ALIGN_ELEMENTS != 0
-
-    def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
-        return padded_n(problem)
-
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        return super().build(problem, params, kernel_dir, store_pitch=padded_n(problem))
-
-
 register_template(TritonMMPaddedTemplate())
-register_template(TritonMMPaddedOutTemplate())
