@@ -1,0 +1,52 @@
+"""Where lm_head's time goes (2048x50257x768 fp16, vocabulary 50257): B's copy into rows
+padded to 16 bytes, cuBLAS on the padded operands into an output with padded rows, and the
+same pieces Inductor's generated code uses (run bench/inductor_mm.py with
+TORCH_LOGS=output_code beside this to read its code). CUDA events, medians of 50 runs.
+
+PYTHONPATH=. python3 bench/lm_head_probe.py
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+M, N, K, NP = 2048, 50257, 768, 50264
+
+
+def median_ms(fn, runs: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    b_rows = torch.zeros(K, NP, device="cuda", dtype=torch.float16)
+    out = torch.empty(M, NP, device="cuda", dtype=torch.float16)
+    b_view, out_view = b_rows[:, :N], out[:, :N]
+    rows = {
+        "torch.mm(a, b) contiguous out": lambda: torch.mm(a, b),
+        "copy B into padded rows": lambda: b_view.copy_(b),
+        "F.pad(B, (0, 7))": lambda: F.pad(b, (0, NP - N)),
+        "mm padded B -> padded-row out [:, :N]": lambda: torch.mm(a, b_view, out=out_view),
+        "mm padded B full width -> [M, NP]": lambda: torch.mm(a, b_rows, out=out),
+        "copy + mm (aten::mm_aligned ZERO_PAD=0)": lambda: (b_view.copy_(b), torch.mm(a, b_view, out=out_view)),
+        "copy + mm full width (ZERO_PAD=1)": lambda: (b_view.copy_(b), torch.mm(a, b_rows, out=out)),
+    }
+    for name, fn in rows.items():
+        print(f"{name:45s} {median_ms(fn):.4f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
