@@ -276,3 +276,30 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
     run(ops)
     assert check(problem, ops.out, ref).ok
     assert torch.isnan(rows[:, 45:]).all()
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "columns"])
+def test_copy_rows_fills_the_rows_and_leaves_the_padding(transposed):
+    """The alignment templates' GPU copy (templates/row_copy.py), run by the interpreter: an
+    operand with an odd row pitch lands in storage with padded rows (or, transposed, padded
+    columns), every element in place, the padding untouched (still zero)."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_rows
+
+    torch.manual_seed(3)
+    rows, cols, pitch = 5, 1100, 1104  # two blocks of columns per row, the second masked
+    src = torch.randn(rows, cols, dtype=torch.float16)
+    if transposed:  # [rows, cols] views whose columns are contiguous, `pitch` apart in dst
+        src = torch.randn(cols, rows, dtype=torch.float16).t()
+        storage = torch.zeros(cols, pitch, dtype=torch.float16)
+        dst = storage[:, :rows].t()
+    else:
+        storage = torch.zeros(rows, pitch, dtype=torch.float16)
+        dst = storage[:, :cols]
+    copy_rows(dst, src)
+    assert torch.equal(dst, src)
+    padding = storage[:, rows:] if transposed else storage[:, cols:]
+    assert torch.count_nonzero(padding) == 0
+    with pytest.raises(ValueError):
+        copy_rows(dst, src[:, :-1])

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template, torch_dtype
+from .base import Operands, Runnable, Template, operand_copier, torch_dtype
 from .registry import register_template
 
 ALIGN_BYTES = 16
@@ -108,15 +108,17 @@ class AtenAlignedTemplate(Template):
                 return out.as_strided((m, used["n"]), (pitch, 1))
             return None
 
+        copy = operand_copier(device)
+
         def run(ops: Operands) -> None:
             if device == "cuda":
                 torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             a, b = ops.a, ops.b
             if a_view is not None:
-                a_view[:m, :k].copy_(a)  # the padding stays zero: it is never written
+                copy(a_view[:m, :k], a)  # the padding stays zero: it is never written
                 a = a_view
             if b_view is not None:
-                b_view[:k, :n].copy_(b)
+                copy(b_view[:k, :n], b)
                 b = b_view
             if not grown:  # straight into the output: with its padded pitch, aligned rows
                 if addmm:

@@ -69,6 +69,17 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
 
 
+def operand_copier(device: str) -> Callable[[Any, Any], None]:
+    """How the alignment templates copy an operand into padded storage, `copy(dst, src)`: on
+    CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a view with another row
+    pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
+    if device == "cuda":
+        from .row_copy import copy_rows
+
+        return copy_rows
+    return lambda dst, src: dst.copy_(src)
+
+
 def torch_dtype(name: str):
     """The torch dtype a problem's dtype name stands for (imports torch: call in `build`)."""
     import torch

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, torch_dtype
+from .base import Operands, Runnable, operand_copier, torch_dtype
 from .registry import register_template
 from .triton_mm import TritonMMTemplate
 
@@ -78,13 +78,15 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=device)[:, :n]
                  if (kp != k or n_lead != n) else None)
 
+        copy = operand_copier(device)
+
         def padded(ops: Operands) -> Operands:
             a, b = ops.a, ops.b
             if a_pad is not None:
-                a_pad[:, :k].copy_(a)  # the padding stays zero: it is never written
+                copy(a_pad[:, :k], a)  # the padding stays zero: it is never written
                 a = a_pad
             if b_pad is not None:
-                b_pad[:k, :].copy_(b)
+                copy(b_pad[:k, :], b)
                 b = b_pad
             return Operands(a=a, b=b, out=ops.out, bias=ops.bias)
 

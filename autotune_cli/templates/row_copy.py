@@ -1,0 +1,44 @@
+"""Copying an operand into storage whose rows are padded, on the GPU, with one Triton kernel.
+
+The alignment templates (aten::mm_aligned, triton::mm_padded) copy an operand whose row
+pitch is off (B of lm_head: 768 rows of 50257 fp16) into zeroed storage with aligned rows.
+torch's `copy_` into such a view takes its strided element-wise path: 0.100 ms for that
+77 MB B on an H200 (bench/lm_head_probe.py), a third of the whole product, where Inductor's
+generated pad kernel (a Triton pointwise kernel, as here) leaves the product at 0.304 ms in
+all. Here each program copies one block of one row; loads and stores are masked at the
+row's true length, so the padding is never written (it stays as zeroed at build).
+
+Imported only in `build` on CUDA: it imports triton.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@triton.jit
+def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < cols
+    values = tl.load(src + row * src_row + offs * src_col, mask=mask)
+    tl.store(dst + row * dst_row + offs * dst_col, values, mask=mask)
+
+
+def copy_rows(dst, src) -> None:
+    """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
+    program per row and block of columns, rows being dst's contiguous dimension where it has
+    one (a transposed view is walked along its columns)."""
+    if dst.shape != src.shape or dst.dim() != 2:
+        raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
+    if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
+        dst, src = dst.t(), src.t()
+    rows, cols = dst.shape
+    if rows == 0 or cols == 0:
+        return
+    grid = (rows, triton.cdiv(cols, BLOCK))
+    _copy_rows[grid](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
+                     BLOCK=BLOCK, num_warps=4)
