@@ -8,8 +8,15 @@ PYTHONPATH=. python3 bench/lm_head_probe.py
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
 
 M, N, K, NP = 2048, 50257, 768, 50264
 
@@ -39,10 +46,12 @@ def main() -> None:
         "torch.mm(a, b) contiguous out": lambda: torch.mm(a, b),
         "copy B into padded rows": lambda: b_view.copy_(b),
         "F.pad(B, (0, 7))": lambda: F.pad(b, (0, NP - N)),
+        "row_copy.copy_rows B into padded rows": lambda: copy_rows(b_view, b),
         "mm padded B -> padded-row out [:, :N]": lambda: torch.mm(a, b_view, out=out_view),
         "mm padded B full width -> [M, NP]": lambda: torch.mm(a, b_rows, out=out),
         "copy + mm (aten::mm_aligned ZERO_PAD=0)": lambda: (b_view.copy_(b), torch.mm(a, b_view, out=out_view)),
         "copy + mm full width (ZERO_PAD=1)": lambda: (b_view.copy_(b), torch.mm(a, b_rows, out=out)),
+        "copy_rows + mm full width": lambda: (copy_rows(b_view, b), torch.mm(a, b_rows, out=out)),
     }
     for name, fn in rows.items():
         print(f"{name:45s} {median_ms(fn):.4f} ms", flush=True)
