@@ -42,6 +42,8 @@ def main() -> None:
     b_rows = torch.zeros(K, NP, device="cuda", dtype=torch.float16)
     out = torch.empty(M, NP, device="cuda", dtype=torch.float16)
     b_view, out_view = b_rows[:, :N], out[:, :N]
+    b_rows16 = torch.zeros(K, 50272, device="cuda", dtype=torch.float16)  # rows a multiple of 16 apart
+    b16_view, b16_used = b_rows16[:, :N], b_rows16[:, :NP]
     rows = {
         "torch.mm(a, b) contiguous out": lambda: torch.mm(a, b),
         "copy B into padded rows": lambda: b_view.copy_(b),
@@ -52,6 +54,8 @@ def main() -> None:
         "copy + mm (aten::mm_aligned ZERO_PAD=0)": lambda: (b_view.copy_(b), torch.mm(a, b_view, out=out_view)),
         "copy + mm full width (ZERO_PAD=1)": lambda: (b_view.copy_(b), torch.mm(a, b_rows, out=out)),
         "copy_rows + mm full width": lambda: (copy_rows(b_view, b), torch.mm(a, b_rows, out=out)),
+        "copy_rows into rows 50272 apart": lambda: copy_rows(b16_view, b),
+        "copy_rows (50272 apart) + mm on [:, :NP]": lambda: (copy_rows(b16_view, b), torch.mm(a, b16_used, out=out)),
     }
     for name, fn in rows.items():
         print(f"{name:45s} {median_ms(fn):.4f} ms", flush=True)
