@@ -29,7 +29,6 @@ from .base import Operands, Runnable, Template, operand_copier, torch_dtype
 from .registry import register_template
 
 ALIGN_BYTES = 16
-PITCH_ELEMENTS = 16  # operand buffers' row pitch: a multiple of this many elements
 
 
 def misaligned_dims(problem: GemmProblem) -> set[str]:
@@ -82,17 +81,11 @@ class AtenAlignedTemplate(Template):
         lead = {d: (-(-v // step) * step if d in padded else v) for d, v in (("m", m), ("n", n), ("k", k))}
         used = lead if zero_pad else {"m": m, "n": n, "k": k}  # the sizes cuBLAS is given
 
-        def pitch_of(dim: str) -> int:
-            """An operand buffer's row pitch: its padded extent rounded up to 16 elements, what
-            Triton's divisibility specialisation sees, so that the row copy's stores into it
-            are vectorized (Inductor's pad of lm_head's B: rows 50304 apart)."""
-            return -(-lead[dim] // PITCH_ELEMENTS) * PITCH_ELEMENTS
-
         def buffer(rows: str, cols: str, transposed: bool):
             """A logical [rows, cols] view of zeroed storage whose leading dimension is padded."""
             if transposed:  # stored [cols, rows], rows contiguous
-                return torch.zeros(used[cols], pitch_of(rows), dtype=dtype, device=device).t()[:used[rows], :]
-            return torch.zeros(used[rows], pitch_of(cols), dtype=dtype, device=device)[:, :used[cols]]
+                return torch.zeros(used[cols], lead[rows], dtype=dtype, device=device).t()[:used[rows], :]
+            return torch.zeros(used[rows], lead[cols], dtype=dtype, device=device)[:, :used[cols]]
 
         def needs_copy(dims: tuple[str, str], leading: str) -> bool:
             return leading in padded or (zero_pad and bool(padded & set(dims)))
