@@ -341,12 +341,19 @@ class Dispatcher:
         torch = self._torch().torch
         # what a template builds on the GPU (aligned copies of operands) goes on the tensors' GPU
         on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        kernel_dir = str(Path(self.cache_dir) / "kernels")
+
+        def build():
+            with on_device:
+                return template.build(problem, params, kernel_dir)
+
         try:
             pitch = template.out_pitch(problem, params)
-            with on_device:
-                kernel = template.build(problem, params, str(Path(self.cache_dir) / "kernels"))
+            kernel = build()
         except Exception as exc:  # a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
+        if template.keeps_buffers:
+            kernel = _per_thread(kernel, build)
         return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch()), info
 
 
@@ -400,6 +407,22 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
         allow_tf32=bool(tf32) and dtype == "float32" and device == "cuda",
     )
     return problem, _Adapt(copy_a, copy_b, bias_row)
+
+
+def _per_thread(first: Callable, build: Callable[[], Callable]) -> Callable:
+    """A kernel that keeps buffers (`Template.keeps_buffers`), built once per calling thread:
+    two threads would otherwise write one padded copy of their operands at once. (Calls on
+    one thread are ordered, on the GPU too as long as they stay on one stream.)"""
+    local = threading.local()
+    local.kernel = first  # the planning thread's
+
+    def run(ops) -> None:
+        kernel = getattr(local, "kernel", None)
+        if kernel is None:
+            kernel = local.kernel = build()
+        kernel(ops)
+
+    return run
 
 
 def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, pitch: int | None, torch_op,

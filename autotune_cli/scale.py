@@ -21,6 +21,7 @@ goes on. The run ends with every problem tuned or reported failed.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -144,10 +145,11 @@ def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> Tun
 def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) -> dict[str, CompilePool]:
     """One compile pool per GPU model among `devices`, shared by the devices of that model:
     a kernel that several devices need is compiled once. Its size: `--compile-workers` if
-    given, else one device's usual pool: on the 2-GPU H200 host a pool of 16 finished the
-    first problem's 50 kernels no sooner than one of 8 (both at 5.9 s) and came up 1.8 s
-    later (18 processes bringing CUDA up at once). GPUs of different models never share one
-    (their binaries differ)."""
+    given, else one device's usual pool per two GPUs, as far as half the host's cores go: on
+    the 2-GPU H200 host a pool of 16 finished the first problem's 50 kernels no sooner than
+    one of 8 (both at 5.9 s) and came up 1.8 s later (18 processes bringing CUDA up at once).
+    (Beyond two GPUs this is a guess, not a measurement.) GPUs of different models never
+    share one (their binaries differ)."""
     pools: dict[str, CompilePool] = {}
     by_name: dict[str, list[DeviceInfo]] = {}
     for device in devices:
@@ -155,7 +157,8 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
     for name, group in by_name.items():
         count = settings.compile_workers
         if count is None:
-            count = default_compile_workers(group[0])
+            per_device = default_compile_workers(group[0])
+            count = min(per_device * max(1, len(group) // 2), max(per_device, (os.cpu_count() or 2) // 2))
         if count:
             ctx = worker_context(settings.start_method, group[0].device_type)
             pools[name] = CompilePool(ctx, group, count, tuple(settings.plugins), settings.timeout_s,

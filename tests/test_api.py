@@ -299,3 +299,31 @@ def test_alignment_winners_return_outputs_with_padded_rows(cli, cache_dir, space
     assert (info.uid, info.key, info.fallback) == ("aten::mm_aligned", aligned["key"], False)
     assert out_add.shape == (32, 50) and out_add.stride() == (56, 1)
     torch.testing.assert_close(out_add.float(), expected + bias.float(), rtol=1e-2, atol=2e-2)
+
+
+def test_threads_calling_one_alignment_winner_get_their_own_buffers(cli, cache_dir):
+    """aten::mm_aligned copies misaligned operands into padded buffers built with the kernel:
+    two threads calling the same problem at once each get a kernel (and buffers) of their
+    own, so neither overwrites the other's operands (one shared kernel gave wrong products
+    in about half of 600 such calls)."""
+    import threading
+
+    aligned = tune(cli, "--m", 64, "--n", 50, "--k", 77, "--dtype", "float32", "--templates", "aten::mm_aligned")
+    assert aligned["winner"]["uid"] == "aten::mm_aligned"
+    pairs = [(operand(64, 77, torch.float32, seed=s), operand(77, 50, torch.float32, seed=s + 10)) for s in (1, 2)]
+    wrong = []
+
+    def calls(a, b):
+        expected = a @ b
+        for _ in range(150):
+            if not torch.allclose(autotune_cli.mm(a, b), expected, rtol=1e-4, atol=1e-4):
+                wrong.append(1)
+
+    with NoWarnings():
+        assert autotune_cli.dispatch_info(*pairs[0]).uid == "aten::mm_aligned"
+        threads = [threading.Thread(target=calls, args=pair) for pair in pairs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not wrong, f"{len(wrong)} of 300 calls returned another thread's product"

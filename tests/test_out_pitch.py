@@ -119,7 +119,9 @@ def test_each_candidate_gets_its_pitch_and_a_kernel_that_ignores_it_is_wrong(run
 
 def test_a_tune_of_misaligned_n_verifies_the_alignment_templates(tmp_path):
     """The whole pipeline (tuner, executor, a compile pool for the Triton candidate, the
-    timing worker) on N = 45 fp16: every candidate runs into its padded output and is ok."""
+    timing worker) on N = 45 fp16: every candidate runs into its padded output and is ok.
+    (Under the interpreter the pool builds the kernel but has nothing to compile: that it
+    compiles for the pitched output is seen on the GPU, tests/test_gpu_tune.py.)"""
     space = tmp_path / "space.json"
     space.write_text(json.dumps([{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
                                   "num_stages": 2, "num_warps": 4}]))

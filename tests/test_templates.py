@@ -278,28 +278,28 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
     assert torch.isnan(rows[:, 45:]).all()
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "columns"])
-def test_copy_rows_fills_the_rows_and_leaves_the_padding(transposed):
+@pytest.mark.parametrize("src_t,dst_t", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["rows-to-rows", "columns-to-rows", "rows-to-columns", "columns-to-columns"])
+def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
     """The alignment templates' GPU copy (templates/row_copy.py), run by the interpreter: an
-    operand with an odd row pitch lands in storage with padded rows (or, transposed, padded
-    columns), every element in place, the padding untouched (still zero)."""
+    operand with an odd pitch, row- or column-major (B = W.t() is copied into row-major
+    storage by triton::mm_padded), lands in storage with padded rows or padded columns,
+    every element in place, the padding untouched (still zero)."""
     import torch
 
     from autotune_cli.templates.row_copy import copy_rows
 
     torch.manual_seed(3)
-    rows, cols, pitch = 5, 1100, 1104  # two blocks of columns per row, the second masked
-    src = torch.randn(rows, cols, dtype=torch.float16)
-    if transposed:  # [rows, cols] views whose columns are contiguous, `pitch` apart in dst
-        src = torch.randn(cols, rows, dtype=torch.float16).t()
-        storage = torch.zeros(cols, pitch, dtype=torch.float16)
-        dst = storage[:, :rows].t()
+    rows, cols, pad = 5, 1100, 4  # two blocks of columns per row, the second masked
+    src = torch.randn(cols, rows, dtype=torch.float16).t() if src_t else torch.randn(rows, cols, dtype=torch.float16)
+    if dst_t:  # [rows, cols] whose columns are contiguous, rows + pad apart
+        storage = torch.zeros(cols, rows + pad, dtype=torch.float16)
+        dst, padding = storage[:, :rows].t(), storage[:, rows:]
     else:
-        storage = torch.zeros(rows, pitch, dtype=torch.float16)
-        dst = storage[:, :cols]
+        storage = torch.zeros(rows, cols + pad, dtype=torch.float16)
+        dst, padding = storage[:, :cols], storage[:, cols:]
     copy_rows(dst, src)
     assert torch.equal(dst, src)
-    padding = storage[:, rows:] if transposed else storage[:, cols:]
     assert torch.count_nonzero(padding) == 0
     with pytest.raises(ValueError):
         copy_rows(dst, src[:, :-1])

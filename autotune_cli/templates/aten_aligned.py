@@ -43,6 +43,7 @@ def misaligned_dims(problem: GemmProblem) -> set[str]:
 
 class AtenAlignedTemplate(Template):
     backend = "aten"
+    keeps_buffers = True  # the padded copies of the operands
 
     def __init__(self) -> None:
         self.uid = "aten::mm_aligned"
@@ -97,6 +98,7 @@ class AtenAlignedTemplate(Template):
             b_view = buffer("k", "n", problem.b_transposed)
         addmm = problem.op == "addmm"
         allow_tf32 = problem.allow_tf32
+        set_tf32 = device == "cuda" and problem.dtype == "float32"
         pitch = self.out_pitch(problem, params)
         grown = (used["m"], used["n"]) != (m, n)  # cuBLAS's output is larger than [M, N]
         scratch: list = []  # a buffer for cuBLAS's output, made on the first call that needs it
@@ -111,7 +113,7 @@ class AtenAlignedTemplate(Template):
         copy = operand_copier(device)
 
         def run(ops: Operands) -> None:
-            if device == "cuda":
+            if set_tf32:  # float32 only: fp16/bf16 never read it, and the API's caller keeps theirs
                 torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             a, b = ops.a, ops.b
             if a_view is not None:

@@ -93,6 +93,10 @@ class Template(ABC):
     uid: str = ""
     ops: tuple[str, ...] = ()
     backend: str = ""  # "aten", "triton", or a plugin's own
+    # Whether a built kernel writes buffers of its own on every call (the alignment
+    # templates' padded copies of operands): two threads must not share one (the API builds
+    # one per thread).
+    keeps_buffers: bool = False
 
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops

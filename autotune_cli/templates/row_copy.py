@@ -22,7 +22,7 @@ BLOCK = 1024
 @triton.jit
 def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    offs = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # x strides: past 2**31
     mask = offs < cols
     values = tl.load(src + row * src_row + offs * src_col, mask=mask)
     tl.store(dst + row * dst_row + offs * dst_col, values, mask=mask)
