@@ -353,7 +353,9 @@ class Dispatcher:
         except Exception as exc:  # a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
         if template.keeps_buffers:
-            kernel = _per_thread(kernel, build)
+            stream_of = ((lambda: torch.cuda.current_stream(device).cuda_stream) if device.type == "cuda"
+                         else (lambda: None))
+            kernel = _per_caller(kernel, build, stream_of)
         return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch()), info
 
 
@@ -409,17 +411,23 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
     return problem, _Adapt(copy_a, copy_b, bias_row)
 
 
-def _per_thread(first: Callable, build: Callable[[], Callable]) -> Callable:
-    """A kernel that keeps buffers (`Template.keeps_buffers`), built once per calling thread:
-    two threads would otherwise write one padded copy of their operands at once. (Calls on
-    one thread are ordered, on the GPU too as long as they stay on one stream.)"""
+def _per_caller(first: Callable, build: Callable[[], Callable],
+                stream_of: Callable[[], Any] = lambda: None) -> Callable:
+    """A kernel that keeps buffers (`Template.keeps_buffers`), built once per calling thread
+    and, on the GPU, per current stream (`stream_of`): two callers would otherwise write one
+    padded copy of their operands at once. Calls from one thread on one stream are ordered,
+    on the GPU too; a kernel built for a stream fills its buffers on that stream first."""
     local = threading.local()
-    local.kernel = first  # the planning thread's
+    local.kernels = {stream_of(): first}  # the planning thread's, on its stream
 
     def run(ops) -> None:
-        kernel = getattr(local, "kernel", None)
+        kernels = getattr(local, "kernels", None)
+        if kernels is None:
+            kernels = local.kernels = {}
+        stream = stream_of()
+        kernel = kernels.get(stream)
         if kernel is None:
-            kernel = local.kernel = build()
+            kernel = kernels[stream] = build()
         kernel(ops)
 
     return run

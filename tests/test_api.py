@@ -327,3 +327,32 @@ def test_threads_calling_one_alignment_winner_get_their_own_buffers(cli, cache_d
         for thread in threads:
             thread.join()
     assert not wrong, f"{len(wrong)} of 300 calls returned another thread's product"
+
+
+def test_a_kernel_that_keeps_buffers_is_built_per_thread_and_stream():
+    """`api._per_caller`: the planning thread's kernel serves its own stream; another stream
+    of that thread, and another thread, each get a kernel built for them (once)."""
+    import threading
+
+    from autotune_cli.api import _per_caller
+
+    stream = {"now": "s0"}
+    built, calls = [], []
+
+    def build():
+        name = f"k{len(built) + 1}"
+        built.append(name)
+        return lambda ops: calls.append((name, ops))
+
+    run = _per_caller(lambda ops: calls.append(("k0", ops)), build, lambda: stream["now"])
+    run(1)
+    stream["now"] = "s1"
+    run(2)
+    run(3)
+    stream["now"] = "s0"
+    run(4)
+    other = threading.Thread(target=run, args=(5,))
+    other.start()
+    other.join()
+    assert calls == [("k0", 1), ("k1", 2), ("k1", 3), ("k0", 4), ("k2", 5)]
+    assert built == ["k1", "k2"]
