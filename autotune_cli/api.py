@@ -339,12 +339,13 @@ class Dispatcher:
                                             "only under Triton's interpreter (TRITON_INTERPRET=1)")
         params = dict(winner.get("params") or {})
         torch = self._torch().torch
-        # what a template builds on the GPU (aligned copies of operands) goes on the tensors' GPU
-        on_device = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         kernel_dir = str(Path(self.cache_dir) / "kernels")
 
         def build():
-            with on_device:
+            # what a template builds on the GPU (aligned copies of operands) goes on the
+            # tensors' GPU; a guard per build: a torch.cuda.device keeps the device it
+            # restores on itself, and the builds of several threads may overlap
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
                 return template.build(problem, params, kernel_dir)
 
         try:
@@ -411,8 +412,7 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
     return problem, _Adapt(copy_a, copy_b, bias_row)
 
 
-def _per_caller(first: Callable, build: Callable[[], Callable],
-                stream_of: Callable[[], Any] = lambda: None) -> Callable:
+def _per_caller(first: Callable, build: Callable[[], Callable], stream_of: Callable[[], Any]) -> Callable:
     """A kernel that keeps buffers (`Template.keeps_buffers`), built once per calling thread
     and, on the GPU, per current stream (`stream_of`): two callers would otherwise write one
     padded copy of their operands at once. Calls from one thread on one stream are ordered,

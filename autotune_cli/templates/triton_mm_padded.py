@@ -46,6 +46,7 @@ def padded_n(problem: GemmProblem) -> int:
 
 class TritonMMPaddedTemplate(TritonMMTemplate):
     keeps_buffers = True  # the padded copies of the operands
+
     def __init__(self) -> None:
         super().__init__("triton::mm_padded", ("mm", "addmm"))
 
