@@ -287,6 +287,7 @@ def model(
                 from .scale import local_devices
 
                 local_devices(settings)
+        clock.mark("probed")
     shares = plan_flops_share(found)
     plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),

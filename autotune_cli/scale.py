@@ -145,11 +145,11 @@ def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> Tun
 def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) -> dict[str, CompilePool]:
     """One compile pool per GPU model among `devices`, shared by the devices of that model:
     a kernel that several devices need is compiled once. Its size: `--compile-workers` if
-    given, else one device's usual pool per two GPUs, as far as half the host's cores go: on
-    the 2-GPU H200 host a pool of 16 finished the first problem's 50 kernels no sooner than
-    one of 8 (both at 5.9 s) and came up 1.8 s later (18 processes bringing CUDA up at once).
-    (Beyond two GPUs this is a guess, not a measurement.) GPUs of different models never
-    share one (their binaries differ)."""
+    given, else one device's usual pool per GPU, as far as half the host's cores go. Its
+    processes compile without bringing CUDA up (bench/offline_compile.py), so a larger pool
+    comes up as fast as a small one; when each process brought CUDA up, a pool of 16 on the
+    2-GPU H200 host came up 1.8 s later than one of 8 and finished the first problem's 50
+    kernels no sooner. GPUs of different models never share one (their binaries differ)."""
     pools: dict[str, CompilePool] = {}
     by_name: dict[str, list[DeviceInfo]] = {}
     for device in devices:
@@ -158,7 +158,7 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
         count = settings.compile_workers
         if count is None:
             per_device = default_compile_workers(group[0])
-            count = min(per_device * max(1, len(group) // 2), max(per_device, (os.cpu_count() or 2) // 2))
+            count = min(per_device * len(group), max(per_device, (os.cpu_count() or 2) // 2))
         if count:
             ctx = worker_context(settings.start_method, group[0].device_type)
             pools[name] = CompilePool(ctx, group, count, tuple(settings.plugins), settings.timeout_s,

@@ -101,6 +101,10 @@ def main() -> None:
                         help="cold: each run compiles every kernel; warm: each run starts from a copy "
                              "of one Triton cache filled by an unmeasured run first (kernels compiled "
                              "before, as after a first model), the autotune cache still empty")
+    parser.add_argument("--one-gpu-compile-workers", type=int, default=None,
+                        help="--compile-workers for the one-GPU run only (a control: the two-GPU run's "
+                             "default pool is one device's pool per GPU)")
+    parser.add_argument("--label", default="", help="appended to the JSON file's name")
     args = parser.parse_args()
 
     import torch
@@ -124,7 +128,8 @@ def main() -> None:
     for gpus in (1, 2):
         if args.triton_cache == "warm":
             shutil.copytree(work / "prewarm" / "triton", work / f"cache-{gpus}" / "triton")
-        wall, doc, stderr = tune(path, gpus, work / f"cache-{gpus}", extra)
+        own = ["--compile-workers", str(args.one_gpu_compile_workers)] if gpus == 1 and args.one_gpu_compile_workers else []
+        wall, doc, stderr = tune(path, gpus, work / f"cache-{gpus}", extra + own)
         rows = doc["problems"]
         runs[gpus] = {"wall_s": wall, "rows": rows, "failed": [r["describe"] for r in rows if not r["winner"]],
                       "per_slot": {str(s): sum(1 for r in rows if r.get("slot") == s)
@@ -160,10 +165,13 @@ def main() -> None:
               f"{wb.get('uid')} {wb.get('ms')} ms | same winner: {same}"
               + (f", time ratio {ratio:.3f}" if ratio else ""))
     speedup = runs[1]["wall_s"] / runs[2]["wall_s"]
-    print(f"[triton cache {args.triton_cache}] speed-up with two GPUs: {speedup:.2f}x ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
+    print(f"[triton cache {args.triton_cache}{' ' + args.label if args.label else ''}] speed-up with two GPUs: "
+          f"{speedup:.2f}x, two over one {1 / speedup:.2f} ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
           f"same winners {sum(c['same_winner'] for c in comparison)}/{len(comparison)}")
-    write_json(f"gpu_multi_{args.triton_cache}.json", {
+    write_json(f"gpu_multi_{args.triton_cache}{'_' + args.label if args.label else ''}.json", {
         "gpus": names, "m": args.m, "extra": extra, "triton_cache": args.triton_cache,
+        "one_gpu_compile_workers": args.one_gpu_compile_workers,
+        "offline_compile": os.environ.get("AUTOTUNE_OFFLINE_COMPILE", "1") != "0",
         "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
         "per_slot_two_gpus": runs[2]["per_slot"],
         "tune_s": {"1": runs[1]["tune_s"], "2": runs[2]["tune_s"]}, "comparison": comparison,

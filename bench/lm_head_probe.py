@@ -16,6 +16,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.templates import aten_aligned  # noqa: E402
+from autotune_cli.templates.base import Operands, empty_out  # noqa: E402
 from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
 
 M, N, K, NP = 2048, 50257, 768, 50264
@@ -57,6 +60,15 @@ def main() -> None:
         "copy_rows into rows 50272 apart": lambda: copy_rows(b16_view, b),
         "copy_rows (50272 apart) + mm on [:, :NP]": lambda: (copy_rows(b16_view, b), torch.mm(a, b16_used, out=out)),
     }
+    problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
+    template = aten_aligned.AtenAlignedTemplate()
+    for zero_pad in (0, 1):
+        params = template.full_params(problem, {"ZERO_PAD": zero_pad})
+        ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
+        for grain in (8, 16):  # the operand buffers' row pitch: 16 bytes (8 fp16) or 16 elements
+            aten_aligned.BUFFER_PITCH_ELEMENTS = grain
+            run = template.build(problem, params, "/tmp")
+            rows[f"aten::mm_aligned ZERO_PAD={zero_pad} pitch {grain} el."] = (lambda run=run, ops=ops: run(ops))
     for name, fn in rows.items():
         print(f"{name:45s} {median_ms(fn):.4f} ms", flush=True)
 

@@ -52,7 +52,7 @@ class WorkerProcess:
             process = self.ctx.Process(
                 target=worker_main,
                 args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
-                      worker_environment(self.ctx, self.device.device_type), self.role),
+                      worker_environment(self.ctx, self.device.device_type), self.role, self.device),
                 daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
             )
             self.started_at = time.monotonic()

@@ -115,6 +115,7 @@ class CandidateRunner:
         self.torch = torch
         self.device_type = device_type
         self.device = "cuda" if device_type == "cuda" else "cpu"
+        self.compile_device = self.device  # where `compile` makes operands ("meta": no CUDA)
         self.l2_bytes = l2_bytes
         self._timer = None  # made at the first timing: a compile-pool process never needs one
         self._inputs: _Inputs | None = None  # the kept inputs of the last problem, if any
@@ -286,7 +287,7 @@ class CandidateRunner:
             if warmup is not None:  # the output has the pitch the timed run gives it: its
                 # stride is specialized on, so another would compile another binary
                 pitch = template.out_pitch(problem, params)
-                compiled = warmup(empty_operands(problem, self.device, pitch))
+                compiled = warmup(empty_operands(problem, self.compile_device, pitch))
         except Exception as exc:
             return {"ok": False, "error": _short(exc)}, False
         for kernel in compiled or ():
@@ -295,8 +296,10 @@ class CandidateRunner:
 
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
-                l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure") -> None:
+                l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure",
+                device_info=None) -> None:
     _setup_environment(device_type, device_index, environ)
+    offline = None  # a compile process: why it brings CUDA up after all (None: it does not)
     try:
         from .. import templates  # noqa: F401  (registers the built-ins)
         from ..plugins import load_plugins
@@ -306,11 +309,26 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         if role == "measure":
             runner.timer  # noqa: B018  (CUDA comes up now, while the caller builds its choices)
         elif device_type == "cuda":
-            _prepare_compiler()
+            from .offline_compile import OPERAND_DEVICE, install
+
+            if os.environ.get("AUTOTUNE_OFFLINE_COMPILE", "1") == "0":
+                offline = "turned off (AUTOTUNE_OFFLINE_COMPILE=0)"
+            elif device_info is None:
+                offline = "no device description"
+            else:
+                offline = install(device_info)
+            if offline is None:
+                runner.compile_device = OPERAND_DEVICE
+            else:
+                _prepare_compiler()
     except BaseException as exc:
         conn.send({"kind": "failed", "error": _short(exc), "trace": traceback.format_exc()})
         return
-    conn.send({"kind": "ready", "pid": os.getpid()})
+    ready = {"kind": "ready", "pid": os.getpid()}
+    if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
+        ready["offline"] = offline is None
+        ready["offline_refused"] = offline
+    conn.send(ready)
     while True:
         try:
             task = conn.recv()

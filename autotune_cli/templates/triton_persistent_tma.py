@@ -202,10 +202,22 @@ class TritonPersistentTMATemplate(TritonTemplate):
         return run
 
 
+_assumed_sm_count: int | None = None  # set in a compile process that never brings CUDA up
+
+
+def assume_sm_count(count: int) -> None:
+    """Build for a GPU with `count` SMs without asking CUDA (bench/offline_compile.py: a
+    compile process knows the device from the main process's probe)."""
+    global _assumed_sm_count
+    _assumed_sm_count = count
+
+
 def device_sm_count(device_type: str) -> int:
     """Programs of the persistent grid: the current GPU's SM count, or INTERPRETER_SMS."""
     if device_type == "cpu" or interpreting():
         return INTERPRETER_SMS
+    if _assumed_sm_count is not None:
+        return _assumed_sm_count
     import torch
 
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count

@@ -1,0 +1,97 @@
+"""The compile pool compiles for a GPU without bringing CUDA up (bench/offline_compile.py).
+
+On this GPU-less machine that is the whole proof: the pool's processes build real sm_90
+binaries (Triton's bundled ptxas) for the Triton templates from the device the main process
+described, with no CUDA driver to ask. The GPU test in test_gpu_tune.py checks that a timing
+process then finds those binaries instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotune_cli.bench.compile_pool import CompilePool, compile_key
+from autotune_cli.bench.offline_compile import CompileOnlyDriver, install, target_arch
+from autotune_cli.bench.processes import worker_context
+from autotune_cli.choices import KernelTemplateChoice
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.problem import make_problem
+from autotune_cli.templates import get_template
+
+
+def _ptxas_missing() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return True
+    return not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+
+
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
+                  sm_count=132, smem_per_block=232448, l2_bytes=50 << 20)
+
+CONFIGS = {
+    "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
+    "triton::mm_persistent_tma": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                                  "num_stages": 3, "num_warps": 8, "FLATTEN": 0},
+    "triton::mm_splitk": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 4,
+                          "num_warps": 4, "SPLIT_K": 4},
+}
+
+
+def test_target_and_refusals():
+    assert target_arch("9.0") == 90 and target_arch("10.0") == 100 and target_arch("8.9") == 89
+    assert install(DeviceInfo(device_type="cpu", name="cpu")) == "not a CUDA device"
+    assert "unknown" in install(DeviceInfo(device_type="cuda", name="gpu"))  # no capability, no SMs
+
+
+def test_stand_in_answers_the_target_and_delegates_the_rest():
+    made = []
+
+    class RealDriver:
+        def __init__(self):
+            made.append(self)
+            self.launcher_cls = "the real launcher"
+
+    stand_in = CompileOnlyDriver(RealDriver, target="cuda:90")
+    assert (stand_in.get_current_target(), stand_in.get_current_device(), stand_in.get_current_stream(0)) \
+        == ("cuda:90", 0, 0)
+    assert made == []  # nothing real was made for those
+    assert stand_in.launcher_cls == "the real launcher" and len(made) == 1
+    assert stand_in.launcher_cls and len(made) == 1  # made once
+
+
+@pytest.mark.skipif(_ptxas_missing(), reason="needs Triton's NVIDIA backend (its bundled ptxas)")
+def test_pool_compiles_sm90_binaries_without_a_gpu(tmp_path, monkeypatch):
+    triton_cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))  # the processes get this environment
+    problem = make_problem(m=256, n=1024, k=4096, dtype="bfloat16", device="cuda")
+    pool = CompilePool(worker_context(None, "cuda"), [H200], 2, (), timeout_s=300, startup_timeout_s=300)
+    answers: dict[str, dict] = {}
+    done = threading.Event()
+
+    def answer(uid):
+        def callback(payload):
+            answers[uid] = payload
+            if len(answers) == len(CONFIGS):
+                done.set()
+        return callback
+
+    try:
+        for uid, config in CONFIGS.items():
+            choice = KernelTemplateChoice.make(get_template(uid), problem, config)
+            task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
+                    "seed": 0, "kernel_dir": str(tmp_path / "kernels")}
+            pool.submit(compile_key(choice), task, owner=None, callback=answer(uid))
+        assert done.wait(timeout=300), f"answers so far: {answers}"
+    finally:
+        pool.close()
+    assert all(payload["ok"] for payload in answers.values()), answers
+    cubins = sorted(p.name for p in triton_cache.rglob("*.cubin"))
+    # one binary per kernel: triton::mm, the persistent kernel, split-K's two passes
+    assert len(cubins) == 4, cubins
+    assert any(name.startswith("mm_persistent_tma") for name in cubins)
+    assert sum(name.startswith("mm_splitk") for name in cubins) == 2
