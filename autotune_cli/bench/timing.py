@@ -75,7 +75,14 @@ class CudaTimer:
     """Times a runnable on CUDA.
 
     events: CUDA events around each run, the L2 flushed (a buffer twice its size zeroed)
-    before every run; median of the runs.
+    before every run, then the GPU kept busy for about 50 µs more (`torch.cuda._sleep`)
+    before the start event; median of the runs. The wait is there so that the time between
+    the events is the GPU's: a runnable whose host side is slow to launch (a Triton launch
+    from Python is tens of µs, more with the host's cores busy compiling) would otherwise
+    leave the GPU idle after the start event and be charged for it. On the H200, with GPU tests
+    compiling beside it, lm_head's aten::mm_aligned (a Triton row copy, then cuBLAS) took
+    0.40 ms where the same two kernels launched from a bare lambda took 0.32
+    (bench/lm_head_probe.py, events without this wait).
     graph: for tiny problems, one CUDA graph holds launches over several copies of the
     operands, together larger than the L2 (so each launch finds its data cold, as a
     flush would leave it), and the graph's time over the number of launches is one
@@ -83,6 +90,7 @@ class CudaTimer:
     """
 
     MAX_COPIES = 64
+    BUSY_CYCLES = 100_000  # about 50 µs at the H200's 1.98 GHz: covers a slow host launch
 
     def __init__(self, l2_bytes: int) -> None:
         import torch
@@ -91,6 +99,7 @@ class CudaTimer:
         self.l2_bytes = max(l2_bytes, 8 << 20)
         size = max(2 * l2_bytes, 64 << 20)
         self.flush_buffer = torch.empty(size // 4, dtype=torch.int32, device="cuda")
+        self.busy = getattr(torch.cuda, "_sleep", None)  # a kernel that spins for N cycles
 
     def estimate_ms(self, fn: Callable[[], None], warmup: int) -> float:
         torch = self.torch
@@ -114,6 +123,8 @@ class CudaTimer:
         for i in range(runs):
             if policy.flush_l2:
                 self.flush_buffer.zero_()
+            if self.busy is not None:
+                self.busy(self.BUSY_CYCLES)
             starts[i].record()
             fn()
             ends[i].record()

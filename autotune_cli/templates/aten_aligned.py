@@ -29,11 +29,6 @@ from .base import Operands, Runnable, Template, operand_copier, torch_dtype
 from .registry import register_template
 
 ALIGN_BYTES = 16
-# The row pitch of the padded operand copies, in elements: a multiple of 16 elements (50272
-# for a vocabulary of 50257), not only of 16 bytes (50264). Triton specializes an integer
-# argument that is a multiple of 16, so the row copy (row_copy.py) then knows every row of
-# its destination starts 16-byte aligned and stores 16 bytes at a time.
-BUFFER_PITCH_ELEMENTS = 16
 
 
 def misaligned_dims(problem: GemmProblem) -> set[str]:
@@ -86,14 +81,12 @@ class AtenAlignedTemplate(Template):
         m, n, k = problem.m, problem.n, problem.k
         lead = {d: (-(-v // step) * step if d in padded else v) for d, v in (("m", m), ("n", n), ("k", k))}
         used = lead if zero_pad else {"m": m, "n": n, "k": k}  # the sizes cuBLAS is given
-        grain = max(step, BUFFER_PITCH_ELEMENTS)
-        pitch_of = {d: (-(-v // grain) * grain if d in padded else v) for d, v in lead.items()}
 
         def buffer(rows: str, cols: str, transposed: bool):
             """A logical [rows, cols] view of zeroed storage whose leading dimension is padded."""
             if transposed:  # stored [cols, rows], rows contiguous
-                return torch.zeros(used[cols], pitch_of[rows], dtype=dtype, device=device).t()[:used[rows], :]
-            return torch.zeros(used[rows], pitch_of[cols], dtype=dtype, device=device)[:, :used[cols]]
+                return torch.zeros(used[cols], lead[rows], dtype=dtype, device=device).t()[:used[rows], :]
+            return torch.zeros(used[rows], lead[cols], dtype=dtype, device=device)[:, :used[cols]]
 
         def needs_copy(dims: tuple[str, str], leading: str) -> bool:
             return leading in padded or (zero_pad and bool(padded & set(dims)))
