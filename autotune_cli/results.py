@@ -54,7 +54,8 @@ class Candidate:
 
 SHORT_NAMES = {
     "BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
-    "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic", "FLATTEN": "flat",
+    "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic",
+    "FUSED_REDUCE": "fused", "FLATTEN": "flat",
 }
 
 

@@ -5,7 +5,8 @@ torch.mm with the same timer (CUDA events, L2 flushed), one process, no tuner.
 For each problem, the configs are the ones the tuner would benchmark: the template's
 heuristic, then the prune pipeline (hardware, shared memory, registers) of `get_choices` on
 this device. Split-K configs are also tried with ATOMIC_ADD=1, to see whether the
-deterministic workspace reduction costs anything measurable. A config that fails to compile,
+deterministic workspace reduction costs anything measurable; the table shows split-K's best
+per reduction (ws: two launches, atomic, fused: one launch, FUSED_REDUCE=1). A config that fails to compile,
 crashes or computes a wrong result is recorded and skipped; a CUDA error that leaves the
 context unusable ends the run with what was measured so far. A time budget (default 170 s)
 keeps the whole run near three minutes: configs past it are recorded as skipped.
@@ -94,7 +95,8 @@ class Check:
         result = get_choices(problem, self.device, TuneSettings(device="cuda"), templates=[template])
         configs = [choice.config_dict for choice in result.choices]
         if uid == SPLITK:
-            configs += [{**c, "ATOMIC_ADD": 1} for c in configs[:ATOMIC_VARIANTS]]
+            two_launch = [c for c in configs if not c.get("FUSED_REDUCE")]  # atomic + fused: refused
+            configs += [{**c, "ATOMIC_ADD": 1} for c in two_launch[:ATOMIC_VARIANTS]]
         pruned = ", ".join(f"{n} by {stage}" for stage, n in result.pruned_counts().items())
         if not configs:
             why = pruned or ("split-K needs M*N <= 2^21 and K >= 1024" if uid == SPLITK
@@ -170,9 +172,15 @@ class Check:
         return entry
 
 
-def best(rows, atomic=None):
-    ok = [r for r in rows if r["status"] == "ok"
-          and (atomic is None or bool(r.get("params", {}).get("ATOMIC_ADD")) == atomic)]
+def reduction(config) -> str:
+    """Split-K's reduction: "atomic", "fused" (one launch) or "ws" (two launches)."""
+    if config.get("ATOMIC_ADD"):
+        return "atomic"
+    return "fused" if config.get("FUSED_REDUCE") else "ws"
+
+
+def best(rows, mode=None):
+    ok = [r for r in rows if r["status"] == "ok" and (mode is None or reduction(r["config"]) == mode)]
     return min(ok, key=lambda r: r["ms"]) if ok else None
 
 
@@ -186,11 +194,11 @@ def summary(entries) -> None:
             rows = result["rows"]
             variants = [(uid, None)]
             if uid == SPLITK and rows:
-                variants = [(uid + " (ws)", False), (uid + " (atomic)", True)]
-            for label, atomic in variants:
-                top = best(rows, atomic)
+                variants = [(f"{uid} ({mode})", mode) for mode in ("ws", "fused", "atomic")]
+            for label, mode in variants:
+                top = best(rows, mode)
                 tried = [r for r in rows if r["status"] != "skipped"
-                         and (atomic is None or bool(r["config"].get("ATOMIC_ADD")) == atomic)]
+                         and (mode is None or reduction(r["config"]) == mode)]
                 ok = [r for r in tried if r["status"] == "ok"]
                 counts = f"{len(ok)}/{len(tried)}"
                 if top is None:

@@ -141,6 +141,7 @@ def test_aligned_aten_template_offered_only_where_misaligned():
 @pytest.mark.parametrize("uid,config", [
     ("triton::mm", CONFIG),
     ("triton::mm_splitk", {**CONFIG, "SPLIT_K": 2}),
+    ("triton::mm_splitk", {**CONFIG, "SPLIT_K": 2, "FUSED_REDUCE": 1}),
     ("triton::mm_persistent_tma", CONFIG),
 ])
 def test_problems_that_differ_only_in_size_share_one_kernel(uid, config, tmp_path):

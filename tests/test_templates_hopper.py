@@ -2,7 +2,11 @@
 
 Both kernels run for real under Triton's interpreter (which runs tensor descriptors since
 Triton 3.4) against a float64 reference, on every layout, for mm and addmm; their fallbacks
-(compute capability, Triton version, misaligned strides) and heuristics are checked too."""
+(compute capability, Triton version, misaligned strides) and heuristics are checked too.
+Split-K's one-launch reduction (FUSED_REDUCE) is checked for its product, its bits (those of
+the two-launch reduction), its counters (back at zero after every call) and its warmup. The
+interpreter runs the programs one after another, so it checks the arithmetic and the
+counting, not the memory ordering between programs running at once."""
 
 import ast
 
@@ -97,6 +101,136 @@ def test_splitk_source():
     atomic = template.render(problem, template.full_params(problem, {**TILE, "SPLIT_K": 4, "ATOMIC_ADD": 1}))
     assert "tl.atomic_add" in atomic and "PARTS: tl.constexpr = 1" in atomic
     assert k_per_split(200, 4, 32) == 64 and k_per_split(256, 4, 32) == 64 and k_per_split(130, 8, 32) == 32
+
+
+# -- split-K with the fused (one-launch) reduction --------------------------------------------
+
+FUSED = {**TILE, "FUSED_REDUCE": 1}
+
+
+@pytest.mark.parametrize("op", OPS, ids=["mm", "addmm_n", "addmm_mn"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_splitk_fused_computes_the_product(layout, op, tmp_path):
+    # 24x40 in 32x32 tiles: edge tiles in M and N; K=200 in 4 slices of 64: the last is 8
+    # long, not a multiple of BLOCK_K.
+    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
+    problem = make_problem(m=24, n=40, k=200, dtype=dtype, layout=layout, device="cpu", **op)
+    template = get_template(SPLITK)
+    config = {**FUSED, "SPLIT_K": 4}
+    params = template.full_params(problem, config)
+    assert params["FUSED_REDUCE"] == 1 and params["ATOMIC_ADD"] == 0 and params["EVEN_K"] is False
+    result = run_kernel(problem, template, config, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
+
+
+@pytest.mark.parametrize("case", [
+    dict(m=24, n=40, k=200, split_k=2, bias="n"),
+    dict(m=33, n=65, k=256, split_k=4, bias="mn"),   # EVEN_K, 2x3 tiles
+    dict(m=40, n=24, k=130, split_k=8, bias=None),   # slices 5..7 start past K: empty
+], ids=["split2", "even_k", "empty_slices"])
+def test_splitk_fused_runs_again_and_leaves_the_counters_at_zero(case, tmp_path):
+    """The last program of a tile sets its counter back to 0: the same runnable, called
+    again, gives the same bits (a counter left behind would make the wrong program reduce,
+    or none), with no memset between calls."""
+    problem = make_problem(m=case["m"], n=case["n"], k=case["k"], dtype="float16", layout="nt",
+                           bias=case["bias"], device="cpu")
+    template = get_template(SPLITK)
+    config = {**FUSED, "SPLIT_K": case["split_k"]}
+    result = run_kernel(problem, template, config, tmp_path, seed=5, calls=2)  # fresh operands each call
+    assert len(result.verdicts) == 2 and result.correct, result.reasons
+    assert result.discriminating
+    run, ops = result.run, result.ops
+    ((_, counters),) = run.workspaces.values()
+    tiles = -(-case["m"] // 32) * -(-case["n"] // 32)
+    assert counters.dtype == torch.int32 and counters.shape == (tiles,)
+    assert torch.equal(counters, torch.zeros_like(counters))
+    first = ops.out.clone()
+    for _ in range(2):
+        poison(ops)
+        run(ops)
+        assert torch.equal(first, ops.out)
+        assert torch.equal(counters, torch.zeros_like(counters))
+    assert len(run.workspaces) == 1  # the same workspace and counters every call
+
+
+@pytest.mark.parametrize("dtype, bias", [("float32", "n"), ("float16", "mn"), ("bfloat16", None)])
+def test_splitk_fused_gives_the_bits_of_the_two_launch_reduction(dtype, bias, tmp_path):
+    """Both sum the float32 planes in split order, then add the bias and round: the same bits."""
+    problem = make_problem(m=40, n=72, k=300, dtype=dtype, layout="tn", bias=bias, device="cpu")
+    template = get_template(SPLITK)
+    ops = make_operands(problem, seed=7, device="cpu")
+    outs = []
+    for fused in (0, 1):
+        config = {**TILE, "SPLIT_K": 4, "FUSED_REDUCE": fused}
+        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+        poison(ops)
+        run(ops)
+        outs.append(ops.out.clone())
+    assert check(problem, outs[1], reference(problem, ops)).ok
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_splitk_fused_source_and_refusals():
+    problem = make_problem(m=24, n=40, k=200, dtype="bfloat16", bias="n", device="cpu")
+    template = get_template(SPLITK)
+    source = template.render(problem, template.full_params(problem, {**FUSED, "SPLIT_K": 4}))
+    tree = ast.parse(source)
+    (kernel,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]  # no reduce kernel
+    names = [arg.arg for arg in kernel.args.args]
+    assert names[:6] == ["A", "B", "WS", "C", "BIAS", "COUNTERS"] and "stride_cm" in names
+    assert "tl.debug_barrier()" in source
+    assert 'tl.atomic_add(COUNTERS + pid, 1, sem="acq_rel"' in source
+    assert "if arrived == SPLIT_K - 1:" in source and "SPLIT_K: tl.constexpr = 4" in source
+    assert 'cache_modifier=".cg"' in source and "tl.atomic_xchg(COUNTERS + pid, 0" in source
+    assert "total += bias.to(tl.float32)" in source
+    plain = template.render(problem, template.full_params(problem, {**TILE, "SPLIT_K": 4}))
+    assert "COUNTERS" not in plain and "debug_barrier" not in plain
+    with pytest.raises(ValueError, match="FUSED_REDUCE=1 needs ATOMIC_ADD=0"):
+        template.full_params(problem, {**FUSED, "SPLIT_K": 4, "ATOMIC_ADD": 1})
+    with pytest.raises(ValueError, match="FUSED_REDUCE must be 0 or 1"):
+        template.full_params(problem, {**TILE, "SPLIT_K": 4, "FUSED_REDUCE": 2})
+    assert template.keeps_buffers is True  # the workspace (and counters) are per runnable
+
+
+class _FakeKernel:
+    """Stands in for a compiled kernel: records launches and warmups and their arguments."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.log.append(("run", self.name, grid, args, kwargs))
+
+    def warmup(self, *args, grid, **kwargs):
+        self.log.append(("warmup", self.name, grid, args, kwargs))
+        return self.name
+
+
+@pytest.mark.parametrize("fused", [0, 1])
+def test_splitk_warmup_compiles_what_run_launches(fused, tmp_path, monkeypatch):
+    """The compile pool warms a runnable up without launching: it must compile the kernels
+    `run` launches, on the same argument kinds, or the binary it caches is not the one used."""
+    from autotune_cli.templates import triton_splitk
+
+    log = []
+    monkeypatch.setattr(triton_splitk, "load_kernels", lambda source, kernel_dir, count: [
+        _FakeKernel(name, log) for name in ("partial", "reduce")[:count]])
+    problem = make_problem(m=24, n=40, k=200, dtype="float16", bias="n", device="cpu")
+    template = get_template(SPLITK)
+    run = template.build(problem, template.full_params(problem, {**TILE, "SPLIT_K": 4, "FUSED_REDUCE": fused}),
+                         str(tmp_path))
+    ops = make_operands(problem, seed=1, device="cpu")
+    run(ops)
+    launched = [entry[1:] for entry in log if entry[0] == "run"]
+    log.clear()
+    assert run.warmup(ops) == [name for name, *_ in launched]
+    warmed = [entry[1:] for entry in log]
+    assert [name for name, *_ in launched] == (["partial"] if fused else ["partial", "reduce"])
+    kinds = lambda args: [type(a) if not isinstance(a, torch.Tensor) else (a.dtype, a.data_ptr()) for a in args]
+    for (name, grid, args, kwargs), (w_name, w_grid, w_args, w_kwargs) in zip(launched, warmed):
+        assert (name, grid, kwargs) == (w_name, w_grid, w_kwargs)
+        assert kinds(args) == kinds(w_args)
 
 
 # -- persistent TMA: the kernel ---------------------------------------------------------------
@@ -293,11 +427,46 @@ def test_splitk_expands_user_and_exhaustive_spaces():
     heuristic = lookup_heuristic(SPLITK, "cuda", "mm")
     tile = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3, "num_warps": 4}
     configs = list(heuristic.get_configs(problem, "default", [tile]))
-    assert sorted(c["SPLIT_K"] for c in configs) == [2, 4, 8, 16]
+    # each split with the two-launch and the one-launch reduction
+    assert sorted((c["SPLIT_K"], c["FUSED_REDUCE"]) for c in configs) == [
+        (split, fused) for split in (2, 4, 8, 16) for fused in (0, 1)]
+    atomic = list(heuristic.get_configs(problem, "default", [{**tile, "ATOMIC_ADD": 1}]))
+    assert [c["FUSED_REDUCE"] for c in atomic] == [0, 0, 0, 0]  # never atomic and fused
     exhaustive = list(heuristic.get_configs(problem, "exhaustive"))
     assert len(exhaustive) > 100
     for config in exhaustive:
         assert_valid_split(problem, config)
+    both = {(tuple(sorted((k, v) for k, v in c.items() if k != "FUSED_REDUCE")), c["FUSED_REDUCE"])
+            for c in exhaustive}
+    assert len(both) == len(exhaustive) and {f for _, f in both} == {0, 1}
+    assert len([c for c in exhaustive if c["FUSED_REDUCE"]]) * 2 == len(exhaustive)
+
+
+def test_splitk_fused_offered_for_decode_shapes():
+    problem = make_problem(m=16, n=4096, k=4096, dtype="bfloat16", device="cuda")
+    configs = list(lookup_heuristic(SPLITK, "cuda", problem.op).get_configs(problem))
+    fused = [c for c in configs if c.get("FUSED_REDUCE")]
+    assert len(fused) >= 8 and all(not c.get("ATOMIC_ADD") for c in configs if c.get("FUSED_REDUCE"))
+    template = get_template(SPLITK)
+    for config in fused:
+        assert_valid_split(problem, config)
+        assert config["BLOCK_M"] == 16
+        assert template.full_params(problem, config)["FUSED_REDUCE"] == 1
+    # at least one keeps two programs per SM of an H200 busy
+    assert max(problem.n // c["BLOCK_N"] * c["SPLIT_K"] for c in fused) >= 2 * H200.sm_count
+    for spec in (dict(m=8, n=14336, k=4096), dict(m=16, n=4096, k=14336)):
+        other = make_problem(dtype="bfloat16", **spec)
+        assert any(c.get("FUSED_REDUCE") for c in lookup_heuristic(SPLITK, "cuda", "mm").get_configs(other))
+    # the tuner's choices keep them: nothing pruned for shared memory or registers on an H200
+    result = get_choices(problem, H200, TuneSettings(device="cuda"), templates=[template])
+    assert result.pruned == [] and sum(bool(c.config_dict.get("FUSED_REDUCE")) for c in result.choices) == len(fused)
+    # ATOMIC_ADD=1 with FUSED_REDUCE=1 is refused everywhere
+    assert not hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "ATOMIC_ADD": 1, "FUSED_REDUCE": 1})
+    assert hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "FUSED_REDUCE": 1})
+    with pytest.raises(ValueError, match="FUSED_REDUCE=1 needs ATOMIC_ADD=0"):
+        template.full_params(problem, {**fused[0], "ATOMIC_ADD": 1})
+    cpu = make_problem(m=16, n=64, k=1024, dtype="float16", device="cpu")
+    assert any(c.get("FUSED_REDUCE") for c in lookup_heuristic(SPLITK, "cpu", "mm").get_configs(cpu))
 
 
 def test_tma_heuristic_scales_and_keeps_flatten():
@@ -329,12 +498,17 @@ def test_shipped_config_extras_are_checked():
         assert hopper.shipped_configs(name)
     shipped = hopper.shipped_configs("triton_splitk_cuda")
     assert all(c["SPLIT_K"] >= 2 and not c.get("ATOMIC_ADD") for c in shipped)  # deterministic
+    assert {c.get("FUSED_REDUCE", 0) for c in shipped} == {0, 1}
+    parsed = hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 1}]}, "x.json")
+    assert parsed[0]["FUSED_REDUCE"] == 1
+    with pytest.raises(UserError, match="FUSED_REDUCE=2"):
+        hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 2}]}, "x.json")
 
 
 def test_params_str_names_the_new_knobs():
     problem = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
     params = get_template(SPLITK).full_params(problem, {**TILE, "SPLIT_K": 8})
-    assert "sk8" in params_str(params) and "atomic0" in params_str(params)
+    assert "sk8" in params_str(params) and "atomic0" in params_str(params) and "fused0" in params_str(params)
     assert "flat1" in params_str(get_template(TMA).full_params(problem, TILE))
 
 

@@ -17,11 +17,18 @@ BLOCK_RANGE = (16, 256)
 
 
 def shipped_document(name: str) -> dict[str, Any]:
-    """configs/<name>.json, shipped with the package, as parsed JSON."""
+    """configs/<name>.json, shipped with the package, as parsed JSON. Run from a checkout
+    (its pyproject.toml beside configs/), the checkout's own file: an editable install maps
+    autotune_cli.configs to the tree it was installed from, which need not be the one
+    running (a second git worktree), and a tree's templates go with its own configs."""
+    checkout = Path(__file__).resolve().parents[2]
+    own = checkout / "configs" / f"{name}.json"
+    if (checkout / "pyproject.toml").is_file() and own.is_file():
+        return json.loads(own.read_text())
     try:  # installed: configs/ is the package autotune_cli.configs
         text = resources.files("autotune_cli.configs").joinpath(f"{name}.json").read_text()
     except ModuleNotFoundError:  # run from a checkout with PYTHONPATH=.
-        text = (Path(__file__).resolve().parents[2] / "configs" / f"{name}.json").read_text()
+        text = own.read_text()
     return json.loads(text)
 
 
