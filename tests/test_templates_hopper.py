@@ -570,3 +570,30 @@ def test_gpu_new_templates_verify(uid, spec, tmp_path):
     torch.cuda.synchronize()
     verdict = check(problem, ops.out, ref)
     assert verdict.ok, verdict.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [
+    dict(m=16, n=4096, k=4096, dtype="bfloat16"),
+    dict(m=7, n=1000, k=3000, dtype="float16", layout="nt", bias="n"),
+])
+def test_gpu_fused_splitk_is_the_two_launch_result_every_time(spec, tmp_path):
+    """On the GPU the programs of a tile really run at once: the one-launch reduction (per-tile
+    counter, the last program sums) gives bit for bit the two-launch result, on every one of
+    many calls in a row (a counter left wrong or a plane read before it was stored would
+    show as a differing call)."""
+    problem = make_problem(device="cuda", **spec)
+    template = get_template(SPLITK)
+    tile = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 4, "num_warps": 4,
+            "SPLIT_K": 8}
+    ops = make_operands(problem, seed=5, device="cuda")
+    two = template.build(problem, template.full_params(problem, {**tile, "FUSED_REDUCE": 0}), str(tmp_path))
+    two(ops)
+    expected = ops.out.clone()
+    assert check(problem, expected, reference(problem, ops)).ok
+    one = template.build(problem, template.full_params(problem, {**tile, "FUSED_REDUCE": 1}), str(tmp_path))
+    for _ in range(200):
+        poison(ops)
+        one(ops)
+        torch.cuda.synchronize()
+        assert torch.equal(ops.out, expected)
