@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from autotune_cli.results import VENDOR_MARGIN
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("args", [
@@ -17,7 +19,9 @@ def test_cuda_tune_end_to_end(cli, cache_dir, args):
     doc = json.loads(out)
     ok = [c for c in doc["candidates"] if c["status"] == "ok"]
     assert any(c["uid"].startswith("triton::") for c in ok), doc["candidates"]
-    assert doc["winner"]["ms"] == min(c["ms"] for c in ok)
+    fastest, winner = min(c["ms"] for c in ok), doc["winner"]
+    assert winner["ms"] == fastest or (  # the vendor library keeps a tie (results.VENDOR_MARGIN)
+        winner["uid"].startswith("aten::") and fastest >= winner["ms"] * (1 - VENDOR_MARGIN))
     assert doc["fingerprint"]["device_type"] == "cuda" and doc["fingerprint"]["sm_count"] > 0
 
 
@@ -25,6 +29,7 @@ def test_cuda_tune_end_to_end(cli, cache_dir, args):
 @pytest.mark.parametrize("args", [
     ["--m", "256", "--n", "1001", "--k", "100", "--dtype", "float16"],
     ["--m", "200", "--n", "777", "--k", "333", "--dtype", "bfloat16", "--bias", "--layout", "nt"],
+    ["--m", "64", "--n", "2050", "--k", "40", "--dtype", "float16"],  # B's rows past a block: the flat copy
 ])
 def test_cuda_alignment_templates_copy_and_verify(cli, cache_dir, args):
     """Misaligned rows on a GPU: the alignment templates copy operands with the Triton row

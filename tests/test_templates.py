@@ -304,3 +304,23 @@ def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
     assert torch.count_nonzero(padding) == 0
     with pytest.raises(ValueError):
         copy_rows(dst, src[:, :-1])
+
+
+@pytest.mark.parametrize("rows,cols,src_t", [(5, 1100, False), (3, 2500, False), (4, 300, False), (5, 1100, True)],
+                         ids=["blocks-across-rows", "several-blocks-per-row", "short-rows", "transposed-source"])
+def test_copy_flat_fills_the_rows_and_leaves_the_padding(rows, cols, src_t):
+    """The flat form of the GPU copy (row_copy.copy_flat), run by the interpreter: blocks of
+    the flat source that cross a row end land on two rows, every element in place, the
+    padding untouched; what it cannot walk flat (short rows, a transposed source) goes to
+    copy_rows, with the same result."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_flat
+
+    torch.manual_seed(4)
+    src = torch.randn(cols, rows, dtype=torch.float16).t() if src_t else torch.randn(rows, cols, dtype=torch.float16)
+    storage = torch.zeros(rows, cols + 7, dtype=torch.float16)
+    dst, padding = storage[:, :cols], storage[:, cols:]
+    copy_flat(dst, src)
+    assert torch.equal(dst, src)
+    assert torch.count_nonzero(padding) == 0
