@@ -308,19 +308,37 @@ def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
 
 @pytest.mark.parametrize("rows,cols,src_t", [(5, 1100, False), (3, 2500, False), (4, 300, False), (5, 1100, True)],
                          ids=["blocks-across-rows", "several-blocks-per-row", "short-rows", "transposed-source"])
-def test_copy_flat_fills_the_rows_and_leaves_the_padding(rows, cols, src_t):
-    """The flat form of the GPU copy (row_copy.copy_flat), run by the interpreter: blocks of
-    the flat source that cross a row end land on two rows, every element in place, the
-    padding untouched; what it cannot walk flat (short rows, a transposed source) goes to
-    copy_rows, with the same result."""
+def test_copy_flat_fills_the_rows_and_zeroes_the_padding(rows, cols, src_t):
+    """The flat form of the GPU copy (row_copy.copy_flat), run by the interpreter: it walks
+    the padded storage as one array, so blocks cross row ends; every element lands in place
+    and each row's padding is rewritten with zeros (here it held NaN)."""
     import torch
 
     from autotune_cli.templates.row_copy import copy_flat
 
     torch.manual_seed(4)
     src = torch.randn(cols, rows, dtype=torch.float16).t() if src_t else torch.randn(rows, cols, dtype=torch.float16)
-    storage = torch.zeros(rows, cols + 7, dtype=torch.float16)
+    storage = torch.full((rows, cols + 7), float("nan"), dtype=torch.float16)
     dst, padding = storage[:, :cols], storage[:, cols:]
     copy_flat(dst, src)
     assert torch.equal(dst, src)
     assert torch.count_nonzero(padding) == 0
+
+
+def test_copy_flat_leaves_what_it_cannot_walk_flat_to_copy_rows():
+    """A column-major destination, and storage that ends before the last row's padding
+    (a view of the first rows' columns only), go to copy_rows: nothing outside the view
+    is written."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_flat
+
+    src = torch.randn(3, 40, dtype=torch.float16)
+    storage = torch.full((40, 5), float("nan"), dtype=torch.float16)
+    column_major = storage[:, :3].t()
+    copy_flat(column_major, src)
+    assert torch.equal(column_major, src) and torch.isnan(storage[:, 3:]).all()
+    flat = torch.full((3 * 48 - 8,), float("nan"), dtype=torch.float16)  # no padding after the last row
+    short = flat.as_strided((3, 40), (48, 1))
+    copy_flat(short, src)
+    assert torch.equal(short, src) and torch.isnan(flat[40:48]).all()

@@ -14,8 +14,8 @@ writes into it directly. Its params:
   ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
               extra columns of the output land in its row padding, extra rows in a
               buffer copied out): every size aligned.
-And, on CUDA, two ways to copy (COPY_FLAT, templates/row_copy.py): 0 row by row, 1 reading
-a row-major operand as one flat array.
+And, on CUDA, two ways to copy (COPY_FLAT, templates/row_copy.py): 0 row by row, 1 over the
+padded buffer as one flat array (16-byte stores, the padding rewritten with zeros).
 
 The copies are part of every call, so they are timed with it; whether it pays is for the
 benchmark to say. Offered only where some leading dimension is misaligned.

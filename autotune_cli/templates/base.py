@@ -72,8 +72,8 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
 def operand_copier(device: str, flat: bool = False) -> Callable[[Any, Any], None]:
     """How the alignment templates copy an operand into padded storage, `copy(dst, src)`: on
     CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a view with another row
-    pitch runs at a third of the bandwidth; `flat`: the form that reads the source as one
-    flat array), elsewhere torch's copy_. Call in `build`."""
+    pitch runs at a third of the bandwidth; `flat`: the form that walks the padded buffer as
+    one flat array), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
         from .row_copy import copy_flat, copy_rows
 
