@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -85,12 +86,13 @@ def main() -> None:
 
         policy = replace(policy, mode="events")
     inductor_ms, torch_ms = [], []
-    for _ in range(3):
-        inductor_ms.append(timer.measure(call, ops, policy).median_ms)
-        torch_ms.append(timer.measure(anchor, ops, policy).median_ms)
+    for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other pass
+        pair = [(inductor_ms, call), (torch_ms, anchor)]
+        for samples, fn in (pair if round_index % 2 == 0 else pair[::-1]):
+            samples.append(timer.measure(fn, ops, policy).median_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
-                      "tune_s": tune_s, "process_s": process_s, "inductor_ms": sorted(inductor_ms)[1],
-                      "torch_mm_ms": sorted(torch_ms)[1], "rel_error": rel, "out_stride": list(out.stride()),
+                      "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
+                      "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
                       "timing": policy.mode}))
 
 
