@@ -88,8 +88,8 @@ def main() -> None:
     inductor_ms, torch_ms = [], []
     for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other pass
         pair = [(inductor_ms, call), (torch_ms, anchor)]
-        for samples, fn in (pair if round_index % 2 == 0 else pair[::-1]):
-            samples.append(timer.measure(fn, ops, policy).median_ms)
+        for samples, runnable in (pair if round_index % 2 == 0 else pair[::-1]):
+            samples.append(timer.measure(runnable, ops, policy).median_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
                       "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
