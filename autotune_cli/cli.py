@@ -281,6 +281,7 @@ def model(
 
         load_plugins(settings.plugins)
         templates_for(found[0].problem, settings.templates)
+        clock.mark("checked")
         if settings.executor == "local":  # Ray's actors probe their own devices
             probe_device(dev)
             if scaled:  # --gpus N: that many visible

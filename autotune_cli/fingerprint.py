@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import threading
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
@@ -54,34 +53,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-_driver_init: threading.Thread | None = None
-
-
-def start_driver_init() -> None:
-    """Initialise the CUDA driver (cuInit, through ctypes) on a thread of its own, now.
-
-    On the 2-GPU H200 host the first CUDA call of a command took 3.3-4.3 s (the driver
-    bringing the GPUs up for a process after none held them), and it came after torch's
-    import and the model's read, in series. ctypes lets go of the GIL during the call, so
-    here it runs beside them; torch's own first call later finds the driver up. The thread
-    only initialises: what the devices are is still read through torch (`probe_device`),
-    so fingerprints do not change. Best effort: no driver library, no thread's work."""
-    global _driver_init
-    if _driver_init is not None:
-        return
-
-    def init() -> None:
-        import ctypes
-
-        try:
-            ctypes.CDLL("libcuda.so.1").cuInit(0)
-        except (OSError, AttributeError):  # no driver here: torch will say so later
-            pass
-
-    _driver_init = threading.Thread(target=init, name="autotune-cuda-init", daemon=True)
-    _driver_init.start()
 
 
 def probe_device(device_type: str, index: int = 0) -> DeviceInfo:

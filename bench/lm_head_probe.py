@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.templates import aten_aligned  # noqa: E402
 from autotune_cli.templates.base import Operands, empty_out  # noqa: E402
-from autotune_cli.templates.row_copy import copy_flat, copy_rows  # noqa: E402
+from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
 
 M, N, K, NP = 2048, 50257, 768, 50264
 
@@ -57,18 +57,16 @@ def main() -> None:
         "copy + mm (aten::mm_aligned ZERO_PAD=0)": lambda: (b_view.copy_(b), torch.mm(a, b_view, out=out_view)),
         "copy + mm full width (ZERO_PAD=1)": lambda: (b_view.copy_(b), torch.mm(a, b_rows, out=out)),
         "copy_rows + mm full width": lambda: (copy_rows(b_view, b), torch.mm(a, b_rows, out=out)),
-        "copy_flat B into padded rows": lambda: copy_flat(b_view, b),
-        "copy_flat + mm full width": lambda: (copy_flat(b_view, b), torch.mm(a, b_rows, out=out)),
         "copy_rows into rows 50272 apart": lambda: copy_rows(b16_view, b),
         "copy_rows (50272 apart) + mm on [:, :NP]": lambda: (copy_rows(b16_view, b), torch.mm(a, b16_used, out=out)),
     }
     problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
     template = aten_aligned.AtenAlignedTemplate()
-    for zero_pad, flat in ((0, 0), (1, 0), (1, 1)):
-        params = template.full_params(problem, {"ZERO_PAD": zero_pad, "COPY_FLAT": flat})
+    for zero_pad in (0, 1):
+        params = template.full_params(problem, {"ZERO_PAD": zero_pad})
         ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
         run = template.build(problem, params, "/tmp")
-        rows[f"aten::mm_aligned ZERO_PAD={zero_pad} COPY_FLAT={flat}"] = (lambda run=run, ops=ops: run(ops))
+        rows[f"aten::mm_aligned ZERO_PAD={zero_pad}"] = (lambda run=run, ops=ops: run(ops))
     for name, fn in rows.items():
         print(f"{name:45s} {median_ms(fn):.4f} ms", flush=True)
     # The tuner's own timer (L2 flushed, the GPU kept busy before each start event).
@@ -77,8 +75,7 @@ def main() -> None:
     from autotune_cli.settings import TimingPolicy
 
     timer = CudaTimer(probe_device("cuda").l2_bytes)
-    for name in ("copy_rows + mm full width", "copy_flat + mm full width", "aten::mm_aligned ZERO_PAD=1 COPY_FLAT=0",
-                 "aten::mm_aligned ZERO_PAD=1 COPY_FLAT=1"):
+    for name in ("copy_rows + mm full width", "aten::mm_aligned ZERO_PAD=1"):
         print(f"{name + ' (CudaTimer)':45s} {timer(rows[name], TimingPolicy()).median_ms:.4f} ms", flush=True)
 
 

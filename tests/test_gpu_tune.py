@@ -29,7 +29,7 @@ def test_cuda_tune_end_to_end(cli, cache_dir, args):
 @pytest.mark.parametrize("args", [
     ["--m", "256", "--n", "1001", "--k", "100", "--dtype", "float16"],
     ["--m", "200", "--n", "777", "--k", "333", "--dtype", "bfloat16", "--bias", "--layout", "nt"],
-    ["--m", "64", "--n", "2050", "--k", "40", "--dtype", "float16"],  # B's rows past a block: the flat copy
+    ["--m", "64", "--n", "2050", "--k", "40", "--dtype", "float16"],  # B's rows longer than a copy block
 ])
 def test_cuda_alignment_templates_copy_and_verify(cli, cache_dir, args):
     """Misaligned rows on a GPU: the alignment templates copy operands with the Triton row

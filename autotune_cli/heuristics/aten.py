@@ -18,11 +18,8 @@ class AtenSingleConfig(Heuristic):
 
 @register_heuristic("aten::mm_aligned")
 class AtenAlignedConfigs(Heuristic):
-    """Leading dimensions padded only, or every misaligned size zero-padded too; on CUDA,
-    each with both forms of the operand copy (on the CPU both are torch's copy_)."""
+    """Leading dimensions padded only, or every misaligned size zero-padded too."""
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        for zero_pad in (0, 1):
-            yield {"ZERO_PAD": zero_pad}
-            if problem.device == "cuda":
-                yield {"ZERO_PAD": zero_pad, "COPY_FLAT": 1}
+        yield {"ZERO_PAD": 0}
+        yield {"ZERO_PAD": 1}

@@ -8,14 +8,12 @@ whose leading dimension is off into a buffer whose leading dimension is rounded 
 bytes and runs cuBLAS there. The output is not copied: where its rows are off, the template
 asks for it with rows padded to 16 bytes (`out_pitch`: a [M, N] view of [M, Np] storage, as
 Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary of 50257) and cuBLAS
-writes into it directly. Its params:
+writes into it directly. Two configs:
 
   ZERO_PAD=0  only the leading dimensions grow; cuBLAS sees the true M, N, K;
   ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
               extra columns of the output land in its row padding, extra rows in a
               buffer copied out): every size aligned.
-And, on CUDA, two ways to copy (COPY_FLAT, templates/row_copy.py): 0 row by row, 1 over the
-padded buffer as one flat array (16-byte stores, the padding rewritten with zeros).
 
 The copies are part of every call, so they are timed with it; whether it pays is for the
 benchmark to say. Offered only where some leading dimension is misaligned.
@@ -58,13 +56,10 @@ class AtenAlignedTemplate(Template):
         return Path(__file__).read_text()
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
-        params = {}
-        for key in ("ZERO_PAD", "COPY_FLAT"):
-            value = int(config.get(key, 0))
-            if value not in (0, 1):
-                raise ValueError(f"{self.uid}: {key} must be 0 or 1, got {config.get(key)!r}")
-            params[key] = value
-        return params
+        zero_pad = int(config.get("ZERO_PAD", 0))
+        if zero_pad not in (0, 1):
+            raise ValueError(f"{self.uid}: ZERO_PAD must be 0 or 1, got {config.get('ZERO_PAD')!r}")
+        return {"ZERO_PAD": zero_pad}
 
     def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
         """N rounded up to 16 bytes where the output's rows are off (see the module)."""
@@ -115,7 +110,7 @@ class AtenAlignedTemplate(Template):
                 return out.as_strided((m, used["n"]), (pitch, 1))
             return None
 
-        copy = operand_copier(device, flat=bool(params.get("COPY_FLAT", 0)))
+        copy = operand_copier(device)
 
         def run(ops: Operands) -> None:
             if set_tf32:  # float32 only: fp16/bf16 never read it, and the API's caller keeps theirs

@@ -69,15 +69,14 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
 
 
-def operand_copier(device: str, flat: bool = False) -> Callable[[Any, Any], None]:
+def operand_copier(device: str) -> Callable[[Any, Any], None]:
     """How the alignment templates copy an operand into padded storage, `copy(dst, src)`: on
     CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a view with another row
-    pitch runs at a third of the bandwidth; `flat`: the form that walks the padded buffer as
-    one flat array), elsewhere torch's copy_. Call in `build`."""
+    pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
-        from .row_copy import copy_flat, copy_rows
+        from .row_copy import copy_rows
 
-        return copy_flat if flat else copy_rows
+        return copy_rows
     return lambda dst, src: dst.copy_(src)
 
 

@@ -8,13 +8,11 @@ generated pad kernel (a Triton pointwise kernel, as here) leaves the product at 
 all. Here each program copies one block of one row; loads and stores are masked at the
 row's true length, so the padding is never written (it stays as zeroed at build).
 
-A second form, `copy_flat`, walks the destination's storage as one flat array, padding
-included, as Inductor's generated pad kernel does: each program stores BLOCK consecutive
-elements from an aligned offset (so the stores can be 16 bytes wide; a row's padding gets
-zeros) and gathers them from the source, masked past each row's true length. Which of the
-two is faster is for the tuner to find: aten::mm_aligned's COPY_FLAT param picks one. (A
-form that walked the source flat instead, for 16-byte loads, measured 0.096 ms against the
-row form's 0.086 on lm_head's B and was dropped.)
+Two other forms were tried on lm_head's B and lost to this one, as candidates of
+aten::mm_aligned beside it (H200, bench/lm_head_probe.py): walking the source as one flat
+array, for 16-byte loads (0.096 ms against 0.086), and walking the padded buffer as one flat
+array, padding included, for 16-byte stores, as Inductor's generated pad kernel does (0.091
+against 0.068; the tuner picked the row form on both misaligned suite shapes).
 
 Destination rows a multiple of 16 elements apart (50272 rather than 50264), so that Triton
 knows each row starts 16-byte aligned, made this copy slower, not faster: 0.185 ms against
@@ -55,36 +53,3 @@ def copy_rows(dst, src) -> None:
     _copy_rows[grid](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
                      BLOCK=BLOCK, num_warps=4)
 
-
-@triton.jit
-def _copy_flat(src, dst, total, cols, pitch, src_row, src_col, WIDE: tl.constexpr, BLOCK: tl.constexpr):
-    if WIDE:  # offsets past 2**31
-        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    else:
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    row = offs // pitch
-    col = offs - row * pitch
-    values = tl.load(src + row * src_row + col * src_col, mask=mask & (col < cols), other=0.0)
-    tl.store(dst + offs, values, mask=mask)
-
-
-def copy_flat(dst, src) -> None:
-    """dst[...] = src, as `copy_rows`, where `dst` is the first columns of row-major storage
-    whose rows are `dst.stride(0)` apart: the storage's rows are written whole, their padding
-    with zeros. Any other destination (column-major, or storage that ends before the last
-    row's padding) goes to `copy_rows`."""
-    if dst.shape != src.shape or dst.dim() != 2:
-        raise ValueError(f"copy_flat: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
-    rows, cols = dst.shape
-    pitch = dst.stride(0)
-    room = dst.untyped_storage().nbytes() // dst.element_size() - dst.storage_offset()
-    if dst.stride(1) != 1 or pitch < cols or room < rows * pitch:
-        copy_rows(dst, src)
-        return
-    total = rows * pitch
-    if total == 0:
-        return
-    reach = max(total, (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) + 1)
-    _copy_flat[(triton.cdiv(total, BLOCK),)](src, dst, total, cols, pitch, src.stride(0), src.stride(1),
-                                             WIDE=reach >= 2**31, BLOCK=BLOCK, num_warps=4)
