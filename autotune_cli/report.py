@@ -152,7 +152,6 @@ def outcome_table(outcome, top: int = 10) -> Table:
     entry = outcome.entry
     problem = outcome.problem
     winner = entry.get("winner")
-    best = winner["ms"] if winner else None
     title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
     if outcome.from_cache:
         title += " (from cache)"
@@ -161,13 +160,19 @@ def outcome_table(outcome, top: int = 10) -> Table:
                           ("TFLOP/s", "right"), ("% of best", "right"), ("status", "left")):
         table.add_column(name, justify=justify, no_wrap=name in ("template", "params"))
     rows = candidate_rows(entry)
-    ok = [c for c in rows if c["status"] == "ok"]
+    ok = sorted((c for c in rows if c["status"] == "ok"), key=lambda c: c["ms"])
     failed = [c for c in rows if c["status"] != "ok"]
+    best = ok[0]["ms"] if ok else None  # the fastest; the winner may be cuBLAS within the margin
+
+    def is_winner(cand) -> bool:
+        return bool(winner) and cand["uid"] == winner["uid"] and cand["params"] == winner["params"]
+
     for rank, cand in enumerate(ok[:top], 1):
         ms = cand["ms"]
-        mark = "[bold green]" if rank == 1 else ""
-        table.add_row(str(rank), f"{mark}{cand['uid']}", params_str(cand["params"]), fmt_ms(ms),
-                      fmt_tflops(problem.tflops(ms)), f"{100 * best / ms:.0f}%" if best else "-", "ok")
+        chosen = is_winner(cand)
+        table.add_row(str(rank), f"{'[bold green]' if chosen else ''}{cand['uid']}", params_str(cand["params"]),
+                      fmt_ms(ms), fmt_tflops(problem.tflops(ms)), f"{100 * best / ms:.0f}%" if best else "-",
+                      "[bold green]ok, winner[/bold green]" if chosen else "ok")
     for cand in failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5]:
         table.add_row("-", cand["uid"], params_str(cand["params"]), "-", "-", "-",
                       f"[red]{cand['status']}[/red]")

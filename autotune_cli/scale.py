@@ -147,9 +147,11 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
     a kernel that several devices need is compiled once. Its size: `--compile-workers` if
     given, else one device's usual pool per GPU, as far as half the host's cores go. Its
     processes compile without bringing CUDA up (bench/offline_compile.py), so a larger pool
-    comes up as fast as a small one; when each process brought CUDA up, a pool of 16 on the
-    2-GPU H200 host came up 1.8 s later than one of 8 and finished the first problem's 50
-    kernels no sooner. GPUs of different models never share one (their binaries differ)."""
+    comes up as fast as a small one (on the 2-GPU H200 host 16 finished the first problem's 50
+    kernels 3.4-4.4 s into it, 8 in 4.3-5.8 s); when each process brought CUDA up, as it
+    still does where the stand-in is refused (see the pool's `offline_modes`), a pool of 16
+    came up 1.8 s later than one of 8 and finished no sooner. GPUs of different models never
+    share one (their binaries differ)."""
     pools: dict[str, CompilePool] = {}
     by_name: dict[str, list[DeviceInfo]] = {}
     for device in devices:

@@ -237,6 +237,9 @@ class Tuner:
             entry["compiles"] = [[round(a - started, 3), round(d - started, 3), round(c, 3)]
                                  for a, d, c in log if a >= started]
             log.clear()
+        pool = getattr(self._executor, "compile_pool", None)
+        if pool is not None and hasattr(pool, "describe"):
+            entry["compile_pool"] = pool.describe()
         self.cache.put(key, entry)
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)

@@ -128,7 +128,8 @@ def main() -> None:
     for gpus in (1, 2):
         if args.triton_cache == "warm":
             shutil.copytree(work / "prewarm" / "triton", work / f"cache-{gpus}" / "triton")
-        own = ["--compile-workers", str(args.one_gpu_compile_workers)] if gpus == 1 and args.one_gpu_compile_workers else []
+        own = (["--compile-workers", str(args.one_gpu_compile_workers)]
+               if gpus == 1 and args.one_gpu_compile_workers is not None else [])
         wall, doc, stderr = tune(path, gpus, work / f"cache-{gpus}", extra + own)
         rows = doc["problems"]
         runs[gpus] = {"wall_s": wall, "rows": rows, "failed": [r["describe"] for r in rows if not r["winner"]],

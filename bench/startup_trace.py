@@ -1,9 +1,11 @@
 """Where a command's first seconds go on a GPU host: each step timed in a fresh process, the
 GPUs left idle for a few seconds between processes (so each starts as a command would).
 
-  ctypes: the CUDA driver's cuInit alone (what fingerprint.start_driver_init runs on a thread)
+  ctypes: the CUDA driver's cuInit alone
   torch:  import torch, then torch.cuda.is_available(), get_device_properties per GPU
-  both:   cuInit on a thread from the start, then the torch steps (what the CLI does now)
+  both:   cuInit on a thread from the start, then the torch steps (what the CLI did for a
+          while: on the H200 host cuInit took 0.43 s alone and torch's import as much longer
+          beside it, so it was taken out)
 
 PYTHONPATH=. python3 bench/startup_trace.py        (prints one JSON line per process)
 """

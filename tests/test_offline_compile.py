@@ -31,7 +31,7 @@ def _ptxas_missing() -> bool:
 
 
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
-                  sm_count=132, smem_per_block=232448, l2_bytes=50 << 20)
+                  sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
 
 CONFIGS = {
     "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
@@ -46,6 +46,10 @@ def test_target_and_refusals():
     assert target_arch("9.0") == 90 and target_arch("10.0") == 100 and target_arch("8.9") == 89
     assert install(DeviceInfo(device_type="cpu", name="cpu")) == "not a CUDA device"
     assert "unknown" in install(DeviceInfo(device_type="cuda", name="gpu"))  # no capability, no SMs
+    # ROCm torch calls its GPUs cuda too: never an NVIDIA target for them
+    mi300 = DeviceInfo(device_type="cuda", name="AMD Instinct MI300X", capability="9.4", sm_count=304)
+    assert "not an NVIDIA GPU" in install(mi300)
+    assert "not an NVIDIA GPU" in install(DeviceInfo(**{**mi300.__dict__, "runtime": "6.2"}))
 
 
 def test_stand_in_answers_the_target_and_delegates_the_rest():
@@ -69,6 +73,9 @@ def test_pool_compiles_sm90_binaries_without_a_gpu(tmp_path, monkeypatch):
     triton_cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))  # the processes get this environment
     problem = make_problem(m=256, n=1024, k=4096, dtype="bfloat16", device="cuda")
+    misaligned = make_problem(m=256, n=1001, k=100, dtype="float16", device="cuda")  # padded buffers
+    cases = [(uid, problem, config) for uid, config in CONFIGS.items()]
+    cases.append(("triton::mm_padded", misaligned, CONFIGS["triton::mm"]))
     pool = CompilePool(worker_context(None, "cuda"), [H200], 2, (), timeout_s=300, startup_timeout_s=300)
     answers: dict[str, dict] = {}
     done = threading.Event()
@@ -76,22 +83,24 @@ def test_pool_compiles_sm90_binaries_without_a_gpu(tmp_path, monkeypatch):
     def answer(uid):
         def callback(payload):
             answers[uid] = payload
-            if len(answers) == len(CONFIGS):
+            if len(answers) == len(cases):
                 done.set()
         return callback
 
     try:
-        for uid, config in CONFIGS.items():
-            choice = KernelTemplateChoice.make(get_template(uid), problem, config)
-            task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
+        for uid, case_problem, config in cases:
+            choice = KernelTemplateChoice.make(get_template(uid), case_problem, config)
+            task = {"mode": "compile", "uid": uid, "problem": case_problem.to_dict(), "config": config,
                     "seed": 0, "kernel_dir": str(tmp_path / "kernels")}
             pool.submit(compile_key(choice), task, owner=None, callback=answer(uid))
         assert done.wait(timeout=300), f"answers so far: {answers}"
     finally:
         pool.close()
     assert all(payload["ok"] for payload in answers.values()), answers
+    assert pool.offline_modes == {"offline": 2}  # both processes compiled without CUDA
     cubins = sorted(p.name for p in triton_cache.rglob("*.cubin"))
-    # one binary per kernel: triton::mm, the persistent kernel, split-K's two passes
-    assert len(cubins) == 4, cubins
+    # one binary per kernel: triton::mm, the persistent kernel, split-K's two passes, mm_padded's
+    assert len(cubins) == 5, cubins
+    assert any(name.startswith("mm_padded") for name in cubins)
     assert any(name.startswith("mm_persistent_tma") for name in cubins)
     assert sum(name.startswith("mm_splitk") for name in cubins) == 2

@@ -83,6 +83,9 @@ class CompilePool:
         self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
                                       plugins, "compile") for n in range(count)]
         self.startups: list[float] = []  # seconds to ready, per process start
+        # How its CUDA processes compile, per start: "offline" (no CUDA: bench/offline_compile.py)
+        # or "cuda: <why not offline>".
+        self.offline_modes: dict[str, int] = {}
         self.compiled = 0  # kernels built (not answered from `_built`)
         self._lock = threading.Lock()
         self._queue: deque[_Job] = deque()
@@ -103,6 +106,11 @@ class CompilePool:
 
     def __len__(self) -> int:
         return len(self.workers)
+
+    def describe(self) -> dict[str, Any]:
+        """For the cache entry: how many processes, and how they compile (offline or why not)."""
+        with self._lock:
+            return {"processes": len(self.workers), "modes": dict(self.offline_modes)}
 
     @property
     def closed(self) -> bool:
@@ -316,6 +324,10 @@ class CompilePool:
             self._failures[id(worker)] = 0
             self._ready_at[id(worker)] = time.monotonic()
             self.startups.append(round(time.monotonic() - worker.started_at, 3))
+            if "offline" in message:
+                mode = "offline" if message["offline"] else f"cuda: {message.get('offline_refused')}"
+                with self._lock:
+                    self.offline_modes[mode] = self.offline_modes.get(mode, 0) + 1
         elif message["kind"] == "failed":
             worker.kill()
             self._start_failed(worker, message["error"])

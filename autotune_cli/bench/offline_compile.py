@@ -71,6 +71,15 @@ def install(device: DeviceInfo) -> str | None:
         return "not a CUDA device"
     if not device.capability or not device.sm_count:
         return "the device's capability or SM count is unknown"
+    if not device.runtime or "AMD" in device.name.upper().split():
+        return "not an NVIDIA GPU (no CUDA runtime: ROCm torch reports its GPUs as cuda too)"
+    try:
+        import torch
+
+        if getattr(torch.version, "hip", None):
+            return "not an NVIDIA GPU (ROCm torch)"
+    except ImportError:
+        pass
     try:
         from triton.backends import backends
         from triton.backends.compiler import GPUTarget

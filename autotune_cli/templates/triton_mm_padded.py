@@ -76,14 +76,23 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
         k, n = problem.k, problem.n
-        a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=device) if kp != k else None
-        b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=device)[:, :n]
-                 if (kp != k or n_lead != n) else None)
+        buffers: dict = {}  # per device: made at the first call (a compile process's: "meta")
+
+        def pads(on):
+            """The zeroed padded buffers for A and B (None where no padding), on device `on`."""
+            key = str(on)
+            if key not in buffers:
+                a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=on) if kp != k else None
+                b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=on)[:, :n]
+                         if (kp != k or n_lead != n) else None)
+                buffers[key] = (a_pad, b_pad)
+            return buffers[key]
 
         copy = operand_copier(device)
 
         def padded(ops: Operands) -> Operands:
             a, b = ops.a, ops.b
+            a_pad, b_pad = pads(a.device)
             if a_pad is not None:
                 copy(a_pad[:, :k], a)  # the padding stays zero: it is never written
                 a = a_pad
@@ -96,6 +105,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
             inner(padded(ops))
 
         def warmup(ops: Operands) -> list:  # compiles only: the buffers' contents do not matter
+            a_pad, b_pad = pads(ops.a.device)
             return inner.warmup(Operands(a=ops.a if a_pad is None else a_pad,
                                          b=ops.b if b_pad is None else b_pad, out=ops.out, bias=ops.bias))
 

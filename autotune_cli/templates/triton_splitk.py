@@ -24,7 +24,12 @@ FUSED_REDUCE params):
      its part of the plane before the count releases it); the last program reads the other
      planes through L2 (`.cg`), not through its SM's L1, which is not coherent with the
      other SMs' stores. It then sets its counter back to 0, so the next call needs no
-     memset (and a CUDA graph of one call replays correctly).
+     memset (and a CUDA graph of one call replays correctly). The price of no memset: two
+     launches of one runnable overlapping (two streams, or one captured graph replayed on
+     two) leave a counter off, and every later call of that runnable then sums its tile at
+     the wrong arrival, wrong with no error; a candidate is only ever run on one stream, and
+     the API builds such a kernel per thread and stream. Measured on the H200: the fused
+     mode did not beat triton::mm on the suite's decode shapes (0.0127 ms against 0.0122).
 The workspace (and the counters) are allocated on the first run and kept by the runnable (it
 is at most SPLIT_K·M·N·4 bytes; the heuristic keeps that small): the runnable holds state that
 every call writes, so two threads or streams must not share one (`keeps_buffers`). Strides
