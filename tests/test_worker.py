@@ -156,3 +156,20 @@ def test_a_long_error_keeps_what_happened():
     line = _short(error)
     assert line.startswith("RuntimeError: CUDA error: misaligned address") and "\n" not in line
     assert _short(ValueError("one line")) == "ValueError: one line"
+
+
+def test_clock_warmer_warms_only_after_idle_time():
+    """The timer's warm-up (bench/timing.py ClockWarmer): after idle time, about warm_ms of
+    launches; right after other work, none; its count bounded for tiny kernels."""
+    from autotune_cli.bench.timing import ClockWarmer
+
+    now = [0.0]
+    launches = []
+    warmer = ClockWarmer(idle_s=0.05, warm_ms=25.0, clock=lambda: now[0])
+    assert warmer.warm(lambda: launches.append(1), per_run_ms=0.3) == 84  # never busy yet: idle
+    warmer.busy()
+    now[0] += 0.01
+    assert warmer.warm(lambda: launches.append(1), per_run_ms=0.3) == 0  # busy 10 ms ago
+    now[0] += 0.1
+    assert warmer.warm(lambda: launches.append(1), per_run_ms=0.0001) == ClockWarmer.MAX_LAUNCHES
+    assert len(launches) == 84 + ClockWarmer.MAX_LAUNCHES
