@@ -90,12 +90,17 @@ def pick_winner(candidates: list[Candidate]) -> Candidate | None:
     vendor = [c for c in valid if c.uid in VENDOR_UIDS]
     if vendor and fastest.uid not in VENDOR_UIDS:
         best_vendor = min(vendor, key=order)
-        if fastest.ms >= best_vendor.ms * (1 - VENDOR_MARGIN):
+        if _ties_with_vendor(fastest.ms, best_vendor.ms):
             return best_vendor
     return fastest
+
+
+def _ties_with_vendor(fastest_ms: float, vendor_ms: float) -> bool:
+    """The fastest candidate leads cuBLAS by VENDOR_MARGIN or less: a tie, cuBLAS's."""
+    return fastest_ms >= vendor_ms * (1 - VENDOR_MARGIN)
 
 
 def is_pick(winner_uid: str, winner_ms: float, fastest_ms: float) -> bool:
     """Whether a winner with this uid and time is what `pick_winner` may choose when the
     fastest verified candidate took `fastest_ms` (for checks over stored entries)."""
-    return winner_ms == fastest_ms or (winner_uid in VENDOR_UIDS and fastest_ms >= winner_ms * (1 - VENDOR_MARGIN))
+    return winner_ms == fastest_ms or (winner_uid in VENDOR_UIDS and _ties_with_vendor(fastest_ms, winner_ms))

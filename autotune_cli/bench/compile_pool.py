@@ -324,8 +324,8 @@ class CompilePool:
             self._failures[id(worker)] = 0
             self._ready_at[id(worker)] = time.monotonic()
             self.startups.append(round(time.monotonic() - worker.started_at, 3))
-            if "offline" in message:
-                mode = "offline" if message["offline"] else f"cuda: {message.get('offline_refused')}"
+            mode = message.get("compile_mode")
+            if mode is not None:
                 with self._lock:
                     self.offline_modes[mode] = self.offline_modes.get(mode, 0) + 1
         elif message["kind"] == "failed":

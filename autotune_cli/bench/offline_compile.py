@@ -72,14 +72,8 @@ def install(device: DeviceInfo) -> str | None:
     if not device.capability or not device.sm_count:
         return "the device's capability or SM count is unknown"
     if not device.runtime or "AMD" in device.name.upper().split():
+        # ROCm torch reports its GPUs as cuda too; its probe has no CUDA runtime version
         return "not an NVIDIA GPU (no CUDA runtime: ROCm torch reports its GPUs as cuda too)"
-    try:
-        import torch
-
-        if getattr(torch.version, "hip", None):
-            return "not an NVIDIA GPU (ROCm torch)"
-    except ImportError:
-        pass
     try:
         from triton.backends import backends
         from triton.backends.compiler import GPUTarget
@@ -88,7 +82,8 @@ def install(device: DeviceInfo) -> str | None:
         nvidia = backends.get("nvidia")
         if nvidia is None:
             return "this Triton has no NVIDIA backend"
-        if not all(hasattr(type(driver), name) for name in ("set_active", "active")):  # not `.active`: that makes the real driver
+        # asked of the class: reading `driver.active` would make the real driver
+        if not all(hasattr(type(driver), name) for name in ("set_active", "active")):
             return "this Triton's driver cannot be replaced"
         arch = target_arch(device.capability)
         stand_in = CompileOnlyDriver(nvidia.driver, GPUTarget("cuda", arch, 32))

@@ -135,7 +135,7 @@ class CudaTimer:
         self.l2_bytes = max(l2_bytes, 8 << 20)
         size = max(2 * l2_bytes, 64 << 20)
         self.flush_buffer = torch.empty(size // 4, dtype=torch.int32, device="cuda")
-        self.busy = getattr(torch.cuda, "_sleep", None)  # a kernel that spins for N cycles
+        self.spin = getattr(torch.cuda, "_sleep", None)  # a kernel that spins for N cycles
         self.warmer = ClockWarmer()
 
     def estimate_ms(self, fn: Callable[[], None], warmup: int) -> float:
@@ -162,8 +162,8 @@ class CudaTimer:
         for i in range(runs):
             if policy.flush_l2:
                 self.flush_buffer.zero_()
-            if self.busy is not None:
-                self.busy(self.BUSY_CYCLES)
+            if self.spin is not None:
+                self.spin(self.BUSY_CYCLES)
             starts[i].record()
             fn()
             ends[i].record()

@@ -326,8 +326,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         return
     ready = {"kind": "ready", "pid": os.getpid()}
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
-        ready["offline"] = offline is None
-        ready["offline_refused"] = offline
+        ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
     while True:
         try:
