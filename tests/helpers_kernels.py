@@ -46,3 +46,47 @@ def run_kernel(problem, template, config, tmp_path, seed=1, calls=1) -> KernelRu
         result.decoys.append(check(problem, ops.out, reference(problem, other)))
         result.ops = ops
     return result
+
+
+# Configs the compile-pool tests build: one per Triton template family.
+POOL_CONFIGS = {
+    "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
+    "triton::mm_persistent_tma": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                                  "num_stages": 3, "num_warps": 8, "FLATTEN": 0},
+    "triton::mm_splitk": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 4,
+                          "num_warps": 4, "SPLIT_K": 4},
+}
+
+
+def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_s: float = 300):
+    """Compile each (uid, problem, config) of `cases` in a real compile pool of `processes`
+    CUDA compile processes for `device`; returns ({uid: the pool's answer}, the pool, by then closed)."""
+    import threading
+
+    from autotune_cli.bench.compile_pool import CompilePool, compile_key
+    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.choices import KernelTemplateChoice
+    from autotune_cli.templates import get_template
+
+    pool = CompilePool(worker_context(None, "cuda"), [device], processes, (), timeout_s=timeout_s,
+                       startup_timeout_s=timeout_s)
+    answers: dict[str, dict] = {}
+    done = threading.Event()
+
+    def answer(uid):
+        def callback(payload):
+            answers[uid] = payload
+            if len(answers) == len(cases):
+                done.set()
+        return callback
+
+    try:
+        for uid, problem, config in cases:
+            choice = KernelTemplateChoice.make(get_template(uid), problem, config)
+            task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
+                    "seed": 0, "kernel_dir": str(kernel_dir)}
+            pool.submit(compile_key(choice), task, owner=None, callback=answer(uid))
+        assert done.wait(timeout=timeout_s), f"answers so far: {answers}"
+    finally:
+        pool.close()
+    return answers, pool

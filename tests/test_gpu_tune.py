@@ -46,49 +46,25 @@ def test_cuda_timing_process_reuses_the_offline_binaries(tmp_path, monkeypatch):
     """The compile pool's processes compile without CUDA (bench/offline_compile.py); a
     process on the GPU then finds every binary they built in Triton's cache and compiles
     none itself: the cache keys are the same."""
-    import threading
-
     import torch
 
-    from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.processes import worker_context
     from autotune_cli.bench.verify import make_operands
-    from autotune_cli.choices import KernelTemplateChoice
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import get_template
+    from helpers_kernels import POOL_CONFIGS, compile_through_pool
 
     triton_cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
     problem = make_problem(m=256, n=1024, k=4096, dtype="bfloat16", device="cuda")
-    configs = {
-        "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
-        "triton::mm_persistent_tma": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
-                                      "num_stages": 3, "num_warps": 8, "FLATTEN": 0},
-        "triton::mm_splitk": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 4,
-                              "num_warps": 4, "SPLIT_K": 4},
-    }
-    pool = CompilePool(worker_context(None, "cuda"), [probe_device("cuda", 0)], 2, (), 300, 300)
-    answers, done = {}, threading.Event()
-    try:
-        for uid, config in configs.items():
-            choice = KernelTemplateChoice.make(get_template(uid), problem, config)
-            task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
-                    "seed": 0, "kernel_dir": str(tmp_path / "kernels")}
-
-            def callback(payload, uid=uid):
-                answers[uid] = payload
-                if len(answers) == len(configs):
-                    done.set()
-            pool.submit(compile_key(choice), task, owner=None, callback=callback)
-        assert done.wait(300), answers
-    finally:
-        pool.close()
+    answers, pool = compile_through_pool(probe_device("cuda", 0),
+                                         [(uid, problem, config) for uid, config in POOL_CONFIGS.items()],
+                                         tmp_path / "kernels")
     assert all(p["ok"] for p in answers.values()), answers
     assert pool.offline_modes == {"offline": 2}  # compiled without CUDA, not the fallback
     before = sorted(p.name for p in triton_cache.rglob("*.cubin"))
     assert len(before) == 4, before
-    for uid, config in configs.items():
+    for uid, config in POOL_CONFIGS.items():
         template = get_template(uid)
         params = template.full_params(problem, config)
         run = template.build(problem, params, str(tmp_path / "kernels"))

@@ -8,18 +8,14 @@ process then finds those binaries instead of compiling again.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from autotune_cli.bench.compile_pool import CompilePool, compile_key
 from autotune_cli.bench.offline_compile import CompileOnlyDriver, install, target_arch
-from autotune_cli.bench.processes import worker_context
-from autotune_cli.choices import KernelTemplateChoice
 from autotune_cli.fingerprint import DeviceInfo
 from autotune_cli.problem import make_problem
-from autotune_cli.templates import get_template
+from helpers_kernels import POOL_CONFIGS, compile_through_pool
 
 
 def _ptxas_missing() -> bool:
@@ -32,15 +28,6 @@ def _ptxas_missing() -> bool:
 
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
                   sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
-
-CONFIGS = {
-    "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
-    "triton::mm_persistent_tma": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
-                                  "num_stages": 3, "num_warps": 8, "FLATTEN": 0},
-    "triton::mm_splitk": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 4,
-                          "num_warps": 4, "SPLIT_K": 4},
-}
-
 
 def test_target_and_refusals():
     assert target_arch("9.0") == 90 and target_arch("10.0") == 100 and target_arch("8.9") == 89
@@ -74,28 +61,9 @@ def test_pool_compiles_sm90_binaries_without_a_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))  # the processes get this environment
     problem = make_problem(m=256, n=1024, k=4096, dtype="bfloat16", device="cuda")
     misaligned = make_problem(m=256, n=1001, k=100, dtype="float16", device="cuda")  # padded buffers
-    cases = [(uid, problem, config) for uid, config in CONFIGS.items()]
-    cases.append(("triton::mm_padded", misaligned, CONFIGS["triton::mm"]))
-    pool = CompilePool(worker_context(None, "cuda"), [H200], 2, (), timeout_s=300, startup_timeout_s=300)
-    answers: dict[str, dict] = {}
-    done = threading.Event()
-
-    def answer(uid):
-        def callback(payload):
-            answers[uid] = payload
-            if len(answers) == len(cases):
-                done.set()
-        return callback
-
-    try:
-        for uid, case_problem, config in cases:
-            choice = KernelTemplateChoice.make(get_template(uid), case_problem, config)
-            task = {"mode": "compile", "uid": uid, "problem": case_problem.to_dict(), "config": config,
-                    "seed": 0, "kernel_dir": str(tmp_path / "kernels")}
-            pool.submit(compile_key(choice), task, owner=None, callback=answer(uid))
-        assert done.wait(timeout=300), f"answers so far: {answers}"
-    finally:
-        pool.close()
+    cases = [(uid, problem, config) for uid, config in POOL_CONFIGS.items()]
+    cases.append(("triton::mm_padded", misaligned, POOL_CONFIGS["triton::mm"]))
+    answers, pool = compile_through_pool(H200, cases, tmp_path / "kernels")
     assert all(payload["ok"] for payload in answers.values()), answers
     assert pool.offline_modes == {"offline": 2}  # both processes compiled without CUDA
     cubins = sorted(p.name for p in triton_cache.rglob("*.cubin"))

@@ -36,6 +36,7 @@ A100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="
 CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 LAYOUTS = ["nn", "nt", "tn", "tt"]
+DTYPE_OF_LAYOUT = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}  # each dtype in turn
 OPS = [dict(), dict(bias="n"), dict(bias="mn")]
 
 
@@ -52,16 +53,19 @@ def test_registered_for_mm_and_addmm_only():
 
 # -- split-K: the kernel ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("split_k", [2, 4])
+@pytest.mark.parametrize("split_k, fused", [(2, 0), (4, 0), (4, 1)], ids=["split2", "split4", "split4_fused"])
 @pytest.mark.parametrize("op", OPS, ids=["mm", "addmm_n", "addmm_mn"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_splitk_computes_the_product(layout, op, split_k, tmp_path):
-    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
+def test_splitk_computes_the_product(layout, op, split_k, fused, tmp_path):
+    # 24x40 in 32x32 tiles: edge tiles in M and N; K=200 in 4 slices of 64: the last is 8
+    # long, not a multiple of BLOCK_K. `fused`: the one-launch reduction (FUSED_REDUCE=1).
+    dtype = DTYPE_OF_LAYOUT[layout]
     problem = make_problem(m=24, n=40, k=200, dtype=dtype, layout=layout, device="cpu", **op)
     template = get_template(SPLITK)
-    params = template.full_params(problem, {**TILE, "SPLIT_K": split_k})
-    assert params["EVEN_K"] is False and params["ATOMIC_ADD"] == 0
-    result = run_kernel(problem, template, {**TILE, "SPLIT_K": split_k}, tmp_path)
+    config = {**TILE, "SPLIT_K": split_k, "FUSED_REDUCE": fused}
+    params = template.full_params(problem, config)
+    assert params["EVEN_K"] is False and params["ATOMIC_ADD"] == 0 and params["FUSED_REDUCE"] == fused
+    result = run_kernel(problem, template, config, tmp_path)
     assert result.correct, result.reasons
     assert result.discriminating
 
@@ -106,22 +110,6 @@ def test_splitk_source():
 # -- split-K with the fused (one-launch) reduction --------------------------------------------
 
 FUSED = {**TILE, "FUSED_REDUCE": 1}
-
-
-@pytest.mark.parametrize("op", OPS, ids=["mm", "addmm_n", "addmm_mn"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_splitk_fused_computes_the_product(layout, op, tmp_path):
-    # 24x40 in 32x32 tiles: edge tiles in M and N; K=200 in 4 slices of 64: the last is 8
-    # long, not a multiple of BLOCK_K.
-    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
-    problem = make_problem(m=24, n=40, k=200, dtype=dtype, layout=layout, device="cpu", **op)
-    template = get_template(SPLITK)
-    config = {**FUSED, "SPLIT_K": 4}
-    params = template.full_params(problem, config)
-    assert params["FUSED_REDUCE"] == 1 and params["ATOMIC_ADD"] == 0 and params["EVEN_K"] is False
-    result = run_kernel(problem, template, config, tmp_path)
-    assert result.correct, result.reasons
-    assert result.discriminating
 
 
 @pytest.mark.parametrize("case", [
@@ -247,7 +235,7 @@ needs_interpreter_tma = pytest.mark.skipif(
 def test_persistent_tma_computes_the_product(layout, op, tmp_path):
     # 40x72 in 32x32 tiles is 6 tiles for 4 programs: some programs take two tiles, and the
     # edge tiles lean on the descriptors' zero padding and clipped stores.
-    dtype = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}[layout]
+    dtype = DTYPE_OF_LAYOUT[layout]
     problem = make_problem(m=40, n=72, k=56, dtype=dtype, layout=layout, device="cpu", **op)
     template = get_template(TMA)
     assert template.unavailable_reason(problem, CPU) is None
