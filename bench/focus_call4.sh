@@ -8,15 +8,8 @@
 set -uo pipefail
 . bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-CUDA_VISIBLE_DEVICES=0 timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1 &
-CUDA_VISIBLE_DEVICES=1 timeout 120 python3 bench/lm_head_probe.py > "$OUT/lm_head_probe.log" 2>&1
-wait
-mkdir -p "$OUT/suite0" "$OUT/suite1"
-OUT=$OUT/suite0 CUDA_VISIBLE_DEVICES=0 timeout ${SUITE_S:-240} python3 bench/gpu_llm_suite.py --only "${SUITE0:-decode}" 2>&1 \
-  | grep -v "$quiet" > "$OUT/suite0.log" &
-OUT=$OUT/suite1 CUDA_VISIBLE_DEVICES=1 timeout ${SUITE_S:-240} python3 bench/gpu_llm_suite.py --only "${SUITE1:-lm_head,odd}" 2>&1 \
-  | grep -v "$quiet" > "$OUT/suite1.log" &
-wait
+tests_beside_probe 0 1 170 120
+suite_halves "${SUITE0:-decode}" "${SUITE1:-lm_head,odd}" "${SUITE_S:-240}"
 if [ "${MULTI:-1}" = 1 ]; then
   timeout 110 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_cold.log"
   if [ "${CONTROL:-1}" = 1 ]; then
@@ -25,7 +18,5 @@ if [ "${MULTI:-1}" = 1 ]; then
   fi
 fi
 echo "== summary"
-tail -3 "$OUT/pytest_gpu.log"
-cat "$OUT/lm_head_probe.log"
-for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
+summary_tests_probe_halves
 grep -hE "^--gpus|speed-up|stages" "$OUT"/multi_*.log

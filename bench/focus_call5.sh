@@ -6,9 +6,7 @@
 set -uo pipefail
 . bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-CUDA_VISIBLE_DEVICES=1 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1 &
-CUDA_VISIBLE_DEVICES=0 timeout 120 python3 bench/lm_head_probe.py > "$OUT/lm_head_probe.log" 2>&1
-wait
+tests_beside_probe 1 0 150 120
 mkdir -p "$OUT/suite"
 OUT=$OUT/suite CUDA_VISIBLE_DEVICES=0 timeout ${SUITE_S:-370} python3 bench/gpu_llm_suite.py 2>&1 | grep -v "$quiet" > "$OUT/suite.log"
 timeout 110 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_cold.log"

@@ -6,18 +6,9 @@
 set -uo pipefail
 . bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,persistence_mode --format=csv,noheader | tee "$OUT/gpu.txt"
-CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest_gpu.log" 2>&1 &
-CUDA_VISIBLE_DEVICES=1 timeout 100 python3 bench/lm_head_probe.py > "$OUT/lm_head_probe.log" 2>&1
-wait
-mkdir -p "$OUT/suite0" "$OUT/suite1"
-OUT=$OUT/suite0 CUDA_VISIBLE_DEVICES=0 timeout 230 python3 bench/gpu_llm_suite.py --only prefill,decode 2>&1 \
-  | grep -v "$quiet" > "$OUT/suite0.log" &
-OUT=$OUT/suite1 CUDA_VISIBLE_DEVICES=1 timeout 230 python3 bench/gpu_llm_suite.py --only odd,lm_head,bmm,addmm,square,tf32 2>&1 \
-  | grep -v "$quiet" > "$OUT/suite1.log" &
-wait
+tests_beside_probe 0 1 120 100
+suite_halves prefill,decode odd,lm_head,bmm,addmm,square,tf32 230
 timeout 45 python3 bench/startup_trace.py > "$OUT/startup_trace.log" 2>&1
 echo "== summary"
-tail -3 "$OUT/pytest_gpu.log"
-cat "$OUT/lm_head_probe.log"
-for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A7 "^shape " "$OUT/suite$half.log"; done
+summary_tests_probe_halves
 cat "$OUT/startup_trace.log"
