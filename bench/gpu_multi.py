@@ -88,7 +88,8 @@ def compile_pipeline(cache_dir: Path) -> list[dict]:
                       "first_compiled_s": min((c[1] for c in compiles), default=None),
                       "last_compiled_s": max((c[1] for c in compiles), default=None),
                       "compile_s_sum": round(sum(c[2] for c in compiles), 2),
-                      "compile_s_max": max((c[2] for c in compiles), default=None)})
+                      "compile_s_max": max((c[2] for c in compiles), default=None),
+                      "compile_pool": entry.get("compile_pool")})
     return lines
 
 
