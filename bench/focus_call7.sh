@@ -13,4 +13,5 @@ timeout 100 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_col
 echo "== summary"
 summary_tests_probe_halves
 grep -E "^==|model ->" "$OUT/startup_profile.log"
-grep -hE "^--gpus|speed-up|stages|compile_pool" "$OUT"/multi_cold.log | cut -c1-400
+grep -hE "^--gpus|speed-up|stages" "$OUT"/multi_cold.log | cut -c1-400
+grep -ohE "'compile_pool': \{[^}]*\}\}" "$OUT"/multi_cold.log | sort | uniq -c
