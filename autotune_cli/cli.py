@@ -218,6 +218,54 @@ class _Clock:
         self.stages[stage] = round(time.perf_counter() - self.started, 3)
 
 
+def plan_rows(found) -> list[dict]:
+    """One row per distinct problem found in a model: what `--plan` shows and `model` tunes."""
+    from .model import plan_flops_share
+
+    shares = plan_flops_share(found)
+    return [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
+             "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
+             "hint": f.hint} for f, share in zip(found, shares)]
+
+
+def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=None, host=None,
+               error=None, span=None) -> dict:
+    """A plan row with what tuning its problem gave (or why it failed)."""
+    winner = outcome.winner if outcome else None
+    aten = aten_ms(outcome.entry) if outcome else None
+    saved = (aten - winner["ms"]) * item.count if winner and aten else None
+    if outcome is not None and device_name is None:
+        device_name = outcome.entry.get("fingerprint", {}).get("device_name")
+    row = {**planned, "key": outcome.key if outcome else None,
+           "from_cache": outcome.from_cache if outcome else False,
+           "winner": winner, "aten_ms": aten, "saved_ms": saved,
+           "slot": slot, "device": device_name,
+           "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
+    if span is not None:  # seconds since the command started: when its tune began and ended
+        row["span_s"] = [round(t - clock.started, 3) for t in span]
+    if host is not None:
+        row["host"] = host
+    if error is not None:
+        row["error"] = error
+    return row
+
+
+def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: _Clock) -> list[dict]:
+    """Tune every problem found: one after another on one device, or spread by a scaled
+    tuner (`tune_all`) over several."""
+    if scaled:
+        results = tuner.tune_all([item.problem for item in found])
+        return [result_row(item, planned, result.outcome, clock, result.slot, result.device,
+                           result.host, result.error, result.span)
+                for item, planned, result in zip(found, plan, results)]
+    rows = []
+    for item, planned in zip(found, plan):
+        began = time.perf_counter()
+        outcome = tuner.tune(item.problem)
+        rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
+    return rows
+
+
 @app.command()
 def model(
     path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
@@ -244,7 +292,7 @@ def model(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
-    from .model import find_gemms, parse_hints, parse_input_shape, plan_flops_share
+    from .model import find_gemms, parse_hints, parse_input_shape
     from .report import ModelProgress, dumps, model_summary_table, plan_table
     from .tuner import Tuner
 
@@ -269,78 +317,55 @@ def model(
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
-    found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                       allow_tf32=allow_tf32)
-    clock.mark("found")
-    if not plan_only:
-        # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail
-        # here, before the plan is shown, so that the error is the only line on stderr.
-        from .fingerprint import probe_device
-        from .plugins import load_plugins
-        from .templates import templates_for
-
-        load_plugins(settings.plugins)
-        templates_for(found[0].problem, settings.templates)
-        clock.mark("checked")
-        if settings.executor == "local":  # Ray's actors probe their own devices
-            probe_device(dev)
-            if scaled:  # --gpus N: that many visible
-                from .scale import local_devices
-
-                local_devices(settings)
-        clock.mark("probed")
-    shares = plan_flops_share(found)
-    plan = [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
-             "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
-             "hint": f.hint} for f, share in zip(found, shares)]
-    if not json_out:
-        # With --plan the table is the result (stdout); otherwise it precedes the work (stderr).
-        (out if plan_only else err).print(plan_table(plan))
     if plan_only:
+        found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                           allow_tf32=allow_tf32)
+        clock.mark("found")
+        plan = plan_rows(found)
         if json_out:
             out.print(dumps({"model": str(path), "plan": plan}), markup=False)
+        else:
+            out.print(plan_table(plan))
         return
+    # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail before the
+    # plan is shown, so that the error is the only line on stderr. The devices are probed and
+    # the tuner's processes started first: they come up while the model is read.
+    from .fingerprint import probe_device
+    from .plugins import load_plugins
+    from .templates import check_template_names
+
+    load_plugins(settings.plugins)
+    check_template_names(settings.templates)
+    if settings.executor == "local":  # Ray's actors probe their own devices
+        probe_device(dev)
+        if scaled:  # --gpus N: that many visible
+            from .scale import local_devices
+
+            local_devices(settings)
+    clock.mark("probed")
+    progress = ModelProgress(err)
     rows = []
-
-    def add_row(item, planned, outcome, slot=0, device_name=None, host=None, error=None, span=None):
-        winner = outcome.winner if outcome else None
-        aten = aten_ms(outcome.entry) if outcome else None
-        saved = (aten - winner["ms"]) * item.count if winner and aten else None
-        if outcome is not None and device_name is None:
-            device_name = outcome.entry.get("fingerprint", {}).get("device_name")
-        row = {**planned, "key": outcome.key if outcome else None,
-               "from_cache": outcome.from_cache if outcome else False,
-               "winner": winner, "aten_ms": aten, "saved_ms": saved,
-               "slot": slot, "device": device_name,
-               "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
-        if span is not None:  # seconds since the command started: when its tune began and ended
-            row["span_s"] = [round(t - clock.started, 3) for t in span]
-        if host is not None:
-            row["host"] = host
-        if error is not None:
-            row["error"] = error
-        rows.append(row)
-
-    progress = ModelProgress(err, total=len(found))
     try:
         if scaled:
             from .scale import make_scaled_tuner
 
-            with make_scaled_tuner(settings, progress) as tuner:
-                clock.mark("devices")
-                results = tuner.tune_all([item.problem for item in found])
-                clock.mark("tuned")
-            for item, planned, result in zip(found, plan, results):
-                add_row(item, planned, result.outcome, result.slot, result.device, result.host,
-                        result.error, result.span)
+            tuner = make_scaled_tuner(settings, progress)
         else:
-            with Tuner(settings, progress) as tuner:
-                clock.mark("devices")
-                for item, planned in zip(found, plan):
-                    began = time.perf_counter()
-                    outcome = tuner.tune(item.problem)
-                    add_row(item, planned, outcome, span=(began, time.perf_counter()))
-                clock.mark("tuned")
+            tuner = Tuner(settings, progress)
+        with tuner:
+            start = getattr(tuner, "start", None)
+            if start is not None:
+                start()
+            clock.mark("started")
+            found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                               allow_tf32=allow_tf32)
+            clock.mark("found")
+            plan = plan_rows(found)
+            if not json_out:  # the plan precedes the work (stderr)
+                err.print(plan_table(plan))
+            progress.begin(len(found))
+            rows = tune_found(tuner, found, plan, scaled, clock)
+            clock.mark("tuned")
     finally:
         progress.close()
     clock.mark("closed")

@@ -4,6 +4,7 @@ from . import aten, aten_aligned, triton_mm, triton_mm_padded, triton_persistent
 from .base import Operands, Runnable, Template
 from .registry import (
     all_templates,
+    check_template_names,
     get_template,
     register_template,
     templates_for,
@@ -11,6 +12,6 @@ from .registry import (
 )
 
 __all__ = [
-    "Operands", "Runnable", "Template", "all_templates", "get_template",
+    "Operands", "Runnable", "Template", "all_templates", "check_template_names", "get_template",
     "register_template", "templates_for", "unregister_template",
 ]

@@ -35,12 +35,16 @@ def all_templates() -> list[Template]:
     return [_TEMPLATES[uid] for uid in sorted(_TEMPLATES)]
 
 
+def check_template_names(only: tuple[str, ...] | None) -> None:
+    """Every name in `only` is a registered uid or backend, else a UserError listing the uids."""
+    for name in only or ():
+        if name not in _TEMPLATES and not any(t.backend == name for t in _TEMPLATES.values()):
+            get_template(name)  # raises with the list of known uids
+
+
 def templates_for(problem: GemmProblem, only: tuple[str, ...] | None = None) -> list[Template]:
     """Templates that serve the problem's op, optionally limited to `only` (uids or backends)."""
-    if only:
-        for name in only:
-            if name not in _TEMPLATES and not any(t.backend == name for t in _TEMPLATES.values()):
-                get_template(name)  # raises with the list of known uids
+    check_template_names(only)
     chosen = []
     for template in all_templates():
         if only and template.uid not in only and template.backend not in only:
