@@ -6,6 +6,18 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+# The device image sets PYTHONDONTWRITEBYTECODE=1 and its torch has no .pyc files: every
+# Python process there compiles torch, triton and sympy from source, ~4 s for torch's import
+# and ~2.4 s for sympy's (bench/startup_profile.py, 2026-11-30), which a pip install, writing
+# the .pyc files, does not pay. Unless BYTECODE=image, the scripts keep bytecode under
+# /tmp/pycache, written once by warm_bytecode below (calls before 2026-11-30 03:00 ran without).
+if [ "${BYTECODE:-cached}" != image ]; then
+  unset PYTHONDONTWRITEBYTECODE
+  export PYTHONPYCACHEPREFIX=/tmp/pycache
+fi
+warm_bytecode() {
+  python3 -c "import torch, triton, sympy, typer, rich, torch.export, torch._inductor.config, autotune_cli.cli, autotune_cli.templates, autotune_cli.model, autotune_cli.bench.worker" >/dev/null 2>&1
+}
 OUT=${OUT:-bench_out}; mkdir -p "$OUT"
 quiet='UserWarning\|warn_once\|current_out_size\|^  triton_mm\|^  mm \|strides:\|dtypes:\|^AUTOTUNE\|Autotune Choices\|num_choices\|SingleProcess'
 
