@@ -38,9 +38,11 @@ BLOCK = 1024
 
 
 @triton.jit
-def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+def _copy_rows(src, dst, cols, blocks, src_row, src_col, dst_row, dst_col, BLOCK: tl.constexpr,
+               WIDE: tl.constexpr):
+    # Programs in row order (a row's blocks one after another), as a flat copy walks memory.
+    row = tl.program_id(0) // blocks
+    offs = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
     if WIDE:  # an offset past 2**31 elements: 64-bit arithmetic
         row = row.to(tl.int64)
         offs = offs.to(tl.int64)
@@ -50,13 +52,13 @@ def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.con
 
 
 @triton.jit
-def _fill_rows(src, dst, cols, src_row, src_col, PITCH: tl.constexpr, BLOCK: tl.constexpr,
+def _fill_rows(src, dst, cols, blocks, src_row, src_col, PITCH: tl.constexpr, BLOCK: tl.constexpr,
                WIDE: tl.constexpr):
     # Whole rows of dst, PITCH elements each, zeros past `cols`: with PITCH a constant, each
     # row's start is known to be 16-byte aligned where PITCH allows (lm_head's 50264 fp16:
     # 16-byte stores, where a store masked at `cols` is written element by element).
-    row = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.program_id(0) // blocks
+    offs = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
     if WIDE:
         row = row.to(tl.int64)
         offs = offs.to(tl.int64)
@@ -66,8 +68,8 @@ def _fill_rows(src, dst, cols, src_row, src_col, PITCH: tl.constexpr, BLOCK: tl.
 
 def copy_rows(dst, src, fill_pitch: bool = False) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
-    program per row and block of columns, rows being dst's contiguous dimension where it has
-    one (a transposed view is walked along its columns).
+    program per row and block of columns, numbered in row order, rows being dst's contiguous
+    dimension where it has one (a transposed view is walked along its columns).
 
     fill_pitch: dst is the leading [rows, cols] of zeroed storage whose rows are dst's row
     pitch long (the alignment templates' padded buffers); the copy then writes whole rows,
@@ -84,8 +86,10 @@ def copy_rows(dst, src, fill_pitch: bool = False) -> None:
     span = max(cols, pitch) + BLOCK  # the furthest column a program's offsets reach
     wide = max(rows * abs(t.stride(0)) + span * abs(t.stride(1)) for t in (src, dst)) >= 2**31
     if fill_pitch and dst.stride(1) == 1 and pitch >= cols:
-        _fill_rows[(rows, triton.cdiv(pitch, BLOCK))](src, dst, cols, src.stride(0), src.stride(1),
-                                                     PITCH=pitch, BLOCK=BLOCK, WIDE=wide, num_warps=4)
+        blocks = triton.cdiv(pitch, BLOCK)
+        _fill_rows[(rows * blocks,)](src, dst, cols, blocks, src.stride(0), src.stride(1),
+                                     PITCH=pitch, BLOCK=BLOCK, WIDE=wide, num_warps=4)
         return
-    _copy_rows[(rows, triton.cdiv(cols, BLOCK))](src, dst, cols, src.stride(0), src.stride(1), pitch,
-                                                dst.stride(1), BLOCK=BLOCK, WIDE=wide, num_warps=4)
+    blocks = triton.cdiv(cols, BLOCK)
+    _copy_rows[(rows * blocks,)](src, dst, cols, blocks, src.stride(0), src.stride(1), pitch,
+                                 dst.stride(1), BLOCK=BLOCK, WIDE=wide, num_warps=4)
