@@ -1,0 +1,59 @@
+"""lm_head (2048x50257x768 fp16): the GPU kernels our aten::mm_aligned runs, and their mean
+durations by torch.profiler, the L2 flushed before each call, as bench/inductor_kernels.py
+prints them for Inductor's pick (its pad kernel 0.043 ms + cuBLAS 0.231 ms on 2026-11-30).
+
+PYTHONPATH=. python3 bench/lm_head_kernels.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from autotune_cli.bench.timing import CudaTimer  # noqa: E402
+from autotune_cli.fingerprint import probe_device  # noqa: E402
+from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.templates import aten_aligned  # noqa: E402
+from autotune_cli.templates.base import Operands, empty_out  # noqa: E402
+from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
+
+M, N, K = 2048, 50257, 768
+
+
+def main() -> None:
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
+    template = aten_aligned.AtenAlignedTemplate()
+    params = template.full_params(problem, {"ZERO_PAD": 1})
+    ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
+    run = template.build(problem, params, "/tmp")
+    padded = torch.zeros(K, 50264, device="cuda", dtype=torch.float16)
+    cases = {
+        "aten::mm_aligned ZERO_PAD=1": lambda: run(ops),
+        "copy_rows alone": lambda: copy_rows(padded[:, :N], b),
+        "copy_rows fill_pitch alone": lambda: copy_rows(padded[:, :N], b, fill_pitch=True),
+    }
+    for name, fn in cases.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                timer.flush_buffer.zero_()
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}")
+        for event in prof.key_averages():
+            total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+            if total and "FillFunctor" not in event.key:
+                print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
