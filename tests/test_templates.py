@@ -305,29 +305,3 @@ def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
     with pytest.raises(ValueError):
         copy_rows(dst, src[:, :-1])
 
-
-@pytest.mark.parametrize("fill", [False, True], ids=["masked", "whole-rows"])
-@pytest.mark.parametrize("src_t,dst_t", [(False, False), (True, True)], ids=["rows", "columns"])
-def test_copy_rows_fill_pitch_writes_whole_rows(fill, src_t, dst_t):
-    """fill_pitch: the copy writes dst's whole padded rows, zeros past the operand's width (so
-    that on the GPU its stores can be wide); without it the padding is never touched. The
-    padding starts as garbage here to tell the two apart."""
-    import torch
-
-    from autotune_cli.templates.row_copy import copy_rows
-
-    rows, cols, pitch = 3, 1100, 1112  # the pitch 8 elements past a multiple of 16, as lm_head's
-    src = torch.randn(cols, rows, dtype=torch.float16).t() if src_t else torch.randn(rows, cols, dtype=torch.float16)
-    if dst_t:  # [rows, cols] whose columns are contiguous, `pitch` apart
-        storage = torch.full((cols, pitch), 7.0, dtype=torch.float16)
-        dst, padding = storage[:, :rows].t(), storage[:, rows:]
-    else:
-        storage = torch.full((rows, pitch), 7.0, dtype=torch.float16)
-        dst, padding = storage[:, :cols], storage[:, cols:]
-    copy_rows(dst, src, fill_pitch=fill)
-    assert torch.equal(dst, src)
-    if fill:
-        assert torch.count_nonzero(padding) == 0
-    else:
-        assert torch.all(padding == 7.0)
-

@@ -117,10 +117,10 @@ class AtenAlignedTemplate(Template):
                 torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             a, b = ops.a, ops.b
             if a_view is not None:
-                copy(a_view[:m, :k], a, fill_pitch=True)  # the padding rewritten with zeros
+                copy(a_view[:m, :k], a)  # the padding stays zero: it is never written
                 a = a_view
             if b_view is not None:
-                copy(b_view[:k, :n], b, fill_pitch=True)
+                copy(b_view[:k, :n], b)
                 b = b_view
             if not grown:  # straight into the output: with its padded pitch, aligned rows
                 if addmm:

@@ -69,16 +69,15 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
 
 
-def operand_copier(device: str) -> Callable[..., None]:
-    """How the alignment templates copy an operand into padded storage, `copy(dst, src,
-    fill_pitch=...)`: on CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a
-    view with another row pitch runs at a third of the bandwidth; with fill_pitch it rewrites
-    the zeroed row padding too, for wide stores), elsewhere torch's copy_. Call in `build`."""
+def operand_copier(device: str) -> Callable[[Any, Any], None]:
+    """How the alignment templates copy an operand into padded storage, `copy(dst, src)`: on
+    CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a view with another row
+    pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
         from .row_copy import copy_rows
 
         return copy_rows
-    return lambda dst, src, fill_pitch=False: dst.copy_(src)
+    return lambda dst, src: dst.copy_(src)
 
 
 def torch_dtype(name: str):

@@ -94,10 +94,10 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
             a, b = ops.a, ops.b
             a_pad, b_pad = pads(a.device)
             if a_pad is not None:
-                copy(a_pad[:, :k], a, fill_pitch=True)  # the padding rewritten with zeros
+                copy(a_pad[:, :k], a)  # the padding stays zero: it is never written
                 a = a_pad
             if b_pad is not None:
-                copy(b_pad[:k, :], b, fill_pitch=True)
+                copy(b_pad[:k, :], b)
                 b = b_pad
             return Operands(a=a, b=b, out=ops.out, bias=ops.bias)
 
