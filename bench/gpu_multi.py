@@ -1,12 +1,12 @@
 """Issue 8's benchmark: `autotune model` on one GPU against two GPUs of the same host.
 
-A model of eight linear layers of distinct shapes (eight distinct problems, bf16) is saved
-with torch.export and tuned cold twice, each time with a fresh cache: `--gpus 1`, then
+A model of linear layers of distinct shapes (eight distinct problems by default, the issue's
+minimum; --problems N for a larger model; bf16) is saved with torch.export and tuned cold twice, each time with a fresh cache: `--gpus 1`, then
 `--gpus 2`. Reported: the wall time of each run (the whole command: start-up, extraction,
 tuning), the speed-up, which GPU tuned which problem, and whether the two runs picked the
 same winners (and how far apart their times are where they did not).
 
-Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--budget 120] [--triton-cache warm]
+Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--problems 8] [--budget 120] [--triton-cache warm]
 Writes $OUT/gpu_multi_<cold|warm>.json (or bench_out/).
 """
 
@@ -30,21 +30,28 @@ OUT_FEATURES = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 14336)  # eight distin
 IN_FEATURES = 4096
 
 
-def save_model(folder: Path, m: int) -> Path:
+def out_features(problems: int) -> tuple[int, ...]:
+    """The layers' widths: the eight above, then further multiples of 1024 (distinct) for a
+    larger model."""
+    extra = [n for n in range(1024, 1024 * (problems + 8), 1024) if n not in OUT_FEATURES]
+    return (OUT_FEATURES + tuple(extra))[:problems]
+
+
+def save_model(folder: Path, m: int, problems: int = len(OUT_FEATURES)) -> Path:
     import torch
     import torch.nn as nn
 
-    class EightLinears(nn.Module):
+    class Linears(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = nn.ModuleList(nn.Linear(IN_FEATURES, n, bias=False) for n in OUT_FEATURES)
+            self.layers = nn.ModuleList(nn.Linear(IN_FEATURES, n, bias=False) for n in out_features(problems))
 
         def forward(self, x):
             return tuple(layer(x) for layer in self.layers)
 
-    model = EightLinears().to(torch.bfloat16).eval()
+    model = Linears().to(torch.bfloat16).eval()
     example = (torch.randn(m, IN_FEATURES, dtype=torch.bfloat16),)
-    path = folder / "eight_linears.pt2"
+    path = folder / f"linears_{problems}.pt2"
     torch.export.save(torch.export.export(model, example), str(path))
     return path
 
@@ -96,6 +103,8 @@ def compile_pipeline(cache_dir: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
+    parser.add_argument("--problems", type=int, default=len(OUT_FEATURES),
+                        help="distinct problems in the model (8: the issue's minimum; more: a larger model)")
     parser.add_argument("--budget", type=float, default=None, help="--budget per problem (s)")
     parser.add_argument("--templates", default=None, help="--templates for both runs")
     parser.add_argument("--triton-cache", choices=("cold", "warm"), default="cold",
@@ -121,7 +130,7 @@ def main() -> None:
         extra += ["--templates", args.templates]
 
     work = Path(tempfile.mkdtemp(prefix="autotune-multi-"))
-    path = save_model(work, args.m)
+    path = save_model(work, args.m, args.problems)
     runs = {}
     if args.triton_cache == "warm":
         wall, _, _ = tune(path, 1, work / "prewarm", extra)
@@ -167,11 +176,11 @@ def main() -> None:
               f"{wb.get('uid')} {wb.get('ms')} ms | same winner: {same}"
               + (f", time ratio {ratio:.3f}" if ratio else ""))
     speedup = runs[1]["wall_s"] / runs[2]["wall_s"]
-    print(f"[triton cache {args.triton_cache}{' ' + args.label if args.label else ''}] speed-up with two GPUs: "
+    print(f"[{args.problems} problems, triton cache {args.triton_cache}{' ' + args.label if args.label else ''}] speed-up with two GPUs: "
           f"{speedup:.2f}x, two over one {1 / speedup:.2f} ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
           f"same winners {sum(c['same_winner'] for c in comparison)}/{len(comparison)}")
     write_json(f"gpu_multi_{args.triton_cache}{'_' + args.label if args.label else ''}.json", {
-        "gpus": names, "m": args.m, "extra": extra, "triton_cache": args.triton_cache,
+        "gpus": names, "m": args.m, "problems": args.problems, "extra": extra, "triton_cache": args.triton_cache,
         "one_gpu_compile_workers": args.one_gpu_compile_workers,
         "offline_compile": os.environ.get("AUTOTUNE_OFFLINE_COMPILE", "1") != "0",
         "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
