@@ -292,15 +292,14 @@ def model(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
-    from .model import find_gemms, parse_hints, parse_input_shape
+    from .model import find_gemms, model_format, parse_hints, parse_input_shape
     from .report import ModelProgress, dumps, model_summary_table, plan_table
     from .tuner import Tuner
 
     clock = _Clock()
     shapes = [parse_input_shape(text) for text in input_shape or []]
     hints = parse_hints(hint or [])
-    if not path.exists():
-        raise UserError(f"model file not found: {path}")
+    model_format(path)  # not a saved model: said now, before anything starts
     if executor == ExecutorKind.local and not plan_only:
         from .bench.processes import prestart_workers
 

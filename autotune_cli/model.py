@@ -396,7 +396,9 @@ def _classify(name: str, args: Sequence[Any]) -> _Raw | None | str:
 # Loading
 # ---------------------------------------------------------------------------------------
 
-def _detect_format(path: Path) -> str:
+def model_format(path: Path) -> str:
+    """"export" or "torchscript", read from the archive's listing (cheap: a caller checks the
+    file with it before starting work); else a UserError that says what the file is."""
     if not path.exists():
         raise UserError(f"model file not found: {path}")
     if not path.is_file():
@@ -445,7 +447,7 @@ def find_gemms(
     See the module docstring for the formats, the mapping rules and dynamic dims.
     """
     path = Path(path)
-    fmt = _detect_format(path)
+    fmt = model_format(path)
     if fmt == "export":
         raws, scenarios = _from_export(path, input_shapes, hints)
     else:
