@@ -316,25 +316,28 @@ def model(
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
+    found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                       allow_tf32=allow_tf32)
+    clock.mark("found")
+    plan = plan_rows(found)
     if plan_only:
-        found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                           allow_tf32=allow_tf32)
-        clock.mark("found")
-        plan = plan_rows(found)
         if json_out:
             out.print(dumps({"model": str(path), "plan": plan}), markup=False)
         else:
             out.print(plan_table(plan))
         return
-    # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail before the
-    # plan is shown, so that the error is the only line on stderr. The devices are probed and
-    # the tuner's processes started first: they come up while the model is read.
+    # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail here,
+    # before the plan is shown, so that the error is the only line on stderr. The tuner's
+    # processes start with the first problem that is not in the cache (none for a model
+    # tuned before; starting them while the model was read gained nothing measurable and
+    # cost ~2 s on cached runs and on models that fail to read).
     from .fingerprint import probe_device
     from .plugins import load_plugins
     from .templates import check_template_names
 
     load_plugins(settings.plugins)
     check_template_names(settings.templates)
+    clock.mark("checked")
     if settings.executor == "local":  # Ray's actors probe their own devices
         probe_device(dev)
         if scaled:  # --gpus N: that many visible
@@ -342,7 +345,9 @@ def model(
 
             local_devices(settings)
     clock.mark("probed")
-    progress = ModelProgress(err)
+    if not json_out:  # the plan precedes the work (stderr)
+        err.print(plan_table(plan))
+    progress = ModelProgress(err, total=len(found))
     rows = []
     try:
         if scaled:
@@ -352,17 +357,7 @@ def model(
         else:
             tuner = Tuner(settings, progress)
         with tuner:
-            start = getattr(tuner, "start", None)
-            if start is not None:
-                start()
-            clock.mark("started")
-            found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                               allow_tf32=allow_tf32)
-            clock.mark("found")
-            plan = plan_rows(found)
-            if not json_out:  # the plan precedes the work (stderr)
-                err.print(plan_table(plan))
-            progress.begin(len(found))
+            clock.mark("devices")
             rows = tune_found(tuner, found, plan, scaled, clock)
             clock.mark("tuned")
     finally:

@@ -79,22 +79,14 @@ class ProgressReporter:
 class ModelProgress(ProgressReporter):
     """Progress for many problems: one overall bar, plus a line per problem as it ends."""
 
-    def __init__(self, console: Console, total: int | None = None) -> None:
-        """Drawn from `begin(total)` (here if `total` is given): a command may hand this to
-        a tuner before it knows how many problems there are."""
+    def __init__(self, console: Console, total: int) -> None:
         super().__init__(console, enabled=True)
-        self.total = 0
+        self.total = total
         self.done = 0
         self.overall = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console, transient=True,
         )
-        self.overall_task = None
-        if total is not None:
-            self.begin(total)
-
-    def begin(self, total: int) -> None:
-        self.total = total
         self.overall_task = self.overall.add_task("problems", total=total)
         self.overall.start()
 
@@ -120,8 +112,7 @@ class ModelProgress(ProgressReporter):
                                highlight=False, markup=False)
 
     def close(self) -> None:
-        if self.overall_task is not None:
-            self.overall.stop()
+        self.overall.stop()
 
 
 def plan_table(rows: list[dict]) -> Table:

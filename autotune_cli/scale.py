@@ -269,13 +269,6 @@ class MultiDeviceTuner:
                 finish(result)
         return results
 
-    def start(self) -> None:
-        """Start every device's timing worker and the shared compile pools now."""
-        for tuner in self.tuners:
-            tuner.start()
-        for pool in self.pools.values():
-            pool.start()
-
     def close(self) -> None:
         """Close every device's workers and the compile pools at once: each process takes a
         moment to tear CUDA down."""

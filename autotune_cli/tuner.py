@@ -6,7 +6,6 @@ It emits events to a listener (report.py draws them) and never prints.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -174,8 +173,6 @@ class Tuner:
         self.executor_factory = executor_factory or LocalExecutor
         self._device: DeviceInfo | None = device
         self._executor: Executor | None = None
-        self._start_lock = threading.Lock()
-        self._starting: threading.Thread | None = None  # start()'s thread
 
     @property
     def device(self) -> DeviceInfo:
@@ -208,8 +205,9 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
-        self._wait_started()
-        self._start_now()  # whatever is still down: processes come up while choices are made
+        start_workers = getattr(self.executor, "start", None)
+        if start_workers is not None:  # processes import torch while we do the rest
+            start_workers()
         choice_set = get_choices(problem, self.device, self.settings)
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
@@ -248,33 +246,6 @@ class Tuner:
         self.listener.finished(outcome)
         return outcome
 
-    def start(self) -> None:
-        """Start the executor's processes on a thread of their own (the timing worker and the
-        compile pool come up while the caller goes on, e.g. reads its model: starting a
-        process waits for the forkserver's imports); `tune` waits for that thread, then starts
-        whatever is still down itself, so a failed start is raised there."""
-        with self._start_lock:
-            if self._starting is None:
-                self._starting = threading.Thread(target=self._start_quietly, daemon=True,
-                                                  name="autotune-start-workers")
-                self._starting.start()
-
-    def _start_quietly(self) -> None:
-        try:
-            self._start_now()
-        except Exception:  # noqa: BLE001 - tune() starts again and raises it there
-            pass
-
-    def _start_now(self) -> None:
-        start_workers = getattr(self.executor, "start", None)
-        if start_workers is not None:  # processes import torch while we do the rest
-            start_workers()
-
-    def _wait_started(self) -> None:
-        thread = self._starting
-        if thread is not None:
-            thread.join()
-
     @property
     def executor(self) -> Executor:
         if self._executor is None:
@@ -304,7 +275,6 @@ class Tuner:
         }
 
     def close(self) -> None:
-        self._wait_started()  # else it could start processes after they were stopped
         if self._executor is not None:
             self._executor.close()
             self._executor = None

@@ -187,29 +187,3 @@ def test_bad_scale_options_are_one_line_errors(cli, cache_dir, four_layers, monk
     assert code == 2 and "pip install 'autotune-cli[ray]'" in err and out == ""
     assert not (cache_dir / "autotune-cache.json").exists()
 
-
-def test_started_devices_come_up_before_the_first_problem_and_close_clean(tmp_path):
-    """`start()` brings every device's timing workers up on a thread while the caller goes on
-    (the CLI reads its model meanwhile); tuning then uses those processes, and a tuner closed
-    without tuning anything (a model that turned out bad) leaves no process behind."""
-    cpu = probe_device("cpu")
-    devices = [replace(cpu, index=0), replace(cpu, index=1)]
-    with MultiDeviceTuner(aten_settings(tmp_path), devices=devices) as tuner:
-        tuner.start()
-        for slot_tuner in tuner.tuners:
-            slot_tuner._wait_started()
-        timers = [w for t in tuner.tuners for w in t.executor.timers]
-        assert len(timers) == 2 and all(w.process.is_alive() for w in timers)  # one per device, before any problem
-        pids = {w.process.pid for w in timers}
-        results = tuner.tune_all(problems(2))
-        assert all(r.ok for r in results)
-        assert {w.process.pid for t in tuner.tuners for w in t.executor.timers} == pids  # the same ones
-
-    idle = MultiDeviceTuner(aten_settings(tmp_path), devices=devices)
-    idle.start()
-    for slot_tuner in idle.tuners:
-        slot_tuner._wait_started()
-    processes = [w.process for t in idle.tuners for w in t.executor.timers]
-    assert len(processes) == 2 and all(p is not None for p in processes)
-    idle.close()
-    assert all(not p.is_alive() for p in processes)
