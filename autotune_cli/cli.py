@@ -294,6 +294,7 @@ def model(
     """Find every matmul in a saved model and tune each distinct problem."""
     from .model import find_gemms, model_format, parse_hints, parse_input_shape
     from .report import ModelProgress, dumps, model_summary_table, plan_table
+    from .scale import local_devices, make_scaled_tuner
     from .tuner import Tuner
 
     clock = _Clock()
@@ -341,8 +342,6 @@ def model(
     if settings.executor == "local":  # Ray's actors probe their own devices
         probe_device(dev)
         if scaled:  # --gpus N: that many visible
-            from .scale import local_devices
-
             local_devices(settings)
     clock.mark("probed")
     if not json_out:  # the plan precedes the work (stderr)
@@ -350,13 +349,7 @@ def model(
     progress = ModelProgress(err, total=len(found))
     rows = []
     try:
-        if scaled:
-            from .scale import make_scaled_tuner
-
-            tuner = make_scaled_tuner(settings, progress)
-        else:
-            tuner = Tuner(settings, progress)
-        with tuner:
+        with make_scaled_tuner(settings, progress) if scaled else Tuner(settings, progress) as tuner:
             clock.mark("devices")
             rows = tune_found(tuner, found, plan, scaled, clock)
             clock.mark("tuned")

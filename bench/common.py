@@ -22,6 +22,26 @@ from autotune_cli.tuner import timing_policy_for
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
 
 
+def print_kernel_times(fn, timer: CudaTimer, calls: int = 20) -> None:
+    """Each GPU kernel that `fn` runs, by torch.profiler over `calls` calls with the L2
+    flushed before each (the flush's own kernel left out): its name (cut), calls and mean
+    µs, one line each."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            timer.flush_buffer.zero_()
+            fn()
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total and "FillFunctor" not in event.key:
+            print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
+
+
 def out_dir() -> Path:
     path = Path(os.environ.get("OUT", "bench_out"))
     path.mkdir(parents=True, exist_ok=True)

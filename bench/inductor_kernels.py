@@ -1,7 +1,8 @@
 """Which kernels Inductor's max-autotune runs for a mm, and how long each takes: the compiled
 function (operands as graph inputs, as bench/inductor_mm.py compiles it) is profiled over
-20 calls, the L2 flushed before each; printed per shape: each GPU kernel's name (cut), calls
-and mean µs (torch.profiler's CUDA times), then the whole call's median by the tuner's timer.
+20 calls, the L2 flushed before each (bench/common.print_kernel_times); printed per shape:
+each GPU kernel's name (cut), calls and mean µs, then the whole call's median by the tuner's
+timer.
 
 PYTHONPATH=. python3 bench/inductor_kernels.py [M,N,K,DTYPE ...]   (default: lm_head fp16 and decode bf16)
 """
@@ -25,11 +26,10 @@ def main() -> None:
     os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
     import torch
     import torch._inductor.config as config
-    from torch.profiler import ProfilerActivity, profile
 
     from autotune_cli.bench.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
-    from autotune_cli.settings import TimingPolicy
+    from bench.common import POLICY, print_kernel_times
 
     config.force_disable_caches = True
     timer = CudaTimer(probe_device("cuda").l2_bytes)
@@ -41,19 +41,9 @@ def main() -> None:
         torch._dynamo.reset()
         fn = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
         out = fn(a, b)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                timer.flush_buffer.zero_()
-                fn(a, b)
-            torch.cuda.synchronize()
         print(f"== {m}x{n}x{k} {dtype}: out stride {tuple(out.stride())}")
-        for event in prof.key_averages():
-            if event.device_type.name == "CUDA" or getattr(event, "self_device_time_total", 0):
-                total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-                print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
-        samples = [timer(lambda: fn(a, b), TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)).median_ms
-                   for _ in range(3)]
+        print_kernel_times(lambda: fn(a, b), timer)
+        samples = [timer(lambda: fn(a, b), POLICY).median_ms for _ in range(3)]
         print(f"  whole call by CudaTimer: median of 3 medians {statistics.median(samples):.4f} ms")
 
 

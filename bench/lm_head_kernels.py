@@ -13,7 +13,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from autotune_cli.bench.timing import CudaTimer  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
@@ -21,6 +20,7 @@ from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.templates import aten_aligned  # noqa: E402
 from autotune_cli.templates.base import Operands, empty_out  # noqa: E402
 from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
+from bench.common import print_kernel_times  # noqa: E402
 
 M, N, K = 2048, 50257, 768
 
@@ -38,21 +38,10 @@ def main() -> None:
     cases = {
         "aten::mm_aligned ZERO_PAD=1": lambda: run(ops),
         "copy_rows alone": lambda: copy_rows(padded[:, :N], b),
-        "copy_rows fill_pitch alone": lambda: copy_rows(padded[:, :N], b, fill_pitch=True),
     }
     for name, fn in cases.items():
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                timer.flush_buffer.zero_()
-                fn()
-            torch.cuda.synchronize()
         print(f"== {name}")
-        for event in prof.key_averages():
-            total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
-            if total and "FillFunctor" not in event.key:
-                print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
+        print_kernel_times(fn, timer)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ class ClockWarmer:
     same call timed afterwards beside torch.mm (bench/focus_call6.sh), enough to flip a pick.
     So where the GPU has been idle `idle_s` or longer, the runnable is launched for about
     `warm_ms` first, as triton.testing.do_bench warms up for 25 ms before every measurement.
-    (Not yet measured on the GPU itself: see the closing note of 2026-11-30.)"""
+    (Not measured apart from the rest: the H200 runs of 2026-11-30's second session had it,
+    and their tunes no longer read cuBLAS slow against the side-by-side; README.)"""
 
     MAX_LAUNCHES = 5000
 

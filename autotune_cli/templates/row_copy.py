@@ -59,4 +59,3 @@ def copy_rows(dst, src) -> None:
     grid = (rows, triton.cdiv(cols, BLOCK))
     _copy_rows[grid](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
                      BLOCK=BLOCK, num_warps=4)
-
