@@ -1,0 +1,121 @@
+"""Decode (M <= 16) against what the H200 can read: issue 7's "within 1.5x of the HBM floor".
+
+For each decode shape, in one process with the tuner's timer and policy (bench/common.py):
+  - torch.mm (cuBLAS), the anchor;
+  - triton::mm at the tuned winner's config and at configs around it (more programs: BLOCK_N
+    32 gives 128 programs on 4096 columns, wider BLOCK_K, stages, warps), each verified;
+  - a read-only Triton kernel over B alone (each program sums a contiguous share of B into one
+    float), at several program counts and block sizes: no matmul, only B's bytes read once.
+    Its best time is what any kernel that must read B takes here, and so the practical
+    floor; "x floor" divides by bytes / 4.3 TB/s, the issue's floor.
+
+PYTHONPATH=. python3 bench/decode_roofline.py [--only 16x4096x4096]
+Writes $OUT/decode_roofline.json (or bench_out/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.templates import get_template  # noqa: E402
+from bench.common import SideBySide, write_json  # noqa: E402
+
+HBM_BYTES_PER_S = 4.3e12
+SHAPES = ((16, 4096, 4096), (16, 4096, 14336), (8, 14336, 4096))
+WINNER = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8, "num_stages": 5, "num_warps": 2}
+
+
+def mm_configs() -> list[dict]:
+    configs = [dict(WINNER)]
+    for bn, bk, stages, warps in [
+        (32, 256, 4, 2), (32, 256, 5, 2), (32, 256, 6, 2), (32, 256, 4, 4), (32, 256, 6, 4),
+        (32, 512, 3, 2), (32, 512, 4, 2), (32, 512, 3, 4), (32, 512, 4, 4),
+        (64, 256, 4, 2), (64, 256, 6, 2), (64, 256, 5, 4),
+        (64, 512, 3, 4), (64, 512, 4, 4), (64, 512, 3, 8),
+        (128, 256, 3, 4), (128, 128, 5, 4),
+    ]:
+        configs.append({"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                        "num_stages": stages, "num_warps": warps})
+    return configs
+
+
+@triton.jit
+def read_sum(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
+    """Program p sums B's elements [p*PER_PROGRAM, (p+1)*PER_PROGRAM) into OUT[p]."""
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * PER_PROGRAM
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for offset in range(0, PER_PROGRAM, BLOCK):
+        idx = start + offset + tl.arange(0, BLOCK)
+        acc += tl.load(B + idx, mask=idx < total, other=0.0).to(tl.float32)
+    tl.store(OUT + pid, tl.sum(acc, axis=0))
+
+
+def reader(programs: int, block: int, warps: int):
+    """A runnable (ops -> None) that reads ops.b once with `programs` programs."""
+    scratch = {}
+
+    def run(ops):
+        b = ops.b
+        total = b.numel()
+        per_program = triton.cdiv(triton.cdiv(total, programs), block) * block
+        out = scratch.get(programs)
+        if out is None:
+            out = scratch[programs] = torch.empty(programs, device=b.device, dtype=torch.float32)
+        read_sum[(programs,)](b, out, total, PER_PROGRAM=per_program, BLOCK=block, num_warps=warps)
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=None, help="comma-separated MxNxK shapes")
+    args = parser.parse_args()
+    bench = SideBySide()
+    kernel_dir = tempfile.mkdtemp(prefix="decode-roofline-")
+    rows = []
+    for m, n, k in SHAPES:
+        name = f"{m}x{n}x{k}"
+        if args.only and name not in args.only.split(","):
+            continue
+        problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", device="cuda")
+        floor_ms = (m * k + k * n + m * n) * 2 / HBM_BYTES_PER_S * 1e3
+        runs, labels = [bench.anchor(problem)], ["torch.mm"]
+        for config in mm_configs():
+            params = get_template("triton::mm").full_params(problem, config)
+            runs.append(bench.runnable(problem, {"uid": "triton::mm", "params": params}, kernel_dir))
+            labels.append("triton::mm BN{BLOCK_N} BK{BLOCK_K} s{num_stages} w{num_warps}".format(**config))
+        for programs in (132, 264, 528, 1056, 2112):
+            for block, warps in ((2048, 4), (4096, 8)):
+                runs.append(reader(programs, block, warps))
+                labels.append(f"read B only: {programs} programs, block {block}, {warps} warps")
+        times, verdicts = bench.time_many(problem, runs, rounds=4)
+        print(f"== {name} bf16: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)
+        shape_rows = []
+        for label, ms, verdict in zip(labels, times, verdicts):
+            is_mm = not label.startswith("read")
+            row = {"shape": name, "kernel": label, "ms": ms, "x_floor": ms / floor_ms,
+                   "verified": verdict.ok if is_mm else None}
+            shape_rows.append(row)
+            print(f"  {label:52s} {ms * 1e3:7.2f} us  x floor {ms / floor_ms:5.2f}"
+                  + ("" if not is_mm else ("  ok" if verdict.ok else f"  WRONG {verdict.reason}")), flush=True)
+        best_mm = min((r for r in shape_rows if r["verified"]), key=lambda r: r["ms"])
+        best_read = min((r for r in shape_rows if r["verified"] is None), key=lambda r: r["ms"])
+        print(f"  best matmul {best_mm['kernel']} {best_mm['ms'] * 1e3:.2f} us ({best_mm['x_floor']:.2f}x); "
+              f"best read of B alone {best_read['ms'] * 1e3:.2f} us ({best_read['x_floor']:.2f}x)", flush=True)
+        rows.extend(shape_rows)
+    write_json("decode_roofline.json", rows)
+
+
+if __name__ == "__main__":
+    main()
