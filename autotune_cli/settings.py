@@ -72,6 +72,9 @@ class TuneSettings:
     # (H200: the tuner's pick was 25% slower than torch.mm when re-timed in another process).
     graph_below_us: float = 50.0
     retime_within: float = 0.03  # contenders this close to the best are re-timed with more runs
+    # Passes of that re-time, the contenders' order reversed every other pass (None: 4 on a
+    # GPU, 1 on the CPU, where an interpreter run costs up to a second).
+    retime_rounds: int | None = None
     timing: TimingPolicy | None = None
     # Scale out (scale.py): devices to spread problems over (on the CPU, worker groups that
     # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
@@ -82,6 +85,12 @@ class TuneSettings:
     @property
     def timing_policy(self) -> TimingPolicy:
         return self.timing or TimingPolicy.for_device(self.device)
+
+    @property
+    def retime_passes(self) -> int:
+        if self.retime_rounds is not None:
+            return max(1, self.retime_rounds)
+        return 1 if self.device == "cpu" else 4
 
     @property
     def kernel_dir(self) -> Path:

@@ -77,6 +77,23 @@ def reader(programs: int, block: int, warps: int):
     return run
 
 
+def launchable(problem, runs, labels):
+    """The runnables that launch at all (a config may want more shared memory than there is),
+    with their labels; those that do not are said and left out."""
+    from autotune_cli.bench.verify import make_operands
+
+    ops = make_operands(problem, 1, "cuda")
+    kept = []
+    for run, label in zip(runs, labels):
+        try:
+            run(ops)
+            torch.cuda.synchronize()
+            kept.append((run, label))
+        except Exception as exc:  # noqa: BLE001 - a config this GPU cannot run
+            print(f"  {label}: left out ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})", flush=True)
+    return [r for r, _ in kept], [label for _, label in kept]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default=None, help="comma-separated MxNxK shapes")
@@ -99,6 +116,7 @@ def main() -> None:
             for block, warps in ((2048, 4), (4096, 8)):
                 runs.append(reader(programs, block, warps))
                 labels.append(f"read B only: {programs} programs, block {block}, {warps} warps")
+        runs, labels = launchable(problem, runs, labels)
         times, verdicts = bench.time_many(problem, runs, rounds=4)
         print(f"== {name} bf16: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)
         shape_rows = []

@@ -63,14 +63,32 @@ class _Executor:
             on_result(i, cand(choice.uid, self.again[choice.uid]))
 
 
-def retime(first, again):
-    """retime_contenders over candidates first timed at `first` (uid -> ms)."""
+class _DriftingExecutor(_Executor):
+    """A GPU whose clocks sag as the tune goes on: each timed choice reads `step` slower
+    than the one before it, whatever it is."""
+
+    def __init__(self, again, step):
+        super().__init__(again)
+        self.step = step
+        self.timed = 0
+
+    def run(self, choices, on_result, policy=None, deadline=None):
+        self.asked.append([c.uid for c in choices])
+        for i, choice in enumerate(choices):
+            on_result(i, cand(choice.uid, self.again[choice.uid] * (1 + self.step * self.timed)))
+            self.timed += 1
+
+
+def retime(first, again, executor=None, passes=None):
+    """retime_contenders over candidates first timed at `first` (uid -> ms); one pass unless
+    `passes` (as on the CPU)."""
     from autotune_cli.search.base import SearchContext, retime_contenders
     from autotune_cli.settings import TimingPolicy, TuneSettings
 
-    executor = _Executor(again)
+    executor = executor or _Executor(again)
+    settings = TuneSettings(device="cpu", retime_rounds=passes)
     ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
-                        settings=TuneSettings(device="cpu"), policy=TimingPolicy(),
+                        settings=settings, policy=TimingPolicy(),
                         deadline=None, on_result=lambda *a: None)
     pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
     return {r.uid: r.ms for _, r in retime_contenders(ctx, pairs, ctx.policy)}, executor.asked
@@ -91,3 +109,37 @@ def test_cublas_timed_slow_is_timed_again_before_a_kernel_may_beat_it():
 def test_cublas_far_behind_is_left_alone():
     times, asked = retime({"aten::mm": 1.5, "triton::mm": 1.0}, {})
     assert asked == [] and times == {"aten::mm": 1.5, "triton::mm": 1.0}
+
+
+def test_the_retime_alternates_the_order_of_its_passes():
+    from autotune_cli.settings import TuneSettings
+
+    assert TuneSettings(device="cuda").retime_passes == 4 and TuneSettings(device="cpu").retime_passes == 1
+    first = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.02}
+    _, asked = retime(first, {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.0}, passes=4)
+    forward = ["triton::mm_persistent_tma", "aten::mm"]
+    assert asked == [forward, forward[::-1], forward, forward[::-1]]
+
+
+def test_clocks_that_drift_during_the_retime_do_not_decide_the_pick():
+    """Two equal kernels on a GPU that slows 4% per timed choice: one pass in one order has
+    the kernel timed first lead cuBLAS by 4% (beyond the margin: a wrong pick); passes in
+    alternating order give both the same median and cuBLAS keeps its tie."""
+    first = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.01}
+    equal = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.0}
+    one_pass, _ = retime(first, equal, _DriftingExecutor(equal, 0.04), passes=1)
+    assert pick_winner([cand(u, ms) for u, ms in one_pass.items()]).uid == "triton::mm_persistent_tma"
+    passes, asked = retime(first, equal, _DriftingExecutor(equal, 0.04), passes=4)
+    assert len(asked) == 4
+    assert passes["aten::mm"] == passes["triton::mm_persistent_tma"]
+    assert pick_winner([cand(u, ms) for u, ms in passes.items()]).uid == "aten::mm"
+
+
+def test_the_retime_takes_the_median_of_its_passes():
+    """A contender's time is the median of its passes, its runs all of theirs."""
+    from autotune_cli.search.base import median_of_passes
+
+    readings = [Candidate(uid="aten::mm", params={}, status=OK, ms=ms, p20=ms, p80=ms, runs=10)
+                for ms in (1.0, 1.2, 1.1)]
+    merged = median_of_passes(readings)
+    assert merged.ms == 1.1 and merged.runs == 30 and merged.p20 == 1.1

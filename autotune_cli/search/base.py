@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..choices import KernelTemplateChoice
@@ -26,7 +27,14 @@ class SearchContext:
 
     def measure(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
                 round_name: str) -> list[Candidate]:
-        """Run choices through the executor; results in the same order."""
+        """Run choices through the executor; results in the same order (those that gave
+        none left out)."""
+        return [r for r in self.measure_each(choices, policy, round_name) if r is not None]
+
+    def measure_each(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
+                     round_name: str) -> list[Candidate | None]:
+        """Run choices through the executor; one entry per choice, None where it gave no
+        result (out of time)."""
         choices = list(choices)
         by_index: dict[int, Candidate] = {}
 
@@ -35,23 +43,31 @@ class SearchContext:
             self.on_result(choices[index], candidate, round_name)
 
         self.executor.run(choices, collect, policy=policy, deadline=self.deadline)
-        return [by_index[i] for i in range(len(choices)) if i in by_index]
+        return [by_index.get(i) for i in range(len(choices))]
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
 VENDOR_RETIME_WITHIN = 0.10
+RETIME_RUNS_FACTOR = 1.5  # each pass's runs and budget, over the first timing's
 
 
 def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
                       policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
-    """Candidates within `retime_within` of the best are timed again with more runs, so the
-    pick between near-equals rests on more than one short measurement; so is the fastest
-    plain cuBLAS candidate (VENDOR_UIDS) within VENDOR_RETIME_WITHIN of the best, which the
-    pick measures every other candidate against (results.pick_winner). It is often timed
-    first, while the compile pool keeps every core busy: on the H200 a tune read torch.mm's
-    own call 4-9% slow there and picked a Triton kernel that was slower side by side."""
+    """Candidates within `retime_within` of the best are timed again, so the pick between
+    near-equals rests on more than one short measurement; so is the fastest plain cuBLAS
+    candidate (VENDOR_UIDS) within VENDOR_RETIME_WITHIN of the best, which the pick measures
+    every other candidate against (results.pick_winner). It is often timed first, while the
+    compile pool keeps every core busy: on the H200 a tune read torch.mm's own call 4-9%
+    slow there and picked a Triton kernel that was slower side by side.
+
+    The re-time is `settings.retime_passes` passes over the contenders, the order reversed
+    every other pass (A, B, C, then C, B, A, ...), each contender's time the median of its
+    passes: a GPU's clocks drift over a tune (power, heat, the other work on the host), and
+    one pass in one order gave that drift to whoever came last. In a single pass on the
+    H200 (2026-11-30) cuBLAS read 6% and 11% slower than side by side on two compute-bound
+    problems, and a persistent TMA kernel won both, 1.1% and 3.4% slower side by side."""
     ok = [(c, r) for c, r in pairs if r.ok]
     if len(ok) < 2 or ctx.out_of_time():
         return pairs
@@ -63,6 +79,25 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
         close.append(vendor)
     if len(close) < 2:
         return pairs
-    again = ctx.measure([c for c, _ in close], policy.more_runs(), "retime")
-    updated = {id(c): r for (c, _), r in zip(close, again) if r.ok}
+    contenders = [c for c, _ in close]
+    readings: dict[int, list[Candidate]] = {id(c): [] for c in contenders}
+    for index in range(ctx.settings.retime_passes):
+        if index and ctx.out_of_time():
+            break
+        order = contenders if index % 2 == 0 else contenders[::-1]
+        for choice, result in zip(order, ctx.measure_each(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime")):
+            if result is not None and result.ok:
+                readings[id(choice)].append(result)
+    updated = {key: median_of_passes(found) for key, found in readings.items() if found}
     return [(c, updated.get(id(c), r)) for c, r in pairs]
+
+
+def median_of_passes(readings: list[Candidate]) -> Candidate:
+    """One contender's re-time: the median of its passes' medians (and of their p20, p80),
+    the runs of all passes; the rest as the last pass gave it."""
+    def middle(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    return replace(readings[-1], ms=middle(r.ms for r in readings), p20=middle(r.p20 for r in readings),
+                   p80=middle(r.p80 for r in readings), runs=sum(r.runs for r in readings))
