@@ -378,6 +378,18 @@ def model(
 from . import cli_cache  # noqa: E402,F401
 
 
+def run() -> None:
+    """The `autotune` command: main(), then the forkserver is stopped (it holds the command's
+    stdout and stderr open: bench/processes.stop_forkserver) before the process exits."""
+    from .bench.processes import stop_forkserver
+
+    try:
+        code = main()
+    finally:
+        stop_forkserver()
+    sys.exit(code)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: one line and exit 2 for usage errors and bad input."""
     try:

@@ -209,6 +209,54 @@ def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     assert results and all(r.ok for r in results), [r.error for r in results]
 
 
+def test_stopping_the_forkserver_ends_it_and_the_next_worker_starts_another(tmp_path, monkeypatch):
+    """The command stops the forkserver it started before it exits (it holds the command's
+    stdout and stderr): the server is gone, and a worker asked for later starts a new one."""
+    import multiprocessing.forkserver as forkserver
+
+    from autotune_cli.bench import processes
+
+    monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
+    if processes.worker_context(None, "cpu").get_start_method() != "forkserver":
+        pytest.skip("this process's forkserver serves GPU workers")
+    pid = forkserver._forkserver._forkserver_pid
+    processes.stop_forkserver()
+    assert forkserver._forkserver._forkserver_pid is None
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
+        os.waitpid(pid, os.WNOHANG)
+    processes.stop_forkserver()  # nothing to stop: a no-op
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, templates=("triton::mm",))
+    problem = make_problem(m=32, n=16, k=16, device="cpu", dtype="float16")
+    device = probe_device("cpu")
+    with LocalExecutor(device, settings) as ex:
+        results = ex.run(get_choices(problem, device, settings).choices[:1])
+    assert forkserver._forkserver._forkserver_pid not in (None, pid)
+    assert results and results[0].ok, results[0].error
+
+
+def test_the_command_stops_the_forkserver_after_main(monkeypatch):
+    """`autotune` (cli.run) stops the forkserver once main() is done, also when it raised,
+    and exits with main()'s code."""
+    from autotune_cli import cli
+    from autotune_cli.bench import processes
+
+    calls = []
+    monkeypatch.setattr(processes, "stop_forkserver", lambda: calls.append("stop"))
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 3)
+    with pytest.raises(SystemExit) as exited:
+        cli.run()
+    assert exited.value.code == 3 and calls == ["main", "stop"]
+
+    def fails():
+        calls.append("main")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli, "main", fails)
+    with pytest.raises(RuntimeError):
+        cli.run()
+    assert calls == ["main", "stop", "main", "stop"]
+
+
 def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
     """Two devices (two CPU executors standing in) tune problems that differ only in size
     at the same time through one compile pool: each kernel is compiled once and both get

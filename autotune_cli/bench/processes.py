@@ -205,3 +205,29 @@ def prestart_workers(device_type: str) -> None:
     and done on a thread beside torch's import it slowed that import by as much:
     bench/startup_trace.py.)"""
     worker_context(None, device_type)
+
+
+def stop_forkserver() -> None:
+    """Stop the forkserver this process started, at once, even in the middle of its preload.
+    It inherited the command's stdout and stderr: left to notice the command's exit on its
+    own, it held them open until its imports were done, so a reader of the command's output
+    through a pipe (`autotune ... --json | jq`, a script's subprocess.run) waited seconds
+    for nothing (a cached `autotune mm` on the CPU: 0.6 s for the command, 4.3 s until the
+    pipe closed). Call only once every worker it forked is stopped. Best effort: the
+    forkserver is multiprocessing's, reached through its module's state."""
+    global _forkserver_interprets
+    from multiprocessing import forkserver
+
+    with _forkserver_lock:
+        if _forkserver_interprets is None:
+            return
+        server = getattr(forkserver, "_forkserver", None)
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+            server._stop()  # closes its pipe, reaps it, removes its socket
+        except Exception:  # noqa: BLE001 - another Python's layout: it stops on its own
+            return
+        _forkserver_interprets = None
