@@ -1,0 +1,87 @@
+"""lm_head (2048x50257x768 fp16) in one process: our aten::mm_aligned against Inductor's
+max-autotune pick, and two hybrids that say where the 3-4% between them comes from:
+  ours                 our row copy into the kept padded B, cuBLAS into the pitched output
+  inductor             the compiled torch.mm (Inductor's pad kernel, cuBLAS, a view)
+  copy + fresh out     our row copy, then cuBLAS into a new [2048, 50264] tensor each call
+  F.pad + mm           torch's own pad of B, then cuBLAS into a new padded tensor
+Each is timed by the tuner's timer (bench/common.POLICY) in six passes of alternating order
+(median of the passes' medians), then its kernels by torch.profiler, the L2 flushed before
+each call (bench/common.print_kernel_times), all in one process.
+
+PYTHONPATH=. python3 bench/lm_head_same_process.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+M, N, K = 2048, 50257, 768
+
+
+def main() -> None:
+    scratch = tempfile.mkdtemp(prefix="lm-head-same-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+    import torch
+    import torch._inductor.config as config
+    import torch.nn.functional as F
+
+    from autotune_cli.bench.timing import CudaTimer
+    from autotune_cli.fingerprint import probe_device
+    from autotune_cli.problem import make_problem
+    from autotune_cli.templates import aten_aligned
+    from autotune_cli.templates.base import Operands, empty_out
+    from autotune_cli.templates.row_copy import copy_rows
+    from bench.common import POLICY, print_kernel_times
+
+    config.force_disable_caches = True
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
+    template = aten_aligned.AtenAlignedTemplate()
+    params = template.full_params(problem, {"ZERO_PAD": 1})
+    ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
+    ours = template.build(problem, params, scratch)
+    padded = torch.zeros(K, 50264, device="cuda", dtype=torch.float16)
+    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+    compiled(a, b)
+
+    def copy_fresh_out():
+        copy_rows(padded[:, :N], b)
+        return torch.mm(a, padded)[:, :N]
+
+    cases = {
+        "ours": lambda: ours(ops),
+        "inductor": lambda: compiled(a, b),
+        "copy + fresh out": copy_fresh_out,
+        "F.pad + mm": lambda: torch.mm(a, F.pad(b, (0, 50264 - N)))[:, :N],
+    }
+    reference = (a.double() @ b.double())
+    for name, fn in cases.items():
+        fn()
+        got = ops.out if name == "ours" else fn()
+        torch.cuda.synchronize()
+        error = ((got.double() - reference).norm() / reference.norm()).item()
+        print(f"{name}: relative error {error:.2e}", flush=True)
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for index in range(6):
+        for name in names if index % 2 == 0 else names[::-1]:
+            samples[name].append(timer(cases[name], POLICY).median_ms)
+    for name in names:
+        print(f"{name:18s} {statistics.median(samples[name]):.4f} ms  (passes: "
+              f"{', '.join(f'{s:.4f}' for s in samples[name])})", flush=True)
+    for name in names + names[::-1]:
+        print(f"== kernels of {name}")
+        print_kernel_times(cases[name], timer)
+
+
+if __name__ == "__main__":
+    main()
