@@ -1,5 +1,7 @@
 """The pick: the fastest verified candidate, unless it leads cuBLAS by no more than the noise."""
 
+import pytest
+
 from autotune_cli.results import OK, VENDOR_MARGIN, WRONG_RESULT, Candidate, is_pick, pick_winner
 
 
@@ -131,7 +133,7 @@ def test_clocks_that_drift_during_the_retime_do_not_decide_the_pick():
     assert pick_winner([cand(u, ms) for u, ms in one_pass.items()]).uid == "triton::mm_persistent_tma"
     passes, asked = retime(first, equal, _DriftingExecutor(equal, 0.04), passes=4)
     assert len(asked) == 4
-    assert passes["aten::mm"] == passes["triton::mm_persistent_tma"]
+    assert passes["aten::mm"] == pytest.approx(passes["triton::mm_persistent_tma"])
     assert pick_winner([cand(u, ms) for u, ms in passes.items()]).uid == "aten::mm"
 
 
@@ -143,3 +145,27 @@ def test_the_retime_takes_the_median_of_its_passes():
                 for ms in (1.0, 1.2, 1.1)]
     merged = median_of_passes(readings)
     assert merged.ms == 1.1 and merged.runs == 30 and merged.p20 == 1.1
+
+
+class _CutShortExecutor(_DriftingExecutor):
+    """The drifting GPU, with the --budget deadline reached during the third pass: from
+    then on every contender comes back unmeasured (None)."""
+
+    def run(self, choices, on_result, policy=None, deadline=None):
+        self.asked.append([c.uid for c in choices])
+        for i, choice in enumerate(choices):
+            if len(self.asked) < 3 or i == 0:
+                on_result(i, cand(choice.uid, self.again[choice.uid] * (1 + self.step * self.timed)))
+            self.timed += 1
+
+
+def test_a_retime_cut_short_keeps_only_whole_pairs_of_passes():
+    """Passes where a contender went unmeasured do not count, and an odd count is cut to an
+    even one, so the drift still cancels: the third pass (only its first contender timed)
+    is left out and the two whole passes give the tie to cuBLAS."""
+    first = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.01}
+    equal = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.0}
+    times, asked = retime(first, equal, _CutShortExecutor(equal, 0.04), passes=4)
+    assert len(asked) == 4
+    assert times["aten::mm"] == pytest.approx(times["triton::mm_persistent_tma"])
+    assert pick_winner([cand(u, ms) for u, ms in times.items()]).uid == "aten::mm"

@@ -228,6 +228,8 @@ def stop_forkserver() -> None:
         try:
             os.kill(pid, signal.SIGTERM)
             server._stop()  # closes its pipe, reaps it, removes its socket
-        except Exception:  # noqa: BLE001 - another Python's layout: it stops on its own
-            return
+        except Exception:  # noqa: BLE001 - another Python's layout, or it was gone already
+            for name in ("_forkserver_pid", "_forkserver_alive_fd", "_forkserver_address"):
+                if hasattr(server, name):
+                    setattr(server, name, None)  # the next worker starts a new server
         _forkserver_interprets = None

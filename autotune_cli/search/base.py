@@ -80,15 +80,24 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     if len(close) < 2:
         return pairs
     contenders = [c for c, _ in close]
-    readings: dict[int, list[Candidate]] = {id(c): [] for c in contenders}
+    passes: list[dict[int, Candidate]] = []  # the complete ones: every contender timed OK
     for index in range(ctx.settings.retime_passes):
         if index and ctx.out_of_time():
             break
         order = contenders if index % 2 == 0 else contenders[::-1]
-        for choice, result in zip(order, ctx.measure_each(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime")):
-            if result is not None and result.ok:
-                readings[id(choice)].append(result)
-    updated = {key: median_of_passes(found) for key, found in readings.items() if found}
+        got = {id(choice): result for choice, result in
+               zip(order, ctx.measure_each(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime"))
+               if result is not None and result.ok}
+        if len(got) == len(contenders):
+            passes.append(got)
+    # Drift cancels over pairs of passes in opposite orders: an odd count beyond one (the
+    # deadline or a failing run cut the re-time short) drops its last; with none complete
+    # the first timings stand.
+    if len(passes) > 1 and len(passes) % 2:
+        passes.pop()
+    if not passes:
+        return pairs
+    updated = {id(c): median_of_passes([p[id(c)] for p in passes]) for c in contenders}
     return [(c, updated.get(id(c), r)) for c, r in pairs]
 
 
