@@ -71,7 +71,7 @@ class TuneSettings:
     # kernels were timed by events and Triton's launch gap decided between near-equals
     # (H200: the tuner's pick was 25% slower than torch.mm when re-timed in another process).
     graph_below_us: float = 50.0
-    retime_within: float = 0.03  # contenders this close to the best are re-timed with more runs
+    retime_within: float = 0.03  # contenders this close to the best are re-timed (in passes)
     # Passes of that re-time, the contenders' order reversed every other pass (None: 4 on a
     # GPU, 1 on the CPU, where an interpreter run costs up to a second).
     retime_rounds: int | None = None

@@ -3,8 +3,9 @@
 The space (e.g. 1875 configs) has already been pruned statically (shared memory,
 registers, hardware). What is left is ranked by a simple analytic model (below) and only
 the best `cap` are compiled; those are screened with a few runs each, the best quarter
-re-timed with the full policy, and the near-ties re-timed with more runs. aten and any
-template the model does not describe always go through.
+re-timed with the full policy, and the near-ties re-timed in passes
+(base.retime_contenders). aten and any template the model does not describe always go
+through.
 """
 
 from __future__ import annotations
