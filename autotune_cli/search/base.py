@@ -26,15 +26,10 @@ class SearchContext:
     on_result: Callable[[KernelTemplateChoice, Candidate, str], None]  # (choice, result, round)
 
     def measure(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
-                round_name: str) -> list[Candidate]:
-        """Run choices through the executor; results in the same order (those that gave
-        none left out)."""
-        return [r for r in self.measure_each(choices, policy, round_name) if r is not None]
-
-    def measure_each(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
-                     round_name: str) -> list[Candidate | None]:
-        """Run choices through the executor; one entry per choice, None where it gave no
-        result (out of time)."""
+                round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
+        """Run choices through the executor: (choice, result) in the choices' order, for
+        every choice that gave a result (one left unmeasured gives none, and each result
+        stays with its own choice)."""
         choices = list(choices)
         by_index: dict[int, Candidate] = {}
 
@@ -43,7 +38,7 @@ class SearchContext:
             self.on_result(choices[index], candidate, round_name)
 
         self.executor.run(choices, collect, policy=policy, deadline=self.deadline)
-        return [by_index.get(i) for i in range(len(choices))]
+        return [(choice, by_index[i]) for i, choice in enumerate(choices) if i in by_index]
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -86,8 +81,7 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
             break
         order = contenders if index % 2 == 0 else contenders[::-1]
         got = {id(choice): result for choice, result in
-               zip(order, ctx.measure_each(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime"))
-               if result is not None and result.ok}
+               ctx.measure(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime") if result.ok}
         if len(got) == len(contenders):
             passes.append(got)
     # Drift cancels over pairs of passes in opposite orders: an odd count beyond one (the

@@ -10,7 +10,5 @@ OPTIONS = "every candidate timed fully; near-ties re-timed in passes of alternat
 
 
 def search(ctx: SearchContext) -> list[Candidate]:
-    results = ctx.measure_each(ctx.choices, ctx.policy, "full")
-    # a choice the deadline left unmeasured gave no result: its neighbours keep their own
-    pairs = [(c, r) for c, r in zip(ctx.choices, results) if r is not None]
+    pairs = ctx.measure(ctx.choices, ctx.policy, "full")
     return [r for _, r in retime_contenders(ctx, pairs, ctx.policy)]

@@ -79,8 +79,7 @@ def search(ctx: SearchContext) -> list[Candidate]:
         results[id(choice)] = Candidate(uid=choice.uid, params=choice.params, status=SKIPPED,
                                         error=f"ranked below the top {cap} by the tile model")
     # Round 1: screen everything compiled with a few runs.
-    screen = ctx.measure_each(screened_choices, ctx.policy.screening(), "screen")
-    pairs = [(c, r) for c, r in zip(screened_choices, screen) if r is not None]
+    pairs = ctx.measure(screened_choices, ctx.policy.screening(), "screen")
     for choice, result in pairs:
         results[id(choice)] = result
     ok = sorted([(c, r) for c, r in pairs if r.ok], key=lambda p: p[1].ms)
@@ -91,8 +90,7 @@ def search(ctx: SearchContext) -> list[Candidate]:
         if not _modelled(choice) and all(c is not choice for c, _ in finalists):
             finalists.append((choice, result))
     if finalists and not ctx.out_of_time():
-        full = ctx.measure_each([c for c, _ in finalists], ctx.policy, "full")
-        finalists = [(c, r) for (c, _), r in zip(finalists, full) if r is not None]
+        finalists = ctx.measure([c for c, _ in finalists], ctx.policy, "full")
         for choice, result in finalists:
             results[id(choice)] = result
         for choice, result in retime_contenders(ctx, finalists, ctx.policy):
