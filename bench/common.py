@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from autotune_cli.templates.base import empty_out
 from autotune_cli.tuner import timing_policy_for
 
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
+LM_HEAD = (2048, 50257, 768)  # the suite's lm_head: M, N (GPT-2's vocabulary), K
 
 
 def print_kernel_times(fn, timer: CudaTimer, calls: int = 20) -> None:
@@ -40,6 +42,35 @@ def print_kernel_times(fn, timer: CudaTimer, calls: int = 20) -> None:
         total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         if total and "FillFunctor" not in event.key:
             print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
+
+
+def fresh_compile_caches(prefix: str) -> str:
+    """A new scratch folder, made Inductor's and Triton's cache folders for this process
+    (call before torch is imported), so that Inductor autotunes and compiles afresh."""
+    scratch = tempfile.mkdtemp(prefix=prefix)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+    return scratch
+
+
+def lm_head_ours(kernel_dir: str):
+    """The suite's lm_head (2048x50257x768 fp16: random A and B on the GPU) and our
+    aten::mm_aligned ZERO_PAD=1 for it, into an output with the row pitch it asks for:
+    (a, b, ops, run), `run(ops)` one call."""
+    import torch
+
+    from autotune_cli.problem import make_problem
+    from autotune_cli.templates import aten_aligned
+    from autotune_cli.templates.base import Operands
+
+    m, n, k = LM_HEAD
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    problem = make_problem(m=m, n=n, k=k, dtype="float16", device="cuda")
+    template = aten_aligned.AtenAlignedTemplate()
+    params = template.full_params(problem, {"ZERO_PAD": 1})
+    ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
+    return a, b, ops, template.build(problem, params, kernel_dir)
 
 
 def out_dir() -> Path:

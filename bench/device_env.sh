@@ -40,9 +40,25 @@ suite_halves() {
   wait
 }
 
+# Each suite half's result lines and table.
+summary_halves() {
+  for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
+}
+
 # The summary lines of the two above.
 summary_tests_probe_halves() {
   tail -3 "$OUT/pytest_gpu.log"
   cat "$OUT/lm_head_probe.log"
-  for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
+  summary_halves
+}
+
+# The suite halves' logs, the GPU tests' log and any files of $OUT named in "$@" into
+# $OUT/logs.tgz (the device returns a few files only); the halves' JSON folders then go.
+pack_suite_logs() {
+  tar czf "$OUT/logs.tgz" -C "$OUT" suite0 suite1 suite0.log suite1.log pytest_gpu.log "$@" && rm -rf "$OUT/suite0" "$OUT/suite1"
+}
+
+# The packed logs that the summary read, removed (they are in logs.tgz).
+drop_packed_logs() {
+  rm -f "$OUT/suite0.log" "$OUT/suite1.log" "$OUT/pytest_gpu.log"
 }

@@ -13,11 +13,11 @@ CUDA_VISIBLE_DEVICES=0 timeout 60 python3 bench/startup_profile.py --gpus 1 --se
 wait
 timeout 100 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_cold.log"
 suite_halves ${SUITE0:-prefill,decode,tf32} ${SUITE1:-odd,lm_head,bmm,addmm,square} ${SUITE_S:-230}
-tar czf "$OUT/logs.tgz" -C "$OUT" suite0 suite1 suite0.log suite1.log pytest_gpu.log startup_profile.log && rm -rf "$OUT/suite0" "$OUT/suite1"
+pack_suite_logs startup_profile.log
 echo "== summary"
 cat "$OUT/bytecode.log"
 tail -2 "$OUT/pytest_gpu.log"
-for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
-rm -f "$OUT/suite0.log" "$OUT/suite1.log" "$OUT/pytest_gpu.log"
+summary_halves
+drop_packed_logs
 grep -E "^==|best matmul|left out" "$OUT/decode_roofline.log"
 grep -hE "^--gpus|speed-up|stages" "$OUT"/multi_cold.log | cut -c1-420

@@ -11,10 +11,10 @@ timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest
 timeout 100 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_p8.log"
 timeout 120 python3 bench/gpu_multi.py --problems 16 --label p16 2>&1 | grep -v "$quiet" > "$OUT/multi_p16.log"
 suite_halves ${SUITE0:-prefill,decode,tf32} ${SUITE1:-odd,lm_head,bmm,addmm,square} ${SUITE_S:-230}
-tar czf "$OUT/logs.tgz" -C "$OUT" suite0 suite1 suite0.log suite1.log pytest_gpu.log && rm -rf "$OUT/suite0" "$OUT/suite1"
+pack_suite_logs
 echo "== summary"
 cat "$OUT/bytecode.log"
 tail -2 "$OUT/pytest_gpu.log"
-for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
-rm -f "$OUT/suite0.log" "$OUT/suite1.log" "$OUT/pytest_gpu.log"
+summary_halves
+drop_packed_logs
 grep -hE "^--gpus|speed-up|stages" "$OUT"/multi_p8.log "$OUT"/multi_p16.log | cut -c1-420

@@ -27,7 +27,7 @@ suite_halves ${SUITE0:-prefill,decode} ${SUITE1:-odd,lm_head,bmm,addmm,square,tf
 tar czf "$OUT/logs.tgz" -C "$OUT" suite0 suite1 suite0.log suite1.log && rm -rf "$OUT/suite0" "$OUT/suite1"
 echo "== summary"
 cat "$OUT/bytecode.log"
-for half in 0 1; do grep -E "^done|^geomean" "$OUT/suite$half.log"; grep -A8 "^shape " "$OUT/suite$half.log"; done
+summary_halves
 rm -f "$OUT/suite0.log" "$OUT/suite1.log"
 grep -vE "^\s*$" "$OUT/inductor_kernels.log" | grep -E "==|calls|whole" | cut -c1-140
 cut -c1-300 "$OUT/startup_profile.log" | head -60

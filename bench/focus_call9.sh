@@ -10,9 +10,9 @@ nvidia-smi --query-gpu=name,driver_version,persistence_mode,clocks.sm --format=c
 tests_beside_probe 1 0 150 120
 timeout 100 python3 bench/gpu_multi.py 2>&1 | grep -v "$quiet" > "$OUT/multi_cold.log"
 suite_halves ${SUITE0:-prefill,decode,tf32} ${SUITE1:-odd,lm_head,bmm,addmm,square} ${SUITE_S:-230}
-tar czf "$OUT/logs.tgz" -C "$OUT" suite0 suite1 suite0.log suite1.log pytest_gpu.log && rm -rf "$OUT/suite0" "$OUT/suite1"
+pack_suite_logs
 echo "== summary"
 cat "$OUT/bytecode.log"
 summary_tests_probe_halves
-rm -f "$OUT/suite0.log" "$OUT/suite1.log" "$OUT/pytest_gpu.log"
+drop_packed_logs
 grep -hE "^--gpus|speed-up|stages" "$OUT"/multi_cold.log | cut -c1-420

@@ -9,21 +9,19 @@ PYTHONPATH=. python3 bench/inductor_kernels.py [M,N,K,DTYPE ...]   (default: lm_
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import fresh_compile_caches  # noqa: E402
 
 DEFAULT = ("2048,50257,768,float16", "16,4096,4096,bfloat16")
 
 
 def main() -> None:
-    scratch = tempfile.mkdtemp(prefix="inductor-kernels-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+    fresh_compile_caches("inductor-kernels-")
     import torch
     import torch._inductor.config as config
 

@@ -16,28 +16,18 @@ import torch  # noqa: E402
 
 from autotune_cli.bench.timing import CudaTimer  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
-from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.templates import aten_aligned  # noqa: E402
-from autotune_cli.templates.base import Operands, empty_out  # noqa: E402
 from autotune_cli.templates.row_copy import copy_rows  # noqa: E402
-from bench.common import print_kernel_times  # noqa: E402
-
-M, N, K = 2048, 50257, 768
+from bench.common import LM_HEAD, lm_head_ours, print_kernel_times  # noqa: E402
 
 
 def main() -> None:
     timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
-    template = aten_aligned.AtenAlignedTemplate()
-    params = template.full_params(problem, {"ZERO_PAD": 1})
-    ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
-    run = template.build(problem, params, "/tmp")
-    padded = torch.zeros(K, 50264, device="cuda", dtype=torch.float16)
+    _, n, k = LM_HEAD
+    _, b, ops, run = lm_head_ours("/tmp")
+    padded = torch.zeros(k, 50264, device="cuda", dtype=torch.float16)
     cases = {
         "aten::mm_aligned ZERO_PAD=1": lambda: run(ops),
-        "copy_rows alone": lambda: copy_rows(padded[:, :N], b),
+        "copy_rows alone": lambda: copy_rows(padded[:, :n], b),
     }
     for name, fn in cases.items():
         print(f"== {name}")

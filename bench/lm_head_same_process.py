@@ -13,42 +13,31 @@ PYTHONPATH=. python3 bench/lm_head_same_process.py
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-M, N, K = 2048, 50257, 768
+from bench.common import LM_HEAD, fresh_compile_caches  # noqa: E402
+
+_, N, K = LM_HEAD
 
 
 def main() -> None:
-    scratch = tempfile.mkdtemp(prefix="lm-head-same-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+    scratch = fresh_compile_caches("lm-head-same-")
     import torch
     import torch._inductor.config as config
     import torch.nn.functional as F
 
     from autotune_cli.bench.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
-    from autotune_cli.problem import make_problem
-    from autotune_cli.templates import aten_aligned
-    from autotune_cli.templates.base import Operands, empty_out
     from autotune_cli.templates.row_copy import copy_rows
-    from bench.common import POLICY, print_kernel_times
+    from bench.common import POLICY, lm_head_ours, print_kernel_times
 
     config.force_disable_caches = True
     timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    problem = make_problem(m=M, n=N, k=K, dtype="float16", device="cuda")
-    template = aten_aligned.AtenAlignedTemplate()
-    params = template.full_params(problem, {"ZERO_PAD": 1})
-    ops = Operands(a=a, b=b, out=empty_out(problem, template.out_pitch(problem, params), torch.float16, "cuda"))
-    ours = template.build(problem, params, scratch)
+    a, b, ops, ours = lm_head_ours(scratch)
     padded = torch.zeros(K, 50264, device="cuda", dtype=torch.float16)
     compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
     compiled(a, b)
