@@ -70,12 +70,13 @@ def driver_present() -> bool:
 
 
 def gpu_present() -> bool:
-    """Cheap check first (no driver files: no GPU), then ask torch."""
+    """Cheap check first (no driver files: no GPU), then ask the driver (or torch, where the
+    driver cannot be read)."""
     if not driver_present():
         return False
-    import torch
+    from .fingerprint import cuda_device_count
 
-    return torch.cuda.is_available()
+    return cuda_device_count() > 0
 
 
 def likely_device(device: Optional[Device]) -> str:

@@ -194,16 +194,14 @@ def parse_date(text: str) -> datetime:
 
 def this_machine_digests(device: Optional[str]) -> dict[str, set]:
     """{device type: machine digests of this machine}. `device` None: the CPU and, where a
-    GPU is present, every visible GPU. The CPU is probed without importing torch."""
-    from .fingerprint import Fingerprint, probe_device
+    GPU is present, every visible GPU. Neither is probed through torch where the driver answers."""
+    from .fingerprint import Fingerprint, cuda_device_count, probe_device
 
     kinds = [device] if device else (["cpu", "cuda"] if gpu_present() else ["cpu"])
     digests: dict[str, set] = {}
     for kind in kinds:
         if kind == "cuda":
-            import torch
-
-            infos = [probe_device("cuda", i) for i in range(torch.cuda.device_count())]
+            infos = [probe_device("cuda", i) for i in range(cuda_device_count())]
         else:
             infos = [probe_device(kind)]
         digests[kind] = {Fingerprint.of(info, {}).machine_digest() for info in infos}

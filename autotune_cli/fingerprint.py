@@ -7,6 +7,7 @@ device's limits, which the prune stages need too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
+from .cuda_probe import DriverReport, read_devices
 from .errors import UserError
 
 
@@ -55,10 +57,39 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def probe_device(device_type: str, index: int = 0) -> DeviceInfo:
-    """Read the device's identity and limits. CPU needs no torch import."""
+@functools.lru_cache(maxsize=1)
+def _driver_report() -> DriverReport | None:
+    """The driver's view of the GPUs, read once per process (cuda_probe.py)."""
+    return read_devices()
+
+
+def cuda_device_count() -> int:
+    """How many GPUs torch would see, asked of the driver (no torch import), else of torch."""
+    report = _driver_report()
+    if report is not None:
+        return len(report.devices)
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def probe_device(device_type: str, index: int = 0, via: str = "driver") -> DeviceInfo:
+    """Read the device's identity and limits. CPU needs no torch import; a GPU is read from
+    the driver (cuda_probe.py: milliseconds, no torch import), or from torch when the driver
+    cannot be read or `via="torch"` (the GPU tests compare the two)."""
     if device_type == "cpu":
         return DeviceInfo(device_type="cpu", name=_cpu_name(), runtime="triton-interpreter")
+    report = _driver_report() if via == "driver" else None
+    if report is not None:
+        if not report.devices:
+            raise UserError("--device cuda: no CUDA GPU is visible (use --device cpu)")
+        if index >= len(report.devices):
+            raise UserError(f"GPU {index} asked for, {len(report.devices)} visible")
+        found = report.devices[index]
+        return DeviceInfo(device_type="cuda", name=found.name, capability=found.capability,
+                          sm_count=found.sm_count, smem_per_block=found.smem_per_block,
+                          l2_bytes=found.l2_bytes, total_memory=found.total_memory,
+                          driver=report.driver, runtime=report.runtime, index=index)
     import torch
 
     if not torch.cuda.is_available():

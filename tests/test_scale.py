@@ -24,7 +24,7 @@ from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.scale import MultiDeviceTuner, parse_gpus  # noqa: E402
+from autotune_cli.scale import MultiDeviceTuner, parse_gpus, schedule_order  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 
 
@@ -187,3 +187,12 @@ def test_bad_scale_options_are_one_line_errors(cli, cache_dir, four_layers, monk
     assert code == 2 and "pip install 'autotune-cli[ray]'" in err and out == ""
     assert not (cache_dir / "autotune-cache.json").exists()
 
+
+
+def test_several_devices_take_the_largest_problems_first():
+    """On several devices the most work goes first (ties in the model's order), so the last
+    problems handed out are short; on one device the model's order stays."""
+    sizes = [(256, 1024, 4096), (256, 14336, 4096), (256, 4096, 4096), (256, 4096, 4096), (16, 64, 64)]
+    probs = [make_problem(m=m, n=n, k=k, device="cpu", dtype="float16") for m, n, k in sizes]
+    assert schedule_order(probs, 1) == [0, 1, 2, 3, 4]
+    assert schedule_order(probs, 2) == [1, 2, 3, 0, 4]
