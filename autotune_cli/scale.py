@@ -131,15 +131,31 @@ def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
     return [probe_device("cuda", i) for i in range(count)]
 
 
-def schedule_order(problems: Sequence[GemmProblem], devices: int) -> list[int]:
+def schedule_order(problems: Sequence[GemmProblem], devices: int,
+                   work: Callable[[GemmProblem], float]) -> list[int]:
     """The order devices take problems in: the model's on one device; on several, the most
-    work first (multiply-adds), so that the last problems handed out are the short ones and
-    the devices finish close together (the 8-problem model in model order left one H200
-    idle 0.9 s at the end while the other tuned its largest layer)."""
+    `work` first (ties in the model's order), so that the last problems handed out are the
+    short ones and the devices finish close together."""
     order = list(range(len(problems)))
     if devices > 1:
-        order.sort(key=lambda i: -problems[i].flops)  # stable: ties keep the model's order
+        costs = [work(p) for p in problems]
+        order.sort(key=lambda i: -costs[i])  # stable
     return order
+
+
+def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[GemmProblem], float]:
+    """A problem's work, as the number of candidates it will time (what a tune's time goes
+    with on the H200: 63 candidates ~2.2 s, 37 ~1.0 s, whatever the sizes); 0 where its
+    candidates cannot be listed (the tune will say why)."""
+    from .choices import get_choices
+
+    def work(problem: GemmProblem) -> float:
+        try:
+            return float(len(get_choices(problem, device, settings).choices))
+        except Exception:  # noqa: BLE001 - the tune reports it
+            return 0.0
+
+    return work
 
 
 def slot_settings(settings: TuneSettings, device: DeviceInfo, slots: int) -> TuneSettings:
@@ -201,7 +217,7 @@ class MultiDeviceTuner:
     def tune_all(self, problems: Sequence[GemmProblem],
                  on_result: Callable[[ProblemResult], None] | None = None) -> list[ProblemResult]:
         results = [ProblemResult(i, p) for i, p in enumerate(problems)]
-        queue = deque(schedule_order(problems, len(self.tuners)))
+        queue = deque(schedule_order(problems, len(self.tuners), candidate_count(self.settings, self.devices[0])))
         cond = threading.Condition()
         state = {"in_flight": 0}
 

@@ -24,7 +24,7 @@ from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.scale import MultiDeviceTuner, parse_gpus, schedule_order  # noqa: E402
+from autotune_cli.scale import MultiDeviceTuner, candidate_count, parse_gpus, schedule_order  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 
 
@@ -189,10 +189,21 @@ def test_bad_scale_options_are_one_line_errors(cli, cache_dir, four_layers, monk
 
 
 
-def test_several_devices_take_the_largest_problems_first():
-    """On several devices the most work goes first (ties in the model's order), so the last
-    problems handed out are short; on one device the model's order stays."""
+def test_several_devices_take_the_most_work_first(tmp_path):
+    """On several devices the problem with the most candidates goes first (ties in the
+    model's order), so the last ones handed out are short; on one device the model's order
+    stays. The work is the candidate count, not the size: on the H200 a tune's time goes
+    with how many candidates it times."""
     sizes = [(256, 1024, 4096), (256, 14336, 4096), (256, 4096, 4096), (256, 4096, 4096), (16, 64, 64)]
     probs = [make_problem(m=m, n=n, k=k, device="cpu", dtype="float16") for m, n, k in sizes]
-    assert schedule_order(probs, 1) == [0, 1, 2, 3, 4]
-    assert schedule_order(probs, 2) == [1, 2, 3, 0, 4]
+    work = {p.key(): w for p, w in zip(probs, (5, 9, 7, 7, 1))}
+    assert schedule_order(probs, 1, lambda p: work[p.key()]) == [0, 1, 2, 3, 4]
+    assert schedule_order(probs, 2, lambda p: work[p.key()]) == [1, 2, 3, 0, 4]
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("aten", "triton::mm"))
+    counted = candidate_count(settings, probe_device("cpu"))
+    small = [make_problem(m=64, n=n, k=64, device="cpu", dtype="float16") for n in (64, 80)]
+    assert counted(small[0]) > 1 and counted(small[0]) == counted(small[1])
+    bad_space = tmp_path / "space.json"
+    bad_space.write_text('{"triton::nonesuch": {}}')
+    unlisted = candidate_count(replace(settings, space_file=bad_space), probe_device("cpu"))
+    assert unlisted(small[0]) == 0  # cannot be listed: the tune will say why
