@@ -7,7 +7,8 @@ start: the driver API answers the same questions in milliseconds.
 
 What is read, per device, is what `torch.cuda.get_device_properties` reports (both ask
 the same driver): name, compute capability, SM count, the shared memory a block may opt in
-to, L2 size, total memory; and the driver's version (`torch._C._cuda_getDriverVersion`).
+to, L2 size, total memory; and the driver's version (`cuDriverGetVersion`, which the
+torch path reads here too).
 The CUDA runtime torch was built with is read from torch's `version.py` as a file.
 Whenever anything here cannot be had (no libcuda, a driver error, torch built without CUDA,
 an unreadable version file), `read_devices` returns None and the caller asks torch instead.
@@ -47,7 +48,7 @@ class DriverDevice:
 @dataclass(frozen=True)
 class DriverReport:
     devices: tuple[DriverDevice, ...]
-    driver: str  # as torch._C._cuda_getDriverVersion() gives it, e.g. "12080"
+    driver: str  # cuDriverGetVersion as text, e.g. "12080"
     runtime: str  # torch.version.cuda, e.g. "12.8"
 
 
@@ -110,6 +111,21 @@ def read_devices() -> DriverReport | None:
     except ValueError:
         return None
     return report
+
+
+def driver_version() -> str | None:
+    """The driver's CUDA version as an integer text ("13000"), or None without a driver:
+    the same field whichever way a GPU is read (torch 2.11 has no `_cuda_getDriverVersion`)."""
+    lib = _load_driver()
+    if lib is None:
+        return None
+    version = ctypes.c_int()
+    try:
+        if lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return str(version.value)
 
 
 class _DriverError(Exception):

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
-from .cuda_probe import DriverReport, read_devices
+from .cuda_probe import DriverReport, driver_version, read_devices
 from .errors import UserError
 
 
@@ -97,10 +97,12 @@ def probe_device(device_type: str, index: int = 0, via: str = "driver") -> Devic
     if index >= torch.cuda.device_count():
         raise UserError(f"GPU {index} asked for, {torch.cuda.device_count()} visible")
     props = torch.cuda.get_device_properties(index)
-    try:
-        driver = str(torch._C._cuda_getDriverVersion())
-    except Exception:  # private API: absence only loses a field
-        driver = ""
+    driver = driver_version()  # from the driver library, as on the driver path
+    if driver is None:
+        try:
+            driver = str(torch._C._cuda_getDriverVersion())
+        except Exception:  # private API (gone in torch 2.11): absence only loses a field
+            driver = ""
     smem = getattr(props, "shared_memory_per_block_optin", 0) or 0
     return DeviceInfo(
         device_type="cuda",

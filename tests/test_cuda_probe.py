@@ -118,6 +118,14 @@ def test_driver_trouble_means_asking_torch(fake_driver, trouble):
 def test_no_driver_library_means_asking_torch(fake_driver):
     fake_driver(None)
     assert cuda_probe.read_devices() is None
+    assert cuda_probe.driver_version() is None
+
+
+def test_the_driver_version_is_read_alike_on_both_paths(fake_driver):
+    """The torch path takes the driver's version from the driver library too (torch 2.11
+    dropped the private call it came from): one GPU, one fingerprint."""
+    fake_driver(FakeDriver([H200], version=13000))
+    assert cuda_probe.driver_version() == "13000" == fingerprint.probe_device("cuda").driver
 
 
 def test_torch_cuda_version_is_read_without_importing_torch():
