@@ -23,7 +23,8 @@ this kernel copies lm_head's B in 0.044 ms, Inductor's generated pad kernel in 0
 products then run the same cuBLAS kernel (nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NNN). Two
 more forms measured no faster and were taken out: whole padded rows written with the pitch a
 compile-time constant, for 16-byte stores (0.0439 ms), and programs numbered in row order
-(0.0685 ms against 0.0685 by events).
+(0.0685 ms against 0.0685 by events, the session before). By the profiler, row order is the
+faster (44.2 us against 47.1-47.3, 2026-11-30, `bench/lm_head_copy_order.py`): kept.
 
 Imported only in `build` on CUDA: it imports triton.
 """
@@ -37,9 +38,13 @@ BLOCK = 1024
 
 
 @triton.jit
-def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # x strides: past 2**31
+def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCKS, BLOCK: tl.constexpr):
+    # Programs in row order (the blocks of one row, then the next row): by torch.profiler on
+    # lm_head's B this copies in 44.2 us against 47.1-47.3 column block by column block, and
+    # the cuBLAS kernel after it ran no slower (bench/lm_head_copy_order.py, H200).
+    pid = tl.program_id(0)
+    row = (pid // BLOCKS).to(tl.int64)
+    offs = ((pid % BLOCKS) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # x strides: past 2**31
     mask = offs < cols
     values = tl.load(src + row * src_row + offs * src_col, mask=mask)
     tl.store(dst + row * dst_row + offs * dst_col, values, mask=mask)
@@ -47,8 +52,8 @@ def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCK: tl.con
 
 def copy_rows(dst, src) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
-    program per row and block of columns, rows being dst's contiguous dimension where it has
-    one (a transposed view is walked along its columns)."""
+    program per row and block of columns, in row order, rows being dst's contiguous
+    dimension where it has one (a transposed view is walked along its columns)."""
     if dst.shape != src.shape or dst.dim() != 2:
         raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
@@ -56,6 +61,6 @@ def copy_rows(dst, src) -> None:
     rows, cols = dst.shape
     if rows == 0 or cols == 0:
         return
-    grid = (rows, triton.cdiv(cols, BLOCK))
-    _copy_rows[grid](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
-                     BLOCK=BLOCK, num_warps=4)
+    blocks = triton.cdiv(cols, BLOCK)
+    _copy_rows[(rows * blocks,)](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
+                                 blocks, BLOCK=BLOCK, num_warps=4)
