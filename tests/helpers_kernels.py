@@ -58,9 +58,11 @@ POOL_CONFIGS = {
 }
 
 
-def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_s: float = 300):
+def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_s: float = 300,
+                         by_index: bool = False):
     """Compile each (uid, problem, config) of `cases` in a real compile pool of `processes`
-    CUDA compile processes for `device`; returns ({uid: the pool's answer}, the pool, by then closed)."""
+    CUDA compile processes for `device`; returns ({uid: the pool's answer}, the pool, by then
+    closed). `by_index`: the answers by the case's index instead (several cases of one uid)."""
     import threading
 
     from autotune_cli.bench.compile_pool import CompilePool, compile_key
@@ -81,11 +83,11 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
         return callback
 
     try:
-        for uid, problem, config in cases:
+        for index, (uid, problem, config) in enumerate(cases):
             choice = KernelTemplateChoice.make(get_template(uid), problem, config)
             task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
                     "seed": 0, "kernel_dir": str(kernel_dir)}
-            pool.submit(compile_key(choice), task, owner=None, callback=answer(uid))
+            pool.submit(compile_key(choice), task, owner=None, callback=answer(index if by_index else uid))
         assert done.wait(timeout=timeout_s), f"answers so far: {answers}"
     finally:
         pool.close()

@@ -89,3 +89,19 @@ def test_interpreter_cost_prunes_big_problems_on_cpu():
     assert "interpreter would take" in result.pruned[0].reason
     config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
     assert 0.1 < interpreter_seconds(small, config, 1) < 1.0
+
+
+def test_exhaustive_ranking_lets_every_template_into_the_compile_cap_on_decode():
+    """On a decode shape the tile model puts most configs of every template at the HBM
+    floor; ties go by each config's place in its own template's list, so every template's
+    first configs make the compile cap (in template order, triton::mm_swap_ab had none)."""
+    from autotune_cli.search.exhaustive import COMPILE_CAP, _modelled, rank_by_model
+
+    problem = make_problem(m=16, n=4096, k=4096, dtype="bfloat16")
+    result = get_choices(problem, H200, TuneSettings(device="cuda", search="exhaustive"))
+    modelled = [c for c in result.choices if _modelled(c)]
+    assert len(modelled) > COMPILE_CAP
+    capped = rank_by_model(problem, modelled, H200.sm_count)[:COMPILE_CAP]
+    assert {c.uid for c in capped} == {c.uid for c in modelled}
+    first_swap = next(c for c in modelled if c.uid == "triton::mm_swap_ab")
+    assert first_swap in capped  # the shipped list's lead (the H200 best) is compiled

@@ -28,7 +28,9 @@ def test_duplicate_uid_raises_and_miss_lists_known():
 
 def test_templates_for_op_and_filter():
     bmm = make_problem(m=8, n=8, k=8, batch=2, device="cpu")
-    assert [t.uid for t in templates_for(bmm)] == ["aten::bmm", "triton::bmm"]
+    assert [t.uid for t in templates_for(bmm)] == ["aten::bmm", "triton::bmm", "triton::mm_swap_ab"]
+    big_bmm = make_problem(m=80, n=8, k=8, batch=2, device="cpu")  # swap-AB only up to M = 64
+    assert [t.uid for t in templates_for(big_bmm)] == ["aten::bmm", "triton::bmm"]
     addmm = make_problem(m=8, n=8, k=8, bias="n", device="cpu")
     assert [t.uid for t in templates_for(addmm, ("aten",))] == ["aten::addmm"]
     with pytest.raises(UserError, match="known templates"):

@@ -68,10 +68,24 @@ def _modelled(choice: KernelTemplateChoice) -> bool:
         key in config for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
 
 
+def rank_by_model(problem: GemmProblem, choices: list[KernelTemplateChoice],
+                  sm_count: int) -> list[KernelTemplateChoice]:
+    """The choices by modelled time; among equal times (on decode shapes most configs of
+    every template sit at the HBM floor) by their place in their own template's list, so
+    the templates take turns: sorted in template order, the compile cap had left
+    triton::mm_swap_ab (the last template) out of 16x4096x4096 bf16 altogether."""
+    place: dict[int, int] = {}
+    seen: dict[str, int] = {}
+    for choice in choices:
+        place[id(choice)] = seen.get(choice.uid, 0)
+        seen[choice.uid] = place[id(choice)] + 1
+    return sorted(choices, key=lambda c: (model_seconds(problem, c.config_dict, sm_count), place[id(c)]))
+
+
 def search(ctx: SearchContext) -> list[Candidate]:
     modelled = [c for c in ctx.choices if _modelled(c)]
     others = [c for c in ctx.choices if not _modelled(c)]
-    ranked = sorted(modelled, key=lambda c: model_seconds(ctx.problem, c.config_dict, ctx.device.sm_count))
+    ranked = rank_by_model(ctx.problem, modelled, ctx.device.sm_count)
     cap = COMPILE_CAP if ctx.device.device_type == "cuda" else max(8, COMPILE_CAP // 16)
     screened_choices = others + ranked[:cap]
     results: dict[int, Candidate] = {}
