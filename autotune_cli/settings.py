@@ -43,6 +43,14 @@ class TimingPolicy:
         return replace(self, min_runs=int(self.min_runs * factor),
                        max_runs=int(self.max_runs * factor), budget_ms=self.budget_ms * factor)
 
+    def sustained(self) -> "TimingPolicy":
+        """Runs back to back for 200 ms or more, as a model's GEMMs run: the confirmation of
+        a kernel that would beat cuBLAS (search/base.confirm_against_vendor)."""
+        from dataclasses import replace
+
+        return replace(self, warmup=max(self.warmup, 3), min_runs=max(self.min_runs, 50),
+                       max_runs=max(self.max_runs * 4, 400), budget_ms=max(self.budget_ms * 5, 200.0))
+
     def screening(self) -> "TimingPolicy":
         """Few runs: enough to rank a large field, not to pick the winner."""
         from dataclasses import replace
@@ -75,6 +83,7 @@ class TuneSettings:
     # Passes of that re-time, the contenders' order reversed every other pass (None: 4 on a
     # GPU, 1 on the CPU, where an interpreter run costs up to a second).
     retime_rounds: int | None = None
+    confirm_rounds: int | None = None  # passes of the confirmation against cuBLAS (None: 4 on a GPU, 0 on the CPU)
     timing: TimingPolicy | None = None
     # Scale out (scale.py): devices to spread problems over (on the CPU, worker groups that
     # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
@@ -91,6 +100,12 @@ class TuneSettings:
         if self.retime_rounds is not None:
             return max(1, self.retime_rounds)
         return 1 if self.device == "cpu" else 4
+
+    @property
+    def confirm_passes(self) -> int:
+        if self.confirm_rounds is not None:
+            return max(0, self.confirm_rounds)
+        return 0 if self.device == "cpu" else 4
 
     @property
     def kernel_dir(self) -> Path:

@@ -169,3 +169,58 @@ def test_a_retime_cut_short_keeps_only_whole_pairs_of_passes():
     assert len(asked) == 4
     assert times["aten::mm"] == pytest.approx(times["triton::mm_persistent_tma"])
     assert pick_winner([cand(u, ms) for u, ms in times.items()]).uid == "aten::mm"
+
+
+class _SustainedExecutor(_Executor):
+    """Short bursts read `first`-like times; runs back to back (the sustained policy: 200 ms
+    or more) read `sustained`, and record the policy they were given."""
+
+    def __init__(self, again, sustained):
+        super().__init__(again)
+        self.sustained = sustained
+        self.budgets = []
+
+    def run(self, choices, on_result, policy=None, deadline=None):
+        self.asked.append([c.uid for c in choices])
+        self.budgets.append(policy.budget_ms)
+        table = self.sustained if policy.budget_ms >= 200 else self.again
+        for i, choice in enumerate(choices):
+            on_result(i, cand(choice.uid, table[choice.uid]))
+
+
+def confirm(first, executor, passes):
+    from autotune_cli.search.base import SearchContext, confirm_against_vendor
+    from autotune_cli.settings import TimingPolicy, TuneSettings
+
+    ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
+                        settings=TuneSettings(device="cpu", confirm_rounds=passes), policy=TimingPolicy(),
+                        deadline=None, on_result=lambda *a: None)
+    pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
+    return {r.uid: r.ms for _, r in confirm_against_vendor(ctx, pairs, ctx.policy)}
+
+
+def test_a_kernel_that_would_beat_cublas_is_confirmed_in_sustained_runs():
+    """The tune's short bursts had a Triton kernel lead cuBLAS by 3.1% (beyond the margin);
+    back to back, as a model runs them, it is 5% slower: the confirmation's passes (the
+    order alternating, 200 ms or more each) give the pick back to cuBLAS."""
+    from autotune_cli.settings import TuneSettings
+
+    assert TuneSettings(device="cuda").confirm_passes == 4 and TuneSettings(device="cpu").confirm_passes == 0
+    first = {"triton::mm": 0.3241, "aten::mm": 0.3345, "triton::mm_persistent_tma": 0.3336}
+    executor = _SustainedExecutor({}, {"triton::mm": 0.3470, "aten::mm": 0.3307})
+    times = confirm(first, executor, passes=4)
+    assert executor.asked == [["triton::mm", "aten::mm"], ["aten::mm", "triton::mm"]] * 2
+    assert all(budget >= 200 for budget in executor.budgets)
+    assert times == {"triton::mm": 0.3470, "aten::mm": 0.3307, "triton::mm_persistent_tma": 0.3336}
+    assert pick_winner([cand(uid, ms) for uid, ms in times.items()]).uid == "aten::mm"
+
+
+def test_a_real_lead_survives_the_confirmation_and_cublas_wins_need_none():
+    executor = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0115, "aten::mm": 0.0138})
+    times = confirm({"triton::mm_swap_ab": 0.0114, "aten::mm": 0.0131}, executor, passes=4)
+    assert pick_winner([cand(uid, ms) for uid, ms in times.items()]).uid == "triton::mm_swap_ab"
+    quiet = _SustainedExecutor({}, {})
+    assert confirm({"triton::mm": 1.0, "aten::mm": 1.01}, quiet, passes=4) == {"triton::mm": 1.0, "aten::mm": 1.01}
+    assert confirm({"triton::mm": 0.5, "aten::mm": 1.0}, quiet, passes=0) == {"triton::mm": 0.5, "aten::mm": 1.0}
+    assert confirm({"triton::mm": 0.5, "triton::bmm": 1.0}, quiet, passes=4) == {"triton::mm": 0.5, "triton::bmm": 1.0}
+    assert quiet.asked == []  # a tie goes to cuBLAS anyway; no passes; no cuBLAS candidate

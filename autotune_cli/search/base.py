@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
 from ..problem import GemmProblem
-from ..results import VENDOR_UIDS, Candidate
+from ..results import VENDOR_UIDS, Candidate, pick_winner
 from ..settings import TimingPolicy, TuneSettings
 
 
@@ -75,24 +75,55 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     if len(close) < 2:
         return pairs
     contenders = [c for c, _ in close]
+    updated = _time_in_passes(ctx, contenders, policy.more_runs(RETIME_RUNS_FACTOR),
+                              ctx.settings.retime_passes, "retime")
+    return [(c, updated.get(id(c), r)) for c, r in pairs]
+
+
+def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
+                           policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
+    """Where a kernel would beat the best plain cuBLAS candidate (results.pick_winner), the
+    two are timed once more in `settings.confirm_passes` passes of alternating order, each
+    run of each pass back to back for 200 ms or more (`TimingPolicy.sustained`), and the
+    pick is made on those times. A tune's short bursts (10-100 runs in 40 ms, the L2 flushed
+    between) read large compute-bound GEMMs several per cent apart from tune to tune: on the
+    H200 (2026-11-30, bench/cublas_tune_vs_side.py) torch.mm's call on 2048x14336x4096 bf16
+    read 0.3095-0.3332 ms in four tunes against 0.330-0.334 side by side, and the suite's
+    tunes picked Triton kernels that led cuBLAS by 3.1-7.6% in the tune and were 2-5% slower
+    side by side, where each runnable runs for 200 ms at a time."""
+    count = ctx.settings.confirm_passes
+    ok = [(c, r) for c, r in pairs if r.ok]
+    if count < 2 or ctx.out_of_time():
+        return pairs
+    vendor = min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
+    winner = pick_winner([r for _, r in ok])
+    if vendor is None or winner is None or winner.uid in VENDOR_UIDS:
+        return pairs
+    leader = next(c for c, r in ok if r is winner)
+    updated = _time_in_passes(ctx, [leader, vendor[0]], policy.sustained(), count, "confirm")
+    return [(c, updated.get(id(c), r)) for c, r in pairs]
+
+
+def _time_in_passes(ctx: SearchContext, contenders: list[KernelTemplateChoice], policy: TimingPolicy,
+                    count: int, phase: str) -> dict[int, Candidate]:
+    """`contenders` timed in `count` passes, the order reversed every other pass; each one's
+    time the median of the passes in which every contender was timed OK ({} if none was)."""
     passes: list[dict[int, Candidate]] = []  # the complete ones: every contender timed OK
-    for index in range(ctx.settings.retime_passes):
+    for index in range(count):
         if index and ctx.out_of_time():
             break
         order = contenders if index % 2 == 0 else contenders[::-1]
-        got = {id(choice): result for choice, result in
-               ctx.measure(order, policy.more_runs(RETIME_RUNS_FACTOR), "retime") if result.ok}
+        got = {id(choice): result for choice, result in ctx.measure(order, policy, phase) if result.ok}
         if len(got) == len(contenders):
             passes.append(got)
     # Drift cancels over pairs of passes in opposite orders: an odd count beyond one (the
-    # deadline or a failing run cut the re-time short) drops its last; with none complete
-    # the first timings stand.
+    # deadline or a failing run cut the passes short) drops its last; with none complete
+    # the earlier timings stand.
     if len(passes) > 1 and len(passes) % 2:
         passes.pop()
     if not passes:
-        return pairs
-    updated = {id(c): median_of_passes([p[id(c)] for p in passes]) for c in contenders}
-    return [(c, updated.get(id(c), r)) for c, r in pairs]
+        return {}
+    return {id(c): median_of_passes([p[id(c)] for p in passes]) for c in contenders}
 
 
 def median_of_passes(readings: list[Candidate]) -> Candidate:

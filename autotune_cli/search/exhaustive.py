@@ -3,8 +3,9 @@
 The space (e.g. 1875 configs) has already been pruned statically (shared memory,
 registers, hardware). What is left is ranked by a simple analytic model (below) and only
 the best `cap` are compiled; those are screened with a few runs each, the best quarter
-re-timed with the full policy, and the near-ties re-timed in passes
-(base.retime_contenders). aten and any template the model does not describe always go
+re-timed with the full policy, the near-ties re-timed in passes
+(base.retime_contenders), and a kernel that would beat cuBLAS confirmed in sustained runs
+(base.confirm_against_vendor). aten and any template the model does not describe always go
 through.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import replace
 from ..choices import KernelTemplateChoice
 from ..problem import GemmProblem
 from ..results import SKIPPED, Candidate
-from .base import SearchContext, retime_contenders
+from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 OPTIONS = "model-ranked cap, screening runs, then halving; honours --budget"
 COMPILE_CAP = 160
@@ -107,7 +108,8 @@ def search(ctx: SearchContext) -> list[Candidate]:
         finalists = ctx.measure([c for c, _ in finalists], ctx.policy, "full")
         for choice, result in finalists:
             results[id(choice)] = result
-        for choice, result in retime_contenders(ctx, finalists, ctx.policy):
+        finalists = retime_contenders(ctx, finalists, ctx.policy)
+        for choice, result in confirm_against_vendor(ctx, finalists, ctx.policy):
             results[id(choice)] = result
     # Screened-out candidates keep their screening times: mark them so they cannot win on a
     # short measurement.
