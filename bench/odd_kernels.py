@@ -61,6 +61,10 @@ def main() -> None:
     b_pad[:K] = b
     out = torch.empty(M, N, device="cuda", dtype=torch.float16)
     cases["cuBLAS alone on padded A, B (K 784)"] = (lambda ops: torch.mm(a_pad, b_pad, out=out), Operands(a=a, b=b, out=out))
+    b_wide = torch.zeros(784, 3008, device="cuda", dtype=torch.float16)
+    b_wide[:K, :N] = b
+    cases["cuBLAS alone, B's rows 3008 apart (128 B)"] = (
+        lambda ops: torch.mm(a_pad, b_wide[:, :N], out=out), Operands(a=a, b=b, out=out))
     cases["cuBLAS on A padded, B as it lies (K 777)"] = (
         lambda ops: torch.mm(a_pad[:, :K], b, out=out), Operands(a=a, b=b, out=out))
     reference = a.double() @ b.double()

@@ -281,19 +281,23 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
     assert torch.isnan(rows[:, 45:]).all()
 
 
+@pytest.mark.parametrize("cols", [1100, 4200], ids=["flat", "by-row"])
 @pytest.mark.parametrize("src_t,dst_t", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["rows-to-rows", "columns-to-rows", "rows-to-columns", "columns-to-columns"])
-def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
+def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t, cols):
     """The alignment templates' GPU copy (templates/row_copy.py), run by the interpreter: an
     operand with an odd pitch, row- or column-major (B = W.t() is copied into row-major
     storage by triton::mm_padded), lands in storage with padded rows or padded columns,
-    every element in place, the padding untouched (still zero)."""
+    every element in place, the padding zero. Rows narrower than FLAT_BELOW go through the
+    flat kernel (1100: padding written as zeros), wider ones by row (4200: five blocks, the
+    last masked; padding untouched)."""
     import torch
 
-    from autotune_cli.templates.row_copy import copy_rows
+    from autotune_cli.templates.row_copy import FLAT_BELOW, copy_rows
 
+    assert 1100 < FLAT_BELOW < 4200
     torch.manual_seed(3)
-    rows, cols, pad = 5, 1100, 4  # two blocks of columns per row, the second masked
+    rows, pad = 5, 4
     src = torch.randn(cols, rows, dtype=torch.float16).t() if src_t else torch.randn(rows, cols, dtype=torch.float16)
     if dst_t:  # [rows, cols] whose columns are contiguous, rows + pad apart
         storage = torch.zeros(cols, rows + pad, dtype=torch.float16)
@@ -307,3 +311,19 @@ def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t):
     with pytest.raises(ValueError):
         copy_rows(dst, src[:, :-1])
 
+
+
+def test_flat_copy_writes_only_its_own_rows():
+    """The flat copy writes dst's rows whole (the padding with zeros) and nothing past its
+    last row: rows of the storage beyond the view (an M padded past the operand) keep
+    whatever they hold."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_rows
+
+    storage = torch.full((7, 784), 7.0, dtype=torch.float16)
+    src = torch.randn(5, 777, dtype=torch.float16)
+    copy_rows(storage[:5, :777], src)
+    assert torch.equal(storage[:5, :777], src)
+    assert torch.count_nonzero(storage[:5, 777:]) == 0
+    assert bool((storage[5:] == 7.0).all())

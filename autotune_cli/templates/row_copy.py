@@ -26,6 +26,12 @@ compile-time constant, for 16-byte stores (0.0439 ms), and programs numbered in 
 (0.0685 ms against 0.0685 by events, the session before). By the profiler, row order is the
 faster (44.2 us against 47.1-47.3, 2026-11-30, `bench/lm_head_copy_order.py`): kept.
 
+Rows narrower than FLAT_BELOW are copied by `_copy_flat` instead: the padded destination
+walked as one flat run, padding included (written as zeros), its row length and pitch
+compile-time constants. On odd (1000x3000x777 fp16) the row form spent 3.96 us on each of A
+(777-element rows: one 1024-wide block per row, a quarter of its lanes idle) and B, where
+Inductor's pad kernels, flat, took 2.81 and 3.76 (bench/odd_kernels.py, H200, 2026-11-30).
+
 Imported only in `build` on CUDA: it imports triton.
 """
 
@@ -35,6 +41,8 @@ import triton
 import triton.language as tl
 
 BLOCK = 1024
+FLAT_BLOCK = 1024
+FLAT_BELOW = 4096  # rows narrower than this are copied flat (_copy_flat), wider ones by row
 
 
 @triton.jit
@@ -50,16 +58,40 @@ def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCKS, BLOCK
     tl.store(dst + row * dst_row + offs * dst_col, values, mask=mask)
 
 
+@triton.jit
+def _copy_flat(src, dst, total, src_row, src_col, COLS: tl.constexpr, PITCH: tl.constexpr,
+               BLOCK: tl.constexpr):
+    # The destination walked as one flat run of whole padded rows (PITCH apart, the padding
+    # written as zeros), 16-byte stores and no lane idle; the sizes are compile-time
+    # constants, so the row and column of each element cost a multiply and a shift.
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row = offs // PITCH
+    col = offs % PITCH
+    inside = offs < total
+    values = tl.load(src + row * src_row + col * src_col, mask=inside & (col < COLS), other=0.0)
+    tl.store(dst + offs, values, mask=inside)
+
+
 def copy_rows(dst, src) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
     program per row and block of columns, in row order, rows being dst's contiguous
-    dimension where it has one (a transposed view is walked along its columns)."""
+    dimension where it has one (a transposed view is walked along its columns); rows
+    narrower than FLAT_BELOW flat over dst's padded rows, whose padding, which must be
+    dst's own storage, is written with zeros."""
     if dst.shape != src.shape or dst.dim() != 2:
         raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
         dst, src = dst.t(), src.t()
     rows, cols = dst.shape
     if rows == 0 or cols == 0:
+        return
+    pitch = dst.stride(0)
+    total = rows * pitch
+    if (cols < FLAT_BELOW and dst.stride(1) == 1 and pitch >= cols and total < 2**31
+            and (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) < 2**31
+            and dst.storage_offset() + total <= dst.untyped_storage().nbytes() // dst.element_size()):
+        _copy_flat[(triton.cdiv(total, FLAT_BLOCK),)](src, dst, total, src.stride(0), src.stride(1),
+                                                       COLS=cols, PITCH=pitch, BLOCK=FLAT_BLOCK, num_warps=4)
         return
     blocks = triton.cdiv(cols, BLOCK)
     _copy_rows[(rows * blocks,)](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
