@@ -327,3 +327,17 @@ def test_flat_copy_writes_only_its_own_rows():
     assert torch.equal(storage[:5, :777], src)
     assert torch.count_nonzero(storage[:5, 777:]) == 0
     assert bool((storage[5:] == 7.0).all())
+
+
+def test_a_packed_source_is_copied_as_one_run():
+    """A K padded with the row pitch unchanged (B of 777 rows of 3000 into 784 rows): the
+    source and the destination's first rows are one contiguous run, copied flat at the
+    same index; the rows past it keep their zeros."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_rows
+
+    storage = torch.zeros(12, 3000, dtype=torch.float16)
+    src = torch.randn(9, 3000, dtype=torch.float16)
+    copy_rows(storage[:9], src)
+    assert torch.equal(storage[:9], src) and torch.count_nonzero(storage[9:]) == 0
