@@ -26,14 +26,13 @@ compile-time constant, for 16-byte stores (0.0439 ms), and programs numbered in 
 (0.0685 ms against 0.0685 by events, the session before). By the profiler, row order is the
 faster (44.2 us against 47.1-47.3, 2026-11-30, `bench/lm_head_copy_order.py`): kept.
 
-Rows narrower than FLAT_BELOW, and a source packed as the destination (a K padded with the
-row pitch unchanged: one contiguous run), are copied by `_copy_flat` instead: the padded
-destination walked as one flat run, padding included (written as zeros), its row length and
-pitch compile-time constants. On odd (1000x3000x777 fp16, bench/odd_kernels.py, H200,
-2026-11-30) the row form spent 3.96 us on each of A (777-element rows: one 1024-wide block
-per row, a quarter of its lanes idle) and B, Inductor's pad kernels 2.81 and 3.76; the flat
-form copied A in 2.55 us, but B, its rows 3000 long, in ~10.5 with the source's address
-computed per element (no 16-byte loads): a packed source is read at its flat index.
+Rows narrower than FLAT_BELOW into a wider pitch are copied by `_copy_flat` instead: the
+padded destination walked as one flat run, padding included (written as zeros), its row
+length and pitch compile-time constants. On odd (1000x3000x777 fp16, bench/odd_kernels.py,
+H200, 2026-11-30) the row form copied A (777-element rows: one 1024-wide block per row, a
+quarter of its lanes idle) in 3.92-3.96 us, the flat form in 2.55 (Inductor's pad kernel
+2.66-2.81). B there (K padded, its 3000-long rows' pitch unchanged) stays by row, 3.96 us:
+flat, with each element's source address computed (no 16-byte loads), it took ~10.5.
 
 Imported only in `build` on CUDA: it imports triton.
 """
@@ -63,20 +62,15 @@ def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCKS, BLOCK
 
 @triton.jit
 def _copy_flat(src, dst, total, src_row, src_col, COLS: tl.constexpr, PITCH: tl.constexpr,
-               PACKED: tl.constexpr, BLOCK: tl.constexpr):
+               BLOCK: tl.constexpr):
     # The destination walked as one flat run of whole padded rows (PITCH apart, the padding
     # written as zeros), 16-byte stores and no lane idle; the sizes are compile-time
-    # constants, so the row and column of each element cost a multiply and a shift. PACKED:
-    # the source lies packed the same way (a K padded with the pitch unchanged), so each
-    # element's source is its own flat index and the loads are 16 bytes too.
+    # constants, so the row and column of each element cost a multiply and a shift.
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row = offs // PITCH
+    col = offs % PITCH
     inside = offs < total
-    if PACKED:
-        values = tl.load(src + offs, mask=inside)
-    else:
-        row = offs // PITCH
-        col = offs % PITCH
-        values = tl.load(src + row * src_row + col * src_col, mask=inside & (col < COLS), other=0.0)
+    values = tl.load(src + row * src_row + col * src_col, mask=inside & (col < COLS), other=0.0)
     tl.store(dst + offs, values, mask=inside)
 
 
@@ -95,12 +89,11 @@ def copy_rows(dst, src) -> None:
         return
     pitch = dst.stride(0)
     total = rows * pitch
-    packed = pitch == cols and src.stride() == (cols, 1)
-    if ((packed or cols < FLAT_BELOW) and dst.stride(1) == 1 and pitch >= cols and total < 2**31
+    if (cols < FLAT_BELOW and dst.stride(1) == 1 and pitch > cols and total < 2**31
             and (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) < 2**31
             and dst.storage_offset() + total <= dst.untyped_storage().nbytes() // dst.element_size()):
-        _copy_flat[(triton.cdiv(total, FLAT_BLOCK),)](src, dst, total, src.stride(0), src.stride(1), COLS=cols,
-                                                       PITCH=pitch, PACKED=packed, BLOCK=FLAT_BLOCK, num_warps=4)
+        _copy_flat[(triton.cdiv(total, FLAT_BLOCK),)](src, dst, total, src.stride(0), src.stride(1),
+                                                       COLS=cols, PITCH=pitch, BLOCK=FLAT_BLOCK, num_warps=4)
         return
     blocks = triton.cdiv(cols, BLOCK)
     _copy_rows[(rows * blocks,)](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
