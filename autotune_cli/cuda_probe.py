@@ -30,6 +30,7 @@ _L2_CACHE_SIZE = 38
 _CAPABILITY_MAJOR = 75
 _CAPABILITY_MINOR = 76
 _SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,12 @@ def _query(lib, runtime: str) -> DriverReport:
         if code != 0:
             raise _DriverError(code)
 
-    check(lib.cuInit(0))
     version = ctypes.c_int()
     check(lib.cuDriverGetVersion(ctypes.byref(version)))
+    status = lib.cuInit(0)
+    if status == _NO_DEVICE:  # a driver and no GPU visible (CUDA_VISIBLE_DEVICES="", say)
+        return DriverReport((), str(version.value), runtime)
+    check(status)
     count = ctypes.c_int()
     check(lib.cuDeviceGetCount(ctypes.byref(count)))
     get_total = getattr(lib, "cuDeviceTotalMem_v2", None) or lib.cuDeviceTotalMem

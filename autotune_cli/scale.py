@@ -5,8 +5,8 @@ On one host, `MultiDeviceTuner` owns one `Tuner` per device, each with its own
 `LocalExecutor` pinned to that GPU (the worker maps the index into the parent's
 CUDA_VISIBLE_DEVICES); the devices of one GPU model share one compile pool, which builds
 each kernel once for all of them (bench/compile_pool.py). One thread per device
-takes the next problem from a shared queue (largest first: `schedule_order`) and tunes
-it; the work itself runs in the executors' subprocesses. Each device is probed on its
+takes the next problem from a shared queue (most candidates first: `schedule_order`) and
+tunes it; the work itself runs in the executors' subprocesses. Each device is probed on its
 own, so each result carries the fingerprint of the GPU that measured it: GPUs with
 different names never share an entry. The cache file is shared through its lock (every
 writer re-reads and merges).
@@ -146,14 +146,19 @@ def schedule_order(problems: Sequence[GemmProblem], devices: int,
 def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[GemmProblem], float]:
     """A problem's work, as the number of candidates it will time (what a tune's time goes
     with on the H200: 63 candidates ~2.2 s, 37 ~1.0 s, whatever the sizes); 0 where its
-    candidates cannot be listed (the tune will say why)."""
+    candidates cannot be listed (the tune will say why). A problem the cache answers counts
+    its candidates all the same: it is handed out early and takes a moment."""
     from .choices import get_choices
+
+    from .search.exhaustive import COMPILE_CAP
 
     def work(problem: GemmProblem) -> float:
         try:
-            return float(len(get_choices(problem, device, settings).choices))
+            count = len(get_choices(problem, device, settings).choices)
         except Exception:  # noqa: BLE001 - the tune reports it
             return 0.0
+        # the exhaustive search times at most its compile cap (and the untemplated ones)
+        return float(min(count, COMPILE_CAP) if settings.search == "exhaustive" else count)
 
     return work
 

@@ -44,8 +44,10 @@ class TimingPolicy:
                        max_runs=int(self.max_runs * factor), budget_ms=self.budget_ms * factor)
 
     def sustained(self) -> "TimingPolicy":
-        """Runs back to back for 200 ms or more, as a model's GEMMs run: the confirmation of
-        a kernel that would beat cuBLAS (search/base.confirm_against_vendor)."""
+        """Runs adding up to 200 ms of kernel time or more (up to 400: the side-by-side's
+        are 50-300 in 200 ms), against the tune's 10-100 in 40 ms; the L2 is still flushed
+        before each. The confirmation of a kernel that would beat cuBLAS
+        (search/base.confirm_against_vendor)."""
         from dataclasses import replace
 
         return replace(self, warmup=max(self.warmup, 3), min_runs=max(self.min_runs, 50),
@@ -83,7 +85,8 @@ class TuneSettings:
     # Passes of that re-time, the contenders' order reversed every other pass (None: 4 on a
     # GPU, 1 on the CPU, where an interpreter run costs up to a second).
     retime_rounds: int | None = None
-    confirm_rounds: int | None = None  # passes of the confirmation against cuBLAS (None: 4 on a GPU, 0 on the CPU)
+    # passes of the confirmation against cuBLAS (None: 4 on a GPU, 0 on the CPU; fewer than 2: off)
+    confirm_rounds: int | None = None
     timing: TimingPolicy | None = None
     # Scale out (scale.py): devices to spread problems over (on the CPU, worker groups that
     # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.

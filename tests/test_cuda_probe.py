@@ -27,10 +27,10 @@ class FakeDriver:
         ref._obj.value = value
 
     def _code(self, name):
-        return 100 if name in self.fail else 0
+        return 999 if name in self.fail else 0  # an error (not CUDA_ERROR_NO_DEVICE)
 
     def cuInit(self, flags):
-        return self._code("cuInit")
+        return 100 if not self.devices and "cuInit" not in self.fail else self._code("cuInit")
 
     def cuDriverGetVersion(self, out):
         self._set(out, self.version)
@@ -94,7 +94,8 @@ def test_driver_says_how_many_are_visible(fake_driver):
     fake_driver(FakeDriver([H200]))
     with pytest.raises(UserError, match="GPU 1 asked for, 1 visible"):
         fingerprint.probe_device("cuda", 1)
-    fake_driver(FakeDriver([]))
+    fake_driver(FakeDriver([]))  # cuInit says CUDA_ERROR_NO_DEVICE: no GPU, no torch asked
+    assert cuda_probe.read_devices().devices == ()
     assert fingerprint.cuda_device_count() == 0
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
         fingerprint.probe_device("cuda", 0)
@@ -121,11 +122,25 @@ def test_no_driver_library_means_asking_torch(fake_driver):
     assert cuda_probe.driver_version() is None
 
 
-def test_the_driver_version_is_read_alike_on_both_paths(fake_driver):
+def test_the_driver_version_is_read_alike_on_both_paths(fake_driver, monkeypatch):
     """The torch path takes the driver's version from the driver library too (torch 2.11
     dropped the private call it came from): one GPU, one fingerprint."""
     fake_driver(FakeDriver([H200], version=13000))
     assert cuda_probe.driver_version() == "13000" == fingerprint.probe_device("cuda").driver
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132,
+                                  shared_memory_per_block_optin=232448, L2_cache_size=52428800,
+                                  total_memory=150_000_000_000)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    by_torch = fingerprint.probe_device("cuda", via="torch")
+    assert by_torch.driver == "13000"
+    assert by_torch == fingerprint.probe_device("cuda")  # the same GPU, the same fields
 
 
 def test_torch_cuda_version_is_read_without_importing_torch():

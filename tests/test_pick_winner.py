@@ -172,8 +172,8 @@ def test_a_retime_cut_short_keeps_only_whole_pairs_of_passes():
 
 
 class _SustainedExecutor(_Executor):
-    """Short bursts read `first`-like times; runs back to back (the sustained policy: 200 ms
-    or more) read `sustained`, and record the policy they were given."""
+    """Runs under the sustained policy (200 ms of kernel time or more) read `sustained`;
+    records each call's choices and budget."""
 
     def __init__(self, again, sustained):
         super().__init__(again)
@@ -201,15 +201,15 @@ def confirm(first, executor, passes):
 
 def test_a_kernel_that_would_beat_cublas_is_confirmed_in_sustained_runs():
     """The tune's short bursts had a Triton kernel lead cuBLAS by 3.1% (beyond the margin);
-    back to back, as a model runs them, it is 5% slower: the confirmation's passes (the
-    order alternating, 200 ms or more each) give the pick back to cuBLAS."""
+    in sustained runs it is 5% slower: the confirmation's passes (the order alternating,
+    200 ms or more each) give the pick back to cuBLAS."""
     from autotune_cli.settings import TuneSettings
 
     assert TuneSettings(device="cuda").confirm_passes == 4 and TuneSettings(device="cpu").confirm_passes == 0
     first = {"triton::mm": 0.3241, "aten::mm": 0.3345, "triton::mm_persistent_tma": 0.3336}
     executor = _SustainedExecutor({}, {"triton::mm": 0.3470, "aten::mm": 0.3307})
     times = confirm(first, executor, passes=4)
-    assert executor.asked == [["triton::mm", "aten::mm"], ["aten::mm", "triton::mm"]] * 2
+    assert executor.asked == [["triton::mm", "aten::mm"], ["aten::mm", "triton::mm"]] * 2  # TMA led by < 3%
     assert all(budget >= 200 for budget in executor.budgets)
     assert times == {"triton::mm": 0.3470, "aten::mm": 0.3307, "triton::mm_persistent_tma": 0.3336}
     assert pick_winner([cand(uid, ms) for uid, ms in times.items()]).uid == "aten::mm"
@@ -224,3 +224,21 @@ def test_a_real_lead_survives_the_confirmation_and_cublas_wins_need_none():
     assert confirm({"triton::mm": 0.5, "aten::mm": 1.0}, quiet, passes=0) == {"triton::mm": 0.5, "aten::mm": 1.0}
     assert confirm({"triton::mm": 0.5, "triton::bmm": 1.0}, quiet, passes=4) == {"triton::mm": 0.5, "triton::bmm": 1.0}
     assert quiet.asked == []  # a tie goes to cuBLAS anyway; no passes; no cuBLAS candidate
+
+
+
+def test_a_runner_up_cannot_win_unconfirmed():
+    """Three kernels lead cuBLAS in short bursts: the two fastest are confirmed with cuBLAS
+    and lose; the third, which would then win on its short-burst time against cuBLAS's
+    sustained one, is confirmed in the next round and loses too."""
+    first = {"triton::mm": 0.317, "triton::mm_persistent_tma": 0.318, "triton::mm_splitk": 0.319,
+             "aten::mm": 0.3345}
+    sustained = {"triton::mm": 0.347, "triton::mm_persistent_tma": 0.345, "triton::mm_splitk": 0.340,
+                 "aten::mm": 0.3307}
+    executor = _SustainedExecutor({}, sustained)
+    times = confirm(first, executor, passes=2)
+    assert executor.asked == [["triton::mm", "triton::mm_persistent_tma", "aten::mm"],
+                              ["aten::mm", "triton::mm_persistent_tma", "triton::mm"],
+                              ["triton::mm_splitk", "aten::mm"], ["aten::mm", "triton::mm_splitk"]]
+    assert times == sustained
+    assert pick_winner([cand(uid, ms) for uid, ms in times.items()]).uid == "aten::mm"

@@ -305,7 +305,7 @@ def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t, cols):
     else:
         storage = torch.zeros(rows, cols + pad, dtype=torch.float16)
         dst, padding = storage[:, :cols], storage[:, cols:]
-    copy_rows(dst, src)
+    copy_rows(dst, src, owns_padding=True)
     assert torch.equal(dst, src)
     assert torch.count_nonzero(padding) == 0
     with pytest.raises(ValueError):
@@ -323,8 +323,26 @@ def test_flat_copy_writes_only_its_own_rows():
 
     storage = torch.full((7, 784), 7.0, dtype=torch.float16)
     src = torch.randn(5, 777, dtype=torch.float16)
-    copy_rows(storage[:5, :777], src)
+    copy_rows(storage[:5, :777], src, owns_padding=True)
     assert torch.equal(storage[:5, :777], src)
     assert torch.count_nonzero(storage[:5, 777:]) == 0
     assert bool((storage[5:] == 7.0).all())
 
+
+
+def test_without_owned_padding_the_copy_writes_only_the_view():
+    """A view that is not the head of padded storage of its own (columns 7.. of a buffer, or
+    the first 700 of 800): only its elements are written, whatever its width."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_rows
+
+    storage = torch.full((6, 784), 7.0, dtype=torch.float16)
+    src = torch.randn(5, 777, dtype=torch.float16)
+    copy_rows(storage[:5, 7:], src)
+    assert torch.equal(storage[:5, 7:], src) and bool((storage[:, :7] == 7.0).all())
+    wide = torch.full((4, 800), 7.0, dtype=torch.float16)
+    copy_rows(wide[:, :700], src[:4, :700])
+    assert bool((wide[:, 700:] == 7.0).all())
+    copy_rows(storage[1:6, 7:], src, owns_padding=True)  # not at a row's start: by row
+    assert bool((storage[:, :7] == 7.0).all())

@@ -76,7 +76,7 @@ def operand_copier(device: str) -> Callable[[Any, Any], None]:
     if device == "cuda":
         from .row_copy import copy_rows
 
-        return copy_rows
+        return lambda dst, src: copy_rows(dst, src, owns_padding=True)  # dst: padded storage of its own
     return lambda dst, src: dst.copy_(src)
 
 

@@ -74,12 +74,15 @@ def _copy_flat(src, dst, total, src_row, src_col, COLS: tl.constexpr, PITCH: tl.
     tl.store(dst + offs, values, mask=inside)
 
 
-def copy_rows(dst, src) -> None:
+def copy_rows(dst, src, owns_padding: bool = False) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
     program per row and block of columns, in row order, rows being dst's contiguous
-    dimension where it has one (a transposed view is walked along its columns); rows
-    narrower than FLAT_BELOW flat over dst's padded rows, whose padding, which must be
-    dst's own storage, is written with zeros."""
+    dimension where it has one (a transposed view is walked along its columns).
+    `owns_padding`: dst is the leading [rows, cols] of a buffer whose rows are padded, the
+    padding its own (the alignment templates' buffers): then rows narrower than FLAT_BELOW
+    are copied flat over whole padded rows, the padding written with zeros. The flat kernel
+    takes its sizes as compile-time constants: one compile per (cols, pitch, dtype), in the
+    process that first copies such an operand (the timing worker, not the compile pool)."""
     if dst.shape != src.shape or dst.dim() != 2:
         raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
@@ -89,7 +92,8 @@ def copy_rows(dst, src) -> None:
         return
     pitch = dst.stride(0)
     total = rows * pitch
-    if (cols < FLAT_BELOW and dst.stride(1) == 1 and pitch > cols and total < 2**31
+    if (owns_padding and cols < FLAT_BELOW and dst.stride(1) == 1 and pitch > cols
+            and dst.storage_offset() % pitch == 0 and total < 2**31
             and (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) < 2**31
             and dst.storage_offset() + total <= dst.untyped_storage().nbytes() // dst.element_size()):
         _copy_flat[(triton.cdiv(total, FLAT_BLOCK),)](src, dst, total, src.stride(0), src.stride(1),
