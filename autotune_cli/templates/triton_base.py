@@ -89,6 +89,25 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
     return kernels
 
 
+def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stages: int):
+    """The runnable of a template that launches one kernel on a fixed grid: `run(ops)`
+    launches it with `arguments(ops)`; `run.warmup(ops)` compiles it for those arguments
+    without launching (a compile-pool process calls it, and the timing process then finds
+    the binary in Triton's cache) and returns the compiled kernels (none under the
+    interpreter, which has nothing to compile)."""
+
+    def run(ops: Operands) -> None:
+        kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
+
+    def warmup(ops: Operands) -> list:
+        if not hasattr(kernel, "warmup"):
+            return []
+        return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
+
+    run.warmup = warmup  # type: ignore[attr-defined]
+    return run
+
+
 class TritonTemplate(Template):
     backend = "triton"
     template_file: Path
@@ -134,15 +153,18 @@ class TritonTemplate(Template):
             precision = "tf32" if params["ALLOW_TF32"] else "ieee"
         else:
             precision = ""
-        return {
+        context = {
             "uid": self.uid,
             "digest": DIGEST_MARK,
             "params_desc": ", ".join(f"{k}={v}" for k, v in params.items()),
             "kernel_name": f"{self.uid.split('::')[1]}_{DIGEST_MARK}",
             "BLOCK_M": params["BLOCK_M"], "BLOCK_N": params["BLOCK_N"], "BLOCK_K": params["BLOCK_K"],
-            "GROUP_M": params["GROUP_M"], "ACC_TYPE": params["ACC_TYPE"],
+            "ACC_TYPE": params["ACC_TYPE"],
             "UPCAST": upcast, "INPUT_PRECISION": precision, "HAS_BIAS": problem.op == "addmm",
         }
+        if "GROUP_M" in params:  # the kernels that group their tiles (not triton::mm_swap_ab)
+            context["GROUP_M"] = params["GROUP_M"]
+        return context
 
     @staticmethod
     def finish(source: str) -> str:

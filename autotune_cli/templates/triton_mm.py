@@ -14,7 +14,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, load_kernel
+from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
@@ -60,19 +60,7 @@ class TritonMMTemplate(TritonTemplate):
             n_store = store_pitch if sc[-2] == store_pitch and sc[-1] == 1 else n
             return (a, b, c, bias, m, n, k, n_load, n_store, *a_args, *b_args, *c_args, *bias_args)
 
-        def run(ops: Operands) -> None:
-            kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
-
-        def warmup(ops: Operands) -> list:
-            """Compile for these operands without launching: a compile-pool process calls
-            this, and the timing process then finds the binary in Triton's cache. Returns
-            the compiled kernels (none under the interpreter, which has nothing to compile)."""
-            if not hasattr(kernel, "warmup"):
-                return []
-            return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
-
-        run.warmup = warmup  # type: ignore[attr-defined]
-        return run
+        return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
 
 
 register_template(TritonMMTemplate("triton::mm", ("mm", "addmm")))

@@ -28,7 +28,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, load_kernel
+from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_swap_ab.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -48,13 +48,6 @@ class TritonSwapABTemplate(TritonTemplate):
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0
         params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
-
-    def render_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
-        # The shared context reads GROUP_M, which this kernel does not have (no grouping).
-        context = super().render_context(problem, {**params, "GROUP_M": 1})
-        context["params_desc"] = ", ".join(f"{k}={v}" for k, v in params.items())
-        del context["GROUP_M"]
-        return context
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"],
@@ -80,18 +73,7 @@ class TritonSwapABTemplate(TritonTemplate):
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, *sa, *sb, *sc, *bias_args)
 
-        def run(ops: Operands) -> None:
-            kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
-
-        def warmup(ops: Operands) -> list:
-            """Compile for these operands without launching (the compile pool calls this);
-            returns the compiled kernels (none under the interpreter)."""
-            if not hasattr(kernel, "warmup"):
-                return []
-            return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
-
-        run.warmup = warmup  # type: ignore[attr-defined]
-        return run
+        return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
 
 
 register_template(TritonSwapABTemplate("triton::mm_swap_ab", ("mm", "addmm", "bmm")))
