@@ -50,6 +50,11 @@ CONFIRM_AT_ONCE = 2  # kernels confirmed against cuBLAS in one round (confirm_ag
 CONFIRM_ROUNDS = 3
 
 
+def _best_vendor(ok: list[tuple[KernelTemplateChoice, Candidate]]):
+    """The fastest plain cuBLAS (choice, result) among `ok`, or None."""
+    return min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
+
+
 def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
                       policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
     """Candidates within `retime_within` of the best are timed again, so the pick between
@@ -70,7 +75,7 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
         return pairs
     best = min(r.ms for _, r in ok)
     close = [(c, r) for c, r in ok if r.ms <= best * (1 + ctx.settings.retime_within)]
-    vendor = min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
+    vendor = _best_vendor(ok)
     if (vendor is not None and all(c is not vendor[0] for c, _ in close)
             and vendor[1].ms <= best * (1 + VENDOR_RETIME_WITHIN)):
         close.append(vendor)
@@ -105,7 +110,7 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
         if ctx.out_of_time():
             break
         ok = [(c, current[id(c)]) for c, _ in pairs if current[id(c)].ok]
-        vendor = min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
+        vendor = _best_vendor(ok)
         winner = pick_winner([r for _, r in ok])
         if vendor is None or winner is None or winner.uid in VENDOR_UIDS:
             break
