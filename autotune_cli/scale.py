@@ -147,18 +147,21 @@ def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[Gem
     """A problem's work, as the number of candidates it will time (what a tune's time goes
     with on the H200: 63 candidates ~2.2 s, 37 ~1.0 s, whatever the sizes); 0 where its
     candidates cannot be listed (the tune will say why). A problem the cache answers counts
-    its candidates all the same: it is handed out early and takes a moment."""
+    its candidates all the same: it is handed out early and takes a moment. The exhaustive
+    search times at most its compile cap of any space that large: each problem counts the
+    cap, without listing its thousands of configs (0.5 s a problem on a slow host, which
+    the tune lists again)."""
     from .choices import get_choices
-
     from .search.exhaustive import COMPILE_CAP
+
+    if settings.search == "exhaustive":
+        return lambda problem: float(COMPILE_CAP)
 
     def work(problem: GemmProblem) -> float:
         try:
-            count = len(get_choices(problem, device, settings).choices)
+            return float(len(get_choices(problem, device, settings).choices))
         except Exception:  # noqa: BLE001 - the tune reports it
             return 0.0
-        # the exhaustive search times at most its compile cap (and the untemplated ones)
-        return float(min(count, COMPILE_CAP) if settings.search == "exhaustive" else count)
 
     return work
 

@@ -207,3 +207,7 @@ def test_several_devices_take_the_most_work_first(tmp_path):
     bad_space.write_text('{"triton::nonesuch": {}}')
     unlisted = candidate_count(replace(settings, space_file=bad_space), probe_device("cpu"))
     assert unlisted(small[0]) == 0  # cannot be listed: the tune will say why
+    from autotune_cli.search.exhaustive import COMPILE_CAP
+
+    capped = candidate_count(replace(settings, search="exhaustive", space_file=bad_space), probe_device("cpu"))
+    assert capped(small[0]) == capped(probs[1]) == COMPILE_CAP  # the cap, nothing listed
