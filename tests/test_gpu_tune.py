@@ -75,3 +75,26 @@ def test_cuda_timing_process_reuses_the_offline_binaries(tmp_path, monkeypatch):
         assert torch.allclose(ops.out.float(), ref, rtol=3e-2, atol=0.5), uid
     after = sorted(p.name for p in triton_cache.rglob("*.cubin"))
     assert after == before  # nothing compiled again on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols,pitch,extra_rows", [
+    (777, 3000, 3000, 7),   # odd's B: rows exactly cols apart, K padded: one contiguous run
+    (1000, 777, 784, 0),    # odd's A: narrow rows into a wider pitch: flat, padding zeroed
+    (96, 50257, 50264, 0),  # lm_head's B (rows cut): wide rows into a wider pitch: by row
+], ids=["run", "flat", "by-row"])
+def test_row_copy_forms_on_gpu(rows, cols, pitch, extra_rows):
+    """The alignment templates' three copy kernels on a GPU (compiled, not interpreted): every
+    element lands, the padding is zero, and rows of the storage past the view keep theirs."""
+    import torch
+
+    from autotune_cli.templates.row_copy import copy_rows
+
+    src = torch.randn(rows, cols, dtype=torch.float16, device="cuda")
+    storage = torch.zeros(rows + extra_rows, pitch, dtype=torch.float16, device="cuda")
+    storage[rows:] = 7.0
+    copy_rows(storage[:rows, :cols], src, owns_padding=True)
+    torch.cuda.synchronize()
+    assert torch.equal(storage[:rows, :cols], src)
+    assert torch.count_nonzero(storage[:rows, cols:]) == 0
+    assert bool((storage[rows:] == 7.0).all())

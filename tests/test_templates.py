@@ -346,3 +346,32 @@ def test_without_owned_padding_the_copy_writes_only_the_view():
     assert bool((wide[:, 700:] == 7.0).all())
     copy_rows(storage[1:6, 7:], src, owns_padding=True)  # not at a row's start: by row
     assert bool((storage[:, :7] == 7.0).all())
+
+
+def test_rows_exactly_cols_apart_are_copied_as_one_run(monkeypatch):
+    """B of odd (777 rows of 3000) into storage with rows of its own width and K padded:
+    source and destination are one contiguous run each and go through `_copy_run` (16-byte
+    loads and stores where by row Triton cannot know the rows' starts are aligned); every
+    element lands, and the storage's rows past the view keep what they hold."""
+    import torch
+
+    from autotune_cli.templates import row_copy
+
+    launched = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return row_copy._copy_run.__class__.__getitem__(real, grid)
+
+    real = row_copy._copy_run
+    monkeypatch.setattr(row_copy, "_copy_run", Spy())
+    storage = torch.full((9, 300), 7.0, dtype=torch.float16)
+    src = torch.randn(7, 300, dtype=torch.float16)
+    row_copy.copy_rows(storage[:7], src, owns_padding=True)
+    assert launched, "rows exactly cols apart were not copied as one run"
+    assert torch.equal(storage[:7], src)
+    assert bool((storage[7:] == 7.0).all())
+    launched.clear()
+    row_copy.copy_rows(storage[:7, :299], src[:, :299])  # rows 300 apart, 299 wide: by row
+    assert not launched and torch.equal(storage[:7, :299], src[:, :299])

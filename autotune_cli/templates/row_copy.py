@@ -31,8 +31,13 @@ padded destination walked as one flat run, padding included (written as zeros), 
 length and pitch compile-time constants. On odd (1000x3000x777 fp16, bench/odd_kernels.py,
 H200, 2026-11-30) the row form copied A (777-element rows: one 1024-wide block per row, a
 quarter of its lanes idle) in 3.92-3.96 us, the flat form in 2.55 (Inductor's pad kernel
-2.66-2.81). B there (K padded, its 3000-long rows' pitch unchanged) stays by row, 3.96 us:
-flat, with each element's source address computed (no 16-byte loads), it took ~10.5.
+2.66-2.81). B there (K padded, its 3000-long rows' pitch unchanged) took 3.96 us by row:
+its rows are 3000 elements apart, a number Triton does not know to be a multiple of 8, so
+each row's start is not known to be 16-byte aligned and no load or store is vectorized; flat,
+with each element's source address computed (no 16-byte loads), it took ~10.5. Where source
+and destination rows are both exactly `cols` apart (B there), the two are one contiguous run
+each and `_copy_run` copies it as such, offsets from 16-byte aligned bases: 16-byte loads and
+stores.
 
 Imported only in `build` on CUDA: it imports triton.
 """
@@ -45,6 +50,7 @@ import triton.language as tl
 BLOCK = 1024
 FLAT_BLOCK = 1024
 FLAT_BELOW = 4096  # rows narrower than this are copied flat (_copy_flat), wider ones by row
+RUN_BLOCK = 2048
 
 
 @triton.jit
@@ -74,6 +80,14 @@ def _copy_flat(src, dst, total, src_row, src_col, COLS: tl.constexpr, PITCH: tl.
     tl.store(dst + offs, values, mask=inside)
 
 
+@triton.jit
+def _copy_run(src, dst, total, BLOCK: tl.constexpr):
+    # Source and destination are each one contiguous run of `total` elements.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < total
+    tl.store(dst + offs, tl.load(src + offs, mask=inside), mask=inside)
+
+
 def copy_rows(dst, src, owns_padding: bool = False) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
     program per row and block of columns, in row order, rows being dst's contiguous
@@ -82,13 +96,19 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
     padding its own (the alignment templates' buffers): then rows narrower than FLAT_BELOW
     are copied flat over whole padded rows, the padding written with zeros. The flat kernel
     takes its sizes as compile-time constants: one compile per (cols, pitch, dtype), in the
-    process that first copies such an operand (the timing worker, not the compile pool)."""
+    process that first copies such an operand (the timing worker, not the compile pool).
+    Where both are rows of exactly `cols` elements, one after another, they are copied as one
+    contiguous run (`_copy_run`), whatever the padding's owner: only dst's elements are
+    written."""
     if dst.shape != src.shape or dst.dim() != 2:
         raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
         dst, src = dst.t(), src.t()
     rows, cols = dst.shape
     if rows == 0 or cols == 0:
+        return
+    if dst.stride() == (cols, 1) and src.stride() == (cols, 1):  # one contiguous run each
+        _copy_run[(triton.cdiv(rows * cols, RUN_BLOCK),)](src, dst, rows * cols, BLOCK=RUN_BLOCK, num_warps=4)
         return
     pitch = dst.stride(0)
     total = rows * pitch
