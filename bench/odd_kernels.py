@@ -67,6 +67,32 @@ def main() -> None:
         lambda ops: torch.mm(a_pad, b_wide[:, :N], out=out), Operands(a=a, b=b, out=out))
     cases["cuBLAS on A padded, B as it lies (K 777)"] = (
         lambda ops: torch.mm(a_pad[:, :K], b, out=out), Operands(a=a, b=b, out=out))
+    from autotune_cli.templates import row_copy
+
+    b_dst = torch.zeros(784, N, device="cuda", dtype=torch.float16)
+    blocks = -(-N // row_copy.BLOCK)
+    copies = {  # B's copy alone, three ways (profiler times below)
+        "B copy by row (_copy_rows)": lambda: row_copy._copy_rows[(K * blocks,)](
+            b, b_dst, N, N, 1, N, 1, blocks, BLOCK=row_copy.BLOCK, num_warps=4),
+        "B copy as one run (_copy_run)": lambda: row_copy.copy_rows(b_dst[:K], b),
+        "B copy by torch copy_": lambda: b_dst[:K].copy_(b),
+    }
+    try:  # whether the loads and stores are 16-byte ones, by the PTX
+        for label, kernel in (("_copy_run", row_copy._copy_run.warmup(b, b_dst, K * N, BLOCK=row_copy.RUN_BLOCK,
+                                                                       grid=(1,))),
+                              ("_copy_rows", row_copy._copy_rows.warmup(b, b_dst, N, N, 1, N, 1, blocks,
+                                                                        BLOCK=row_copy.BLOCK, grid=(1,)))):
+            ptx = kernel.asm["ptx"]
+            print(f"{label} PTX: ld.global.v4 {ptx.count('ld.global.v4')}, st.global.v4 {ptx.count('st.global.v4')},"
+                  f" ld.global.b16 {ptx.count('ld.global.b16')}, st.global.b16 {ptx.count('st.global.b16')}")
+    except Exception as exc:  # noqa: BLE001
+        print(f"PTX not read: {type(exc).__name__}: {exc}")
+    for name, fn in copies.items():
+        b_dst.zero_()
+        fn()
+        torch.cuda.synchronize()
+        print(f"{name}: exact {bool(torch.equal(b_dst[:K], b))}")
+        print_kernel_times(fn, timer)
     reference = a.double() @ b.double()
     for name, (run, ops) in cases.items():
         got = run(ops)

@@ -82,10 +82,17 @@ def _copy_flat(src, dst, total, src_row, src_col, COLS: tl.constexpr, PITCH: tl.
 
 @triton.jit
 def _copy_run(src, dst, total, BLOCK: tl.constexpr):
-    # Source and destination are each one contiguous run of `total` elements.
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = offs < total
-    tl.store(dst + offs, tl.load(src + offs, mask=inside), mask=inside)
+    # Source and destination are each one contiguous run of `total` elements. Every block but
+    # the last is copied without a mask: a mask against a `total` that Triton does not know
+    # to be a multiple of 16 may change inside any vector, and would keep every load and
+    # store to single elements.
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= total:
+        tl.store(dst + offs, tl.load(src + offs))
+    else:
+        inside = offs < total
+        tl.store(dst + offs, tl.load(src + offs, mask=inside), mask=inside)
 
 
 def copy_rows(dst, src, owns_padding: bool = False) -> None:
