@@ -501,3 +501,27 @@ def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
         pool.close()
     assert len(answers) == len(choices) and all(a.get("pool_failed") for a in answers)
     assert "planted" in answers[0]["error"]
+
+
+def test_kernels_several_devices_wait_for_are_compiled_first(tmp_path):
+    """Two devices' problems that share binaries: what the second asks for that the first
+    asked for too jumps ahead of what only the first waits for (in the order the second
+    asked); a third request for a job already ahead leaves the order as it is."""
+    from autotune_cli.bench.compile_pool import CompilePool
+    from autotune_cli.bench.processes import worker_context
+
+    device = probe_device("cpu")
+    pool = CompilePool(worker_context(None, "cpu"), [device], 0, (), 60.0, 180.0)  # no process pops
+    first, second = object(), object()
+    try:
+        for key in ("a", "b", "c", "d"):
+            pool.submit(key, {}, first, lambda payload: None)
+        for key in ("d", "b", "e"):
+            pool.submit(key, {}, second, lambda payload: None)
+        pool.submit("b", {}, second, lambda payload: None)  # a third waiter: stays where it is
+        with pool._lock:
+            order = [pool._pop_job().key for _ in range(5)]
+            assert pool._pop_job() is None
+        assert order == ["d", "b", "a", "c", "e"]
+    finally:
+        pool.close()
