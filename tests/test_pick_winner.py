@@ -1,5 +1,7 @@
 """The pick: the fastest verified candidate, unless it leads cuBLAS by no more than the noise."""
 
+from dataclasses import replace
+
 import pytest
 
 from autotune_cli.results import OK, VENDOR_MARGIN, WRONG_RESULT, Candidate, is_pick, pick_winner
@@ -242,3 +244,50 @@ def test_a_runner_up_cannot_win_unconfirmed():
                               ["triton::mm_splitk", "aten::mm"], ["aten::mm", "triton::mm_splitk"]]
     assert times == sustained
     assert pick_winner([cand(uid, ms) for uid, ms in times.items()]).uid == "aten::mm"
+
+
+def confirmed_results(first, executor, passes=4):
+    from autotune_cli.search.base import SearchContext, confirm_against_vendor
+    from autotune_cli.settings import TimingPolicy, TuneSettings
+
+    ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
+                        settings=TuneSettings(device="cpu", confirm_rounds=passes), policy=TimingPolicy(),
+                        deadline=None, on_result=lambda *a: None)
+    pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
+    return [r for _, r in confirm_against_vendor(ctx, pairs, ctx.policy)]
+
+
+def test_a_lead_inside_the_margin_is_confirmed_and_wins_when_it_holds():
+    """decode 8x14336x4096 on the H200: swap-AB led cuBLAS by 2.5% in the tune, a tie by the
+    short bursts' margin. Led by more than CONFIRMED_MARGIN, it is timed beside cuBLAS in
+    sustained passes, and a lead that holds there wins; one that shrinks below the margin
+    (or grows into cuBLAS's favour) leaves the pick to cuBLAS; 1% ahead is not confirmed."""
+    from autotune_cli.results import CONFIRMED_MARGIN
+
+    first = {"triton::mm_swap_ab": 0.03105, "aten::mm": 0.03186}
+    assert 1 - first["triton::mm_swap_ab"] / first["aten::mm"] < VENDOR_MARGIN
+    assert pick_winner([cand(u, ms) for u, ms in first.items()]).uid == "aten::mm"  # unconfirmed: a tie
+    holds = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0311, "aten::mm": 0.0322})
+    results = confirmed_results(first, holds)
+    assert holds.asked == [["triton::mm_swap_ab", "aten::mm"], ["aten::mm", "triton::mm_swap_ab"]] * 2
+    assert all(r.confirmed for r in results)
+    winner = pick_winner(results)
+    assert winner.uid == "triton::mm_swap_ab" and winner.confirmed
+    assert is_pick(winner.uid, winner.ms, min(r.ms for r in results))
+    shrinks = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0320, "aten::mm": 0.0322})
+    assert 1 - 0.0320 / 0.0322 < CONFIRMED_MARGIN
+    assert pick_winner(confirmed_results(first, shrinks)).uid == "aten::mm"
+    quiet = _SustainedExecutor({}, {})
+    assert pick_winner(confirmed_results({"triton::mm": 0.99, "aten::mm": 1.0}, quiet)).uid == "aten::mm"
+    assert quiet.asked == []
+
+
+def test_a_confirmed_margin_needs_both_sides_confirmed():
+    """The smaller margin holds only between a kernel and cuBLAS both timed in the
+    confirmation; a stored entry's unconfirmed times keep the short bursts' margin."""
+    kernel = replace(cand("triton::mm", 0.98), confirmed=True)
+    vendor = cand("aten::mm", 1.0)
+    assert pick_winner([kernel, vendor]).uid == "aten::mm"
+    assert pick_winner([kernel, replace(vendor, confirmed=True)]).uid == "triton::mm"
+    assert Candidate.from_dict(kernel.to_dict()).confirmed
+    assert not Candidate.from_dict({k: v for k, v in kernel.to_dict().items() if k != "confirmed"}).confirmed

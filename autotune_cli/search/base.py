@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
 from ..problem import GemmProblem
-from ..results import VENDOR_MARGIN, VENDOR_UIDS, Candidate, pick_winner
+from ..results import CONFIRMED_MARGIN, VENDOR_UIDS, Candidate, pick_winner
 from ..settings import TimingPolicy, TuneSettings
 
 
@@ -89,13 +89,15 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
 
 def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
                            policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
-    """Where kernels would beat the best plain cuBLAS candidate (results.pick_winner), the
+    """Where kernels lead the best plain cuBLAS candidate by more than CONFIRMED_MARGIN, the
     fastest two of them and cuBLAS are timed once more in `settings.confirm_passes` passes of
     alternating order, each runnable's runs adding up to 200 ms of kernel time or more
     (`TimingPolicy.sustained`: up to 400 runs, against the tune's 10-100 in 40 ms; the
-    side-by-side's are 50-300 in 200 ms), and the pick is made again; a kernel that then
-    still wins without having been confirmed (a third one, which led cuBLAS but trailed the
-    two) is confirmed in turn, up to CONFIRM_ROUNDS rounds. Why: a tune's short bursts read
+    side-by-side's are 50-300 in 200 ms), marked `confirmed`, and the pick is made again
+    (results.pick_winner: a confirmed lead needs CONFIRMED_MARGIN, an unconfirmed one
+    VENDOR_MARGIN); while the pick is not a confirmed kernel, unconfirmed kernels that lead by
+    that much (a third one, which led cuBLAS but trailed the two) are confirmed in turn, up to
+    CONFIRM_ROUNDS rounds. Why: a tune's short bursts read
     large compute-bound GEMMs several per cent apart from tune to tune: on the H200
     (2026-11-30, bench/cublas_tune_vs_side.py) torch.mm's call on 2048x14336x4096 bf16 read
     0.3095-0.3332 ms in four tunes against 0.330-0.334 side by side, and the suite's tunes
@@ -112,17 +114,19 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
         ok = [(c, current[id(c)]) for c, _ in pairs if current[id(c)].ok]
         vendor = _best_vendor(ok)
         winner = pick_winner([r for _, r in ok])
-        if vendor is None or winner is None or winner.uid in VENDOR_UIDS:
+        if vendor is None or winner is None:
             break
-        if any(r is winner and id(c) in confirmed for c, r in ok):
+        if winner.uid not in VENDOR_UIDS and winner.confirmed:
             break  # the winner has been timed against cuBLAS the sustained way
         leading = sorted(((c, r) for c, r in ok if r.uid not in VENDOR_UIDS and id(c) not in confirmed
-                          and r.ms < vendor[1].ms * (1 - VENDOR_MARGIN)), key=lambda cr: cr[1].ms)
+                          and r.ms < vendor[1].ms * (1 - CONFIRMED_MARGIN)), key=lambda cr: cr[1].ms)
+        if not leading:
+            break
         leaders = [c for c, _ in leading[:CONFIRM_AT_ONCE]]
         updated = _time_in_passes(ctx, leaders + [vendor[0]], policy.sustained(), count, "confirm")
         if not updated:  # the deadline or failing runs: the times before stand
             break
-        current.update(updated)
+        current.update({key: replace(result, confirmed=True) for key, result in updated.items()})
         confirmed.update(id(c) for c in leaders)
     return [(c, current[id(c)]) for c, _ in pairs]
 
