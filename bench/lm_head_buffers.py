@@ -1,0 +1,97 @@
+"""lm_head (2048x50257x768 fp16): does the same cuBLAS kernel run slower after our copy than
+after Inductor's pad because of where its buffers are? Inductor's compiled call takes a new
+padded B and a new output from the caching allocator on every call; ours copies into a B
+kept since the build and writes the caller's output. In one process, each timed by the
+tuner's timer in six passes of alternating order, then its kernels by torch.profiler (the L2
+flushed before each call):
+
+  ours                   aten::mm_aligned ZERO_PAD=1 as built (kept zeroed B, caller's output)
+  inductor               the compiled torch.mm
+  new B, caller's out    a new [768, 50264] B from the allocator each call (its padding
+                         columns left as they come: they only reach the output's padding)
+  new B, new out         and a new [2048, 50264] output each call, as Inductor's
+  kept B, new out        the kept B, a new output each call
+
+PYTHONPATH=. python3 bench/lm_head_buffers.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import LM_HEAD, fresh_compile_caches  # noqa: E402
+
+M, N, K = LM_HEAD
+PITCH = 50264
+
+
+def main() -> None:
+    scratch = fresh_compile_caches("lm-head-buffers-")
+    import torch
+    import torch._inductor.config as config
+
+    from autotune_cli.bench.timing import CudaTimer
+    from autotune_cli.fingerprint import probe_device
+    from autotune_cli.templates.row_copy import copy_rows
+    from bench.common import POLICY, lm_head_ours, print_kernel_times
+
+    config.force_disable_caches = True
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    a, b, ops, ours = lm_head_ours(scratch)
+    out_wide = ops.out.as_strided((M, PITCH), (PITCH, 1))
+    kept = torch.zeros(K, PITCH, device="cuda", dtype=torch.float16)
+    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+    compiled(a, b)
+
+    def new_b_callers_out():
+        fresh = torch.empty(K, PITCH, device="cuda", dtype=torch.float16)
+        copy_rows(fresh[:, :N], b)
+        torch.mm(a, fresh, out=out_wide)
+        return ops.out
+
+    def new_b_new_out():
+        fresh = torch.empty(K, PITCH, device="cuda", dtype=torch.float16)
+        copy_rows(fresh[:, :N], b)
+        return torch.mm(a, fresh)[:, :N]
+
+    def kept_b_new_out():
+        copy_rows(kept[:, :N], b)
+        return torch.mm(a, kept)[:, :N]
+
+    def run_ours():
+        ours(ops)
+        return ops.out
+
+    cases = {
+        "ours": run_ours,
+        "inductor": lambda: compiled(a, b),
+        "new B, caller's out": new_b_callers_out,
+        "new B, new out": new_b_new_out,
+        "kept B, new out": kept_b_new_out,
+    }
+    reference = a.double() @ b.double()
+    for name, fn in cases.items():
+        got = fn()
+        torch.cuda.synchronize()
+        error = ((got.double() - reference).norm() / reference.norm()).item()
+        print(f"{name}: relative error {error:.2e}", flush=True)
+    del reference
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for index in range(6):
+        for name in names if index % 2 == 0 else names[::-1]:
+            samples[name].append(timer(cases[name], POLICY).median_ms)
+    for name in names:
+        print(f"{name:22s} {statistics.median(samples[name]):.4f} ms  (passes: "
+              f"{', '.join(f'{s:.4f}' for s in samples[name])})", flush=True)
+    for name in names + names[::-1]:
+        print(f"== kernels of {name}")
+        print_kernel_times(cases[name], timer)
+
+
+if __name__ == "__main__":
+    main()
