@@ -1,0 +1,87 @@
+"""lm_head (2048x50257x768 fp16): the same cuBLAS kernel ran 231-233 us after Inductor's pad
+kernel and 238-243 us after our row copy, whichever buffers either used
+(bench/lm_head_buffers.py). Inductor's pad walks the padded B flat, padding included (written
+as zeros): 16-byte stores over whole padded rows. Here our flat form (`row_copy._copy_flat`,
+which the template uses for rows narrower than 4096 only) copies lm_head's B the same way,
+beside our row copy and Inductor's compiled call: each timed by the tuner's timer in six
+passes of alternating order, then its kernels by torch.profiler, in one process.
+
+PYTHONPATH=. python3 bench/lm_head_flat.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import LM_HEAD, fresh_compile_caches  # noqa: E402
+
+M, N, K = LM_HEAD
+PITCH = 50264
+
+
+def main() -> None:
+    scratch = fresh_compile_caches("lm-head-flat-")
+    import torch
+    import torch._inductor.config as config
+    import triton
+
+    from autotune_cli.bench.timing import CudaTimer
+    from autotune_cli.fingerprint import probe_device
+    from autotune_cli.templates import row_copy
+    from bench.common import POLICY, lm_head_ours, print_kernel_times
+
+    config.force_disable_caches = True
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    a, b, ops, ours = lm_head_ours(scratch)
+    out_wide = ops.out.as_strided((M, PITCH), (PITCH, 1))
+    padded = torch.zeros(K, PITCH, device="cuda", dtype=torch.float16)
+    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+    compiled(a, b)
+    total = K * PITCH
+
+    def flat():
+        for block in (row_copy.FLAT_BLOCK,):
+            row_copy._copy_flat[(triton.cdiv(total, block),)](b, padded, total, N, 1, COLS=N, PITCH=PITCH,
+                                                              BLOCK=block, num_warps=4)
+        torch.mm(a, padded, out=out_wide)
+        return ops.out
+
+    def flat_2048():
+        row_copy._copy_flat[(triton.cdiv(total, 2048),)](b, padded, total, N, 1, COLS=N, PITCH=PITCH,
+                                                         BLOCK=2048, num_warps=8)
+        torch.mm(a, padded, out=out_wide)
+        return ops.out
+
+    def run_ours():
+        ours(ops)
+        return ops.out
+
+    cases = {"ours (by row)": run_ours, "inductor": lambda: compiled(a, b), "flat 1024/4": flat,
+             "flat 2048/8": flat_2048}
+    reference = a.double() @ b.double()
+    for name, fn in cases.items():
+        padded.fill_(float("nan"))
+        got = fn()
+        torch.cuda.synchronize()
+        error = ((got.double() - reference).norm() / reference.norm()).item()
+        print(f"{name}: relative error {error:.2e}, padding zero {not bool(padded[:, N:].any())}", flush=True)
+    del reference
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for index in range(6):
+        for name in names if index % 2 == 0 else names[::-1]:
+            samples[name].append(timer(cases[name], POLICY).median_ms)
+    for name in names:
+        print(f"{name:16s} {statistics.median(samples[name]):.4f} ms  (passes: "
+              f"{', '.join(f'{s:.4f}' for s in samples[name])})", flush=True)
+    for name in names + names[::-1]:
+        print(f"== kernels of {name}")
+        print_kernel_times(cases[name], timer)
+
+
+if __name__ == "__main__":
+    main()
