@@ -81,11 +81,12 @@ def test_cuda_timing_process_reuses_the_offline_binaries(tmp_path, monkeypatch):
 @pytest.mark.parametrize("rows,cols,pitch,extra_rows", [
     (777, 3000, 3000, 7),   # odd's B: rows exactly cols apart, K padded: one contiguous run
     (1000, 777, 784, 0),    # odd's A: narrow rows into a wider pitch: flat, padding zeroed
-    (96, 50257, 50264, 0),  # lm_head's B (rows cut): wide rows into a wider pitch: by row
-], ids=["run", "flat", "by-row"])
+    (96, 50257, 50264, 0),  # lm_head's B (rows cut): wide rows into a wider pitch: flat too
+], ids=["run", "flat", "flat-wide"])
 def test_row_copy_forms_on_gpu(rows, cols, pitch, extra_rows):
-    """The alignment templates' three copy kernels on a GPU (compiled, not interpreted): every
-    element lands, the padding is zero, and rows of the storage past the view keep theirs."""
+    """The alignment templates' copy kernels on a GPU (compiled, not interpreted): every
+    element lands, the padding is zero, and rows of the storage past the view keep theirs;
+    without owning the padding, lm_head's B goes by row and the padding keeps what it held."""
     import torch
 
     from autotune_cli.templates.row_copy import copy_rows
@@ -98,3 +99,8 @@ def test_row_copy_forms_on_gpu(rows, cols, pitch, extra_rows):
     assert torch.equal(storage[:rows, :cols], src)
     assert torch.count_nonzero(storage[:rows, cols:]) == 0
     assert bool((storage[rows:] == 7.0).all())
+    if pitch > cols and not extra_rows:  # by row: the view's elements only
+        storage.fill_(7.0)
+        copy_rows(storage[:, :cols], src)
+        torch.cuda.synchronize()
+        assert torch.equal(storage[:, :cols], src) and bool((storage[:, cols:] == 7.0).all())

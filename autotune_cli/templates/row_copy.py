@@ -20,15 +20,17 @@ knows each row starts 16-byte aligned, made this copy slower, not faster: 0.185 
 
 By torch.profiler (bench/lm_head_kernels.py and bench/inductor_kernels.py, H200, 2026-11-30)
 this kernel copies lm_head's B in 0.044 ms, Inductor's generated pad kernel in 0.043, and both
-products then run the same cuBLAS kernel (nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NNN). Two
-more forms measured no faster and were taken out: whole padded rows written with the pitch a
-compile-time constant, for 16-byte stores (0.0439 ms), and programs numbered in row order
-(0.0685 ms against 0.0685 by events, the session before). By the profiler, row order is the
-faster (44.2 us against 47.1-47.3, 2026-11-30, `bench/lm_head_copy_order.py`): kept.
+products then run the same cuBLAS kernel (nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NNN).
+Programs numbered in row order: 44.2 us against 47.1-47.3 column block by column block (by
+the profiler, 2026-11-30, `bench/lm_head_copy_order.py`). Blocks of 512-8192 and 4-16 warps
+all took 44.2-48.9 us (`bench/lm_head_copy_blocks.py`).
 
-Rows narrower than FLAT_BELOW into a wider pitch are copied by `_copy_flat` instead: the
-padded destination walked as one flat run, padding included (written as zeros), its row
-length and pitch compile-time constants. On odd (1000x3000x777 fp16, bench/odd_kernels.py,
+Where the caller owns the padding (`owns_padding`), rows going into a wider pitch are copied
+by `_copy_flat` instead: the padded destination walked as one flat run, padding included
+(written as zeros, as Inductor's pad kernel writes it), its row length and pitch
+compile-time constants. On lm_head's B (bench/lm_head_flat.py, H200, 2026-11-30) it copied in
+43.4-43.6 us against 44.1-44.5 by row, the product 0.3020-0.3035 ms against 0.3066 (six
+passes each, within their spread; Inductor's 0.2984); the session before, 43.9 against 44.2. On odd (1000x3000x777 fp16, bench/odd_kernels.py,
 H200, 2026-11-30) the row form copied A (777-element rows: one 1024-wide block per row, a
 quarter of its lanes idle) in 3.92-3.96 us, the flat form in 2.55 (Inductor's pad kernel
 2.66-2.81). B there (K padded, its 3000-long rows' pitch unchanged) took 3.96 us by row:
@@ -49,7 +51,6 @@ import triton.language as tl
 
 BLOCK = 1024
 FLAT_BLOCK = 1024
-FLAT_BELOW = 4096  # rows narrower than this are copied flat (_copy_flat), wider ones by row
 RUN_BLOCK = 2048
 
 
@@ -100,7 +101,7 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
     program per row and block of columns, in row order, rows being dst's contiguous
     dimension where it has one (a transposed view is walked along its columns).
     `owns_padding`: dst is the leading [rows, cols] of a buffer whose rows are padded, the
-    padding its own (the alignment templates' buffers): then rows narrower than FLAT_BELOW
+    padding its own (the alignment templates' buffers): then rows going into a wider pitch
     are copied flat over whole padded rows, the padding written with zeros. The flat kernel
     takes its sizes as compile-time constants: one compile per (cols, pitch, dtype), in the
     process that first copies such an operand (the timing worker, not the compile pool).
@@ -119,7 +120,7 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
         return
     pitch = dst.stride(0)
     total = rows * pitch
-    if (owns_padding and cols < FLAT_BELOW and dst.stride(1) == 1 and pitch > cols
+    if (owns_padding and dst.stride(1) == 1 and pitch > cols
             and dst.storage_offset() % pitch == 0 and total < 2**31
             and (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) < 2**31
             and dst.storage_offset() + total <= dst.untyped_storage().nbytes() // dst.element_size()):
