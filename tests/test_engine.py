@@ -98,8 +98,7 @@ def test_exhaustive_search_on_cpu(cli, cache_dir):
     for cand in doc["candidates"]:
         statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
     assert statuses.get("ok", 0) >= 2  # finalists, aten among them
-    assert is_pick(doc["winner"]["uid"], doc["winner"]["ms"],
-                   min(c["ms"] for c in doc["candidates"] if c["status"] == "ok"))
+    assert is_pick(doc["winner"], doc["candidates"])
     assert sum(doc["pruned"].values()) + len(doc["candidates"]) <= 1876
 
 
@@ -523,5 +522,14 @@ def test_kernels_several_devices_wait_for_are_compiled_first(tmp_path):
             order = [pool._pop_job().key for _ in range(5)]
             assert pool._pop_job() is None
         assert order == ["d", "b", "a", "c", "e"]
+        for key in ("x", "y"):  # both wait for x and y: ahead; then both withdraw
+            pool.submit(key, {}, first, lambda payload: None)
+            pool.submit(key, {}, second, lambda payload: None)
+        pool.withdraw(first)
+        with pool._lock:
+            assert [job.key for job in pool._shared] == ["x", "y"]  # the second still waits
+        pool.withdraw(second)
+        with pool._lock:
+            assert not pool._shared and not pool._queue and not {"x", "y"} & set(pool._jobs)
     finally:
         pool.close()

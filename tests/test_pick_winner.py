@@ -39,9 +39,23 @@ def test_our_alignment_template_is_not_the_vendor():
 
 
 def test_is_pick_matches_the_rule():
-    assert is_pick("triton::mm", 1.0, 1.0)
-    assert is_pick("aten::mm", 1.0, 0.99) and not is_pick("aten::mm", 1.0, 0.95)
-    assert not is_pick("aten::mm_aligned", 1.0, 0.99)
+    """A stored entry's winner is checked against the pick made again from its stored
+    candidates, their `confirmed` flags included."""
+    def stored(*cands):
+        return [c.to_dict() for c in cands]
+
+    def winner(c):
+        return {"uid": c.uid, "params": c.params, "ms": c.ms}
+
+    kernel, vendor = cand("triton::mm", 0.99, BLOCK_M=64), cand("aten::mm", 1.0)
+    assert is_pick(winner(vendor), stored(kernel, vendor)) and not is_pick(winner(kernel), stored(kernel, vendor))
+    fast = cand("triton::mm", 0.95, BLOCK_M=64)
+    assert is_pick(winner(fast), stored(fast, vendor)) and not is_pick(winner(vendor), stored(fast, vendor))
+    aligned = cand("aten::mm_aligned", 1.0, ZERO_PAD=1)
+    assert not is_pick(winner(aligned), stored(aligned, cand("triton::mm", 0.99, BLOCK_M=64)))
+    both = stored(replace(cand("triton::mm", 0.97, BLOCK_M=64), confirmed=True), replace(vendor, confirmed=True))
+    assert is_pick({"uid": "triton::mm", "params": {"BLOCK_M": 64}}, both)
+    assert not is_pick(winner(vendor), both)
 
 
 def test_without_a_vendor_candidate_the_fastest_wins():
@@ -267,15 +281,16 @@ def test_a_lead_inside_the_margin_is_confirmed_and_wins_when_it_holds():
     first = {"triton::mm_swap_ab": 0.03105, "aten::mm": 0.03186}
     assert 1 - first["triton::mm_swap_ab"] / first["aten::mm"] < VENDOR_MARGIN
     assert pick_winner([cand(u, ms) for u, ms in first.items()]).uid == "aten::mm"  # unconfirmed: a tie
-    holds = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0311, "aten::mm": 0.0322})
+    holds = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0313, "aten::mm": 0.0322})
     results = confirmed_results(first, holds)
     assert holds.asked == [["triton::mm_swap_ab", "aten::mm"], ["aten::mm", "triton::mm_swap_ab"]] * 2
     assert all(r.confirmed for r in results)
     winner = pick_winner(results)
     assert winner.uid == "triton::mm_swap_ab" and winner.confirmed
-    assert is_pick(winner.uid, winner.ms, min(r.ms for r in results))
-    shrinks = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0320, "aten::mm": 0.0322})
-    assert 1 - 0.0320 / 0.0322 < CONFIRMED_MARGIN
+    assert CONFIRMED_MARGIN < 1 - 0.0313 / 0.0322 < VENDOR_MARGIN  # a lead only the confirmation lets win
+    assert is_pick({"uid": winner.uid, "params": winner.params}, [r.to_dict() for r in results])
+    shrinks = _SustainedExecutor({}, {"triton::mm_swap_ab": 0.0317, "aten::mm": 0.0322})
+    assert 1 - 0.0317 / 0.0322 < CONFIRMED_MARGIN
     assert pick_winner(confirmed_results(first, shrinks)).uid == "aten::mm"
     quiet = _SustainedExecutor({}, {})
     assert pick_winner(confirmed_results({"triton::mm": 0.99, "aten::mm": 1.0}, quiet)).uid == "aten::mm"
@@ -285,9 +300,41 @@ def test_a_lead_inside_the_margin_is_confirmed_and_wins_when_it_holds():
 def test_a_confirmed_margin_needs_both_sides_confirmed():
     """The smaller margin holds only between a kernel and cuBLAS both timed in the
     confirmation; a stored entry's unconfirmed times keep the short bursts' margin."""
-    kernel = replace(cand("triton::mm", 0.98), confirmed=True)
+    kernel = replace(cand("triton::mm", 0.975), confirmed=True)
     vendor = cand("aten::mm", 1.0)
     assert pick_winner([kernel, vendor]).uid == "aten::mm"
     assert pick_winner([kernel, replace(vendor, confirmed=True)]).uid == "triton::mm"
     assert Candidate.from_dict(kernel.to_dict()).confirmed
     assert not Candidate.from_dict({k: v for k, v in kernel.to_dict().items() if k != "confirmed"}).confirmed
+
+
+class _RoundsExecutor(_Executor):
+    """Sustained runs read from `rounds[i]` in the confirmation's i-th round (`passes` calls
+    each): cuBLAS may read differently from one round to the next."""
+
+    def __init__(self, rounds, passes):
+        super().__init__({})
+        self.rounds, self.passes = rounds, passes
+
+    def run(self, choices, on_result, policy=None, deadline=None):
+        self.asked.append([c.uid for c in choices])
+        table = self.rounds[(len(self.asked) - 1) // self.passes]
+        for i, choice in enumerate(choices):
+            on_result(i, cand(choice.uid, table[choice.uid]))
+
+
+def test_a_lead_is_confirmed_only_against_the_cublas_reading_it_was_timed_beside():
+    """Round 1: A leads cuBLAS by 1.2% in sustained runs (not enough), B trails; round 2
+    confirms C, and cuBLAS reads 1.012 there. A's 0.988 from round 1 was never timed beside
+    that reading: its 2.4% over it is not a confirmed lead, and the pick stays cuBLAS's."""
+    first = {"triton::mm": 0.95, "triton::mm_persistent_tma": 0.955, "triton::mm_splitk": 0.96, "aten::mm": 1.0}
+    rounds = [{"triton::mm": 0.988, "triton::mm_persistent_tma": 1.05, "aten::mm": 1.0},
+              {"triton::mm_splitk": 1.02, "aten::mm": 1.012}]
+    executor = _RoundsExecutor(rounds, passes=2)
+    results = confirmed_results(first, executor, passes=2)
+    assert [set(a) for a in executor.asked] == [{"triton::mm", "triton::mm_persistent_tma", "aten::mm"}] * 2 + [
+        {"triton::mm_splitk", "aten::mm"}] * 2
+    by_uid = {r.uid: r for r in results}
+    assert by_uid["aten::mm"].ms == 1.012 and by_uid["aten::mm"].confirmed
+    assert by_uid["triton::mm"].ms == 0.988 and not by_uid["triton::mm"].confirmed
+    assert pick_winner(results).uid == "aten::mm"

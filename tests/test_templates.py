@@ -284,7 +284,7 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
 @pytest.mark.parametrize("cols", [1100, 4200], ids=["narrow", "wide"])
 @pytest.mark.parametrize("src_t,dst_t", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["rows-to-rows", "columns-to-rows", "rows-to-columns", "columns-to-columns"])
-def test_copy_rows_fills_the_rows_and_leaves_the_padding(src_t, dst_t, cols):
+def test_copy_rows_fills_the_rows_and_zeroes_owned_padding(src_t, dst_t, cols):
     """The alignment templates' GPU copy (templates/row_copy.py), run by the interpreter: an
     operand with an odd pitch, row- or column-major (B = W.t() is copied into row-major
     storage by triton::mm_padded), lands in storage with padded rows or padded columns,

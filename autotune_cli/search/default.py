@@ -1,6 +1,7 @@
 """default: measure every choice once with the full timing policy, then re-time the
-contenders within a few percent of the best (search/base.retime_contenders), then confirm a
-kernel that would beat cuBLAS in sustained runs (search/base.confirm_against_vendor)."""
+contenders within a few percent of the best (search/base.retime_contenders), then confirm
+kernels that lead cuBLAS by more than results.CONFIRMED_MARGIN in sustained runs beside it
+(search/base.confirm_against_vendor)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ..results import Candidate
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 OPTIONS = ("every candidate timed fully; near-ties re-timed in passes of alternating order; "
-           "a kernel that would beat cuBLAS confirmed in sustained runs")
+           "kernels leading cuBLAS confirmed beside it in sustained runs")
 
 
 def search(ctx: SearchContext) -> list[Candidate]:

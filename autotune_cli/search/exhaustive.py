@@ -4,8 +4,8 @@ The space (e.g. 1875 configs) has already been pruned statically (shared memory,
 registers, hardware). What is left is ranked by a simple analytic model (below) and only
 the best `cap` are compiled; those are screened with a few runs each, the best quarter
 re-timed with the full policy, the near-ties re-timed in passes
-(base.retime_contenders), and a kernel that would beat cuBLAS confirmed in sustained runs
-(base.confirm_against_vendor). aten and any template the model does not describe always go
+(base.retime_contenders), and kernels that lead cuBLAS confirmed beside it in sustained
+runs (base.confirm_against_vendor). aten and any template the model does not describe always go
 through.
 """
 

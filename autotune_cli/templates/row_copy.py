@@ -5,14 +5,16 @@ pitch is off (B of lm_head: 768 rows of 50257 fp16) into zeroed storage with ali
 torch's `copy_` into such a view takes its strided element-wise path: 0.100 ms for that
 77 MB B on an H200 (bench/lm_head_probe.py), a third of the whole product, where Inductor's
 generated pad kernel (a Triton pointwise kernel, as here) leaves the product at 0.304 ms in
-all. Here each program copies one block of one row; loads and stores are masked at the
-row's true length, so the padding is never written (it stays as zeroed at build).
+all. Three forms here: by row (`_copy_rows`: each program one block of one row, loads and
+stores masked at the row's true length, so the padding is not written), flat over whole
+padded rows (`_copy_flat`, the padding written as zeros, where the caller owns it), and one
+contiguous run (`_copy_run`, where both sides' rows are exactly `cols` apart).
 
-Two other forms were tried on lm_head's B and lost to this one, as candidates of
-aten::mm_aligned beside it (H200, bench/lm_head_probe.py): walking the source as one flat
-array, for 16-byte loads (0.096 ms against 0.086), and walking the padded buffer as one flat
-array, padding included, for 16-byte stores, as Inductor's generated pad kernel does (0.091
-against 0.068; the tuner picked the row form on both misaligned suite shapes).
+Walking the source as one flat array, for 16-byte loads, lost on lm_head's B (0.096 ms
+against 0.086 by events, bench/lm_head_probe.py; 49.8-115.4 us against 44.2 by the profiler,
+bench/lm_head_copy_blocks.py). An earlier flat form over the padded buffer with its sizes as
+runtime values lost too (0.091 against 0.068); `_copy_flat`, with them as compile-time
+constants, does not (below).
 
 Destination rows a multiple of 16 elements apart (50272 rather than 50264), so that Triton
 knows each row starts 16-byte aligned, made this copy slower, not faster: 0.185 ms against

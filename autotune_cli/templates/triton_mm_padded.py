@@ -25,6 +25,7 @@ help: K or N not a multiple of 16.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
@@ -55,6 +56,10 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         return super().full_params(replace(problem, k=padded_k(problem)), config)
+
+    def source_text(self) -> str:
+        """triton::mm's, and the copy kernels this one runs on CUDA (templates/row_copy.py)."""
+        return super().source_text() + Path(__file__).with_name("row_copy.py").read_text()
 
     def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
         """N rounded up to 16 elements where N is not a multiple of 16 (see the module)."""
@@ -94,7 +99,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
             a, b = ops.a, ops.b
             a_pad, b_pad = pads(a.device)
             if a_pad is not None:
-                copy(a_pad[:, :k], a)  # the padding stays zero: it is never written
+                copy(a_pad[:, :k], a)  # the padding stays zero (written as zeros, or not at all)
                 a = a_pad
             if b_pad is not None:
                 copy(b_pad[:k, :], b)
