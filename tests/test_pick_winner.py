@@ -337,4 +337,5 @@ def test_a_lead_is_confirmed_only_against_the_cublas_reading_it_was_timed_beside
     by_uid = {r.uid: r for r in results}
     assert by_uid["aten::mm"].ms == 1.012 and by_uid["aten::mm"].confirmed
     assert by_uid["triton::mm"].ms == 0.988 and not by_uid["triton::mm"].confirmed
+    assert {r.uid for r in results if r.confirmed} == {"triton::mm_splitk", "aten::mm"}  # the last round's
     assert pick_winner(results).uid == "aten::mm"

@@ -126,10 +126,12 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
         updated = _time_in_passes(ctx, leaders + [vendor[0]], policy.sustained(), count, "confirm")
         if not updated:  # the deadline or failing runs: the times before stand
             break
-        # cuBLAS was timed again: kernels confirmed in an earlier round were not timed beside
-        # this reading, so their leads over it are no longer confirmed ones (not timed again)
-        for key in confirmed:
-            current[key] = replace(current[key], confirmed=False)
+        # cuBLAS was timed again: whatever was confirmed in an earlier round (a kernel, or a
+        # cuBLAS candidate that is no longer the best) was not timed beside this reading, so
+        # its flag goes (the kernels are not timed again)
+        for key, result in current.items():
+            if result.confirmed and key not in updated:
+                current[key] = replace(result, confirmed=False)
         current.update({key: replace(result, confirmed=True) for key, result in updated.items()})
         confirmed.update(id(c) for c in leaders)
     return [(c, current[id(c)]) for c, _ in pairs]
