@@ -72,6 +72,10 @@ class _Job:
         self.task = task
         self.waiters: list[tuple[object, Callback]] = []  # (owner, callback)
 
+    def owners(self) -> int:
+        """How many distinct owners wait for it."""
+        return len({id(owner) for owner, _ in self.waiters})
+
 
 class CompilePool:
     """Compile processes for one GPU model, shared by the devices of a host.
@@ -151,7 +155,7 @@ class CompilePool:
                     job = self._jobs[key] = _Job(key, task)
                     self._queue.append(job)
                 job.waiters.append((owner, callback))
-                if len({id(o) for o, _ in job.waiters}) == 2 and job in self._queue:
+                if job.owners() == 2 and job in self._queue:
                     self._queue.remove(job)  # another device waits for it too: ahead
                     self._shared.append(job)
         if answer is not None:
@@ -288,8 +292,7 @@ class CompilePool:
                     except OSError:  # it died while idle: the job goes back, the process is replaced
                         with self._lock:
                             self._running.pop(id(worker), None)
-                            shared = len({id(o) for o, _ in job.waiters}) > 1
-                            (self._shared if shared else self._queue).appendleft(job)
+                            (self._shared if job.owners() > 1 else self._queue).appendleft(job)
                         want += 1
                         self._died(worker)
             watched = [w for w in self.workers if w.state in ("starting", "busy", "idle")]

@@ -174,3 +174,15 @@ class TritonTemplate(Template):
 
     def render_with(self, problem: GemmProblem, params: dict[str, Any], **own: Any) -> str:
         return self.finish(jinja_template(self.template_file).render(**self.render_context(problem, params), **own))
+
+    def source_for_build(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        """The rendered kernel source `build` loads, for a problem whose op this template
+        serves (else ValueError)."""
+        if problem.op not in self.ops:
+            raise ValueError(f"{self.uid} does not serve {problem.op}")
+        return self.render(problem, params)
+
+
+def output_tiles(problem: GemmProblem, params: dict[str, Any]) -> int:
+    """BLOCK_M x BLOCK_N tiles over one [M, N] output."""
+    return -(-problem.m // params["BLOCK_M"]) * -(-problem.n // params["BLOCK_N"])

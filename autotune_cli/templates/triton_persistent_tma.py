@@ -40,7 +40,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, interpreting, load_kernel
+from .triton_base import TritonTemplate, bias_arguments, interpreting, load_kernel, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
@@ -159,13 +159,10 @@ class TritonPersistentTMATemplate(TritonTemplate):
         )
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        if problem.op not in self.ops:
-            raise ValueError(f"{self.uid} does not serve {problem.op}")
-        source = self.render(problem, params)
-        kernel = load_kernel(source, kernel_dir)
+        kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
         num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
-        tiles = -(-m // params["BLOCK_M"]) * -(-n // params["BLOCK_N"])
+        tiles = output_tiles(problem, params)
         sms = device_sm_count(problem.device)
         programs = max(1, min(sms, tiles))
         grid = (programs,)

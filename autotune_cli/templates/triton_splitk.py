@@ -44,7 +44,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TILE_KEYS, TritonTemplate, bias_arguments, jinja_template, load_kernels
+from .triton_base import TILE_KEYS, TritonTemplate, bias_arguments, jinja_template, load_kernels, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)
@@ -93,22 +93,20 @@ class TritonSplitKTemplate(TritonTemplate):
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        if problem.op not in self.ops:
-            raise ValueError(f"{self.uid} does not serve {problem.op}")
-        source = self.render(problem, params)
+        source = self.source_for_build(problem, params)
         fused = bool(params["FUSED_REDUCE"])
         if fused:  # one kernel: the last slice of each tile reduces
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
         else:
             partial, reduce = load_kernels(source, kernel_dir, count=2)
         num_warps, num_stages = params["num_warps"], params["num_stages"]
-        bm, bn, split_k = params["BLOCK_M"], params["BLOCK_N"], params["SPLIT_K"]
+        split_k = params["SPLIT_K"]
         atomic = bool(params["ATOMIC_ADD"])
         m, n, k = problem.m, problem.n, problem.k
         planes = 1 if atomic else split_k
         if planes * m * n > MAX_WORKSPACE_ELEMENTS:
             raise ValueError(f"a {planes}x{m}x{n} workspace is too large for 32-bit offsets")
-        tiles = -(-m // bm) * -(-n // bn)
+        tiles = output_tiles(problem, params)
         grid = (tiles, split_k)
         reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"

@@ -28,7 +28,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
+from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_swap_ab.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -54,13 +54,10 @@ class TritonSwapABTemplate(TritonTemplate):
                                 BATCHED=problem.op == "bmm")
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        if problem.op not in self.ops:
-            raise ValueError(f"{self.uid} does not serve {problem.op}")
-        source = self.render(problem, params)
-        kernel = load_kernel(source, kernel_dir)
+        kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
         num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
-        tiles = -(-m // params["BLOCK_M"]) * -(-n // params["BLOCK_N"])
+        tiles = output_tiles(problem, params)
         batched = problem.op == "bmm"
         grid = (tiles, problem.b if batched else 1)
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
