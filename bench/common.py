@@ -44,6 +44,25 @@ def print_kernel_times(fn, timer: CudaTimer, calls: int = 20) -> None:
             print(f"  {event.key[:90]:90s} calls {event.count:3d} mean {total / max(event.count, 1):8.2f} us")
 
 
+def time_and_profile_cases(cases: dict, timer: CudaTimer, width: int, rounds: int = 6) -> dict:
+    """Zero-argument callables `cases` timed by `timer` (POLICY) in `rounds` passes, the order
+    reversed every other pass; each one's median of its passes printed with the passes, then
+    its kernels by the profiler (print_kernel_times), in order and once more in reverse.
+    Returns each one's median ms."""
+    samples = {name: [] for name in cases}
+    names = list(cases)
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            samples[name].append(timer(cases[name], POLICY).median_ms)
+    for name in names:
+        print(f"{name:{width}s} {statistics.median(samples[name]):.4f} ms  (passes: "
+              f"{', '.join(f'{s:.4f}' for s in samples[name])})", flush=True)
+    for name in names + names[::-1]:
+        print(f"== kernels of {name}")
+        print_kernel_times(cases[name], timer)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def fresh_compile_caches(prefix: str) -> str:
     """A new scratch folder, made Inductor's and Triton's cache folders for this process
     (call before torch is imported), so that Inductor autotunes and compiles afresh."""

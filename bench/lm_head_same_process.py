@@ -13,7 +13,6 @@ PYTHONPATH=. python3 bench/lm_head_same_process.py
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ def main() -> None:
     from autotune_cli.bench.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.templates.row_copy import copy_rows
-    from bench.common import POLICY, lm_head_ours, print_kernel_times
+    from bench.common import lm_head_ours, time_and_profile_cases
 
     config.force_disable_caches = True
     timer = CudaTimer(probe_device("cuda").l2_bytes)
@@ -59,17 +58,7 @@ def main() -> None:
         torch.cuda.synchronize()
         error = ((got.double() - reference).norm() / reference.norm()).item()
         print(f"{name}: relative error {error:.2e}", flush=True)
-    samples = {name: [] for name in cases}
-    names = list(cases)
-    for index in range(6):
-        for name in names if index % 2 == 0 else names[::-1]:
-            samples[name].append(timer(cases[name], POLICY).median_ms)
-    for name in names:
-        print(f"{name:18s} {statistics.median(samples[name]):.4f} ms  (passes: "
-              f"{', '.join(f'{s:.4f}' for s in samples[name])})", flush=True)
-    for name in names + names[::-1]:
-        print(f"== kernels of {name}")
-        print_kernel_times(cases[name], timer)
+    time_and_profile_cases(cases, timer, width=18)
 
 
 if __name__ == "__main__":
