@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autotune_cli.results import Candidate  # noqa: E402
 from bench.common import write_json  # noqa: E402
 
 OUT_FEATURES = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 14336)  # eight distinct problems
@@ -100,6 +102,35 @@ def compile_pipeline(cache_dir: Path) -> list[dict]:
     return lines
 
 
+def first_problem_detail(cache_dir: Path) -> list[dict]:
+    """For each problem whose tune compiled kernels (the first on each device): the first
+    Triton candidate's phases (the timing process's first Triton launch in its life), the
+    median phases of its other Triton candidates, and the pace of its results once every
+    kernel was compiled (s per candidate: what the timing process takes when it never
+    waits for a compile)."""
+    doc = json.loads((cache_dir / "autotune-cache.json").read_text())
+    lines = []
+    for entry in doc.get("entries", {}).values():
+        compiles = entry.get("compiles") or []
+        if not compiles:
+            continue
+        by_label = {Candidate.from_dict(c).label(): c.get("phases") or {} for c in entry.get("candidates", [])}
+        timeline = [t for t in entry.get("timeline") or [] if not t[0].startswith("aten")]
+        triton = [c.get("phases") or {} for c in entry.get("candidates", []) if not c["uid"].startswith("aten")]
+        last_compiled = max(c[1] for c in compiles)
+        after = [t[2] for t in timeline if t[2] >= last_compiled]
+        medians = {name: round(statistics.median(p.get(name, 0.0) for p in triton[1:]), 4)
+                   for name in ("build", "inputs", "first_run", "check", "timing")} if len(triton) > 1 else {}
+        lines.append({"problem": entry.get("problem", {}).get("n"), "first_triton_label": timeline[0][0] if timeline else None,
+                      "first_triton_at_s": timeline[0][2] if timeline else None,
+                      "median_phases_other_triton": medians,
+                      "results_after_last_compile": len(after),
+                      "s_per_result_after_last_compile": round((after[-1] - after[0]) / max(len(after) - 1, 1), 4)
+                      if len(after) > 1 else None,
+                      "first_triton_phases": by_label.get(timeline[0][0]) if timeline else None})
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
@@ -157,6 +188,10 @@ def main() -> None:
         runs[gpus]["pipeline"] = pipeline
         for line in pipeline:
             print(f"  pipeline {line}", flush=True)
+        detail = first_problem_detail(work / f"cache-{gpus}")
+        runs[gpus]["first_problem_detail"] = detail
+        for line in detail:
+            print(f"  first problem {line}", flush=True)
         print(f"  stages (s since the command began) {runs[gpus]['stages_s']}; problem spans [slot, begin, end] "
               f"{runs[gpus]['spans_s']}", flush=True)
 
@@ -195,6 +230,8 @@ def main() -> None:
         "stages_s": {"1": runs[1]["stages_s"], "2": runs[2]["stages_s"]},
         "spans_s": {"1": runs[1]["spans_s"], "2": runs[2]["spans_s"]},
         "pipeline": {"1": runs[1]["pipeline"], "2": runs[2]["pipeline"]},
+        "first_problem_detail": {"1": runs[1]["first_problem_detail"], "2": runs[2]["first_problem_detail"]},
+        "warm_triton": os.environ.get("AUTOTUNE_WARM_TRITON", "1") != "0",
         "cached_rerun": {"wall_s": cached_wall, "stages_s": cached_doc.get("stages_s")},
     })
 

@@ -17,7 +17,7 @@ from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import get_template
-from conftest import PLUGINS
+from conftest import INTERPRETING, PLUGINS
 
 PLANTED = tuple(str(PLUGINS / name) for name in ("faulty.py", "corrupting.py", "broken.py"))
 FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
@@ -173,3 +173,20 @@ def test_clock_warmer_warms_only_after_idle_time():
     now[0] += 0.1
     assert warmer.warm(lambda: launches.append(1), per_run_ms=0.0001) == ClockWarmer.MAX_LAUNCHES
     assert len(launches) == 84 + ClockWarmer.MAX_LAUNCHES
+
+
+@pytest.mark.parametrize("device", [
+    pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETING, reason="needs TRITON_INTERPRET=1")),
+    pytest.param("cuda", marks=pytest.mark.gpu),
+])
+def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
+    """The timing process's warm-up launch (bench/triton_warmup.py) runs its kernel; on a
+    GPU it leaves its binary in Triton's cache, as a real candidate's first launch would."""
+    import torch
+
+    from autotune_cli.bench.triton_warmup import warm
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    warm(torch, device)
+    if device == "cuda":
+        assert list((tmp_path / "triton").rglob("*.cubin"))

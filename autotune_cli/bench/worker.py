@@ -78,6 +78,18 @@ def _prepare_compiler() -> None:
         pass
 
 
+def _warm_triton(runner) -> None:
+    """Triton's one-time work in this process, done now (bench/triton_warmup.py): a task sent
+    meanwhile waits in the pipe. Best effort: a failure here is the first candidate's to
+    meet and report."""
+    try:
+        from .triton_warmup import warm
+
+        warm(runner.torch)
+    except Exception:
+        pass
+
+
 @dataclass
 class _Inputs:
     """One problem's random inputs and their float64 reference, kept between candidates."""
@@ -337,6 +349,8 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
         ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
+    if role == "measure" and device_type == "cuda" and os.environ.get("AUTOTUNE_WARM_TRITON", "1") != "0":
+        _warm_triton(runner)
     while True:
         try:
             task = conn.recv()
