@@ -275,8 +275,9 @@ def test_a_dispatcher_reads_its_own_cache_dir(cli, cache_dir, tmp_path):
 
 def test_alignment_winners_return_outputs_with_padded_rows(cli, cache_dir, space):
     """N = 50 fp16: rows of 100 bytes. The winners return what they were timed on, a [M, N]
-    view of rows padded to 16 elements (triton::mm_padded: what Triton specializes) or to 16
-    bytes (aten::mm_aligned, as Inductor's max-autotune returns it); values as torch.mm's."""
+    view of rows padded to 16 elements (triton::mm_padded: what Triton specializes) or to the
+    winner's PAD_BYTES (aten::mm_aligned; at 16 bytes as Inductor's max-autotune returns it);
+    values as torch.mm's."""
     padded = tune(cli, "--m", 32, "--n", 50, "--k", 40, "--templates", "triton::mm_padded", "--space", space)
     aligned = tune(cli, "--m", 32, "--n", 50, "--k", 40, "--bias", "--templates", "aten::mm_aligned")
     assert padded["winner"]["uid"] == "triton::mm_padded" and aligned["winner"]["uid"] == "aten::mm_aligned"
@@ -297,7 +298,8 @@ def test_alignment_winners_return_outputs_with_padded_rows(cli, cache_dir, space
         info = autotune_cli.dispatch_info(a, b, bias=bias)
         out_add = autotune_cli.addmm(bias, a, b)
     assert (info.uid, info.key, info.fallback) == ("aten::mm_aligned", aligned["key"], False)
-    assert out_add.shape == (32, 50) and out_add.stride() == (56, 1)
+    width = aligned["winner"]["params"]["PAD_BYTES"] // 2  # the winner's width, in fp16 elements
+    assert out_add.shape == (32, 50) and out_add.stride() == (-(-50 // width) * width, 1)
     torch.testing.assert_close(out_add.float(), expected + bias.float(), rtol=1e-2, atol=2e-2)
 
 

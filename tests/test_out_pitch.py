@@ -133,6 +133,8 @@ def test_a_tune_of_misaligned_n_verifies_the_alignment_templates(tmp_path):
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
     candidates = outcome.entry["candidates"]
-    assert sorted(c["uid"] for c in candidates) == ["aten::mm_aligned", "aten::mm_aligned", "triton::mm_padded"]
+    assert sorted(c["uid"] for c in candidates) == ["aten::mm_aligned"] * 6 + ["triton::mm_padded"]
     assert all(c["status"] == "ok" for c in candidates), candidates
+    widths = {(c["params"]["ZERO_PAD"], c["params"]["PAD_BYTES"]) for c in candidates if c["uid"] == "aten::mm_aligned"}
+    assert widths == {(z, w) for z in (0, 1) for w in (16, 128, 512)}
     assert outcome.winner is not None

@@ -111,6 +111,7 @@ def test_padded_k_template(case, tmp_path):
     assert template.supports(make_problem(m=8, n=15, k=32, device="cpu"))  # N off
 
 
+@pytest.mark.parametrize("pad_bytes", [16, 128])
 @pytest.mark.parametrize("zero_pad", [0, 1])
 @pytest.mark.parametrize("case", [
     dict(m=40, n=32, k=37, dtype="float16", layout="nn"),  # A's rows (K) off
@@ -118,14 +119,15 @@ def test_padded_k_template(case, tmp_path):
     dict(m=21, n=19, k=23, dtype="float16", layout="tt", bias="mn"),  # A's (M), B's (K), C's (N)
     dict(m=30, n=16, k=45, dtype="float32", layout="nt"),  # B's rows (K) off
 ], ids=["nn-k", "nn-n-bias", "tt-all-biasmn", "nt-k-fp32"])
-def test_aligned_aten_template(case, zero_pad, tmp_path):
+def test_aligned_aten_template(case, zero_pad, pad_bytes, tmp_path):
     from autotune_cli.templates.aten_aligned import misaligned_dims
 
     problem = make_problem(device="cpu", **case)
     template = get_template("aten::mm_aligned")
     assert template.supports(problem) and misaligned_dims(problem)
     # called twice: the padding must still be zero on the second call
-    result = run_kernel(problem, template, {"ZERO_PAD": zero_pad}, tmp_path, seed=4, calls=2)
+    result = run_kernel(problem, template, {"ZERO_PAD": zero_pad, "PAD_BYTES": pad_bytes}, tmp_path,
+                        seed=4, calls=2)
     assert len(result.verdicts) == 2 and result.correct, result.reasons
     assert result.discriminating
 
@@ -138,6 +140,29 @@ def test_aligned_aten_template_offered_only_where_misaligned():
     assert template.supports(make_problem(m=8, n=5, k=4, dtype="float32", device="cpu"))  # 20-byte rows
     with pytest.raises(ValueError, match="ZERO_PAD"):
         template.full_params(make_problem(m=8, n=8, k=7, device="cpu"), {"ZERO_PAD": 2})
+    with pytest.raises(ValueError, match="PAD_BYTES"):
+        template.full_params(make_problem(m=8, n=8, k=7, device="cpu"), {"PAD_BYTES": 24})
+    # an entry tuned before PAD_BYTES existed builds as it did: 16 bytes
+    assert template.full_params(make_problem(m=8, n=8, k=7, device="cpu"), {"ZERO_PAD": 1}) == \
+        {"ZERO_PAD": 1, "PAD_BYTES": 16}
+
+
+@pytest.mark.parametrize("dtype,n,pad_bytes,pitch", [
+    ("float16", 50257, 16, 50264), ("float16", 50257, 128, 50304), ("float16", 50257, 512, 50432),
+    ("float32", 45, 128, 64), ("bfloat16", 45, 512, 256),
+])
+def test_aligned_aten_pitch_follows_pad_bytes(dtype, n, pad_bytes, pitch):
+    """The output's rows (and B's, copied) are N rounded up to PAD_BYTES; the heuristic offers
+    every width with both ZERO_PAD forms."""
+    from autotune_cli.heuristics.registry import lookup_heuristic
+
+    problem = make_problem(m=8, n=n, k=64, dtype=dtype, device="cpu")
+    template = get_template("aten::mm_aligned")
+    params = template.full_params(problem, {"ZERO_PAD": 1, "PAD_BYTES": pad_bytes})
+    assert template.out_pitch(problem, params) == pitch
+    configs = list(lookup_heuristic("aten::mm_aligned", "cpu", "mm").get_configs(problem))
+    assert sorted((c["ZERO_PAD"], c["PAD_BYTES"]) for c in configs) == \
+        [(z, w) for z in (0, 1) for w in (16, 128, 512)]
 
 
 @pytest.mark.parametrize("uid,config", [
@@ -198,6 +223,7 @@ def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
     ("triton::mm_padded", CONFIG),
     ("aten::mm_aligned", {"ZERO_PAD": 0}),
     ("aten::mm_aligned", {"ZERO_PAD": 1}),
+    ("aten::mm_aligned", {"ZERO_PAD": 1, "PAD_BYTES": 128}),
 ])
 @pytest.mark.parametrize("case", [
     dict(m=32, n=45, k=40, dtype="float16"),
@@ -216,7 +242,7 @@ def test_misaligned_n_is_written_in_place_into_padded_rows(uid, config, case, tm
     template = get_template(uid)
     params = template.full_params(problem, config)
     pitch = template.out_pitch(problem, params)
-    step = 16 if uid.startswith("triton") else 16 // problem.dtype_size  # elements or bytes
+    step = 16 if uid.startswith("triton") else config.get("PAD_BYTES", 16) // problem.dtype_size  # elements or bytes
     assert pitch == -(-problem.n // step) * step and pitch > problem.n
     run = template.build(problem, params, str(tmp_path))
     ops = make_operands(problem, seed=2, device="cpu", pitch=pitch)

@@ -180,13 +180,18 @@ def test_clock_warmer_warms_only_after_idle_time():
     pytest.param("cuda", marks=pytest.mark.gpu),
 ])
 def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
-    """The timing process's warm-up launch (bench/triton_warmup.py) runs its kernel; on a
-    GPU it leaves its binary in Triton's cache, as a real candidate's first launch would."""
+    """The timing process's warm-up (bench/triton_warmup.py): the kernel form runs its kernel
+    and, on a GPU, leaves its binary in Triton's cache as a real candidate's first launch
+    would; the compile-free form brings up the driver and the backend there; an unknown mode
+    is refused."""
     import torch
 
-    from autotune_cli.bench.triton_warmup import warm
+    from autotune_cli.bench.triton_warmup import warm, warm_steps
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    warm(torch, device)
+    warm(torch, "kernel", device)
     if device == "cuda":
         assert list((tmp_path / "triton").rglob("*.cubin"))
+        assert warm_steps() == ["driver", "backend", "backend hash", "options hash"]
+    with pytest.raises(ValueError, match="AUTOTUNE_WARM_TRITON"):
+        warm(torch, "everything", device)

@@ -1,10 +1,18 @@
-"""A one-element Triton kernel the timing process launches once, right after it reports
-ready: its first Triton launch in life then happens while the compile pool builds the first
-problem's kernels, not at the first candidate's. Triton's one-time work in a process (its
-compiler and runtime modules, the CUDA driver's utilities, a first module load) then lands
-in that idle stretch. The kernel is compiled once per Triton cache, like any other.
+"""Triton's one-time work in a timing process, done right after it reports ready: while the
+compile pool builds the first problem's kernels, not at the first candidate's launch.
 
-Imported only on CUDA: it imports triton.
+In bench/gpu_multi.py's first problem (H200, 2026-11-30) the timing process's first Triton
+candidate took 0.44-0.47 s to load and launch, the next ones 5 ms. Two ways to take that
+off it (AUTOTUNE_WARM_TRITON chooses; 0 turns both off):
+  steps   what needs no compile: Triton's compiler modules, the CUDA driver's utilities
+          (loaded, or built once per Triton cache), the backend's hashes (`ptxas --version`,
+          libdevice);
+  kernel  launching a one-element kernel: everything a first launch does, but on a cold
+          Triton cache it compiles that kernel in the timing process, ~1.2 s with the pool
+          busy beside it, which on two GPUs delayed the first results by as much (the same
+          run: the two-GPU wall time 13.1 s against 12.9 without).
+
+Imported only on CUDA (and by a test under the interpreter): it imports triton.
 """
 
 from __future__ import annotations
@@ -12,13 +20,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+MODES = ("steps", "kernel")
+
 
 @triton.jit
 def _add_one(x):
     tl.store(x, tl.load(x) + 1)
 
 
-def warm(torch, device: str = "cuda") -> None:
+def warm_kernel(torch, device: str = "cuda") -> None:
     """Compile (or load) and launch the kernel once on `device` (the current GPU; "cpu"
     under Triton's interpreter), and wait for it."""
     x = torch.zeros(1, dtype=torch.int32, device=device)
@@ -27,3 +37,35 @@ def warm(torch, device: str = "cuda") -> None:
         torch.cuda.synchronize()
     if int(x.item()) != 1:
         raise RuntimeError("the warm-up kernel did not run")
+
+
+def warm_steps() -> list[str]:
+    """The compile-free steps, each on its own (Triton's internals differ between versions):
+    returns the names of those that ran."""
+    done = []
+    try:
+        from triton.runtime.driver import driver
+
+        active = driver.active
+        active.utils  # noqa: B018  (the driver's C utilities)
+        done.append("driver")
+        from triton.compiler.compiler import make_backend
+
+        backend = make_backend(active.get_current_target())
+        done.append("backend")
+        backend.hash()
+        done.append("backend hash")
+        backend.parse_options({}).hash()
+        done.append("options hash")
+    except Exception:  # noqa: BLE001 - best effort: the first candidate does what is left
+        pass
+    return done
+
+
+def warm(torch, mode: str = "steps", device: str = "cuda") -> None:
+    if mode == "kernel":
+        warm_kernel(torch, device)
+    elif mode == "steps":
+        warm_steps()
+    else:
+        raise ValueError(f"AUTOTUNE_WARM_TRITON: one of {MODES} or 0, not {mode!r}")

@@ -78,14 +78,14 @@ def _prepare_compiler() -> None:
         pass
 
 
-def _warm_triton(runner) -> None:
+def _warm_triton(runner, mode: str) -> None:
     """Triton's one-time work in this process, done now (bench/triton_warmup.py): a task sent
     meanwhile waits in the pipe. Best effort: a failure here is the first candidate's to
     meet and report."""
     try:
         from .triton_warmup import warm
 
-        warm(runner.torch)
+        warm(runner.torch, mode)
     except Exception:
         pass
 
@@ -349,8 +349,9 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
         ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
-    if role == "measure" and device_type == "cuda" and os.environ.get("AUTOTUNE_WARM_TRITON", "1") != "0":
-        _warm_triton(runner)
+    warm_mode = os.environ.get("AUTOTUNE_WARM_TRITON", "steps")
+    if role == "measure" and device_type == "cuda" and warm_mode != "0":
+        _warm_triton(runner, warm_mode)
     while True:
         try:
             task = conn.recv()

@@ -18,8 +18,12 @@ class AtenSingleConfig(Heuristic):
 
 @register_heuristic("aten::mm_aligned")
 class AtenAlignedConfigs(Heuristic):
-    """Leading dimensions padded only, or every misaligned size zero-padded too."""
+    """Leading dimensions padded only, or every misaligned size zero-padded too; each to 16,
+    128 or 512 bytes (templates/aten_aligned.py: the width changes cuBLAS's time)."""
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        yield {"ZERO_PAD": 0}
-        yield {"ZERO_PAD": 1}
+        from ..templates.aten_aligned import PAD_BYTES
+
+        for pad_bytes in PAD_BYTES:
+            for zero_pad in (0, 1):
+                yield {"ZERO_PAD": zero_pad, "PAD_BYTES": pad_bytes}

@@ -1,19 +1,25 @@
-"""aten::mm_aligned (mm and addmm): cuBLAS on operands copied into 16-byte-aligned buffers.
+"""aten::mm_aligned (mm and addmm): cuBLAS on operands copied into aligned buffers.
 
 cuBLAS picks its fast kernels only when every matrix's leading dimension (the stride
 between rows as stored) is a multiple of 16 bytes. With K = 777 in fp16 (A row-major) or
 N = 50257 (B and the output), it falls back to slow unaligned kernels: torch.mm on
 1000x3000x777 fp16 runs at ~80 TFLOP/s on an H200. This template copies each input operand
-whose leading dimension is off into a buffer whose leading dimension is rounded up to 16
-bytes and runs cuBLAS there. The output is not copied: where its rows are off, the template
-asks for it with rows padded to 16 bytes (`out_pitch`: a [M, N] view of [M, Np] storage, as
-Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary of 50257) and cuBLAS
-writes into it directly. Two configs:
+whose leading dimension is off into a buffer whose leading dimension is rounded up to
+PAD_BYTES and runs cuBLAS there. The output is not copied: where its rows are off, the
+template asks for it with rows padded the same way (`out_pitch`: a [M, N] view of [M, Np]
+storage, as Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary of 50257
+at 16 bytes) and cuBLAS writes into it directly. Configs:
 
   ZERO_PAD=0  only the leading dimensions grow; cuBLAS sees the true M, N, K;
   ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
               extra columns of the output land in its row padding, extra rows in a
               buffer copied out): every size aligned.
+  PAD_BYTES   what the padded sizes are rounded up to: 16 (the least cuBLAS needs), 128 or
+              512. The width is not only alignment: on lm_head (2048x50257x768 fp16, H200,
+              bench/lm_head_pitch.py, 2026-11-30) the same cuBLAS kernel ran 238-241 us on
+              N = pitch = 50264 and 221-226 on 50272 or 50304 (a multiple of 128 columns, no
+              partial tile), 221 on 50432 (another kernel); the copy took 43-44 us at each.
+              Which width a problem and a GPU run best is the benchmark's to say.
 
 The copies are part of every call, so they are timed with it; whether it pays is for the
 benchmark to say. Offered only where some leading dimension is misaligned.
@@ -28,7 +34,8 @@ from ..problem import GemmProblem
 from .base import Operands, Runnable, Template, operand_copier, torch_dtype
 from .registry import register_template
 
-ALIGN_BYTES = 16
+ALIGN_BYTES = 16  # what cuBLAS needs of a leading dimension: a misaligned one is smaller
+PAD_BYTES = (16, 128, 512)  # the widths a padded size is rounded up to (the configs)
 
 
 def misaligned_dims(problem: GemmProblem) -> set[str]:
@@ -61,13 +68,22 @@ class AtenAlignedTemplate(Template):
         zero_pad = int(config.get("ZERO_PAD", 0))
         if zero_pad not in (0, 1):
             raise ValueError(f"{self.uid}: ZERO_PAD must be 0 or 1, got {config.get('ZERO_PAD')!r}")
-        return {"ZERO_PAD": zero_pad}
+        pad_bytes = int(config.get("PAD_BYTES", ALIGN_BYTES))
+        if pad_bytes not in PAD_BYTES:
+            raise ValueError(f"{self.uid}: PAD_BYTES must be one of {PAD_BYTES}, got {config.get('PAD_BYTES')!r}")
+        return {"ZERO_PAD": zero_pad, "PAD_BYTES": pad_bytes}
+
+    @staticmethod
+    def step(problem: GemmProblem, params: dict[str, Any]) -> int:
+        """What a padded size is rounded up to, in elements (16 bytes' worth where `params`
+        does not say: the one width there was before PAD_BYTES)."""
+        return max(1, int(params.get("PAD_BYTES", ALIGN_BYTES)) // problem.dtype_size)
 
     def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
-        """N rounded up to 16 bytes where the output's rows are off (see the module)."""
+        """N rounded up to PAD_BYTES where the output's rows are off (see the module)."""
         if "n" not in misaligned_dims(problem):
             return None
-        step = ALIGN_BYTES // problem.dtype_size
+        step = self.step(problem, params)
         return -(-problem.n // step) * step
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
@@ -77,7 +93,7 @@ class AtenAlignedTemplate(Template):
             raise ValueError(f"{self.uid} does not serve {problem.describe()}")
         dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
-        step = ALIGN_BYTES // problem.dtype_size
+        step = self.step(problem, params)
         padded = misaligned_dims(problem)
         zero_pad = bool(params["ZERO_PAD"])
         m, n, k = problem.m, problem.n, problem.k
