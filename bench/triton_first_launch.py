@@ -99,6 +99,9 @@ def child(mode: str, kernel_dir: str) -> None:
             make_backend(driver.active.get_current_target()).parse_options({}).hash()
 
         step("parse_options({}).hash()", options_hash)
+        from autotune_cli.bench.triton_warmup import _triton_key
+
+        step("triton_key()", lambda: _triton_key()())
         for index in range(len(CONFIGS)):
             print(f"  candidate {index} build+launch {1e3 * launch(index, kernel_dir):8.1f} ms", flush=True)
     else:

@@ -192,6 +192,6 @@ def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
     warm(torch, "kernel", device)
     if device == "cuda":
         assert list((tmp_path / "triton").rglob("*.cubin"))
-        assert warm_steps() == ["driver", "backend", "backend hash", "options hash"]
+        assert warm_steps() == ["driver", "backend", "backend hash", "options hash", "triton key"]
     with pytest.raises(ValueError, match="AUTOTUNE_WARM_TRITON"):
         warm(torch, "everything", device)

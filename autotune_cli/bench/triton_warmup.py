@@ -2,11 +2,14 @@
 compile pool builds the first problem's kernels, not at the first candidate's launch.
 
 In bench/gpu_multi.py's first problem (H200, 2026-11-30) the timing process's first Triton
-candidate took 0.44-0.47 s to load and launch, the next ones 5 ms. Two ways to take that
-off it (AUTOTUNE_WARM_TRITON chooses; 0 turns both off):
-  steps   what needs no compile: Triton's compiler modules, the CUDA driver's utilities
-          (loaded, or built once per Triton cache), the backend's hashes (`ptxas --version`,
-          libdevice);
+candidate took 0.44-0.47 s to load and launch, the next ones 5 ms. By cProfile
+(bench/triton_first_launch.py) 0.37 s of it is Triton's `triton_key()`: a hash of its own
+compiler sources and of libtriton's shared library, computed once per process for the cache
+key of every compile or cache lookup. Two ways to take that off the first candidate
+(AUTOTUNE_WARM_TRITON chooses; 0 turns both off):
+  steps   what needs no compile: that hash, Triton's compiler modules, the CUDA driver's
+          utilities (loaded, or built once per Triton cache), the backend's hashes
+          (`ptxas --version`, libdevice);
   kernel  launching a one-element kernel: everything a first launch does, but on a cold
           Triton cache it compiles that kernel in the timing process, ~1.2 s with the pool
           busy beside it, which on two GPUs delayed the first results by as much (the same
@@ -57,9 +60,20 @@ def warm_steps() -> list[str]:
         done.append("backend hash")
         backend.parse_options({}).hash()
         done.append("options hash")
+        _triton_key()()
+        done.append("triton key")
     except Exception:  # noqa: BLE001 - best effort: the first candidate does what is left
         pass
     return done
+
+
+def _triton_key():
+    """Triton's hash of itself (memoized in the process): where this Triton keeps it."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        from triton.compiler.compiler import triton_key
+    return triton_key
 
 
 def warm(torch, mode: str = "steps", device: str = "cuda") -> None:
