@@ -33,6 +33,10 @@ class Candidate:
     phases: dict[str, float] | None = None  # seconds in the timing process: build, inputs, first_run, check, timing
     # timed beside the best cuBLAS candidate in sustained passes (search/base.confirm_against_vendor)
     confirmed: bool = False
+    # the device (its index: a GPU's on the host, a CPU worker group's slot) whose timing
+    # worker measured it, where that was another device of the same model lending its idle
+    # worker (scale.MultiDeviceTuner, a run's tail); None: the tuning device's own
+    measured_on: int | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -13,6 +13,13 @@ writer re-reads and merges).
 
 On the CPU, `--gpus N` makes N worker groups stand in for N devices.
 
+The tail: a device whose problems are done while another's is still in its first round (the
+search's first measurement of every candidate) lends its idle timing worker to that round
+(`LocalExecutor.borrow`) and gets it back when the round ends, rather than wait. Lending goes
+only between GPUs of one model (one fingerprint, one compile pool); what decides the pick
+after that round (re-timing the contenders, the confirmation beside cuBLAS) runs on the
+problem's own GPU, and each result lent workers measured says where (`measured_on`).
+
 Faults: a device whose workers cannot be (re)started is retired and its unfinished
 problem goes back on the queue for the survivors (a problem is tried on at most
 MAX_ATTEMPTS devices); what a device finished is in the cache already. A problem that
@@ -39,6 +46,7 @@ from .settings import TuneSettings
 from .tuner import TuneListener, TuneOutcome, Tuner
 
 MAX_ATTEMPTS = 3
+LEND_POLL_S = 0.05  # how often an idle device looks for a round to lend its worker to
 
 
 class MemoryCache:
@@ -221,6 +229,7 @@ class MultiDeviceTuner:
                              device=d) for d in self.devices]
         self.alive = [True] * n
         self.slot_errors: dict[int, str] = {}
+        self.lent_rounds = [0] * n  # rounds of other devices each device lent its workers to
 
     def tune_all(self, problems: Sequence[GemmProblem],
                  on_result: Callable[[ProblemResult], None] | None = None) -> list[ProblemResult]:
@@ -241,7 +250,16 @@ class MultiDeviceTuner:
             while True:
                 with cond:
                     while not queue and state["in_flight"] and self.alive[slot]:
-                        cond.wait()  # a failing device may hand its problem back
+                        # nothing queued: lend this device's timing worker to another's round
+                        # (blocks until it is back), else wait; a failing device may hand
+                        # its problem back meanwhile
+                        cond.release()
+                        try:
+                            lent = self.lend_idle_workers(slot)
+                        finally:
+                            cond.acquire()
+                        if not lent:
+                            cond.wait(timeout=LEND_POLL_S)
                     if not queue or not self.alive[slot]:
                         return
                     index = queue.popleft()
@@ -302,6 +320,27 @@ class MultiDeviceTuner:
                 result.error = f"no device left to tune it ({lost or 'all failed'})"
                 finish(result)
         return results
+
+    def lend_idle_workers(self, slot: int) -> bool:
+        """Lend device `slot`'s idle timing workers to a round of another device of the same
+        GPU model that takes them (its first measurement of a problem's candidates), and wait
+        until they are back: True; False where no round takes them now."""
+        mine = self.tuners[slot].started_executor
+        if not isinstance(mine, LocalExecutor):
+            return False
+        workers = [w for w in mine.timers if w.state == "idle"]
+        if not workers:
+            return False
+        for other, tuner in enumerate(self.tuners):
+            if other == slot or not self.alive[other] or self.devices[other].name != self.devices[slot].name:
+                continue
+            borrower = tuner.started_executor
+            back = threading.Event()
+            if isinstance(borrower, LocalExecutor) and borrower.borrow(workers, lambda _: back.set()):
+                back.wait()
+                self.lent_rounds[slot] += 1
+                return True
+        return False
 
     def close(self) -> None:
         """Close every device's workers and the compile pools at once: each process takes a

@@ -252,6 +252,11 @@ class Tuner:
             self._executor = self.executor_factory(self.device, self.settings)
         return self._executor
 
+    @property
+    def started_executor(self) -> Executor | None:
+        """The executor if this tuner has made one (None: it has not needed one yet)."""
+        return self._executor
+
     def _entry(self, problem: GemmProblem, fingerprint: Fingerprint, candidates: list[Candidate],
                choice_set: ChoiceSet, seconds: float) -> dict[str, Any]:
         winner = pick_winner(candidates)

@@ -90,6 +90,8 @@ def compile_pipeline(cache_dir: Path) -> list[dict]:
                       "statuses": sorted({c["status"] for c in entry.get("candidates", [])}),
                       "timing_modes": sorted({c.get("timing") or "" for c in entry.get("candidates", [])}),
                       "results": len(timeline),
+                      "measured_by_another_gpu": sum(1 for c in entry.get("candidates", [])
+                                                     if c.get("measured_on") is not None),
                       "first_result_s": timeline[0][2] if timeline else None,
                       "first_triton_s": next((t[2] for t in timeline if not t[0].startswith("aten")), None),
                       "last_result_s": timeline[-1][2] if timeline else None,

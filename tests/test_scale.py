@@ -211,3 +211,35 @@ def test_several_devices_take_the_most_work_first(tmp_path):
 
     capped = candidate_count(replace(settings, search="exhaustive", space_file=bad_space), probe_device("cpu"))
     assert capped(small[0]) == capped(probs[1]) == COMPILE_CAP  # the cap, nothing listed
+
+
+def test_an_idle_device_lends_its_worker_to_anothers_first_round(tmp_path):
+    """Two CPU worker groups, one long problem (many interpreter programs per candidate) and
+    one short: the group done first lends its worker to the long problem's first round; some
+    of its candidates say they were measured there, every result is ok, the worker goes back
+    when the round ends, and nothing is lent outside a round that takes it."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps([{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1,
+                                  "num_stages": s, "num_warps": w} for s in (1, 2, 3) for w in (1, 2, 4)]))
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path / "cache", workers=2, compile_workers=0, gpus=2,
+                            templates=("aten::mm", "triton::mm"), space_file=str(space))
+    long = make_problem(m=64, n=128, k=32, device="cpu", dtype="float32")
+    short = make_problem(m=16, n=16, k=16, device="cpu", dtype="float32")
+    with MultiDeviceTuner(settings) as tuner:
+        idle = tuner.tuners[0].started_executor
+        assert idle is None  # nothing made before a problem needs it
+        results = tuner.tune_all([long, short])
+        assert all(r.ok for r in results), [r.error for r in results]
+        by_problem = {r.problem.key(): r for r in results}
+        long_slot, short_slot = by_problem[long.key()].slot, by_problem[short.key()].slot
+        assert long_slot != short_slot
+        assert tuner.lent_rounds[short_slot] >= 1 and tuner.lent_rounds[long_slot] == 0
+        borrower = tuner.tuners[long_slot].started_executor
+        assert borrower.lent_results >= 1 and borrower._borrowed == []
+        lender = tuner.tuners[short_slot].started_executor
+        assert not borrower.borrow(lender.timers, lambda _: None)  # no round in progress
+    candidates = by_problem[long.key()].outcome.entry["candidates"]
+    lent = [c for c in candidates if c.get("measured_on") is not None]
+    assert lent and {c["measured_on"] for c in lent} == {short_slot}
+    assert all(c["status"] == "ok" for c in candidates)
+    assert all(c.get("measured_on") is None for c in by_problem[short.key()].outcome.entry["candidates"])

@@ -11,6 +11,12 @@
 Each task gets a deadline; a worker that misses it is killed and replaced, and a worker that
 dies takes only its current candidate with it. Another executor (Ray, say) implements the
 same `run` and `close`.
+
+Lent workers: in a run marked `shareable` (a search's first measurement of its candidates,
+never the re-timing or the confirmation beside cuBLAS), another executor's idle timing workers
+may be lent to this one (`borrow`): another GPU of the same model whose own problems are done
+(scale.MultiDeviceTuner). They take candidates like this executor's own, their results say
+which GPU measured them (`Candidate.measured_on`), and they go back when the run ends.
 """
 
 from __future__ import annotations
@@ -83,6 +89,13 @@ class LocalExecutor:
         self.compile_pool = compile_pool
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)  # the pool's answers ring here
         self.start_failures = 0
+        # Other executors' timing workers lent to the run in progress, and how each lender
+        # gets them back; `_shareable`: the run in progress takes them.
+        self._lend_lock = threading.Lock()
+        self._shareable = False
+        self._borrowed: list[WorkerProcess] = []
+        self._give_backs: list[tuple[list[WorkerProcess], Callable[[list[WorkerProcess]], None]]] = []
+        self.lent_results = 0  # candidates lent workers measured for this executor, over its life
 
     @property
     def compilers(self) -> list[WorkerProcess]:
@@ -118,11 +131,49 @@ class LocalExecutor:
     def _needs_compile(self, choice: KernelTemplateChoice) -> bool:
         return self.compile_pool is not None and choice.template.backend != "aten"
 
+    takes_lent_workers = True  # `run(..., shareable=True)` and `borrow` (see the module)
+
+    def borrow(self, workers: list[WorkerProcess], give_back: Callable[[list[WorkerProcess]], None]) -> bool:
+        """Take another executor's idle timing workers for the run in progress, if it is a
+        shareable one: True, and `give_back(workers)` is called when that run ends; False (not
+        now), and they stay with their owner."""
+        with self._lend_lock:
+            if not self._shareable:
+                return False
+            self._borrowed.extend(workers)
+            self._give_backs.append((list(workers), give_back))
+        try:
+            self._wake_w.send_bytes(b"\0")  # the run's loop may be waiting: it takes them now
+        except (OSError, ValueError):
+            pass
+        return True
+
+    def _timers_now(self) -> list[WorkerProcess]:
+        with self._lend_lock:
+            return self.timers + self._borrowed
+
+    def _end_sharing(self) -> None:
+        with self._lend_lock:
+            self._shareable = False
+            give_backs, self._give_backs, self._borrowed = self._give_backs, [], []
+        for workers, give_back in give_backs:
+            give_back(workers)
+
     def run(self, choices: Sequence[KernelTemplateChoice], on_result: ResultCallback | None = None,
-            policy: TimingPolicy | None = None, deadline: float | None = None) -> list[Candidate]:
+            policy: TimingPolicy | None = None, deadline: float | None = None,
+            shareable: bool = False) -> list[Candidate]:
         """Measure every choice; results in the order of `choices`. Triton choices go to the
         compile pool first and are measured as their binaries arrive. Past `deadline`
-        (time.monotonic()), nothing new starts and what is left is recorded as skipped."""
+        (time.monotonic()), nothing new starts and what is left is recorded as skipped.
+        `shareable`: other executors' idle timing workers may be lent to this run (`borrow`)."""
+        with self._lend_lock:
+            self._shareable = shareable
+        try:
+            return self._run(choices, on_result, policy, deadline)
+        finally:
+            self._end_sharing()
+
+    def _run(self, choices, on_result, policy, deadline) -> list[Candidate]:
         settings = self.settings
         policy = policy or settings.timing_policy
         results: list[Candidate | None] = [None] * len(choices)
@@ -183,7 +234,10 @@ class LocalExecutor:
                 pool.submit(compile_key(choice),
                                          self._task(choice, settings.seed, policy, "compile"),
                                          owner, answered(index))
-            while compiling or measure_queue or any(w.state == "busy" for w in self.timers):
+            while True:
+                timers = self._timers_now()  # this executor's, and any lent to this run
+                if not (compiling or measure_queue or any(w.state == "busy" for w in timers)):
+                    break
                 take_answers()
                 if deadline is not None and time.monotonic() > deadline:
                     if pool is not None:
@@ -192,10 +246,10 @@ class LocalExecutor:
                         record(index, failed(index, SKIPPED, "the tuning budget ran out"))
                     compiling.clear()
                     measure_queue.clear()
-                    if not any(w.state == "busy" for w in self.timers):
+                    if not any(w.state == "busy" for w in timers):
                         break
-                for worker in self.timers:
-                    if worker.state == "down" and (measure_queue or compiling):
+                for worker in timers:
+                    if worker.state == "down" and (measure_queue or compiling) and worker in self.timers:
                         worker.start(settings.startup_timeout_s)
                     if worker.state == "idle" and measure_queue:
                         index = measure_queue.popleft()
@@ -203,7 +257,7 @@ class LocalExecutor:
                         # inputs and reference between its candidates (worker.CandidateRunner).
                         worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
                                       settings.timeout_s)
-                live = [w for w in self.timers if w.state in ("starting", "busy")]
+                live = [w for w in timers if w.state in ("starting", "busy")]
                 if not live and not compiling and not answers:
                     if measure_queue:
                         continue
@@ -216,7 +270,7 @@ class LocalExecutor:
                     if worker.conn in ready:
                         self._receive(worker, record, failed)
                 now = time.monotonic()
-                for worker in self.timers:
+                for worker in timers:
                     if worker.state == "busy" and now > worker.deadline:
                         index = worker.task_index
                         worker.kill()
@@ -227,7 +281,7 @@ class LocalExecutor:
                         self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
         except BaseException:
             # A timing worker still busy would hand its result to the next run: stop it.
-            for worker in self.timers:
+            for worker in self._timers_now():
                 if worker.state == "busy":
                     worker.kill()
             raise
@@ -265,7 +319,11 @@ class LocalExecutor:
             worker.kill()
             self._start_failed(message["error"], message.get("trace", ""))
         elif message["kind"] == "result":
-            record(worker.task_index, Candidate.from_dict(message["payload"]))
+            candidate = Candidate.from_dict(message["payload"])
+            if worker not in self.timers:  # lent by another GPU's executor
+                candidate = replace(candidate, measured_on=worker.device.index)
+                self.lent_results += 1
+            record(worker.task_index, candidate)
             worker.task_index = None
             worker.state = "idle"
             if message.get("fatal"):

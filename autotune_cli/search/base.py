@@ -37,13 +37,20 @@ class SearchContext:
             by_index[index] = candidate
             self.on_result(choices[index], candidate, round_name)
 
-        self.executor.run(choices, collect, policy=policy, deadline=self.deadline)
+        shared = {}
+        if round_name in SHARED_ROUNDS and getattr(self.executor, "takes_lent_workers", False):
+            shared["shareable"] = True
+        self.executor.run(choices, collect, policy=policy, deadline=self.deadline, **shared)
         return [(choice, by_index[i]) for i, choice in enumerate(choices) if i in by_index]
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
+# The rounds that measure candidates for the first time, where another GPU of the same model
+# may lend its idle timing worker (bench/executor.py): what decides the pick after them (the
+# re-timing of contenders, the confirmation beside cuBLAS) runs on the tuning GPU alone.
+SHARED_ROUNDS = ("screen", "full")
 VENDOR_RETIME_WITHIN = 0.10
 RETIME_RUNS_FACTOR = 1.5  # each pass's runs and budget, over the first timing's
 CONFIRM_AT_ONCE = 2  # kernels confirmed against cuBLAS in one round (confirm_against_vendor)
