@@ -14,11 +14,13 @@ writer re-reads and merges).
 On the CPU, `--gpus N` makes N worker groups stand in for N devices.
 
 The tail: a device whose problems are done while another's is still in its first round (the
-search's first measurement of every candidate) lends its idle timing worker to that round
+search's first timing of every candidate) lends its idle timing worker to that round
 (`LocalExecutor.borrow`) and gets it back when the round ends, rather than wait. Lending goes
-only between GPUs of one model (one fingerprint, one compile pool); what decides the pick
-after that round (re-timing the contenders, the confirmation beside cuBLAS) runs on the
-problem's own GPU, and each result lent workers measured says where (`measured_on`).
+only between GPUs of one model (one fingerprint, one compile pool). Each result a lent worker
+measured says where (`measured_on`), and the re-timing after that round, on the problem's own
+GPU, takes every such result within 10% of the best (search/base.retime_contenders), so the
+pick rests on the problem's own GPU (a deadline that cuts the re-timing short leaves the
+lent readings as they are).
 
 Faults: a device whose workers cannot be (re)started is retired and its unfinished
 problem goes back on the queue for the survivors (a problem is tried on at most
@@ -328,7 +330,8 @@ class MultiDeviceTuner:
         mine = self.tuners[slot].started_executor
         if not isinstance(mine, LocalExecutor):
             return False
-        workers = [w for w in mine.timers if w.state == "idle"]
+        workers = [w for w in mine.timers
+                   if w.state == "idle" and w.process is not None and w.process.is_alive()]
         if not workers:
             return False
         for other, tuner in enumerate(self.tuners):

@@ -41,6 +41,34 @@ def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):
     assert by_uid["test::good"].ok and by_uid["aten::mm"].ok
 
 
+def test_a_worker_that_died_while_idle_is_replaced_and_its_task_runs(tmp_path):
+    """A timing worker killed between runs is still marked idle: the next task sent to it
+    fails to go (a broken pipe), goes back to the queue, and a fresh worker runs it (a lent
+    worker, scale.py, is dropped the same way instead of failing the borrower's run). A
+    device lends only workers that are alive."""
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, gpus=2, templates=("aten::mm",))
+    problems = [make_problem(m=16, n=16 * (i + 1), k=16, device="cpu", dtype="float32") for i in range(2)]
+    from autotune_cli.scale import MultiDeviceTuner
+
+    with MultiDeviceTuner(settings) as tuner:
+        assert all(r.ok for r in tuner.tune_all(problems))
+        executors = [t.started_executor for t in tuner.tuners]
+        worker = executors[0].timers[0]
+        assert worker.state == "idle"
+        worker.process.kill()
+        worker.process.join()
+        assert worker.state == "idle"  # nothing has noticed yet
+        executors[1]._shareable = True  # as in a first round: a live idle worker would be lent
+        try:
+            assert tuner.lend_idle_workers(0) is False  # the dead one is not
+        finally:
+            executors[1]._shareable = False
+        choices = get_choices(make_problem(m=16, n=48, k=16, device="cpu", dtype="float32"),
+                              tuner.devices[0], settings).choices
+        results = executors[0].run(choices)
+        assert [r.status for r in results] == ["ok"] and worker.state == "idle" and worker.process.is_alive()
+
+
 def test_faults_through_the_cli(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 32, "--n", 32, "--k", 32,
                          "--plugin", PLUGINS / "faulty.py", "--timeout", 6,

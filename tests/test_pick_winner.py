@@ -339,3 +339,56 @@ def test_a_lead_is_confirmed_only_against_the_cublas_reading_it_was_timed_beside
     assert by_uid["triton::mm"].ms == 0.988 and not by_uid["triton::mm"].confirmed
     assert {r.uid for r in results if r.confirmed} == {"triton::mm_splitk", "aten::mm"}  # the last round's
     assert pick_winner(results).uid == "aten::mm"
+
+
+def test_results_a_lent_worker_measured_are_timed_again_on_the_tuning_gpu():
+    """Another GPU of the model lent its worker to the first round (scale.py): its readings
+    within 10% of the best are timed again here, alone if need be, so the pick rests on this
+    GPU's own times; one further behind keeps its reading and says where it was taken."""
+    from autotune_cli.search.base import SearchContext, retime_contenders
+    from autotune_cli.settings import TimingPolicy, TuneSettings
+
+    def run(first):
+        executor = _Executor({"triton::mm": 1.0, "triton::mm_splitk": 1.02, "aten::mm_aligned": 1.3})
+        ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
+                            settings=TuneSettings(device="cpu", retime_rounds=1), policy=TimingPolicy(),
+                            deadline=None, on_result=lambda *a: None)
+        pairs = [(_Choice(uid), replace(cand(uid, ms), measured_on=lent)) for uid, (ms, lent) in first.items()]
+        return {r.uid: (r.ms, r.measured_on) for _, r in retime_contenders(ctx, pairs, ctx.policy)}, executor.asked
+
+    # a lone lent leader (the other GPU reads 5% fast): timed again, alone, on this GPU
+    times, asked = run({"triton::mm": (0.95, 1)})
+    assert asked == [["triton::mm"]] and times == {"triton::mm": (1.0, None)}
+    # lent results 7% behind the best own one: outside the 3% window, inside 10%: timed again
+    times, asked = run({"triton::mm_splitk": (0.98, None), "triton::mm": (1.05, 1), "aten::mm_aligned": (1.3, 1)})
+    assert asked == [["triton::mm_splitk", "triton::mm"]]
+    assert times == {"triton::mm_splitk": (1.02, None), "triton::mm": (1.0, None), "aten::mm_aligned": (1.3, 1)}
+    assert pick_winner([cand(uid, ms) for uid, (ms, _) in times.items()]).uid == "triton::mm"
+
+
+def test_only_the_first_timing_of_a_search_takes_lent_workers():
+    """The default search runs the full round, the re-time and the confirmation beside cuBLAS
+    through the executor; only the full round is offered to lent workers (`shareable`)."""
+    from autotune_cli.search.base import SearchContext
+    from autotune_cli.search.default import search
+    from autotune_cli.settings import TimingPolicy, TuneSettings
+
+    class Lendable:
+        takes_lent_workers = True
+
+        def __init__(self):
+            self.rounds = []
+
+        def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
+            self.rounds.append(shareable)
+            times = {"aten::mm": 1.0, "triton::mm": 0.9}
+            for i, choice in enumerate(choices):
+                on_result(i, cand(choice.uid, times[choice.uid]))
+
+    executor = Lendable()
+    ctx = SearchContext(problem=None, device=None, choices=[_Choice("aten::mm"), _Choice("triton::mm")],
+                        executor=executor, settings=TuneSettings(device="cuda", retime_rounds=2),
+                        policy=TimingPolicy(), deadline=None, on_result=lambda *a: None)
+    results = search(ctx)
+    assert executor.rounds[0] is True and len(executor.rounds) > 2 and not any(executor.rounds[1:])
+    assert pick_winner(results).uid == "triton::mm"

@@ -111,7 +111,7 @@ def test_padded_k_template(case, tmp_path):
     assert template.supports(make_problem(m=8, n=15, k=32, device="cpu"))  # N off
 
 
-@pytest.mark.parametrize("pad_bytes", [16, 128])
+@pytest.mark.parametrize("pad_bytes", [16, 128, 512])
 @pytest.mark.parametrize("zero_pad", [0, 1])
 @pytest.mark.parametrize("case", [
     dict(m=40, n=32, k=37, dtype="float16", layout="nn"),  # A's rows (K) off
@@ -163,6 +163,18 @@ def test_aligned_aten_pitch_follows_pad_bytes(dtype, n, pad_bytes, pitch):
     configs = list(lookup_heuristic("aten::mm_aligned", "cpu", "mm").get_configs(problem))
     assert sorted((c["ZERO_PAD"], c["PAD_BYTES"]) for c in configs) == \
         [(z, w) for z in (0, 1) for w in (16, 128, 512)]
+
+
+def test_aligned_aten_widths_that_land_on_the_same_sizes_are_offered_once():
+    """fp16 N = 250 rounds up to 256 at 16, 128 and 512 bytes alike: one width is offered (the
+    others would time the same kernel again); K = 100 then still differs (104, 128, 256)."""
+    from autotune_cli.heuristics.registry import lookup_heuristic
+
+    heuristic = lookup_heuristic("aten::mm_aligned", "cpu", "mm")
+    same = make_problem(m=8, n=250, k=64, dtype="float16", device="cpu")
+    assert sorted((c["ZERO_PAD"], c["PAD_BYTES"]) for c in heuristic.get_configs(same)) == [(0, 16), (1, 16)]
+    differs = make_problem(m=8, n=250, k=100, dtype="float16", device="cpu")
+    assert len(list(heuristic.get_configs(differs))) == 6
 
 
 @pytest.mark.parametrize("uid,config", [

@@ -12,11 +12,12 @@ Each task gets a deadline; a worker that misses it is killed and replaced, and a
 dies takes only its current candidate with it. Another executor (Ray, say) implements the
 same `run` and `close`.
 
-Lent workers: in a run marked `shareable` (a search's first measurement of its candidates,
-never the re-timing or the confirmation beside cuBLAS), another executor's idle timing workers
-may be lent to this one (`borrow`): another GPU of the same model whose own problems are done
+Lent workers: in a run marked `shareable` (a search's first timing of its candidates, never
+the re-timing or the confirmation beside cuBLAS), another executor's idle timing workers may
+be lent to this one (`borrow`): another GPU of the same model whose own problems are done
 (scale.MultiDeviceTuner). They take candidates like this executor's own, their results say
-which GPU measured them (`Candidate.measured_on`), and they go back when the run ends.
+which device measured them (`Candidate.measured_on`; the search times those near the best
+again on its own GPU), and they go back when the run ends.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from .compile_pool import CompilePool, compile_key
 from .processes import WorkerProcess, stop_all, worker_context
+from .worker import warm_mode
 
 ResultCallback = Callable[[int, Candidate], None]
 
@@ -67,6 +69,8 @@ class LocalExecutor:
                  gpu_indices: Sequence[int] | None = None, compile_pool: CompilePool | None = None) -> None:
         self.device = device
         self.settings = settings
+        if device.device_type == "cuda":
+            warm_mode()  # a bad AUTOTUNE_WARM_TRITON is the user's one-line error, not a silent no
         self.ctx = worker_context(settings.start_method, device.device_type)
         self.startups: list[tuple[str, float]] = []  # (role, seconds to ready) per start
         # (sent, done, compile seconds in the worker) per kernel the pool built for this
@@ -255,8 +259,12 @@ class LocalExecutor:
                         index = measure_queue.popleft()
                         # One seed for every candidate: the timing worker keeps one problem's
                         # inputs and reference between its candidates (worker.CandidateRunner).
-                        worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
-                                      settings.timeout_s)
+                        try:
+                            worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
+                                          settings.timeout_s)
+                        except (OSError, ValueError):  # it died while idle: the task goes back;
+                            worker.kill()  # an own worker starts again, a lent one is dropped
+                            measure_queue.appendleft(index)
                 live = [w for w in timers if w.state in ("starting", "busy")]
                 if not live and not compiling and not answers:
                     if measure_queue:
@@ -280,7 +288,8 @@ class LocalExecutor:
                         worker.kill()
                         self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
         except BaseException:
-            # A timing worker still busy would hand its result to the next run: stop it.
+            # A timing worker still busy would hand its result to the next run: stop it (a
+            # lent one too: it goes back down, and its owner starts it again if it needs it).
             for worker in self._timers_now():
                 if worker.state == "busy":
                     worker.kill()

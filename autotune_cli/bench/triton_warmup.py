@@ -7,9 +7,9 @@ candidate took 0.44-0.47 s to load and launch, the next ones 5 ms. By cProfile
 compiler sources and of libtriton's shared library, computed once per process for the cache
 key of every compile or cache lookup. Two ways to take that off the first candidate
 (AUTOTUNE_WARM_TRITON chooses; 0 turns both off):
-  steps   what needs no compile: that hash, Triton's compiler modules, the CUDA driver's
-          utilities (loaded, or built once per Triton cache), the backend's hashes
-          (`ptxas --version`, libdevice);
+  steps   no kernel: that hash, Triton's compiler modules, the CUDA driver's utilities
+          (loaded; on a Triton cache that has never had them, built: a small C module),
+          the backend's hashes (`ptxas --version`, libdevice);
   kernel  launching a one-element kernel: everything a first launch does, but on a cold
           Triton cache it compiles that kernel in the timing process, ~1.2 s with the pool
           busy beside it, which on two GPUs delayed the first results by as much (the same
@@ -43,7 +43,7 @@ def warm_kernel(torch, device: str = "cuda") -> None:
 
 
 def warm_steps() -> list[str]:
-    """The compile-free steps, each on its own (Triton's internals differ between versions):
+    """The steps without a kernel, each on its own (Triton's internals differ between versions):
     returns the names of those that ran."""
     done = []
     try:

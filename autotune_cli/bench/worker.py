@@ -23,6 +23,20 @@ from typing import Any
 # the command itself come first.
 COMPILE_NICENESS = 10
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
+# AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
+# first candidate (bench/triton_warmup.py), or "0" for not at all.
+WARM_MODES = ("steps", "kernel", "0")
+
+
+def warm_mode(environ=None) -> str:
+    """AUTOTUNE_WARM_TRITON's value (default "steps"); a value it does not know is a UserError
+    (the executor checks it before any worker starts)."""
+    from ..errors import UserError
+
+    mode = (os.environ if environ is None else environ).get("AUTOTUNE_WARM_TRITON", "steps")
+    if mode not in WARM_MODES:
+        raise UserError(f"AUTOTUNE_WARM_TRITON must be one of {', '.join(WARM_MODES)}, not {mode!r}")
+    return mode
 
 
 def _setup_environment(device_type: str, device_index: int, environ: dict[str, str] | None = None) -> None:
@@ -86,7 +100,7 @@ def _warm_triton(runner, mode: str) -> None:
         from .triton_warmup import warm
 
         warm(runner.torch, mode)
-    except Exception:
+    except (Exception, KeyboardInterrupt):  # Ctrl-C here: the task loop below ends quietly
         pass
 
 
@@ -349,9 +363,10 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
         ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
-    warm_mode = os.environ.get("AUTOTUNE_WARM_TRITON", "steps")
-    if role == "measure" and device_type == "cuda" and warm_mode != "0":
-        _warm_triton(runner, warm_mode)
+    if role == "measure" and device_type == "cuda":
+        mode = os.environ.get("AUTOTUNE_WARM_TRITON", "steps")  # checked by the executor
+        if mode != "0":
+            _warm_triton(runner, mode)
     while True:
         try:
             task = conn.recv()

@@ -22,8 +22,13 @@ class AtenAlignedConfigs(Heuristic):
     128 or 512 bytes (templates/aten_aligned.py: the width changes cuBLAS's time)."""
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        from ..templates.aten_aligned import PAD_BYTES
+        from ..templates.aten_aligned import PAD_BYTES, padded_sizes
 
+        seen = []
         for pad_bytes in PAD_BYTES:
+            sizes = padded_sizes(problem, pad_bytes)
+            if sizes in seen:  # a wider rounding that lands on the same sizes: the same kernel
+                continue
+            seen.append(sizes)
             for zero_pad in (0, 1):
                 yield {"ZERO_PAD": zero_pad, "PAD_BYTES": pad_bytes}

@@ -47,9 +47,10 @@ class SearchContext:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-# The rounds that measure candidates for the first time, where another GPU of the same model
-# may lend its idle timing worker (bench/executor.py): what decides the pick after them (the
-# re-timing of contenders, the confirmation beside cuBLAS) runs on the tuning GPU alone.
+# The rounds where another GPU of the same model may lend its idle timing worker
+# (bench/executor.py): the first timing of every candidate (and exhaustive's finalists).
+# After them the re-timing runs on the tuning GPU alone, and takes every lent result within
+# VENDOR_RETIME_WITHIN of the best (retime_contenders), as the confirmation beside cuBLAS does.
 SHARED_ROUNDS = ("screen", "full")
 VENDOR_RETIME_WITHIN = 0.10
 RETIME_RUNS_FACTOR = 1.5  # each pass's runs and budget, over the first timing's
@@ -78,15 +79,19 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     H200 (2026-11-30) cuBLAS read 6% and 11% slower than side by side on two compute-bound
     problems, and a persistent TMA kernel won both, 1.1% and 3.4% slower side by side."""
     ok = [(c, r) for c, r in pairs if r.ok]
-    if len(ok) < 2 or ctx.out_of_time():
+    if not ok or ctx.out_of_time():
         return pairs
     best = min(r.ms for _, r in ok)
-    close = [(c, r) for c, r in ok if r.ms <= best * (1 + ctx.settings.retime_within)]
+    # A result another GPU's lent worker measured (`measured_on`) is timed again here, on
+    # this GPU, wherever it is within VENDOR_RETIME_WITHIN of the best, alone if need be:
+    # the pick rests on this GPU's own readings, not on how another GPU of the model reads.
+    close = [(c, r) for c, r in ok if r.ms <= best * (1 + ctx.settings.retime_within)
+             or (r.measured_on is not None and r.ms <= best * (1 + VENDOR_RETIME_WITHIN))]
     vendor = _best_vendor(ok)
     if (vendor is not None and all(c is not vendor[0] for c, _ in close)
             and vendor[1].ms <= best * (1 + VENDOR_RETIME_WITHIN)):
         close.append(vendor)
-    if len(close) < 2:
+    if len(close) < 2 and not any(r.measured_on is not None for _, r in close):
         return pairs
     contenders = [c for c, _ in close]
     updated = _time_in_passes(ctx, contenders, policy.more_runs(RETIME_RUNS_FACTOR),

@@ -48,6 +48,15 @@ def misaligned_dims(problem: GemmProblem) -> set[str]:
     return {d for d in leading if (extent[d] * size) % ALIGN_BYTES}
 
 
+def padded_sizes(problem: GemmProblem, pad_bytes: int) -> dict[str, int]:
+    """M, N and K with each misaligned one rounded up to `pad_bytes`: the buffers' leading
+    dimensions (and, with ZERO_PAD, the sizes cuBLAS is given)."""
+    step = max(1, pad_bytes // problem.dtype_size)
+    padded = misaligned_dims(problem)
+    return {d: (-(-v // step) * step if d in padded else v)
+            for d, v in (("m", problem.m), ("n", problem.n), ("k", problem.k))}
+
+
 class AtenAlignedTemplate(Template):
     backend = "aten"
     keeps_buffers = True  # the padded copies of the operands
@@ -73,18 +82,11 @@ class AtenAlignedTemplate(Template):
             raise ValueError(f"{self.uid}: PAD_BYTES must be one of {PAD_BYTES}, got {config.get('PAD_BYTES')!r}")
         return {"ZERO_PAD": zero_pad, "PAD_BYTES": pad_bytes}
 
-    @staticmethod
-    def step(problem: GemmProblem, params: dict[str, Any]) -> int:
-        """What a padded size is rounded up to, in elements (16 bytes' worth where `params`
-        does not say: the one width there was before PAD_BYTES)."""
-        return max(1, int(params.get("PAD_BYTES", ALIGN_BYTES)) // problem.dtype_size)
-
     def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
         """N rounded up to PAD_BYTES where the output's rows are off (see the module)."""
         if "n" not in misaligned_dims(problem):
             return None
-        step = self.step(problem, params)
-        return -(-problem.n // step) * step
+        return padded_sizes(problem, int(params.get("PAD_BYTES", ALIGN_BYTES)))["n"]
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
         import torch
@@ -93,11 +95,10 @@ class AtenAlignedTemplate(Template):
             raise ValueError(f"{self.uid} does not serve {problem.describe()}")
         dtype = torch_dtype(problem.dtype)
         device = "cuda" if problem.device == "cuda" else "cpu"
-        step = self.step(problem, params)
         padded = misaligned_dims(problem)
         zero_pad = bool(params["ZERO_PAD"])
         m, n, k = problem.m, problem.n, problem.k
-        lead = {d: (-(-v // step) * step if d in padded else v) for d, v in (("m", m), ("n", n), ("k", k))}
+        lead = padded_sizes(problem, int(params.get("PAD_BYTES", ALIGN_BYTES)))
         used = lead if zero_pad else {"m": m, "n": n, "k": k}  # the sizes cuBLAS is given
 
         def buffer(rows: str, cols: str, transposed: bool):

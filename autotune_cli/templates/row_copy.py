@@ -17,8 +17,10 @@ runtime values lost too (0.091 against 0.068); `_copy_flat`, with them as compil
 constants, does not (below).
 
 Destination rows a multiple of 16 elements apart (50272 rather than 50264), so that Triton
-knows each row starts 16-byte aligned, made this copy slower, not faster: 0.185 ms against
-0.070 (bench/lm_head_probe.py, H200): the buffers keep rows 16 bytes apart.
+knows each row starts 16-byte aligned, made this row copy slower, not faster: 0.185 ms
+against 0.070 (bench/lm_head_probe.py, H200). The flat form below copies at 43.5-44.5 us into
+rows of 50264, 50272, 50304 or 50432 alike (bench/lm_head_pitch.py, 2026-11-30), and there the
+wider rows made cuBLAS faster: aten::mm_aligned's PAD_BYTES chooses the width.
 
 By torch.profiler (bench/lm_head_kernels.py and bench/inductor_kernels.py, H200, 2026-11-30)
 this kernel copies lm_head's B in 0.044 ms, Inductor's generated pad kernel in 0.043, and both
