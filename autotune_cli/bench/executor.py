@@ -43,6 +43,10 @@ ResultCallback = Callable[[int, Candidate], None]
 
 
 class Executor(Protocol):
+    """What a search runs candidates through. An executor that can take other devices' lent
+    workers also sets `takes_lent_workers = True` and accepts `run(..., shareable=True)`
+    (LocalExecutor); the search passes `shareable` only to such an executor."""
+
     def run(self, choices: Sequence[KernelTemplateChoice], on_result: ResultCallback | None = None,
             policy: TimingPolicy | None = None, deadline: float | None = None) -> list[Candidate]: ...
 
