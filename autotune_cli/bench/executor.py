@@ -286,8 +286,8 @@ class LocalExecutor:
                     if worker.state == "busy" and now > worker.deadline:
                         index = worker.task_index
                         worker.kill()
-                        record(index, failed(index, TIMEOUT,
-                                             f"no result within {settings.timeout_s:g} s; worker killed"))
+                        record(index, self._where(worker, failed(
+                            index, TIMEOUT, f"no result within {settings.timeout_s:g} s; worker killed")))
                     elif worker.state == "starting" and now > worker.deadline:
                         worker.kill()
                         self._start_failed(f"worker did not start within {settings.startup_timeout_s:g} s")
@@ -315,12 +315,19 @@ class LocalExecutor:
         return CompilePool(self.ctx, self._pool_devices, count, tuple(self.settings.plugins),
                            self.settings.timeout_s, self.settings.startup_timeout_s)
 
+    def _where(self, worker: WorkerProcess, candidate: Candidate) -> Candidate:
+        """A result (or failure) with the device that measured it, where that was a worker lent
+        by another device's executor."""
+        if worker in self.timers:
+            return candidate
+        return replace(candidate, measured_on=worker.device.index)
+
     def _receive(self, worker: WorkerProcess, record, failed) -> None:
         """One message from a timing worker."""
         message, reason = worker.receive()
         if message is None:  # the process died
             if worker.state == "busy":
-                record(worker.task_index, failed(worker.task_index, RUNTIME_ERROR, reason))
+                record(worker.task_index, self._where(worker, failed(worker.task_index, RUNTIME_ERROR, reason)))
             else:
                 self._start_failed(reason)
             worker.kill()
@@ -332,9 +339,8 @@ class LocalExecutor:
             worker.kill()
             self._start_failed(message["error"], message.get("trace", ""))
         elif message["kind"] == "result":
-            candidate = Candidate.from_dict(message["payload"])
-            if worker not in self.timers:  # lent by another GPU's executor
-                candidate = replace(candidate, measured_on=worker.device.index)
+            candidate = self._where(worker, Candidate.from_dict(message["payload"]))
+            if candidate.measured_on is not None:
                 self.lent_results += 1
             record(worker.task_index, candidate)
             worker.task_index = None
