@@ -2,7 +2,7 @@
 between candidates: reused while the problem and seed stay, made anew when they change or a
 candidate fails, and a candidate that fails on kept inputs is checked again on fresh ones."""
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -207,3 +207,14 @@ def test_a_bad_warm_mode_is_a_user_error():
     assert [warm_mode({"AUTOTUNE_WARM_TRITON": m}) for m in ("kernel", "0")] == ["kernel", "0"]
     with pytest.raises(UserError, match="AUTOTUNE_WARM_TRITON must be one of steps, kernel, 0, not 'off'"):
         warm_mode({"AUTOTUNE_WARM_TRITON": "off"})
+
+
+def test_an_executor_for_a_gpu_refuses_a_bad_warm_mode_before_any_worker(tmp_path, monkeypatch):
+    """Where the executor for a GPU is made, a bad AUTOTUNE_WARM_TRITON stops it before it sets
+    up a worker (no GPU is needed to see it: nothing is started)."""
+    from autotune_cli.errors import UserError
+
+    monkeypatch.setenv("AUTOTUNE_WARM_TRITON", "off")
+    gpu = replace(probe_device("cpu"), device_type="cuda")
+    with pytest.raises(UserError, match="AUTOTUNE_WARM_TRITON"):
+        LocalExecutor(gpu, TuneSettings(device="cuda", cache_dir=tmp_path))

@@ -23,8 +23,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-MODES = ("steps", "kernel")
-
 
 @triton.jit
 def _add_one(x):
@@ -77,9 +75,12 @@ def _triton_key():
 
 
 def warm(torch, mode: str = "steps", device: str = "cuda") -> None:
+    """One of worker.WARM_MODES other than "0" (the worker does not call this for "0")."""
     if mode == "kernel":
         warm_kernel(torch, device)
     elif mode == "steps":
         warm_steps()
     else:
-        raise ValueError(f"AUTOTUNE_WARM_TRITON: one of {MODES} or 0, not {mode!r}")
+        from .worker import WARM_MODES
+
+        raise ValueError(f"AUTOTUNE_WARM_TRITON: one of {WARM_MODES}, not {mode!r}")

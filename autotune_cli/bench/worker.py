@@ -364,7 +364,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
     if role == "measure" and device_type == "cuda":
-        mode = os.environ.get("AUTOTUNE_WARM_TRITON", "steps")  # checked by the executor
+        mode = warm_mode()  # the caller's, checked by the executor before it started this process
         if mode != "0":
             _warm_triton(runner, mode)
     while True:
