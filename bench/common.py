@@ -92,6 +92,32 @@ def lm_head_ours(kernel_dir: str):
     return a, b, ops, template.build(problem, params, kernel_dir)
 
 
+def lm_head_beside_inductor(scratch: str):
+    """What the lm_head scripts time side by side in one process (call after
+    `fresh_compile_caches`): the tuner's timer, the suite's lm_head operands, our call (as
+    `lm_head_ours`; `ours()` returns its output) and Inductor's max-autotune torch.mm, its
+    caches off, compiled here once: (timer, a, b, ops, ours, inductor)."""
+    import torch
+    import torch._inductor.config as config
+
+    config.force_disable_caches = True
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    a, b, ops, run = lm_head_ours(scratch)
+    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+    compiled(a, b)
+
+    def ours():
+        run(ops)
+        return ops.out
+
+    return timer, a, b, ops, ours, lambda: compiled(a, b)
+
+
+def relative_error(got, reference) -> float:
+    """‖got − reference‖ / ‖reference‖, in float64."""
+    return ((got.double() - reference).norm() / reference.norm()).item()
+
+
 def out_dir() -> Path:
     path = Path(os.environ.get("OUT", "bench_out"))
     path.mkdir(parents=True, exist_ok=True)

@@ -31,20 +31,13 @@ PITCH = 50264
 def main() -> None:
     scratch = fresh_compile_caches("lm-head-buffers-")
     import torch
-    import torch._inductor.config as config
 
-    from autotune_cli.bench.timing import CudaTimer
-    from autotune_cli.fingerprint import probe_device
     from autotune_cli.templates.row_copy import copy_rows
-    from bench.common import lm_head_ours, time_and_profile_cases
+    from bench.common import lm_head_beside_inductor, relative_error, time_and_profile_cases
 
-    config.force_disable_caches = True
-    timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a, b, ops, ours = lm_head_ours(scratch)
+    timer, a, b, ops, run_ours, inductor = lm_head_beside_inductor(scratch)
     out_wide = ops.out.as_strided((M, PITCH), (PITCH, 1))
     kept = torch.zeros(K, PITCH, device="cuda", dtype=torch.float16)
-    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
-    compiled(a, b)
 
     def new_b_callers_out():
         fresh = torch.empty(K, PITCH, device="cuda", dtype=torch.float16)
@@ -61,13 +54,9 @@ def main() -> None:
         copy_rows(kept[:, :N], b)
         return torch.mm(a, kept)[:, :N]
 
-    def run_ours():
-        ours(ops)
-        return ops.out
-
     cases = {
         "ours": run_ours,
-        "inductor": lambda: compiled(a, b),
+        "inductor": inductor,
         "new B, caller's out": new_b_callers_out,
         "new B, new out": new_b_new_out,
         "kept B, new out": kept_b_new_out,
@@ -76,8 +65,7 @@ def main() -> None:
     for name, fn in cases.items():
         got = fn()
         torch.cuda.synchronize()
-        error = ((got.double() - reference).norm() / reference.norm()).item()
-        print(f"{name}: relative error {error:.2e}", flush=True)
+        print(f"{name}: relative error {relative_error(got, reference):.2e}", flush=True)
     del reference
     time_and_profile_cases(cases, timer, width=22)
 

@@ -25,21 +25,14 @@ PITCH = 50264
 def main() -> None:
     scratch = fresh_compile_caches("lm-head-flat-")
     import torch
-    import torch._inductor.config as config
     import triton
 
-    from autotune_cli.bench.timing import CudaTimer
-    from autotune_cli.fingerprint import probe_device
     from autotune_cli.templates import row_copy
-    from bench.common import lm_head_ours, time_and_profile_cases
+    from bench.common import lm_head_beside_inductor, relative_error, time_and_profile_cases
 
-    config.force_disable_caches = True
-    timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a, b, ops, ours = lm_head_ours(scratch)
+    timer, a, b, ops, run_ours, inductor = lm_head_beside_inductor(scratch)
     out_wide = ops.out.as_strided((M, PITCH), (PITCH, 1))
     padded = torch.zeros(K, PITCH, device="cuda", dtype=torch.float16)
-    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
-    compiled(a, b)
     total = K * PITCH
 
     def flat():
@@ -55,18 +48,14 @@ def main() -> None:
         torch.mm(a, padded, out=out_wide)
         return ops.out
 
-    def run_ours():
-        ours(ops)
-        return ops.out
-
-    cases = {"ours (by row)": run_ours, "inductor": lambda: compiled(a, b), "flat 1024/4": flat,
+    cases = {"ours (by row)": run_ours, "inductor": inductor, "flat 1024/4": flat,
              "flat 2048/8": flat_2048}
     reference = a.double() @ b.double()
     for name, fn in cases.items():
         padded.fill_(float("nan"))
         got = fn()
         torch.cuda.synchronize()
-        error = ((got.double() - reference).norm() / reference.norm()).item()
+        error = relative_error(got, reference)
         print(f"{name}: relative error {error:.2e}, padding zero {not bool(padded[:, N:].any())}", flush=True)
     del reference
     time_and_profile_cases(cases, timer, width=16)

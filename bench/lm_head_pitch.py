@@ -29,19 +29,12 @@ PITCHES = (50264, 50272, 50304, 50432)
 def main() -> None:
     scratch = fresh_compile_caches("lm-head-pitch-")
     import torch
-    import torch._inductor.config as config
     import triton
 
-    from autotune_cli.bench.timing import CudaTimer
-    from autotune_cli.fingerprint import probe_device
     from autotune_cli.templates import row_copy
-    from bench.common import lm_head_ours, time_and_profile_cases
+    from bench.common import lm_head_beside_inductor, relative_error, time_and_profile_cases
 
-    config.force_disable_caches = True
-    timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a, b, ops, ours = lm_head_ours(scratch)
-    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
-    compiled(a, b)
+    timer, a, b, _, run_ours, inductor = lm_head_beside_inductor(scratch)
 
     def padded_case(pitch: int):
         padded = torch.zeros(K, pitch, device="cuda", dtype=torch.float16)
@@ -58,11 +51,7 @@ def main() -> None:
 
         return run, padded
 
-    def run_ours():
-        ours(ops)
-        return ops.out
-
-    cases = {"ours (template)": run_ours, "inductor": lambda: compiled(a, b)}
+    cases = {"ours (template)": run_ours, "inductor": inductor}
     buffers = {}
     for pitch in PITCHES:
         cases[f"flat {pitch}"], buffers[f"flat {pitch}"] = padded_case(pitch)
@@ -72,7 +61,7 @@ def main() -> None:
             buffers[name].fill_(float("nan"))
         got = fn()
         torch.cuda.synchronize()
-        error = ((got.double() - reference).norm() / reference.norm()).item()
+        error = relative_error(got, reference)
         padding = "" if name not in buffers else f", padding zero {not bool(buffers[name][:, N:].any())}"
         print(f"{name}: relative error {error:.2e}, stride {tuple(got.stride())}{padding}", flush=True)
     del reference

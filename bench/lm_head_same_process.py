@@ -26,38 +26,30 @@ _, N, K = LM_HEAD
 def main() -> None:
     scratch = fresh_compile_caches("lm-head-same-")
     import torch
-    import torch._inductor.config as config
     import torch.nn.functional as F
 
-    from autotune_cli.bench.timing import CudaTimer
-    from autotune_cli.fingerprint import probe_device
     from autotune_cli.templates.row_copy import copy_rows
-    from bench.common import lm_head_ours, time_and_profile_cases
+    from bench.common import lm_head_beside_inductor, relative_error, time_and_profile_cases
 
-    config.force_disable_caches = True
-    timer = CudaTimer(probe_device("cuda").l2_bytes)
-    a, b, ops, ours = lm_head_ours(scratch)
+    timer, a, b, _, run_ours, inductor = lm_head_beside_inductor(scratch)
     padded = torch.zeros(K, 50264, device="cuda", dtype=torch.float16)
-    compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
-    compiled(a, b)
 
     def copy_fresh_out():
         copy_rows(padded[:, :N], b)
         return torch.mm(a, padded)[:, :N]
 
     cases = {
-        "ours": lambda: ours(ops),
-        "inductor": lambda: compiled(a, b),
+        "ours": run_ours,
+        "inductor": inductor,
         "copy + fresh out": copy_fresh_out,
         "F.pad + mm": lambda: torch.mm(a, F.pad(b, (0, 50264 - N)))[:, :N],
     }
     reference = (a.double() @ b.double())
     for name, fn in cases.items():
         fn()
-        got = ops.out if name == "ours" else fn()
+        got = fn()
         torch.cuda.synchronize()
-        error = ((got.double() - reference).norm() / reference.norm()).item()
-        print(f"{name}: relative error {error:.2e}", flush=True)
+        print(f"{name}: relative error {relative_error(got, reference):.2e}", flush=True)
     time_and_profile_cases(cases, timer, width=18)
 
 
