@@ -103,7 +103,6 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    interpreter_budget: float = 30.0, budget: Optional[float] = None,
                    compile_workers: Optional[int] = None, gpus: Optional[str] = None,
                    executor: str = "local", ray_address: Optional[str] = None):
-    from .scale import parse_gpus
     from .settings import TuneSettings, default_cache_dir
 
     if workers is not None and workers < 1:
@@ -123,10 +122,19 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), force=force,
         seed=seed, plugins=tuple(plugin or ()), interpreter_budget_s=interpreter_budget,
         budget_s=budget, compile_workers=compile_workers,
-        # with Ray, all of the cluster's devices unless told otherwise
-        gpus=parse_gpus(gpus if gpus is not None else ("all" if executor == "ray" else "1")),
+        gpus=_gpu_count(gpus, executor),
         executor=executor, ray_address=ray_address,
     )
+
+
+def _gpu_count(gpus: Optional[str], executor: str) -> int:
+    """`--gpus`, or its default: 1, or with Ray all of the cluster's devices. (scale.py is
+    imported only when asked: it brings the tuner, which a cache hit does without.)"""
+    if gpus is None and executor == "local":
+        return 1
+    from .scale import parse_gpus
+
+    return parse_gpus(gpus if gpus is not None else "all")
 
 
 # Options shared by the tuning commands.
@@ -174,16 +182,14 @@ def mm(
     compile_workers: Optional[int] = CompileWorkersOpt,
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
-    from .bench.processes import prestart_workers
+    from .hits import cached
     from .problem import make_problem
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
-    from .tuner import Tuner
 
     # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu")
-    prestart_workers(likely_device(device))  # the workers' imports now run beside ours
     dev = resolve_device(device)
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
@@ -191,8 +197,15 @@ def mm(
                               plugin=plugin, interpreter_budget=interpreter_budget,
                               budget=budget, compile_workers=compile_workers)
     reporter = ProgressReporter(err, enabled=True)
-    with Tuner(settings, reporter) as tuner:
-        outcome = tuner.tune(problem)
+    # A hit is answered from the cache alone: no worker started, torch not imported.
+    outcome = cached(settings, problem, reporter)
+    if outcome is None:
+        from .bench.processes import prestart_workers
+        from .tuner import Tuner
+
+        prestart_workers(dev)  # the workers' imports run beside the choices being made
+        with Tuner(settings, reporter) as tuner:
+            outcome = tuner.tune(problem)
     if json_out:
         out.print(dumps(outcome_json(outcome)), markup=False)
     else:
@@ -382,12 +395,12 @@ from . import cli_cache  # noqa: E402,F401
 def run() -> None:
     """The `autotune` command: main(), then the forkserver is stopped (it holds the command's
     stdout and stderr open: bench/processes.stop_forkserver) before the process exits."""
-    from .bench.processes import stop_forkserver
-
     try:
         code = main()
     finally:
-        stop_forkserver()
+        processes = sys.modules.get("autotune_cli.bench.processes")
+        if processes is not None:  # not imported: no worker, no forkserver was started
+            processes.stop_forkserver()
     sys.exit(code)
 
 

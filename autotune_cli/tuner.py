@@ -7,22 +7,21 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 from . import __version__
 from .bench.executor import Executor, LocalExecutor
-from .cache import Cache, entry_key
+from .cache import Cache
 from .choices import ChoiceSet, get_choices
 from .errors import UserError
 from .fingerprint import DeviceInfo, Fingerprint, probe_device
+from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .results import Candidate, pick_winner
 from .search import SearchContext, get_strategy
 from .settings import TuneSettings
-from .templates import templates_for
 
 
 class TuneListener:
@@ -38,18 +37,6 @@ class TuneListener:
                        best: Candidate | None) -> None: ...
 
     def finished(self, outcome: "TuneOutcome") -> None: ...
-
-
-@dataclass(frozen=True)
-class TuneOutcome:
-    problem: GemmProblem
-    key: str
-    entry: dict[str, Any]
-    from_cache: bool
-
-    @property
-    def winner(self) -> dict | None:
-        return self.entry.get("winner")
 
 
 def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
@@ -181,8 +168,7 @@ class Tuner:
         return self._device
 
     def fingerprint(self, problem: GemmProblem) -> Fingerprint:
-        templates = {t.uid: t.source_hash() for t in templates_for(problem, self.settings.templates)}
-        return Fingerprint.of(self.device, templates)
+        return fingerprint_for(problem, self.device, self.settings.templates)
 
     def _emit_notices(self) -> None:
         while self.cache.notices:
@@ -191,17 +177,13 @@ class Tuner:
     def tune(self, problem: GemmProblem) -> TuneOutcome:
         if problem.device != self.settings.device:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
-        fingerprint = self.fingerprint(problem)
-        key = entry_key(problem.key(), fingerprint.digest())
-        stored = self.cache.get(key)
+        found = look_up(self.cache, problem, self.device, self.settings.templates)
         self._emit_notices()
-        # An entry without a winner (all failed, or an interrupted run) is tuned again.
-        entry = stored if stored is not None and stored.get("winner") is not None else None
-        if entry is not None and not self.settings.force:
-            self.listener.cache_hit(problem, entry)
-            outcome = TuneOutcome(problem, key, entry, from_cache=True)
-            self.listener.finished(outcome)
-            return outcome
+        fingerprint, key, stored, hit = found.fingerprint, found.key, found.stored, found.hit
+        if hit is not None and not self.settings.force:
+            self.listener.cache_hit(problem, hit.entry)
+            self.listener.finished(hit)
+            return hit
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()

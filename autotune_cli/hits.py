@@ -1,0 +1,81 @@
+"""A problem's cache lookup: its fingerprint on a device, its key, the entry stored there.
+
+The tuner looks up through this module, and so does a command before it starts anything:
+this module imports neither torch nor triton nor the tuning machinery (executor, choices,
+search), so that a cached problem is answered for the cost of reading the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .cache import Cache, entry_key
+from .fingerprint import DeviceInfo, Fingerprint, probe_device
+from .plugins import load_plugins
+from .problem import GemmProblem
+from .settings import TuneSettings
+from .templates import templates_for
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    problem: GemmProblem
+    key: str
+    entry: dict[str, Any]
+    from_cache: bool
+
+    @property
+    def winner(self) -> dict | None:
+        return self.entry.get("winner")
+
+
+def fingerprint_for(problem: GemmProblem, device: DeviceInfo,
+                    only: tuple[str, ...] | None = None) -> Fingerprint:
+    """The machine plus the source hash of every template that serves the problem (of those
+    in `only`, when given): change either and the cached winners of the problem expire."""
+    templates = {t.uid: t.source_hash() for t in templates_for(problem, only)}
+    return Fingerprint.of(device, templates)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    problem: GemmProblem
+    fingerprint: Fingerprint
+    key: str
+    stored: dict | None  # whatever is stored under the key: a winner, a failure, a partial run
+
+    @property
+    def hit(self) -> TuneOutcome | None:
+        """The outcome to answer with; an entry without a winner (all failed, or an
+        interrupted run) is no hit: it is tuned again (resumed)."""
+        if self.stored is None or self.stored.get("winner") is None:
+            return None
+        return TuneOutcome(self.problem, self.key, self.stored, from_cache=True)
+
+
+def look_up(cache, problem: GemmProblem, device: DeviceInfo,
+            only: tuple[str, ...] | None = None) -> Lookup:
+    """`cache`: anything with `get` (the cache file, or a Ray actor's entries)."""
+    fingerprint = fingerprint_for(problem, device, only)
+    key = entry_key(problem.key(), fingerprint.digest())
+    return Lookup(problem, fingerprint, key, cache.get(key))
+
+
+def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneOutcome | None:
+    """The cached outcome of `problem` under these settings, told to `listener` (a
+    TuneListener) as a hit, or None when it must be tuned (nothing usable stored, or
+    `settings.force`). Nothing is started: a command asks this before any worker."""
+    if settings.force:
+        return None
+    load_plugins(settings.plugins)
+    cache = Cache(settings.cache_dir)
+    found = look_up(cache, problem, probe_device(settings.device), settings.templates)
+    if listener is not None:
+        while cache.notices:
+            listener.notice(cache.notices.pop(0))
+    outcome = found.hit
+    if outcome is not None and listener is not None:
+        listener.cache_hit(problem, outcome.entry)
+        listener.finished(outcome)
+    return outcome
