@@ -1,4 +1,4 @@
-"""Decode (M <= 16) against what the H200 can read: issue 7's "within 1.5x of the HBM floor".
+"""Decode (M <= 16) against what the GPU can read: how far each kernel is from the HBM floor.
 
 For each decode shape, in one process with the tuner's timer and policy (bench/common.py):
   - torch.mm (cuBLAS), the anchor;
@@ -7,7 +7,7 @@ For each decode shape, in one process with the tuner's timer and policy (bench/c
   - a read-only Triton kernel over B alone (each program sums a contiguous share of B into one
     float), at several program counts and block sizes: no matmul, only B's bytes read once.
     Its best time is what any kernel that must read B takes here, and so the practical
-    floor; "x floor" divides by bytes / 4.3 TB/s, the issue's floor.
+    floor; "x floor" divides by bytes / 4.3 TB/s (the H200's HBM bandwidth).
 
 PYTHONPATH=. python3 bench/decode_roofline.py [--only 16x4096x4096]
 Writes $OUT/decode_roofline.json (or bench_out/).

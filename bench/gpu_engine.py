@@ -1,4 +1,4 @@
-"""Issue 6's GPU benchmark: the engine against Inductor's max-autotune, cold, same GPU.
+"""Tuning time: the engine against Inductor's max-autotune, cold, same GPU.
 
 Per problem: our default search cold (fresh Triton cache), Inductor max-autotune cold (in
 its own process, caches off), both winners timed beside torch.mm; then an exhaustive

@@ -1,4 +1,4 @@
-"""Issue 7's suite: LLM prefill and decode shapes, odd sizes, square sizes, fp16/bf16/fp32,
+"""The kernel suite: LLM prefill and decode shapes, odd sizes, square sizes, fp16/bf16/fp32,
 bmm and addmm. Per shape: torch.mm, Inductor max-autotune's pick and ours, each timed by the
 same method (events + L2 flush, or CUDA graph over rotating copies for tiny problems).
 Ours and torch.mm are timed side by side in this process; Inductor's pick beside its own

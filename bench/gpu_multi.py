@@ -1,8 +1,8 @@
-"""Issue 8's benchmark: `autotune model` on one GPU against two GPUs of the same host.
+"""Two GPUs: `autotune model` on one GPU against two GPUs of the same host.
 
-A model of linear layers of distinct shapes (eight distinct problems by default, the issue's
-minimum; --problems N for a larger model; bf16) is saved with torch.export and tuned cold twice, each time with a fresh cache: `--gpus 1`, then
-`--gpus 2`. Reported: the wall time of each run (the whole command: start-up, extraction,
+A model of linear layers of distinct shapes (eight distinct problems by default;
+--problems N for a larger model; bf16) is saved with torch.export and tuned cold twice,
+each time with a fresh cache: `--gpus 1`, then `--gpus 2`. Reported: the wall time of each run (the whole command: start-up, extraction,
 tuning), the speed-up, which GPU tuned which problem, and whether the two runs picked the
 same winners (and how far apart their times are where they did not).
 
@@ -137,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", type=int, default=256, help="tokens: M of every problem")
     parser.add_argument("--problems", type=int, default=len(OUT_FEATURES),
-                        help="distinct problems in the model (8: the issue's minimum; more: a larger model)")
+                        help="distinct problems in the model (default 8; more: a larger model)")
     parser.add_argument("--budget", type=float, default=None, help="--budget per problem (s)")
     parser.add_argument("--templates", default=None, help="--templates for both runs")
     parser.add_argument("--triton-cache", choices=("cold", "warm"), default="cold",

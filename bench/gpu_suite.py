@@ -1,4 +1,4 @@
-"""Issue 2's GPU benchmark: tune three problems cold and compare each winner with torch.mm
+"""Three problems: tune three problems cold and compare each winner with torch.mm
 measured in the same process by the same timer (CUDA events, L2 flushed, median).
 
 Run on a GPU machine:  PYTHONPATH=. python3 bench/gpu_suite.py [--search exhaustive]
