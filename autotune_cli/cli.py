@@ -69,14 +69,14 @@ def driver_present() -> bool:
     return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
 
 
-def gpu_present() -> bool:
+def gpu_present(remembered_in: Optional[Path] = None) -> bool:
     """Cheap check first (no driver files: no GPU), then ask the driver (or torch, where the
-    driver cannot be read)."""
+    driver cannot be read); `remembered_in`: where its answers may be remembered."""
     if not driver_present():
         return False
     from .fingerprint import cuda_device_count
 
-    return cuda_device_count() > 0
+    return cuda_device_count(remembered_in) > 0
 
 
 def likely_device(device: Optional[Device]) -> str:
@@ -86,10 +86,10 @@ def likely_device(device: Optional[Device]) -> str:
     return "cuda" if driver_present() else "cpu"
 
 
-def resolve_device(device: Optional[Device]) -> str:
+def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = None) -> str:
     if device is not None:
         return device.value
-    if gpu_present():
+    if gpu_present(remembered_in):
         return "cuda"
     err.print("note: no GPU found; running on the CPU through Triton's interpreter "
               "(--device cpu). Timings there only rank kernels for the interpreter.")
@@ -190,7 +190,9 @@ def mm(
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu")
-    dev = resolve_device(device)
+    from .settings import default_cache_dir
+
+    dev = resolve_device(device, remembered_in=cache_dir or default_cache_dir())
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,

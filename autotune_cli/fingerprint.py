@@ -13,6 +13,7 @@ import json
 import platform
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from .cuda_probe import DriverReport, driver_version, read_devices
@@ -63,9 +64,31 @@ def _driver_report() -> DriverReport | None:
     return read_devices()
 
 
-def cuda_device_count() -> int:
-    """How many GPUs torch would see, asked of the driver (no torch import), else of torch."""
+@functools.lru_cache(maxsize=None)
+def _remembered_report(directory: str) -> DriverReport | None:
+    """The driver's report as remembered in `directory` under the GPUs' signature
+    (gpu_memo.py: no cuInit), else read from the driver and remembered there."""
+    from .gpu_memo import gpu_signature, recall, remember
+
+    signature = gpu_signature()
+    if signature is not None:
+        found = recall(Path(directory), signature)
+        if found is not None:
+            return found
     report = _driver_report()
+    if report is not None and signature is not None:
+        remember(Path(directory), signature, report)
+    return report
+
+
+def _report(remembered_in: Path | None) -> DriverReport | None:
+    return _driver_report() if remembered_in is None else _remembered_report(str(remembered_in))
+
+
+def cuda_device_count(remembered_in: Path | None = None) -> int:
+    """How many GPUs torch would see, asked of the driver (no torch import), else of torch.
+    `remembered_in`: a folder where the driver's answers may be remembered (gpu_memo.py)."""
+    report = _report(remembered_in)
     if report is not None:
         return len(report.devices)
     import torch
@@ -73,13 +96,15 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def probe_device(device_type: str, index: int = 0, via: str = "driver") -> DeviceInfo:
+def probe_device(device_type: str, index: int = 0, via: str = "driver",
+                 remembered_in: Path | None = None) -> DeviceInfo:
     """Read the device's identity and limits. CPU needs no torch import; a GPU is read from
     the driver (cuda_probe.py: milliseconds, no torch import), or from torch when the driver
-    cannot be read or `via="torch"` (the GPU tests compare the two)."""
+    cannot be read or `via="torch"` (the GPU tests compare the two). `remembered_in`: a
+    folder where the driver's answers may be remembered between commands (gpu_memo.py)."""
     if device_type == "cpu":
         return DeviceInfo(device_type="cpu", name=_cpu_name(), runtime="triton-interpreter")
-    report = _driver_report() if via == "driver" else None
+    report = _report(remembered_in) if via == "driver" else None
     if report is not None:
         if not report.devices:
             raise UserError("--device cuda: no CUDA GPU is visible (use --device cpu)")

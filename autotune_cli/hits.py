@@ -70,7 +70,9 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
         return None
     load_plugins(settings.plugins)
     cache = Cache(settings.cache_dir)
-    found = look_up(cache, problem, probe_device(settings.device), settings.templates)
+    # On a GPU, the driver's answers as remembered beside the cache: no cuInit (gpu_memo.py).
+    device = probe_device(settings.device, remembered_in=settings.cache_dir)
+    found = look_up(cache, problem, device, settings.templates)
     if listener is not None:
         while cache.notices:
             listener.notice(cache.notices.pop(0))
