@@ -15,6 +15,12 @@ JSON has no NaN or infinity, so a non-finite number in an entry being stored (a 
 error of inf when it wrote NaN) is stored as null. A cache folder that cannot be read or
 written at all raises CacheUnavailable, a UserError: one line, exit 2.
 
+Only a regular file is read (a FIFO would block, /dev/zero would never end), and at most
+MAX_FILE_BYTES of it; nesting deeper than MAX_DEPTH is damage (no entry we write is more than a
+few levels deep, and deeper documents overflow the recursion of the code that walks them).
+A cache file that is a symbolic link is written through it: the new file replaces the link's
+target, in the target's folder, where the lock is taken too, so the link stays a link.
+
 Schema 0 is the unversioned layout: {"entries": {problem key: entry}}, no "schema" field,
 entries keyed by the problem key alone and without "fingerprint_digest" and "machine". No
 released autotune wrote it; this module defines it so that such a file is brought forward
@@ -38,6 +44,7 @@ import json
 import math
 import numbers
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +56,8 @@ SCHEMA = 1
 CACHE_FILE = "autotune-cache.json"
 LOCK_FILE = ".autotune-cache.lock"
 TMP_PREFIX, TMP_SUFFIX = ".autotune-cache.", ".tmp"
+MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
+MAX_DEPTH = 64  # containers within containers: our own entries need fewer than ten
 
 
 def entry_key(problem_key: str, fingerprint_digest: str) -> str:
@@ -61,7 +70,50 @@ class DamagedCache(ValueError):
 
 class CacheUnavailable(UserError):
     """The cache folder or file cannot be read or written at all (a permission, a file
-    where the folder should be, a full disk)."""
+    where the folder should be, a full disk, a FIFO or a device in the file's place)."""
+
+
+class NotAFile(OSError):
+    """What was to be read is not a regular file, or is larger than we read."""
+
+
+def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of `path`, following symbolic links, if it is a regular file of at most
+    `limit` bytes (default MAX_FILE_BYTES); NotAFile otherwise (OSError as open raises it).
+    Opened non-blocking, so a FIFO is refused rather than waited on."""
+    limit = MAX_FILE_BYTES if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise NotAFile(f"{path} is {info.st_size} bytes, more than the {limit} read")
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # grew while being read
+                raise NotAFile(f"{path} is more than the {limit} bytes read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether containers nest deeper than `limit` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _show(value: Any) -> str:
@@ -204,6 +256,7 @@ def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
     except ValueError:  # an integer of more digits than Python converts
         raise DamagedCache("not valid JSON (a number too long to read)") from None
     _require(isinstance(document, dict), "the top level is not an object")
+    _require(not _too_deep(document), f"nested more than {MAX_DEPTH} deep")
     if "schema" not in document and "entries" in document:
         schema, migrated_from = 0, 0
     else:
@@ -230,10 +283,20 @@ def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
 
 class Cache:
     def __init__(self, directory: str | os.PathLike) -> None:
+        if not str(os.fspath(directory)).strip():  # Path("") would be the current directory
+            raise CacheUnavailable("the cache folder is an empty path; give a folder")
         self.directory = Path(directory)
         self.path = self.directory / CACHE_FILE
-        self.lock_path = self.directory / LOCK_FILE
         self.notices: list[str] = []  # what the user must be told (a file moved aside, …)
+
+    def _target(self) -> Path:
+        """The file written: the cache file, or the file it is a symbolic link to (a link
+        stays a link). Its folder holds the lock and the temporary files."""
+        return Path(os.path.realpath(self.path))
+
+    @property
+    def lock_path(self) -> Path:
+        return self._target().parent / LOCK_FILE
 
     def _parse(self, text: str) -> dict[str, dict]:
         """The entries of a cache document's text (migrated in memory where it is older);
@@ -257,9 +320,11 @@ class Cache:
 
     def _read_bytes(self) -> bytes | None:
         try:
-            return self.path.read_bytes()
+            return read_regular_file(self.path)
         except FileNotFoundError:
             return None
+        except NotAFile as exc:
+            raise CacheUnavailable(f"cannot read the cache: {exc}") from None
         except OSError as exc:
             raise _unavailable("read", self.path, exc) from None
 
@@ -288,17 +353,18 @@ class Cache:
 
     def _unused_name(self, name: str) -> Path:
         """A path in the cache folder that does not exist yet (call under the lock)."""
-        target, n = self.directory / name, 0
+        folder = self._target().parent
+        target, n = folder / name, 0
         while target.exists() or target.is_symlink():
             n += 1
-            target = self.directory / f"{name}.{n}"
+            target = folder / f"{name}.{n}"
         return target
 
     def _move_aside(self, reason: str) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = self._unused_name(f"{CACHE_FILE}.damaged-{stamp}-{os.getpid()}")
         try:
-            os.replace(self.path, target)
+            os.replace(self._target(), target)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -309,26 +375,27 @@ class Cache:
 
     def _remove_stale_temporaries(self) -> None:
         """Call under the lock: a temporary file present now was left by a killed writer."""
-        for stale in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
+        for stale in self._target().parent.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
             with contextlib.suppress(OSError):
                 stale.unlink()
 
     def _write_unlocked(self, entries: dict[str, dict]) -> None:
         self._remove_stale_temporaries()
         document = {"schema": SCHEMA, "entries": dict(sorted(entries.items()))}
+        target = self._target()
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
         except OSError as exc:
-            raise _unavailable("write", self.directory, exc) from None
+            raise _unavailable("write", target.parent, exc) from None
         try:
             with contextlib.suppress(FileNotFoundError):  # keep a mode the user gave the file
-                os.fchmod(fd, self.path.stat().st_mode & 0o7777)
+                os.fchmod(fd, target.stat().st_mode & 0o7777)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(document, handle, indent=1, allow_nan=False)
                 handle.write("\n")
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, target)
         except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -336,7 +403,7 @@ class Cache:
                 raise _unavailable("write", self.path, exc) from None
             raise
         with contextlib.suppress(OSError):
-            dir_fd = os.open(self.directory, os.O_RDONLY)
+            dir_fd = os.open(target.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
@@ -366,14 +433,24 @@ class Cache:
 
     def update(self, entries: dict[str, dict]) -> None:
         """Merge entries into the file (theirs replace ours for the same key)."""
-        clean = {}
-        for key, entry in entries.items():
-            clean[key] = _json_value(entry, f"entry {_show(key)}")
-            validate_entry(key, clean[key])
+        self.merge(lambda current: entries)
+
+    def merge(self, change: Callable[[dict[str, dict]], dict[str, dict]]) -> dict[str, dict]:
+        """Under the lock: `change(entries on disk now)` returns the entries to write (each
+        replaces ours under its key), which are written if there are any; returns them. A
+        decision that depends on what is stored (keep the later of two) is made here, so that
+        no writer can come in between the look and the write."""
         with self.locked():
             current = self._read_unlocked()
-            current.update(clean)
-            self._write_unlocked(current)
+            writes = change(dict(current))
+            clean = {}
+            for key, entry in writes.items():
+                clean[key] = _json_value(entry, f"entry {_show(key)}")
+                validate_entry(key, clean[key])
+            if clean:
+                current.update(clean)
+                self._write_unlocked(current)
+            return writes
 
     def remove(self, predicate: Callable[[str, dict], bool]) -> int:
         with self.locked():

@@ -144,7 +144,15 @@ SpaceOpt = typer.Option(None, "--space", help="JSON file of Triton configs to tr
 TemplatesOpt = typer.Option(None, "--templates", help="Comma-separated uids or backends, e.g. aten or triton::mm.")
 WorkersOpt = typer.Option(None, "--workers", help="Benchmark worker processes (default: 1 per GPU, or per CPU core).")
 TimeoutOpt = typer.Option(120.0, "--timeout", help="Seconds one candidate may take before it is killed.")
-CacheDirOpt = typer.Option(None, "--cache-dir", help="Cache folder (default: $AUTOTUNE_CACHE_DIR or the user cache dir).")
+def _cache_dir_arg(text: str) -> Path:
+    """--cache-dir as given: an empty one would be the current directory (Path("") is ".")."""
+    if not text.strip():
+        raise typer.BadParameter("an empty path; give a folder")
+    return Path(text)
+
+
+CacheDirOpt = typer.Option(None, "--cache-dir", parser=_cache_dir_arg,
+                           help="Cache folder (default: $AUTOTUNE_CACHE_DIR or the user cache dir).")
 ForceOpt = typer.Option(False, "--force", help="Re-tune even if the cache has a winner.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
 PluginOpt = typer.Option(None, "--plugin", help="A module or .py file that registers more templates (repeatable).")

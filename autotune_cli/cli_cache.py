@@ -107,14 +107,16 @@ class ImportPlan:
 def read_export(path: Path) -> dict:
     """The entries of an export (or of another machine's cache file), checked and migrated
     as a cache file is. Any problem is a UserError naming the file."""
-    from .cache import DamagedCache, parse_document
+    from .cache import DamagedCache, NotAFile, parse_document, read_regular_file
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")
     if path.is_dir():
         raise UserError(f"import file {path} is a directory")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_file(path).decode("utf-8")
+    except NotAFile as exc:
+        raise UserError(f"cannot import: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
     try:
@@ -365,14 +367,21 @@ def cache_import(
     """Merge another machine's entries into this cache (a later tuning replaces an earlier one)."""
     cache = open_cache(cache_dir)
     theirs = read_export(path)
-    plan = plan_import(cache.load(), theirs)
+    if dry_run:
+        plan = plan_import(cache.load(), theirs)
+    else:  # planned against the file as it is under the lock: a tune's newer entry stays
+        plans: list[ImportPlan] = []
+
+        def planned_writes(current: dict) -> dict:
+            plans.append(plan_import(current, theirs))
+            return plans[-1].writes
+
+        cache.merge(planned_writes)
+        plan = plans[-1]
     print_notices(cache)
     for key, why in plan.skipped:
         if why != "already here":
             err.print(f"skipped {key}: {why}", markup=False)
-    if plan.writes and not dry_run:
-        cache.update(plan.writes)
-        print_notices(cache)
     verb = "would import" if dry_run else "imported"
     err.print(f"{verb} {len(plan.imported)}, replaced {len(plan.replaced)}, skipped "
               f"{len(plan.skipped)} of {len(theirs)} entries from {path}", markup=False)

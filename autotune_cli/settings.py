@@ -9,7 +9,11 @@ from pathlib import Path
 
 def default_cache_dir() -> Path:
     override = os.environ.get("AUTOTUNE_CACHE_DIR")
-    if override:
+    if override is not None:
+        if not override.strip():  # Path("") is the current directory: never meant
+            from .errors import UserError
+
+            raise UserError("AUTOTUNE_CACHE_DIR is set but empty; unset it or name a folder")
         return Path(override).expanduser()
     import platformdirs
 

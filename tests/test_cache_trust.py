@@ -1,0 +1,199 @@
+"""The cache's files as a hostile or careless user leaves them: FIFOs, devices, symbolic
+links, deep nesting, empty folder names, and an import racing a tune of the same key."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import autotune_cli.cache as cache_module
+from autotune_cli.cache import CACHE_FILE, Cache, CacheUnavailable
+from helpers_cache_writer import make_entry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("autotune: error:"), err
+    return lines[0]
+
+
+def run_cli(*args, cwd=None, env=None, memory=2 * 2**30):
+    """The CLI in its own process, bounded in time and memory: a regression that waits on a
+    FIFO or reads /dev/zero fails the test instead of stalling or starving the machine."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return subprocess.run([sys.executable, "-m", "autotune_cli", *map(str, args)], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          capture_output=True, text=True, timeout=60, preexec_fn=limit)
+
+
+# -- files that are not regular files ---------------------------------------------------------
+
+def test_fifo_as_cache_file_is_refused_in_one_line(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.mkfifo(folder / CACHE_FILE)
+    proc = run_cli("cache", "show", "--cache-dir", folder)
+    assert proc.returncode == 2
+    assert "not a regular file" in one_error_line(proc.stderr)
+    with pytest.raises(CacheUnavailable, match="not a regular file"):
+        Cache(folder).load()
+
+
+def test_cache_linked_to_dev_zero_is_refused_without_reading_it(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / CACHE_FILE).symlink_to("/dev/zero")
+    proc = run_cli("cache", "show", "--cache-dir", folder)
+    assert proc.returncode == 2
+    assert "not a regular file" in one_error_line(proc.stderr)
+
+
+def test_fifo_as_import_file_is_refused_in_one_line(tmp_path):
+    fifo = tmp_path / "export.json"
+    os.mkfifo(fifo)
+    proc = run_cli("cache", "import", fifo, "--cache-dir", tmp_path / "cache")
+    assert proc.returncode == 2
+    assert "not a regular file" in one_error_line(proc.stderr)
+    assert not (tmp_path / "cache" / CACHE_FILE).exists()
+
+
+def test_file_larger_than_the_cap_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    Cache(folder).put("mm/a@stress", make_entry())
+    size = (folder / CACHE_FILE).stat().st_size
+    monkeypatch.setattr(cache_module, "MAX_FILE_BYTES", size - 1)
+    with pytest.raises(CacheUnavailable, match=f"more than the {size - 1}"):
+        Cache(folder).load()
+    assert (folder / CACHE_FILE).stat().st_size == size  # refused, not moved aside or cut
+
+
+# -- nesting ----------------------------------------------------------------------------------
+
+def nested(depth: int):
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_deeply_nested_import_is_one_line_exit_2(cli, tmp_path):
+    entry = make_entry()
+    entry["extra"] = nested(900)
+    export = tmp_path / "deep.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {"mm/m64n8k8/float16/nn@" + "f" * 16: entry}}))
+    code, out, err = cli("cache", "import", export, "--cache-dir", tmp_path / "cache")
+    assert code == 2 and out == ""
+    assert "nested more than" in one_error_line(err)
+    assert not (tmp_path / "cache" / CACHE_FILE).exists()
+
+
+def test_deeply_nested_cache_file_is_moved_aside(tmp_path):
+    folder = tmp_path / "cache"
+    entry = make_entry()
+    entry["extra"] = nested(900)
+    folder.mkdir()
+    (folder / CACHE_FILE).write_text(json.dumps({"schema": 1, "entries": {"k@f": entry}}))
+    cache = Cache(folder)
+    assert cache.load() == {}
+    assert any("nested more than" in notice for notice in cache.notices)
+    cache.put("mm/b@stress", make_entry())  # and the cache works on
+    assert list(Cache(folder).load()) == ["mm/b@stress"]
+
+
+# -- symbolic links and empty folder names ------------------------------------------------------
+
+def test_symlinked_cache_is_written_through_to_its_target(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    Cache(shared).put("mm/a@stress", make_entry(m=1))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    link = folder / CACHE_FILE
+    link.symlink_to(shared / CACHE_FILE)
+    Cache(folder).put("mm/b@stress", make_entry(m=2))
+    assert link.is_symlink() and os.readlink(link) == str(shared / CACHE_FILE)
+    assert set(Cache(shared).load()) == {"mm/a@stress", "mm/b@stress"}
+    # the lock and the temporary files are the target's folder's, shared with its writers
+    assert (shared / cache_module.LOCK_FILE).exists()
+    assert not list(folder.glob(f"{cache_module.TMP_PREFIX}*"))
+
+
+def test_dangling_symlinked_cache_creates_its_target(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    target = tmp_path / "elsewhere.json"
+    (folder / CACHE_FILE).symlink_to(target)
+    Cache(folder).put("mm/a@stress", make_entry())
+    assert (folder / CACHE_FILE).is_symlink() and target.is_file()
+    assert list(Cache(folder).load()) == ["mm/a@stress"]
+
+
+def test_empty_cache_dir_is_refused_and_nothing_is_written(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {"mm/m64n8k8/float16/nn@" + "f" * 16: make_entry()}}))
+    proc = run_cli("cache", "import", export, "--cache-dir", "", cwd=work)
+    assert proc.returncode == 2
+    assert "--cache-dir" in one_error_line(proc.stderr)
+    proc = run_cli("cache", "show", cwd=work, env={"AUTOTUNE_CACHE_DIR": ""})
+    assert proc.returncode == 2
+    assert "AUTOTUNE_CACHE_DIR" in one_error_line(proc.stderr)
+    assert list(work.iterdir()) == []
+    with pytest.raises(CacheUnavailable, match="empty"):
+        Cache("")
+
+
+# -- an import beside a tune of the same key --------------------------------------------------
+
+def test_import_plans_under_the_lock_against_what_is_on_disk(tmp_path, monkeypatch, capsys):
+    """The import takes the lock before it looks at the cache: a newer entry that a tune
+    writes while the import waits for the lock is kept, not replaced by the older import.
+    The test holds the lock, lets the import reach it, then writes the tune's entry."""
+    from autotune_cli.cli import main
+
+    key = "mm/m64n8k8/float16/nn@" + "f" * 16
+    folder = tmp_path / "cache"
+    Cache(folder).put(key, make_entry(tuned_at="2026-11-01T00:00:00+00:00"))
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: make_entry(tuned_at="2026-11-10T00:00:00+00:00")}}))
+
+    waiting = threading.Event()
+    real = cache_module.fcntl
+
+    class Flock:  # signals when the importing thread asks for the lock
+        LOCK_EX, LOCK_UN = real.LOCK_EX, real.LOCK_UN
+
+        @staticmethod
+        def flock(fd, op):
+            if op == real.LOCK_EX and threading.current_thread().name == "importer":
+                waiting.set()
+            return real.flock(fd, op)
+
+    monkeypatch.setattr(cache_module, "fcntl", Flock)
+    codes = []
+    tuner_cache = Cache(folder)
+    with tuner_cache.locked():
+        importer = threading.Thread(name="importer", target=lambda: codes.append(
+            main(["cache", "import", str(export), "--cache-dir", str(folder)])))
+        importer.start()
+        assert waiting.wait(60)
+        entries = tuner_cache._read_unlocked()
+        entries[key] = make_entry(tuned_at="2026-11-20T00:00:00+00:00")  # the tune's, newest
+        tuner_cache._write_unlocked(entries)
+    importer.join(60)
+    assert codes == [0]
+    assert Cache(folder).load()[key]["tuned_at"] == "2026-11-20T00:00:00+00:00"
+    assert "imported 0, replaced 0, skipped 1 of 1" in capsys.readouterr().err
