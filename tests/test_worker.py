@@ -19,7 +19,7 @@ from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import get_template
 from conftest import INTERPRETING, PLUGINS
 
-PLANTED = tuple(str(PLUGINS / name) for name in ("faulty.py", "corrupting.py", "broken.py"))
+PLANTED = tuple(str(PLUGINS / name) for name in ("faulty.py", "corrupting.py", "broken.py", "treacherous.py"))
 FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
 PROBLEM = make_problem(m=32, n=32, k=32, device="cpu", dtype="float32")
 
@@ -96,6 +96,18 @@ def test_a_correct_candidate_after_one_that_spoiled_the_inputs_is_still_ok(runne
     after = run(runner, tmp_path, "aten::mm")
     assert after["status"] == "ok" and "recheck" not in after["phases"]
     assert runner.made["operands"] == 2
+
+
+@pytest.mark.parametrize("uid", ["test::first_only", "test::garbage_after", "test::every_other",
+                                 "test::rebinds_out"])
+def test_a_candidate_right_only_at_its_first_call_is_wrong(runner, tmp_path, uid):
+    """The timed runs are verified too, on the output the caller owns: a kernel that writes
+    nothing, garbage, or garbage every other call after its first, or that writes its own
+    tensor in place of the caller's, is a wrong result."""
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    payload = run(runner, tmp_path, uid)
+    assert payload["status"] == "wrong_result", payload
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
 
 
 def test_a_wrong_candidate_stays_wrong_on_fresh_inputs_and_drops_them(runner, tmp_path):

@@ -33,13 +33,18 @@ def summarize(samples_ms: list[float], mode: str = "events") -> Timing:
     return Timing(statistics.median(ordered), quantile(0.2), quantile(0.8), len(ordered), mode)
 
 
-def time_cpu(fn: Callable[[], None], policy: TimingPolicy) -> Timing:
-    """perf_counter around each run; runs until the budget or max_runs is spent."""
+def time_cpu(fn: Callable[[], None], policy: TimingPolicy,
+             reset: Callable[[], None] | None = None) -> Timing:
+    """perf_counter around each run; runs until the budget or max_runs is spent. `reset`
+    (the output's NaN fill) is called before every timed run, outside the clock: which run
+    is the last is known only after it, and the caller checks the last one's output."""
     for _ in range(policy.warmup):
         fn()
     samples: list[float] = []
     spent = 0.0
     while len(samples) < policy.max_runs:
+        if reset is not None:
+            reset()
         start = time.perf_counter()
         fn()
         elapsed = (time.perf_counter() - start) * 1e3
@@ -152,7 +157,10 @@ class CudaTimer:
         torch.cuda.synchronize()
         return max(start.elapsed_time(end) / 3, 1e-4)
 
-    def __call__(self, fn: Callable[[], None], policy: TimingPolicy) -> Timing:
+    def __call__(self, fn: Callable[[], None], policy: TimingPolicy,
+                 reset: Callable[[], None] | None = None) -> Timing:
+        """`reset` (the output's NaN fill) is queued before the last timed run, outside its
+        events and before its L2 flush: the caller checks that run's output."""
         torch = self.torch
         estimate = self.estimate_ms(fn, policy.warmup)
         if self.warmer.warm(fn, estimate):  # the estimate was taken on cold clocks: again
@@ -161,6 +169,8 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         for i in range(runs):
+            if reset is not None and i == runs - 1:
+                reset()
             if policy.flush_l2:
                 self.flush_buffer.zero_()
             if self.spin is not None:
@@ -172,12 +182,12 @@ class CudaTimer:
         self.warmer.busy()
         return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], "events")
 
-    def measure(self, run, ops, policy: TimingPolicy) -> Timing:
+    def measure(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None) -> Timing:
         if policy.mode == "graph":
-            return self.graph(run, ops, policy)
-        return self(lambda: run(ops), policy)
+            return self.graph(run, ops, policy, reset)
+        return self(lambda: run(ops), policy, reset)
 
-    def graph(self, run, ops, policy: TimingPolicy) -> Timing:
+    def graph(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None) -> Timing:
         torch = self.torch
         copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(_operand_bytes(ops), 1))))
         sets = [ops] + [_clone_operands(ops) for _ in range(copies - 1)]
@@ -207,6 +217,8 @@ class CudaTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
         for i in range(replays):
+            if reset is not None and i == replays - 1:  # the last replay writes it anew
+                reset()
             starts[i].record()
             graph.replay()
             ends[i].record()

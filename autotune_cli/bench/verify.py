@@ -78,7 +78,13 @@ def reference(problem: GemmProblem, ops: Operands):
 def poison(ops: Operands) -> None:
     """Fill the output with NaN so that an element the kernel never writes is caught (the
     [M, N] view: a padded row's padding is the kernel's to use, never checked)."""
-    ops.out.fill_(float("nan"))
+    poison_tensor(ops.out)
+
+
+def poison_tensor(out) -> None:
+    """`poison` for an output tensor held apart from its Operands (a kernel may rebind the
+    field: the tensor the caller owns is the one reset and checked)."""
+    out.fill_(float("nan"))
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,10 @@ class CandidateRunner:
     - whatever does not end OK (an exception, a wrong result) after the inputs were handed
       to the kernel drops the kept inputs, so the next candidate starts on fresh ones.
     Each candidate gets its own `Operands` around the kept tensors, so a runnable that
-    rebinds a field of its `Operands` changes nothing for the next one.
+    rebinds a field of its `Operands` changes nothing for the next one; what is checked is
+    the output tensor handed in, never what the field points at afterwards. Verified: the
+    first launch, the last timed run (its output NaN-filled before it) and one launch after
+    the timing (NaN-filled again), so a kernel right only at its first call never passes.
     """
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
@@ -208,7 +211,7 @@ class CandidateRunner:
         return payload, fatal
 
     def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        from ..bench.verify import check
+        from ..bench.verify import check, poison_tensor
         from ..problem import GemmProblem
         from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
@@ -261,40 +264,61 @@ class CandidateRunner:
         if failure:
             return failure
         ops, ref, reused = made
+        out = ops.out  # the tensor the caller owns: checked, whatever the kernel rebinds
         lap("inputs")  # ~0 when the inputs were kept: only the NaN fill
         failure = launch(ops)
         if failure:
             return failure
         compile_s = time.perf_counter() - started
         lap("first_run")
-        verdict = check(problem, ops.out, ref)
+        verdict = check(problem, out, ref)
         lap("check")
         if not verdict.ok and reused:
             # An earlier candidate may have corrupted the kept inputs: once more on fresh
             # ones, and only this verdict counts (see the class docstring).
-            del ops, ref, made  # nothing holds the kept tensors before the fresh ones are made
+            del ops, ref, made, out  # nothing holds the kept tensors before the fresh ones are made
             self.drop_inputs()
             made, failure = prepare()
             if failure:
                 return failure
             ops, ref, _ = made
+            out = ops.out
             failure = launch(ops)
             if failure:
                 return failure
-            verdict = check(problem, ops.out, ref)
+            verdict = check(problem, out, ref)
             lap("recheck")  # fresh inputs, a launch and a check: only when it happened
         if not verdict.ok:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
         policy = TimingPolicy(**task["timing"])
+
+        def reset() -> None:  # the timers call it before the last timed run, outside the clock
+            poison_tensor(out)
+
         try:
             if self.device_type == "cuda":
-                timing = self.timer.measure(runnable, ops, policy)
+                timing = self.timer.measure(runnable, ops, policy, reset=reset)
             else:
-                timing = self.timer(lambda: runnable(ops), policy)
+                timing = self.timer(lambda: runnable(ops), policy, reset=reset)
+            self.sync()
         except Exception as exc:
             return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
         lap("timing")
+        # A kernel right at its first call only may not win: the last timed run's output (reset
+        # before it) is checked like the first, then one more run's after a reset of its own
+        # (two consecutive calls: a kernel wrong every other call is caught either way).
+        verdict = check(problem, out, ref)
+        if verdict.ok:
+            poison_tensor(out)
+            failure = launch(ops)
+            if failure:
+                return failure
+            verdict = check(problem, out, ref)
+        lap("timed_check")
+        if not verdict.ok:
+            return result(WRONG_RESULT, error="after the timed runs: " + verdict.reason,
+                          max_rel_error=verdict.rel_error, compile_s=compile_s), False
         return result(OK, phases=phases, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
                       runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
                       timing=timing.mode), False

@@ -1,6 +1,7 @@
 """Planted templates for tests of the inputs the timing worker keeps between candidates:
 `test::corrupt_after` writes the right product and then spoils its inputs in place (as a
-kernel writing out of bounds into them would), `test::corrupt_before` spoils them first and
+kernel writing out of bounds into them would; each later call writes that first product
+again), `test::corrupt_before` spoils them first and
 so writes a wrong product, `test::writes_nothing` leaves the output as it found it.
 `test::good` (faulty.py) is a correct one to follow them."""
 
@@ -24,6 +25,7 @@ class Corrupting(Template):
         import torch
 
         when = self.when
+        first = []  # corrupt_after: the product of the inputs it was first given
 
         def spoil(ops):
             ops.a.mul_(-3.0).add_(1.0)
@@ -36,11 +38,16 @@ class Corrupting(Template):
                 return
             if when == "before":
                 spoil(ops)
+            if when == "after" and first:  # inputs it spoiled itself: their first product
+                ops.out.copy_(first[0])
+                spoil(ops)
+                return
             if ops.bias is None:
                 torch.matmul(ops.a, ops.b, out=ops.out)
             else:
                 torch.addmm(ops.bias, ops.a, ops.b, out=ops.out)
             if when == "after":
+                first.append(ops.out.clone())
                 spoil(ops)
 
         return run
