@@ -105,14 +105,18 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    executor: str = "local", ray_address: Optional[str] = None):
     from .settings import TuneSettings, default_cache_dir
 
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
-    if timeout <= 0:
-        raise UserError(f"--timeout must be positive, got {timeout}")
-    if budget is not None and budget <= 0:
-        raise UserError(f"--budget must be positive, got {budget}")
-    if compile_workers is not None and compile_workers < 0:
-        raise UserError(f"--compile-workers must be 0 or more, got {compile_workers}")
+    from .settings import MAX_SEED, MAX_WORKERS, check_seconds
+
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+    check_seconds("--timeout", timeout)
+    check_seconds("--interpreter-budget", interpreter_budget)
+    if budget is not None:
+        check_seconds("--budget", budget)
+    if compile_workers is not None and not 0 <= compile_workers <= MAX_WORKERS:
+        raise UserError(f"--compile-workers must be between 0 and {MAX_WORKERS}, got {compile_workers}")
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
     if space is not None and not space.is_file():
         raise UserError(f"space file not found: {space}")
     uids = tuple(t.strip() for t in templates.split(",") if t.strip()) if templates else None

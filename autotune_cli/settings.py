@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+# Bounds of what a caller may ask for: more worker processes than this is a typo, not a
+# machine; a seed is a torch.Generator seed that every device takes (32 bits).
+MAX_WORKERS = 256
+MAX_SEED = 2**32 - 1
+
+
+def check_seconds(name: str, value: float) -> None:
+    """A duration must be a finite positive number: NaN compares false with every bound, so
+    a NaN timeout or budget would never run out."""
+    from .errors import UserError
+
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise UserError(f"{name} must be a positive number of seconds, got {value}")
 
 
 def default_cache_dir() -> Path:

@@ -52,6 +52,18 @@ def _setup_environment(device_type: str, device_index: int, environ: dict[str, s
         os.environ.pop("TRITON_INTERPRET", None)
 
 
+def _quiet_stdout() -> None:
+    """Whatever a worker prints (a plugin's candidate, a library's notice) goes to stderr:
+    the command's stdout carries its data alone (`--json` must parse)."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        os.dup2(2, 1)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _short(exc: BaseException) -> str:
     """The error in one line: its first line (what happened: a CUDA error's name comes
     first, its advice after) and, for a longer text, its last two (where)."""
@@ -352,6 +364,7 @@ class CandidateRunner:
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
                 l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure",
                 device_info=None) -> None:
+    _quiet_stdout()
     _setup_environment(device_type, device_index, environ)
     if role == "compile":  # compiles yield the cores to the timing process and the caller
         try:
