@@ -103,9 +103,7 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    interpreter_budget: float = 30.0, budget: Optional[float] = None,
                    compile_workers: Optional[int] = None, gpus: Optional[str] = None,
                    executor: str = "local", ray_address: Optional[str] = None):
-    from .settings import TuneSettings, default_cache_dir
-
-    from .settings import MAX_SEED, MAX_WORKERS, check_seconds
+    from .settings import MAX_SEED, MAX_WORKERS, TuneSettings, check_seconds, default_cache_dir
 
     if workers is not None and not 1 <= workers <= MAX_WORKERS:
         raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
