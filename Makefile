@@ -1,6 +1,8 @@
 # autotune: set-up, tests and benchmarks.
 #   make smoke   install (CPU torch where there is no GPU) and run a small tune
-#   make test    install and run the test suite (CPU; GPU tests skip without a GPU)
+#   make test    install, check the wheel (wheel-smoke), and run the test suite (CPU; GPU
+#                tests skip without a GPU)
+#   make wheel-smoke  build the wheel, install it into a fresh venv, run it outside the checkout
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +14,7 @@ TORCH_VERSION ?= 2.13.0
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 STAMP := $(VENV)/.installed
 
-.PHONY: install smoke test test-fast bench-gpu clean
+.PHONY: install smoke test wheel-smoke bench-gpu clean
 
 install: $(STAMP)
 
@@ -28,8 +30,12 @@ smoke: install
 	$(BIN)/autotune mm --m 128 --n 128 --k 128 --dtype float16
 	$(BIN)/autotune cache show
 
-test: install
+# the smoke first, so that pytest's summary is the last thing printed
+test: install wheel-smoke
 	$(BIN)/python -m pytest -q
+
+wheel-smoke:
+	PYTHON=$(PYTHON) CONSTRAINTS=$(CONSTRAINTS) TORCH_VERSION=$(TORCH_VERSION) bash .ci/wheel_smoke.sh
 
 bench-gpu:
 	PYTHONPATH=. python3 bench/gpu_suite.py

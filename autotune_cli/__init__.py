@@ -5,11 +5,12 @@
 nor triton.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # pyproject reads it from here
+DISTRIBUTION = "gemm-autotune"  # the name pip installs it by (pyproject's project.name)
 
 _API = ("lookup", "mm", "addmm", "bmm", "dispatch_info", "AutotuneFallbackWarning")
 
-__all__ = ["__version__", *_API]
+__all__ = ["__version__", "DISTRIBUTION", *_API]
 
 
 def __getattr__(name: str):

@@ -24,14 +24,32 @@ except ImportError:  # older typer runs on click itself
     from click import exceptions as click_errors
 from .errors import UserError
 
+# -h as well as --help, on every command (subcommands inherit the context settings)
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     name="autotune", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-    pretty_exceptions_enable=False,
+    pretty_exceptions_enable=False, context_settings=HELP_OPTIONS,
     help="Find the fastest GEMM kernels for your shapes on your GPU, and remember them.",
 )
 cache_app = typer.Typer(help="See and manage what autotune has learned.", no_args_is_help=True,
-                        rich_markup_mode=None)
+                        rich_markup_mode=None, context_settings=HELP_OPTIONS)
 app.add_typer(cache_app, name="cache")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import DISTRIBUTION, __version__
+
+        print(f"autotune {__version__} ({DISTRIBUTION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version and exit."),
+) -> None:
+    """Find the fastest GEMM kernels for your shapes on your GPU, and remember them."""
 
 def _console(stderr: bool) -> Console:
     """Tables stay readable when piped: without a terminal, draw 160 columns, not 80."""
@@ -314,7 +332,7 @@ def model(
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over N GPUs of this host, or all (default 1; with --executor ray, all of the cluster's). On the CPU, N worker groups."),
-    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor per GPU of a Ray cluster; pip install 'autotune-cli[ray]')."),
+    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor per GPU of a Ray cluster; pip install 'gemm-autotune[ray]')."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
@@ -342,7 +360,7 @@ def model(
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise UserError("--executor ray needs Ray: pip install 'autotune-cli[ray]'") from None
+            raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32)
     clock.mark("found")

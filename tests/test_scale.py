@@ -184,7 +184,7 @@ def test_bad_scale_options_are_one_line_errors(cli, cache_dir, four_layers, monk
     assert code == 2 and "--gpus takes a positive count or 'all'" in err and out == ""
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     code, out, err = cli("model", four_layers, "--device", "cpu", "--executor", "ray")
-    assert code == 2 and "pip install 'autotune-cli[ray]'" in err and out == ""
+    assert code == 2 and "pip install 'gemm-autotune[ray]'" in err and out == ""
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
