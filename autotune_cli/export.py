@@ -23,6 +23,9 @@ The key is ``"<device>+<inputs>+<op>"``:
   ``[m, n]``; a ``[n]`` bias becomes stride ``[0, 1]``. ATen choices see the bias as given
   (``[n]``, stride ``[1]``) in torch 2.13 (and in 2.11 without max-autotune), but expanded
   in 2.11 under max-autotune; an ATen addmm winner is therefore written under both keys.
+  Under the expanded key it is ``aten::bias_addmm``: ``aten::addmm`` there would make
+  Inductor materialise the [m, n] expansion (an elementwise kernel) before cuBLAS, where
+  ``bias_addmm`` passes the [n] row to cuBLASLt's bias epilogue, as eager addmm does.
 
 A value is a list of dicts, each with ``template_id`` (the Inductor template uid) plus the
 template's keyword arguments, and optionally ``template_hash`` (the template source's
@@ -34,11 +37,15 @@ defaults). ALLOW_TF32 must not be in a config: Inductor passes it separately (fr
 ``torch.backends.cuda.matmul.fp32_precision``) and a second copy is a duplicate keyword.
 ATen entries take no arguments: ``{"template_id": "aten::mm"}``.
 
+``triton::mm_persistent_tma`` takes the tile arguments plus its TMA ones (A_ROW_MAJOR,
+B_ROW_MAJOR, NUM_SMS from the fingerprint's SM count, TMA_SIZE, TMA_EXPERIMENTAL_API, and
+the flags the installed Inductor's TMA heuristic adds); our FLATTEN has no twin there.
+
 When a key's configs name only some of the templates an op offers, Inductor builds choices
 from those alone; one choice means no benchmarking at all. Triton entries apply only under
 max-autotune on a GPU with at least 68 SMs.
 
-This module imports torch only inside `installed_template_hash`.
+This module imports torch only inside `installed_template_hash` and `_installed_tma_flag`.
 """
 
 from __future__ import annotations
@@ -84,7 +91,19 @@ _TRITON_EQUIVALENT = {
     ("triton::mm", "mm"): "triton::mm",
     ("triton::mm", "addmm"): "triton::mm",
     ("triton::bmm", "bmm"): "triton::bmm",
+    ("triton::mm_persistent_tma", "mm"): "triton::mm_persistent_tma",
+    ("triton::mm_persistent_tma", "addmm"): "triton::mm_persistent_tma",
 }
+_TMA_TARGETS = frozenset({"triton::mm_persistent_tma"})
+TMA_DESCRIPTOR_SIZE = 128  # bytes per descriptor: Inductor's TMA_SIZE
+# Flags Inductor's TMA heuristic adds after the fixed TMA arguments in some torch versions,
+# with the value each takes by default (a torch 2.10/2.11 config needs exactly its set).
+_TMA_OPTIONAL = (
+    ("tma_store", "enable_template_tma_store", False),
+    ("tma_load_for_template_epilogue", "enable_tma_load_for_template_epilogue", False),
+    ("transpose_discontiguous_tensor_descriptors_override", None, True),
+)
+_TMA_FIXED_PARAMS = frozenset({"FLATTEN", "A_TRANSPOSED", "B_TRANSPOSED", "NUM_SMS"})
 # Inductor template uid -> (module, attribute) holding the TritonTemplate.
 _INDUCTOR_TRITON_TEMPLATES = {
     "triton::mm": ("torch._inductor.kernel.mm", "mm_template"),
@@ -185,7 +204,48 @@ def _pow2(value: int) -> bool:
     return value >= 1 and value & (value - 1) == 0
 
 
-def _convert(winner: dict, problem: dict, include_hash: bool = True) -> tuple[dict | None, str]:
+def _tma_arguments(problem: dict, sm_count: Any) -> tuple[dict | None, str]:
+    """The TMA arguments of Inductor's persistent template for `problem`, or (None, why)."""
+    sms = _as_int(sm_count)
+    if sms is None or sms < 1:
+        return None, "its fingerprint has no SM count (Inductor's NUM_SMS)"
+    layout = problem.get("layout", "nn")
+    args: dict[str, Any] = {
+        "A_ROW_MAJOR": layout[0] == "n",
+        "B_ROW_MAJOR": layout[1] == "n",
+        "NUM_SMS": sms,
+        "TMA_SIZE": TMA_DESCRIPTOR_SIZE,
+        "TMA_EXPERIMENTAL_API": False,  # our template needs triton >= 3.4, which has the stable API
+    }
+    for name, config_name, default in _TMA_OPTIONAL:
+        present, value = _installed_tma_flag(name, config_name)
+        if present:
+            args[name] = default if value is None else value
+    return args, ""
+
+
+@lru_cache(maxsize=None)
+def _installed_tma_flag(name: str, config_name: str | None) -> tuple[bool, Any]:
+    """(whether the installed Inductor's TMA heuristic emits `name`, its config value or
+    None). Without an importable torch every flag is written (torch 2.13 merges a config
+    over its defaults, so an extra flag there is harmless)."""
+    try:
+        import inspect
+
+        from torch._inductor import config
+        from torch._inductor.template_heuristics import triton as heuristics
+
+        source = inspect.getsource(heuristics.TMATemplateConfigMixin)
+    except Exception:
+        return True, None
+    if f'"{name}"' not in source:
+        return False, None
+    value = getattr(config.triton, config_name, None) if config_name else None
+    return True, value if isinstance(value, bool) else None
+
+
+def _convert(winner: dict, problem: dict, include_hash: bool = True,
+             sm_count: Any = None) -> tuple[dict | None, str]:
     """(config, "") or (None, why not)."""
     if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
         return None, "no winner"
@@ -203,8 +263,10 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True) -> tuple[di
     params = winner.get("params") or {}
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict"
+    tma = target in _TMA_TARGETS
     unknown = sorted(key for key in params if key not in _DERIVED_PARAMS
-                     and key not in _TILE_ARGS and key != "GROUP_M")
+                     and key not in _TILE_ARGS and key != "GROUP_M"
+                     and not (tma and key in _TMA_FIXED_PARAMS))
     if unknown:
         return None, (f"winner {uid} has params Inductor's {target} does not take: "
                       f"{', '.join(unknown)}")
@@ -235,6 +297,13 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True) -> tuple[di
         "hint_override": None,
         "GROUP_M": group_m,
     }
+    if tma:
+        if tiles["num_warps"] == 2:
+            return None, f"winner {uid} has num_warps=2, which Inductor's TMA template refuses"
+        extra, why = _tma_arguments(problem, sm_count)
+        if extra is None:
+            return None, f"winner {uid}: {why}"
+        config.update(extra)
     if include_hash:
         src_hash = installed_template_hash(target)
         if src_hash:
@@ -242,13 +311,15 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True) -> tuple[di
     return config, ""
 
 
-def inductor_value(winner: dict, problem: dict, *, include_hash: bool = True) -> dict | None:
+def inductor_value(winner: dict, problem: dict, *, include_hash: bool = True,
+                   sm_count: int | None = None) -> dict | None:
     """One lookup-table config equivalent to `winner`, or None where Inductor has none.
 
     Triton configs get `template_hash` from the installed torch when it can be read there
-    (`include_hash=False` leaves it out); ATen configs are just their template_id.
+    (`include_hash=False` leaves it out); ATen configs are just their template_id. A
+    persistent TMA winner needs `sm_count` (the fingerprint's) for Inductor's NUM_SMS.
     """
-    config, _ = _convert(winner, problem, include_hash)
+    config, _ = _convert(winner, problem, include_hash, sm_count)
     return config
 
 
@@ -339,19 +410,24 @@ def inductor_table(
             use_hash = False
             notes.append(f"{what}: template_hash left out, tuned with torch {tuned_torch} "
                          f"but torch {installed} is installed here")
-        config, why = _convert(entry.get("winner"), problem, use_hash)
+        sm_count = fingerprint.get("sm_count")
+        config, why = _convert(entry.get("winner"), problem, use_hash, sm_count)
         if config is None:
             notes.append(f"{what}: skipped, {why}")
             continue
-        sm_count = fingerprint.get("sm_count")
+        if config["template_id"] in _TMA_TARGETS and _as_int((entry["winner"].get("params") or {}).get("FLATTEN")):
+            notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
+                         "in Inductor's persistent TMA template)")
         if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
                 and 0 < sm_count < 68):
             notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
                          f"with at least 68 SMs ({device_name} has {sm_count})")
-        keys = [inductor_key(problem, device_name)]
+        keyed = [(inductor_key(problem, device_name), config)]
         if problem["op"] == "addmm" and problem.get("bias") == "n" and config["template_id"] == "aten::addmm":
-            keys.append(inductor_key(problem, device_name, bias_expanded=False))
-        for key in keys:
+            # see the module: cuBLAS's bias epilogue under both keys, no [m, n] expansion
+            keyed = [(keyed[0][0], {"template_id": "aten::bias_addmm"}),
+                     (inductor_key(problem, device_name, bias_expanded=False), config)]
+        for key, config in keyed:
             previous = chosen.get(key)
             if previous is None:
                 chosen[key] = (entry, config)

@@ -155,7 +155,8 @@ def test_aten_values(uid, op, expected):
 
 @pytest.mark.parametrize("winner, prob", [
     (aten_winner("aten::mm"), problem("bmm")),                      # op mismatch
-    (triton_winner("triton::mm_persistent_tma"), problem()),         # no equivalent here
+    (triton_winner("triton::mm_swap_ab"), problem()),                # no equivalent here
+    (triton_winner("triton::mm_persistent_tma"), problem()),         # no SM count given
     (triton_winner("cutlass::gemm"), problem()),
     (triton_winner(BLOCK_M=48), problem()),                          # not a power of two
     (triton_winner(SPLIT_K=4), problem()),                           # a knob Inductor lacks
@@ -170,7 +171,7 @@ def test_values_without_an_equivalent_are_none(winner, prob):
 def test_table_keys_values_and_skip_notes():
     mm = entry(problem(), triton_winner())
     cpu = entry(problem(device="cpu"), triton_winner(), device_name="Some CPU", device_type="cpu")
-    odd = entry(problem(m=8), triton_winner("triton::mm_persistent_tma"))
+    odd = entry(problem(m=8), triton_winner("triton::mm_swap_ab"))
     tf32 = entry(problem(m=16, dtype="float32", allow_tf32=True), aten_winner())
     table, notes = inductor_table([mm, cpu, odd, tf32], include_hash=False)
     assert list(table) == [inductor_key(problem(), H200)]
@@ -178,7 +179,7 @@ def test_table_keys_values_and_skip_notes():
                                                                    include_hash=False)]
     assert len(notes) == 3
     assert "cpu" in notes[0] and "CUDA" in notes[0]
-    assert "mm_persistent_tma" in notes[1] and "no Inductor" in notes[1]
+    assert "mm_swap_ab" in notes[1] and "no Inductor" in notes[1]
     assert "TF32" in notes[2] and "allow_tf32=True" in notes[2]
     # The other precision mode is exported on request.
     table32, notes32 = inductor_table([tf32], allow_tf32=True)
@@ -189,12 +190,65 @@ def test_table_keys_values_and_skip_notes():
 def test_table_aten_addmm_with_vector_bias_gets_both_keys():
     prob = problem("addmm", bias="n")
     table, notes = inductor_table([entry(prob, aten_winner("aten::addmm"))])
-    assert set(table) == {inductor_key(prob, H200), inductor_key(prob, H200, bias_expanded=False)}
-    assert all(v == [{"template_id": "aten::addmm"}] for v in table.values())
+    # Under the key whose bias is expanded to [m, n], cuBLAS's bias epilogue (bias_addmm):
+    # aten::addmm there would materialise the expansion first.
+    assert table == {inductor_key(prob, H200): [{"template_id": "aten::bias_addmm"}],
+                     inductor_key(prob, H200, bias_expanded=False): [{"template_id": "aten::addmm"}]}
     assert notes == []
+    # A full [m, n] bias is plain addmm, under its one key.
+    full = problem("addmm", bias="mn")
+    table, _ = inductor_table([entry(full, aten_winner("aten::addmm"))])
+    assert table == {inductor_key(full, H200): [{"template_id": "aten::addmm"}]}
     # A Triton winner is looked up with the expanded bias only.
     table, _ = inductor_table([entry(prob, triton_winner())], include_hash=False)
     assert list(table) == [inductor_key(prob, H200)]
+
+
+def tma_winner(**overrides):
+    return triton_winner("triton::mm_persistent_tma", **{"FLATTEN": 0, **overrides})
+
+
+def test_persistent_tma_winner_is_mapped_with_its_tma_arguments():
+    prob = problem("mm", m=2048, n=4096, k=1024, layout="nt")
+    value = inductor_value(tma_winner(), prob, include_hash=False, sm_count=132)
+    assert value["template_id"] == "triton::mm_persistent_tma"
+    for key in INDUCTOR_TRITON_ARGS:
+        assert key in value, key
+    assert (value["BLOCK_M"], value["BLOCK_N"], value["BLOCK_K"], value["num_stages"]) == (64, 64, 128, 5)
+    assert value["A_ROW_MAJOR"] is True and value["B_ROW_MAJOR"] is False  # layout nt
+    assert value["NUM_SMS"] == 132 and value["TMA_SIZE"] == 128
+    assert value["TMA_EXPERIMENTAL_API"] is False
+    assert "FLATTEN" not in value and "ALLOW_TF32" not in value
+    # No SM count (Inductor's NUM_SMS), or num_warps=2 (its TMA filter refuses it): no config.
+    assert inductor_value(tma_winner(), prob, include_hash=False) is None
+    assert inductor_value(tma_winner(num_warps=2), prob, include_hash=False, sm_count=132) is None
+    # In a table the SM count comes from the fingerprint; FLATTEN=1 is mapped with a note.
+    table, notes = inductor_table([entry(prob, tma_winner(FLATTEN=1), sm_count=78)], include_hash=False)
+    (config,) = table[inductor_key(prob, H200)]
+    assert config["NUM_SMS"] == 78
+    assert len(notes) == 1 and "FLATTEN=1" in notes[0]
+
+
+def test_persistent_tma_config_names_the_arguments_the_installed_heuristic_adds():
+    if torch is None:
+        pytest.skip("torch is not installed")
+    try:
+        import inspect
+
+        from torch._inductor.template_heuristics import triton as heuristics
+        source = inspect.getsource(heuristics.TMATemplateConfigMixin)
+    except (ImportError, AttributeError) as exc:
+        pytest.skip(f"this torch has no TMA template heuristic: {exc}")
+    value = inductor_value(tma_winner(), problem(), include_hash=False, sm_count=132)
+    extra = set(value) - set(INDUCTOR_TRITON_ARGS) - {"template_id"}
+    # Each TMA argument we write is a key of the installed heuristic's TMA options, and each
+    # of those is ours.
+    written = {key for key in extra if f'"{key}"' in source}
+    assert written == extra
+    import re
+    block = source[source.index("tma_opts = {"):]
+    block = block[:block.index("}")]
+    assert set(re.findall(r'"(\w+)":', block)) == extra
 
 
 def test_table_keeps_the_fastest_entry_per_key():
