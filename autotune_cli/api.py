@@ -237,9 +237,7 @@ class Dispatcher:
     def mm(self, a, b):
         """a @ b with this machine's cached winner (torch.mm where there is none)."""
         t = self._t or self._torch()
-        dtype = a.dtype
-        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
-               dtype is t.float32 and t.allow_tf32())
+        key = _key(t, a, b)
         run = self._mm.get(key)
         if run is None:
             run = self._plan("mm", key, a, b, None)
@@ -248,9 +246,7 @@ class Dispatcher:
     def bmm(self, a, b):
         """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
         t = self._t or self._torch()
-        dtype = a.dtype
-        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
-               dtype is t.float32 and t.allow_tf32())
+        key = _key(t, a, b)
         run = self._bmm.get(key)
         if run is None:
             run = self._plan("bmm", key, a, b, None)
@@ -262,10 +258,7 @@ class Dispatcher:
         t = self._t or self._torch()
         if beta != 1 or alpha != 1:
             return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-        dtype = a.dtype
-        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
-               dtype is t.float32 and t.allow_tf32(),
-               bias.shape, bias.stride(), bias.dtype, bias.device)
+        key = _key(t, a, b) + (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda)
         run = self._addmm.get(key)
         if run is None:
             run = self._plan("addmm", key, a, b, bias)
@@ -276,11 +269,9 @@ class Dispatcher:
         it as a call would (a fallback warns here, then not again)."""
         t = self._t or self._torch()
         op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
-        dtype = a.dtype
-        key = (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.device, b.device,
-               dtype is t.float32 and t.allow_tf32())
+        key = _key(t, a, b)
         if bias is not None:
-            key += (bias.shape, bias.stride(), bias.dtype, bias.device)
+            key += (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda)
         if key not in self._plans[op]:
             self._plan(op, key, a, b, bias)
         return self._info[(op, key)]
@@ -354,10 +345,22 @@ class Dispatcher:
         except Exception as exc:  # a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
         if template.keeps_buffers:
-            stream_of = ((lambda: torch.cuda.current_stream(device).cuda_stream) if device.type == "cuda"
-                         else (lambda: None))
+            if device.type == "cuda":  # the raw stream handle: a torch.cuda.Stream costs microseconds
+                raw, index = torch._C._cuda_getCurrentRawStream, device.index
+                stream_of = lambda: raw(index)  # noqa: E731
+            else:
+                stream_of = lambda: None  # noqa: E731
             kernel = _per_caller(kernel, build, stream_of)
-        return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch()), info
+        return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch(), device), info
+
+
+def _key(t: _Torch, a, b) -> tuple:
+    """What a call's plan depends on, read cheaply: shapes, strides, dtypes, devices (as
+    index and whether CUDA: a torch.device hashes slowly) and, for float32, whether TF32 is
+    allowed (at index 8, where `_plan` reads it)."""
+    dtype = a.dtype
+    return (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.get_device(), b.get_device(),
+            dtype is t.float32 and t.allow_tf32(), a.is_cuda, b.is_cuda)
 
 
 class _TorchDecides(Exception):
@@ -434,17 +437,22 @@ def _per_caller(first: Callable, build: Callable[[], Callable], stream_of: Calla
 
 
 def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, pitch: int | None, torch_op,
-                 t: _Torch) -> Callable:
-    """A function with torch's signature for `op` that runs a built kernel into an output
-    with the row pitch its template asked for (`pitch`; None: contiguous)."""
-    from .templates.base import Operands, out_allocator
+                 t: _Torch, device) -> Callable:
+    """A function with torch's signature for `op` that runs a built kernel, for operands on
+    `device`, into an output with the row pitch its template asked for (`pitch`; None:
+    contiguous). Everything but the tensors is fixed when it is made: a call costs what the
+    kernel's own launch costs plus an allocation."""
+    from .templates.base import Operands, out_allocator, torch_dtype
 
     torch = t.torch
     grad_enabled = torch.is_grad_enabled
-    empty_out = out_allocator(problem.out_shape(), pitch)  # (dtype, device) -> an output
+    # the plan's tensors all have one dtype and device (both in its key)
+    new_out = out_allocator(problem.out_shape(), pitch)
+    dtype, device = torch_dtype(problem.dtype), torch.device(device)
     copy_a, copy_b, bias_row = how.copy_a, how.copy_b, how.bias_row
     on_cuda = problem.device == "cuda"
     current_device = torch.cuda.current_device if on_cuda else None
+    index = device.index if on_cuda else None
     device_guard = torch.cuda.device if on_cuda else None
 
     def launch(a, b, bias):
@@ -454,10 +462,10 @@ def _kernel_call(op: str, problem: GemmProblem, how: _Adapt, kernel, pitch: int 
             b = b.contiguous()
         if bias_row:
             bias = bias[0]
-        out = empty_out(a.dtype, a.device)
+        out = new_out(dtype, device)
         ops = Operands(a, b, out, bias)
-        if on_cuda and a.device.index != current_device():
-            with device_guard(a.device):  # Triton launches on the current device
+        if on_cuda and current_device() != index:
+            with device_guard(index):  # Triton launches on the current device
                 kernel(ops)
         else:
             kernel(ops)

@@ -129,17 +129,20 @@ class AtenAlignedTemplate(Template):
                 return out.as_strided((m, used["n"]), (pitch, 1))
             return None
 
-        copy = operand_copier(device)
+        copier = operand_copier(device)
+        # the padding stays zero (written as zeros, or not at all)
+        copy_a = copier(a_view[:m, :k]) if a_view is not None else None
+        copy_b = copier(b_view[:k, :n]) if b_view is not None else None
 
         def run(ops: Operands) -> None:
             if set_tf32:  # float32 only: fp16/bf16 never read it, and the API's caller keeps theirs
                 torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             a, b = ops.a, ops.b
-            if a_view is not None:
-                copy(a_view[:m, :k], a)  # the padding stays zero (written as zeros, or not at all)
+            if copy_a is not None:
+                copy_a(a)
                 a = a_view
-            if b_view is not None:
-                copy(b_view[:k, :n], b)
+            if copy_b is not None:
+                copy_b(b)
                 b = b_view
             if not grown:  # straight into the output: with its padded pitch, aligned rows
                 if addmm:

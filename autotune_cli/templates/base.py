@@ -69,15 +69,16 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
 
 
-def operand_copier(device: str) -> Callable[[Any, Any], None]:
-    """How the alignment templates copy an operand into padded storage, `copy(dst, src)`: on
-    CUDA a Triton kernel (templates/row_copy.py: torch's copy_ into a view with another row
+def operand_copier(device: str) -> Callable[[Any], Callable[[Any], None]]:
+    """How the alignment templates copy an operand into padded storage: `copier(dst)` gives
+    `copy(src)` into that one buffer. On CUDA a Triton kernel whose launch is worked out once
+    per source layout (templates/row_copy.py: torch's copy_ into a view with another row
     pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
-        from .row_copy import copy_rows
+        from .row_copy import copier
 
-        return lambda dst, src: copy_rows(dst, src, owns_padding=True)  # dst: padded storage of its own
-    return lambda dst, src: dst.copy_(src)
+        return lambda dst: copier(dst, owns_padding=True)  # dst: padded storage of its own
+    return lambda dst: dst.copy_
 
 
 def torch_dtype(name: str):

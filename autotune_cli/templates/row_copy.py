@@ -53,6 +53,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .launch import Launcher
+
 BLOCK = 1024
 FLAT_BLOCK = 1024
 RUN_BLOCK = 2048
@@ -100,6 +102,11 @@ def _copy_run(src, dst, total, BLOCK: tl.constexpr):
         tl.store(dst + offs, tl.load(src + offs, mask=inside), mask=inside)
 
 
+_LAUNCH_RUN = Launcher(_copy_run, 4, 3)
+_LAUNCH_FLAT = Launcher(_copy_flat, 4, 3)
+_LAUNCH_ROWS = Launcher(_copy_rows, 4, 3)
+
+
 def copy_rows(dst, src, owns_padding: bool = False) -> None:
     """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
     program per row and block of columns, in row order, rows being dst's contiguous
@@ -112,25 +119,53 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
     Where both are rows of exactly `cols` elements, one after another, they are copied as one
     contiguous run (`_copy_run`), whatever the padding's owner: only dst's elements are
     written."""
+    plan = _plan(dst, src, owns_padding)
+    if plan is not None:
+        launch, grid, dst_arg, rest = plan
+        launch(grid, src, dst_arg, *rest)
+
+
+def copier(dst, owns_padding: bool = False):
+    """`copy(src)`: copy_rows(dst, src, owns_padding) into this one `dst`, the kernel, grid
+    and arguments worked out once per source shape, strides and dtype (the alignment
+    templates copy operands of one problem into the same buffers on every call)."""
+    plans: dict = {}
+
+    def copy(src) -> None:
+        key = (src.shape, src.stride(), src.dtype)
+        plan = plans.get(key, False)
+        if plan is False:
+            plan = plans[key] = _plan(dst, src, owns_padding)
+        if plan is not None:
+            launch, grid, dst_arg, rest = plan
+            launch(grid, src, dst_arg, *rest)  # src's pointer; its strides are in `rest`
+
+    return copy
+
+
+def _plan(dst, src, owns_padding: bool):
+    """(launcher, grid, dst argument, the arguments after src and dst) of the copy, or None
+    when there is nothing to copy. src goes in as given: only its pointer is read, its
+    strides (those of the walk) are among the rest."""
     if dst.shape != src.shape or dst.dim() != 2:
         raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
+    if src.dtype != dst.dtype:
+        raise ValueError(f"copy_rows: dtypes {src.dtype} and {dst.dtype} must be equal")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
         dst, src = dst.t(), src.t()
     rows, cols = dst.shape
     if rows == 0 or cols == 0:
-        return
+        return None
     if dst.stride() == (cols, 1) and src.stride() == (cols, 1):  # one contiguous run each
-        _copy_run[(triton.cdiv(rows * cols, RUN_BLOCK),)](src, dst, rows * cols, BLOCK=RUN_BLOCK, num_warps=4)
-        return
+        return _LAUNCH_RUN, (triton.cdiv(rows * cols, RUN_BLOCK),), dst, (rows * cols, RUN_BLOCK)
     pitch = dst.stride(0)
     total = rows * pitch
     if (owns_padding and dst.stride(1) == 1 and pitch > cols
             and dst.storage_offset() % pitch == 0 and total < 2**31
             and (rows - 1) * abs(src.stride(0)) + (cols - 1) * abs(src.stride(1)) < 2**31
             and dst.storage_offset() + total <= dst.untyped_storage().nbytes() // dst.element_size()):
-        _copy_flat[(triton.cdiv(total, FLAT_BLOCK),)](src, dst, total, src.stride(0), src.stride(1),
-                                                       COLS=cols, PITCH=pitch, BLOCK=FLAT_BLOCK, num_warps=4)
-        return
+        return (_LAUNCH_FLAT, (triton.cdiv(total, FLAT_BLOCK),), dst,
+                (total, src.stride(0), src.stride(1), cols, pitch, FLAT_BLOCK))  # COLS, PITCH, BLOCK
     blocks = triton.cdiv(cols, BLOCK)
-    _copy_rows[(rows * blocks,)](src, dst, cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1),
-                                 blocks, BLOCK=BLOCK, num_warps=4)
+    return (_LAUNCH_ROWS, (rows * blocks,), dst,
+            (cols, src.stride(0), src.stride(1), dst.stride(0), dst.stride(1), blocks, BLOCK))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .base import Operands, Template
+from .launch import Launcher
 
 DIGEST_MARK = "__DIGEST__"
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
@@ -94,10 +95,13 @@ def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stag
     launches it with `arguments(ops)`; `run.warmup(ops)` compiles it for those arguments
     without launching (a compile-pool process calls it, and the timing process then finds
     the binary in Triton's cache) and returns the compiled kernels (none under the
-    interpreter, which has nothing to compile)."""
+    interpreter, which has nothing to compile). Launches go through a `Launcher` (cheap
+    after the first); `run.launch_parts` (kernel, grid, arguments, options) lets a caller
+    launch the same kernel its own way (torch.compile's wrap_triton)."""
+    launch = Launcher(kernel, num_warps, num_stages)
 
     def run(ops: Operands) -> None:
-        kernel[grid](*arguments(ops), num_warps=num_warps, num_stages=num_stages)
+        launch(grid, *arguments(ops))
 
     def warmup(ops: Operands) -> list:
         if not hasattr(kernel, "warmup"):
@@ -105,6 +109,7 @@ def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stag
         return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
 
     run.warmup = warmup  # type: ignore[attr-defined]
+    run.launch_parts = (kernel, grid, arguments, {"num_warps": num_warps, "num_stages": num_stages})  # type: ignore[attr-defined]
     return run
 
 

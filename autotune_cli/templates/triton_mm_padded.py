@@ -82,27 +82,31 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
         device = "cuda" if problem.device == "cuda" else "cpu"
         k, n = problem.k, problem.n
         buffers: dict = {}  # per device: made at the first call (a compile process's: "meta")
+        copier = operand_copier(device)
 
         def pads(on):
-            """The zeroed padded buffers for A and B (None where no padding), on device `on`."""
-            key = str(on)
-            if key not in buffers:
-                a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=on) if kp != k else None
-                b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=on)[:, :n]
+            """(A's padded buffer, B's, a copy into each) (None where no padding), on the
+            device of tensor `on`; keyed by its index (-1 off CUDA), cheaper than the device."""
+            key = on.get_device()
+            kept = buffers.get(key)
+            if kept is None:
+                a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=on.device) if kp != k else None
+                b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=on.device)[:, :n]
                          if (kp != k or n_lead != n) else None)
-                buffers[key] = (a_pad, b_pad)
-            return buffers[key]
-
-        copy = operand_copier(device)
+                # the padding stays zero (written as zeros, or not at all)
+                kept = buffers[key] = (a_pad, b_pad,
+                                       copier(a_pad[:, :k]) if a_pad is not None else None,
+                                       copier(b_pad[:k, :]) if b_pad is not None else None)
+            return kept
 
         def padded(ops: Operands) -> Operands:
             a, b = ops.a, ops.b
-            a_pad, b_pad = pads(a.device)
+            a_pad, b_pad, copy_a, copy_b = pads(a)
             if a_pad is not None:
-                copy(a_pad[:, :k], a)  # the padding stays zero (written as zeros, or not at all)
+                copy_a(a)
                 a = a_pad
             if b_pad is not None:
-                copy(b_pad[:k, :], b)
+                copy_b(b)
                 b = b_pad
             return Operands(a=a, b=b, out=ops.out, bias=ops.bias)
 
@@ -110,7 +114,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
             inner(padded(ops))
 
         def warmup(ops: Operands) -> list:  # compiles only: the buffers' contents do not matter
-            a_pad, b_pad = pads(ops.a.device)
+            a_pad, b_pad, _, _ = pads(ops.a)
             return inner.warmup(Operands(a=ops.a if a_pad is None else a_pad,
                                          b=ops.b if b_pad is None else b_pad, out=ops.out, bias=ops.bias))
 

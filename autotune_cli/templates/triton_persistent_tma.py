@@ -40,6 +40,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
+from .launch import Launcher
 from .triton_base import TritonTemplate, bias_arguments, interpreting, load_kernel, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
@@ -178,13 +179,15 @@ class TritonPersistentTMATemplate(TritonTemplate):
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, stride_a, stride_b, stride_c, *bias_args)
 
+        launch = Launcher(kernel, num_warps, num_stages)
+
         def run(ops: Operands) -> None:
             args = arguments(ops)
             if allocator is not None:
                 import triton
 
                 triton.set_allocator(allocator)
-            kernel[grid](*args, NUM_SMS=sms, num_warps=num_warps, num_stages=num_stages)
+            launch(grid, *args, sms)  # NUM_SMS: the last argument
 
         def warmup(ops: Operands) -> list:
             """Compile for these operands without launching (the compile pool calls this);

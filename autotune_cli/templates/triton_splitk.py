@@ -43,6 +43,7 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .base import Operands, Runnable
+from .launch import Launcher
 from .registry import register_template
 from .triton_base import TILE_KEYS, TritonTemplate, bias_arguments, jinja_template, load_kernels, output_tiles
 
@@ -136,13 +137,16 @@ class TritonSplitKTemplate(TritonTemplate):
             second = (ws, c, bias, m, n, *c.stride(), *bias_args)
             return first, second
 
+        launch_partial = Launcher(partial, num_warps, num_stages)
+        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1) if reduce is not None else None
+
         def run(ops: Operands) -> None:
             first, second = arguments(ops)
             if atomic:
                 first[2].zero_()
-            partial[grid](*first, num_warps=num_warps, num_stages=num_stages)
+            launch_partial(grid, *first)
             if not fused:
-                reduce[reduce_grid](*second, num_warps=REDUCE_WARPS, num_stages=1)
+                launch_reduce(reduce_grid, *second)
 
         def warmup(ops: Operands) -> list:
             """Compile the kernel(s) `run` launches, with the arguments it passes, without

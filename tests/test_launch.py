@@ -1,0 +1,166 @@
+"""templates/launch.py: a Launcher launches the compiled kernel directly once it is known,
+and goes JITFunction's way whenever the specialization could differ. Checked with a stand-in
+kernel (no GPU here): the direct path's conditions, and the arguments it passes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune_cli.templates import launch as launch_mod
+from autotune_cli.templates.launch import Launcher
+
+
+class Compiled:
+    """A CompiledKernel's surface: run(gx, gy, gz, stream, function, metadata, launch
+    metadata, enter hook, exit hook, *args)."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.function = "fn-handle"
+        self.packed_metadata = "meta"
+
+    def run(self, *call):
+        self.calls.append(("direct", call))
+
+
+class Kernel:
+    """A JITFunction's surface: kernel[grid](*args, **options) returns the compiled kernel."""
+
+    def __init__(self, arg_names):
+        self.arg_names = arg_names
+        self.pre_run_hooks = []
+        self.calls = []
+        self.compiled = Compiled(self.calls)
+
+    def __getitem__(self, grid):
+        def go(*args, **options):
+            self.calls.append(("jit", grid, args, options))
+            return self.compiled
+        return go
+
+
+class Runtime:
+    launch_enter_hook = None
+    launch_exit_hook = None
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """Direct launches available, on 'device 0', the stream a number per device."""
+    state = {"device": 0}
+    runtime = Runtime()
+    monkeypatch.setattr(launch_mod, "_direct_launch_support",
+                        lambda: (lambda: state["device"], lambda d: 1000 + d, runtime))
+    return state, runtime
+
+
+def tensors(*offsets, dtype=torch.float16):
+    """Tensors whose data pointers are `offset` elements past an aligned allocation."""
+    base = torch.empty(256, dtype=dtype)
+    assert base.data_ptr() % 16 == 0
+    return [base[o:o + 8] for o in offsets]
+
+
+def test_second_launch_goes_direct_with_every_argument(direct):
+    kernel = Kernel(["A", "B", "M", "N"])
+    launch = Launcher(kernel, num_warps=4, num_stages=3)
+    a, b = tensors(0, 8)
+    launch((5, 2), a, b, 64, 32)
+    launch((5, 2), a, b, 64, 32)
+    assert kernel.calls[0] == ("jit", (5, 2), (a, b, 64, 32), {"num_warps": 4, "num_stages": 3})
+    kind, call = kernel.calls[1]
+    assert kind == "direct"
+    assert call[:9] == (5, 2, 1, 1000, "fn-handle", "meta", None, None, None)
+    assert call[9:] == (a, b, 64, 32)
+    assert len(kernel.calls) == 2
+
+
+def test_other_scalars_grid_dtype_device_or_misalignment_go_through_jit(direct):
+    state, _ = direct
+    kernel = Kernel(["A", "B", "M"])
+    launch = Launcher(kernel, num_warps=4, num_stages=3)
+    a, b = tensors(0, 8)
+    launch((4,), a, b, 64)
+    kinds = []
+    for grid, args in [((4,), (a, b, 65)),                      # another int: another binary
+                       ((8,), (a, b, 64)),                      # another grid
+                       ((4,), (*tensors(0, 8, dtype=torch.bfloat16), 64)),  # another dtype
+                       ((4,), (tensors(1)[0], b, 64))]:         # a pointer 2 bytes off
+        before = len(kernel.calls)
+        launch(grid, *args)
+        kinds.append(kernel.calls[before][0])
+    state["device"] = 1  # the binary was loaded for device 0
+    launch((4,), a, b, 64)
+    kinds.append(kernel.calls[-1][0])
+    assert kinds == ["jit"] * 5
+    # Each new call was remembered where sound: the same call again goes direct ...
+    state["device"] = 0
+    launch((4,), a, b, 65)
+    assert kernel.calls[-1][0] == "direct"
+    # ... but not one compiled for a misaligned pointer.
+    launch((4,), tensors(1)[0], b, 64)
+    assert kernel.calls[-1][0] == "jit"
+
+
+def test_launch_hooks_a_tensor_after_a_scalar_or_defaulted_args_keep_the_jit_path(direct):
+    _, runtime = direct
+    a, b = tensors(0, 8)
+    kernel = Kernel(["A", "B", "M"])
+    launch = Launcher(kernel, 4, 3)
+    launch((1,), a, b, 3)
+    runtime.launch_enter_hook = lambda metadata: None  # a profiler's hook must see launches
+    launch((1,), a, b, 3)
+    assert kernel.calls[-1][0] == "jit"
+    runtime.launch_enter_hook = None
+
+    mixed = Kernel(["A", "M", "B"])
+    launch = Launcher(mixed, 4, 3)
+    launch((1,), a, 3, b)
+    launch((1,), a, 3, b)
+    assert [c[0] for c in mixed.calls] == ["jit", "jit"]
+
+    defaulted = Kernel(["A", "B", "M", "BLOCK"])  # one argument left to its default
+    launch = Launcher(defaulted, 4, 3)
+    launch((1,), a, b, 3)
+    launch((1,), a, b, 3)
+    assert [c[0] for c in defaulted.calls] == ["jit", "jit"]
+
+
+def test_without_direct_support_every_launch_is_jit(monkeypatch):
+    monkeypatch.setattr(launch_mod, "_direct_launch_support", lambda: None)
+    kernel = Kernel(["A", "M"])
+    launch = Launcher(kernel, 4, 3)
+    (a,) = tensors(0)
+    for _ in range(3):
+        launch((1,), a, 7)
+    assert [c[0] for c in kernel.calls] == ["jit"] * 3
+
+
+def test_the_interpreter_has_no_direct_launch(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert launch_mod._direct_launch_support() is None
+
+
+def test_a_copier_plans_once_per_source_layout_and_copies_each_right():
+    """row_copy.copier: one destination (a padded buffer), sources of two layouts, each
+    copied right on every call (Triton's interpreter runs the kernels on CPU tensors)."""
+    from conftest import INTERPRETING
+
+    if not INTERPRETING:
+        pytest.skip("runs Triton on CPU tensors: needs TRITON_INTERPRET=1")
+    from autotune_cli.templates.row_copy import copier
+
+    storage = torch.zeros(6, 24, dtype=torch.float16)
+    dst = storage[:, :19]
+    copy = copier(dst, owns_padding=True)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        rows = torch.randn(6, 19, generator=g).half()
+        copy(rows)
+        assert torch.equal(dst, rows) and bool((storage[:, 19:] == 0).all())
+        cols = torch.randn(19, 6, generator=g).half().t()  # the transpose of a packed matrix
+        copy(cols)
+        assert torch.equal(dst, cols) and bool((storage[:, 19:] == 0).all())
+    with pytest.raises(ValueError, match="must be equal"):
+        copy(torch.zeros(6, 18, dtype=torch.float16))
