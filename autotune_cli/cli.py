@@ -157,6 +157,22 @@ def _gpu_count(gpus: Optional[str], executor: str) -> int:
     return parse_gpus(gpus if gpus is not None else "all")
 
 
+def _default_cache_dir() -> Path:
+    from .settings import default_cache_dir
+
+    return default_cache_dir()
+
+
+FROM_HELP = (
+    "Tune a list of problems in one process (one worker pool, one table of winners) instead "
+    "of --m/--n/--k: a JSON file holding a list of objects (or {\"problems\": [...]}), one per "
+    "problem, with the fields of this command's flags: m, n, k (required), batch, dtype, "
+    "layout, bias (true or false), bias_shape (n or mn), allow_tf32 (true or false); e.g. "
+    "[{\"m\": 1, \"n\": 4096, \"k\": 4096, \"dtype\": \"bfloat16\", \"layout\": \"nt\"}, "
+    "{\"m\": 4096, \"n\": 4096, \"k\": 1024, \"bias\": true}]. Problems already in the "
+    "cache are answered from it, so an interrupted list resumes where it stopped.")
+
+
 # Options shared by the tuning commands.
 DeviceOpt = typer.Option(None, "--device", help="cuda (default with a GPU) or cpu (Triton interpreter).")
 SearchOpt = typer.Option(Search.default, "--search", help="Config space: the default list or exhaustive.")
@@ -184,9 +200,9 @@ CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool p
 
 @app.command()
 def mm(
-    m: int = typer.Option(..., "--m", help="Rows of A and of the output."),
-    n: int = typer.Option(..., "--n", help="Columns of B and of the output."),
-    k: int = typer.Option(..., "--k", help="The reduction dimension."),
+    m: Optional[int] = typer.Option(None, "--m", help="Rows of A and of the output (required, unless --from)."),
+    n: Optional[int] = typer.Option(None, "--n", help="Columns of B and of the output."),
+    k: Optional[int] = typer.Option(None, "--k", help="The reduction dimension."),
     batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
     bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
     bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a full matrix."),
@@ -208,19 +224,43 @@ def mm(
     seed: int = SeedOpt,
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
+    from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
 ) -> None:
-    """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch)."""
+    """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch); or a list of them
+    (--from FILE) in one process."""
     from .hits import cached
     from .problem import make_problem
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
 
+    if from_file is not None:
+        given = [flag for flag, value, default in (
+            ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
+            ("--bias", bias, False), ("--bias-shape", bias_shape, BiasShape.n),
+            ("--dtype", dtype, "float16"), ("--layout", layout, "nn"), ("--allow-tf32", allow_tf32, False),
+            ("--top", top, 10)) if value != default]
+        if given:
+            raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
+        from .cli_list import tune_list
+        from .shapes_file import read_problems
+
+        problems = read_problems(from_file, device.value if device else "cpu")  # bad file: said first
+        dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
+        settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                                  timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                                  plugin=plugin, interpreter_budget=interpreter_budget,
+                                  budget=budget, compile_workers=compile_workers)
+        code = tune_list(from_file, [p.with_device(dev) for p in problems], settings, json_out)
+        if code:
+            raise typer.Exit(code=code)
+        return
+    for flag, value in (("--m", m), ("--n", n), ("--k", k)):
+        if value is None:
+            raise UserError(f"missing option '{flag}' (or give a list of problems: --from FILE)")
     # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu")
-    from .settings import default_cache_dir
-
-    dev = resolve_device(device, remembered_in=cache_dir or default_cache_dir())
+    dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,

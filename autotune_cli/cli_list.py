@@ -1,0 +1,85 @@
+"""`autotune mm --from FILE`: every problem of a list (shapes_file.py) tuned in one process.
+
+One tuner serves the whole list, as for a model's problems: one worker pool, one compile
+pool and one Triton cache, started with the first problem not in the cache (none when all
+are). One progress display and one table of winners (or one JSON document). A problem
+already tuned is a hit, so an interrupted list resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cli import _Clock, err, out, result_row
+from .errors import UserError
+from .problem import GemmProblem
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A problem of the list, in the shape `result_row` reads (as a model's found problem)."""
+
+    problem: GemmProblem
+    entry: int  # its place in the file, from 1
+    count: int = 1
+
+
+def list_rows(listed: list[Listed]) -> list[dict]:
+    """The row of each problem before it is tuned (the fields of a model's plan row)."""
+    total = sum(item.problem.flops for item in listed) or 1
+    return [{"problem": item.problem.to_dict(), "describe": item.problem.describe(),
+             "count": item.count, "gflop": item.problem.flops / 1e9,
+             "share": item.problem.flops / total, "sources": [f"entry {item.entry}"], "hint": None}
+            for item in listed]
+
+
+def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool) -> int:
+    """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed."""
+    from .cache import Cache
+    from .hits import look_up
+    from .fingerprint import probe_device
+    from .plugins import load_plugins
+    from .report import ModelProgress, dumps, model_summary_table
+    from .templates import check_template_names
+
+    clock = _Clock()
+    load_plugins(settings.plugins)  # bad tuning options fail before anything starts
+    check_template_names(settings.templates)
+    listed = [Listed(problem, number) for number, problem in enumerate(problems, 1)]
+    plan = list_rows(listed)
+    device = probe_device(settings.device, remembered_in=settings.cache_dir)
+    cache = Cache(settings.cache_dir)
+    missing = settings.force or any(look_up(cache, item.problem, device, settings.templates).hit is None
+                                    for item in listed)
+    clock.mark("looked_up")
+    if missing:
+        from .bench.processes import prestart_workers
+
+        prestart_workers(settings.device)  # their imports run beside the first choices
+    from .tuner import Tuner
+
+    progress = ModelProgress(err, total=len(listed))
+    rows = []
+    try:
+        with Tuner(settings, progress, device=device) as tuner:
+            for item, planned in zip(listed, plan):
+                began = time.perf_counter()
+                try:
+                    outcome = tuner.tune(item.problem)
+                except UserError as exc:  # this problem alone (it does not fit, say)
+                    rows.append(result_row(item, planned, None, clock, error=str(exc)))
+                    continue
+                rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
+            clock.mark("tuned")
+    finally:
+        progress.close()
+    for row in rows:
+        if row.get("error"):
+            err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
+    if json_out:
+        out.print(dumps({"from": str(path), "problems": rows, "stages_s": clock.stages}), markup=False)
+    else:
+        out.print(model_summary_table(rows))
+    return 1 if any(row["winner"] is None for row in rows) else 0
