@@ -206,9 +206,11 @@ def mm(
     batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
     bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
     bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a full matrix."),
-    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16 or float32."),
-    layout: str = typer.Option("nn", "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t)."),
+    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: needs --scale)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t); default nn (float8: nt, its only layout)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, or per row of A and column of B (tensor|row)."),
+    out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default bfloat16)."),
     device: Optional[Device] = DeviceOpt,
     search: Search = SearchOpt,
     space: Optional[Path] = SpaceOpt,
@@ -226,8 +228,8 @@ def mm(
     compile_workers: Optional[int] = CompileWorkersOpt,
     from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
 ) -> None:
-    """Tune one matrix multiply: mm, addmm (--bias) or bmm (--batch); or a list of them
-    (--from FILE) in one process."""
+    """Tune one matrix multiply: mm, addmm (--bias), bmm (--batch) or a float8 scaled_mm
+    (--scale); or a list of them (--from FILE) in one process."""
     from .hits import cached
     from .problem import make_problem
     from .report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
@@ -236,7 +238,8 @@ def mm(
         given = [flag for flag, value, default in (
             ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
             ("--bias", bias, False), ("--bias-shape", bias_shape, BiasShape.n),
-            ("--dtype", dtype, "float16"), ("--layout", layout, "nn"), ("--allow-tf32", allow_tf32, False),
+            ("--dtype", dtype, "float16"), ("--layout", layout, None), ("--allow-tf32", allow_tf32, False),
+            ("--scale", scale, None), ("--out-dtype", out_dtype, None),
             ("--top", top, 10)) if value != default]
         if given:
             raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
@@ -259,7 +262,7 @@ def mm(
     # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
-                           device=device.value if device else "cpu")
+                           device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype)
     dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,

@@ -8,6 +8,9 @@ Semantics (matching aten):
   mm     C[m, n]    = A[m, k] @ B[k, n]
   addmm  C[m, n]    = bias + A[m, k] @ B[k, n]      (bias broadcast from [n] or [m, n])
   bmm    C[b, m, n] = A[b, m, k] @ B[b, k, n]
+  scaled_mm  C[m, n] = (A[m, k] @ B[k, n]) * scale_a * scale_b (+ bias[n]), as torch._scaled_mm:
+         A and B in float8_e4m3fn, fp32 scales per tensor (`scale` "tensor": two scalars) or
+         per row of A and column of B ("row": [m, 1] and [1, n]); C in `out_dtype`.
 
 `layout` is two letters, one per operand: `n` means row-major (contiguous in the last dim),
 `t` means the operand is stored transposed (column-major), like BLAS's N/T flags.
@@ -21,18 +24,31 @@ from typing import Any
 
 from .errors import UserError
 
-OPS = ("mm", "addmm", "bmm")
-DTYPES = ("float16", "bfloat16", "float32")
+OPS = ("mm", "addmm", "bmm", "scaled_mm")
+FP8_DTYPES = ("float8_e4m3fn",)
+DTYPES = ("float16", "bfloat16", "float32") + FP8_DTYPES
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DEVICES = ("cuda", "cpu")
 BIAS_SHAPES = ("n", "mn")
+# scaled_mm: the scale kinds served, the output dtypes, and the one layout the FP8 matrix
+# units (cuBLASLt, and torch._scaled_mm on CUDA) take: A row-major, B column-major.
+SCALES = ("tensor", "row")
+BLOCK_SCALES = ("block", "blockwise")  # named so that the refusal says what is missing
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+FP8_LAYOUT = "nt"
+FP8_MAX = {"float8_e4m3fn": 448.0}  # the largest finite value: where quantizing scales to
 
 DTYPE_ALIASES = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
+    "float8_e4m3fn": "float8_e4m3fn", "fp8": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn", "float8": "float8_e4m3fn",
 }
-DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1}
+# Fields only scaled_mm has: left out of `to_dict` when unset, so that every other problem's
+# dict (and the cache documents holding it) reads as before they existed.
+SCALED_FIELDS = ("scale", "out_dtype")
 
 # A problem whose operands would exceed this many bytes is refused before any allocation.
 MAX_DIM = 2**31 - 1
@@ -57,6 +73,8 @@ class GemmProblem:
     bias: str | None = None  # addmm only: "n" (a row vector, as nn.Linear) or "mn"
     allow_tf32: bool = False  # float32 only: whether the matrix units may round to tf32
     device: str = "cuda"
+    scale: str | None = None  # scaled_mm only: "tensor" or "row"
+    out_dtype: str | None = None  # scaled_mm only: the output's dtype (bfloat16 by default)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -81,7 +99,14 @@ class GemmProblem:
             raise UserError(f"unknown layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
         if not isinstance(self.device, str) or self.device not in DEVICES:
             raise UserError(f"unknown device {self.device!r}: choose one of {', '.join(DEVICES)}")
-        if self.op == "addmm":
+        if self.op == "scaled_mm":
+            self._validate_scaled()
+        elif self.dtype in FP8_DTYPES:
+            raise UserError(f"{self.dtype} operands need scales: --scale tensor or --scale row")
+        elif self.scale is not None or self.out_dtype is not None:
+            raise UserError("--scale and --out-dtype only apply to float8 operands "
+                            f"(--dtype {FP8_DTYPES[0]}); the dtype is {self.dtype}")
+        elif self.op == "addmm":
             if self.bias not in BIAS_SHAPES:
                 raise UserError(f"addmm needs a bias shape, one of {', '.join(BIAS_SHAPES)}")
         elif self.bias is not None:
@@ -90,6 +115,25 @@ class GemmProblem:
             raise UserError(f"allow_tf32 must be true or false, got {self.allow_tf32!r}")
         if self.allow_tf32 and self.dtype != "float32":
             raise UserError("--allow-tf32 only applies to float32")
+
+    def _validate_scaled(self) -> None:
+        if self.dtype not in FP8_DTYPES:
+            raise UserError(f"scaled_mm takes float8 operands ({', '.join(FP8_DTYPES)}), not {self.dtype}")
+        if self.scale in BLOCK_SCALES:
+            raise UserError("blockwise scales (1x128 for A, 128x128 for B) are not supported; "
+                            f"choose --scale {' or '.join(SCALES)}")
+        if self.scale not in SCALES:
+            raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.out_dtype not in OUT_DTYPES:
+            raise UserError(f"--out-dtype must be one of {', '.join(OUT_DTYPES)}, got {self.out_dtype!r}")
+        if self.layout != FP8_LAYOUT:
+            raise UserError(f"float8 GEMMs need A row-major and B column-major: --layout {FP8_LAYOUT} "
+                            f"(the only layout accepted), got {self.layout}")
+        if self.bias not in (None, "n"):
+            raise UserError(f"a float8 GEMM's bias is a row vector [n] (--bias-shape n), got {self.bias}")
+        if self.bias and self.out_dtype == "float32":
+            raise UserError("torch._scaled_mm takes no bias with a float32 output: "
+                            "--out-dtype bfloat16 or float16")
 
     # -- derived quantities ---------------------------------------------------------------
     @property
@@ -105,12 +149,28 @@ class GemmProblem:
         return DTYPE_SIZE[self.dtype]
 
     @property
+    def result_dtype(self) -> str:
+        """The output's dtype: the operands' own, or a scaled_mm's `out_dtype`."""
+        return self.out_dtype or self.dtype
+
+    @property
+    def precision(self) -> str:
+        """What the result's accuracy is judged by: the output dtype (a scaled_mm's
+        quantization error belongs to its inputs), or tf32 where float32 may round to it."""
+        return "tf32" if self.allow_tf32 else self.result_dtype
+
+    @property
     def flops(self) -> int:
         return 2 * self.b * self.m * self.n * self.k
 
     @property
     def min_bytes(self) -> int:
         """Fewest bytes a kernel must move: each operand read once, the output written once."""
+        if self.op == "scaled_mm":
+            scales = 2 if self.scale == "tensor" else self.m + self.n
+            out = DTYPE_SIZE[self.result_dtype]
+            return (self.m * self.k + self.k * self.n) * self.dtype_size + 4 * scales \
+                + (self.m * self.n + (self.n if self.bias else 0)) * out
         elems = self.b * (self.m * self.k + self.k * self.n + self.m * self.n)
         if self.op == "addmm":
             elems += self.n if self.bias == "n" else self.m * self.n
@@ -126,9 +186,15 @@ class GemmProblem:
         return ((self.b,) if self.op == "bmm" else ()) + (self.m, self.n)
 
     def bias_shape(self) -> tuple[int, ...] | None:
-        if self.op != "addmm":
+        if self.bias is None:
             return None
         return (self.n,) if self.bias == "n" else (self.m, self.n)
+
+    def scale_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """A scaled_mm's scale_a and scale_b shapes: () each per tensor, [m, 1] and [1, n] per row."""
+        if self.op != "scaled_mm":
+            return None
+        return ((), ()) if self.scale == "tensor" else ((self.m, 1), (1, self.n))
 
     def tflops(self, ms: float) -> float:
         return self.flops / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
@@ -140,6 +206,8 @@ class GemmProblem:
         if self.op == "bmm":
             parts.append(f"b{self.b}")
         parts += [f"m{self.m}", f"n{self.n}", f"k{self.k}", self.dtype, self.layout]
+        if self.op == "scaled_mm":
+            parts += [f"scale_{self.scale}", f"out_{self.out_dtype}"]
         if self.bias:
             parts.append(f"bias_{self.bias}")
         if self.dtype == "float32":
@@ -151,10 +219,15 @@ class GemmProblem:
         dims = f"{self.b}x{self.m}x{self.n}x{self.k}" if self.op == "bmm" else f"{self.m}x{self.n}x{self.k}"
         extra = f" bias[{self.bias}]" if self.bias else ""
         tf = " tf32" if self.allow_tf32 else ""
-        return f"{self.op} {dims} {self.dtype}{tf} {self.layout}{extra}"
+        scaled = f" {self.scale}-scaled->{self.out_dtype}" if self.op == "scaled_mm" else ""
+        return f"{self.op} {dims} {self.dtype}{tf}{scaled} {self.layout}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for name in SCALED_FIELDS:
+            if data[name] is None:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "GemmProblem":
@@ -180,21 +253,49 @@ def make_problem(
     k: int,
     batch: int | None = None,
     dtype: str = "float16",
-    layout: str = "nn",
+    layout: str | None = None,
     bias: str | None = None,
     allow_tf32: bool = False,
     device: str = "cuda",
     op: str | None = None,
+    scale: str | None = None,
+    out_dtype: str | None = None,
 ) -> GemmProblem:
-    """Build a problem from CLI-style arguments: a bias makes addmm, a batch makes bmm."""
+    """Build a problem from CLI-style arguments: a bias makes addmm, a batch makes bmm, float8
+    operands make scaled_mm (output bfloat16 unless `out_dtype` says otherwise; layout None:
+    nt for float8, else nn)."""
+    dtype = normalize_dtype(dtype)
+    fp8 = dtype in FP8_DTYPES
     if op is None:
         if bias and batch is not None:
             raise UserError("--bias and --batch cannot be combined (baddbmm is not supported)")
-        op = "addmm" if bias else "bmm" if batch is not None else "mm"
+        if fp8 and batch is not None:
+            raise UserError("--batch does not apply to float8 operands (torch._scaled_mm is 2-D)")
+        op = "scaled_mm" if fp8 else "addmm" if bias else "bmm" if batch is not None else "mm"
+    if op == "scaled_mm":
+        scale = str(scale).strip().lower() if scale is not None else None
+        if scale is None:
+            raise UserError(f"{dtype} operands need scales: --scale tensor or --scale row")
+        out_dtype = _out_dtype(out_dtype) if out_dtype is not None else "bfloat16"
+    elif out_dtype is not None:
+        out_dtype = normalize_dtype(out_dtype)
+    if layout is None:
+        layout = FP8_LAYOUT if fp8 else "nn"
     return GemmProblem(
-        op=op, m=m, n=n, k=k, b=1 if batch is None else batch, dtype=normalize_dtype(dtype),
+        op=op, m=m, n=n, k=k, b=1 if batch is None else batch, dtype=dtype,
         layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
+        scale=scale, out_dtype=out_dtype,
     )
+
+
+def _out_dtype(name: str) -> str:
+    try:
+        dtype = normalize_dtype(name)
+    except UserError:
+        dtype = None
+    if dtype not in OUT_DTYPES:
+        raise UserError(f"--out-dtype must be one of {', '.join(OUT_DTYPES)}, got {name!r}")
+    return dtype
 
 
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x,]\s*(\d+)\s*[x,]\s*(\d+)\s*$")

@@ -61,7 +61,8 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
 def problem_floor_seconds(problem: GemmProblem) -> float:
     """The fastest any kernel could be on an H200-class GPU: bytes over HBM bandwidth or
     flops over the matrix units' rate, whichever is larger."""
-    rate = {"float16": 7.9e14, "bfloat16": 7.9e14, "float32": 3.9e14 if problem.allow_tf32 else 5e13}
+    rate = {"float16": 7.9e14, "bfloat16": 7.9e14, "float32": 3.9e14 if problem.allow_tf32 else 5e13,
+            "float8_e4m3fn": 1.45e15}
     return max(problem.min_bytes / 4.3e12, problem.flops / rate[problem.dtype])
 
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache, validate_entry
 from autotune_cli.errors import UserError
 from autotune_cli.heuristics.spaces import TRITON_KEYS, load_space_file, validate_config
-from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, LAYOUTS, MAX_DIM, OPS,
-                                  GemmProblem, make_problem, parse_mnk)
+from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, FP8_DTYPES, FP8_LAYOUT, LAYOUTS,
+                                  MAX_DIM, OPS, OUT_DTYPES, SCALES, GemmProblem, make_problem, parse_mnk)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEWER = settings(SETTINGS, max_examples=60)  # each example writes files and runs the CLI twice
@@ -42,13 +42,22 @@ problem_fields = st.fixed_dictionaries({
     "dtype": maybe(st.sampled_from(DTYPES)), "layout": maybe(st.sampled_from(LAYOUTS)),
     "bias": maybe(st.sampled_from((None, *BIAS_SHAPES))), "allow_tf32": st.booleans(),
     "device": maybe(st.sampled_from(DEVICES)),
+    "scale": maybe(st.sampled_from((None, *SCALES, "block"))),
+    "out_dtype": maybe(st.sampled_from((None, *OUT_DTYPES))),
 })
 
 
 @st.composite
 def valid_problems(draw):
     op = draw(st.sampled_from(OPS))
-    dtype = draw(st.sampled_from(DTYPES))
+    if op == "scaled_mm":
+        out_dtype = draw(st.sampled_from(OUT_DTYPES))
+        return GemmProblem(
+            op=op, m=draw(st.integers(1, MAX_DIM)), n=draw(st.integers(1, MAX_DIM)), k=draw(st.integers(1, MAX_DIM)),
+            dtype=draw(st.sampled_from(FP8_DTYPES)), layout=FP8_LAYOUT, scale=draw(st.sampled_from(SCALES)),
+            out_dtype=out_dtype, bias=None if out_dtype == "float32" else draw(st.sampled_from((None, "n"))),
+            device=draw(st.sampled_from(DEVICES)))
+    dtype = draw(st.sampled_from([d for d in DTYPES if d not in FP8_DTYPES]))
     return GemmProblem(
         op=op, m=draw(st.integers(1, MAX_DIM)), n=draw(st.integers(1, MAX_DIM)), k=draw(st.integers(1, MAX_DIM)),
         b=draw(st.integers(1, 4096)) if op == "bmm" else 1, dtype=dtype, layout=draw(st.sampled_from(LAYOUTS)),

@@ -73,7 +73,7 @@ def _clone_operands(ops):
         return None if tensor is None else tensor.clone()
 
     return Operands(a=clone(ops.a), b=clone(ops.b), out=empty_out_like(ops.out).copy_(ops.out),
-                    bias=clone(ops.bias))
+                    bias=clone(ops.bias), scale_a=clone(ops.scale_a), scale_b=clone(ops.scale_b))
 
 
 class ClockWarmer:

@@ -1,6 +1,11 @@
 """Inputs and verification: fresh random operands (never zeros), a reference in higher
 precision, and a dtype-aware check. Imports torch; runs inside a worker.
 
+A scaled_mm's operands are random floats quantized to float8 with fp32 scales (per tensor,
+or per row of A and column of B); its reference is the float64 product of the dequantized
+operands, so the quantization error belongs to the inputs and a kernel is held to the
+output dtype's tolerance, like any other.
+
 The output is made by `templates.base.empty_out` with the row pitch a template asks for:
 a [M, N] view of padded rows where the pitch is larger than N. NaN fills and the check read
 the [M, N] view, the values a kernel owes; its padding is never read."""
@@ -10,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..problem import GemmProblem
+from ..problem import FP8_MAX, GemmProblem
 from ..templates.base import Operands, empty_out, torch_dtype
 
 # Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
@@ -36,6 +41,8 @@ def make_operands(problem: GemmProblem, seed: int, device: str, pitch: int | Non
 
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)
+    if problem.op == "scaled_mm":
+        return _scaled_operands(problem, generator, device, pitch)
     dtype = torch_dtype(problem.dtype)
     a = _operand(problem.a_shape(), problem.a_transposed, dtype, device, generator)
     b = _operand(problem.b_shape(), problem.b_transposed, dtype, device, generator)
@@ -45,11 +52,56 @@ def make_operands(problem: GemmProblem, seed: int, device: str, pitch: int | Non
     return Operands(a=a, b=b, out=empty_out(problem, pitch, dtype, device), bias=bias)
 
 
+def _quantize(values, rows_scaled: bool, fp8, fp8_max: float):
+    """(values / scale in float8, fp32 scale): one scale for the tensor, or one per row
+    ([rows, 1]) when `rows_scaled`; each maps the largest magnitude onto float8's largest."""
+    import torch
+
+    amax = values.abs().amax(dim=-1, keepdim=True) if rows_scaled else values.abs().amax()
+    scale = (amax.to(torch.float32) / fp8_max).clamp_min(1e-12)
+    return (values / scale).clamp(-fp8_max, fp8_max).to(fp8), scale
+
+
+def _scaled_operands(problem: GemmProblem, generator, device: str, pitch: int | None) -> Operands:
+    """float8 A [m, k] (row-major) and B [k, n] (column-major: stored [n, k]), quantized from
+    random floats whose rows (A) and columns (B) differ in magnitude by up to 2^8, so that a
+    kernel applying a row's or column's scale to the wrong one is far off; fp32 scales."""
+    import torch
+
+    fp8, fp8_max = torch_dtype(problem.dtype), FP8_MAX[problem.dtype]
+    out_dtype = torch_dtype(problem.result_dtype)
+    rowwise = problem.scale == "row"
+
+    def floats(rows: int, cols: int):
+        values = torch.randn((rows, cols), generator=generator, device=device)
+        spread = torch.rand((rows, 1), generator=generator, device=device) * 8 - 4
+        return values * torch.exp2(spread)
+
+    a, scale_a = _quantize(floats(problem.m, problem.k), rowwise, fp8, fp8_max)  # [m, 1] per row
+    b_stored, scale_b = _quantize(floats(problem.n, problem.k), rowwise, fp8, fp8_max)  # [n, 1]
+    bias = None
+    if problem.bias:  # as large as a typical output entry, so that a bias left out shows
+        typical = (problem.k * (a.float() * scale_a).square().mean()
+                   * (b_stored.float() * scale_b).square().mean()).sqrt()
+        bias = (torch.randn((problem.n,), generator=generator, device=device) * typical).to(out_dtype)
+    return Operands(a=a, b=b_stored.t(), out=empty_out(problem, pitch, out_dtype, device), bias=bias,
+                    scale_a=scale_a, scale_b=scale_b.reshape(1, -1) if rowwise else scale_b)
+
+
 def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) -> Operands:
     """Operands of the right shapes, strides and dtype (the output's rows `pitch` apart), with
     no kernel run to fill them: enough to compile a kernel for them."""
     import torch
 
+    if problem.op == "scaled_mm":
+        fp8, out_dtype = torch_dtype(problem.dtype), torch_dtype(problem.result_dtype)
+        shape_a, shape_b = problem.scale_shapes()
+        bias = torch.empty((problem.n,), dtype=out_dtype, device=device) if problem.bias else None
+        return Operands(a=torch.empty((problem.m, problem.k), dtype=fp8, device=device),
+                        b=torch.empty((problem.n, problem.k), dtype=fp8, device=device).t(),
+                        out=empty_out(problem, pitch, out_dtype, device), bias=bias,
+                        scale_a=torch.empty(shape_a, dtype=torch.float32, device=device),
+                        scale_b=torch.empty(shape_b, dtype=torch.float32, device=device))
     dtype = torch_dtype(problem.dtype)
 
     def operand(shape, transposed):
@@ -65,10 +117,13 @@ def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) 
 
 
 def reference(problem: GemmProblem, ops: Operands):
-    """The exact product in float64 (on the operands' device)."""
+    """The exact product in float64 (on the operands' device); for scaled_mm, of the
+    dequantized operands (each times its scales)."""
     import torch
 
     a, b = ops.a.double(), ops.b.double()
+    if problem.op == "scaled_mm":
+        a, b = a * ops.scale_a.double(), b * ops.scale_b.double()
     ref = torch.matmul(a, b)
     if ops.bias is not None:
         ref = ref + ops.bias.double()
@@ -97,7 +152,7 @@ class Check:
 def check(problem: GemmProblem, out, ref) -> Check:
     import torch
 
-    precision = "tf32" if problem.allow_tf32 else problem.dtype
+    precision = problem.precision
     got = out.double()
     finite = torch.isfinite(got)
     if not bool(finite.all()):

@@ -11,6 +11,7 @@ from .registry import Heuristic, register_heuristic
 @register_heuristic("aten::mm")
 @register_heuristic("aten::addmm")
 @register_heuristic("aten::bmm")
+@register_heuristic("aten::_scaled_mm")
 class AtenSingleConfig(Heuristic):
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         yield {}

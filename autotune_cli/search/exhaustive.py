@@ -24,7 +24,8 @@ COMPILE_CAP = 160
 KEEP_FRACTION = 0.25
 KEEP_MIN = 6
 
-PEAK_FLOPS = {"float16": 7.9e14, "bfloat16": 7.9e14, "tf32": 3.9e14, "float32": 5.0e13}
+PEAK_FLOPS = {"float16": 7.9e14, "bfloat16": 7.9e14, "tf32": 3.9e14, "float32": 5.0e13,
+              "float8_e4m3fn": 1.45e15}
 HBM_BYTES_PER_S = 4.3e12
 L2_BYTES_PER_S = 1.2e13
 
@@ -40,7 +41,7 @@ def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     warps, stages = config["num_warps"], config["num_stages"]
     sms = max(sm_count, 1)
-    precision = "tf32" if problem.allow_tf32 else problem.dtype
+    precision = "tf32" if problem.allow_tf32 else problem.dtype  # the operands' rate
     tiles = math.ceil(problem.m / bm) * math.ceil(problem.n / bn) * problem.b
     waves = math.ceil(tiles / sms)
     k_iters = math.ceil(problem.k / bk)

@@ -17,12 +17,15 @@ from ..problem import GemmProblem
 
 @dataclass
 class Operands:
-    """The tensors of one call: `out` is written by the kernel."""
+    """The tensors of one call: `out` is written by the kernel. A scaled_mm's fp32 scales:
+    0-d tensors, or [m, 1] and [1, n] per row (GemmProblem.scale_shapes)."""
 
     a: Any
     b: Any
     out: Any
     bias: Any = None
+    scale_a: Any = None
+    scale_b: Any = None
 
 
 Runnable = Callable[[Operands], None]
@@ -85,7 +88,8 @@ def torch_dtype(name: str):
     """The torch dtype a problem's dtype name stands for (imports torch: call in `build`)."""
     import torch
 
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+            "float8_e4m3fn": torch.float8_e4m3fn}[name]
 
 
 class Template(ABC):

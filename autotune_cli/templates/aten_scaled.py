@@ -1,0 +1,53 @@
+"""aten::_scaled_mm: torch._scaled_mm, cuBLASLt's FP8 GEMM on the GPU (torch's own kernel on
+the CPU), with the problem's scales, bias and output dtype; one config, the library's pick.
+
+Its accumulation is torch's default (use_fast_accum=False), the numerics a user's call gets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Operands, Runnable, Template
+from .registry import register_template
+
+# cuBLASLt's FP8 GEMM, as torch._scaled_mm checks on CUDA: K and N multiples of 16.
+CUDA_ALIGN = 16
+
+
+class AtenScaledMMTemplate(Template):
+    backend = "aten"
+    uid = "aten::_scaled_mm"
+    ops = ("scaled_mm",)
+
+    def source_text(self) -> str:
+        # The kernel is the library's: its identity is torch's version, already in the fingerprint.
+        return "aten::_scaled_mm v1"
+
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        if device.device_type != "cuda":
+            return None
+        if problem.k % CUDA_ALIGN or problem.n % CUDA_ALIGN:
+            return (f"torch._scaled_mm on CUDA needs K and N multiples of {CUDA_ALIGN} "
+                    f"(K={problem.k}, N={problem.n})")
+        if problem.scale == "row" and problem.out_dtype != "bfloat16":
+            return "torch._scaled_mm's rowwise scaling on CUDA writes bfloat16 only"
+        return None
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        import torch
+
+        from .base import torch_dtype
+
+        scaled_mm = torch._scaled_mm
+        out_dtype = torch_dtype(problem.result_dtype)
+
+        def run(ops: Operands) -> None:
+            scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
+                      out_dtype=out_dtype, out=ops.out)
+
+        return run
+
+
+register_template(AtenScaledMMTemplate())

@@ -1,0 +1,127 @@
+"""triton::scaled_mm_persistent_tma (scaled_mm): a persistent float8 GEMM for Hopper whose
+operand tiles come in through TMA descriptors and whose scales (tensorwise or rowwise) and
+bias are applied to the fp32 accumulator in the epilogue, rendered from jinja.
+
+It follows triton::mm_persistent_tma (templates/triton_persistent_tma.py: device-side
+descriptors, the allocator, NUM_SMS as the device's SM count) for the one layout the FP8
+matrix units take, A row-major and B column-major. The scale kind and the output dtype are
+params, so that two problems differing in them never share a compile-pool job or a cached
+config. On the CPU it runs under Triton's interpreter, which runs float8 `tl.dot` exactly and
+tensor descriptors on float8 (checked with triton 3.9).
+
+TMA needs a 16-byte aligned base and row stride: K a multiple of 16 (float8 rows of A and
+of B as stored) and the output's rows (N elements of the output dtype) a multiple of 16 bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..problem import DTYPE_SIZE, GemmProblem
+from .base import Operands, Runnable
+from .registry import register_template
+from .triton_base import TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
+from .triton_persistent_tma import (
+    TMA_ALIGN,
+    _capability,
+    _row_stride,
+    _scratch_allocator,
+    descriptor_api_problem,
+    device_sm_count,
+    interpreter_descriptor_problem,
+)
+
+TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")
+UID = "triton::scaled_mm_persistent_tma"
+MIN_CAPABILITY = (9, 0)  # TMA and the float8 warp-group MMA: Hopper and later
+
+
+def misaligned_rows(problem: GemmProblem) -> list[str]:
+    """The stored matrices whose row stride is not a multiple of 16 bytes (A [m, k] and B
+    stored [n, k] in float8, the output [m, n] in its dtype)."""
+    rows = {"A": problem.k * problem.dtype_size, "B": problem.k * problem.dtype_size,
+            "C": problem.n * DTYPE_SIZE[problem.result_dtype]}
+    return [f"{name} rows are {size} B" for name, size in rows.items() if size % TMA_ALIGN]
+
+
+class TritonScaledMMTemplate(TritonTemplate):
+    template_file = TEMPLATE_FILE
+    defaults = {"FLATTEN": 1}
+
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        api = descriptor_api_problem()
+        if api:
+            return api
+        if device.device_type == "cpu":
+            why = interpreter_descriptor_problem()
+            if why:
+                return why
+        elif device.device_type == "cuda":
+            if "AMD" in (device.name or "").upper().split():
+                return "TMA descriptors are an NVIDIA feature"
+            capability = _capability(device.capability)
+            if capability is None or capability < MIN_CAPABILITY:
+                return (f"the float8 TMA kernel needs compute capability >= 9.0, the device has "
+                        f"{device.capability or 'an unknown one'}")
+        else:
+            return f"no TMA on device type {device.device_type!r}"
+        bad = misaligned_rows(problem)
+        if bad:
+            return "TMA needs row strides that are multiples of 16 bytes: " + ", ".join(bad)
+        return None
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        params = super().full_params(problem, config)
+        params["SCALE"] = problem.scale
+        params["OUT_DTYPE"] = problem.result_dtype
+        return params
+
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        context = self.render_context(problem, params)
+        context.update(SCALE=params["SCALE"], HAS_BIAS=bool(problem.bias), FLATTEN=bool(params["FLATTEN"]))
+        return self.finish(jinja_template(self.template_file).render(**context))
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
+        num_warps, num_stages = params["num_warps"], params["num_stages"]
+        m, n, k = problem.m, problem.n, problem.k
+        sms = device_sm_count(problem.device)
+        programs = max(1, min(sms, output_tiles(problem, params)))
+        grid = (programs,)
+        rowwise = problem.scale == "row"
+        allocator = None if problem.device == "cpu" or interpreting() else _scratch_allocator()
+
+        def arguments(ops: Operands) -> tuple:
+            a, b, c = ops.a, ops.b, ops.out
+            stride_a = _row_stride(a, False, "A")
+            stride_b = _row_stride(b, True, "B")
+            stride_c = _row_stride(c, False, "out")
+            bias = ops.bias if ops.bias is not None else c  # no bias: never read
+            if ops.bias is not None and ops.bias.stride(0) != 1:
+                raise ValueError("the bias must be contiguous for this kernel")
+            sa, sb = ops.scale_a, ops.scale_b
+            strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
+            return (a, b, c, bias, sa, sb, m, n, k, stride_a, stride_b, stride_c, *strides)
+
+        def run(ops: Operands) -> None:
+            args = arguments(ops)
+            if allocator is not None:
+                import triton
+
+                triton.set_allocator(allocator)
+            kernel[grid](*args, NUM_SMS=sms, num_warps=num_warps, num_stages=num_stages)
+
+        def warmup(ops: Operands) -> list:
+            """Compile for these operands without launching (the compile pool calls this)."""
+            if not hasattr(kernel, "warmup"):
+                return []
+            return [kernel.warmup(*arguments(ops), NUM_SMS=sms, grid=grid,
+                                  num_warps=num_warps, num_stages=num_stages)]
+
+        run.warmup = warmup  # type: ignore[attr-defined]
+        run.programs = programs  # type: ignore[attr-defined]
+        return run
+
+
+register_template(TritonScaledMMTemplate(UID, ("scaled_mm",)))

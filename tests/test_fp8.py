@@ -1,0 +1,195 @@
+"""Float8 GEMMs (scaled_mm): the problem and its key, the flags, the inputs and the verifier,
+and a CPU tune end to end through the CLI (aten::_scaled_mm against the Triton template
+under the interpreter)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from autotune_cli.bench.verify import check, empty_operands, make_operands, poison, reference
+from autotune_cli.errors import UserError
+from autotune_cli.problem import GemmProblem, make_problem
+
+
+def fp8(scale="row", **kwargs):
+    args = dict(m=16, n=64, k=64, dtype="float8_e4m3fn", scale=scale, device="cpu")
+    args.update(kwargs)
+    return make_problem(**args)
+
+
+# -- the problem and its key ------------------------------------------------------------------
+
+def test_float8_makes_a_scaled_mm_with_its_defaults():
+    problem = fp8()
+    assert (problem.op, problem.layout, problem.out_dtype, problem.scale) == ("scaled_mm", "nt", "bfloat16", "row")
+    assert problem.key() == "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_row/out_bfloat16/cpu"
+    assert problem.scale_shapes() == ((16, 1), (1, 64))
+    assert fp8("tensor").scale_shapes() == ((), ())
+    assert problem.precision == "bfloat16" and problem.dtype_size == 1
+    assert "row-scaled->bfloat16" in problem.describe()
+    biased = fp8(bias="n", out_dtype="fp16")
+    assert biased.key() == "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_row/out_float16/bias_n/cpu"
+    # A and B one byte each, two fp32 scale vectors, the output (and the bias) in float16
+    assert biased.min_bytes == (16 * 64 + 64 * 64) + 4 * (16 + 64) + 2 * (16 * 64 + 64)
+
+
+def test_other_ops_keep_their_keys_and_dicts():
+    """Caches written before float8 existed stay valid: the same keys, the same dicts."""
+    assert make_problem(m=1024, n=512, k=4096, dtype="bf16", layout="nt").key() == "mm/m1024/n512/k4096/bfloat16/nt/cuda"
+    assert make_problem(m=8, n=16, k=32, dtype="fp32", bias="n", allow_tf32=True, device="cpu").key() \
+        == "addmm/m8/n16/k32/float32/nn/bias_n/tf32/cpu"
+    assert make_problem(m=8, n=16, k=32, batch=3, dtype="fp16").key() == "bmm/b3/m8/n16/k32/float16/nn/cuda"
+    assert make_problem(m=8, n=16, k=32).to_dict() == {
+        "op": "mm", "m": 8, "n": 16, "k": 32, "b": 1, "dtype": "float16", "layout": "nn", "bias": None,
+        "allow_tf32": False, "device": "cuda"}
+
+
+def test_key_distinguishes_scale_out_dtype_and_bias():
+    keys = {fp8().key(), fp8("tensor").key(), fp8(out_dtype="float16").key(), fp8(out_dtype="float32").key(),
+            fp8(bias="n").key(), fp8(m=32).key()}
+    assert len(keys) == 6
+
+
+def test_scaled_problem_round_trips_through_json():
+    problem = fp8("tensor", bias="n", out_dtype="float16")
+    again = GemmProblem.from_dict(json.loads(json.dumps(problem.to_dict())))
+    assert again == problem and again.key() == problem.key()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dtype="fp8"), "need scales: --scale tensor or --scale row"),
+    (dict(dtype="fp8", scale="block"), "blockwise scales"),
+    (dict(dtype="fp8", scale="blockwise"), "blockwise scales"),
+    (dict(dtype="fp8", scale="col"), "--scale must be one of tensor, row"),
+    (dict(dtype="fp8", scale="row", layout="nn"), "--layout nt (the only layout accepted)"),
+    (dict(dtype="fp8", scale="row", layout="tt"), "B column-major"),
+    (dict(dtype="fp8", scale="row", batch=2), "--batch does not apply"),
+    (dict(dtype="fp8", scale="row", bias="mn"), "row vector"),
+    (dict(dtype="fp8", scale="row", bias="n", out_dtype="float32"), "no bias with a float32 output"),
+    (dict(dtype="fp8", scale="row", out_dtype="float8_e4m3fn"), "--out-dtype must be one of"),
+    (dict(dtype="fp8", scale="row", out_dtype="int4"), "--out-dtype must be one of"),
+    (dict(dtype="bf16", scale="row"), "only apply to float8"),
+    (dict(dtype="bf16", out_dtype="float32"), "only apply to float8"),
+])
+def test_bad_combinations_are_user_errors(kwargs, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_problem(m=16, n=16, k=16, **kwargs)
+
+
+def test_float8_dtype_needs_the_scaled_op_and_back():
+    with pytest.raises(UserError, match="need scales"):
+        GemmProblem(op="mm", m=2, n=2, k=2, dtype="float8_e4m3fn", layout="nt")
+    with pytest.raises(UserError, match="takes float8 operands"):
+        GemmProblem(op="scaled_mm", m=2, n=2, k=2, dtype="bfloat16", layout="nt", scale="row", out_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dtype", "float8_e4m3fn"], "--scale tensor or --scale row"),
+    (["--dtype", "float8_e4m3fn", "--scale", "block"], "blockwise scales"),
+    (["--dtype", "float8_e4m3fn", "--scale", "row", "--layout", "nn"], "--layout nt"),
+    (["--dtype", "bfloat16", "--scale", "tensor"], "only apply to float8"),
+])
+def test_bad_flags_are_one_line_exit_2(cache_dir, args, message):
+    proc = subprocess.run([sys.executable, "-m", "autotune_cli", "mm", "--m", "16", "--n", "16", "--k", "16",
+                           "--device", "cpu", *args], capture_output=True, text=True,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("autotune: error:") and message in lines[0], proc.stderr
+
+
+# -- inputs and the verifier ------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_inputs_are_quantized_float8_with_their_scales(scale):
+    problem = fp8(scale, m=24, n=40, k=64, bias="n")
+    ops = make_operands(problem, seed=2, device="cpu")
+    assert ops.a.dtype == ops.b.dtype == torch.float8_e4m3fn
+    assert ops.a.shape == (24, 64) and ops.a.stride() == (64, 1)
+    assert ops.b.shape == (64, 40) and ops.b.stride() == (1, 64)  # column-major
+    assert ops.scale_a.dtype == ops.scale_b.dtype == torch.float32
+    assert (tuple(ops.scale_a.shape), tuple(ops.scale_b.shape)) == problem.scale_shapes()
+    assert ops.out.dtype == torch.bfloat16 and ops.bias.dtype == torch.bfloat16 and ops.bias.shape == (40,)
+    # each scale maps its tensor's (row's, column's) largest magnitude to float8's largest, 448
+    a_max = ops.a.float().abs().amax(dim=1) if scale == "row" else ops.a.float().abs().amax()
+    assert torch.allclose(a_max, torch.full_like(a_max, 448.0))
+    if scale == "row":  # rows of very different magnitudes: a scale applied to the wrong row shows
+        assert float(ops.scale_a.max() / ops.scale_a.min()) > 8
+    empty = empty_operands(problem, "cpu")
+    for name in ("a", "b", "out", "bias", "scale_a", "scale_b"):
+        mine, made = getattr(ops, name), getattr(empty, name)
+        assert (mine.shape, mine.stride(), mine.dtype) == (made.shape, made.stride(), made.dtype), name
+
+
+def _aten(problem, ops):
+    torch._scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
+                     out_dtype=ops.out.dtype, out=ops.out)
+
+
+WRONG_KERNELS = {
+    # the product of the float8 values, never scaled
+    "unscaled": lambda problem, ops: ops.out.copy_(ops.a.float() @ ops.b.float() + _bias(ops)),
+    # each row's scale taken for the column of the same index, and back
+    "scales_swapped": lambda problem, ops: ops.out.copy_(
+        (ops.a.float() @ ops.b.float()) * ops.scale_b.reshape(-1, 1)[: problem.m].reshape(ops.scale_a.shape)
+        * ops.scale_a.reshape(1, -1)[:, : problem.n].reshape(ops.scale_b.shape) + _bias(ops)),
+    # one scale for the whole of each operand (its first row's / column's)
+    "first_scale_only": lambda problem, ops: ops.out.copy_(
+        (ops.a.float() @ ops.b.float()) * ops.scale_a.flatten()[0] * ops.scale_b.flatten()[0] + _bias(ops)),
+    # the bias forgotten
+    "no_bias": lambda problem, ops: ops.out.copy_((ops.a.float() @ ops.b.float()) * ops.scale_a * ops.scale_b),
+}
+
+
+def _bias(ops):
+    return 0 if ops.bias is None else ops.bias.float()
+
+
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_verifier_passes_torch_scaled_mm_and_catches_wrong_kernels(scale):
+    problem = fp8(scale, m=48, n=48, k=256, bias="n")
+    ops = make_operands(problem, seed=4, device="cpu")
+    ref = reference(problem, ops)
+    poison(ops)
+    _aten(problem, ops)
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
+    caught = {}
+    for name, wrong in WRONG_KERNELS.items():
+        poison(ops)
+        wrong(problem, ops)
+        caught[name] = not check(problem, ops.out, ref).ok
+    expected = {name: True for name in WRONG_KERNELS}
+    if scale == "tensor":  # with one scale per tensor there is nothing to swap or to miss
+        expected["scales_swapped"] = expected["first_scale_only"] = False
+    assert caught == expected
+
+
+def test_reference_is_the_dequantized_product():
+    problem = fp8("row", m=8, n=16, k=32)
+    ops = make_operands(problem, seed=7, device="cpu")
+    by_hand = (ops.a.double() * ops.scale_a.double()) @ (ops.b.double() * ops.scale_b.double())
+    assert torch.equal(reference(problem, ops), by_hand)
+
+
+# -- end to end through the CLI ---------------------------------------------------------------
+
+def test_cpu_tune_of_a_float8_problem_end_to_end(cli, cache_dir):
+    code, out, err = cli("mm", "--m", 16, "--n", 64, "--k", 64, "--dtype", "float8_e4m3fn", "--scale", "row",
+                         "--device", "cpu", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["key"].startswith("scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_row/out_bfloat16/cpu")
+    by_uid = {c["uid"]: c for c in doc["candidates"]}
+    assert set(by_uid) == {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma"}
+    assert all(c["status"] == "ok" and c["max_rel_error"] < 1.2e-2 for c in doc["candidates"])
+    assert doc["winner"]["uid"] == "aten::_scaled_mm"  # the interpreter runs Triton ~1000x slower
+    code, out, _ = cli("cache", "show")
+    assert code == 0 and "scaled_mm 16x64x64 float8_e4m3fn row-scaled->bfloat16 nt" in out
+    code, out, _ = cli("cache", "show", "--json")
+    (entry,) = json.loads(out)["entries"].values()
+    assert entry["problem"]["scale"] == "row" and entry["winner"]["uid"] == "aten::_scaled_mm"

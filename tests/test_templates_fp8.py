@@ -1,0 +1,172 @@
+"""The float8 templates: triton::scaled_mm_persistent_tma run for real under Triton's
+interpreter (which runs float8 tl.dot exactly, and tensor descriptors on float8) against the
+float64 product of the dequantized operands, its source, where it and aten::_scaled_mm are
+unavailable, and its configs. A GPU test runs it on CUDA."""
+
+import ast
+
+import pytest
+import torch
+
+from autotune_cli.bench.verify import check, make_operands, poison, reference
+from autotune_cli.choices import get_choices
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.heuristics import lookup_heuristic
+from autotune_cli.problem import make_problem
+from autotune_cli.settings import TuneSettings
+from autotune_cli.templates import get_template, templates_for
+from autotune_cli.templates import triton_persistent_tma as tma_module
+from helpers_kernels import run_kernel
+
+TRITON = "triton::scaled_mm_persistent_tma"
+ATEN = "aten::_scaled_mm"
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
+                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
+L40S = DeviceInfo(device_type="cuda", name="NVIDIA L40S", capability="8.9", sm_count=142,
+                  smem_per_block=101376, l2_bytes=96 << 20, total_memory=48 << 30)
+CPU = DeviceInfo(device_type="cpu", name="cpu")
+TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
+
+
+def fp8(scale="row", device="cpu", **kwargs):
+    args = dict(m=40, n=48, k=128, dtype="float8_e4m3fn", scale=scale, device=device)
+    args.update(kwargs)
+    return make_problem(**args)
+
+
+needs_interpreter_tma = pytest.mark.skipif(
+    tma_module.interpreter_descriptor_problem() is not None,
+    reason=f"{tma_module.interpreter_descriptor_problem()}",
+)
+
+
+def test_served_for_scaled_mm_only():
+    assert {t.uid for t in templates_for(fp8())} == {ATEN, TRITON}
+    assert not {ATEN, TRITON} & {t.uid for t in templates_for(make_problem(m=8, n=8, k=8, dtype="bf16"))}
+
+
+@needs_interpreter_tma
+@pytest.mark.parametrize("out_dtype, bias", [("bfloat16", None), ("bfloat16", "n"), ("float16", "n"),
+                                             ("float32", None)])  # no bias with float32 (torch's rule)
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_triton_scaled_mm_computes_the_scaled_product(scale, out_dtype, bias, tmp_path):
+    # 40x48 in 32x32 tiles is 4 tiles for 4 programs, edge tiles in M and N (the descriptors'
+    # zero padding, the clipped store, the masked scale and bias loads); K=128 is two steps.
+    problem = fp8(scale, out_dtype=out_dtype, bias=bias)
+    template = get_template(TRITON)
+    assert template.unavailable_reason(problem, CPU) is None
+    result = run_kernel(problem, template, TILE, tmp_path, calls=2)
+    assert result.correct, result.reasons
+    assert result.discriminating
+    assert result.ops.out.dtype == getattr(torch, out_dtype)
+
+
+@needs_interpreter_tma
+def test_triton_scaled_mm_persistent_programs_take_several_tiles(tmp_path):
+    problem = fp8("row", m=96, n=64, k=64)  # 3x2 tiles for 4 programs
+    template = get_template(TRITON)
+    for flatten in (0, 1):
+        result = run_kernel(problem, template, {**TILE, "FLATTEN": flatten}, tmp_path)
+        assert result.correct, result.reasons
+        assert result.run.programs == 4
+
+
+@needs_interpreter_tma
+def test_a_kernel_that_drops_the_row_scales_is_caught(tmp_path):
+    """The verifier sees the difference between the two scale kinds: the tensorwise kernel
+    (which reads one element of each scale) run on rowwise inputs fails the check."""
+    row = fp8("row")
+    tensor_kernel = get_template(TRITON)
+    params = tensor_kernel.full_params(fp8("tensor"), TILE)
+    run = tensor_kernel.build(fp8("tensor"), params, str(tmp_path))
+    ops = make_operands(row, seed=3, device="cpu")
+    ref = reference(row, ops)
+    poison(ops)
+    run(ops)
+    assert not check(row, ops.out, ref).ok
+
+
+def test_source_for_each_scale_kind():
+    template = get_template(TRITON)
+    row = fp8("row", bias="n", device="cuda")
+    params = template.full_params(row, TILE)
+    assert (params["SCALE"], params["OUT_DTYPE"], params["FLATTEN"]) == ("row", "bfloat16", 1)
+    source = template.render(row, params)
+    ast.parse(source)
+    assert "tl.make_tensor_descriptor(B, shape=[N, K]" in source and "b_desc.load([off_n, off_k]).T" in source
+    assert "scale_a = tl.load(SCALE_A + offs_m * stride_scale_a" in source
+    assert "acc * scale_a[:, None] * scale_b[None, :]" in source
+    assert "acc += tl.dot(a, b, out_dtype=tl.float32)" in source  # fp32 sum of each K step
+    assert "BIAS + offs_n" in source and "BLOCK_K: tl.constexpr = 64" in source
+    tensor = fp8("tensor", device="cuda")
+    tensor_source = template.render(tensor, template.full_params(tensor, {**TILE, "FLATTEN": 0}))
+    ast.parse(tensor_source)
+    assert "scale = tl.load(SCALE_A) * tl.load(SCALE_B)" in tensor_source and "acc = acc * scale" in tensor_source
+    assert "offs_m * stride_scale_a" not in tensor_source and "BIAS + offs_n" not in tensor_source
+    assert "flatten=True" not in tensor_source
+    # sizes are runtime arguments: another shape renders the same text; another output dtype does not
+    assert template.render(fp8("row", bias="n", m=4096, n=4096, k=4096), params) == source
+    f16 = fp8("row", bias="n", out_dtype="float16")
+    assert template.render(f16, template.full_params(f16, TILE)) != source
+
+
+def test_triton_unavailable_below_hopper_or_misaligned():
+    template = get_template(TRITON)
+    assert template.unavailable_reason(fp8(device="cuda"), H200) is None
+    assert "compute capability >= 9.0" in template.unavailable_reason(fp8(device="cuda"), L40S)
+    assert "A rows are 40 B" in template.unavailable_reason(fp8(k=40, device="cuda"), H200)
+    assert "C rows are 24 B" in template.unavailable_reason(fp8(n=12, device="cuda"), H200)
+    assert template.unavailable_reason(fp8(n=12, out_dtype="float32", device="cuda"), H200) is None  # 48 B
+
+
+def test_aten_scaled_mm_unavailable_where_cublaslt_refuses():
+    template = get_template(ATEN)
+    assert template.unavailable_reason(fp8(k=40), CPU) is None  # torch's CPU kernel takes any size
+    assert template.unavailable_reason(fp8(device="cuda"), H200) is None
+    assert "multiples of 16" in template.unavailable_reason(fp8(k=40, device="cuda"), H200)
+    assert "bfloat16 only" in template.unavailable_reason(fp8("row", out_dtype="float16", device="cuda"), H200)
+    assert template.unavailable_reason(fp8("tensor", out_dtype="float16", device="cuda"), H200) is None
+
+
+def test_float8_configs_of_their_own():
+    big = fp8("row", m=4096, n=4096, k=4096, device="cuda")
+    configs = list(lookup_heuristic(TRITON, "cuda", "scaled_mm").get_configs(big))
+    assert len(configs) >= 8
+    for config in configs:
+        assert config["BLOCK_K"] >= 64
+        staged = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * config["num_stages"]
+        assert staged + config["BLOCK_M"] * config["BLOCK_N"] * 2 <= H200.smem_per_block  # + the store's tile
+    assert any(c["BLOCK_K"] >= 128 and c["BLOCK_M"] >= 128 for c in configs)
+    decode = fp8("row", m=8, n=4096, k=4096, device="cuda")
+    assert any(c["BLOCK_M"] == 16 for c in lookup_heuristic(TRITON, "cuda", "scaled_mm").get_configs(decode))
+    exhaustive = list(lookup_heuristic(TRITON, "cuda", "scaled_mm").get_configs(big, "exhaustive"))
+    assert exhaustive and min(c["BLOCK_K"] for c in exhaustive) == 64
+    assert list(lookup_heuristic(TRITON, "cpu", "scaled_mm").get_configs(fp8()))
+    assert list(lookup_heuristic(ATEN, "cuda", "scaled_mm").get_configs(big)) == [{}]
+
+
+def test_choices_on_an_h200_and_on_the_cpu():
+    big = fp8("tensor", m=2048, n=4096, k=4096, device="cuda")
+    chosen = get_choices(big, H200, TuneSettings(device="cuda"))
+    uids = [c.uid for c in chosen.choices]
+    assert uids.count(ATEN) == 1 and uids.count(TRITON) >= 8
+    assert not chosen.pruned_counts().get("hardware")
+    older = get_choices(big, L40S, TuneSettings(device="cuda"))
+    assert [c.uid for c in older.choices] == [ATEN]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_triton_scaled_mm_on_the_gpu(scale, tmp_path):
+    problem = fp8(scale, m=256, n=512, k=1024, bias="n", device="cuda")
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
+    template = get_template(TRITON)
+    params = template.full_params(problem, config)
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=1, device="cuda")
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    torch.cuda.synchronize()
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
