@@ -10,6 +10,8 @@ object is one problem, with the fields of `autotune mm`'s flags:
     bias         true: the problem is an addmm
     bias_shape   "n" (default: a row vector, as nn.Linear) or "mn" (a full matrix)
     allow_tf32   true: float32 may use tf32
+    scale        float8 only: "tensor" or "row" (dtype "float8_e4m3fn": a scaled_mm)
+    out_dtype    float8 only: "bfloat16" (default), "float16" or "float32"
 
 e.g. [{"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt"},
       {"m": 4096, "n": 4096, "k": 1024, "bias": true}]
@@ -25,7 +27,7 @@ from pathlib import Path
 from .errors import UserError
 from .problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
 
-FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32")
+FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype")
 
 
 def _integer(value, field: str) -> int:
@@ -96,6 +98,9 @@ def problem_from_entry(entry, device: str) -> GemmProblem:
     allow_tf32 = field("allow_tf32", _flag) if "allow_tf32" in entry else False
     if allow_tf32 and args.get("dtype", "float16") != "float32":
         raise ValueError("field 'allow_tf32' only applies to float32")
+    for name in ("scale", "out_dtype"):  # checked with the problem (GemmProblem: float8 only)
+        if name in entry:
+            args[name] = field(name, _text)
     return make_problem(bias=shape if bias else None, allow_tf32=allow_tf32, device=device, **args)
 
 

@@ -193,3 +193,17 @@ def test_cpu_tune_of_a_float8_problem_end_to_end(cli, cache_dir):
     code, out, _ = cli("cache", "show", "--json")
     (entry,) = json.loads(out)["entries"].values()
     assert entry["problem"]["scale"] == "row" and entry["winner"]["uid"] == "aten::_scaled_mm"
+
+
+def test_a_problems_file_carries_float8_fields(tmp_path):
+    from autotune_cli.shapes_file import read_problems
+
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"m": 16, "n": 64, "k": 64, "dtype": "fp8", "scale": "tensor", "out_dtype": "fp16"},
+                                {"m": 16, "n": 64, "k": 64, "dtype": "bf16"}]))
+    scaled, plain = read_problems(path, "cpu")
+    assert scaled.key() == "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_tensor/out_float16/cpu"
+    assert plain.key() == "mm/m16/n64/k64/bfloat16/nn/cpu"
+    path.write_text(json.dumps([{"m": 16, "n": 64, "k": 64, "dtype": "fp8"}]))
+    with pytest.raises(UserError, match="entry 1: .*--scale tensor or --scale row"):
+        read_problems(path, "cpu")

@@ -79,7 +79,7 @@ def test_no_traceback_from_the_command(tmp_path, cache_dir):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"autotune: error: {path}: entry 1: field 'dtype' is 'int8': "
-                                                "choose one of float16, bfloat16, float32"]
+                                                "choose one of float16, bfloat16, float32, float8_e4m3fn"]
 
 
 @pytest.fixture
