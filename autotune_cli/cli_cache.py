@@ -314,7 +314,10 @@ def cache_clear(
     """Remove every entry."""
     cache = open_cache(cache_dir)
     count = len(cache.load())
-    if count and not yes and sys.stdin.isatty():
+    if count and not yes:
+        if not sys.stdin.isatty():  # a pipe's "n" is no answer to a question never shown
+            raise UserError(f"cache clear would remove {count} entries from {cache.path}: "
+                            "without a terminal to confirm on, pass --yes")
         typer.confirm(f"remove {count} entries from {cache.path}?", abort=True)
     removed = cache.clear()
     print_notices(cache)
@@ -399,8 +402,9 @@ def cache_prune(
     cache_dir: Optional[Path] = CacheDirOpt,
 ) -> None:
     """Remove entries that match every condition given."""
-    if older_than is None and not not_this_machine:
-        raise UserError("cache prune needs --older-than DATE and/or --not-this-machine")
+    filter_text = (filter_text or "").strip() or None  # blank matches all: no condition
+    if older_than is None and not not_this_machine and not filter_text:
+        raise UserError("cache prune needs --older-than DATE, --not-this-machine and/or --filter TEXT")
     cutoff = parse_date(older_than) if older_than is not None else None
     kind = device.value if device else None
     machines = this_machine_digests(kind) if not_this_machine else None

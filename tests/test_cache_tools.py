@@ -296,8 +296,21 @@ def test_prune_older_than(cli, cache_dir, dated):
     assert code == 0 and "removed 3 entries" in err and entries_of(cache_dir) == {}
 
 
+def test_prune_filter_alone_removes_what_show_filter_lists(cli, cache_dir, dated):
+    """--filter is a condition like the others, with cache show's meaning."""
+    code, shown, _ = cli("cache", "show", "--json", "--filter", "bf16")
+    assert code == 0 and len(json.loads(shown)["entries"]) == 1
+    code, out, err = cli("cache", "prune", "--filter", "bf16", "--dry-run")
+    assert code == 0 and "would remove 1 of 4 entries" in err
+    assert out.split() == list(json.loads(shown)["entries"])
+    code, _, err = cli("cache", "prune", "--filter", "bf16")
+    assert code == 0 and "removed 1 entries" in err
+    assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
+
+
 @pytest.mark.parametrize("args, message", [
-    ([], "needs --older-than DATE and/or --not-this-machine"),
+    ([], "needs --older-than DATE, --not-this-machine and/or --filter TEXT"),
+    (["--filter", "  "], "needs --older-than DATE, --not-this-machine and/or --filter TEXT"),
     (["--older-than", "2026-13-01"], "not an ISO date"),
     (["--older-than", "last week"], "not an ISO date"),
     (["--not-this-machine", "--device", "tpu"], "'--device'"),

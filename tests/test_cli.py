@@ -141,3 +141,44 @@ def test_cache_path_and_clear(cli, cache_dir):
     assert code == 0 and "removed 1 entries" in err
     code, out, _ = cli("cache", "show", "--json")
     assert json.loads(out)["entries"] == {}
+
+
+def _clear_with_stdin(cache_dir, stdin, *args):
+    return subprocess.run([sys.executable, "-m", "autotune_cli", "cache", "clear", *args],
+                          stdin=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+
+
+def test_cache_clear_without_a_terminal_needs_yes(cli, cache_dir):
+    """`echo n | autotune cache clear` asks nobody: it refuses, one line, exit 2."""
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    before = (cache_dir / "autotune-cache.json").read_text()
+    read, write = os.pipe()
+    os.write(write, b"n\n")
+    os.close(write)
+    try:
+        proc = _clear_with_stdin(cache_dir, read)
+    finally:
+        os.close(read)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "without a terminal" in proc.stderr and "--yes" in proc.stderr
+    assert (cache_dir / "autotune-cache.json").read_text() == before
+
+
+def test_cache_clear_on_a_terminal_asks(cli, cache_dir):
+    """On a terminal, "n" keeps the entries and "y" removes them."""
+    import pty
+
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    for answer, code, left in (("n", 1, 1), ("y", 0, 0)):
+        leader, follower = pty.openpty()
+        try:
+            os.write(leader, f"{answer}\n".encode())
+            proc = _clear_with_stdin(cache_dir, follower)
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert proc.returncode == code, proc.stderr
+        assert "remove 1 entries" in proc.stdout
+        assert len(json.loads(cli("cache", "show", "--json")[1])["entries"]) == left
