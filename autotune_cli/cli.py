@@ -289,9 +289,22 @@ def mm(
 
 
 def aten_ms(entry: dict) -> float | None:
+    """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
+    given (results.VENDOR_UIDS: aten::mm, addmm, bmm), what the model runs untuned. Other
+    aten candidates (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
+    from .results import VENDOR_UIDS
+
     times = [c["ms"] for c in entry.get("candidates", [])
-             if c["status"] == "ok" and c["uid"].startswith("aten::") and c.get("ms")]
+             if c.get("status") == "ok" and c.get("uid") in VENDOR_UIDS and c.get("ms")]
     return min(times) if times else None
+
+
+def saved_ms(baseline_ms: float | None, winner: dict | None, count: int) -> float | None:
+    """Milliseconds per forward pass the winner saves over the baseline, for `count` calls
+    (None when either time is unknown)."""
+    if baseline_ms is None or not winner or not winner.get("ms"):
+        return None
+    return (baseline_ms - winner["ms"]) * count
 
 
 class _Clock:
@@ -320,7 +333,7 @@ def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=
     """A plan row with what tuning its problem gave (or why it failed)."""
     winner = outcome.winner if outcome else None
     aten = aten_ms(outcome.entry) if outcome else None
-    saved = (aten - winner["ms"]) * item.count if winner and aten else None
+    saved = saved_ms(aten, winner, item.count)
     if outcome is not None and device_name is None:
         device_name = outcome.entry.get("fingerprint", {}).get("device_name")
     row = {**planned, "key": outcome.key if outcome else None,
@@ -357,7 +370,8 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: _Clock) -> l
 def model(
     path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. 8x128x768:float16 (repeat, in order)."),
-    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. s0=1,16,128 (repeatable)."),
+    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 (input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is one dynamic dim); repeatable."),
+    trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and runs its code, so only for files you trust (a .pt2 never runs code)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),
     plan_only: bool = typer.Option(False, "--plan", help="Only list the matmuls found; tune nothing."),
     device: Optional[Device] = DeviceOpt,
@@ -379,7 +393,7 @@ def model(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
-    from .model import find_gemms, model_format, parse_hints, parse_input_shape
+    from .model import check_model, find_gemms, parse_hints, parse_input_shape
     from .report import ModelProgress, dumps, model_summary_table, plan_table
     from .scale import local_devices, make_scaled_tuner
     from .tuner import Tuner
@@ -387,7 +401,8 @@ def model(
     clock = _Clock()
     shapes = [parse_input_shape(text) for text in input_shape or []]
     hints = parse_hints(hint or [])
-    model_format(path)  # not a saved model: said now, before anything starts
+    # not a saved model, or untrusted TorchScript: said now, before anything starts
+    check_model(path, trust_torchscript=trust_torchscript)
     if executor == ExecutorKind.local and not plan_only:
         from .bench.processes import prestart_workers
 
@@ -405,7 +420,7 @@ def model(
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                       allow_tf32=allow_tf32)
+                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript)
     clock.mark("found")
     plan = plan_rows(found)
     if plan_only:

@@ -4,19 +4,27 @@ Two formats are read:
 
 * a torch.export program (`torch.export.save`, usually `.pt2`): the graph is walked and
   each matmul-like node's operands' shape, strides and dtype are read. The archive's
-  serialized program (`<archive>/models/model.json`) is read directly, without importing
-  torch or loading any weight; if it holds anything that reader does not know (another
-  schema major version, an argument form or symbolic expression it does not handle) the
-  program is loaded with `torch.export.load` instead and the operands are read from
-  `node.meta["val"]` (fake tensors), with the same result. Sizes may be symbolic
-  (`torch.export.Dim`); see "Dynamic dimensions" below.
-* TorchScript (`torch.jit.save`): sizes are not stored, so the module is run once on
-  example inputs built from `input_shapes` under `torch.profiler` with `record_shapes`,
-  which records every aten op with its operands' sizes, strides and dtype, nested as they
-  were called, with the graph executor's optimizations off so that the ops are the saved
-  ones (the optimizing executor rewrites e.g. addmm into mm + add). The run is first tried on the meta device (no arithmetic, no memory for
-  activations); if the module cannot run there it is run on the CPU with random inputs
-  (integer and bool inputs are zeros, so that they are valid indices).
+  serialized program (`<archive>/models/model.json`) is read by autotune itself, without
+  importing torch and without opening any weight: reading a .pt2 never runs code from it.
+  Anything that reader does not understand (another schema major version, an argument
+  form or symbolic expression it does not handle, an entry larger than MAX_PROGRAM_BYTES)
+  is a UserError naming it; the file is never handed to `torch.export.load`, which
+  unpickles what the archive holds. Sizes may be symbolic (`torch.export.Dim`); see
+  "Dynamic dimensions" below.
+* TorchScript (`torch.jit.save`): a TorchScript file is code: loading it and running its
+  forward runs what its author wrote, so it is read only when the caller says the file is
+  trusted (`trust_torchscript`, the CLI's --trust-torchscript). Sizes are not stored, so
+  the module is run once on example inputs built from `input_shapes` under
+  `torch.profiler` with `record_shapes`, which records every aten op with its operands'
+  sizes, strides and dtype, nested as they were called, with the graph executor's
+  optimizations off so that the ops are the saved ones (the optimizing executor rewrites
+  e.g. addmm into mm + add). The run is first tried on the meta device (no arithmetic, no
+  memory for activations); if the module cannot run there it is run on the CPU with random
+  inputs (integer and bool inputs are zeros, so that they are valid indices). Fused ops
+  whose matmuls run inside them (nn.TransformerEncoderLayer's fast path,
+  `aten::_transformer_encoder_layer_fwd`) are not looked into; when they hide every matmul
+  the error names them.
+* A plain `torch.save` checkpoint (a pickle) is refused without being opened.
 
 What counts, and how it maps (the same rules for both formats, so a model gives the same
 list whichever way it was saved). Only the outermost matmul-like op of each call counts
@@ -84,17 +92,20 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .errors import UserError
-from .problem import GemmProblem
+from .problem import MAX_DIM, GemmProblem
 
 __all__ = [
     "FoundGemm",
     "parse_input_shape",
     "parse_hints",
     "find_gemms",
+    "check_model",
     "plan_flops_share",
 ]
 
 DEFAULT_HINT_CAP = 4096
+MAX_HINT_VALUES = 64  # values one --hint may list
+MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 _MATMUL_OPS = {
@@ -114,6 +125,15 @@ _OPAQUE_PREFIXES = (
     "aten::_scaled_dot_product",
     "aten::_flash_attention",
     "aten::_efficient_attention",
+)
+
+# Fused kernels with matmuls inside that the profiler does not see (nn.Transformer layers'
+# fast path in eval mode); named when they hide every matmul of a TorchScript model.
+_FUSED_MATMUL_OPS = (
+    "aten::_transformer_encoder_layer_fwd",
+    "aten::_transformer_decoder_only_layer_fwd",
+    "aten::_native_multi_head_attention",
+    "aten::_native_decoder_only_multi_head_attention",
 )
 
 _GEMM_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
@@ -146,7 +166,16 @@ class FoundGemm:
 # Parsing CLI text
 # ---------------------------------------------------------------------------------------
 
-_DIMS_RE = re.compile(r"^\d+(?:[x,]\d+)*$")
+_DIMS_RE = re.compile(r"^[0-9]+(?:[x,][0-9]+)*$")
+_SIZE_RE = re.compile(r"[0-9]{1,10}")  # a size: at most MAX_DIM, checked once it is an int
+
+
+def _size(text: str) -> int | None:
+    """A size between 1 and MAX_DIM written in ASCII digits, else None."""
+    if not _SIZE_RE.fullmatch(text):
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_DIM else None
 
 
 def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
@@ -168,9 +197,10 @@ def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
         return (), _INPUT_DTYPES[dtype_key]
     if not _DIMS_RE.match(shape_text):
         raise UserError(f"cannot parse input shape {text!r}: expected dims like 8x128x768[:dtype]")
-    dims = tuple(int(d) for d in re.split(r"[x,]", shape_text))
-    if any(d < 1 for d in dims):
-        raise UserError(f"cannot parse input shape {text!r}: every dim must be at least 1")
+    dims = tuple(_size(d) for d in re.split(r"[x,]", shape_text))
+    if any(d is None for d in dims):
+        raise UserError(f"cannot parse input shape {_shown(str(text))!r}: every dim must be "
+                        f"from 1 to {MAX_DIM}")
     return dims, _INPUT_DTYPES[dtype_key]
 
 
@@ -180,23 +210,31 @@ _HINT_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.+?)\s*$")
 def parse_hints(texts: Iterable[str]) -> dict[str, list[int]]:
     """Parse ["s0=1,16,128", "s1=64"] into {"s0": [1, 16, 128], "s1": [64]}.
 
-    Values are positive integers; repeated values are dropped, order is kept.
+    Values are sizes from 1 to MAX_DIM, at most MAX_HINT_VALUES of them; repeated values
+    are dropped, order is kept. NAME is checked against the model later (find_gemms).
     """
     out: dict[str, list[int]] = {}
     for text in texts:
+        shown = _shown(str(text), 80)
         match = _HINT_RE.match(str(text))
         if not match:
-            raise UserError(f"cannot parse hint {text!r}: expected NAME=V1,V2,... e.g. s0=1,16,128")
+            raise UserError(f"cannot parse hint {shown!r}: expected NAME=V1,V2,... "
+                            "e.g. x.0=1,16,128")
         name, values_text = match.groups()
         if name in out:
             raise UserError(f"hint {name!r} is given more than once")
         values: list[int] = []
-        for part in values_text.split(","):
-            part = part.strip()
-            if not part.isdigit() or int(part) < 1:
-                raise UserError(f"cannot parse hint {text!r}: {part!r} is not a positive integer")
-            if int(part) not in values:
-                values.append(int(part))
+        parts = values_text.split(",")
+        if len(parts) > MAX_HINT_VALUES:
+            raise UserError(f"hint {name!r} lists {len(parts)} values; at most "
+                            f"{MAX_HINT_VALUES} are tuned at")
+        for part in parts:
+            value = _size(part.strip())
+            if value is None:
+                raise UserError(f"cannot parse hint {shown!r}: {_shown(part.strip(), 24)!r} is "
+                                f"not a size from 1 to {MAX_DIM}")
+            if value not in values:
+                values.append(value)
         out[name] = values
     return out
 
@@ -401,8 +439,10 @@ def model_format(path: Path) -> str:
     file with it before starting work); else a UserError that says what the file is."""
     if not path.exists():
         raise UserError(f"model file not found: {path}")
-    if not path.is_file():
+    if path.is_dir():
         raise UserError(f"not a model file: {path} is a directory")
+    if not path.is_file():
+        raise UserError(f"not a model file: {path} is not a regular file")
     if not zipfile.is_zipfile(path):
         raise UserError(
             f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
@@ -430,6 +470,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def _shown(text: str, limit: int = 300) -> str:
+    """Text from a file, safe to print on one line: control characters escaped, cut short."""
+    out = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -441,66 +487,59 @@ def find_gemms(
     hints: dict[str, list[int]] | None = None,
     device: str = "cuda",
     allow_tf32: bool = False,
+    trust_torchscript: bool = False,
 ) -> list[FoundGemm]:
     """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
 
-    See the module docstring for the formats, the mapping rules and dynamic dims.
+    See the module docstring for the formats, the mapping rules and dynamic dims. A
+    TorchScript file is read only with trust_torchscript (reading it runs it).
     """
     path = Path(path)
-    fmt = model_format(path)
+    fmt = check_model(path, trust_torchscript=trust_torchscript)
+    fused: list[str] = []
     if fmt == "export":
         raws, scenarios = _from_export(path, input_shapes, hints)
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
                             "a TorchScript model takes its sizes from --input-shape")
-        raws, scenarios = _from_torchscript(path, input_shapes), [{}]
+        raws, fused = _from_torchscript(path, input_shapes)
+        scenarios = [{}]
 
     kept = [r for r in raws if isinstance(r, _Raw)]
     if not kept:
+        if fused:
+            raise UserError(
+                f"no matmuls found in {path}: they run inside {', '.join(fused)}, a fused op "
+                "autotune does not look into (nn.Transformer layers traced in eval mode take "
+                "this fast path); save the model with torch.export.export and "
+                "torch.export.save, or trace it in train mode (model.train() before "
+                "torch.jit.trace)")
         other = sorted({r for r in raws if isinstance(r, str)})
         extra = f" (only matmuls in {', '.join(other)}, which are not tuned)" if other else ""
         raise UserError(f"no matmuls found in {path}{extra}")
     return _concretize(kept, scenarios, device=device, allow_tf32=allow_tf32)
 
 
+def check_model(path: Path, *, trust_torchscript: bool = False) -> str:
+    """model_format(path), refusing TorchScript unless it is trusted: a TorchScript file is
+    code, and reading it runs it (a caller checks this before starting work)."""
+    fmt = model_format(path)
+    if fmt == "torchscript" and not trust_torchscript:
+        raise UserError(
+            f"{path} is TorchScript, which is code: reading it loads and runs the model. "
+            "Pass --trust-torchscript for a file you trust, or save the model with "
+            "torch.export.save (a .pt2 is read without running anything)")
+    return fmt
+
+
 # ---------------------------------------------------------------------------------------
 # torch.export
 # ---------------------------------------------------------------------------------------
 
-def _fake_to_tensor(value: Any) -> _Tensor | None:
-    import torch
-
-    if not isinstance(value, torch.Tensor):
-        return None
-    return _Tensor(tuple(_sym(s) for s in value.shape), tuple(_sym(s) for s in value.stride()),
-                   _dtype_name(value.dtype))
-
-
-def _node_args(node: Any) -> list[Any]:
-    """Positional operands of a call node, kwargs placed by the op's schema."""
-    import torch
-
-    schema = node.target._schema
-    values: list[Any] = list(node.args)
-    names = [a.name for a in schema.arguments]
-    for key, value in node.kwargs.items():
-        if key in names:
-            i = names.index(key)
-            values.extend([None] * (i + 1 - len(values)))
-            values[i] = value
-    out = []
-    for v in values:
-        if isinstance(v, torch.fx.Node):
-            out.append(_fake_to_tensor(v.meta.get("val")))
-        else:
-            out.append(None)
-    return out
-
-
 @dataclass
 class _ExportGraph:
-    """What is read of an exported program, whichever way it was read."""
+    """What is read of an exported program."""
 
     raws: list[Any]  # _classify's results for the graph's matmul-like nodes, in order
     inputs: list[tuple[str, tuple[Any, ...]]]  # user tensor inputs: placeholder name, sizes
@@ -508,41 +547,24 @@ class _ExportGraph:
 
 
 def _from_export(path: Path, input_shapes, hints) -> tuple[list[Any], list[dict[str, int]]]:
+    return _export_scenarios(_read_export(path), input_shapes, hints)
+
+
+def _read_export(path: Path) -> _ExportGraph:
+    """The archive read by autotune's own reader, or a UserError naming what it did not
+    understand. There is no fallback to torch.export.load: it unpickles what the archive
+    holds, and a crafted pickle runs code."""
     try:
-        graph = _read_export_archive(path)
-    except Exception:  # noqa: BLE001 - anything the JSON reader doesn't know: torch reads it
-        graph = _load_export_program(path)
-    return _export_scenarios(graph, input_shapes, hints)
-
-
-def _load_export_program(path: Path) -> _ExportGraph:
-    """The program loaded with torch.export.load (imports torch._dynamo, loads weights)."""
-    import torch
-
-    try:
-        ep = torch.export.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - any load failure is a bad file to the user
-        raise UserError(f"cannot load exported program {path}: {_one_line(exc)}") from None
-
-    raws: list[Any] = []
-    for node in ep.graph.nodes:
-        if node.op != "call_function" or not hasattr(node.target, "_schema"):
-            continue
-        name = node.target._schema.name
-        if name in _MATMUL_OPS:
-            raw = _classify(name, _node_args(node))
-            if raw is not None:
-                raws.append(raw)
-
-    user_names = set(ep.graph_signature.user_inputs)
-    inputs: list[tuple[str, tuple[Any, ...]]] = []
-    for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name in user_names:
-            val = node.meta.get("val")
-            if isinstance(val, torch.Tensor):
-                inputs.append((node.name, tuple(val.shape)))
-    ranges = {str(sym): vr for sym, vr in ep.range_constraints.items()}
-    return _ExportGraph(raws, inputs, ranges)
+        return _read_export_archive(path)
+    except _ArchiveUnreadable as exc:
+        what = str(exc)
+    except RecursionError:
+        what = "nested too deeply"
+    except Exception as exc:  # noqa: BLE001 - a crafted or damaged file: say so in one line
+        what = f"unexpected content ({_one_line(exc)})"
+    raise UserError(f"cannot read exported program {path}: {_shown(what)}; autotune reads "
+                    ".pt2 files itself and never loads them with torch (that unpickles, which "
+                    "can run code stored in the file)")
 
 
 def _export_scenarios(graph: _ExportGraph, input_shapes,
@@ -578,12 +600,7 @@ def _export_scenarios(graph: _ExportGraph, input_shapes,
     known = list(dict.fromkeys(list(ranges) + used))
     given: dict[str, list[int]] = {}
     for key, values in (hints or {}).items():
-        sym = aliases.get(key, key)
-        if sym not in known:
-            if known:
-                listing = ", ".join(_with_aliases(s, aliases) for s in known)
-                raise UserError(f"unknown dynamic dim {key!r} in --hint; known: {listing}")
-            raise UserError(f"--hint {key!r}: the exported program has no dynamic dims")
+        sym = _hint_symbol(key, known, aliases, inputs)
         if sym in given:
             raise UserError(f"dynamic dim {sym} is hinted twice (as {key!r} too)")
         given[sym] = list(values)
@@ -591,21 +608,56 @@ def _export_scenarios(graph: _ExportGraph, input_shapes,
     return raws, _combine(per_symbol)
 
 
+def _hint_symbol(key: str, known: list[str], aliases: dict[str, str], inputs) -> str:
+    """The symbol a --hint name stands for: the symbol itself (s77), an input's dim (x.0),
+    or, where the program has one dynamic dim, any other name (torch.export does not save
+    a Dim's name, so Dim("batch") is saved as s77 and `batch` can only mean that one)."""
+    if key in known:
+        return key
+    if key in aliases:
+        return aliases[key]
+    if not known:
+        raise UserError(f"--hint {key!r}: the exported program has no dynamic dims")
+    name, dot, dim = key.partition(".")
+    shapes = dict(inputs)
+    if dot and name in shapes and dim.isdigit() and int(dim) < len(shapes[name]):
+        size = _sym(shapes[name][int(dim)])
+        what = "static" if size.is_Integer else "not one symbol"
+        raise UserError(f"--hint {key!r}: that dim is {what} ({size}); the dynamic dims are "
+                        f"{', '.join(_with_aliases(s, aliases) for s in known)}")
+    plain = [s for s in known if _IDENT_RE.fullmatch(s)]
+    if not dot and len(plain) == 1:
+        return plain[0]
+    listing = ", ".join(_with_aliases(s, aliases) for s in known)
+    raise UserError(
+        f"unknown dynamic dim {key!r} in --hint; known: {listing}. Name a dim by its symbol "
+        "or as <input>.<dim> (e.g. x.0); torch.export does not save Dim names, so a Dim's own "
+        "name is accepted only where the program has one dynamic dim")
+
+
 # -- torch.export's archive, read without torch ------------------------------------------------
 #
 # A .pt2 written by torch.export.save is a zip whose records all lie in one folder; in it
 # `archive_format` holds "pt2", `archive_version` "0", and `models/model.json` the program
 # that torch.export.load returns, serialized as torch/_export/serde/schema.py describes
-# (schema version 8.20 in torch 2.13; another major version is left to torch). Every union
+# (schema version 8.20 in torch 2.13; another major version is refused). Every union
 # there is a one-key object ({"as_tensor": {...}}); each node names its target
 # ("torch.ops.aten.mm.default") and its inputs by schema argument name;
 # `graph.tensor_values` gives every tensor's dtype (the ScalarType enum), sizes and strides
 # ({"as_int": 4} or {"as_expr": {"expr_str": <sympy.srepr of the expression>}});
 # `signature.input_specs` says which placeholders are user inputs; `range_constraints` maps
-# str(symbol) to {"min_val", "max_val"} (null for unbounded).
+# str(symbol) to {"min_val", "max_val"} (null for unbounded). Only those three small entries
+# are read, each bounded in size (a zip entry can inflate a thousandfold); the weights are
+# never opened.
 
 class _ArchiveUnreadable(Exception):
-    """The archive holds something the JSON reader does not handle: use torch.export.load."""
+    """The archive holds something the reader does not understand: the file is refused."""
+
+
+# The most autotune inflates of one archive entry: the program's JSON (a few MB for a
+# large model; the weights are never read), and the two one-word markers.
+MAX_PROGRAM_BYTES = 128 << 20
+_MAX_MARKER_BYTES = 64
 
 
 _EXPORT_SCHEMA_MAJOR = 8
@@ -621,7 +673,7 @@ _EXPORT_DTYPES = {
 
 # The schema argument names, in order, of each overload of the ops in _MATMUL_OPS (from
 # `torch.ops.aten.<op>.<overload>._schema`). A node's operands are placed by these, as
-# _node_args places an fx node's args and kwargs.
+# torch places an fx node's args and kwargs by its schema.
 _EXPORT_ARG_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "mm": {
         "default": ("self", "mat2"),
@@ -693,14 +745,48 @@ def _expr_symbol_names(text: str) -> set[str]:
     return set(_IDENT_RE.findall(text))
 
 
+_MAX_POW = 64
+
+# torch's integer functions of sizes (torch/utils/_sympy/functions.py names them), on
+# non-negative sizes: FloorDiv(a, b) = a // b (CleanDiv: exact), CeilDiv rounds up, Mod and
+# PythonMod are a % b.
+_INT_OPS = {
+    "FloorDiv": lambda a, b: a // b,
+    "CleanDiv": lambda a, b: a // b,
+    "CeilDiv": lambda a, b: -(-a // b),
+    "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,
+}
+_INT_FUNCTION_CLASSES: dict[str, Any] = {}
+
+
+def _int_functions() -> dict[str, Any]:
+    """sympy functions standing for _INT_OPS: unevaluated while an argument is symbolic,
+    an Integer once both are (when hint values are put in)."""
+    if not _INT_FUNCTION_CLASSES:
+        import sympy
+
+        def make(name: str, op: Any) -> Any:
+            def evaluate(cls: Any, a: Any, b: Any) -> Any:
+                if a.is_Integer and b.is_Integer and b != 0:
+                    return sympy.Integer(op(int(a), int(b)))
+                return None
+
+            return type(name, (sympy.Function,), {"nargs": 2, "is_integer": True,
+                                                    "eval": classmethod(evaluate)})
+
+        _INT_FUNCTION_CLASSES.update({name: make(name, op) for name, op in _INT_OPS.items()})
+    return _INT_FUNCTION_CLASSES
+
+
 class _ExprReader:
     """Sizes and strides as sympy expressions equal to the ones torch's deserializer makes
     (it sympifies expr_str: `sympy.srepr` text such as "Mul(Integer(4), Symbol('s0',
     positive=True, integer=True))", or str() text "4*s0" in older files), and so to _sym()'s
-    results on the fake tensors of torch.export.load. The srepr text is parsed here, not
-    evaluated. Only integers, symbols, sums, products, non-negative integer powers and
-    sympy's Min and Max are accepted: anything else (FloorDiv, Mod, ...) needs torch's
-    sympy functions."""
+    results on the fake tensors torch.export.load would give. The srepr text is parsed here,
+    not evaluated. Only integers (|i| < 2**63), symbols, sums, products, powers with exponents
+    0 to 64, sympy's Min and Max and torch's integer functions in _int_functions() are
+    accepted: anything else is refused by name."""
 
     def __init__(self) -> None:
         self.plain: dict[str, Any] = {}  # symbols of str() text: no assumptions, as sympify
@@ -718,7 +804,9 @@ class _ExprReader:
     def _str(self, text: str) -> Any:
         import sympy
 
-        if not _STR_EXPR_RE.fullmatch(text):
+        # no powers and no long numbers: sympify computes what it is given ("9**9**9**9")
+        if (not _STR_EXPR_RE.fullmatch(text) or "**" in text
+                or any(len(d) > 18 for d in re.findall(r"[0-9]+", text))):
             raise _ArchiveUnreadable(f"symbolic size {text!r} not understood")
         names = set(_IDENT_RE.findall(text))
         for name in names:
@@ -744,6 +832,9 @@ class _ExprReader:
             if name is not None:
                 tokens.append(("name", name))
             elif number is not None:
+                if len(number) > 20:
+                    raise _ArchiveUnreadable(
+                        f"symbolic size {text[:80]!r}...: integer out of range")
                 tokens.append(("int", int(number)))
             elif string is not None:
                 tokens.append(("str", string))
@@ -794,6 +885,8 @@ class _ExprReader:
             return bool(args) and all(isinstance(a, sympy.Basic) for a in args)
 
         if func == "Integer" and len(args) == 1 and type(args[0]) is int and not kwargs:
+            if abs(args[0]) >= 2 ** 63:
+                raise _ArchiveUnreadable(f"symbolic size {text!r}: integer out of range")
             return sympy.Integer(args[0])
         if (func == "Symbol" and len(args) == 1 and isinstance(args[0], str)
                 and _IDENT_RE.fullmatch(args[0])):
@@ -804,7 +897,12 @@ class _ExprReader:
         if func in ("Add", "Mul") and exprs() and not kwargs:
             return (sympy.Add if func == "Add" else sympy.Mul)(*args)
         if func == "Pow" and len(args) == 2 and exprs() and not kwargs:
+            if not (args[1].is_Integer and 0 <= args[1] <= _MAX_POW):
+                raise _ArchiveUnreadable(f"symbolic size {text!r}: power {args[1]} not understood")
             return sympy.Pow(*args)
+        functions = _int_functions()
+        if func in functions and len(args) == 2 and exprs() and not kwargs:
+            return functions[func](*args)
         if func in ("Min", "Max") and exprs() and not kwargs:  # sympy's, as sympify finds them
             return (sympy.Min if func == "Min" else sympy.Max)(*args)
         raise _ArchiveUnreadable(f"symbolic size {text!r}: {func} not understood")
@@ -816,7 +914,7 @@ class _ExprReader:
         for part in sympy.preorder_traversal(value):
             if part.is_Symbol or part.is_Integer or part.is_Add or part.is_Mul:
                 continue
-            if isinstance(part, (sympy.Min, sympy.Max)):
+            if isinstance(part, (sympy.Min, sympy.Max, *_int_functions().values())):
                 continue
             if part.is_Pow and part.exp.is_Integer and part.exp >= 0:
                 continue
@@ -874,21 +972,46 @@ def _expr_strings(value: Any, out: list[str]) -> None:
 
 def _read_export_archive(path: Path) -> _ExportGraph:
     """Read the exported program from the archive's JSON, importing neither torch nor any
-    weight. Raises _ArchiveUnreadable (or another exception) on anything unexpected; the
-    caller then uses torch.export.load."""
+    weight. Raises _ArchiveUnreadable (or another exception) on anything unexpected."""
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
         if not names or "/" not in names[0]:
             raise _ArchiveUnreadable("not a pt2 archive")
         root = names[0].split("/", 1)[0]  # torch's reader takes the first record's folder
 
-        def read(name: str) -> bytes:
-            return zf.read(f"{root}/{name}")
+        def read(name: str, cap: int) -> bytes:
+            return _read_entry(zf, f"{root}/{name}", cap)
 
-        if read("archive_format") != b"pt2" or read("archive_version") != b"0":
+        if (read("archive_format", _MAX_MARKER_BYTES) != b"pt2"
+                or read("archive_version", _MAX_MARKER_BYTES) != b"0"):
             raise _ArchiveUnreadable("unknown archive format or version")
-        doc = json.loads(read("models/model.json"))
+        doc = json.loads(read("models/model.json", MAX_PROGRAM_BYTES))
     return _parse_exported_program(doc)
+
+
+def _read_entry(zf: zipfile.ZipFile, name: str, cap: int) -> bytes:
+    """One entry's bytes, refused if its declared size or the bytes it inflates to exceed
+    cap (the declared size is the archive's word, not a bound)."""
+    try:
+        info = zf.getinfo(name)
+    except KeyError:
+        raise _ArchiveUnreadable(f"no entry {name!r}") from None
+    if info.file_size > cap:
+        raise _ArchiveUnreadable(f"entry {name!r} inflates to {info.file_size} bytes, more "
+                                 f"than the {cap} autotune reads")
+    chunks: list[bytes] = []
+    total = 0
+    with zf.open(info) as stream:
+        while True:
+            block = stream.read(min(1 << 20, cap + 1 - total))
+            if not block:
+                break
+            total += len(block)
+            chunks.append(block)
+            if total > cap:
+                raise _ArchiveUnreadable(f"entry {name!r} inflates to more than the {cap} "
+                                         "bytes autotune reads")
+    return b"".join(chunks)
 
 
 def _parse_exported_program(doc: Any) -> _ExportGraph:
@@ -1034,6 +1157,12 @@ def _combine(per_symbol: dict[str, list[int]]) -> list[dict[str, int]]:
     if len({len(v) for v in lists}) == 1:
         rows = list(zip(*lists))
     else:
+        total = math.prod(len(v) for v in lists)
+        if total > MAX_COMBINATIONS:
+            raise UserError(f"the dynamic dims' values (--hint or defaults) make {total} "
+                            f"combinations ({' x '.join(str(len(v)) for v in lists)}); at most "
+                            f"{MAX_COMBINATIONS} (dims given the same number of values are "
+                            "paired instead)")
         rows = list(itertools.product(*lists))
     return [dict(zip(names, row)) for row in rows]
 
@@ -1117,8 +1246,9 @@ def _make_inputs(input_shapes, device: str, random: bool) -> list[Any]:
     return out
 
 
-def _profile_run(module: Any, inputs: list[Any]) -> list[Any]:
-    """Run once under the profiler and return the outermost matmul-like calls."""
+def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
+    """Run once under the profiler: the outermost matmul-like calls, and the names of the
+    fused ops (_FUSED_MATMUL_OPS) that ran."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -1136,6 +1266,7 @@ def _profile_run(module: Any, inputs: list[Any]) -> list[Any]:
     roots = prof.profiler.kineto_results.experimental_event_tree()
 
     found: list[Any] = []
+    fused: list[str] = []
 
     def convert(value: Any) -> _Tensor | None:
         sizes = getattr(value, "sizes", None)
@@ -1161,8 +1292,10 @@ def _profile_run(module: Any, inputs: list[Any]) -> list[Any]:
             continue
         if name.startswith(_OPAQUE_PREFIXES):
             continue
+        if name in _FUSED_MATMUL_OPS and name not in fused:
+            fused.append(name)
         stack.extend(reversed(events_sorted(event.children)))
-    return found
+    return found, fused
 
 
 def _operand_window(name: str, operands: list[Any]) -> list[Any]:
@@ -1195,7 +1328,9 @@ def _operands_fit(name: str, args: list[Any]) -> bool:
     return _eq(a.sizes[-1], b.sizes[0 if len(b.sizes) == 1 else -2])
 
 
-def _from_torchscript(path: Path, input_shapes) -> list[Any]:
+def _from_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str]]:
+    """The matmul-like calls of one run (and the fused ops that ran); the caller has
+    checked that the file is trusted (check_model)."""
     import torch
 
     if not input_shapes:

@@ -1,8 +1,10 @@
 """The torch-free reader of torch.export archives (autotune_cli.model._read_export_archive).
 
-Every program saved here is read both ways, from the archive's JSON and through
-torch.export.load (`_load_export_program`), and both must give the same operands, inputs,
-ranges and found GEMMs. Archives the reader does not know fall back to torch.export.load.
+Every program saved here is read both ways, from the archive's JSON and, as a reference,
+through torch.export.load (`_torch_graph`, only on the archives these tests wrote), and both
+must give the same operands, inputs, ranges and found GEMMs. An archive the reader does not
+understand is refused in one line: it never reaches torch.export.load, which unpickles (a
+crafted weight runs code), and an entry that inflates past the cap is never inflated.
 """
 
 from __future__ import annotations
@@ -176,7 +178,9 @@ CASES = {
     "step": (StepSlice, lambda: (torch.randn(10, 16),), None,
              lambda: ({0: _dim("n", min=3, max=256)},)),
 }
-JSON_READABLE = [name for name in CASES if name != "step"]
+# "step" holds torch's FloorDiv, which the reader stands for with its own function: the same
+# values once concrete (test_find_gemms_same_both_ways), not the same sympy objects
+SAME_EXPRESSIONS = [name for name in CASES if name != "step"]
 
 # find_gemms arguments tried on a case besides the defaults (errors must match too)
 EXTRA_CALLS = {
@@ -224,13 +228,49 @@ def _graph_summary(graph: model_mod._ExportGraph):
             {k: (_bound(v.lower), _bound(v.upper)) for k, v in graph.ranges.items()})
 
 
-def _via_torch(monkeypatch, path, **kwargs):
-    """find_gemms with the JSON reader failing: torch.export.load is used."""
-    def unreadable(_path):
-        raise model_mod._ArchiveUnreadable("forced")
+def _fake_operand(value):
+    if not isinstance(value, torch.Tensor):
+        return None
+    return model_mod._Tensor(tuple(model_mod._sym(s) for s in value.shape),
+                             tuple(model_mod._sym(s) for s in value.stride()),
+                             str(value.dtype).removeprefix("torch."))
 
+
+def _torch_graph(path) -> model_mod._ExportGraph:
+    """The reference reading: torch.export.load, operands from node.meta["val"] (fake
+    tensors), kwargs placed by the op's schema. Only for archives these tests wrote."""
+    ep = torch.export.load(str(path))
+    raws = []
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not hasattr(node.target, "_schema"):
+            continue
+        name = node.target._schema.name
+        if name not in model_mod._MATMUL_OPS:
+            continue
+        values = list(node.args)
+        names = [a.name for a in node.target._schema.arguments]
+        for key, value in node.kwargs.items():
+            if key in names:
+                i = names.index(key)
+                values.extend([None] * (i + 1 - len(values)))
+                values[i] = value
+        args = [_fake_operand(v.meta.get("val")) if isinstance(v, torch.fx.Node) else None
+                for v in values]
+        raw = model_mod._classify(name, args)
+        if raw is not None:
+            raws.append(raw)
+    user = set(ep.graph_signature.user_inputs)
+    inputs = [(n.name, tuple(n.meta["val"].shape)) for n in ep.graph.nodes
+              if n.op == "placeholder" and n.name in user
+              and isinstance(n.meta.get("val"), torch.Tensor)]
+    ranges = {str(sym): vr for sym, vr in ep.range_constraints.items()}
+    return model_mod._ExportGraph(raws, inputs, ranges)
+
+
+def _via_torch(monkeypatch, path, **kwargs):
+    """find_gemms on the reference reading (torch.export.load) instead of the reader."""
     with monkeypatch.context() as patch:
-        patch.setattr(model_mod, "_read_export_archive", unreadable)
+        patch.setattr(model_mod, "_read_export", _torch_graph)
         return find_gemms(path, **kwargs)
 
 
@@ -243,11 +283,11 @@ def _outcome(call):
 
 # -- the two paths agree ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", JSON_READABLE)
+@pytest.mark.parametrize("name", SAME_EXPRESSIONS)
 def test_json_reader_matches_torch_export_load(archives, name):
     path = archives[name]
-    from_json = model_mod._read_export_archive(path)  # must not fall back
-    from_torch = model_mod._load_export_program(path)
+    from_json = model_mod._read_export_archive(path)
+    from_torch = _torch_graph(path)
     assert _graph_summary(from_json) == _graph_summary(from_torch)
     assert from_json.raws  # every case has a matmul-like node
 
@@ -255,7 +295,7 @@ def test_json_reader_matches_torch_export_load(archives, name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_find_gemms_same_both_ways(archives, name, monkeypatch):
     path = archives[name]
-    graph = model_mod._load_export_program(path)
+    graph = _torch_graph(path)
     symbols = sorted({s.name for r in graph.raws if isinstance(r, model_mod._Raw)
                       for e in (r.m, r.n, r.k, r.b) for s in e.free_symbols})
     calls = [dict(device="cpu"), dict(device="cuda", allow_tf32=True)]
@@ -265,8 +305,8 @@ def test_find_gemms_same_both_ways(archives, name, monkeypatch):
     calls += [dict(device="cpu", **kw) for kw in EXTRA_CALLS.get(name, [])]
     for kwargs in calls:
         direct = _outcome(lambda: find_gemms(path, **kwargs))
-        fallback = _outcome(lambda: _via_torch(monkeypatch, path, **kwargs))
-        assert direct == fallback, kwargs
+        reference = _outcome(lambda: _via_torch(monkeypatch, path, **kwargs))
+        assert direct == reference, kwargs
 
 
 def test_expected_problems_from_json(archives):
@@ -290,70 +330,254 @@ def test_unbounded_dim_defaults(archives):
     assert bounds == [(1, 1024), (2, "inf")]
 
 
-# -- falling back ---------------------------------------------------------------------------
+# -- what the reader does not understand is refused ---------------------------------------
 
-def _rewrite(src: Path, dst: Path, edit) -> None:
-    """Copy an archive, passing models/model.json's text through edit(text)."""
+def _rewrite(src: Path, dst: Path, edit, replace=None) -> None:
+    """Copy an archive, passing models/model.json's text through edit(text); entries whose
+    name ends with a key of `replace` get that value as their bytes."""
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
             data = zin.read(info.filename)
             if info.filename.endswith("/models/model.json"):
                 data = edit(data.decode()).encode()
+            for suffix, value in (replace or {}).items():
+                if info.filename.endswith(suffix):
+                    data = value
             zout.writestr(info, data)
 
 
-def test_floordiv_size_falls_back(archives):
+@pytest.fixture
+def no_torch_load(monkeypatch):
+    """torch.export.load and torch.load fail the test if anything calls them."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a loader that unpickles was called")
+
+    monkeypatch.setattr(torch.export, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+
+
+def test_floordiv_size_read(archives, no_torch_load):
     path = archives["step"]
-    with pytest.raises(model_mod._ArchiveUnreadable, match="FloorDiv"):
-        model_mod._read_export_archive(path)
+    graph = model_mod._read_export_archive(path)
+    assert any("FloorDiv" in str(r.m) for r in graph.raws)
     found = find_gemms(path, device="cpu", hints={"x.0": [7, 10]})
     assert [(f.problem.m, f.problem.k) for f in found] == [(4, 16), (5, 16)]
 
 
-def test_schema_version_the_reader_does_not_know_falls_back(archives, tmp_path, monkeypatch):
-    # torch accepts schema version 0.0 (no check); the JSON reader knows only 8.x
-    src = archives["dynamic"]
-    dst = tmp_path / "dynamic_v0.pt2"
-
-    def to_v0(text):
+def _schema(major):
+    def edit(text):
         doc = json.loads(text)
-        doc["schema_version"] = {"major": 0, "minor": 0}
+        doc["schema_version"] = {"major": major, "minor": 0}
         return json.dumps(doc)
-
-    _rewrite(src, dst, to_v0)
-    with pytest.raises(model_mod._ArchiveUnreadable, match="schema version"):
-        model_mod._read_export_archive(dst)
-    loads = []
-    real = model_mod._load_export_program
-    monkeypatch.setattr(model_mod, "_load_export_program", lambda p: loads.append(p) or real(p))
-    assert find_gemms(dst, device="cpu") == find_gemms(src, device="cpu")
-    assert loads == [dst]
+    return edit
 
 
-def test_reader_failure_falls_back(archives, monkeypatch):
-    path = archives["batched"]
-    expected = find_gemms(path, device="cpu")
-
-    def broken(_path):
-        raise KeyError("graph_module")  # any exception, not only _ArchiveUnreadable
-
-    monkeypatch.setattr(model_mod, "_read_export_archive", broken)
-    assert find_gemms(path, device="cpu") == expected
-
-
-def _schema_99(text):
+def _odd_target(text):
     doc = json.loads(text)
-    doc["schema_version"]["major"] = 99  # neither the reader nor torch knows it
+    for node in doc["graph_module"]["graph"]["nodes"]:
+        if node["target"].startswith("torch.ops.aten.linear"):
+            node["target"] = "torch.ops.aten.linear"  # no overload: a shape the reader refuses
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("edit", [lambda text: text[: len(text) // 2], _schema_99],
-                         ids=["truncated", "schema_99"])
-def test_corrupt_model_json_is_a_user_error(archives, tmp_path, edit):
-    dst = tmp_path / "broken.pt2"
-    _rewrite(archives["linears"], dst, edit)
-    with pytest.raises(UserError, match="cannot load exported program"):
+@pytest.mark.parametrize("edit, what", [
+    (_schema(0), "schema version 0.0"),  # torch.export.load reads 0.0 (it does not check)
+    (_schema(99), "schema version 99.0"),
+    (_odd_target, "target 'torch.ops.aten.linear' not understood"),
+    (lambda text: text[: len(text) // 2], "unexpected content (JSONDecodeError"),
+    (lambda text: "[" * 100000 + "]" * 100000, "nested too deeply"),
+], ids=["schema_0", "schema_99", "odd_target", "truncated", "deep"])
+def test_what_the_reader_does_not_understand_is_refused(archives, tmp_path, no_torch_load,
+                                                        edit, what):
+    dst = tmp_path / "odd.pt2"
+    _rewrite(archives["dynamic"], dst, edit)
+    with pytest.raises(UserError, match="cannot read exported program") as caught:
         find_gemms(dst, device="cpu")
+    message = str(caught.value)
+    assert what in message and "never loads them with torch" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("text, what", [
+    ("Pow(Symbol('s0', positive=True, integer=True), Integer(1000000000000))", "power"),
+    ("Integer(" + "9" * 30 + ")", "integer out of range"),
+    ("Integer(99999999999999999999)", "integer out of range"),
+    ("9**9**9**9", "not understood"),  # str() form: sympify would compute it
+    ("s0*" + "9" * 40, "not understood"),
+    ("FloorDiv(Symbol('s0', integer=True), Integer(2), Integer(3))", "FloorDiv not understood"),
+    ("Foo(Symbol('s0', integer=True))", "Foo not understood"),
+])
+def test_expressions_that_would_cost_or_run_are_refused(text, what):
+    with pytest.raises(model_mod._ArchiveUnreadable, match=what):
+        model_mod._ExprReader().expr(text)
+
+
+def test_torch_integer_functions_evaluate():
+    reader = model_mod._ExprReader()
+    s0 = "Symbol('s0', positive=True, integer=True)"
+    cases = {f"FloorDiv(Add({s0}, Integer(1)), Integer(2))": 5,
+             f"CeilDiv({s0}, Integer(4))": 3, f"Mod({s0}, Integer(4))": 1,
+             f"PythonMod({s0}, Integer(3))": 0, f"CleanDiv({s0}, Integer(3))": 3}
+    for text, value in cases.items():
+        assert model_mod._evaluate(reader.expr(text), {"s0": 9}) == value, text
+
+
+def test_combinations_are_bounded(archives):
+    # two dims, value lists of different lengths: their product, past the bound, is refused
+    with pytest.raises(UserError, match=r"make 4032 combinations \((64 x 63|63 x 64)\); at most 1024"):
+        find_gemms(archives["dynamic"], device="cpu",
+                   hints={"x.0": list(range(1, 65)), "x.1": list(range(2, 65))})
+
+
+def test_reader_failure_is_a_user_error(archives, monkeypatch, no_torch_load):
+    def broken(_path):
+        raise KeyError("graph_module\x1b[2J")  # any exception, not only _ArchiveUnreadable
+
+    monkeypatch.setattr(model_mod, "_read_export_archive", broken)
+    with pytest.raises(UserError, match=r"unexpected content \(KeyError") as caught:
+        find_gemms(archives["batched"], device="cpu")
+    assert "\x1b" not in str(caught.value)  # the file's text is escaped, not printed raw
+
+
+# A weight whose unpickling creates a file: what torch.export.load does with an entry marked
+# use_pickle (torch.load with weights_only=False).
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _crafted(src: Path, dst: Path, marker: Path, edit) -> None:
+    """src with weight_0 replaced by a pickle that creates `marker` when loaded, marked
+    use_pickle, and models/model.json passed through edit."""
+    import pickle
+
+    with zipfile.ZipFile(src) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("model_weights_config.json"))
+        config = json.loads(zf.read(name))
+    for entry in config["config"].values():
+        entry["use_pickle"] = True
+    _rewrite(src, dst, edit, {"/weights/weight_0": pickle.dumps(_Payload(str(marker))),
+                              "/model_weights_config.json": json.dumps(config).encode()})
+
+
+def test_crafted_pickle_payload_works_as_built(archives, tmp_path):
+    """The crafted archive is a real threat: torch.export.load runs its payload."""
+    marker = tmp_path / "ran"
+    dst = tmp_path / "crafted.pt2"
+    _crafted(archives["linears"], dst, marker, _schema(0))
+    try:
+        torch.export.load(str(dst))
+    except Exception:  # noqa: BLE001 - the payload is not a tensor; it ran before that
+        pass
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("edit", [_schema(0), _schema(9), _odd_target],
+                         ids=["schema_0", "schema_9", "odd_target"])
+def test_crafted_pickle_never_runs(archives, tmp_path, edit):
+    """`autotune model --plan` on a crafted .pt2: one line, exit 2, the payload never ran."""
+    marker = tmp_path / "ran"
+    dst = tmp_path / "crafted.pt2"
+    _crafted(archives["linears"], dst, marker, edit)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune_cli", "model", str(dst), "--plan", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_CACHE_DIR": str(tmp_path / "c")})
+    assert not marker.exists()
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: cannot read exported"), lines
+    assert proc.stdout == ""
+
+
+# -- zip bombs ---------------------------------------------------------------------------------
+
+def _bomb(src: Path, dst: Path, size: int) -> None:
+    """src with models/model.json replaced by `size` bytes of one character, deflated (a
+    few hundred KB for 128 MiB), written in chunks so that the test's memory stays small."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if info.filename.endswith("/models/model.json"):
+                with zout.open(info.filename, "w") as out:
+                    block = b" " * (1 << 20)
+                    left = size
+                    while left > 0:
+                        out.write(block[:left])
+                        left -= len(block)
+            else:
+                zout.writestr(info.filename, zin.read(info.filename))
+
+
+def _declare_size(path: Path, member: str, size: int) -> None:
+    """Overwrite a member's uncompressed size in the central directory (the size zipfile
+    trusts): an archive that lies about what it inflates to."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    at = data.find(b"PK\x01\x02")
+    while at != -1:
+        name_len = int.from_bytes(data[at + 28:at + 30], "little")
+        if data[at + 46:at + 46 + name_len] == name:
+            data[at + 24:at + 28] = size.to_bytes(4, "little")
+            break
+        at = data.find(b"PK\x01\x02", at + 4)
+    else:
+        raise AssertionError(f"{member} not in the central directory")
+    path.write_bytes(bytes(data))
+
+
+def test_zip_bomb_refused_before_inflating(archives, tmp_path):
+    """An entry past the cap, declared honestly: refused from its declared size, in one line
+    and exit 2, by a process whose memory never nears the entry's size."""
+    dst = tmp_path / "bomb.pt2"
+    _bomb(archives["linears"], dst, model_mod.MAX_PROGRAM_BYTES + (1 << 20))
+    assert dst.stat().st_size < 4 << 20
+    code = (
+        "import json, resource, subprocess, sys\n"
+        "proc = subprocess.run([sys.executable, '-m', 'autotune_cli', 'model', sys.argv[1],"
+        " '--plan', '--device', 'cpu'], capture_output=True, text=True)\n"
+        "print(json.dumps({'rc': proc.returncode, 'err': proc.stderr, 'out': proc.stdout,"
+        " 'maxrss_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(dst)], capture_output=True, text=True,
+                          timeout=300, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": str(REPO),
+                               "AUTOTUNE_CACHE_DIR": str(tmp_path / "c")})
+    doc = json.loads(proc.stdout)
+    assert doc["rc"] == 2, doc["err"]
+    lines = doc["err"].strip().splitlines()
+    assert len(lines) == 1 and "inflates to" in lines[0] and "more than the" in lines[0], lines
+    assert doc["out"] == ""
+    assert doc["maxrss_kb"] * 1024 < model_mod.MAX_PROGRAM_BYTES
+
+
+def test_zip_bomb_that_lies_about_its_size(archives, tmp_path, monkeypatch):
+    """Declared small, inflating large: zipfile stops at the declared size and finds the
+    data corrupt; one line, and never more than the declared size inflated."""
+    dst = tmp_path / "liar.pt2"
+    _bomb(archives["linears"], dst, 8 << 20)
+    with zipfile.ZipFile(dst) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("/models/model.json"))
+    _declare_size(dst, member, 1000)
+    with zipfile.ZipFile(dst) as zf:
+        assert zf.getinfo(member).file_size == 1000
+    with pytest.raises(UserError, match=r"cannot read exported program.*BadZipFile"):
+        find_gemms(dst, device="cpu")
+
+
+def test_bytes_read_are_capped_whatever_the_entry_declares(archives, monkeypatch):
+    """The cap holds on the bytes a stream gives, not only on the declared size."""
+    import io
+
+    with zipfile.ZipFile(archives["linears"]) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("/models/model.json"))
+        assert model_mod._read_entry(zf, member, 1 << 20) == zf.read(member)
+        cap = zf.getinfo(member).file_size + 100  # the declared size is within the cap
+        monkeypatch.setattr(zf, "open", lambda info: io.BytesIO(b" " * (cap + 5000)))
+        with pytest.raises(model_mod._ArchiveUnreadable, match=f"more than the {cap} bytes"):
+            model_mod._read_entry(zf, member, cap)
 
 
 # -- no torch import ------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def saved(tmp_path_factory):
 
 def both(saved, name, **kwargs) -> tuple[list[FoundGemm], list[FoundGemm]]:
     ts, pt2, shapes = saved[name]
-    return find_gemms(ts, input_shapes=shapes, **kwargs), find_gemms(pt2, **kwargs)
+    return find_gemms(ts, trust_torchscript=True, input_shapes=shapes, **kwargs), find_gemms(pt2, **kwargs)
 
 
 # -- exact problem lists ------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_dynamic_batch_defaults(saved):
     assert [f.hint for f in found] == [{sym: 1}, None, {sym: 32}, {sym: 1024}]
 
     # TorchScript: sizes come from the example input
-    assert rows(find_gemms(ts, input_shapes=shapes)) == [
+    assert rows(find_gemms(ts, trust_torchscript=True, input_shapes=shapes)) == [
         ("addmm", 12, 32, 16, 1, "float32", "nt", "n", 1),
         ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
     ]
@@ -253,8 +253,12 @@ def test_dynamic_batch_hints(saved):
     ]
     assert bound[0].hint == {sym: 5}
 
-    with pytest.raises(UserError, match=r"unknown dynamic dim 'zz'.*x\.0"):
-        find_gemms(pt2, hints={"zz": [4]})
+    # torch.export does not save a Dim's name: with one dynamic dim, any name means it
+    assert find_gemms(pt2, hints={"batch": [2, 8]}) == by_alias
+    with pytest.raises(UserError, match=r"'x\.1': that dim is static \(4\).*s\d+ \(x\.0\)"):
+        find_gemms(pt2, hints={"x.1": [4]})
+    with pytest.raises(UserError, match=r"unknown dynamic dim 'x\.7'.*<input>\.<dim>"):
+        find_gemms(pt2, hints={"x.7": [4]})
     with pytest.raises(UserError, match="dim 1"):
         find_gemms(pt2, input_shapes=[((5, 3, 16), "float32")])
 
@@ -284,11 +288,11 @@ def test_bad_files(saved, tmp_path):
 def test_torchscript_needs_right_input_shapes(saved):
     ts, _, shapes = saved["mlp_bias"]
     with pytest.raises(UserError, match="--input-shape"):
-        find_gemms(ts)
+        find_gemms(ts, trust_torchscript=True)
     with pytest.raises(UserError, match="takes 1 tensor input"):
-        find_gemms(ts, input_shapes=shapes * 2)
+        find_gemms(ts, trust_torchscript=True, input_shapes=shapes * 2)
     with pytest.raises(UserError, match="failed"):
-        find_gemms(ts, input_shapes=[((2, 3, 65), "float32")])  # wrong K
+        find_gemms(ts, trust_torchscript=True, input_shapes=[((2, 3, 65), "float32")])  # wrong K
 
 
 def test_no_matmuls(saved):
@@ -296,11 +300,11 @@ def test_no_matmuls(saved):
     with pytest.raises(UserError, match="no matmuls"):
         find_gemms(pt2)
     with pytest.raises(UserError, match="no matmuls"):
-        find_gemms(ts, input_shapes=[((4, 4), "float32")])
+        find_gemms(ts, trust_torchscript=True, input_shapes=[((4, 4), "float32")])
     ts, pt2, shapes = saved["int"]
     for path, kw in ((pt2, {}), (ts, {"input_shapes": shapes})):
         with pytest.raises(UserError, match="no matmuls.*int64"):
-            find_gemms(path, **kw)
+            find_gemms(path, trust_torchscript=True, **kw)
 
 
 def test_parse_input_shape():
@@ -308,15 +312,62 @@ def test_parse_input_shape():
     assert parse_input_shape("4,16") == ((4, 16), "float32")
     assert parse_input_shape("2x7:bf16") == ((2, 7), "bfloat16")
     assert parse_input_shape("1x9:int64") == ((1, 9), "int64")
-    for bad in ("", "8xx4", "8x4:float128", "0x4", "axb", "8x4:"):
+    for bad in ("", "8xx4", "8x4:float128", "0x4", "axb", "8x4:", "9" * 5000, "\u0661x2",
+                f"{2**31}x4"):
         with pytest.raises(UserError):
             parse_input_shape(bad)
+
+
+def test_torchscript_is_read_only_when_trusted(saved):
+    ts, _, shapes = saved["mlp_bias"]
+    with pytest.raises(UserError, match="TorchScript, which is code.*--trust-torchscript"):
+        find_gemms(ts, input_shapes=shapes)
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer: traced in eval mode, one fused op holds its matmuls."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+def test_fused_transformer_layer_is_named(tmp_path):
+    torch.manual_seed(0)
+    model, x = EncoderLayer().eval(), torch.randn(2, 5, 32)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x,))
+    assert "aten::_transformer_encoder_layer_fwd" in str(traced.inlined_graph)
+    path = tmp_path / "encoder.pt"
+    torch.jit.save(traced, str(path))
+    with pytest.raises(UserError, match=r"no matmuls found.*inside "
+                       r"aten::_transformer_encoder_layer_fwd, a fused op.*torch\.export.*train mode"):
+        find_gemms(path, input_shapes=[((2, 5, 32), "float32")], trust_torchscript=True)
+    # both ways out named in the message work: torch.export, and tracing in train mode
+    pt2 = tmp_path / "encoder.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(pt2))
+    exported = find_gemms(pt2, device="cpu")
+    train = tmp_path / "encoder_train.pt"
+    torch.jit.save(torch.jit.trace(EncoderLayer().train(), (x,), check_trace=False), str(train))
+    traced_train = find_gemms(train, input_shapes=[((2, 5, 32), "float32")], device="cpu",
+                              trust_torchscript=True)
+    for found in (exported, traced_train):
+        assert sorted((f.problem.m, f.problem.n, f.problem.k) for f in found) == [
+            (10, 32, 32), (10, 32, 64), (10, 64, 32), (10, 96, 32)]
 
 
 def test_parse_hints():
     assert parse_hints(["s0=1,16,128", "s1=64"]) == {"s0": [1, 16, 128], "s1": [64]}
     assert parse_hints(["x.0 = 4, 4, 8"]) == {"x.0": [4, 8]}
     assert parse_hints([]) == {}
-    for bad in (["s0"], ["s0="], ["s0=1,x"], ["s0=0"], ["=3"], ["s0=1", "s0=2"], ["s0=-1"]):
+    assert parse_hints([f"b={2**31 - 1}"]) == {"b": [2**31 - 1]}
+    for bad in (["s0"], ["s0="], ["s0=1,x"], ["s0=0"], ["=3"], ["s0=1", "s0=2"], ["s0=-1"],
+                ["b=" + "9" * 5000], [f"b={2**31}"], ["b=\u0661\u0662"],
+                ["b=" + ",".join(map(str, range(1, 100)))]):
         with pytest.raises(UserError):
             parse_hints(bad)
+    with pytest.raises(UserError, match="not a size from 1 to 2147483647"):
+        parse_hints(["b=" + "9" * 5000])
