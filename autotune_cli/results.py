@@ -91,7 +91,7 @@ VENDOR_MARGIN = 0.03
 # call read 1.9% apart in that run (square fp16, aten::mm against torch.mm), so a smaller
 # lead may be noise. (The run after, with 1.5%, picked swap-AB there: 1.026x torch.mm.)
 CONFIRMED_MARGIN = 0.02
-VENDOR_UIDS = ("aten::mm", "aten::addmm", "aten::bmm")
+VENDOR_UIDS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm")
 
 
 def pick_winner(candidates: list[Candidate]) -> Candidate | None:

@@ -207,3 +207,13 @@ def test_a_problems_file_carries_float8_fields(tmp_path):
     path.write_text(json.dumps([{"m": 16, "n": 64, "k": 64, "dtype": "fp8"}]))
     with pytest.raises(UserError, match="entry 1: .*--scale tensor or --scale row"):
         read_problems(path, "cpu")
+
+
+def test_torch_scaled_mm_is_the_vendor_baseline_a_kernel_must_beat():
+    from autotune_cli.results import OK, Candidate, pick_winner
+
+    aten = Candidate(uid="aten::_scaled_mm", params={}, status=OK, ms=1.00)
+    near = Candidate(uid="triton::scaled_mm_persistent_tma", params={"BLOCK_M": 128}, status=OK, ms=0.99)
+    ahead = Candidate(uid="triton::scaled_mm_persistent_tma", params={"BLOCK_M": 64}, status=OK, ms=0.90)
+    assert pick_winner([aten, near]).uid == "aten::_scaled_mm"  # a 1% lead is a tie, cuBLAS's
+    assert pick_winner([aten, near, ahead]) is ahead
