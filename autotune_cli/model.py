@@ -118,6 +118,7 @@ _MATMUL_OPS = {
     "aten::baddbmm_": ("baddbmm", 5),
     "aten::linear": ("linear", 3),
     "aten::matmul": ("matmul", 2),
+    "aten::_scaled_mm": ("scaled_mm", 8),
 }
 # Fused kernels that may call matmuls inside (math fallbacks); never looked into.
 _OPAQUE_PREFIXES = (
@@ -274,6 +275,8 @@ class _Raw:
     layout: str
     bias: str | None
     source: str
+    scale: str | None = None  # scaled_mm: "tensor" or "row"
+    out_dtype: str | None = None  # scaled_mm: the output's dtype
 
 
 def _sym(value: Any) -> Any:
@@ -366,11 +369,43 @@ def _bias_kind(bias: _Tensor | None) -> str:
     return "mn"
 
 
-def _classify(name: str, args: Sequence[Any]) -> _Raw | None | str:
+def _classify_scaled(args: Sequence[Any], out: _Tensor | None, source: str) -> _Raw | str:
+    """A torch._scaled_mm call (self, mat2, scale_a, scale_b, bias, ...) whose output is
+    `out`: a _Raw, or a str saying what is not tuned (other float8 kinds, blockwise scales,
+    an output dtype or a layout the problem does not take)."""
+    from .problem import FP8_LAYOUT, OUT_DTYPES
+
+    a, b, scale_a, scale_b, bias = (list(args) + [None] * 5)[:5]
+    if not all(isinstance(t, _Tensor) and len(t.sizes) == 2 for t in (a, b)) \
+            or not all(isinstance(t, _Tensor) for t in (scale_a, scale_b)):
+        return "float8 (operands not read)"
+    if a.dtype != "float8_e4m3fn" or b.dtype != "float8_e4m3fn":
+        return f"{a.dtype} x {b.dtype}"
+    m, k, n = a.sizes[0], a.sizes[1], b.sizes[1]
+    if _eq(_prod(scale_a.sizes), 1) and _eq(_prod(scale_b.sizes), 1):
+        scale = "tensor"
+    elif (len(scale_a.sizes) == 2 and _eq(scale_a.sizes[0], m) and _eq(scale_a.sizes[1], 1)
+          and len(scale_b.sizes) == 2 and _eq(scale_b.sizes[0], 1) and _eq(scale_b.sizes[1], n)):
+        scale = "row"
+    else:
+        return "float8_e4m3fn with blockwise scales"
+    if out is None or out.dtype not in OUT_DTYPES:
+        return f"float8_e4m3fn to {out.dtype if out else 'an unknown dtype'}"
+    layout = _mat_layout(a) + _mat_layout(b)
+    if layout != FP8_LAYOUT:
+        return f"float8_e4m3fn in layout {layout}"
+    return _Raw("scaled_mm", m, n, k, _sym(1), a.dtype, layout, None if bias is None else "n", source,
+                scale=scale, out_dtype=out.dtype)
+
+
+def _classify(name: str, args: Sequence[Any], out: _Tensor | None = None) -> _Raw | None | str:
     """Map one matmul-like call to a _Raw. Returns None to skip (1-D matmul), or the
-    dtype name (str) when the dtype is not one we tune."""
+    dtype name (str) when the dtype is not one we tune. `out`: the call's output, where
+    known (a scaled_mm's output dtype is its own)."""
     kind = _MATMUL_OPS[name][0]
     source = name.replace("::", ".")
+    if kind == "scaled_mm":
+        return _classify_scaled(args, out, source)
 
     def arg(i: int) -> _Tensor | None:
         value = args[i] if i < len(args) else None
@@ -712,6 +747,12 @@ _EXPORT_ARG_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "matmul": {
         "default": ("self", "other"),
         "out": ("self", "other", "out"),
+    },
+    "_scaled_mm": {
+        "default": ("self", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype",
+                    "use_fast_accum"),
+        "out": ("self", "mat2", "scale_a", "scale_b", "bias", "scale_result", "out_dtype",
+                "use_fast_accum", "out"),
     },
 }
 
@@ -1064,7 +1105,9 @@ def _parse_exported_program(doc: Any) -> _ExportGraph:
             if named["name"] not in arg_names:
                 raise _ArchiveUnreadable(f"{target} has no argument {named['name']!r}")
             args[arg_names.index(named["name"])] = operand(named["arg"])
-        raw = _classify(name, args)
+        outputs = node.get("outputs") or [None]
+        out = operand(outputs[0]) if op == "_scaled_mm" and isinstance(outputs[0], dict) else None
+        raw = _classify(name, args, out)
         if raw is not None:
             raws.append(raw)
 
@@ -1395,7 +1438,8 @@ def _concretize(raws: list[_Raw], scenarios: list[dict[str, int]], *, device: st
             problem = GemmProblem(
                 op=raw.op, m=dims["m"], n=dims["n"], k=dims["k"], b=dims["b"], dtype=raw.dtype,
                 layout=raw.layout, bias=raw.bias,
-                allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device)
+                allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
+                scale=raw.scale, out_dtype=raw.out_dtype)
             hint = {s: binding[s] for s in sorted(symbols)} or None
             key = (problem, tuple(sorted(hint.items())) if hint else None)
             if key in local:

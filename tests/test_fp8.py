@@ -217,3 +217,63 @@ def test_torch_scaled_mm_is_the_vendor_baseline_a_kernel_must_beat():
     ahead = Candidate(uid="triton::scaled_mm_persistent_tma", params={"BLOCK_M": 64}, status=OK, ms=0.90)
     assert pick_winner([aten, near]).uid == "aten::_scaled_mm"  # a 1% lead is a tie, cuBLAS's
     assert pick_winner([aten, near, ahead]) is ahead
+
+
+# -- models -------------------------------------------------------------------------------------
+
+class _Float8Linears(torch.nn.Module):
+    """Two Linear layers converted to float8 the way inference code does: x and W in e4m3,
+    torch._scaled_mm(x, W.t(), ...), rowwise for one, tensorwise (float16 out) for the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(64, 32).to(torch.float8_e4m3fn), requires_grad=False)
+        self.s1 = torch.nn.Parameter(torch.rand(1, 64), requires_grad=False)
+        self.w2 = torch.nn.Parameter(torch.randn(48, 32).to(torch.float8_e4m3fn), requires_grad=False)
+        self.b2 = torch.nn.Parameter(torch.randn(48).to(torch.float16), requires_grad=False)
+
+    def forward(self, x, sx):
+        y = torch._scaled_mm(x, self.w1.t(), scale_a=sx, scale_b=self.s1, out_dtype=torch.bfloat16)
+        one = torch.ones((), dtype=torch.float32)
+        z = torch._scaled_mm(x, self.w2.t(), scale_a=one, scale_b=one, bias=self.b2, out_dtype=torch.float16)
+        w = torch._scaled_mm(x, self.w2.t(), scale_a=one, scale_b=one, bias=self.b2, out_dtype=torch.float16)
+        return y, z, w
+
+
+def test_model_finds_scaled_mm_calls_in_an_exported_program(tmp_path):
+    from autotune_cli.model import find_gemms
+
+    x = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    program = torch.export.export(_Float8Linears(), (x, torch.rand(16, 1)))
+    path = tmp_path / "fp8.pt2"
+    torch.export.save(program, path)
+    found = {f.problem.key(): f.count for f in find_gemms(path, device="cpu")}
+    assert found == {"scaled_mm/m16/n64/k32/float8_e4m3fn/nt/scale_row/out_bfloat16/cpu": 1,
+                     "scaled_mm/m16/n48/k32/float8_e4m3fn/nt/scale_tensor/out_float16/bias_n/cpu": 2}
+
+
+def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
+    import sympy
+
+    from autotune_cli.model import _classify, _Tensor
+
+    def t(sizes, dtype="float8_e4m3fn", transposed=False):
+        sizes = tuple(sympy.Integer(s) for s in sizes)
+        if len(sizes) == 2:
+            strides = (sympy.Integer(1), sizes[0]) if transposed else (sizes[1], sympy.Integer(1))
+        else:
+            strides = (sympy.Integer(1),) * len(sizes)
+        return _Tensor(sizes, strides, dtype)
+
+    a, b = t((256, 512)), t((512, 384), transposed=True)
+    out = t((256, 384), "bfloat16")
+    row = _classify("aten::_scaled_mm", [a, b, t((256, 1), "float32"), t((1, 384), "float32")], out)
+    assert (row.op, row.scale, row.out_dtype, row.layout) == ("scaled_mm", "row", "bfloat16", "nt")
+    blockwise = _classify("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 3), "float32")], out)
+    assert blockwise == "float8_e4m3fn with blockwise scales"
+    scales = [t((), "float32"), t((), "float32")]
+    assert _classify("aten::_scaled_mm", [a, b, *scales], t((256, 384), "float8_e4m3fn")) \
+        == "float8_e4m3fn to float8_e4m3fn"
+    assert _classify("aten::_scaled_mm", [a, t((512, 384)), *scales], out) == "float8_e4m3fn in layout nn"
+    assert _classify("aten::_scaled_mm", [t((256, 512), "float8_e5m2"), b, *scales], out) \
+        == "float8_e5m2 x float8_e4m3fn"
