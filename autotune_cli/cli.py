@@ -419,8 +419,11 @@ def model(
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
+    notes: list[str] = []
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript)
+                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, notes=notes)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
     clock.mark("found")
     plan = plan_rows(found)
     if plan_only:

@@ -523,11 +523,14 @@ def find_gemms(
     device: str = "cuda",
     allow_tf32: bool = False,
     trust_torchscript: bool = False,
+    notes: list[str] | None = None,
 ) -> list[FoundGemm]:
     """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
 
     See the module docstring for the formats, the mapping rules and dynamic dims. A
-    TorchScript file is read only with trust_torchscript (reading it runs it).
+    TorchScript file is read only with trust_torchscript (reading it runs it). What the
+    list leaves out that the caller should know (matmuls inside a fused op) is appended
+    to `notes`, one line each.
     """
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
@@ -542,17 +545,20 @@ def find_gemms(
         scenarios = [{}]
 
     kept = [r for r in raws if isinstance(r, _Raw)]
+    way_out = ("save the model with torch.export.export and torch.export.save, or trace it "
+               "in train mode (model.train() before torch.jit.trace)")
     if not kept:
         if fused:
             raise UserError(
                 f"no matmuls found in {path}: they run inside {', '.join(fused)}, a fused op "
                 "autotune does not look into (nn.Transformer layers traced in eval mode take "
-                "this fast path); save the model with torch.export.export and "
-                "torch.export.save, or trace it in train mode (model.train() before "
-                "torch.jit.trace)")
+                f"this fast path); {way_out}")
         other = sorted({r for r in raws if isinstance(r, str)})
         extra = f" (only matmuls in {', '.join(other)}, which are not tuned)" if other else ""
         raise UserError(f"no matmuls found in {path}{extra}")
+    if fused and notes is not None:
+        notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
+                     f"to list them, {way_out}")
     return _concretize(kept, scenarios, device=device, allow_tf32=allow_tf32)
 
 

@@ -359,6 +359,32 @@ def test_fused_transformer_layer_is_named(tmp_path):
             (10, 32, 32), (10, 32, 64), (10, 64, 32), (10, 96, 32)]
 
 
+class EncoderWithHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = EncoderLayer()
+        self.head = nn.Linear(32, 8, bias=False)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def test_fused_op_beside_matmuls_is_noted(tmp_path):
+    """Matmuls found beside a fused op: listed, with a note that the fused op's are not."""
+    torch.manual_seed(0)
+    model, x = EncoderWithHead().eval(), torch.randn(2, 5, 32)
+    path = tmp_path / "encoder_head.pt"
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(model, (x,)), str(path))
+    notes: list[str] = []
+    found = find_gemms(path, input_shapes=[((2, 5, 32), "float32")], device="cpu",
+                       trust_torchscript=True, notes=notes)
+    assert [(f.problem.m, f.problem.n, f.problem.k) for f in found] == [(10, 8, 32)]
+    assert len(notes) == 1
+    assert "aten::_transformer_encoder_layer_fwd (a fused op) are not listed" in notes[0]
+    assert "torch.export" in notes[0] and "train mode" in notes[0]
+
+
 def test_parse_hints():
     assert parse_hints(["s0=1,16,128", "s1=64"]) == {"s0": [1, 16, 128], "s1": [64]}
     assert parse_hints(["x.0 = 4, 4, 8"]) == {"x.0": [4, 8]}
