@@ -290,8 +290,8 @@ def mm(
 
 def aten_ms(entry: dict) -> float | None:
     """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
-    given (results.VENDOR_UIDS: aten::mm, addmm, bmm), what the model runs untuned. Other
-    aten candidates (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
+    given (results.VENDOR_UIDS), what the model runs untuned. Other aten candidates
+    (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
     from .results import VENDOR_UIDS
 
     times = [c["ms"] for c in entry.get("candidates", [])
