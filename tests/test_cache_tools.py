@@ -143,9 +143,11 @@ def test_export_inductor_to_file(cli, cache_dir, gpu_entries, tmp_path):
     table = json.loads(target.read_text())
     expected, notes = inductor_table(list(entries_of(cache_dir).values()))
     assert table == expected
-    # mm (triton), addmm (aten: under two keys), bmm; the tf32 and the CPU entries are left out
+    # mm (triton), addmm (aten::addmm under its own key, aten::bias_addmm under the expanded
+    # bias key), bmm; the tf32 and the CPU entries are left out
     assert len(table) == 4
-    assert {cfg[0]["template_id"] for cfg in table.values()} == {"triton::mm", "aten::addmm", "aten::bmm"}
+    assert {cfg[0]["template_id"] for cfg in table.values()} == {
+        "triton::mm", "aten::addmm", "aten::bias_addmm", "aten::bmm"}
     (triton_key,) = [k for k, v in table.items() if v[0]["template_id"] == "triton::mm"]
     assert triton_key.startswith(H200 + "+((torch.bfloat16, [1024, 4096], [4096, 1]), ")
     config = table[triton_key][0]
