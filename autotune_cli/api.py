@@ -115,6 +115,7 @@ class Dispatcher:
         self._warned: set[str] = set()
         self._tuners: dict[tuple, Any] = {}
         self._entries: tuple[tuple, dict] | None = None
+        self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
 
     @property
     def cache_dir(self) -> Path:
@@ -134,6 +135,7 @@ class Dispatcher:
             self._warned.clear()
             self._tuners.clear()
             self._entries = None
+            self._refused.clear()
 
     # -- looking up ------------------------------------------------------------------------
     def _load_entries(self) -> dict[str, dict]:
@@ -150,6 +152,7 @@ class Dispatcher:
         for notice in cache.notices:
             warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=3)
         self._entries = (stamp, entries)
+        self._refused = {}
         return entries
 
     def _fingerprint_digest(self, problem: GemmProblem, templates: tuple[str, ...] | None) -> str:
@@ -183,11 +186,11 @@ class Dispatcher:
             only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
             key = entry_key(problem.key(), self._fingerprint_digest(problem, only))
             entry = entries.get(key)
-            return (key, entry) if entry is not None and self._usable(entry) else None
+            return (key, entry) if entry is not None and self._usable(key, entry) else None
         prefix = problem.key() + "@"
         best: tuple[str, dict] | None = None
         for key, entry in entries.items():
-            if not key.startswith(prefix) or not self._usable(entry):
+            if not key.startswith(prefix) or not self._usable(key, entry):
                 continue
             uids = tuple(sorted((entry.get("fingerprint") or {}).get("templates") or ()))
             if not uids:
@@ -202,10 +205,13 @@ class Dispatcher:
                 best = (key, entry)
         return best
 
-    @staticmethod
-    def _usable(entry: dict) -> bool:
-        """A winner whose template is registered here (a plugin's must be imported first)."""
+    def _usable(self, key: str, entry: dict) -> bool:
+        """A winner whose template is registered here (a plugin's must be imported first)
+        and whose params are what that template declares and derives: anyone who can write
+        the cache file could otherwise put code in a kernel's source. A refused entry is a
+        miss, warned about once per read of the file."""
         from .templates import get_template
+        from .templates.params import winner_problem
 
         winner = entry.get("winner")
         if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
@@ -214,7 +220,15 @@ class Dispatcher:
             get_template(winner["uid"])
         except UserError:
             return False
-        return True
+        why = self._refused.get(key)
+        if why is None:
+            why = self._refused[key] = winner_problem(entry) or ""
+            if why:
+                from .text import printable
+
+                warnings.warn(printable(f"autotune: cache entry {key} is not used: {why}"),
+                              AutotuneFallbackWarning, stacklevel=4)
+        return not why
 
     def lookup(self, problem: GemmProblem | dict | None = None, /, *,
                templates: str | tuple[str, ...] | None = None, **fields) -> dict | None:

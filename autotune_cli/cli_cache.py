@@ -20,9 +20,10 @@ from typing import Callable, Iterable, List, Optional
 
 import typer
 
-from .cli import CacheDirOpt, Device, JsonOpt, cache_app, err, gpu_present, out
+from .cli import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
 from .errors import UserError
 from .problem import DTYPE_ALIASES, OPS
+from .text import printable
 
 Items = List[tuple]  # [(key, entry)]
 
@@ -153,6 +154,30 @@ def _key_mismatch(key: str, entry: dict) -> str:
     if stored is not None and stored != digest:
         return f"key's fingerprint {digest} differs from the entry's {stored}"
     return ""
+
+
+def check_import(theirs: dict, path: Path) -> None:
+    """UserError naming the first entry, and its field, that must not be imported: a winner
+    whose template is not registered here or whose params are not what it declares and
+    derives (templates/params.py), or a candidate with undeclared params. Nothing from a
+    file that holds one is imported."""
+    from .templates.params import entry_problem  # the package registers the built-ins
+
+    for key, entry in theirs.items():
+        why = entry_problem(entry)
+        if why:
+            raise UserError(printable(f"refusing to import {path}: entry {key}: {why} (nothing imported)"))
+
+
+def describe_import(verb: str, key: str, entry: dict) -> str:
+    """One line for an entry an import adds: its key, winner, params and time."""
+    from .report import fmt_ms
+
+    winner = entry.get("winner")
+    if winner is None:
+        return printable(f"{verb} {key}: no winner")
+    params = " ".join(f"{k}={v}" for k, v in winner["params"].items()) or "-"
+    return printable(f"{verb} {key}: {winner['uid']} {params} {fmt_ms(winner['ms'])} ms")
 
 
 def plan_import(ours: dict, theirs: dict) -> ImportPlan:
@@ -301,9 +326,10 @@ def cache_show(
     fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
     for digest, fp in fingerprints.items():
         templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
-        out.print(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
-                  f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} runtime {fp.get('runtime') or '-'} "
-                  f"torch {fp.get('torch')} triton {fp.get('triton')}; templates {templates}", markup=False)
+        out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
+                            f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
+                            f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
+                            f"templates {templates}"), markup=False)
 
 
 @cache_app.command("clear")
@@ -366,10 +392,17 @@ def cache_import(
                                 "(or another machine's cache file)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would change."),
     cache_dir: Optional[Path] = CacheDirOpt,
+    plugin: Optional[List[str]] = PluginOpt,
 ) -> None:
-    """Merge another machine's entries into this cache (a later tuning replaces an earlier one)."""
+    """Merge another machine's entries into this cache (a later tuning replaces an earlier one).
+    Every entry is checked first (each winner's params against its template's declared ones):
+    one that does not pass refuses the whole import. Lists what it adds on stdout."""
+    from .plugins import load_plugins
+
+    load_plugins(tuple(plugin or ()))  # their templates declare their params
     cache = open_cache(cache_dir)
     theirs = read_export(path)
+    check_import(theirs, path)
     if dry_run:
         plan = plan_import(cache.load(), theirs)
     else:  # planned against the file as it is under the lock: a tune's newer entry stays
@@ -384,7 +417,10 @@ def cache_import(
     print_notices(cache)
     for key, why in plan.skipped:
         if why != "already here":
-            err.print(f"skipped {key}: {why}", markup=False)
+            err.print(printable(f"skipped {key}: {why}"), markup=False)
+    for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
+        for key, entry in entries.items():
+            out.print(describe_import(("would " if dry_run else "") + verb, key, entry), markup=False)
     verb = "would import" if dry_run else "imported"
     err.print(f"{verb} {len(plan.imported)}, replaced {len(plan.replaced)}, skipped "
               f"{len(plan.skipped)} of {len(theirs)} entries from {path}", markup=False)
@@ -415,7 +451,7 @@ def cache_prune(
         doomed = [key for key, entry in items if predicate(key, entry)]
         print_notices(cache)
         for key in doomed:
-            out.print(key, markup=False)
+            out.print(printable(key), markup=False)
         err.print(f"would remove {len(doomed)} of {len(items)} entries from {cache.path}", markup=False)
         return
     removed = cache.remove(predicate)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .problem import GemmProblem
 from .results import Candidate, params_str
+from .text import markup, printable
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -44,8 +45,8 @@ class ProgressReporter:
             return
         winner = entry["winner"]
         self.console.print(
-            f"cached: {problem.describe()} -> {winner['uid']} {params_str(winner['params'])} "
-            f"{fmt_ms(winner['ms'])} ms (tuned {entry.get('tuned_at', '?')}; --force to re-tune)",
+            printable(f"cached: {problem.describe()} -> {winner['uid']} {params_str(winner['params'])} "
+                      f"{fmt_ms(winner['ms'])} ms (tuned {entry.get('tuned_at', '?')}; --force to re-tune)"),
             highlight=False, markup=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
@@ -92,8 +93,8 @@ class ModelProgress(ProgressReporter):
 
     def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
         winner = entry["winner"]
-        self.console.print(f"cached: {problem.describe()} -> {winner['uid']} "
-                           f"{fmt_ms(winner['ms'])} ms", highlight=False, markup=False)
+        self.console.print(printable(f"cached: {problem.describe()} -> {winner['uid']} "
+                                     f"{fmt_ms(winner['ms'])} ms"), highlight=False, markup=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
         self.overall.update(self.overall_task, description=escape(f"tuning {problem.describe()}"))
@@ -135,8 +136,8 @@ def model_summary_table(rows: list[dict]) -> Table:
         table.add_column(name, justify=justify, no_wrap=name in ("problem", "params"))
     for row in rows:
         winner = row["winner"] or {}
-        table.add_row(escape(row["describe"]), str(row["count"]), winner.get("uid", "(none)"),
-                      params_str(winner.get("params", {})), fmt_ms(winner.get("ms")),
+        table.add_row(escape(row["describe"]), str(row["count"]), markup(winner.get("uid", "(none)")),
+                      markup(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
                       fmt_ms(row["aten_ms"]),
                       f"{row['aten_ms'] / winner['ms']:.2f}x" if row["aten_ms"] and winner.get("ms") else "-",
                       fmt_ms(row["saved_ms"]) if row["saved_ms"] is not None else "-",
@@ -155,7 +156,7 @@ def outcome_table(outcome, top: int = 10) -> Table:
     title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
     if outcome.from_cache:
         title += " (from cache)"
-    table = Table(title=escape(title), title_justify="left")
+    table = Table(title=markup(title), title_justify="left")
     for name, justify in (("#", "right"), ("template", "left"), ("params", "left"), ("ms", "right"),
                           ("TFLOP/s", "right"), ("% of best", "right"), ("status", "left")):
         table.add_column(name, justify=justify, no_wrap=name in ("template", "params"))
@@ -170,12 +171,13 @@ def outcome_table(outcome, top: int = 10) -> Table:
     for rank, cand in enumerate(ok[:top], 1):
         ms = cand["ms"]
         chosen = is_winner(cand)
-        table.add_row(str(rank), f"{'[bold green]' if chosen else ''}{cand['uid']}", params_str(cand["params"]),
+        table.add_row(str(rank), f"{'[bold green]' if chosen else ''}{markup(cand['uid'])}",
+                      markup(params_str(cand["params"])),
                       fmt_ms(ms), fmt_tflops(problem.tflops(ms)), f"{100 * best / ms:.0f}%" if best else "-",
                       "[bold green]ok, winner[/bold green]" if chosen else "ok")
     for cand in failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5]:
-        table.add_row("-", cand["uid"], params_str(cand["params"]), "-", "-", "-",
-                      f"[red]{cand['status']}[/red]")
+        table.add_row("-", markup(cand["uid"]), markup(params_str(cand["params"])), "-", "-", "-",
+                      f"[red]{markup(cand['status'])}[/red]")
     return table
 
 
@@ -185,10 +187,11 @@ def outcome_summary(outcome) -> str:
     statuses: dict[str, int] = {}
     for cand in entry.get("candidates", []):
         statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    counts = printable(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
     if winner is None:
         return f"no valid candidate ({counts})"
-    return (f"winner: {winner['uid']} {params_str(winner['params'])}  {fmt_ms(winner['ms'])} ms  "
+    shown = printable(f"{winner['uid']} {params_str(winner['params'])}")
+    return (f"winner: {shown}  {fmt_ms(winner['ms'])} ms  "
             f"{fmt_tflops(winner['tflops'])} TFLOP/s  [{counts}; tuned in {entry.get('tune_seconds', 0):.1f} s]")
 
 
@@ -240,9 +243,9 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
             here = "yes" if entry.get("machine") == current_machine else "no"
         else:
             here = "?"
-        table.add_row(escape(problem.describe()), escape(str(fp.get("device_name", "?"))),
-                      escape(str(winner.get("uid", "(none)"))),
-                      escape(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
+        table.add_row(escape(problem.describe()), markup(fp.get("device_name", "?")),
+                      markup(winner.get("uid", "(none)")),
+                      markup(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
                       fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
-                      escape(str(entry.get("tuned_at", "?"))), here)
+                      markup(entry.get("tuned_at", "?")), here)
     return table

@@ -222,8 +222,9 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
     newer["winner"]["ms"] = here["winner"]["ms"] / 2
     older = synthetic(m=48, device="cpu", tuned_at="2026-01-01T00:00:00+00:00")
     # the same problem from another machine, "faster": it must never be used here
+    tile32 = {**TRITON_PARAMS, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}  # EVEN_K holds for K = 32
     foreign_key, foreign = synthetic(m=32, n=32, k=32, device="cpu", device_name="Other CPU",
-                                     ms=1e-6, uid="triton::mm", params=TRITON_PARAMS)
+                                     ms=1e-6, uid="triton::mm", params=tile32)
     assert foreign_key.split("@")[0] == key.split("@")[0] and foreign_key != key
     # and an entry whose key does not describe it
     bad_key, bad = synthetic(m=16, device="cpu")

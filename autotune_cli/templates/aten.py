@@ -11,6 +11,7 @@ from .registry import register_template
 
 class AtenTemplate(Template):
     backend = "aten"
+    params_schema: dict = {}  # one config: torch's own call takes no params
 
     def __init__(self, op: str) -> None:
         self.op = op

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .base import Operands, Runnable, Template, operand_copier, torch_dtype
+from .params import Choice
 from .registry import register_template
 
 ALIGN_BYTES = 16  # what cuBLAS needs of a leading dimension: a misaligned one is smaller
@@ -60,6 +61,7 @@ def padded_sizes(problem: GemmProblem, pad_bytes: int) -> dict[str, int]:
 class AtenAlignedTemplate(Template):
     backend = "aten"
     keeps_buffers = True  # the padded copies of the operands
+    params_schema = {"ZERO_PAD": Choice((0, 1)), "PAD_BYTES": Choice(PAD_BYTES)}
 
     def __init__(self) -> None:
         self.uid = "aten::mm_aligned"

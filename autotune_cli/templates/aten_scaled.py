@@ -20,6 +20,7 @@ class AtenScaledMMTemplate(Template):
     backend = "aten"
     uid = "aten::_scaled_mm"
     ops = ("scaled_mm",)
+    params_schema: dict = {}  # one config: torch's own call takes no params
 
     def source_text(self) -> str:
         # The kernel is the library's: its identity is torch's version, already in the fingerprint.

@@ -102,6 +102,10 @@ class Template(ABC):
     # templates' padded copies of operands): two threads must not share one (the API builds
     # one per thread).
     keeps_buffers: bool = False
+    # Every param `full_params` gives, name -> templates.params.Int / Bool / Choice / Text:
+    # a stored winner whose params are not these is never built (see templates/params.py).
+    # A template that declares none takes no params.
+    params_schema: dict[str, Any] = {}
 
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops

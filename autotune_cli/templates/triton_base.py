@@ -19,9 +19,18 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Template
 from .launch import Launcher
+from .params import Bool, Choice, Int, check_params
 
 DIGEST_MARK = "__DIGEST__"
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+BLOCK = Int(16, 1024, power_of_two=True)  # tl.arange needs a power of two; 16: the dot's least
+ZERO_ONE = Choice((0, 1))
+# The params of every Triton template: the tile, and what full_params fixes for all.
+TILE_SCHEMA = {
+    "BLOCK_M": BLOCK, "BLOCK_N": BLOCK, "BLOCK_K": BLOCK, "GROUP_M": Int(1, 256),
+    "num_stages": Int(1, 8), "num_warps": Choice((1, 2, 4, 8, 16, 32)),
+    "ACC_TYPE": Choice(("tl.float32",)), "ALLOW_TF32": Bool(),
+}
 
 
 def interpreting() -> bool:
@@ -118,6 +127,7 @@ class TritonTemplate(Template):
     template_file: Path
     config_keys: tuple[str, ...] = TILE_KEYS
     defaults: dict[str, int] = {}  # tuned too, but optional in a config
+    params_schema = TILE_SCHEMA
 
     def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
         self.uid = uid
@@ -152,7 +162,10 @@ class TritonTemplate(Template):
         """The variables every Triton template's jinja file takes. Names carry DIGEST_MARK,
         which `finish` replaces by a hash of the rendered text: a kernel is named by what it
         is, not by the problem it was first rendered for, so problems that render the same
-        source (M, N, K are runtime arguments) share one module and one compiled binary."""
+        source (M, N, K are runtime arguments) share one module and one compiled binary.
+        The params are checked against `params_schema` first (BadParams, a ValueError): only
+        declared ints, bools and known strings reach the source, which is imported."""
+        check_params(self, params)
         upcast = problem.device == "cpu" and problem.dtype != "float32"
         if problem.dtype == "float32" and not upcast:
             precision = "tf32" if params["ALLOW_TF32"] else "ieee"
@@ -161,7 +174,7 @@ class TritonTemplate(Template):
         context = {
             "uid": self.uid,
             "digest": DIGEST_MARK,
-            "params_desc": ", ".join(f"{k}={v}" for k, v in params.items()),
+            "params_desc": ", ".join(f"{k}={v!r}" for k, v in params.items()),
             "kernel_name": f"{self.uid.split('::')[1]}_{DIGEST_MARK}",
             "BLOCK_M": params["BLOCK_M"], "BLOCK_N": params["BLOCK_N"], "BLOCK_K": params["BLOCK_K"],
             "ACC_TYPE": params["ACC_TYPE"],

@@ -13,14 +13,16 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .base import Operands, Runnable
+from .params import Bool
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
+from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
 
 class TritonMMTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
+    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool()}
 
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0

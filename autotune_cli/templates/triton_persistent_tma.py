@@ -41,7 +41,7 @@ from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .registry import register_template
 from .launch import Launcher
-from .triton_base import TritonTemplate, bias_arguments, interpreting, load_kernel, output_tiles
+from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, interpreting, load_kernel, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
@@ -128,6 +128,7 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 class TritonPersistentTMATemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     defaults = DEFAULTS
+    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         api = descriptor_api_problem()

@@ -18,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..problem import DTYPE_SIZE, GemmProblem
+from ..problem import DTYPE_SIZE, OUT_DTYPES, SCALES, GemmProblem
 from .base import Operands, Runnable
+from .params import Choice
 from .registry import register_template
-from .triton_base import TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
+from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
 from .triton_persistent_tma import (
     TMA_ALIGN,
     _capability,
@@ -48,6 +49,7 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 class TritonScaledMMTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     defaults = {"FLATTEN": 1}
+    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES)}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         api = descriptor_api_problem()

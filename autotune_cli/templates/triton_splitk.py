@@ -44,8 +44,10 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, Runnable
 from .launch import Launcher
+from .params import Bool, Int
 from .registry import register_template
-from .triton_base import TILE_KEYS, TritonTemplate, bias_arguments, jinja_template, load_kernels, output_tiles
+from .triton_base import (TILE_KEYS, TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template,
+                          load_kernels, output_tiles)
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)
@@ -66,6 +68,8 @@ class TritonSplitKTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
     defaults = DEFAULTS
+    params_schema = {**TILE_SCHEMA, "SPLIT_K": Int(1, 1024), "ATOMIC_ADD": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE,
+                     "EVEN_K": Bool()}
     # The workspace and the arrival counters are written by every call: one runnable per
     # calling thread and stream (in every mode; the workspace alone is shared state).
     keeps_buffers = True

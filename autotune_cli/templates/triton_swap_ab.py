@@ -27,8 +27,9 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .base import Operands, Runnable
+from .params import Bool
 from .registry import register_template
-from .triton_base import TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable, output_tiles
+from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_swap_ab.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -38,6 +39,8 @@ MAX_M = 64  # offered up to here: BLOCK_M (the dot's N slot) is at most 64
 class TritonSwapABTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
+    params_schema = {**{k: v for k, v in TILE_SCHEMA.items() if k != "GROUP_M"},
+                     "EVEN_K": Bool(), "EVEN_N": Bool()}
 
     def supports(self, problem: GemmProblem) -> bool:
         """Decode shapes only: beyond MAX_M rows the plain tile fills the matrix units itself.

@@ -6,12 +6,14 @@ import os
 from autotune_cli.heuristics import register_heuristic
 from autotune_cli.heuristics.registry import Heuristic
 from autotune_cli.templates import Template, register_template
+from autotune_cli.templates.params import Text
 
 
 class EnvCheck(Template):
     uid = "test::envcheck"
     ops = ("mm",)
     backend = "test"
+    params_schema = {"mark": Text()}
 
     def source_text(self):
         return "envcheck v1"

@@ -7,12 +7,14 @@ import time
 from autotune_cli.heuristics import register_heuristic
 from autotune_cli.heuristics.registry import Heuristic
 from autotune_cli.templates import Template, register_template
+from autotune_cli.templates.params import Int
 
 
 class Sleepy(Template):
     uid = "test::sleepy"
     ops = ("mm",)
     backend = "test"
+    params_schema = {"id": Int(0, 7)}
 
     def source_text(self):
         return "sleepy v1"

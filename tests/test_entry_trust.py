@@ -1,0 +1,329 @@
+"""A cache entry someone else wrote: its params are checked against what each template
+declares before anything is built from them, the API treats a bad one as a miss, `cache
+import` refuses it, and its strings are printed escaped."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune_cli import api
+from autotune_cli.cache import CACHE_FILE, Cache, entry_key
+from autotune_cli.choices import get_choices
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.problem import make_problem
+from autotune_cli.settings import TuneSettings
+from autotune_cli.templates import all_templates, get_template
+from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_params, check_winner, entry_problem
+from autotune_cli.tuner import Tuner
+from helpers_cache_writer import make_entry
+
+PLUGINS = Path(__file__).parent / "plugins"
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
+                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
+CPU = DeviceInfo(device_type="cpu", name="cpu")
+TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}
+PROBLEM = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def fresh_api():
+    api.reset()
+    yield
+    api.reset()
+
+
+def payload(marker: Path) -> str:
+    """A param value that, written raw into a kernel's source, runs code when it is imported."""
+    return f"1\nimport pathlib; pathlib.Path({str(marker)!r}).touch()\n#"
+
+
+def crafted(cache_dir: Path, uid: str = "triton::mm", params: dict | None = None, problem=PROBLEM):
+    """(key, entry) that this machine's API would use for `problem`: the fingerprint the tuner
+    gives a tune of `uid` alone, and `params` as the winner's (default: the template's own)."""
+    tuner = Tuner(TuneSettings(device="cpu", templates=(uid,), cache_dir=cache_dir))
+    fingerprint = tuner.fingerprint(problem)
+    if params is None:
+        params = get_template(uid).full_params(problem, TILE)
+    entry = {
+        "problem": problem.to_dict(), "fingerprint": fingerprint.to_dict(),
+        "fingerprint_digest": fingerprint.digest(), "machine": fingerprint.machine_digest(),
+        "winner": {"uid": uid, "params": params, "ms": 0.001, "p20": None, "p80": None, "tflops": 1.0},
+        "candidates": [{"uid": uid, "params": params, "status": "ok", "ms": 0.001}],
+        "tuned_at": "2026-11-30T00:00:00+00:00",
+    }
+    return entry_key(problem.key(), fingerprint.digest()), entry
+
+
+def export_file(path: Path, *items) -> Path:
+    path.write_text(json.dumps({"schema": 1, "entries": dict(items)}))
+    return path
+
+
+# -- the declarations -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem, device", [
+    (make_problem(m=256, n=256, k=4096, dtype="bfloat16", device="cuda"), H200),
+    (make_problem(m=16, n=4096, k=4096, dtype="float16", device="cuda"), H200),
+    (make_problem(m=128, n=50257, k=777, dtype="float16", device="cuda"), H200),
+    (make_problem(m=64, n=64, k=64, dtype="float32", device="cuda", op="addmm", bias="n"), H200),
+    (make_problem(m=8, n=64, k=64, dtype="float16", device="cuda", op="bmm", batch=4), H200),
+    (make_problem(m=32, n=45, k=40, dtype="float32", device="cpu"), CPU),
+    (make_problem(m=256, n=512, k=1024, dtype="float8_e4m3fn", scale="row", device="cuda"), H200),
+    (make_problem(m=64, n=64, k=64, dtype="float8_e4m3fn", scale="tensor", out_dtype="float16", device="cpu"), CPU),
+])
+def test_every_config_a_template_makes_is_what_it_declares(problem, device):
+    """The schema is the params full_params gives: every choice the heuristics make for a
+    built-in template passes the winner check, and names exactly the declared params."""
+    seen = set()
+    for search in ("default", "exhaustive"):
+        for choice in get_choices(problem, device, TuneSettings(device=device.device_type, search=search)).choices:
+            template = get_template(choice.uid)
+            check_winner(template, problem, choice.params)
+            assert set(choice.params) == set(template.params_schema), choice.uid
+            seen.add(choice.uid)
+    assert len(seen) >= 2
+
+
+def test_every_builtin_template_declares_its_params():
+    for template in all_templates():
+        assert isinstance(template.params_schema, dict), template.uid
+        for spec in template.params_schema.values():
+            assert callable(getattr(spec, "problem", None)), template.uid
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"BLOCK_M": "32\nimport os"}, "BLOCK_M"),
+    ({"BLOCK_M": 48}, "BLOCK_M"),
+    ({"BLOCK_M": 2**40}, "BLOCK_M"),
+    ({"BLOCK_M": True}, "BLOCK_M"),
+    ({"num_warps": 3}, "num_warps"),
+    ({"ACC_TYPE": "tl.float32\nimport os"}, "ACC_TYPE"),
+    ({"ALLOW_TF32": 1}, "ALLOW_TF32"),
+    ({"EVEN_K": False}, "EVEN_K"),  # not what the template derives for K = 32
+    ({"EVIL": 1}, "EVIL"),
+])
+def test_winner_check_names_the_bad_field(change, field):
+    template = get_template("triton::mm")
+    params = {**template.full_params(PROBLEM, TILE), **change}
+    with pytest.raises(BadParams) as info:
+        check_winner(template, PROBLEM, params)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_missing_param_is_refused():
+    template = get_template("triton::mm")
+    params = template.full_params(PROBLEM, TILE)
+    del params["EVEN_K"]
+    with pytest.raises(BadParams, match="EVEN_K is missing"):
+        check_winner(template, PROBLEM, params)
+
+
+def test_param_kinds():
+    assert Int(1, 8).problem(9) and Int(1, 8).problem(True) and not Int(1, 8).problem(8)
+    assert Choice((0, 1)).problem(True) and not Choice((0, 1)).problem(1)
+    assert Text().problem("a\nb") and Text().problem("a'b") and not Text().problem("set-after-1.2")
+
+
+def test_render_refuses_undeclared_params_so_nothing_reaches_the_source():
+    template = get_template("triton::mm")
+    params = {**template.full_params(PROBLEM, TILE), "EVIL": "1\nimport os"}
+    with pytest.raises(BadParams):
+        template.render(PROBLEM, params)
+    source = template.render(PROBLEM, template.full_params(PROBLEM, TILE))
+    assert "# params: BLOCK_M=32, " in source and "ACC_TYPE='tl.float32'" in source
+
+
+# -- the API -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", ["extra", "block"])
+def test_api_never_runs_a_crafted_param_and_falls_back_with_a_warning(tmp_path, bad):
+    cache_dir = tmp_path / "cache"
+    marker = tmp_path / "payload-ran"
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    good_key, good = crafted(cache_dir)
+    dispatcher = api.Dispatcher(cache_dir)
+    Cache(cache_dir).put(good_key, good)
+    assert dispatcher.dispatch_info(a, b).uid == "triton::mm"  # the crafted entry is a hit as made
+
+    params = dict(good["winner"]["params"])
+    if bad == "extra":
+        params["note"] = payload(marker)
+    else:
+        params["BLOCK_M"] = payload(marker)
+    key, entry = crafted(cache_dir, params=params)
+    Cache(cache_dir).put(key, entry)
+    dispatcher = api.Dispatcher(cache_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = dispatcher.mm(a, b)
+        info = dispatcher.dispatch_info(a, b)
+    assert not marker.exists()
+    assert info.fallback and info.uid == "torch.mm"
+    torch.testing.assert_close(out, a @ b)
+    refusals = [str(w.message) for w in caught if "is not used" in str(w.message)]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert ("note" if bad == "extra" else "BLOCK_M") in refusals[0]
+    assert dispatcher.lookup(m=32, n=32, k=32, dtype="float32", device="cpu") is None
+
+
+# -- cache import ------------------------------------------------------------------------------
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("autotune: error:"), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_import_refuses_an_entry_whose_params_do_not_validate(cli, tmp_path, dry_run):
+    cache_dir = tmp_path / "cache"
+    marker = tmp_path / "payload-ran"
+    good_key, good = crafted(tmp_path / "elsewhere")
+    params = {**good["winner"]["params"], "note": payload(marker)}
+    key, bad = crafted(tmp_path / "elsewhere", params=params,
+                       problem=make_problem(m=64, n=32, k=32, dtype="float32", device="cpu"))
+    export = export_file(tmp_path / "export.json", (good_key, good), (key, bad))
+    code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir, *(["--dry-run"] if dry_run else []))
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert key in line and "note" in line and "nothing imported" in line
+    assert not (cache_dir / CACHE_FILE).exists() and not marker.exists()
+
+
+def test_import_lists_what_it_adds(cli, tmp_path):
+    cache_dir = tmp_path / "cache"
+    key, entry = crafted(tmp_path / "elsewhere")
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir, "--dry-run")
+    assert code == 0, err
+    assert out.splitlines() == [f"would import {key}: triton::mm BLOCK_M=32 BLOCK_N=32 BLOCK_K=32 GROUP_M=8 "
+                                "num_stages=1 num_warps=4 EVEN_K=True ACC_TYPE=tl.float32 ALLOW_TF32=False 0.0010 ms"]
+    assert not (cache_dir / CACHE_FILE).exists()
+    code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir)
+    assert code == 0 and out.startswith(f"import {key}: triton::mm ") and "imported 1" in err
+    assert list(Cache(cache_dir).load()) == [key]
+
+
+DECLARING_PLUGIN = """
+from autotune_cli.templates import Template, register_template
+from autotune_cli.templates.params import Int
+
+
+class Declared(Template):
+    uid = {uid!r}
+    ops = ("mm",)
+    backend = "test"
+    params_schema = {{"id": Int(0, 7)}}
+
+    def source_text(self):
+        return "declared v1"
+
+    def build(self, problem, params, kernel_dir):
+        raise RuntimeError("not built by these tests")
+
+
+register_template(Declared())
+"""
+
+
+def test_import_of_a_plugin_entry_needs_the_plugin_and_checks_its_declaration(cli, tmp_path):
+    uid = f"test::declared_{uuid.uuid4().hex[:8]}"  # registered once per process: a fresh one
+    plugin = tmp_path / "declared.py"
+    plugin.write_text(DECLARING_PLUGIN.format(uid=uid))
+    cache_dir = tmp_path / "cache"
+    problem = make_problem(m=8, n=8, k=8, dtype="float32", device="cpu")
+    entry = make_entry()
+    entry["problem"] = problem.to_dict()
+    key = entry_key(problem.key(), "f" * 16)
+    entry["winner"] = {"uid": uid, "params": {"id": 5}, "ms": 0.2, "tflops": 0.1}
+    entry["candidates"] = [{"uid": uid, "params": {"id": 5}, "status": "ok", "ms": 0.2}]
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, _, err = cli("cache", "import", export, "--cache-dir", cache_dir)
+    assert code == 2 and f"{uid!r} is not registered here" in one_error_line(err)
+    code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir, "--plugin", plugin)
+    assert code == 0 and "imported 1" in err, err
+    entry["winner"]["params"] = {"id": 99}
+    export = export_file(tmp_path / "export.json", (key, {**entry, "tuned_at": "2026-12-01T00:00:00+00:00"}))
+    code, _, err = cli("cache", "import", export, "--cache-dir", cache_dir, "--plugin", plugin)
+    assert code == 2 and "winner param id = 99 is not in 0..7" in one_error_line(err)
+
+
+def test_import_refuses_a_candidate_with_undeclared_params(cli, tmp_path):
+    key, entry = crafted(tmp_path / "elsewhere")
+    entry["candidates"].append({"uid": "triton::mm", "params": {"BLOCK_M": "\x1b[2J"}, "status": "compile_error"})
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, _, err = cli("cache", "import", export, "--cache-dir", tmp_path / "cache")
+    line = one_error_line(err)
+    assert code == 2 and "candidate 1 param BLOCK_M" in line and "\x1b" not in err
+
+
+# -- control characters in what is printed ------------------------------------------------------
+
+HOSTILE = "a\x1b[2J\rb\x07[bold]c[/bold]\u202e"
+
+
+def assert_escaped(text: str) -> None:
+    for raw in ("\x1b", "\r", "\x07", "\u202e"):
+        assert raw not in text, repr(text)
+
+
+def test_show_prune_and_import_escape_control_characters(cli, tmp_path):
+    cache_dir = tmp_path / "cache"
+    entry = make_entry()
+    entry["fingerprint"]["device_name"] = HOSTILE
+    entry["winner"]["uid"] = "x" + HOSTILE
+    entry["candidates"][0]["uid"] = "x" + HOSTILE
+    key = "k" + HOSTILE + "@" + "f" * 16
+    Cache(cache_dir).put(key, entry)
+
+    code, out, err = cli("cache", "show", "--cache-dir", cache_dir)
+    assert code == 0, err
+    assert_escaped(out + err)
+    assert "\\x1b[2J\\rb\\x07[bold]c[/bold]" in out.replace("\n", "")  # shown as written, not as markup
+
+    code, out, err = cli("cache", "prune", "--older-than", "2030-01-01", "--dry-run", "--cache-dir", cache_dir)
+    assert code == 0 and out.strip() == "ka\\x1b[2J\\rb\\x07[bold]c[/bold]\\u202e@" + "f" * 16
+    assert_escaped(out + err)
+
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, out, err = cli("cache", "import", export, "--cache-dir", tmp_path / "other")
+    assert code == 2 and "is not registered here" in one_error_line(err)
+    assert_escaped(out + err)
+    entry["winner"]["uid"] = entry["candidates"][0]["uid"] = "aten::mm"
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, out, err = cli("cache", "import", export, "--cache-dir", tmp_path / "other")
+    assert code == 0 and "skipped ka\\x1b[2J" in err  # its key does not describe it
+    assert_escaped(out + err)
+
+
+def test_cached_winner_line_of_a_tune_is_escaped():
+    from rich.console import Console
+
+    from autotune_cli.report import ProgressReporter, outcome_summary, outcome_table
+
+    entry = make_entry()
+    entry["winner"]["uid"] = HOSTILE
+    entry["winner"]["params"] = {"BLOCK_M": HOSTILE}
+    entry["candidates"][0]["uid"] = HOSTILE
+    entry["fingerprint"]["device_name"] = HOSTILE
+    console = Console(record=True, width=300, force_terminal=False)
+    problem = make_problem(m=64, n=8, k=8, dtype="float16", device="cpu")
+    ProgressReporter(console).cache_hit(problem, entry)
+
+    class Outcome:
+        pass
+
+    outcome = Outcome()
+    outcome.entry, outcome.problem, outcome.from_cache, outcome.key = entry, problem, True, "k"
+    console.print(outcome_table(outcome))
+    console.print(outcome_summary(outcome), markup=False)
+    text = console.export_text()
+    assert_escaped(text)
+    assert "[bold]c[/bold]" in text
