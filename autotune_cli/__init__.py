@@ -1,16 +1,18 @@
 """autotune: a GEMM autotuner with a persistent cache.
 
-`from autotune_cli import lookup, mm, addmm, bmm` uses the cached winners from Python (see
-`autotune_cli.api`). They load on first use: importing this package imports neither torch
-nor triton.
+`from autotune_cli import lookup, mm, addmm, bmm, linear` uses the cached winners from Python
+(see `autotune_cli.api`); `autotune_cli.compile(model, ...)` is torch.compile with the
+model's matmuls routed to them (see `autotune_cli.torch_compile`). They load on first use:
+importing this package imports neither torch nor triton.
 """
 
 __version__ = "0.1.0"  # pyproject reads it from here
 DISTRIBUTION = "gemm-autotune"  # the name pip installs it by (pyproject's project.name)
 
-_API = ("lookup", "mm", "addmm", "bmm", "dispatch_info", "AutotuneFallbackWarning")
+_API = ("lookup", "mm", "addmm", "bmm", "linear", "dispatch_info", "AutotuneFallbackWarning")
+_COMPILE = ("compile",)
 
-__all__ = ["__version__", "DISTRIBUTION", *_API]
+__all__ = ["__version__", "DISTRIBUTION", *_API, *_COMPILE]
 
 
 def __getattr__(name: str):
@@ -20,8 +22,14 @@ def __getattr__(name: str):
         value = getattr(api, name)
         globals()[name] = value  # later accesses skip this function
         return value
+    if name in _COMPILE:
+        from . import torch_compile
+
+        value = getattr(torch_compile, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | set(_COMPILE))

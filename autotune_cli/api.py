@@ -6,6 +6,7 @@
     out = autotune_cli.mm(a, b)          # runs this machine's cached winner for a @ b
     out = autotune_cli.addmm(bias, a, b)
     out = autotune_cli.bmm(a, b)
+    out = autotune_cli.linear(x, weight, bias)  # x [..., K] folded, B = weight.T
 
 A call builds the GemmProblem from its tensors (shape, dtype, device, and the layout read
 from the strides), finds the entry `autotune mm …` stored for it under this machine's
@@ -46,8 +47,8 @@ from .errors import UserError
 from .problem import GemmProblem, make_problem
 
 __all__ = [
-    "AutotuneFallbackWarning", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
-    "lookup", "lookup_entry", "mm", "reset",
+    "AutotuneFallbackWarning", "Built", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
+    "linear", "lookup", "lookup_entry", "mm", "reset",
 ]
 
 
@@ -112,6 +113,7 @@ class Dispatcher:
         self._bmm: dict[tuple, Callable] = {}
         self._plans = {"mm": self._mm, "addmm": self._addmm, "bmm": self._bmm}
         self._info: dict[tuple, Dispatch] = {}
+        self._built: dict[tuple, Built] = {}  # (op, key) -> the winner's kernel, where one was built
         self._warned: set[str] = set()
         self._tuners: dict[tuple, Any] = {}
         self._entries: tuple[tuple, dict] | None = None
@@ -132,6 +134,7 @@ class Dispatcher:
             for plans in self._plans.values():
                 plans.clear()
             self._info.clear()
+            self._built.clear()
             self._warned.clear()
             self._tuners.clear()
             self._entries = None
@@ -278,6 +281,15 @@ class Dispatcher:
             run = self._plan("addmm", key, a, b, bias)
         return run(bias, a, b)
 
+    def linear(self, x, weight, bias=None):
+        """torch.nn.functional.linear(x, weight, bias) with the cached winner: x [..., K]
+        folded to [M, K] and B = weight.T (layout "?t"), as `autotune model` reads a linear;
+        addmm with a bias, else mm."""
+        a = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        b = weight.t()
+        out = self.mm(a, b) if bias is None else self.addmm(bias, a, b)
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
+
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
         it as a call would (a fallback warns here, then not again)."""
@@ -289,6 +301,21 @@ class Dispatcher:
         if key not in self._plans[op]:
             self._plan(op, key, a, b, bias)
         return self._info[(op, key)]
+
+    def route(self, a, b, bias=None) -> tuple[Callable, Dispatch, "Built | None"]:
+        """(the function a call with these tensors runs, what it runs, the winner's built
+        kernel or None for torch's own op), planned as a call would plan it. The tensors may
+        be fake (torch.compile's): planning reads only their shapes, strides, dtypes and
+        devices. Used by autotune_cli.compile to route a graph's matmuls."""
+        t = self._t or self._torch()
+        op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
+        key = _key(t, a, b)
+        if bias is not None:
+            key += (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda)
+        run = self._plans[op].get(key)
+        if run is None:
+            run = self._plan(op, key, a, b, bias)
+        return run, self._info[(op, key)], self._built.get((op, key))
 
     # -- planning (once per shapes/strides/dtype/device) -----------------------------------------
     def _plan(self, op: str, key: tuple, a, b, bias) -> Callable:
@@ -302,7 +329,7 @@ class Dispatcher:
             except UserError as exc:  # a GEMM autotune does not tune
                 run, info = torch_op, self._fallback(op, None, f"{exc}", depth=4)
             else:
-                run, info = self._plan_problem(op, problem, how, torch_op, a.device)
+                run, info = self._plan_problem(op, problem, how, torch_op, a.device, (op, key))
             self._plans[op][key] = run
             self._info[(op, key)] = info
             return run
@@ -318,8 +345,9 @@ class Dispatcher:
                           stacklevel=depth)
         return Dispatch(op, f"torch.{op}", problem, fallback=True, reason=reason)
 
-    def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op, device):
-        """What runs `problem` (its operands on `device`): torch's op or the winner's kernel."""
+    def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op, device, slot: tuple):
+        """What runs `problem` (its operands on `device`): torch's op or the winner's kernel
+        (then remembered in `_built[slot]`)."""
         from .templates import get_template
 
         found = self.lookup_entry(problem)
@@ -364,7 +392,10 @@ class Dispatcher:
                 stream_of = lambda: raw(index)  # noqa: E731
             else:
                 stream_of = lambda: None  # noqa: E731
+            self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers)
             kernel = _per_caller(kernel, build, stream_of)
+        else:
+            self._built[slot] = Built(problem, how, kernel, pitch, False)
         return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch(), device), info
 
 
@@ -388,6 +419,19 @@ class _Adapt:
     copy_a: bool = False
     copy_b: bool = False
     bias_row: bool = False  # a [1, n] bias passed as its [n] row
+
+
+@dataclass(frozen=True)
+class Built:
+    """A winner's kernel as planned for one call signature: the problem, how the tensors
+    are adapted to it, the built runnable (the planning thread's, for a template that keeps
+    buffers), and the output's row pitch (None: contiguous)."""
+
+    problem: GemmProblem
+    how: _Adapt
+    kernel: Callable
+    pitch: int | None
+    keeps_buffers: bool
 
 
 def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt]:
@@ -523,6 +567,7 @@ _default = Dispatcher()
 mm = _default.mm
 addmm = _default.addmm
 bmm = _default.bmm
+linear = _default.linear
 lookup = _default.lookup
 lookup_entry = _default.lookup_entry
 dispatch_info = _default.dispatch_info

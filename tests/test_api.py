@@ -358,3 +358,19 @@ def test_a_kernel_that_keeps_buffers_is_built_per_thread_and_stream():
     other.join()
     assert calls == [("k0", 1), ("k1", 2), ("k1", 3), ("k0", 4), ("k2", 5)]
     assert built == ["k1", "k2"]
+
+
+def test_linear_folds_its_input_and_runs_the_addmm_winner(cli, cache_dir, space):
+    """autotune_cli.linear(x [2, 8, K], W, bias) is the addmm [16, K] @ W.T (layout nt)
+    `autotune model` reads a linear as; its output has x's leading dims."""
+    doc = tune(cli, "--m", 16, "--n", 48, "--k", 32, "--layout", "nt", "--bias", "--dtype", "float32",
+               "--templates", "triton::mm", "--space", space)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 32, generator=g)
+    w, bias = torch.randn(48, 32, generator=g), torch.randn(48, generator=g)
+    with torch_forbidden("mm", "addmm", "matmul"), NoWarnings():
+        out = autotune_cli.linear(x, w, bias)
+        info = autotune_cli.dispatch_info(x.reshape(16, 32), w.t(), bias=bias)
+    assert (info.uid, info.key) == ("triton::mm", doc["key"])
+    assert out.shape == (2, 8, 48)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, w, bias), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,329 @@
+"""torch.compile with a model's matmuls routed to this machine's cached winners.
+
+    import autotune_cli
+
+    compiled = autotune_cli.compile(model)        # torch.compile's kwargs pass through
+    compiled = autotune_cli.compile(model, mode="max-autotune", routes=log)
+
+`compile` is `torch.compile(model, backend=<ours>, ...)`. Our backend gets each graph
+Dynamo captured (torch-level ops, fake tensors), replaces every matmul with a cached winner
+for this machine by a call of one of our ops, and hands the graph to Inductor (or to the
+backend named by `backend=`). Nothing breaks the graph: the replacement happens after Dynamo,
+and each op is one a compiler keeps in its graph:
+
+  * a one-kernel Triton winner (triton::mm, triton::bmm, triton::mm_swap_ab) becomes
+    `autotune::triton_gemm`, a `torch.library.triton_op` launching the kernel through
+    `wrap_triton`: AOT traces into it, so Inductor sees the kernel itself, launches it from
+    its own generated code and can capture it in a CUDA graph;
+  * any other winner (cuBLAS on padded copies, split-K's two kernels, the persistent TMA
+    kernel, and under Triton's interpreter every Triton winner, which wrap_triton cannot
+    trace) becomes `autotune::gemm`, an opaque custom op with a fake implementation that
+    runs the same function `autotune_cli.mm` runs in eager code;
+  * an aten winner stays torch's op (Inductor's ATen choice is that same cuBLAS call),
+    except under max-autotune, where Inductor would tune it again: there it is pinned
+    through `autotune::gemm` too.
+
+A matmul with no cached winner for this machine's fingerprint (or one tuned on another
+machine, or with a template source that has changed since) is left as it was: Inductor
+handles it as it would without us. What is routed: linear (x [..., K] folded to [M, K],
+B = W.T), mm, addmm (alpha = beta = 1), bmm, and matmul / @ of 2-D by 2-D, N-D by 2-D and
+3-D by 3-D operands, with static shapes. Tensors that need gradients under grad mode stay
+on torch's ops (the kernels have no backward).
+"""
+
+import operator  # no `from __future__ import annotations`: torch.library reads the ops' annotations
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+
+__all__ = ["compile", "routing_backend"]
+
+
+@dataclass(frozen=True)
+class _Route:
+    """What one replaced matmul runs: `call` (torch's signature: (a, b) or (bias, a, b)) in
+    the opaque op; `parts` (kernel, grid, arguments, options) in the Triton op."""
+
+    info: Dispatch
+    call: Callable
+    out_shape: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    built: Built | None
+    parts: tuple | None
+
+
+_ROUTES: list[_Route] = []  # an op's `route` argument indexes this list; entries are never removed
+_LOCK = threading.Lock()
+_OPS: dict[str, Any] = {}
+
+
+def _interpreting() -> bool:
+    from .templates.triton_base import interpreting
+
+    return interpreting()
+
+
+def _operands(route: _Route, a, b, bias):
+    """The tensors as the kernel takes them (the copies and bias row the eager call makes)."""
+    how = route.built.how
+    if how.copy_a:
+        a = a.contiguous()
+    if how.copy_b:
+        b = b.contiguous()
+    if how.bias_row:
+        bias = bias[0]
+    return a, b, bias
+
+
+def _register_ops() -> dict[str, Any]:
+    """Define our ops once per process: `autotune::gemm` always, `autotune::triton_gemm`
+    where Triton compiles for a GPU."""
+    with _LOCK:
+        if _OPS:
+            return _OPS
+        import torch
+        from torch.library import custom_op
+
+        @custom_op("autotune::gemm", mutates_args=())
+        def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: int) -> torch.Tensor:
+            call = _ROUTES[route].call
+            return call(a, b) if bias is None else call(bias, a, b)
+
+        @gemm.register_fake
+        def _(a, b, bias, route):
+            r = _ROUTES[route]
+            return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
+
+        _OPS["gemm"] = torch.ops.autotune.gemm.default
+        if not _interpreting():
+            from torch.library import triton_op, wrap_triton
+
+            from .templates.base import Operands
+
+            @triton_op("autotune::triton_gemm", mutates_args={})
+            def triton_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                            route: int) -> torch.Tensor:
+                r = _ROUTES[route]
+                kernel, grid, arguments, options = r.parts
+                a, b, bias = _operands(r, a, b, bias)
+                out = torch.empty(r.out_shape, dtype=a.dtype, device=a.device)
+                args = list(arguments(Operands(a, b, out, bias)))
+                if bias is None:
+                    args[3] = a  # never read without a bias: an input, not a second alias of out
+                wrap_triton(kernel)[grid](*args, **options)
+                return out
+
+            _OPS["triton_gemm"] = torch.ops.autotune.triton_gemm.default
+        return _OPS
+
+
+# -- finding the matmuls of a Dynamo graph -------------------------------------------------------
+
+@dataclass
+class _Match:
+    """A matmul node read as a GEMM: operand nodes, how A is folded and B transposed."""
+
+    a: Any
+    b: Any
+    bias: Any
+    fold: tuple[int, ...] | None  # A's leading dims, folded into M (None: A is the matrix)
+    transpose_b: bool  # B is a linear's weight: the product takes W.T
+
+
+def _targets():
+    import torch
+
+    linear = {torch._C._nn.linear, torch.nn.functional.linear}
+    matmul = {torch.matmul, operator.matmul}
+    return linear, matmul, torch.mm, torch.addmm, torch.bmm
+
+
+def _value(arg):
+    return arg.meta.get("example_value") if hasattr(arg, "meta") else None
+
+
+def _match(node) -> _Match | None:
+    import torch
+
+    if node.op == "call_method":
+        name = node.target
+        args = list(node.args)
+    elif node.op == "call_function":
+        name, args = None, list(node.args)
+    else:
+        return None
+    linear, matmul, mm, addmm, bmm = _targets()
+    kwargs = dict(node.kwargs)
+    target = node.target
+    tensors = [_value(x) for x in args]
+    if not all(isinstance(t, torch.Tensor) for t in tensors[:2]) or len(args) < 2:
+        return None
+    if target in linear:
+        bias = args[2] if len(args) > 2 else kwargs.pop("bias", None)
+        if kwargs or (bias is not None and not isinstance(_value(bias), torch.Tensor)):
+            return None
+        x, w = tensors[0], tensors[1]
+        if w.dim() != 2 or x.dim() < 2:
+            return None
+        return _Match(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True)
+    if kwargs:
+        return None  # out=, alpha=, beta=: left to torch
+    if target is mm or name == "mm":
+        return _Match(args[0], args[1], None, None, False) if len(args) == 2 else None
+    if target is bmm or name == "bmm":
+        return _Match(args[0], args[1], None, None, False) if len(args) == 2 else None
+    if target is addmm or name == "addmm":
+        if len(args) != 3 or not isinstance(_value(args[2]), torch.Tensor):
+            return None
+        return _Match(args[1], args[2], args[0], None, False)
+    if target in matmul or name in ("matmul", "__matmul__"):
+        if len(args) != 2:
+            return None
+        x, y = tensors
+        if x.dim() == 2 and y.dim() == 2:
+            return _Match(args[0], args[1], None, None, False)
+        if x.dim() > 2 and y.dim() == 2:
+            return _Match(args[0], args[1], None, tuple(x.shape[:-1]), False)
+        if x.dim() == 3 and y.dim() == 3 and x.shape[0] == y.shape[0]:
+            return _Match(args[0], args[1], None, None, False)
+    return None
+
+
+def _static(*tensors) -> bool:
+    import torch
+
+    for t in tensors:
+        if t is None:
+            continue
+        if any(not isinstance(s, int) for s in (*t.shape, *t.stride())):
+            return False
+        if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
+            return False
+    return True
+
+
+# -- the backend ---------------------------------------------------------------------------------
+
+class routing_backend:
+    """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
+    then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
+    them, another registered backend's name, or a backend function). `routes`: a list that
+    gets the Dispatch of every matmul routed."""
+
+    def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
+                 options: dict | None = None, routes: list | None = None) -> None:
+        self.dispatcher = dispatcher
+        self.inner = inner
+        self.mode = mode
+        self.options = dict(options or {})
+        self.routes = routes if routes is not None else []
+        if inner != "inductor" and (mode or options):
+            raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
+
+    def _config(self) -> dict:
+        if self.inner != "inductor":
+            return {}
+        from torch._inductor import list_mode_options
+
+        return {**(list_mode_options(self.mode) if self.mode else {}), **self.options}
+
+    def __call__(self, gm, example_inputs):
+        import torch
+
+        config = self._config()
+        pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
+        self._rewrite(gm, pin_aten)
+        if self.inner == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs, config_patches=config)
+        inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
+        return inner(gm, example_inputs)
+
+    def _rewrite(self, gm, pin_aten: bool) -> None:
+        import torch
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        graph = gm.graph
+        changed = False
+        for node in list(graph.nodes):
+            match = _match(node)
+            if match is None:
+                continue
+            x, w, bias = _value(match.a), _value(match.b), _value(match.bias)
+            if not _static(x, w, bias):
+                continue
+            a = x.reshape(-1, x.shape[-1]) if match.fold is not None else x
+            b = w.t() if match.transpose_b else w
+            if (bias is not None and bias.dim() == 2 and match.fold is not None):
+                continue  # a linear's bias is [n]
+            with unset_fake_temporarily(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", AutotuneFallbackWarning)  # unrouted: Inductor's
+                route = self._route(a, b, bias, pin_aten)
+            if route is None:
+                continue
+            op, index = route
+            with graph.inserting_before(node):
+                a_node = match.a
+                if match.fold is not None:
+                    a_node = graph.call_function(torch.reshape, (a_node, (a.shape[0], a.shape[1])))
+                b_node = graph.call_function(torch.t, (match.b,)) if match.transpose_b else match.b
+                out = graph.call_function(op, (a_node, b_node, match.bias, index))
+                if match.fold is not None:
+                    out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[1])))
+            node.replace_all_uses_with(out)
+            graph.erase_node(node)
+            changed = True
+        if changed:
+            graph.lint()
+            gm.recompile()
+
+    def _route(self, a, b, bias, pin_aten: bool):
+        """(op, route index) for this matmul, or None to leave it to the compiler."""
+        call, info, built = self.dispatcher.route(a, b, bias)
+        if info.fallback or info.problem is None:
+            return None
+        ops = _register_ops()
+        problem = info.problem
+        shape = problem.out_shape()
+        pitch = built.pitch if built is not None else None
+        if pitch is None:
+            strides = _contiguous(shape)
+        else:
+            strides = _contiguous((*shape[:-1], pitch))[:-1] + (1,)
+        parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
+        triton_ok = (parts is not None and "triton_gemm" in ops and not built.keeps_buffers and pitch is None
+                     and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
+        if built is None and not pin_aten:
+            self.routes.append(info)
+            return None  # torch's own op is the winner: the compiler's ATen choice runs it
+        route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
+        with _LOCK:
+            _ROUTES.append(route)
+            index = len(_ROUTES) - 1
+        self.routes.append(info)
+        return (ops["triton_gemm"] if triton_ok else ops["gemm"]), index
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
+            options: dict | None = None, routes: list | None = None, **torch_compile_kwargs):
+    """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
+    (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
+    reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
+    `routes` (a list) collects the Dispatch of each matmul routed, as graphs compile."""
+    import torch
+
+    dispatcher = _default if cache_dir is None else Dispatcher(cache_dir)
+    routing = routing_backend(dispatcher, backend, mode, options, routes)
+    return torch.compile(model, backend=routing, **torch_compile_kwargs)

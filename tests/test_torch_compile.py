@@ -1,0 +1,226 @@
+"""autotune_cli.compile on the CPU: problems tuned by the CLI into a temporary cache, a small
+model compiled with its matmuls routed to the winners (Triton under the interpreter, where
+they go through the opaque `autotune::gemm`), in one graph, with torch's results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli import api
+
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+T, C, H, V = 16, 32, 64, 48  # tokens, width, hidden, vocabulary
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    api.reset()
+    torch._dynamo.reset()
+    yield
+    api.reset()
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(ONE_CONFIG))
+    return path
+
+
+def tune(cli, *args) -> dict:
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+class Block(torch.nn.Module):
+    """LayerNorm, fc1 (bias) -> GELU -> fc2 (bias), a bias-free head, and a plain x @ W."""
+
+    def __init__(self, vocab=V):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.ln = torch.nn.LayerNorm(C)
+        self.fc1 = torch.nn.Linear(C, H)
+        self.fc2 = torch.nn.Linear(H, C)
+        self.head = torch.nn.Linear(C, vocab, bias=False)
+        self.w = torch.nn.Parameter(torch.randn(C, C, generator=g) / C ** 0.5)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x):
+        h = self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
+        return self.head(x + h), torch.mm(x.reshape(-1, C), self.w)
+
+
+def reference(model, x):
+    """The model in float64."""
+    double = Block(model.head.out_features).double()
+    double.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    return double(x.double())
+
+
+def ops_in(gm) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "autotune" in str(n.target)]
+
+
+def test_routed_matmuls_run_their_winners_in_one_graph(cli, cache_dir, space):
+    """fc1 and fc2 (addmm, layout nt, [n] bias) tuned with triton::mm, the head (mm nt) with
+    aten alone, x @ W (mm nn) not tuned: the first three are routed (the head's winner is
+    torch's own op, left in place), the last stays torch's; one graph; float64's results."""
+    fc1 = tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+               "--templates", "triton::mm", "--space", space)
+    fc2 = tune(cli, "--m", T, "--n", C, "--k", H, "--layout", "nt", "--bias", "--dtype", "float32",
+               "--templates", "triton::mm", "--space", space)
+    head = tune(cli, "--m", T, "--n", V, "--k", C, "--layout", "nt", "--dtype", "float32",
+                "--templates", "aten")
+    assert (fc1["winner"]["uid"], fc2["winner"]["uid"], head["winner"]["uid"]) == ("triton::mm", "triton::mm", "aten::mm")
+    model = Block()
+    x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))
+    want_head, want_mm = reference(model, x)
+
+    for inner in ("eager", "aot_eager"):  # AOT traces through our op's fake implementation
+        torch._dynamo.reset()
+        routes: list = []
+        # fullgraph=True: a graph break would raise
+        compiled = autotune_cli.compile(model, backend=inner, routes=routes, fullgraph=True)
+        with torch.no_grad():
+            got_head, got_mm = compiled(x)
+        assert sorted(r.uid for r in routes) == ["aten::mm", "triton::mm", "triton::mm"], inner
+        assert {r.key for r in routes} == {fc1["key"], fc2["key"], head["key"]}
+        torch.testing.assert_close(got_head.double(), want_head, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got_mm.double(), want_mm, rtol=1e-4, atol=1e-4)
+
+
+def test_the_graph_calls_our_op_where_a_winner_is_cached(cli, cache_dir, space):
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    model = Block()
+    x = torch.randn(T, C)
+    graphs = []
+
+    def capture(gm, example_inputs):  # the graph as our backend hands it on
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():
+        out, _ = autotune_cli.compile(model, backend=capture, fullgraph=True)(x)
+        out2, _ = autotune_cli.compile(model, backend=capture, fullgraph=True)(x + 1)
+    assert len(graphs) == 2  # one graph per compile: no break
+    names = ops_in(graphs[0])
+    assert names == ["autotune.gemm.default"]  # fc1 alone: its winner, opaque under the interpreter
+    torch.testing.assert_close(out.double(), reference(model, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_nothing_cached_leaves_the_graph_as_it_was(cache_dir):
+    model = Block()
+    x = torch.randn(T, C)
+    routes: list = []
+    with torch.no_grad():
+        out, _ = autotune_cli.compile(model, backend="eager", routes=routes)(x)
+    assert routes == []
+    torch.testing.assert_close(out, model(x)[0])
+
+
+def test_a_winner_of_another_fingerprint_is_not_used(cli, cache_dir, space):
+    """An entry whose fingerprint is not this machine's (here: a template source that has
+    changed since) is never routed to."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    from autotune_cli.cache import CACHE_FILE
+
+    path = cache_dir / CACHE_FILE
+    doc = json.loads(path.read_text())
+    for entry in doc["entries"].values():
+        for uid in entry["fingerprint"]["templates"]:
+            entry["fingerprint"]["templates"][uid] = "0" * 16
+    moved = {}
+    for key, entry in doc["entries"].items():
+        moved[key.split("@")[0] + "@" + "e" * 16] = entry
+    doc["entries"] = moved
+    path.write_text(json.dumps(doc))
+    routes: list = []
+    with torch.no_grad():
+        autotune_cli.compile(Block(), backend="eager", routes=routes)(torch.randn(T, C))
+    assert routes == []
+
+
+def test_padded_winner_under_inductor(cli, cache_dir, space):
+    """aten::mm_aligned on a head whose width is not 16-byte aligned (fp16, V = 50): the
+    opaque op under Inductor itself (on the CPU), output with padded rows, right values."""
+    vocab = 50
+    aligned = tune(cli, "--m", T, "--n", vocab, "--k", C, "--layout", "nt", "--dtype", "float16",
+                   "--templates", "aten::mm_aligned")
+    assert aligned["winner"]["uid"] == "aten::mm_aligned"
+    model = Block(vocab).half()
+    x = torch.randn(T, C).half()
+    routes: list = []
+    try:
+        with torch.no_grad():
+            got, _ = autotune_cli.compile(model, routes=routes, fullgraph=True)(x)
+    except Exception as exc:  # no C++ compiler, or an Inductor that cannot lower on the CPU
+        if routes:
+            raise
+        pytest.skip(f"Inductor could not compile on this CPU: {type(exc).__name__}: {exc}")
+    assert [r.uid for r in routes] == ["aten::mm_aligned"]
+    torch.testing.assert_close(got.double(), reference(model, x)[0], rtol=2e-2, atol=2e-2)
+
+
+def test_under_max_autotune_an_aten_winner_is_pinned(cli, cache_dir, monkeypatch):
+    """Inductor's max-autotune would tune an aten winner's matmul again: there the winner
+    goes through our opaque op, which runs torch's own call."""
+    tune(cli, "--m", T, "--n", V, "--k", C, "--layout", "nt", "--dtype", "float32", "--templates", "aten")
+    from autotune_cli.torch_compile import routing_backend
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    backend = routing_backend(api._default, capture)
+    monkeypatch.setattr(backend, "_config", lambda: {"max_autotune": True})
+    model, x = Block(), torch.randn(T, C)
+    with torch.no_grad():
+        head, _ = torch.compile(model, backend=backend, fullgraph=True)(x)
+    assert ops_in(graphs[0]) == ["autotune.gemm.default"]
+    torch.testing.assert_close(head, model(x)[0])
+
+
+def test_tensors_that_need_gradients_stay_on_torch(cli, cache_dir, space):
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    model = Block()
+    model.fc1.weight.requires_grad_(True)
+    routes: list = []
+    x = torch.randn(T, C)
+    out, _ = autotune_cli.compile(model, backend="aot_eager", routes=routes)(x)
+    assert routes == []
+    out.sum().backward()
+    assert model.fc1.weight.grad is not None
+
+
+@pytest.mark.gpu
+def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
+    """On a GPU a triton::mm winner goes in as autotune::triton_gemm (wrap_triton): Inductor
+    compiles and launches it itself; the result matches float64."""
+    m, n, k = 256, 512, 384
+    code, out, err = cli("mm", "--json", "--m", m, "--n", n, "--k", k, "--dtype", "bfloat16", "--layout", "nt",
+                         "--bias", "--templates", "triton::mm")
+    assert code == 0, err
+    assert json.loads(out)["winner"]["uid"] == "triton::mm"
+    lin = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(lin, routes=routes, fullgraph=True)(x)
+    from autotune_cli import torch_compile
+
+    assert [r.uid for r in routes] == ["triton::mm"]
+    assert torch_compile._ROUTES[-1].parts is not None  # the triton_op, not the opaque op
+    want = x.double() @ lin.weight.double().t() + lin.bias.double()
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
