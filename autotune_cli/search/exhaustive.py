@@ -65,8 +65,10 @@ def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
 
 
 def _modelled(choice: KernelTemplateChoice) -> bool:
+    """A Triton tile of a dot, which `model_seconds` describes (a template that is not one
+    says so with `tile_model = False`: its configs all go through)."""
     config = choice.config_dict
-    return choice.template.backend == "triton" and all(
+    return choice.template.backend == "triton" and getattr(choice.template, "tile_model", True) and all(
         key in config for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
 
 

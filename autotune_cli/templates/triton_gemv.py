@@ -1,0 +1,158 @@
+"""triton::gemv (mm and addmm, M <= 8): a decode GEMM as a reduction over K, rendered from
+jinja.
+
+With a handful of rows, a GEMM is a matrix-vector product bound by reading B once from
+memory: the matrix units would sit mostly idle (their M slot is 64 rows on Hopper) and
+what counts is keeping enough loads in flight on every SM. Each program owns BLOCK_N
+columns of C and one slice of K (grid (column blocks, SPLIT_K)); it reads B in
+[BLOCK_N, BLOCK_K] tiles along B's contiguous dimension (K for B^T stored [n, k], the usual
+decode weight, layout ?t; N for B [k, n], layout ?n), multiplies them by all BLOCK_M rows of
+A (BLOCK_M: M rounded up to a power of two, one tile) and sums the products elementwise in
+float32, reducing over BLOCK_K once after the loop. SPLIT_K slices make column blocks x
+SPLIT_K programs, enough to fill the GPU when N alone gives too few; with SPLIT_K > 1 each
+slice writes a float32 [M, N] plane of a workspace and a second small kernel sums the planes
+in slice order, adds the bias and rounds: deterministic, no atomics. With SPLIT_K = 1 the
+one kernel writes C itself. Every layout is read through the strides (A may be transposed
+too); M, N, K and the strides are runtime arguments.
+
+What the problem fixes is written into the source: EVEN_K (K a multiple of
+SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of
+B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. The workspace is allocated on the
+first run and kept by the runnable (`keeps_buffers`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..problem import GemmProblem
+from .base import Operands, Runnable
+from .launch import Launcher
+from .params import Bool, Choice, Int
+from .registry import register_template
+from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, jinja_template, load_kernels
+
+TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
+MAX_M = 8  # offered up to here; past it a tile with a matrix instruction reads B as fast
+REDUCE_BLOCK = 1024
+REDUCE_WARPS = 4
+MAX_WORKSPACE_ELEMENTS = 2**31 - 1  # the kernels index the workspace with 32-bit offsets
+
+
+def gemv_block_m(m: int) -> int:
+    """The rows of the one M tile: M rounded up to a power of two."""
+    return 1 << max(0, (m - 1).bit_length())
+
+
+def k_per_split(k: int, split_k: int, block_k: int) -> int:
+    """Each slice's length: K / SPLIT_K rounded up to a multiple of BLOCK_K."""
+    per = -(-k // split_k)
+    return -(-per // block_k) * block_k
+
+
+class TritonGemvTemplate(TritonTemplate):
+    template_file = TEMPLATE_FILE
+    config_keys = CONFIG_KEYS
+    # No GROUP_M; blocks below the dot's 16 (there is no dot); the rows one tile of M.
+    params_schema = {
+        **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
+        "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(4, 256, power_of_two=True),
+        "BLOCK_K": Int(16, 1024, power_of_two=True), "SPLIT_K": Int(1, 128),
+        "num_warps": Choice((1, 2, 4, 8, 16)),
+        "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
+    }
+    keeps_buffers = True  # the split-K workspace is written by every call
+    # The exhaustive search's tile model describes dot tiles, not this reduction: it would
+    # rank every config of it behind them (search/exhaustive.py). Its configs all go through.
+    tile_model = False
+
+    def supports(self, problem: GemmProblem) -> bool:
+        """Decode shapes only (here, not in the heuristic, so that a larger problem's
+        fingerprint does not carry this template's hash)."""
+        return problem.op in self.ops and problem.m <= MAX_M
+
+    def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
+        block_m, split = params["BLOCK_M"], params["SPLIT_K"]
+        if block_m < problem.m or block_m & (block_m - 1):
+            raise ValueError(f"{self.uid}: BLOCK_M={block_m} must be a power of two covering M={problem.m}")
+        for key in ("BLOCK_N", "BLOCK_K"):
+            if params[key] < 1 or params[key] & (params[key] - 1):
+                raise ValueError(f"{self.uid}: {key}={params[key]} must be a power of two")
+        if split < 1:
+            raise ValueError(f"{self.uid}: SPLIT_K must be at least 1, got {split}")
+        params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
+        params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
+        params["EVEN_M"] = problem.m == block_m
+
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        context = self.render_context(problem, params)
+        return self.finish(jinja_template(self.template_file).render(
+            **context,
+            reduce_name=f"gemv_reduce_{context['digest']}",
+            SPLIT_K=params["SPLIT_K"],
+            K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
+            EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
+            K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
+        ))
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        split = params["SPLIT_K"]
+        source = self.source_for_build(problem, params)
+        if split > 1:
+            partial, reduce = load_kernels(source, kernel_dir, count=2)
+        else:
+            (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
+        num_warps, num_stages = params["num_warps"], params["num_stages"]
+        m, n, k = problem.m, problem.n, problem.k
+        if split * m * n > MAX_WORKSPACE_ELEMENTS:
+            raise ValueError(f"a {split}x{m}x{n} workspace is too large for 32-bit offsets")
+        grid = (-(-n // params["BLOCK_N"]), split)
+        reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
+        bias_strides_n = problem.op == "addmm" and problem.bias == "n"
+        workspaces: dict[Any, Any] = {}
+
+        def workspace(device):
+            kept = workspaces.get(device)
+            if kept is None:
+                import torch
+
+                kept = workspaces[device] = torch.empty((split, m, n), dtype=torch.float32, device=device)
+            return kept
+
+        def arguments(ops: Operands) -> tuple[tuple, tuple]:
+            a, b, c = ops.a, ops.b, ops.out
+            bias, bias_args = bias_arguments(ops, bias_strides_n)
+            if split == 1:
+                return (a, b, c, bias, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args), ()
+            ws = workspace(c.device)
+            return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
+                    (ws, c, bias, m, n, *c.stride(), *bias_args))
+
+        launch_partial = Launcher(partial, num_warps, num_stages)
+        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1) if reduce is not None else None
+
+        def run(ops: Operands) -> None:
+            first, second = arguments(ops)
+            launch_partial(grid, *first)
+            if launch_reduce is not None:
+                launch_reduce(reduce_grid, *second)
+
+        def warmup(ops: Operands) -> list:
+            """Compile the kernel(s) `run` launches, with its arguments, without launching;
+            returns them (none under the interpreter)."""
+            if not hasattr(partial, "warmup"):
+                return []
+            first, second = arguments(ops)
+            kernels = [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages)]
+            if reduce is not None:
+                kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1))
+            return kernels
+
+        run.warmup = warmup  # type: ignore[attr-defined]
+        run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> workspace: for tests)
+        return run
+
+
+register_template(TritonGemvTemplate("triton::gemv", ("mm", "addmm")))

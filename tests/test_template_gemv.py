@@ -1,0 +1,254 @@
+"""triton::gemv: a decode GEMM (M <= 8) as a reduction over K, split over programs.
+
+The kernel runs for real under Triton's interpreter against a float64 reference for M = 1,
+4 and 8 (and odd M), odd N and K, layouts nn and nt (and A transposed), float16, bfloat16
+and float32, mm and addmm, with and without a split of K; the split's sum is deterministic;
+the heuristic's configs fill an H200 and stay in its registers; the CLI tunes it through
+the real pipeline on the CPU; with Triton's NVIDIA backend (no GPU needed) its sm_90
+binaries are built by the compile pool and read B with 128-bit loads."""
+
+import ast
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.heuristics import gemv, lookup_heuristic
+from autotune_cli.problem import make_problem
+from autotune_cli.templates import get_template, templates_for
+from autotune_cli.templates.params import BadParams, check_winner
+from autotune_cli.templates.triton_gemv import k_per_split
+from helpers_kernels import compile_through_pool, run_kernel
+
+GEMV = "triton::gemv"
+in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
+                                reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")
+
+
+def tile(block_m, block_n=16, block_k=32, split=1, warps=4):
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
+            "num_stages": 1, "num_warps": warps}
+
+
+# -- the template and its source --------------------------------------------------------------
+
+def test_offered_for_mm_and_addmm_up_to_m_8():
+    template = get_template(GEMV)
+    assert template.backend == "triton" and template.ops == ("mm", "addmm") and template.keeps_buffers
+    for spec in (dict(m=1), dict(m=8, bias="n"), dict(m=5, layout="tt")):
+        assert GEMV in {t.uid for t in templates_for(make_problem(n=4096, k=4096, **spec))}
+    for spec in (dict(m=9), dict(m=4, batch=2), dict(m=4096)):
+        assert GEMV not in {t.uid for t in templates_for(make_problem(n=4096, k=4096, **spec))}
+
+
+def test_renders_real_triton_with_what_the_problem_fixes():
+    template = get_template(GEMV)
+    problem = make_problem(m=3, n=100, k=70, dtype="bfloat16", layout="nt", bias="n", device="cpu")
+    params = template.full_params(problem, tile(4, split=2))
+    assert (params["EVEN_K"], params["EVEN_N"], params["EVEN_M"]) == (False, False, False)
+    source = template.render(problem, params)
+    kernels = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+    assert [k.name.split("_")[0] for k in kernels] == ["gemv", "gemv"]  # the slices, then the sum
+    assert [a.arg for a in kernels[0].args.args][:6] == ["A", "B", "WS", "M", "N", "K"]
+    assert [a.arg for a in kernels[1].args.args][:3] == ["WS", "C", "BIAS"]
+    assert k_per_split(70, 2, 32) == 64 and "K_PER_SPLIT: tl.constexpr = 64" in source
+    assert "B^T stored [N, K]" in source and "acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K)" in source
+    assert "k_ok = offs_k < k_last - k_start" in source and "tl.atomic" not in source
+    assert "total += bias.to(tl.float32)" in source and "tl.static_range(SPLIT_K)" in source
+    # B [k, n], M a power of two, everything even, no split: one kernel that writes C, no masks
+    even = make_problem(m=4, n=4096, k=4096, dtype="float16", layout="nn")
+    one = template.render(even, template.full_params(even, tile(4, 128, 32)))
+    (kernel,) = [node for node in ast.parse(one).body if isinstance(node, ast.FunctionDef)]
+    assert [a.arg for a in kernel.args.args][:4] == ["A", "B", "C", "BIAS"]
+    assert "B stored [K, N]" in one and "acc = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N)" in one
+    assert "a = tl.load(a_ptrs)\n" in one and "b = tl.load(b_ptrs)\n" in one and "WS" not in one
+
+
+@pytest.mark.parametrize("config, message", [
+    (tile(2), "must be a power of two covering M=3"),
+    (tile(3), "must be a power of two covering M=3"),
+    (tile(4, block_n=24), "BLOCK_N=24 must be a power of two"),
+    (tile(4, split=0), "SPLIT_K must be at least 1"),
+])
+def test_refuses_params_it_cannot_run(config, message):
+    with pytest.raises(ValueError, match=message):
+        get_template(GEMV).full_params(make_problem(m=3, n=64, k=64), config)
+
+
+def test_a_stored_winner_must_be_its_declared_params():
+    template = get_template(GEMV)
+    problem = make_problem(m=1, n=64, k=64)
+    good = template.full_params(problem, tile(1, split=2))
+    check_winner(template, problem, good)
+    for bad in ({**good, "BLOCK_M": 16}, {**good, "SPLIT_K": "2"}, {**good, "EVEN_K": 1},
+                {**good, "GROUP_M": 8}, {k: v for k, v in good.items() if k != "EVEN_M"}):
+        with pytest.raises(BadParams):
+            check_winner(template, problem, bad)
+
+
+# -- the kernel under the interpreter ---------------------------------------------------------
+
+@in_process
+@pytest.mark.parametrize("spec, config", [
+    (dict(m=1, n=33, k=70, dtype="bfloat16", layout="nt"), tile(1)),                  # decode, odd N and K
+    (dict(m=1, n=33, k=70, dtype="bfloat16", layout="nt"), tile(1, split=2)),         # its K split in two
+    (dict(m=1, n=64, k=128, dtype="float16", layout="nt"), tile(1, 32, 32, 2)),      # all even
+    (dict(m=4, n=45, k=96, dtype="float16", layout="nn", bias="n"), tile(4, split=3)),  # B [k, n], 3 slices
+    (dict(m=4, n=32, k=64, dtype="float32", layout="nn"), tile(4, 32, 16)),           # fp32, even
+    (dict(m=8, n=17, k=64, dtype="float32", layout="nt", bias="mn"), tile(8, split=2)),
+    (dict(m=8, n=40, k=50, dtype="bfloat16", layout="nn"), tile(8, 8, 16)),
+    (dict(m=5, n=24, k=40, dtype="float16", layout="tt", bias="n"), tile(8, 8, 16, 2)),  # A stored [k, m]
+    (dict(m=3, n=20, k=33, dtype="bfloat16", layout="tn"), tile(4)),
+], ids=["m1-nt", "m1-nt-split2", "m1-even", "m4-nn-bias-split3", "m4-fp32", "m8-nt-bias-mn",
+        "m8-nn-bf16", "m5-tt-bias", "m3-tn"])
+def test_computes_the_product(spec, config, tmp_path):
+    problem = make_problem(device="cpu", **spec)
+    result = run_kernel(problem, get_template(GEMV), config, tmp_path, seed=2, calls=2)
+    assert len(result.verdicts) == 2 and result.correct, result.reasons
+    assert result.discriminating
+    if config["SPLIT_K"] > 1:  # the workspace was made once and kept
+        (workspace,) = result.run.workspaces.values()
+        assert tuple(workspace.shape) == (config["SPLIT_K"], problem.m, problem.n)
+
+
+@in_process
+def test_the_split_sum_is_deterministic(tmp_path):
+    import torch
+
+    from autotune_cli.bench.verify import make_operands
+
+    problem = make_problem(m=2, n=24, k=128, dtype="float32", layout="nt", device="cpu")
+    template = get_template(GEMV)
+    params = template.full_params(problem, tile(2, 8, 16, 4))
+    run = template.build(problem, params, str(tmp_path))
+    ops = make_operands(problem, seed=5, device="cpu")
+    run(ops)
+    first = ops.out.clone()
+    ops.out.fill_(float("nan"))
+    run(ops)
+    assert torch.equal(first, ops.out)
+
+
+# -- the heuristic ----------------------------------------------------------------------------
+
+def configs(problem, search="default", space=None):
+    return list(lookup_heuristic(GEMV, problem.device, problem.op).get_configs(problem, search, space))
+
+
+def test_heuristics_registered_for_cuda_and_cpu():
+    assert isinstance(lookup_heuristic(GEMV, "cuda", "mm"), gemv.GemvCuda)
+    assert isinstance(lookup_heuristic(GEMV, "cpu", "addmm"), gemv.GemvCpu)
+
+
+@pytest.mark.parametrize("m", [1, 4, 8])
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+def test_default_configs_fill_an_h200_and_its_registers(m, layout):
+    problem = make_problem(m=m, n=4096, k=4096, dtype="bfloat16", layout=layout)
+    found = configs(problem)
+    assert 2 <= len(found) <= 10 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
+    for config in found:
+        assert config["BLOCK_M"] == {1: 1, 4: 4, 8: 8}[m]
+        assert set(config) == set(get_template(GEMV).config_keys)
+        programs = -(-problem.n // config["BLOCK_N"]) * config["SPLIT_K"]
+        assert programs >= gemv.TARGET_PROGRAMS  # a wave at least; a split only where it is needed
+        assert config["SPLIT_K"] == 1 or programs <= 4 * gemv.TARGET_PROGRAMS
+        per_thread = config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / (32 * config["num_warps"])
+        assert per_thread <= gemv.ACC_PER_THREAD
+        assert problem.k // config["SPLIT_K"] >= config["BLOCK_K"]  # no slice shorter than a step
+    for config in found:  # each a winner the cache would take back: declared and derived
+        check_winner(get_template(GEMV), problem, get_template(GEMV).full_params(problem, config))
+    # the tiles run long along B's contiguous dimension: K for B^T [n, k], N for B [k, n]
+    widest = max(found, key=lambda c: max(c["BLOCK_N"], c["BLOCK_K"]))
+    assert (widest["BLOCK_K"] > widest["BLOCK_N"]) == (layout == "nt")
+
+
+def test_splits_come_from_the_column_blocks():
+    wide = make_problem(m=1, n=65536, k=4096, dtype="bfloat16", layout="nt")  # columns alone fill it
+    assert {c["SPLIT_K"] for c in configs(wide)} == {1}
+    some = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")  # 256 blocks of 16: 1 or 2
+    assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 16} == {1, 2}
+    short = make_problem(m=1, n=4096, k=256, dtype="bfloat16", layout="nt")  # no slice below BLOCK_K
+    assert all(256 // c["SPLIT_K"] >= c["BLOCK_K"] for c in configs(short))
+
+
+def test_exhaustive_holds_the_default_list_and_more():
+    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")
+    default = configs(problem)
+    exhaustive = configs(problem, "exhaustive")
+    assert all(c in exhaustive for c in default) and len(exhaustive) > 5 * len(default)
+    assert exhaustive[:2] == default[:2]  # the default tiles lead
+    assert len(exhaustive) <= 80
+    # the tile model (dot tiles) does not rank them: every one is timed
+    from autotune_cli.choices import KernelTemplateChoice
+    from autotune_cli.search.exhaustive import _modelled
+
+    assert not _modelled(KernelTemplateChoice.make(get_template(GEMV), problem, exhaustive[0]))
+
+
+def test_a_user_space_keeps_what_the_kernel_can_take():
+    problem = make_problem(m=2, n=1000, k=512, dtype="float16", layout="nt")
+    space = [{"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
+             {"BLOCK_M": 64, "BLOCK_N": 512, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
+             {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 1, "num_warps": 4,
+              "SPLIT_K": 2}]
+    found = configs(problem, space=space)
+    # 32 column blocks: 8 slices make the 132 programs (16 would leave slices under BLOCK_K);
+    # BLOCK_N 512 is more than the kernel takes; a given SPLIT_K is kept
+    assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"], c["num_stages"]) for c in found] == [
+        (32, 64, 8, 3), (16, 128, 2, 1)]
+    assert all(c["BLOCK_M"] == 2 for c in found)
+
+
+def test_cpu_list_is_two_small_tiles():
+    found = configs(make_problem(m=1, n=33, k=70, dtype="bfloat16", layout="nt", device="cpu"))
+    assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"]) for c in found] == [(16, 32, 1), (16, 32, 2)]
+
+
+# -- through the CLI, on the CPU --------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--m", 1, "--n", 33, "--k", 70, "--dtype", "bfloat16", "--layout", "nt"],
+    ["--m", 4, "--n", 20, "--k", 96, "--dtype", "float16", "--layout", "nn", "--bias"],
+], ids=["1x33x70-bf16-nt", "4x20x96-fp16-nn-bias"])
+def test_cli_tunes_it_on_the_cpu(cli, cache_dir, args):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, *args)
+    assert code == 0, err
+    doc = json.loads(out)
+    candidates = doc["candidates"]
+    assert len(candidates) == 2 and {c["uid"] for c in candidates} == {GEMV}
+    assert all(c["status"] == "ok" and c["max_rel_error"] is not None for c in candidates), candidates
+    assert doc["winner"]["uid"] == GEMV
+    assert doc["fingerprint"]["templates"] == {GEMV: get_template(GEMV).source_hash()}
+
+
+def test_cli_refuses_it_past_m_8(cli, cache_dir):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--m", 9, "--n", 64, "--k", 64)
+    assert code == 2 and "no candidates" in err and out == ""
+
+
+# -- sm_90 binaries, compiled without a GPU ---------------------------------------------------
+
+def _ptxas_missing() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return True
+    return not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists()
+
+
+@pytest.mark.skipif(_ptxas_missing(), reason="needs Triton's NVIDIA backend (its bundled ptxas)")
+def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
+    """The compile pool builds the decode case's kernels for a described H200; B^T is read
+    with 128-bit loads."""
+    triton_cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
+    described = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
+                           sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
+    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")
+    cases = [(GEMV, problem, config) for config in configs(problem)[:2]]
+    answers, _ = compile_through_pool(described, cases, tmp_path / "kernels", by_index=True)
+    assert all(payload["ok"] for payload in answers.values()), answers
+    ptx = [p.read_text() for p in triton_cache.rglob("gemv_*.ptx") if "reduce" not in p.name]
+    assert len(ptx) == 2 and all("ld.global.v4.b32" in text for text in ptx)
