@@ -7,6 +7,7 @@ of which removes choices and says why.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -156,6 +157,7 @@ class ChoiceSet:
     choices: list[KernelTemplateChoice]
     pruned: list[Pruned]
     considered: int
+    cut_short: bool = False  # the deadline passed before every config was listed
 
     def pruned_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -179,8 +181,11 @@ def get_choices(
     problem: GemmProblem, device: DeviceInfo, settings: TuneSettings,
     templates: Iterable[Template] | None = None,
     stages: list[tuple[str, PruneStage]] | None = None,
+    deadline: float | None = None,
 ) -> ChoiceSet:
-    """Every (template, config) worth benchmarking, after the prune pipeline."""
+    """Every (template, config) worth benchmarking, after the prune pipeline. Past
+    `deadline` (time.monotonic(), --budget) no more configs are listed: a heuristic or a
+    space file may offer more than the budget can enumerate."""
     if templates is None:
         templates = templates_for(problem, settings.templates)
     user_space = load_space_file(settings.space_file) if settings.space_file else None
@@ -196,8 +201,14 @@ def get_choices(
     kept: list[KernelTemplateChoice] = []
     pruned: list[Pruned] = []
     considered = 0
+    cut_short = False
     for template in templates:
+        if cut_short:
+            break
         for config in enumerate_configs(template, problem, settings, user_space):
+            if deadline is not None and time.monotonic() > deadline:
+                cut_short = True
+                break
             considered += 1
             choice = KernelTemplateChoice.make(template, problem, config)
             for stage_name, stage in stages or PRUNE_STAGES:
@@ -207,4 +218,4 @@ def get_choices(
                     break
             else:
                 kept.append(choice)
-    return ChoiceSet(kept, pruned, considered)
+    return ChoiceSet(kept, pruned, considered, cut_short)

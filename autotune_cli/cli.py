@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -277,7 +278,7 @@ def mm(
         from .tuner import Tuner
 
         prestart_workers(dev)  # the workers' imports run beside the choices being made
-        with Tuner(settings, reporter) as tuner:
+        with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
             outcome = tuner.tune(problem)
     if json_out:
         out.print(dumps(outcome_json(outcome)), markup=False)
@@ -286,6 +287,33 @@ def mm(
         out.print(outcome_summary(outcome))
     if outcome.winner is None:
         raise typer.Exit(code=1)
+
+
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM during a command's work, carried past typer (which turns a
+    KeyboardInterrupt into a silent exit 130) to `main`, which prints its one line."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@contextmanager
+def stopped_by_signal(before=None):
+    """Ctrl-C (SIGINT) or SIGTERM inside: `before(None)` (a progress bar to stop), then
+    Stopped with the tuner's line (what was saved, how to resume) or a plain one."""
+    from .errors import Interrupted, Terminated
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if before is not None:
+            before(None)
+        if isinstance(exc, Interrupted):
+            raise Stopped(exc.message, exc.code) from None
+        terminated = isinstance(exc, Terminated)
+        raise Stopped(f"interrupted ({'SIGTERM' if terminated else 'SIGINT'})",
+                      143 if terminated else 130) from None
 
 
 def aten_ms(entry: dict) -> float | None:
@@ -456,7 +484,8 @@ def model(
     try:
         with make_scaled_tuner(settings, progress) if scaled else Tuner(settings, progress) as tuner:
             clock.mark("devices")
-            rows = tune_found(tuner, found, plan, scaled, clock)
+            with stopped_by_signal():
+                rows = tune_found(tuner, found, plan, scaled, clock)
             clock.mark("tuned")
     finally:
         progress.close()
@@ -486,6 +515,14 @@ from . import cli_cache  # noqa: E402,F401
 def run() -> None:
     """The `autotune` command: main(), then the forkserver is stopped (it holds the command's
     stdout and stderr open: bench/processes.stop_forkserver) before the process exits."""
+    import signal
+
+    def terminate(signum, frame):  # SIGTERM stops the command as Ctrl-C does (errors.Terminated)
+        from .errors import Terminated
+
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         code = main()
     finally:
@@ -502,6 +539,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UserError as exc:
         err.print(f"autotune: error: {exc}", markup=False)
         return 2
+    except Stopped as exc:
+        err.print(f"autotune: {exc}", markup=False, highlight=False)
+        return exc.code
     except click_errors.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
             out.print(exc.format_message(), markup=False)

@@ -13,3 +13,18 @@ class UserError(ValueError):
 
 class CacheError(RuntimeError):
     """The cache file could not be read or written."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that whatever
+    stops cleanly on Ctrl-C (workers killed, finished results saved) does on SIGTERM too."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A tune stopped by a signal, after saving what had finished: `message` (one line) says
+    what was saved; the command exits with `code` (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

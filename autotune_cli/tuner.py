@@ -5,8 +5,11 @@ It emits events to a listener (report.py draws them) and never prints.
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -14,12 +17,12 @@ from . import __version__
 from .bench.executor import Executor, LocalExecutor
 from .cache import Cache
 from .choices import ChoiceSet, get_choices
-from .errors import UserError
+from .errors import Interrupted, Terminated, UserError
 from .fingerprint import DeviceInfo, Fingerprint, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
 from .plugins import load_plugins
 from .problem import GemmProblem
-from .results import Candidate, pick_winner
+from .results import SKIPPED, Candidate, pick_winner
 from .search import SearchContext, get_strategy
 from .settings import TuneSettings
 
@@ -84,26 +87,42 @@ def _identity(uid: str, params: dict) -> tuple:
     return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
 
-def _known_results(stored: dict | None) -> dict[tuple, Candidate]:
+def _known_results(stored: dict | None, force: bool = False) -> dict[tuple, Candidate]:
     """Results already measured under this fingerprint that need not be measured again:
-    everything measured by an interrupted (partial) run; from a finished run (re-tuned with
-    --force), only its deterministic failures (compile errors, wrong results)."""
-    if stored is None:
+    everything measured by an interrupted (partial) run (never what it skipped: that includes
+    a failure of the environment and a screening result, both to be measured again); from a
+    finished run without a winner, only its deterministic failures (compile errors, wrong
+    results). `force` (--force) keeps nothing: everything is measured again."""
+    if stored is None or force:
         return {}
     keep = ("compile_error", "wrong_result")
     known = {}
     for data in stored.get("candidates", []):
         candidate = Candidate.from_dict(data)
-        if candidate.status in keep or (stored.get("partial") and candidate.status != "skipped"):
+        if candidate.status in keep or (stored.get("partial") and candidate.status != SKIPPED):
             known[_identity(candidate.uid, candidate.params)] = candidate
     return known
 
 
-class _Progress:
-    """Collects results as they come, tells the listener, and saves a partial entry every
-    few seconds so that an interrupted run resumes where it stopped."""
+def screened(candidate: Candidate) -> Candidate:
+    """A screening result as it is kept: measured in a few runs, so it may rank a field but
+    never win; it is stored as skipped (and measured again by a resumed tune)."""
+    if not candidate.ok:
+        return candidate
+    return replace(candidate, status=SKIPPED,
+                   error=f"screened at {candidate.ms:.4f} ms in {candidate.runs} run(s); not timed fully")
 
-    SAVE_EVERY_S = 2.0
+
+class _Progress:
+    """Collects results as they come, tells the listener, and saves a partial entry soon
+    after each result, so that an interrupted run (kill -9 included) resumes where it
+    stopped: at once when the last save is SAVE_INTERVAL_S old or older, else from a timer
+    at that point. The interval grows to SAVE_COST_FACTOR times what a save takes, so that
+    saving a large entry costs a bounded share of the tune. A partial entry holds the
+    results that a resumed tune keeps (none that were skipped)."""
+
+    SAVE_INTERVAL_S = 0.5
+    SAVE_COST_FACTOR = 4.0
 
     def __init__(self, tuner: "Tuner", problem: GemmProblem, fingerprint: Fingerprint, key: str,
                  choice_set: ChoiceSet, reused: list[Candidate], started: float) -> None:
@@ -114,35 +133,99 @@ class _Progress:
         self.choice_set = choice_set
         self.started = started
         self.latest: dict[tuple, Candidate] = {_identity(c.uid, c.params): c for c in reused}
+        self.valid: dict[tuple, Candidate] = {k: c for k, c in self.latest.items() if c.ok}  # for the display
         self.done = 0
         self.reported: set[tuple] = set()
         self.timeline: list[tuple[str, str, float]] = []  # (candidate, round, seconds since start)
-        self.last_save = time.monotonic()
+        self.last_save = -math.inf
+        self.interval = self.SAVE_INTERVAL_S
+        self.saved = 0  # results in the last partial entry written
+        self._lock = threading.RLock()  # the results
+        self._save_lock = threading.RLock()  # one save at a time, in the order of their snapshots
+        self._dirty = False
+        self._timer: threading.Timer | None = None
+        self._closed = False
+        self._error: BaseException | None = None  # a save from the timer failed: raised here next
 
     def report(self, candidate: Candidate) -> None:
         self.reported.add(_identity(candidate.uid, candidate.params))
         self.done += 1
-        best = pick_winner(list(self.latest.values()))
+        best = pick_winner(list(self.valid.values()))
         total = max(len(self.choice_set.choices), self.done)
         self.tuner.listener.candidate_done(self.problem, candidate, self.done, total, best)
 
     def on_result(self, choice, candidate: Candidate, round_name: str) -> None:
         ident = _identity(candidate.uid, candidate.params)
-        self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
-        if round_name == "screen" or ident not in self.latest or candidate.ok:
-            self.latest[ident] = candidate
+        if candidate.status != SKIPPED:
+            self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
+        with self._lock:
+            if round_name == "screen" or ident not in self.latest or candidate.ok:
+                self.latest[ident] = screened(candidate) if round_name == "screen" else candidate
+                self._dirty = True
+            if candidate.ok:
+                self.valid[ident] = candidate
+            elif round_name == "screen":
+                self.valid.pop(ident, None)
         if ident not in self.reported:
             self.report(candidate)
-        if time.monotonic() - self.last_save > self.SAVE_EVERY_S:
-            self.save()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self._schedule()
 
-    def save(self) -> None:
-        entry = self.tuner._entry(self.problem, self.fingerprint, list(self.latest.values()),
-                                  self.choice_set, time.perf_counter() - self.started)
-        entry["winner"] = None
-        entry["partial"] = True
-        self.tuner.cache.put(self.key, entry)
-        self.last_save = time.monotonic()
+    def _schedule(self) -> None:
+        """Save now, or make sure a timer saves within the interval."""
+        wait = self.last_save + self.interval - time.monotonic()
+        if wait <= 0:
+            self.save()
+            return
+        with self._lock:
+            if self._timer is None and not self._closed:
+                self._timer = threading.Timer(wait, self._timed_save)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _timed_save(self) -> None:
+        with self._lock:
+            self._timer = None
+        try:
+            self.save()
+        except Exception as exc:  # noqa: BLE001 - the tune's own thread raises it
+            self._error = exc
+
+    def save(self) -> int:
+        """Write the partial entry if anything changed since the last; returns how many
+        results the stored partial entry holds."""
+        with self._save_lock:
+            with self._lock:
+                if self._closed or not self._dirty:
+                    return self.saved
+                kept = [c for c in self.latest.values() if c.status != SKIPPED]
+                self._dirty = False
+            began = time.monotonic()
+            entry = self.tuner._entry(self.problem, self.fingerprint, kept, self.choice_set,
+                                      time.perf_counter() - self.started)
+            entry["winner"] = None
+            entry["partial"] = True
+            try:
+                self.tuner.cache.put(self.key, entry)
+            except BaseException:
+                self._dirty = True
+                raise
+            self.saved = len(kept)
+            self.last_save = time.monotonic()
+            self.interval = max(self.SAVE_INTERVAL_S, self.SAVE_COST_FACTOR * (self.last_save - began))
+            return self.saved
+
+    def close(self) -> None:
+        """No partial save after this (the finished entry is written next)."""
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        with self._save_lock:  # a save under way finishes before the finished entry is written
+            pass
 
 
 class Tuner:
@@ -185,33 +268,44 @@ class Tuner:
             self.listener.cache_hit(problem, hit.entry)
             self.listener.finished(hit)
             return hit
+        # --budget bounds the whole tune: the enumeration and pruning of configs too
+        deadline = (time.monotonic() + self.settings.budget_s) if self.settings.budget_s else None
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
         start_workers = getattr(self.executor, "start", None)
         if start_workers is not None:  # processes import torch while we do the rest
             start_workers()
-        choice_set = get_choices(problem, self.device, self.settings)
+        choice_set = get_choices(problem, self.device, self.settings, deadline=deadline)
+        if choice_set.cut_short:
+            self.listener.notice(f"the tuning budget ran out while listing configs: "
+                                 f"{choice_set.considered} considered")
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
-        known = _known_results(stored)
+        known = _known_results(stored, force=self.settings.force)
         todo = [c for c in choice_set.choices if _identity(c.uid, c.params) not in known]
         reused = [known[_identity(c.uid, c.params)] for c in choice_set.choices
                   if _identity(c.uid, c.params) in known]
+        if reused and stored is not None and stored.get("partial"):
+            self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
+                                 f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
         progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started)
         for candidate in reused:
             progress.report(candidate)
-        deadline = (time.monotonic() + self.settings.budget_s) if self.settings.budget_s else None
         candidates = list(reused)
-        if todo:
-            ctx = SearchContext(problem=problem, device=self.device, choices=todo,
-                                executor=self.executor, settings=self.settings,
-                                policy=timing_policy_for(problem, self.device, self.settings),
-                                deadline=deadline,
-                                on_result=progress.on_result)
-            candidates += strategy.search(ctx)
+        try:
+            if todo:
+                ctx = SearchContext(problem=problem, device=self.device, choices=todo,
+                                    executor=self.executor, settings=self.settings,
+                                    policy=timing_policy_for(problem, self.device, self.settings),
+                                    deadline=deadline,
+                                    on_result=progress.on_result)
+                candidates += strategy.search(ctx)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated)
+            raise self._interrupted(problem, progress, exc) from None
+        progress.close()
         entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)
         entry["timeline"] = progress.timeline
@@ -228,6 +322,24 @@ class Tuner:
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
         return outcome
+
+    @staticmethod
+    def _interrupted(problem: GemmProblem, progress: _Progress, exc: KeyboardInterrupt) -> Interrupted:
+        """Save what has finished, then say so: what to raise for a tune stopped by a signal."""
+        terminated = isinstance(exc, Terminated)
+        name, code = ("SIGTERM", 143) if terminated else ("SIGINT", 130)
+        try:
+            saved = progress.save()
+        except Exception as error:  # noqa: BLE001 - the interruption is still what is reported
+            progress.close()
+            return Interrupted(f"interrupted ({name}); the finished results of {problem.describe()} "
+                               f"could not be saved: {error}", code)
+        progress.close()
+        if not saved:
+            return Interrupted(f"interrupted ({name}) before any result of {problem.describe()} "
+                               f"finished; nothing saved", code)
+        return Interrupted(f"interrupted ({name}): {saved} finished result(s) of {problem.describe()} "
+                           f"saved; run the same command again to resume", code)
 
     @property
     def executor(self) -> Executor:

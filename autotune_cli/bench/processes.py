@@ -52,7 +52,8 @@ class WorkerProcess:
             process = self.ctx.Process(
                 target=worker_main,
                 args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
-                      worker_environment(self.ctx, self.device.device_type), self.role, self.device),
+                      worker_environment(self.ctx, self.device.device_type), self.role, self.device,
+                      lifeline()),
                 daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
             )
             self.started_at = time.monotonic()
@@ -75,9 +76,10 @@ class WorkerProcess:
         self.deadline = time.monotonic() + timeout
 
     def kill(self) -> None:
+        """Kill the process and whatever its candidate started (its process group)."""
         if self.process is not None and self.process.pid is not None:  # it was started
             if self.process.is_alive():
-                self.process.kill()
+                kill_group(self.process)
             self.process.join(timeout=5)
         if self.conn is not None:
             self.conn.close()
@@ -115,6 +117,36 @@ class WorkerProcess:
             wait_s = 2.0 if deadline is None else max(0.0, deadline - time.monotonic())
             self.process.join(timeout=wait_s)
         self.kill()
+
+
+def kill_group(process) -> None:
+    """SIGKILL to a worker's process group (a worker leads its own: worker._own_group), so
+    that a candidate's children go with it; to the process alone where it has no group yet
+    (just started) or is not the group's leader."""
+    pid = process.pid
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    except (OSError, AttributeError):  # gone already, or no process groups here
+        pass
+    process.kill()
+
+
+# The write end of a pipe that only this process holds, for the life of the process: each
+# worker gets the read end and watches it (worker._watch_parent); when this process dies,
+# however it dies (kill -9 included), the read end sees EOF and the worker kills its group.
+_lifeline: tuple[int, object, object] | None = None  # (pid, reader, writer)
+
+
+def lifeline():
+    """The read end of this process's lifeline (made at the first call in each process)."""
+    global _lifeline
+    with _forkserver_lock:
+        if _lifeline is None or _lifeline[0] != os.getpid():
+            reader, writer = multiprocessing.Pipe(duplex=False)
+            _lifeline = (os.getpid(), reader, writer)
+        return _lifeline[1]
 
 
 def stop_all(workers) -> None:

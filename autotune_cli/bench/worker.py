@@ -52,6 +52,71 @@ def _setup_environment(device_type: str, device_index: int, environ: dict[str, s
         os.environ.pop("TRITON_INTERPRET", None)
 
 
+def _own_group() -> None:
+    """Lead a process group of its own: the executor kills the group (bench/processes
+    kill_group), so a candidate's children die with it, and the terminal's Ctrl-C reaches
+    the command alone, which stops the workers itself."""
+    try:
+        os.setpgid(0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_group() -> None:
+    """Kill this process and its group (what a candidate started) at once."""
+    import signal
+
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """On Linux, the kernel kills this process when its parent (the forkserver, or the
+    command for a spawned worker) dies: a hung candidate cannot outlive the command. Best
+    effort elsewhere; the watchdog (_watch_parent) covers the rest."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_parent(lifeline, every_s: float = 0.5) -> None:
+    """A thread that kills this process's group once the command is gone: `lifeline` (a
+    pipe whose write end only the command holds) reads EOF, or the parent process changes.
+    It runs beside a hung candidate; the group goes, so its children go too."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            try:
+                if lifeline is not None:
+                    if lifeline.poll(every_s):
+                        lifeline.recv_bytes()  # nothing is ever sent: EOF is the message
+                else:
+                    time.sleep(every_s)
+            except (EOFError, OSError):
+                break
+            if os.getppid() != parent:
+                break
+        _kill_group()
+
+    threading.Thread(target=watch, daemon=True, name="autotune-parent-watch").start()
+
+
 def _quiet_stdout() -> None:
     """Whatever a worker prints (a plugin's candidate, a library's notice) goes to stderr:
     the command's stdout carries its data alone (`--json` must parse)."""
@@ -363,7 +428,10 @@ class CandidateRunner:
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
                 l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure",
-                device_info=None) -> None:
+                device_info=None, lifeline=None) -> None:
+    _own_group()
+    _die_with_parent()
+    _watch_parent(lifeline)
     _quiet_stdout()
     _setup_environment(device_type, device_index, environ)
     if role == "compile":  # compiles yield the cores to the timing process and the caller

@@ -1,7 +1,10 @@
 """Planted faulty templates for tests: one aborts its process, one raises, one hangs,
-one is a correct reference that should win among them."""
+one is a correct reference that should win among them; `test::hang_child` (after the good
+one) starts a child process, ignores SIGTERM and hangs."""
 
 import os
+import signal
+import subprocess
 import time
 
 from autotune_cli.heuristics import register_heuristic
@@ -32,12 +35,16 @@ class Faulty(Template):
                 raise RuntimeError("planted failure")
             if fault == "hang":
                 time.sleep(3600)
+            if fault == "hang_child":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(3600)
             torch.mm(ops.a, ops.b, out=ops.out)
 
         return run
 
 
-for _fault in ("abort", "raise", "hang", "good"):
+for _fault in ("abort", "raise", "hang", "good", "hang_child"):
     register_template(Faulty(_fault))
 
 
@@ -45,6 +52,7 @@ for _fault in ("abort", "raise", "hang", "good"):
 @register_heuristic("test::raise")
 @register_heuristic("test::hang")
 @register_heuristic("test::good")
+@register_heuristic("test::hang_child")
 class OneConfig(Heuristic):
     def _impl(self, problem, search, space):
         yield {}

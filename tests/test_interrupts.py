@@ -1,0 +1,251 @@
+"""A finished result is never lost, and nothing outlives the command: results are saved as
+they come, Ctrl-C and SIGTERM save them and say so (the same command resumes), screening
+results never win, and kill -9 of the command takes its workers and their children along."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune_cli.cache import Cache
+from autotune_cli.errors import Interrupted, Terminated
+from autotune_cli.fingerprint import probe_device
+from autotune_cli.problem import make_problem
+from autotune_cli.results import Candidate
+from autotune_cli.settings import TuneSettings
+from autotune_cli.tuner import Tuner
+from conftest import PLUGINS
+
+PROBLEM = make_problem(m=16, n=16, k=16, device="cpu", dtype="float32")
+FAULTY = str(PLUGINS / "faulty.py")
+SLEEPY = str(PLUGINS / "sleepy.py")  # eight configs; the scripted executors never run them
+
+
+def ok(choice, ms=1.0, runs=5):
+    return Candidate(uid=choice.uid, params=choice.params, status="ok", ms=ms, p20=ms, p80=ms, runs=runs)
+
+
+def all_ok(call, choices, on_result):
+    for index, choice in enumerate(choices):
+        on_result(index, ok(choice))
+    return []
+
+
+class ScriptedExecutor:
+    """An executor whose every `run` call is a step function: step(call, choices, on_result)."""
+
+    def __init__(self, step):
+        self.step = step
+        self.calls = []
+
+    def run(self, choices, on_result=None, policy=None, deadline=None):
+        self.calls.append(list(choices))
+        return self.step(len(self.calls), list(choices), on_result)
+
+    def close(self):
+        pass
+
+
+def tuner_with(tmp_path, step, **settings):
+    executor = ScriptedExecutor(step)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("test::sleepy",), plugins=(SLEEPY,),
+                            **settings)
+    tuner = Tuner(settings, executor_factory=lambda device, s: executor, device=probe_device("cpu"))
+    return tuner, executor
+
+
+def partial_entry(tmp_path):
+    entries = Cache(tmp_path).load()
+    (entry,) = entries.values()
+    return entry
+
+
+def wait_for(predicate, seconds=30.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_each_result_is_saved_soon_without_waiting_for_the_next(tmp_path):
+    seen = {}
+
+    def step(call, choices, on_result):
+        if call == 1:
+            on_result(0, ok(choices[0]))  # the first at once
+            seen["first"] = wait_for(lambda: Cache(tmp_path).load() and
+                                     len(partial_entry(tmp_path)["candidates"]) == 1)
+            on_result(1, ok(choices[1], ms=2.0))  # the next soon after: saved by a timer, no third needed
+            seen["second"] = wait_for(lambda: len(partial_entry(tmp_path)["candidates"]) == 2)
+            seen["partial"] = partial_entry(tmp_path).get("partial")
+            return []
+        for index, choice in enumerate(choices):  # later rounds (the re-time): as they come
+            on_result(index, ok(choice))
+        return []
+
+    tuner, _ = tuner_with(tmp_path, step)
+    with tuner:
+        outcome = tuner.tune(PROBLEM)
+    assert seen == {"first": True, "second": True, "partial": True}
+    assert outcome.winner is not None and "partial" not in partial_entry(tmp_path)
+
+
+@pytest.mark.parametrize("signal_error, code, name", [(KeyboardInterrupt, 130, "SIGINT"),
+                                                      (Terminated, 143, "SIGTERM")])
+def test_an_interrupted_tune_saves_what_finished_and_says_so(tmp_path, signal_error, code, name):
+    def step(call, choices, on_result):
+        on_result(0, ok(choices[0]))
+        on_result(1, ok(choices[1]))
+        raise signal_error()
+
+    tuner, _ = tuner_with(tmp_path, step)
+    with tuner, pytest.raises(Interrupted) as raised:
+        tuner.tune(PROBLEM)
+    assert raised.value.code == code
+    assert raised.value.message.startswith(f"interrupted ({name}): 2 finished result(s) of mm 16x16x16")
+    assert "run the same command again to resume" in raised.value.message
+    entry = partial_entry(tmp_path)
+    assert entry["partial"] is True and len(entry["candidates"]) == 2
+
+
+def test_screening_results_never_win_nor_survive_a_resume(tmp_path):
+    """An exhaustive tune stopped after its screening round: the screened times are stored as
+    skipped, and the resumed tune measures those candidates again, never taking them as won."""
+    def interrupted(call, choices, on_result):
+        if call == 1:  # the screening round
+            for index, choice in enumerate(choices):
+                on_result(index, ok(choice, ms=0.001 * (index + 1), runs=3))
+            return [ok(c, runs=3) for c in choices]
+        raise KeyboardInterrupt()
+
+    tuner, _ = tuner_with(tmp_path, interrupted, search="exhaustive")
+    with tuner, pytest.raises(Interrupted):
+        tuner.tune(PROBLEM)
+    stored = partial_entry(tmp_path)["candidates"]
+    assert stored == [] or all(c["status"] != "ok" for c in stored)
+
+    tuner, executor = tuner_with(tmp_path, all_ok, search="exhaustive")
+    with tuner:
+        outcome = tuner.tune(PROBLEM)
+    first = executor.calls[0]
+    assert len(first) == 8  # every candidate screened again
+    assert outcome.entry["resumed"] == 0 and outcome.winner is not None
+
+
+def test_force_measures_everything_again(tmp_path):
+    def failing(call, choices, on_result):
+        for index, c in enumerate(choices):
+            on_result(index, Candidate(uid=c.uid, params=c.params, status="compile_error", error="planted"))
+        return []
+
+    tuner, _ = tuner_with(tmp_path, failing)
+    with tuner:
+        assert tuner.tune(PROBLEM).winner is None
+    tuner, executor = tuner_with(tmp_path, all_ok, force=True)
+    with tuner:
+        outcome = tuner.tune(PROBLEM)
+    assert outcome.winner is not None and outcome.entry["resumed"] == 0
+    assert len(executor.calls[0]) == len(outcome.entry["candidates"])
+
+
+# -- the command, as a user stops it --------------------------------------------------------
+
+def descendants(pid):
+    """Every process below `pid` (through /proc), pids only."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def command_line(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def start_hung_tune(cache_dir, timeout):
+    args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16", "--n", "16",
+            "--k", "16", "--plugin", FAULTY, "--templates", "test::good,test::hang_child", "--workers", "1",
+            "--timeout", str(timeout)]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the good candidate saved, and the hanging one's child started: the candidate hangs now
+    cache_file = cache_dir / "autotune-cache.json"
+
+    def hanging():
+        if not (cache_file.exists() and "test::good" in cache_file.read_text()):
+            return None
+        below = descendants(proc.pid)
+        return below if any(command_line(p).startswith("sleep 3600") for p in below) else None
+
+    below = wait_for(hanging, 120)
+    assert below, "the tune never reached its hanging candidate"
+    return proc, args, env, below
+
+
+def test_kill_9_of_the_command_takes_every_process_it_started(tmp_path):
+    proc, _, _, below = start_hung_tune(tmp_path / "cache", timeout=300)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        left = wait_for(lambda: not any(alive(p) for p in below), 20)
+        assert left, [command_line(p) for p in below if alive(p)]
+    finally:
+        for pid in below:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    entry = partial_entry(tmp_path / "cache")  # the result that finished was saved before the kill
+    assert entry["partial"] is True and [c["uid"] for c in entry["candidates"]] == ["test::good"]
+
+
+def test_sigterm_saves_says_so_exits_143_and_the_same_command_resumes(tmp_path):
+    cache_dir = tmp_path / "cache"
+    proc, args, env, below = start_hung_tune(cache_dir, timeout=8)
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert wait_for(lambda: not any(alive(p) for p in below), 20)
+    finally:
+        for pid in below:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    lines = [line for line in err.splitlines() if line.startswith("autotune:")]
+    assert len(lines) == 1 and "interrupted (SIGTERM): 1 finished result(s)" in lines[0], err
+    assert "run the same command again to resume" in lines[0] and "Traceback" not in err
+    assert out == ""
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "resuming an interrupted tune of mm 16x16x16" in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["winner"]["uid"] == "test::good"
+    statuses = {c["uid"]: c["status"] for c in doc["candidates"]}
+    assert statuses == {"test::good": "ok", "test::hang_child": "timeout"}
