@@ -277,6 +277,9 @@ class Tuner:
         if start_workers is not None:  # processes import torch while we do the rest
             start_workers()
         choice_set = get_choices(problem, self.device, self.settings, deadline=deadline)
+        if choice_set.cut_short and not choice_set.choices:
+            raise UserError(f"the tuning budget ({self.settings.budget_s:g} s) ran out before any config "
+                            f"of {problem.describe()} was listed; raise --budget")
         if choice_set.cut_short:
             self.listener.notice(f"the tuning budget ran out while listing configs: "
                                  f"{choice_set.considered} considered")

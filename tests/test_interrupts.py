@@ -249,3 +249,32 @@ def test_sigterm_saves_says_so_exits_143_and_the_same_command_resumes(tmp_path):
     assert doc["winner"]["uid"] == "test::good"
     statuses = {c["uid"]: c["status"] for c in doc["candidates"]}
     assert statuses == {"test::good": "ok", "test::hang_child": "timeout"}
+
+
+def test_the_budget_bounds_the_listing_of_configs(tmp_path):
+    """A heuristic that offers configs without end (plugins/endless.py: up to 100 000, a
+    millisecond each): --budget ends the listing, and what it reached is accounted for."""
+    from autotune_cli.tuner import TuneListener
+
+    notices = []
+
+    class Listener(TuneListener):
+        def notice(self, message):
+            notices.append(message)
+
+    def past_deadline(call, choices, on_result):
+        for index, choice in enumerate(choices):
+            on_result(index, Candidate(uid=choice.uid, params=choice.params, status="skipped",
+                                       error="the tuning budget ran out"))
+        return []
+
+    executor = ScriptedExecutor(past_deadline)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("test::endless",),
+                            plugins=(str(PLUGINS / "endless.py"),), budget_s=1.0)
+    with Tuner(settings, Listener(), executor_factory=lambda device, s: executor,
+               device=probe_device("cpu")) as tuner:
+        outcome = tuner.tune(PROBLEM)
+    considered = outcome.entry["considered"]
+    assert 0 < considered < 100_000
+    assert any(n.startswith("the tuning budget ran out while listing configs") for n in notices), notices
+    assert len(outcome.entry["candidates"]) == considered and outcome.winner is None

@@ -110,6 +110,20 @@ def test_a_candidate_right_only_at_its_first_call_is_wrong(runner, tmp_path, uid
     assert run(runner, tmp_path, "test::good")["status"] == "ok"
 
 
+def test_a_build_the_file_system_failed_is_skipped_not_a_compile_error(runner, tmp_path):
+    """A kernels folder that cannot be made (a file in its place) is the environment's
+    failure: skipped (measured again by the next tune), never stored as the kernel's."""
+    blocked = tmp_path / "kernels"
+    blocked.write_text("not a folder")
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 1, "num_stages": 1}
+    task = {"mode": "measure", "uid": "triton::mm", "problem": PROBLEM.to_dict(), "config": config, "seed": 0,
+            "kernel_dir": str(blocked / "sub"), "timing": FAST}
+    payload, fatal = runner.run(task)
+    assert payload["status"] == "skipped" and "the environment, not the kernel" in payload["error"], payload
+    compiled, _ = runner.compile(dict(task, mode="compile"))
+    assert compiled["ok"] is False and compiled["status"] == "skipped"
+
+
 def test_a_wrong_candidate_stays_wrong_on_fresh_inputs_and_drops_them(runner, tmp_path):
     assert run(runner, tmp_path, "test::good")["status"] == "ok"
     wrong = run(runner, tmp_path, "test::corrupt_before")  # fails on kept, then on fresh inputs

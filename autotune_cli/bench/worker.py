@@ -23,6 +23,10 @@ from typing import Any
 # the command itself come first.
 COMPILE_NICENESS = 10
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
+# A build that failed on the file system (a kernels folder that cannot be written, a full
+# disk) says nothing about the kernel: recorded as skipped, with this prefix, so that no
+# cache keeps it as the kernel's failure and the next tune measures it again.
+ENVIRONMENT_FAILURE = "not built (the environment, not the kernel): "
 # AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
 # first candidate (bench/triton_warmup.py), or "0" for not at all.
 WARM_MODES = ("steps", "kernel", "0")
@@ -290,7 +294,7 @@ class CandidateRunner:
     def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         from ..bench.verify import check, poison_tensor
         from ..problem import GemmProblem
-        from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, WRONG_RESULT, Candidate
+        from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
         from ..templates import get_template
 
@@ -313,6 +317,8 @@ class CandidateRunner:
 
         try:
             runnable = template.build(problem, params, task["kernel_dir"])
+        except OSError as exc:  # the file system's doing, not the kernel's: measured again later
+            return result(SKIPPED, error=ENVIRONMENT_FAILURE + _short(exc)), False
         except Exception as exc:
             return result(COMPILE_ERROR, error=_short(exc)), False
         lap("build")
@@ -331,6 +337,8 @@ class CandidateRunner:
                 runnable(ops)  # the first launch compiles
                 self.sync()
                 return None
+            except OSError as exc:  # a cache or kernel file that could not be written or read
+                return result(SKIPPED, error=ENVIRONMENT_FAILURE + _short(exc)), False
             except Exception as exc:
                 if _is_compile_error(exc):
                     return result(COMPILE_ERROR, error=_short(exc)), False
@@ -419,6 +427,8 @@ class CandidateRunner:
                 # stride is specialized on, so another would compile another binary
                 pitch = template.out_pitch(problem, params)
                 compiled = warmup(empty_operands(problem, self.compile_device, pitch))
+        except OSError as exc:
+            return {"ok": False, "status": "skipped", "error": ENVIRONMENT_FAILURE + _short(exc)}, False
         except Exception as exc:
             return {"ok": False, "error": _short(exc)}, False
         for kernel in compiled or ():
