@@ -1,7 +1,7 @@
 """autotune: a GEMM autotuner with a persistent cache.
 
-`from autotune_cli import lookup, mm, addmm, bmm, linear` uses the cached winners from Python
-(see `autotune_cli.api`); `autotune_cli.compile(model, ...)` is torch.compile with the
+`from autotune_cli import lookup, mm, addmm, bmm, linear, scaled_mm` uses the cached winners
+from Python (see `autotune_cli.api`); `autotune_cli.compile(model, ...)` is torch.compile with the
 model's matmuls routed to them (see `autotune_cli.torch_compile`). They load on first use:
 importing this package imports neither torch nor triton.
 """
@@ -9,7 +9,7 @@ importing this package imports neither torch nor triton.
 __version__ = "0.1.0"  # pyproject reads it from here
 DISTRIBUTION = "gemm-autotune"  # the name pip installs it by (pyproject's project.name)
 
-_API = ("lookup", "mm", "addmm", "bmm", "linear", "dispatch_info", "AutotuneFallbackWarning")
+_API = ("lookup", "mm", "addmm", "bmm", "linear", "scaled_mm", "dispatch_info", "AutotuneFallbackWarning")
 _COMPILE = ("compile",)
 
 __all__ = ["__version__", "DISTRIBUTION", *_API, *_COMPILE]

@@ -7,6 +7,7 @@
     out = autotune_cli.addmm(bias, a, b)
     out = autotune_cli.bmm(a, b)
     out = autotune_cli.linear(x, weight, bias)  # x [..., K] folded, B = weight.T
+    out = autotune_cli.scaled_mm(a8, b8, scale_a, scale_b, out_dtype=torch.bfloat16)  # float8
 
 A call builds the GemmProblem from its tensors (shape, dtype, device, and the layout read
 from the strides), finds the entry `autotune mm …` stored for it under this machine's
@@ -48,7 +49,7 @@ from .problem import GemmProblem, make_problem
 
 __all__ = [
     "AutotuneFallbackWarning", "Built", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
-    "linear", "lookup", "lookup_entry", "mm", "reset",
+    "linear", "lookup", "lookup_entry", "mm", "reset", "scaled_mm",
 ]
 
 
@@ -111,7 +112,8 @@ class Dispatcher:
         self._mm: dict[tuple, Callable] = {}  # key from the tensors -> the function to call
         self._addmm: dict[tuple, Callable] = {}
         self._bmm: dict[tuple, Callable] = {}
-        self._plans = {"mm": self._mm, "addmm": self._addmm, "bmm": self._bmm}
+        self._scaled: dict[tuple, Callable] = {}
+        self._plans = {"mm": self._mm, "addmm": self._addmm, "bmm": self._bmm, "scaled_mm": self._scaled}
         self._info: dict[tuple, Dispatch] = {}
         self._built: dict[tuple, Built] = {}  # (op, key) -> the winner's kernel, where one was built
         self._warned: set[str] = set()
@@ -290,6 +292,46 @@ class Dispatcher:
         out = self.mm(a, b) if bias is None else self.addmm(bias, a, b)
         return out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
 
+    def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
+        """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's
+        cached winner: float8_e4m3fn A (row-major) and B (column-major), fp32 scales per
+        tensor or per row of A ([m, 1]) and column of B ([1, n]). Anything else, and
+        use_fast_accum (the tuned problem accumulates as torch's default does), goes to
+        torch._scaled_mm."""
+        t = self._t or self._torch()
+        torch = t.torch
+        if use_fast_accum:
+            return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                                    use_fast_accum=True)
+        key = _key(t, a, b) + (scale_a.shape, scale_a.stride(), scale_a.dtype, scale_b.shape, scale_b.stride(),
+                               scale_b.dtype, out_dtype)
+        if bias is not None:
+            key += (bias.shape, bias.stride(), bias.dtype)
+        run = self._scaled.get(key)
+        if run is None:
+            run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype)
+        return run(a, b, scale_a, scale_b, bias)
+
+    def _plan_scaled(self, key: tuple, a, b, scale_a, scale_b, bias, out_dtype) -> Callable:
+        with self._lock:
+            torch = self._torch().torch
+
+            def torch_op(a, b, scale_a, scale_b, bias):
+                return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype)
+
+            try:
+                problem = _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype)
+            except _TorchDecides as exc:
+                run, info = torch_op, Dispatch("scaled_mm", "torch._scaled_mm", None, fallback=True, reason=str(exc))
+            except UserError as exc:
+                run, info = torch_op, self._fallback("scaled_mm", None, f"{exc}", depth=4)
+            else:
+                run, info = self._plan_problem("scaled_mm", problem, _Adapt(), torch_op, a.device,
+                                                ("scaled_mm", key))
+            self._scaled[key] = run
+            self._info[("scaled_mm", key)] = info
+            return run
+
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
         it as a call would (a fallback warns here, then not again)."""
@@ -339,11 +381,12 @@ class Dispatcher:
         here up to the caller of mm/addmm/bmm, where the warning points."""
         what = problem.describe() if problem else f"this {op}"
         memo = problem.key() if problem else reason
+        torch_name = "torch._scaled_mm" if op == "scaled_mm" else f"torch.{op}"
         if memo not in self._warned:
             self._warned.add(memo)
-            warnings.warn(f"autotune: {what} runs torch.{op}: {reason}", AutotuneFallbackWarning,
+            warnings.warn(f"autotune: {what} runs {torch_name}: {reason}", AutotuneFallbackWarning,
                           stacklevel=depth)
-        return Dispatch(op, f"torch.{op}", problem, fallback=True, reason=reason)
+        return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
 
     def _plan_problem(self, op: str, problem: GemmProblem, how: "_Adapt", torch_op, device, slot: tuple):
         """What runs `problem` (its operands on `device`): torch's op or the winner's kernel
@@ -355,6 +398,8 @@ class Dispatcher:
             hint = (f"autotune mm --m {problem.m} --n {problem.n} --k {problem.k} --dtype {problem.dtype} "
                     f"--layout {problem.layout}" + (f" --batch {problem.b}" if op == "bmm" else "")
                     + (f" --bias --bias-shape {problem.bias}" if op == "addmm" else "")
+                    + (f" --scale {problem.scale} --out-dtype {problem.out_dtype}" if op == "scaled_mm" else "")
+                    + (" --bias" if op == "scaled_mm" and problem.bias else "")
                     + (" --allow-tf32" if problem.allow_tf32 else "") + f" --device {problem.device}")
             return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine ({hint})")
         key, entry = found
@@ -362,8 +407,9 @@ class Dispatcher:
         info = Dispatch(op, winner["uid"], problem, key, dict(winner.get("params") or {}))
         template = get_template(winner["uid"])
         from .templates.aten import AtenTemplate
+        from .templates.aten_scaled import AtenScaledMMTemplate
 
-        if isinstance(template, AtenTemplate):
+        if isinstance(template, (AtenTemplate, AtenScaledMMTemplate)):
             return torch_op, info  # the winner is torch's own call, on the tensors as given
         from .templates.triton_base import interpreting
 
@@ -396,6 +442,8 @@ class Dispatcher:
             kernel = _per_caller(kernel, build, stream_of)
         else:
             self._built[slot] = Built(problem, how, kernel, pitch, False)
+        if op == "scaled_mm":
+            return _scaled_kernel_call(problem, kernel, self._torch(), device), info
         return _kernel_call(op, problem, how, kernel, pitch, torch_op, self._torch(), device), info
 
 
@@ -471,6 +519,66 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
         allow_tf32=bool(tf32) and dtype == "float32" and device == "cuda",
     )
     return problem, _Adapt(copy_a, copy_b, bias_row)
+
+
+def _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype) -> GemmProblem:
+    """The scaled_mm problem a torch._scaled_mm call poses (UserError: one not tuned)."""
+    from .problem import FP8_DTYPES, FP8_LAYOUT
+
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise _TorchDecides("the operands' shapes do not match")
+    if a.device != b.device or scale_a.device != a.device or scale_b.device != a.device:
+        raise _TorchDecides("the operands are on different devices")
+    name = str(a.dtype).removeprefix("torch.")
+    if name not in FP8_DTYPES or b.dtype != a.dtype:
+        raise UserError(f"autotune tunes scaled GEMMs of {', '.join(FP8_DTYPES)}, not {a.dtype} x {b.dtype}")
+    if out_dtype is None:
+        raise UserError("a float8 output (out_dtype None) is not tuned")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if scale_a.dtype != scale_b.dtype or str(scale_a.dtype) != "torch.float32":
+        raise UserError(f"scales of {scale_a.dtype} are not tuned (float32 only)")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        scale = "tensor"
+    elif tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+        scale = "row"
+    else:
+        raise UserError(f"scales of shapes {list(scale_a.shape)} and {list(scale_b.shape)} are not tuned "
+                        "(per tensor, or [m, 1] and [1, n])")
+    (layout_a, copy_a), (layout_b, copy_b) = _layout(a), _layout(b)
+    if copy_a or copy_b or layout_a + layout_b != FP8_LAYOUT:
+        raise UserError(f"float8 operands of layout {layout_a}{layout_b} are not tuned "
+                        "(A row-major, B column-major only)")
+    if bias is not None and (tuple(bias.shape) != (n,) or bias.device != a.device or bias.stride(0) != 1):
+        raise UserError(f"a bias of shape {list(bias.shape)} is not tuned (a contiguous [n])")
+    if bias is not None and bias.dtype != out_dtype:
+        raise _TorchDecides("the bias's dtype is not the output's")
+    return make_problem(m=m, n=n, k=k, dtype=name, layout=FP8_LAYOUT, bias="n" if bias is not None else None,
+                        device=a.device.type, scale=scale, out_dtype=str(out_dtype).removeprefix("torch."))
+
+
+def _scaled_kernel_call(problem: GemmProblem, kernel, t: _Torch, device) -> Callable:
+    """torch._scaled_mm's operands (a, b, scale_a, scale_b, bias) run through a built kernel
+    into a fresh output of the problem's output dtype."""
+    from .templates.base import Operands, out_allocator, torch_dtype
+
+    torch = t.torch
+    new_out = out_allocator(problem.out_shape(), None)
+    dtype, device = torch_dtype(problem.result_dtype), torch.device(device)
+    on_cuda = problem.device == "cuda"
+    current_device = torch.cuda.current_device if on_cuda else None
+    index = device.index if on_cuda else None
+
+    def call(a, b, scale_a, scale_b, bias):
+        out = new_out(dtype, device)
+        ops = Operands(a, b, out, bias, scale_a, scale_b)
+        if on_cuda and current_device() != index:
+            with torch.cuda.device(index):  # Triton launches on the current device
+                kernel(ops)
+        else:
+            kernel(ops)
+        return out
+
+    return call
 
 
 def _per_caller(first: Callable, build: Callable[[], Callable], stream_of: Callable[[], Any]) -> Callable:
@@ -568,6 +676,7 @@ mm = _default.mm
 addmm = _default.addmm
 bmm = _default.bmm
 linear = _default.linear
+scaled_mm = _default.scaled_mm
 lookup = _default.lookup
 lookup_entry = _default.lookup_entry
 dispatch_info = _default.dispatch_info

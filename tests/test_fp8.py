@@ -277,3 +277,69 @@ def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
     assert _classify("aten::_scaled_mm", [a, t((512, 384)), *scales], out) == "float8_e4m3fn in layout nn"
     assert _classify("aten::_scaled_mm", [t((256, 512), "float8_e5m2"), b, *scales], out) \
         == "float8_e5m2 x float8_e4m3fn"
+
+
+# -- the Python API -----------------------------------------------------------------------------
+
+def _api_operands(problem, seed=5):
+    ops = make_operands(problem, seed=seed, device="cpu")
+    return ops, reference(problem, ops)
+
+
+def _fallback_warnings(caught):
+    from autotune_cli import api
+
+    return [str(w.message) for w in caught if issubclass(w.category, api.AutotuneFallbackWarning)]
+
+
+@pytest.mark.parametrize("uid", ["aten::_scaled_mm", "triton::scaled_mm_persistent_tma"])
+def test_api_scaled_mm_runs_the_cached_winner(cli, cache_dir, uid, monkeypatch):
+    import warnings
+
+    import autotune_cli
+    from autotune_cli import api
+
+    code, out, err = cli("mm", "--m", 32, "--n", 64, "--k", 64, "--dtype", "fp8", "--scale", "row", "--bias",
+                         "--device", "cpu", "--json", "--templates", uid)
+    assert code == 0, err
+    assert json.loads(out)["winner"]["uid"] == uid
+    api.reset()
+    problem = fp8("row", m=32, n=64, k=64, bias="n")
+    ops, ref = _api_operands(problem)
+    real = torch._scaled_mm
+    calls = []
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = autotune_cli.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, bias=ops.bias,
+                                         out_dtype=torch.bfloat16)
+        assert not _fallback_warnings(caught)
+        assert got.dtype == torch.bfloat16 and got.shape == (32, 64)
+        assert check(problem, got, ref).ok
+        assert bool(calls) == (uid == "aten::_scaled_mm")  # the Triton winner is our kernel, not torch's
+    finally:
+        api.reset()
+
+
+def test_api_scaled_mm_falls_back_to_torch_with_a_warning(cache_dir):
+    import warnings
+
+    import autotune_cli
+    from autotune_cli import api
+
+    api.reset()
+    problem = fp8("tensor", m=16, n=32, k=64)
+    ops, ref = _api_operands(problem)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = autotune_cli.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, out_dtype=torch.bfloat16)
+        autotune_cli.scaled_mm(ops.a, ops.b, ops.scale_a, ops.scale_b, out_dtype=torch.bfloat16)
+        row_major_b = autotune_cli.scaled_mm(ops.a, ops.b.contiguous(), ops.scale_a, ops.scale_b,
+                                             out_dtype=torch.bfloat16)
+    messages = _fallback_warnings(caught)
+    assert len(messages) == 2, messages  # once per problem
+    assert "nothing cached" in messages[0] and "--scale tensor --out-dtype bfloat16" in messages[0]
+    assert "layout nn are not tuned" in messages[1]
+    assert check(problem, got, ref).ok and check(problem, row_major_b, ref).ok
+    api.reset()

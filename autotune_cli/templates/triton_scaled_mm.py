@@ -20,6 +20,7 @@ from typing import Any
 
 from ..problem import DTYPE_SIZE, OUT_DTYPES, SCALES, GemmProblem
 from .base import Operands, Runnable
+from .launch import Launcher
 from .params import Choice
 from .registry import register_template
 from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
@@ -106,13 +107,15 @@ class TritonScaledMMTemplate(TritonTemplate):
             strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
             return (a, b, c, bias, sa, sb, m, n, k, stride_a, stride_b, stride_c, *strides)
 
+        launch = Launcher(kernel, num_warps, num_stages)
+
         def run(ops: Operands) -> None:
             args = arguments(ops)
             if allocator is not None:
                 import triton
 
                 triton.set_allocator(allocator)
-            kernel[grid](*args, NUM_SMS=sms, num_warps=num_warps, num_stages=num_stages)
+            launch(grid, *args, sms)  # NUM_SMS: the last argument
 
         def warmup(ops: Operands) -> list:
             """Compile for these operands without launching (the compile pool calls this)."""
