@@ -6,16 +6,21 @@ Imports rich only; never torch or triton.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .problem import GemmProblem
 from .results import Candidate, params_str
-from .text import markup, printable
+from .text import printable
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -116,50 +121,179 @@ class ModelProgress(ProgressReporter):
         self.overall.stop()
 
 
-def plan_table(rows: list[dict]) -> Table:
-    table = Table(title="matmuls found", title_justify="left")
-    for name, justify in (("#", "right"), ("problem", "left"), ("count", "right"),
-                          ("GFLOP each", "right"), ("share", "right"), ("from", "left"), ("hint", "left")):
-        table.add_column(name, justify=justify, no_wrap=name == "problem")
-    for i, row in enumerate(rows, 1):
-        table.add_row(str(i), escape(row["describe"]), str(row["count"]), f"{row['gflop']:.3g}",
-                      f"{100 * row['share']:.1f}%", ", ".join(row["sources"]),
-                      ", ".join(f"{k}={v}" for k, v in (row["hint"] or {}).items()) or "-")
-    return table
+# -- tables that fit the width they are drawn at ------------------------------------------
+# A table is drawn at the console's width when printed (a terminal's own width, or the
+# piped default): of its layouts, widest first, the one that wraps least among those whose
+# numbers and ids fit whole; text wraps at spaces. Numbers are never wrapped or cut.
+
+@dataclass
+class Col:
+    header: str
+    cells: list  # one str or Text per row; "\n" starts a line of the cell
+    number: bool = False  # right-aligned, always whole
+    whole: bool = False  # the first line of each cell (an id) kept whole while the layout fits
+    texts: list = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.texts = [cell if isinstance(cell, Text) else Text(str(cell)) for cell in self.cells]
+
+    def _lines(self) -> list[str]:
+        return [self.header, *(line for text in self.texts for line in text.plain.split("\n"))]
+
+    @property
+    def natural(self) -> int:
+        """Width with every line on one line."""
+        return max(cell_len(line) for line in self._lines())
+
+    @property
+    def least(self) -> int:
+        """Width below which something would be cut: a number or id, or else a word."""
+        words = self.header.split()
+        for text in self.texts:
+            lines = text.plain.split("\n")
+            if self.number:
+                words += lines
+            elif self.whole:
+                words += [lines[0], *(word for line in lines[1:] for word in line.split())]
+            else:
+                words += [word for line in lines for word in line.split()]
+        return max((cell_len(word) for word in words), default=1)
 
 
-def model_summary_table(rows: list[dict]) -> Table:
-    table = Table(title="winners", title_justify="left")
-    for name, justify in (("problem", "left"), ("count", "right"), ("winner", "left"),
-                          ("params", "left"), ("ms", "right"), ("aten ms", "right"),
-                          ("speed-up", "right"), ("saved/pass ms", "right"), ("cached", "left")):
-        table.add_column(name, justify=justify, no_wrap=name in ("problem", "params"))
-    for row in rows:
-        winner = row["winner"] or {}
-        table.add_row(escape(row["describe"]), str(row["count"]), markup(winner.get("uid", "(none)")),
-                      markup(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
-                      fmt_ms(row["aten_ms"]),
-                      f"{row['aten_ms'] / winner['ms']:.2f}x" if row["aten_ms"] and winner.get("ms") else "-",
-                      fmt_ms(row["saved_ms"]) if row["saved_ms"] is not None else "-",
-                      "yes" if row["from_cache"] else "")
-    return table
+def _overhead(columns: int) -> int:
+    """Borders and padding of rich's default box: "│ " + " │ " between cells + " │"."""
+    return 3 * columns + 1
 
+
+def _widths(layout: Sequence[Col], width: int) -> list[int]:
+    """Each column's least width; the room left goes first to the columns it can unwrap
+    whole (those that lack least first), then, a column at a time, to the one that lacks
+    most. Where even the least does not fit, text gives way first."""
+    widths = [col.least for col in layout]
+    room = width - _overhead(len(layout)) - sum(widths)
+    for i in sorted(range(len(layout)), key=lambda j: layout[j].natural - widths[j]):
+        lack = layout[i].natural - widths[i]
+        if 0 < lack <= room:
+            widths[i] += lack
+            room -= lack
+    while room > 0:
+        lacks = [col.natural - w for col, w in zip(layout, widths)]
+        i = max(range(len(layout)), key=lambda j: lacks[j])
+        if lacks[i] <= 0:
+            break
+        widths[i] += 1
+        room -= 1
+    for numbers in (False, True):  # text and ids first, numbers only at a width that absurd
+        while room < 0:
+            movable = [j for j, col in enumerate(layout) if col.number == numbers and widths[j] > 1]
+            if not movable:
+                break
+            widths[max(movable, key=lambda j: widths[j])] -= 1
+            room += 1
+    return widths
+
+
+class FitTable:
+    """A table drawn at the width it is printed at (see above). `layouts` show the same
+    fields, arranged otherwise; `fallbacks` leave some out, for when no layout fits."""
+
+    def __init__(self, title: str, layouts: Sequence[Sequence[Col]],
+                 fallbacks: Sequence[Sequence[Col]] = ()) -> None:
+        self.title = title
+        self.layouts = [list(layout) for layout in layouts]
+        self.fallbacks = [list(layout) for layout in fallbacks]
+
+    def layout_for(self, width: int) -> list[Col]:
+        def total(layout, size) -> int:
+            return sum(size(col) for col in layout) + _overhead(len(layout))
+
+        for group in (self.layouts, self.fallbacks):
+            fitting = [layout for layout in group if total(layout, lambda c: c.least) <= width]
+            if fitting:  # the one that wraps least (the first of equals)
+                return min(fitting, key=lambda layout: max(0, total(layout, lambda c: c.natural) - width))
+        return (self.fallbacks or self.layouts)[-1]
+
+    def table(self, width: int) -> Table:
+        layout = self.layout_for(width)
+        table = Table(title=Text(self.title, style="table.title"), title_justify="left")  # no markup
+        for col, size in zip(layout, _widths(layout, width)):
+            table.add_column(col.header, justify="right" if col.number else "left", width=size,
+                             overflow="fold")
+        for row in zip(*(col.texts for col in layout)):
+            table.add_row(*row)
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        every = self.layouts + self.fallbacks
+        least = min(sum(c.least for c in lay) + _overhead(len(lay)) for lay in every)
+        most = max(sum(c.natural for c in lay) + _overhead(len(lay)) for lay in every)
+        return Measurement(min(least, options.max_width), min(most, options.max_width))
+
+
+def _lines(*parts: "str | Text") -> Text:
+    """One cell of several lines (empty parts left out)."""
+    kept = [part if isinstance(part, Text) else Text(part) for part in parts if part]
+    return Text("\n").join(kept) if kept else Text("")
+
+
+def plan_table(rows: list[dict]) -> FitTable:
+    hints = [printable(", ".join(f"{k}={v}" for k, v in (row["hint"] or {}).items()) or "-") for row in rows]
+    columns = [
+        Col("#", [str(i) for i in range(1, len(rows) + 1)], number=True),
+        Col("problem", [row["describe"] for row in rows]),
+        Col("count", [str(row["count"]) for row in rows], number=True),
+        Col("GFLOP each", [f"{row['gflop']:.3g}" for row in rows], number=True),
+        Col("share", [f"{100 * row['share']:.1f}%" for row in rows], number=True),
+        Col("from", [printable(", ".join(row["sources"])) for row in rows]),
+        Col("hint", hints),
+    ]
+    return FitTable("matmuls found", [columns])
+
+
+def model_summary_table(rows: list[dict]) -> FitTable:
+    """Narrower layouts put the winner's params under its uid, then the count and whether
+    it came from the cache under the problem; the narrowest leaves out the aten time (the
+    speed-up says it)."""
+    winners = [row["winner"] or {} for row in rows]
+    uids = [printable(w.get("uid", "(none)")) for w in winners]
+    params = [printable(params_str(w.get("params", {}))) for w in winners]
+    problem = Col("problem", [row["describe"] for row in rows])
+    count = Col("count", [str(row["count"]) for row in rows], number=True)
+    ms = Col("ms", [fmt_ms(w.get("ms")) for w in winners], number=True)
+    aten = Col("aten ms", [fmt_ms(row["aten_ms"]) for row in rows], number=True)
+    speed = Col("speed-up", [f"{row['aten_ms'] / w['ms']:.2f}x" if row["aten_ms"] and w.get("ms") else "-"
+                             for row, w in zip(rows, winners)], number=True)
+    saved = Col("saved/pass ms", [fmt_ms(row["saved_ms"]) if row["saved_ms"] is not None else "-"
+                                  for row in rows], number=True)
+    cached = Col("cached", ["yes" if row["from_cache"] else "" for row in rows])
+    winner_params = Col("winner", [_lines(Text(u), p) for u, p in zip(uids, params)], whole=True)
+    problem_notes = Col("problem", [
+        _lines(row["describe"], ", ".join(note for note in (
+            f"count {row['count']}" if row["count"] != 1 else "",
+            "cached" if row["from_cache"] else "") if note))
+        for row in rows])
+    return FitTable("winners", [
+        [problem, count, Col("winner", uids, whole=True), Col("params", params), ms, aten, speed,
+         saved, cached],
+        [problem, count, winner_params, ms, aten, speed, saved, cached],
+        [problem_notes, winner_params, ms, aten, speed, saved],
+    ], fallbacks=[[problem_notes, winner_params, ms, speed, saved]])
 
 def candidate_rows(entry: dict) -> list[dict]:
     return [dict(c) for c in entry.get("candidates", [])]
 
 
-def outcome_table(outcome, top: int = 10) -> Table:
+def outcome_table(outcome, top: int = 10) -> FitTable:
+    """Narrower, the candidate's params go under its template's uid."""
     entry = outcome.entry
     problem = outcome.problem
     winner = entry.get("winner")
     title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
     if outcome.from_cache:
         title += " (from cache)"
-    table = Table(title=markup(title), title_justify="left")
-    for name, justify in (("#", "right"), ("template", "left"), ("params", "left"), ("ms", "right"),
-                          ("TFLOP/s", "right"), ("% of best", "right"), ("status", "left")):
-        table.add_column(name, justify=justify, no_wrap=name in ("template", "params"))
     rows = candidate_rows(entry)
     ok = sorted((c for c in rows if c["status"] == "ok"), key=lambda c: c["ms"])
     failed = [c for c in rows if c["status"] != "ok"]
@@ -168,18 +302,28 @@ def outcome_table(outcome, top: int = 10) -> Table:
     def is_winner(cand) -> bool:
         return bool(winner) and cand["uid"] == winner["uid"] and cand["params"] == winner["params"]
 
-    for rank, cand in enumerate(ok[:top], 1):
-        ms = cand["ms"]
-        chosen = is_winner(cand)
-        table.add_row(str(rank), f"{'[bold green]' if chosen else ''}{markup(cand['uid'])}",
-                      markup(params_str(cand["params"])),
-                      fmt_ms(ms), fmt_tflops(problem.tflops(ms)), f"{100 * best / ms:.0f}%" if best else "-",
-                      "[bold green]ok, winner[/bold green]" if chosen else "ok")
-    for cand in failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5]:
-        table.add_row("-", markup(cand["uid"]), markup(params_str(cand["params"])), "-", "-", "-",
-                      f"[red]{markup(cand['status'])}[/red]")
-    return table
+    shown = [(str(rank), cand) for rank, cand in enumerate(ok[:top], 1)]
+    shown += [("-", cand) for cand in (failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5])]
+    chosen = [cand["status"] == "ok" and is_winner(cand) for _, cand in shown]
+    uids = [Text(printable(cand["uid"]), style="bold green" if pick else "")
+            for (_, cand), pick in zip(shown, chosen)]
+    params = [printable(params_str(cand["params"])) for _, cand in shown]
+    statuses = [Text("ok, winner", style="bold green") if pick else
+                Text("ok") if cand["status"] == "ok" else Text(printable(cand["status"]), style="red")
+                for (_, cand), pick in zip(shown, chosen)]
 
+    def measured(fmt):
+        return [fmt(cand["ms"]) if cand["status"] == "ok" else "-" for _, cand in shown]
+
+    rank = Col("#", [r for r, _ in shown], number=True)
+    numbers = [Col("ms", measured(fmt_ms), number=True),
+               Col("TFLOP/s", measured(lambda ms: fmt_tflops(problem.tflops(ms))), number=True),
+               Col("% of best", measured(lambda ms: f"{100 * best / ms:.0f}%"), number=True)]
+    status = Col("status", statuses)
+    return FitTable(printable(title), [
+        [rank, Col("template", uids, whole=True), Col("params", params), *numbers, status],
+        [rank, Col("kernel", [_lines(u, p) for u, p in zip(uids, params)], whole=True), *numbers, status],
+    ])
 
 def outcome_summary(outcome) -> str:
     entry = outcome.entry
@@ -226,15 +370,25 @@ def dumps(document: Any) -> str:
     return json.dumps(_plain(document), indent=2, sort_keys=False, allow_nan=False)
 
 
-def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> Table:
+def tuned_text(value: Any) -> str:
+    """An entry's tuned_at as "2026-11-01 14:03" (UTC), or as stored when not a date."""
+    if not isinstance(value, str):
+        return "?"
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return printable(value)
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> FitTable:
     """`current_machine`: this host's CPU machine digest. CPU entries say whether they were
     measured here; GPU entries say "?" (knowing needs torch; `cache prune --not-this-machine`
-    asks the GPU)."""
-    table = Table(title="autotune cache", title_justify="left")
-    for name, justify in (("problem", "left"), ("device", "left"), ("winner", "left"),
-                          ("params", "left"), ("ms", "right"), ("TFLOP/s", "right"),
-                          ("tuned", "left"), ("here", "left")):
-        table.add_column(name, justify=justify, no_wrap=name in ("problem", "params"))
+    asks the GPU). Narrower, the device and "here" go under the problem, and params under
+    the winner's uid."""
+    rows = []
     for key, entry in items:
         problem = GemmProblem.from_dict(entry["problem"])
         winner = entry.get("winner") or {}
@@ -243,9 +397,21 @@ def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None =
             here = "yes" if entry.get("machine") == current_machine else "no"
         else:
             here = "?"
-        table.add_row(escape(problem.describe()), markup(fp.get("device_name", "?")),
-                      markup(winner.get("uid", "(none)")),
-                      markup(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
-                      fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
-                      markup(entry.get("tuned_at", "?")), here)
-    return table
+        rows.append((problem.describe(), printable(fp.get("device_name", "?")),
+                     printable(winner.get("uid", "(none)")),
+                     printable(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
+                     fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
+                     tuned_text(entry.get("tuned_at")), here))
+    describe, device, uid, params, ms, tflops, tuned, here = (list(c) for c in zip(*rows)) if rows else ([],) * 8
+    where = {"yes": "measured here", "no": "measured elsewhere", "?": ""}
+    numbers = [Col("ms", ms, number=True), Col("TFLOP/s", tflops, number=True)]
+    winner_params = Col("winner", [_lines(u, p) for u, p in zip(uid, params)], whole=True)
+    return FitTable("autotune cache", [
+        [Col("problem", describe), Col("device", device), Col("winner", uid, whole=True),
+         Col("params", params), *numbers, Col("tuned", tuned), Col("here", here)],
+        [Col("problem", describe), Col("device", device), winner_params, *numbers,
+         Col("tuned", tuned), Col("here", here)],
+        [Col("problem", [_lines(d, ", ".join(p for p in (dev, where[h]) if p))
+                         for d, dev, h in zip(describe, device, here)]),
+         winner_params, *numbers, Col("tuned", tuned)],
+    ])

@@ -1,0 +1,230 @@
+"""Every table is readable at 80 columns and wider: no line past the width, no number or
+uid cut or folded, nothing elided. Drawn through rich as the CLI's console draws them."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.cells import cell_len
+from rich.console import Console
+
+from autotune_cli.hits import TuneOutcome
+from autotune_cli.problem import make_problem
+from autotune_cli.report import (FitTable, cache_table, fmt_ms, fmt_tflops, model_summary_table,
+                                 outcome_table, plan_table, tuned_text)
+from autotune_cli.results import params_str
+
+WIDTHS = (80, 120)
+
+# what an H200 tune shows: the longest uids and params there are, numbers of every size
+CANDIDATES = [
+    ("triton::mm_persistent_tma", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
+                                   "num_stages": 4, "num_warps": 8, "FLATTEN": 1}, 0.412345),
+    ("aten::mm", {}, 0.43210),
+    ("triton::mm_splitk", {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                           "num_stages": 3, "num_warps": 4, "SPLIT_K": 16, "ATOMIC_ADD": 1,
+                           "FUSED_REDUCE": 0}, 12.3456),
+    ("triton::mm_swap_ab", {"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 5,
+                            "num_warps": 8}, 123.456),
+    ("triton::mm_padded", {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                           "num_stages": 3, "num_warps": 8}, 1234.5678),
+]
+GPU = {"device_type": "cuda", "device_name": "NVIDIA H200", "capability": "9.0", "sm_count": 132,
+       "driver": "570.86", "runtime": "12.8", "torch": "2.13.0", "triton": "3.9.0", "templates": {}}
+
+
+def draw(renderable, width: int) -> str:
+    """As cli._console draws: soft wrap on, no highlighting."""
+    console = Console(width=width, file=io.StringIO(), soft_wrap=True, highlight=False,
+                      color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def assert_fits(text: str, width: int, whole: list[str]) -> None:
+    lines = text.splitlines()
+    too_wide = [line for line in lines if cell_len(line) > width]
+    assert not too_wide, f"lines wider than {width}:\n" + "\n".join(too_wide)
+    assert "…" not in text, text
+    cells = [cell.strip() for line in lines for cell in re.split(r"[│┃]", line)]
+    tokens = {word for cell in cells for word in cell.split()} | set(cells)
+    cut = [value for value in whole if value not in tokens]
+    assert not cut, f"cut or folded at {width}: {cut}\n{text}"
+
+
+def outcome(from_cache=False) -> TuneOutcome:
+    problem = make_problem(m=4096, n=14336, k=4096, dtype="bfloat16", device="cuda")
+    candidates = [{"uid": uid, "params": params, "ms": ms, "status": "ok"}
+                  for uid, params, ms in CANDIDATES]
+    candidates.append({"uid": "triton::mm_persistent_tma", "params": CANDIDATES[0][1], "ms": None,
+                       "status": "compile_error"})
+    winner = {**candidates[0], "tflops": problem.tflops(candidates[0]["ms"])}
+    entry = {"problem": problem.to_dict(), "fingerprint": GPU, "winner": winner,
+             "candidates": candidates, "tuned_at": "2026-11-30T21:04:05+00:00", "tune_seconds": 93.2}
+    return TuneOutcome(problem=problem, key="k", entry=entry, from_cache=from_cache)
+
+
+def model_rows() -> list[dict]:
+    rows = []
+    for i, (uid, params, ms) in enumerate(CANDIDATES):
+        problem = make_problem(m=8 * 10 ** i, n=50257, k=768, dtype="float16", layout="nt",
+                               bias="n" if i % 2 else None, device="cuda")
+        aten = ms * 4.1
+        rows.append({"describe": problem.describe(), "count": 12 if i else 1,
+                     "winner": {"uid": uid, "params": params, "ms": ms}, "aten_ms": aten,
+                     "saved_ms": (aten - ms) * (12 if i else 1), "from_cache": bool(i % 2)})
+    return rows
+
+
+def model_numbers(rows, aten=True) -> list[str]:
+    return [value for row in rows for value in (
+        fmt_ms(row["winner"]["ms"]), fmt_ms(row["saved_ms"]), f"{row['aten_ms'] / row['winner']['ms']:.2f}x",
+        *([fmt_ms(row["aten_ms"])] if aten else []))]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_mm_table_fits(width):
+    result = outcome()
+    text = draw(outcome_table(result), width)
+    numbers = [fmt_ms(ms) for _, _, ms in CANDIDATES]
+    numbers += [fmt_tflops(result.problem.tflops(ms)) for _, _, ms in CANDIDATES]
+    numbers += [f"{100 * CANDIDATES[0][2] / ms:.0f}%" for _, _, ms in CANDIDATES]
+    assert_fits(text, width, numbers + [uid for uid, _, _ in CANDIDATES] + ["compile_error"])
+    assert text.count("winner") == 1
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_model_winners_table_fits(width):
+    rows = model_rows()
+    text = draw(model_summary_table(rows), width)
+    # at 80 the aten time gives way (the speed-up says it); every other number stays
+    assert_fits(text, width, model_numbers(rows, aten=width >= 120) + [uid for uid, _, _ in CANDIDATES])
+    headers = " ".join(line for line in text.splitlines() if line.startswith("┃"))
+    assert ("aten" in headers) == (width >= 120) and "saved/pass" in headers
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_model_table_keeps_count_and_cache_when_narrow(width):
+    text = draw(model_summary_table(model_rows()), width)
+    assert "12" in text.split() and ("cached" in text)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_plan_table_fits(width):
+    rows = [{"describe": r["describe"], "count": r["count"], "gflop": 2 * 8 * 50257 * 768 / 1e9,
+             "share": 0.2, "sources": ["aten.linear", "aten.mm"], "hint": {"s77": [1, 16, 128]}}
+            for r in model_rows()]
+    assert_fits(draw(plan_table(rows), width), width, ["0.618", "20.0%", "12"])
+
+
+def cache_items() -> list[tuple[str, dict]]:
+    items = []
+    for i, (uid, params, ms) in enumerate(CANDIDATES):
+        problem = make_problem(m=64 << i, n=4096, k=4096, dtype="bfloat16", device="cuda")
+        fp = GPU if i % 2 == 0 else {**GPU, "device_type": "cpu", "device_name": "AMD EPYC 9654"}
+        entry = {"problem": problem.to_dict(), "fingerprint": fp, "machine": "here" if i == 1 else "other",
+                 "winner": {"uid": uid, "params": params, "ms": ms, "tflops": problem.tflops(ms)},
+                 "tuned_at": f"2026-11-0{i + 1}T1{i}:05:06+00:00"}
+        items.append((problem.key() + "@d", entry))
+    return items
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cache_table_fits(width):
+    items = cache_items()
+    numbers = [fmt_ms(e["winner"]["ms"]) for _, e in items]
+    numbers += [fmt_tflops(e["winner"]["tflops"]) for _, e in items]
+    text = draw(cache_table(items, current_machine="here"), width)
+    assert_fits(text, width, numbers + [e["winner"]["uid"] for _, e in items] + ["2026-11-01"])
+    assert "NVIDIA H200" in text or ("NVIDIA" in text and "H200" in text)
+
+
+def test_cache_table_says_where_measured_when_narrow():
+    text = draw(cache_table(cache_items(), current_machine="here"), 80)
+    assert "measured here" in text or re.search(r"\byes\b", text)
+    assert "elsewhere" in text or re.search(r"\bno\b", text)
+
+
+@pytest.mark.parametrize("width", range(70, 201, 7))
+def test_no_number_is_cut_at_any_common_width(width):
+    """Between the two widths too: each table picks a layout for the width it is drawn at."""
+    rows = model_rows()
+    assert_fits(draw(model_summary_table(rows), width), width, model_numbers(rows, aten=False))
+    assert_fits(draw(outcome_table(outcome()), width), width, [fmt_ms(ms) for _, _, ms in CANDIDATES])
+    items = cache_items()
+    assert_fits(draw(cache_table(items), width), width, [fmt_ms(e["winner"]["ms"]) for _, e in items])
+
+
+def test_wide_tables_keep_a_column_per_field():
+    """With room, nothing is folded together: params have their own column."""
+    text = draw(outcome_table(outcome()), 200)
+    assert "params" in text and "template" in text
+    assert params_str(CANDIDATES[0][1]) in text
+    text = draw(model_summary_table(model_rows()), 200)
+    assert "params" in text and "aten ms" in text and "saved/pass ms" in text
+
+
+def test_tuned_text():
+    assert tuned_text("2026-11-30T21:04:05+00:00") == "2026-11-30 21:04"
+    assert tuned_text("2026-11-30T23:04:05+02:00") == "2026-11-30 21:04"  # shown in UTC
+    assert tuned_text("not a date") == "not a date"
+    assert tuned_text(None) == "?"
+
+
+def test_a_table_narrower_than_its_least_folds_text_not_numbers():
+    """At 60 columns even the narrowest layout wraps words: numbers still stay whole."""
+    rows = model_rows()
+    text = draw(model_summary_table(rows), 60)
+    assert all(cell_len(line) <= 60 for line in text.splitlines())
+    assert "…" not in text
+    assert isinstance(model_summary_table(rows), FitTable)
+
+
+def run_on_terminal(args, columns: int, env: dict) -> str:
+    """The CLI on a pseudo-terminal `columns` wide (as a user's terminal), its screen text."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in {**os.environ, **env}.items() if k not in ("COLUMNS", "LINES")}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "autotune_cli", *args], stdin=follower,
+                                stdout=follower, stderr=follower, env=env, close_fds=True)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the command is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=120) == 0, b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(leader)
+    text = b"".join(chunks).decode()
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text).replace("\r", "")
+
+
+def test_cache_show_on_an_80_column_terminal(tmp_path):
+    """A real terminal of 80 columns, not the piped default: what a user sees fits it."""
+    from test_cache_tools import TRITON_PARAMS, synthetic, write
+
+    items = [synthetic(m=m, uid=uid, params=TRITON_PARAMS if uid.startswith("triton") else None,
+                       ms=ms, device_name=name)
+             for m, uid, ms, name in ((64, "triton::mm_persistent_tma", 0.012345, "NVIDIA H200"),
+                                      (4096, "aten::mm", 1234.5678, "NVIDIA A100-SXM4-80GB"))]
+    write(tmp_path, *items)
+    screen = run_on_terminal(["cache", "show"], 80, {"AUTOTUNE_CACHE_DIR": str(tmp_path)})
+    table = screen.split("fingerprint ")[0]  # the fingerprint lines after it are prose
+    assert_fits(table, 80, ["0.0123", "1234.6", "triton::mm_persistent_tma", "aten::mm"])
+    assert "2026-11-20" in table
