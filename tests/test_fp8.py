@@ -343,3 +343,15 @@ def test_api_scaled_mm_falls_back_to_torch_with_a_warning(cache_dir):
     assert "layout nn are not tuned" in messages[1]
     assert check(problem, got, ref).ok and check(problem, row_major_b, ref).ok
     api.reset()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["row", "tensor"])
+def test_gpu_tune_of_a_float8_problem(cli, cache_dir, scale):
+    code, out, err = cli("mm", "--m", 512, "--n", 1024, "--k", 2048, "--dtype", "float8_e4m3fn", "--scale", scale,
+                         "--device", "cuda", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    ok = {c["uid"] for c in doc["candidates"] if c["status"] == "ok"}
+    assert {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma"} <= ok, doc["candidates"]
+    assert all(c["status"] != "wrong_result" for c in doc["candidates"])

@@ -3,9 +3,10 @@
 Float8 tiles have configs of their own (configs/triton_scaled_mm_{cuda,cpu}.json): an
 element is one byte, so a stage holds twice the K of a 16-bit tile in the same shared
 memory, and the FP8 warp-group MMA takes K in steps of 32; the shipped GPU list has
-BLOCK_K 128 and up for compute-bound shapes and BLOCK_M 16/32 tiles with K steps of 256-512
-for decode shapes. The exhaustive search keeps Inductor's space with BLOCK_K >= 64 (smaller
-K steps leave the float8 MMA waiting on loads); a user's --space is taken as given.
+BLOCK_K 128-256 (one 64) for compute-bound shapes and BLOCK_M 16/32 tiles with K steps of
+256 (a TMA block dimension is at most 256 elements) for decode shapes. The exhaustive
+search keeps Inductor's space with BLOCK_K >= 64 (smaller K steps leave the float8 MMA
+waiting on loads); a user's --space is taken as given.
 Whether the device and the strides allow TMA is the template's `unavailable_reason`.
 """
 
