@@ -308,6 +308,13 @@ class Tuner:
                 candidates += strategy.search(ctx)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated)
             raise self._interrupted(problem, progress, exc) from None
+        except BaseException:  # the tune failed: what finished is kept for the next one
+            try:
+                progress.save()
+            except Exception:  # noqa: BLE001 - the failure is what the caller hears of
+                pass
+            progress.close()
+            raise
         progress.close()
         entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)

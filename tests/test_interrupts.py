@@ -140,6 +140,23 @@ def test_screening_results_never_win_nor_survive_a_resume(tmp_path):
     assert outcome.entry["resumed"] == 0 and outcome.winner is not None
 
 
+def test_screening_results_never_win_when_the_budget_ends_the_screening(tmp_path):
+    def screen_then_late(call, choices, on_result):
+        assert call == 1  # no full timing after the budget ran out
+        for index, choice in enumerate(choices):
+            on_result(index, ok(choice, ms=0.001 * (index + 1), runs=3))
+        time.sleep(1.5)  # the budget (1 s) runs out while screening
+        return []
+
+    tuner, _ = tuner_with(tmp_path, screen_then_late, search="exhaustive", budget_s=1.0)
+    with tuner:
+        outcome = tuner.tune(PROBLEM)
+    assert outcome.winner is None
+    statuses = {c["status"] for c in outcome.entry["candidates"]}
+    assert statuses == {"skipped"}
+    assert all("screened at" in c["error"] for c in outcome.entry["candidates"])
+
+
 def test_force_measures_everything_again(tmp_path):
     def failing(call, choices, on_result):
         for index, c in enumerate(choices):

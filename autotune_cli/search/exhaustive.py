@@ -107,23 +107,27 @@ def search(ctx: SearchContext) -> list[Candidate]:
     for choice, result in ok[keep:]:
         if not _modelled(choice) and all(c is not choice for c, _ in finalists):
             finalists.append((choice, result))
+    finalist_ids = {id(c) for c, _ in finalists}
+    timed: set[int] = set()  # timed with the full policy
     if finalists and not ctx.out_of_time():
         finalists = ctx.measure([c for c, _ in finalists], ctx.policy, "full")
+        timed = {id(c) for c, _ in finalists}
         for choice, result in finalists:
             results[id(choice)] = result
         finalists = retime_contenders(ctx, finalists, ctx.policy)
         for choice, result in confirm_against_vendor(ctx, finalists, ctx.policy):
             results[id(choice)] = result
-    # Screened-out candidates keep their screening times: mark them so they cannot win on a
-    # short measurement.
-    finalist_ids = {id(c) for c, _ in finalists}
+    # A screening time never wins: a candidate that kept one (screened out, or a finalist the
+    # budget left untimed) is marked skipped.
     out = []
     for choice in ctx.choices:
         result = results.get(id(choice))
         if result is None:
             continue
-        if result.ok and id(choice) not in finalist_ids and finalists:
+        if result.ok and id(choice) not in timed:
+            why = ("the budget ran out before its full timing" if id(choice) in finalist_ids
+                   else "screened out")
             result = replace(result, status=SKIPPED,
-                             error=f"screened out at {result.ms:.4f} ms (few runs)")
+                             error=f"{why}: screened at {result.ms:.4f} ms (few runs)")
         out.append(result)
     return out
