@@ -44,6 +44,7 @@ class Lookup:
     fingerprint: Fingerprint
     key: str
     stored: dict | None  # whatever is stored under the key: a winner, a failure, a partial run
+    refused: str = ""  # why what is stored there is not used (see look_up), if it is not
 
     @property
     def hit(self) -> TuneOutcome | None:
@@ -56,10 +57,21 @@ class Lookup:
 
 def look_up(cache, problem: GemmProblem, device: DeviceInfo,
             only: tuple[str, ...] | None = None) -> Lookup:
-    """`cache`: anything with `get` (the cache file, or a Ray actor's entries)."""
+    """`cache`: anything with `get` (the cache file, or a Ray actor's entries). An entry whose
+    params are not what its templates declare (templates/params.py: anyone who can write the
+    file could have put it there) is not used, neither as a hit nor to resume from: the
+    problem is tuned again, and `refused` says why (the tuner tells its listener)."""
+    from .templates.params import entry_problem
+    from .text import printable
+
     fingerprint = fingerprint_for(problem, device, only)
     key = entry_key(problem.key(), fingerprint.digest())
-    return Lookup(problem, fingerprint, key, cache.get(key))
+    stored = cache.get(key)
+    why = entry_problem(stored) if stored is not None else None
+    if why:
+        return Lookup(problem, fingerprint, key, None,
+                      refused=printable(f"cache entry {key} is not used: {why}; tuning it again"))
+    return Lookup(problem, fingerprint, key, stored)
 
 
 def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneOutcome | None:

@@ -263,6 +263,8 @@ class Tuner:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
         found = look_up(self.cache, problem, self.device, self.settings.templates)
         self._emit_notices()
+        if found.refused:
+            self.listener.notice(found.refused)
         fingerprint, key, stored, hit = found.fingerprint, found.key, found.stored, found.hit
         if hit is not None and not self.settings.force:
             self.listener.cache_hit(problem, hit.entry)

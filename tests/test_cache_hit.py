@@ -61,11 +61,14 @@ fingerprint._driver_report = lambda: report
 problem = make_problem(m=1, n=4096, k=4096, batch=None, dtype="bfloat16", layout="nt", bias=None,
                        allow_tf32=False, device="cuda")
 found = look_up(Cache(default_cache_dir()), problem, fingerprint.probe_device("cuda"))
+from autotune_cli.templates import get_template
+params = get_template("triton::mm_swap_ab").full_params(problem, {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128,
+                                                                  "num_stages": 4, "num_warps": 4})
 Cache(default_cache_dir()).put(found.key, {
     "problem": problem.to_dict(), "fingerprint": found.fingerprint.to_dict(),
     "fingerprint_digest": found.fingerprint.digest(), "machine": found.fingerprint.machine_digest(),
-    "winner": {"uid": "triton::mm_swap_ab", "params": {"BLOCK_N": 64}, "ms": 0.0116, "tflops": 2.9},
-    "candidates": [{"uid": "triton::mm_swap_ab", "params": {"BLOCK_N": 64}, "status": "ok", "ms": 0.0116}],
+    "winner": {"uid": "triton::mm_swap_ab", "params": params, "ms": 0.0116, "tflops": 2.9},
+    "candidates": [{"uid": "triton::mm_swap_ab", "params": params, "status": "ok", "ms": 0.0116}],
     "tuned_at": "2026-12-01T00:00:00+00:00"})
 """
 

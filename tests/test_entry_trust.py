@@ -172,6 +172,19 @@ def test_api_never_runs_a_crafted_param_and_falls_back_with_a_warning(tmp_path, 
     assert dispatcher.lookup(m=32, n=32, k=32, dtype="float32", device="cpu") is None
 
 
+def test_a_tune_does_not_answer_with_a_crafted_entry_but_tunes_again(cli, tmp_path):
+    cache_dir = tmp_path / "cache"
+    key, entry = crafted(cache_dir, uid="aten::mm", params={"note": payload(tmp_path / "ran")})
+    Cache(cache_dir).put(key, entry)
+    code, out, err = cli("mm", "--device", "cpu", "--m", "32", "--n", "32", "--k", "32", "--dtype", "float32",
+                         "--templates", "aten::mm", "--workers", "1", "--json", "--cache-dir", cache_dir)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["key"] == key and not result["from_cache"]
+    assert err.count(f"cache entry {key} is not used: winner param 'note' is not declared by aten::mm") == 1
+    assert Cache(cache_dir).load()[key]["winner"]["params"] == {}  # the tune's own entry replaced it
+
+
 # -- cache import ------------------------------------------------------------------------------
 
 def one_error_line(err: str) -> str:
