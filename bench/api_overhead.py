@@ -1,13 +1,18 @@
-"""Dispatch overhead of `autotune_cli.mm` against `torch.mm` itself.
+"""What an eager call of `autotune_cli.mm` costs beside `torch.mm`, for each kind of winner.
 
-A tiny problem (64x64x64 by default) is tuned with aten alone into a temporary cache, so
-the cached winner is torch.mm and both sides launch the same kernel: the difference per
-call is what the API adds (building the key from the tensors, one dict lookup, a call).
-Each side runs a loop of calls, synchronised once at the end; rounds alternate A/B/A/B and
-the median round counts.
+Each kind is a problem tuned with one template selection into a temporary cache, so that
+its winner is of that kind: aten (the winner is torch.mm itself: the difference is the
+API's dispatch), one Triton kernel (triton::mm), padded copies + cuBLAS (aten::mm_aligned),
+padded copies + a Triton kernel (triton::mm_padded); `odd` is 3000x1000x777 fp16, where the
+padded winner's kernels take ~17 us on an H200, to see whether it beats torch.mm in eager.
+
+Two figures per side, each the median of rounds that alternate ours / torch's:
+  cpu_us   a loop of `--calls` calls timed without a sync (CPU time per call: the loop
+           is short enough that the GPU keeps up and the launch queue never fills);
+  wall_us  the same loop plus the sync after it, per call (what eager code sees).
 
 Run on a GPU machine:  PYTHONPATH=. python3 bench/api_overhead.py
-Quick check on a CPU:  PYTHONPATH=. python3 bench/api_overhead.py --device cpu --calls 2000
+Quick check on a CPU:  PYTHONPATH=. python3 bench/api_overhead.py --device cpu --kinds aten,aligned --calls 200
 Writes $OUT/api_overhead.json (default ./bench_out) besides printing.
 """
 
@@ -24,82 +29,116 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# kind -> (problem fields, template selection, the winner's uid it must give)
+KINDS = {
+    "aten": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("aten",), "aten::mm"),
+    "triton": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("triton::mm",), "triton::mm"),
+    "aligned": (dict(m=64, n=1001, k=777, dtype="float16"), ("aten::mm_aligned",), "aten::mm_aligned"),
+    "padded": (dict(m=64, n=1001, k=777, dtype="float16"), ("triton::mm_padded",), "triton::mm_padded"),
+    "odd": (dict(m=3000, n=1000, k=777, dtype="float16"), ("aten::mm_aligned",), "aten::mm_aligned"),
+}
 
-def per_call_us(fn, a, b, calls: int, sync) -> float:
+
+def loop(fn, a, b, calls: int, sync) -> tuple[float, float]:
+    """(CPU us per call without a sync, wall us per call with the sync after the loop)."""
     sync()
     start = time.perf_counter()
     for _ in range(calls):
         fn(a, b)
+    issued = time.perf_counter()
     sync()
-    return (time.perf_counter() - start) / calls * 1e6
+    done = time.perf_counter()
+    return (issued - start) / calls * 1e6, (done - start) / calls * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None)
-    parser.add_argument("--m", type=int, default=64)
-    parser.add_argument("--n", type=int, default=64)
-    parser.add_argument("--k", type=int, default=64)
-    parser.add_argument("--dtype", default="float16")
-    parser.add_argument("--calls", type=int, default=20000, help="calls per round")
-    parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
-
+def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) -> dict:
     import torch
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cache_dir = Path(tempfile.mkdtemp(prefix="autotune-api-overhead-"))
-    os.environ["AUTOTUNE_CACHE_DIR"] = str(cache_dir)  # before the API's first plan
 
     import autotune_cli
     from autotune_cli.problem import make_problem
     from autotune_cli.settings import TuneSettings
     from autotune_cli.tuner import Tuner
 
-    problem = make_problem(m=args.m, n=args.n, k=args.k, dtype=args.dtype, device=device)
-    settings = TuneSettings(device=device, templates=("aten",), cache_dir=cache_dir, workers=1)
+    fields, templates, uid = KINDS[kind]
+    problem = make_problem(**fields, device=device)
+    settings = TuneSettings(device=device, templates=templates, cache_dir=cache_dir, workers=1)
+    tuned = time.perf_counter()
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
-    assert outcome.winner and outcome.winner["uid"] == "aten::mm", outcome.winner
+    tune_s = time.perf_counter() - tuned
+    if not outcome.winner or outcome.winner["uid"] != uid:
+        return {"kind": kind, "problem": problem.describe(), "skipped": f"winner {outcome.winner}"}
 
     dtype = getattr(torch, problem.dtype)
-    a = torch.randn(args.m, args.k, device=device).to(dtype)
-    b = torch.randn(args.k, args.n, device=device).to(dtype)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(problem.m, problem.k, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
     started = time.perf_counter()
-    first = autotune_cli.mm(a, b)  # plans: reads the cache, fingerprints, remembers
+    first = autotune_cli.mm(a, b)  # plans: reads the cache, fingerprints, builds
     sync()
-    first_call_ms = (time.perf_counter() - started) * 1e3
+    first_ms = (time.perf_counter() - started) * 1e3
     info = autotune_cli.dispatch_info(a, b)
-    assert info.uid == "aten::mm" and not info.fallback, info
-    assert torch.equal(first, torch.mm(a, b))
+    assert info.uid == uid and not info.fallback, info
+    want = a.double() @ b.double()
+    error = ((first.double() - want).abs().max() / want.abs().max()).item()
 
-    ours, theirs = autotune_cli.mm, torch.mm
-    warm = max(args.calls // 10, 100)
-    per_call_us(ours, a, b, warm, sync)
-    per_call_us(theirs, a, b, warm, sync)
-    rounds = {"autotune_cli.mm": [], "torch.mm": []}
-    for _ in range(args.rounds):
-        rounds["autotune_cli.mm"].append(per_call_us(ours, a, b, args.calls, sync))
-        rounds["torch.mm"].append(per_call_us(theirs, a, b, args.calls, sync))
-    ours_us = statistics.median(rounds["autotune_cli.mm"])
-    torch_us = statistics.median(rounds["torch.mm"])
+    sides = {"autotune_cli.mm": autotune_cli.mm, "torch.mm": torch.mm}
+    for fn in sides.values():
+        loop(fn, a, b, max(calls // 5, 10), sync)  # warm: allocator, launch paths
+    results: dict[str, dict[str, list[float]]] = {name: {"cpu_us": [], "wall_us": []} for name in sides}
+    for r in range(rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for name in order:
+            cpu, wall = loop(sides[name], a, b, calls, sync)
+            results[name]["cpu_us"].append(cpu)
+            results[name]["wall_us"].append(wall)
+    med = {name: {k: statistics.median(v) for k, v in figures.items()} for name, figures in results.items()}
+    return {"kind": kind, "problem": problem.describe(), "winner": outcome.winner["uid"],
+            "params": outcome.winner.get("params"), "winner_kernel_ms": outcome.winner.get("ms"),
+            "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": error,
+            "median": med, "rounds": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
+    parser.add_argument("--calls", type=int, default=200, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=21)
+    args = parser.parse_args()
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        parser.error(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cache_dir = Path(tempfile.mkdtemp(prefix="autotune-api-overhead-"))
+    os.environ["AUTOTUNE_CACHE_DIR"] = str(cache_dir)  # before the API's first plan
 
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    print(f"{problem.describe()} on {name} ({args.calls} calls x {args.rounds} rounds, median round)")
-    print(f"  torch.mm         {torch_us:8.3f} us/call")
-    print(f"  autotune_cli.mm  {ours_us:8.3f} us/call")
-    print(f"  ratio {ours_us / torch_us:.3f}, overhead {ours_us - torch_us:+.3f} us/call; "
-          f"first call (planning) {first_call_ms:.1f} ms")
-
+    print(f"on {name}, torch {torch.__version__}: {args.calls} calls x {args.rounds} rounds, median round")
+    print(f"{'kind':8} {'problem':34} {'winner':18} {'ours cpu':>9} {'torch cpu':>9} "
+          f"{'ours wall':>9} {'torch wall':>10}  (us per call)")
+    rows = []
+    for kind in kinds:
+        row = measure(kind, device, cache_dir, args.calls, args.rounds)
+        rows.append(row)
+        if "skipped" in row:
+            print(f"{kind:8} {row['problem']:34} skipped: {row['skipped']}")
+            continue
+        ours, theirs = row["median"]["autotune_cli.mm"], row["median"]["torch.mm"]
+        print(f"{kind:8} {row['problem']:34} {row['winner']:18} {ours['cpu_us']:9.2f} {theirs['cpu_us']:9.2f} "
+              f"{ours['wall_us']:9.2f} {theirs['wall_us']:10.2f}")
     out_dir = Path(os.environ.get("OUT", "bench_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "api_overhead.json").write_text(json.dumps({
-        "problem": problem.to_dict(), "device": name, "torch": torch.__version__,
-        "calls": args.calls, "rounds": rounds, "torch_us": torch_us, "autotune_us": ours_us,
-        "ratio": ours_us / torch_us, "first_call_ms": first_call_ms,
-        "command": " ".join([sys.executable, *sys.argv]),
+        "device": name, "torch": torch.__version__, "calls": args.calls, "rounds": args.rounds,
+        "kinds": rows, "command": " ".join([sys.executable, *sys.argv]),
     }, indent=1))
 
 

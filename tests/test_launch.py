@@ -164,3 +164,29 @@ def test_a_copier_plans_once_per_source_layout_and_copies_each_right():
         assert torch.equal(dst, cols) and bool((storage[:, 19:] == 0).all())
     with pytest.raises(ValueError, match="must be equal"):
         copy(torch.zeros(6, 18, dtype=torch.float16))
+
+
+@pytest.mark.gpu
+def test_gpu_direct_launches_compute_what_jit_launches_compute():
+    """On a GPU: after the first launch the Launcher calls the compiled kernel itself (its
+    table has the entry), and every launch, direct or not, writes the right values; a
+    misaligned view goes JITFunction's way and is right too."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x, y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y + offs, tl.load(x + offs, mask=mask) + 1, mask=mask)
+
+    launch = Launcher(add_one, num_warps=4, num_stages=1)
+    x = torch.randn(1000, device="cuda")
+    for _ in range(3):
+        y = torch.empty_like(x)
+        launch((triton.cdiv(1000, 256),), x, y, 1000, 256)
+        torch.testing.assert_close(y, x + 1)
+    assert launch._fast, "no direct launch was remembered"
+    y = torch.zeros(1001, device="cuda")
+    launch((triton.cdiv(999, 256),), x[1:], y[1:], 999, 256)  # 4 bytes off: not aligned
+    torch.testing.assert_close(y[1:1000], x[1:] + 1)
