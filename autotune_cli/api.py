@@ -295,32 +295,29 @@ class Dispatcher:
     def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
         """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's
         cached winner: float8_e4m3fn A (row-major) and B (column-major), fp32 scales per
-        tensor or per row of A ([m, 1]) and column of B ([1, n]). Anything else, and
-        use_fast_accum (the tuned problem accumulates as torch's default does), goes to
-        torch._scaled_mm."""
+        tensor or per row of A ([m, 1]) and column of B ([1, n]); use_fast_accum picks the
+        problem tuned with --fast-accum. Anything else goes to torch._scaled_mm."""
         t = self._t or self._torch()
-        torch = t.torch
-        if use_fast_accum:
-            return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
-                                    use_fast_accum=True)
+        fast = bool(use_fast_accum)
         key = _key(t, a, b) + (scale_a.shape, scale_a.stride(), scale_a.dtype, scale_b.shape, scale_b.stride(),
-                               scale_b.dtype, out_dtype)
+                               scale_b.dtype, out_dtype, fast)
         if bias is not None:
             key += (bias.shape, bias.stride(), bias.dtype)
         run = self._scaled.get(key)
         if run is None:
-            run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype)
+            run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype, fast)
         return run(a, b, scale_a, scale_b, bias)
 
-    def _plan_scaled(self, key: tuple, a, b, scale_a, scale_b, bias, out_dtype) -> Callable:
+    def _plan_scaled(self, key: tuple, a, b, scale_a, scale_b, bias, out_dtype, fast: bool) -> Callable:
         with self._lock:
             torch = self._torch().torch
 
             def torch_op(a, b, scale_a, scale_b, bias):
-                return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype)
+                return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                                        use_fast_accum=fast)
 
             try:
-                problem = _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype)
+                problem = _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast)
             except _TorchDecides as exc:
                 run, info = torch_op, Dispatch("scaled_mm", "torch._scaled_mm", None, fallback=True, reason=str(exc))
             except UserError as exc:
@@ -399,6 +396,7 @@ class Dispatcher:
                     f"--layout {problem.layout}" + (f" --batch {problem.b}" if op == "bmm" else "")
                     + (f" --bias --bias-shape {problem.bias}" if op == "addmm" else "")
                     + (f" --scale {problem.scale} --out-dtype {problem.out_dtype}" if op == "scaled_mm" else "")
+                    + (" --fast-accum" if problem.fast_accum else "")
                     + (" --bias" if op == "scaled_mm" and problem.bias else "")
                     + (" --allow-tf32" if problem.allow_tf32 else "") + f" --device {problem.device}")
             return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine ({hint})")
@@ -521,7 +519,7 @@ def _problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, _Adapt
     return problem, _Adapt(copy_a, copy_b, bias_row)
 
 
-def _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype) -> GemmProblem:
+def _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool) -> GemmProblem:
     """The scaled_mm problem a torch._scaled_mm call poses (UserError: one not tuned)."""
     from .problem import FP8_DTYPES, FP8_LAYOUT
 
@@ -553,7 +551,8 @@ def _scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype) -> GemmProblem:
     if bias is not None and bias.dtype != out_dtype:
         raise _TorchDecides("the bias's dtype is not the output's")
     return make_problem(m=m, n=n, k=k, dtype=name, layout=FP8_LAYOUT, bias="n" if bias is not None else None,
-                        device=a.device.type, scale=scale, out_dtype=str(out_dtype).removeprefix("torch."))
+                        device=a.device.type, scale=scale, out_dtype=str(out_dtype).removeprefix("torch."),
+                        fast_accum=fast_accum)
 
 
 def _scaled_kernel_call(problem: GemmProblem, kernel, t: _Torch, device) -> Callable:

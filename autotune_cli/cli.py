@@ -212,6 +212,7 @@ def mm(
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
     scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, or per row of A and column of B (tensor|row)."),
     out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default bfloat16)."),
+    fast_accum: bool = typer.Option(False, "--fast-accum", help="float8 only: as torch._scaled_mm(use_fast_accum=True), the matrix units' own accumulation (faster, less precise)."),
     device: Optional[Device] = DeviceOpt,
     search: Search = SearchOpt,
     space: Optional[Path] = SpaceOpt,
@@ -240,7 +241,7 @@ def mm(
             ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
             ("--bias", bias, False), ("--bias-shape", bias_shape, BiasShape.n),
             ("--dtype", dtype, "float16"), ("--layout", layout, None), ("--allow-tf32", allow_tf32, False),
-            ("--scale", scale, None), ("--out-dtype", out_dtype, None),
+            ("--scale", scale, None), ("--out-dtype", out_dtype, None), ("--fast-accum", fast_accum, False),
             ("--top", top, 10)) if value != default]
         if given:
             raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
@@ -263,7 +264,8 @@ def mm(
     # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
                            bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
-                           device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype)
+                           device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype,
+                           fast_accum=fast_accum)
     dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,

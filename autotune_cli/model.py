@@ -277,6 +277,7 @@ class _Raw:
     source: str
     scale: str | None = None  # scaled_mm: "tensor" or "row"
     out_dtype: str | None = None  # scaled_mm: the output's dtype
+    fast_accum: bool = False  # scaled_mm: its use_fast_accum
 
 
 def _sym(value: Any) -> Any:
@@ -369,7 +370,7 @@ def _bias_kind(bias: _Tensor | None) -> str:
     return "mn"
 
 
-def _classify_scaled(args: Sequence[Any], out: _Tensor | None, source: str) -> _Raw | str:
+def _classify_scaled(args: Sequence[Any], out: _Tensor | None, source: str, fast_accum: bool) -> _Raw | str:
     """A torch._scaled_mm call (self, mat2, scale_a, scale_b, bias, ...) whose output is
     `out`: a _Raw, or a str saying what is not tuned (other float8 kinds, blockwise scales,
     an output dtype or a layout the problem does not take)."""
@@ -395,17 +396,18 @@ def _classify_scaled(args: Sequence[Any], out: _Tensor | None, source: str) -> _
     if layout != FP8_LAYOUT:
         return f"float8_e4m3fn in layout {layout}"
     return _Raw("scaled_mm", m, n, k, _sym(1), a.dtype, layout, None if bias is None else "n", source,
-                scale=scale, out_dtype=out.dtype)
+                scale=scale, out_dtype=out.dtype, fast_accum=fast_accum)
 
 
-def _classify(name: str, args: Sequence[Any], out: _Tensor | None = None) -> _Raw | None | str:
+def _classify(name: str, args: Sequence[Any], out: _Tensor | None = None,
+              fast_accum: bool = False) -> _Raw | None | str:
     """Map one matmul-like call to a _Raw. Returns None to skip (1-D matmul), or the
     dtype name (str) when the dtype is not one we tune. `out`: the call's output, where
-    known (a scaled_mm's output dtype is its own)."""
+    known (a scaled_mm's output dtype is its own); `fast_accum`: a scaled_mm's use_fast_accum."""
     kind = _MATMUL_OPS[name][0]
     source = name.replace("::", ".")
     if kind == "scaled_mm":
-        return _classify_scaled(args, out, source)
+        return _classify_scaled(args, out, source, fast_accum)
 
     def arg(i: int) -> _Tensor | None:
         value = args[i] if i < len(args) else None
@@ -1111,9 +1113,13 @@ def _parse_exported_program(doc: Any) -> _ExportGraph:
             if named["name"] not in arg_names:
                 raise _ArchiveUnreadable(f"{target} has no argument {named['name']!r}")
             args[arg_names.index(named["name"])] = operand(named["arg"])
-        outputs = node.get("outputs") or [None]
-        out = operand(outputs[0]) if op == "_scaled_mm" and isinstance(outputs[0], dict) else None
-        raw = _classify(name, args, out)
+        out, fast = None, False
+        if op == "_scaled_mm":  # its output dtype and accumulation are its own
+            outputs = node.get("outputs") or [None]
+            out = operand(outputs[0]) if isinstance(outputs[0], dict) else None
+            fast = any(named["name"] == "use_fast_accum" and named["arg"] == {"as_bool": True}
+                       for named in node["inputs"])
+        raw = _classify(name, args, out, fast)
         if raw is not None:
             raws.append(raw)
 
@@ -1445,7 +1451,7 @@ def _concretize(raws: list[_Raw], scenarios: list[dict[str, int]], *, device: st
                 op=raw.op, m=dims["m"], n=dims["n"], k=dims["k"], b=dims["b"], dtype=raw.dtype,
                 layout=raw.layout, bias=raw.bias,
                 allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
-                scale=raw.scale, out_dtype=raw.out_dtype)
+                scale=raw.scale, out_dtype=raw.out_dtype, fast_accum=raw.fast_accum)
             hint = {s: binding[s] for s in sorted(symbols)} or None
             key = (problem, tuple(sorted(hint.items())) if hint else None)
             if key in local:

@@ -11,6 +11,8 @@ Semantics (matching aten):
   scaled_mm  C[m, n] = (A[m, k] @ B[k, n]) * scale_a * scale_b (+ bias[n]), as torch._scaled_mm:
          A and B in float8_e4m3fn, fp32 scales per tensor (`scale` "tensor": two scalars) or
          per row of A and column of B ("row": [m, 1] and [1, n]); C in `out_dtype`.
+         `fast_accum`: torch's use_fast_accum (the FP8 matrix units' own accumulation over
+         the whole K, not promoted to fp32 every K step).
 
 `layout` is two letters, one per operand: `n` means row-major (contiguous in the last dim),
 `t` means the operand is stored transposed (column-major), like BLAS's N/T flags.
@@ -46,9 +48,9 @@ DTYPE_ALIASES = {
     "fp8_e4m3": "float8_e4m3fn", "float8": "float8_e4m3fn",
 }
 DTYPE_SIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1}
-# Fields only scaled_mm has: left out of `to_dict` when unset, so that every other problem's
-# dict (and the cache documents holding it) reads as before they existed.
-SCALED_FIELDS = ("scale", "out_dtype")
+# Fields only scaled_mm has, with their unset values: left out of `to_dict` when unset, so
+# that every other problem's dict (and the cache documents holding it) reads as before.
+SCALED_FIELDS = {"scale": None, "out_dtype": None, "fast_accum": False}
 
 # A problem whose operands would exceed this many bytes is refused before any allocation.
 MAX_DIM = 2**31 - 1
@@ -75,6 +77,7 @@ class GemmProblem:
     device: str = "cuda"
     scale: str | None = None  # scaled_mm only: "tensor" or "row"
     out_dtype: str | None = None  # scaled_mm only: the output's dtype (bfloat16 by default)
+    fast_accum: bool = False  # scaled_mm only: torch._scaled_mm's use_fast_accum
 
     def __post_init__(self) -> None:
         self.validate()
@@ -103,8 +106,8 @@ class GemmProblem:
             self._validate_scaled()
         elif self.dtype in FP8_DTYPES:
             raise UserError(f"{self.dtype} operands need scales: --scale tensor or --scale row")
-        elif self.scale is not None or self.out_dtype is not None:
-            raise UserError("--scale and --out-dtype only apply to float8 operands "
+        elif self.scale is not None or self.out_dtype is not None or self.fast_accum is not False:
+            raise UserError("--scale, --out-dtype and --fast-accum only apply to float8 operands "
                             f"(--dtype {FP8_DTYPES[0]}); the dtype is {self.dtype}")
         elif self.op == "addmm":
             if self.bias not in BIAS_SHAPES:
@@ -131,6 +134,8 @@ class GemmProblem:
                             f"(the only layout accepted), got {self.layout}")
         if self.bias not in (None, "n"):
             raise UserError(f"a float8 GEMM's bias is a row vector [n] (--bias-shape n), got {self.bias}")
+        if not isinstance(self.fast_accum, bool):
+            raise UserError(f"fast_accum must be true or false, got {self.fast_accum!r}")
         if self.bias and self.out_dtype == "float32":
             raise UserError("torch._scaled_mm takes no bias with a float32 output: "
                             "--out-dtype bfloat16 or float16")
@@ -208,6 +213,8 @@ class GemmProblem:
         parts += [f"m{self.m}", f"n{self.n}", f"k{self.k}", self.dtype, self.layout]
         if self.op == "scaled_mm":
             parts += [f"scale_{self.scale}", f"out_{self.out_dtype}"]
+            if self.fast_accum:
+                parts.append("fast_accum")
         if self.bias:
             parts.append(f"bias_{self.bias}")
         if self.dtype == "float32":
@@ -219,13 +226,14 @@ class GemmProblem:
         dims = f"{self.b}x{self.m}x{self.n}x{self.k}" if self.op == "bmm" else f"{self.m}x{self.n}x{self.k}"
         extra = f" bias[{self.bias}]" if self.bias else ""
         tf = " tf32" if self.allow_tf32 else ""
-        scaled = f" {self.scale}-scaled->{self.out_dtype}" if self.op == "scaled_mm" else ""
+        scaled = (f" {self.scale}-scaled->{self.out_dtype}" + (" fast-accum" if self.fast_accum else "")
+                  if self.op == "scaled_mm" else "")
         return f"{self.op} {dims} {self.dtype}{tf}{scaled} {self.layout}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in SCALED_FIELDS:
-            if data[name] is None:
+        for name, unset in SCALED_FIELDS.items():
+            if data[name] is unset:
                 del data[name]
         return data
 
@@ -260,6 +268,7 @@ def make_problem(
     op: str | None = None,
     scale: str | None = None,
     out_dtype: str | None = None,
+    fast_accum: bool = False,
 ) -> GemmProblem:
     """Build a problem from CLI-style arguments: a bias makes addmm, a batch makes bmm, float8
     operands make scaled_mm (output bfloat16 unless `out_dtype` says otherwise; layout None:
@@ -284,7 +293,7 @@ def make_problem(
     return GemmProblem(
         op=op, m=m, n=n, k=k, b=1 if batch is None else batch, dtype=dtype,
         layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
-        scale=scale, out_dtype=out_dtype,
+        scale=scale, out_dtype=out_dtype, fast_accum=fast_accum,
     )
 
 

@@ -12,6 +12,7 @@ object is one problem, with the fields of `autotune mm`'s flags:
     allow_tf32   true: float32 may use tf32
     scale        float8 only: "tensor" or "row" (dtype "float8_e4m3fn": a scaled_mm)
     out_dtype    float8 only: "bfloat16" (default), "float16" or "float32"
+    fast_accum   float8 only: true as torch._scaled_mm(use_fast_accum=True)
 
 e.g. [{"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt"},
       {"m": 4096, "n": 4096, "k": 1024, "bias": true}]
@@ -27,7 +28,7 @@ from pathlib import Path
 from .errors import UserError
 from .problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
 
-FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype")
+FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype", "fast_accum")
 
 
 def _integer(value, field: str) -> int:
@@ -101,6 +102,8 @@ def problem_from_entry(entry, device: str) -> GemmProblem:
     for name in ("scale", "out_dtype"):  # checked with the problem (GemmProblem: float8 only)
         if name in entry:
             args[name] = field(name, _text)
+    if "fast_accum" in entry:
+        args["fast_accum"] = field("fast_accum", _flag)
     return make_problem(bias=shape if bias else None, allow_tf32=allow_tf32, device=device, **args)
 
 

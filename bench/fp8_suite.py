@@ -6,7 +6,9 @@ way here), in interleaved passes whose order is reversed every other pass. Each 
 verified against the float64 product of the dequantized operands.
 
 PYTHONPATH=. python3 bench/fp8_suite.py [--shapes 2048x4096x4096,8192x8192x8192] [--scales row,tensor]
-                                        [--skip-inductor] [--search exhaustive]
+                                        [--fast-accum] [--skip-inductor] [--search exhaustive]
+
+--fast-accum tunes and times the use_fast_accum=True call instead (torch's default is False).
 
 Targets (issue): geomean >= 1.10x torch._scaled_mm; no case slower than the better of
 torch._scaled_mm and Inductor beyond 2%; 8192^3 rowwise >= 1300 TFLOP/s.
@@ -58,8 +60,11 @@ def inductor_call(problem):
     torch._dynamo.reset()
     out_dtype = getattr(torch, problem.result_dtype)
 
+    fast = problem.fast_accum
+
     def scaled(a, b, scale_a, scale_b, bias):
-        return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype)
+        return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                                use_fast_accum=fast)
 
     fn = torch.compile(scaled, mode="max-autotune-no-cudagraphs", dynamic=False)
     return lambda ops: fn(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
@@ -68,9 +73,9 @@ def inductor_call(problem):
 def aten_call(problem):
     import torch
 
-    out_dtype = getattr(torch, problem.result_dtype)
+    out_dtype, fast = getattr(torch, problem.result_dtype), problem.fast_accum
     return lambda ops: torch._scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
-                                        out_dtype=out_dtype, out=ops.out)
+                                        out_dtype=out_dtype, use_fast_accum=fast, out=ops.out)
 
 
 def time_side_by_side(timer, problem, runs: dict, seed: int = 1234) -> tuple[dict, dict]:
@@ -116,10 +121,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the suite's six)")
     parser.add_argument("--scales", default=",".join(SCALES), help="comma-separated: row, tensor")
+    parser.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True for every call")
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--search", default="default", choices=("default", "exhaustive"))
     args = parser.parse_args()
     scales = [s.strip() for s in args.scales.split(",") if s.strip()]
+    output = "fp8_suite_fast.json" if args.fast_accum else "fp8_suite.json"
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-fp8-suite-"))
     import torch
 
@@ -132,8 +139,9 @@ def main() -> None:
     with Tuner(settings) as tuner:
         for name, m, n, k in chosen_shapes(args.shapes):
             for scale in scales:
-                problem = make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale=scale, device="cuda")
-                label = f"{name} {m}x{n}x{k} {scale}"
+                problem = make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale=scale, device="cuda",
+                                       fast_accum=args.fast_accum)
+                label = f"{name} {m}x{n}x{k} {scale}" + (" fast" if args.fast_accum else "")
                 started = time.perf_counter()
                 outcome = tuner.tune(problem)
                 tune_s = time.perf_counter() - started
@@ -163,12 +171,13 @@ def main() -> None:
                     if cand["status"] == "ok":
                         best = row["best_by_template"].get(cand["uid"], math.inf)
                         row["best_by_template"][cand["uid"]] = min(best, cand["ms"])
+                row["fast_accum"] = args.fast_accum
                 rows.append(row)
                 ours = times.get("ours")
                 print(f"done {label}: {row['winner']} {ours or float('nan'):.4f} ms, torch "
                       f"{times['torch']:.4f} ms, inductor {times.get('inductor', float('nan')):.4f} ms; "
                       f"tune {tune_s:.1f} s", flush=True)
-                write_json("fp8_suite.json", rows)
+                write_json(output, rows)
     print()
     print(f"{'case':36} {'winner':34} {'ours TF/s':>9} {'torch TF/s':>10} {'ind. TF/s':>9}"
           f" {'vs torch':>8} {'vs ind.':>7} {'vs best':>7} ok")
@@ -190,7 +199,7 @@ def main() -> None:
     print(f"cases more than 2% behind the better of torch and inductor: {len(slow)} {slow}")
     if square:
         print(f"8192^3 rowwise: {square[0]['tflops'].get('ours', math.nan):.0f} TFLOP/s (target >= 1300)")
-    write_json("fp8_suite.json", rows)
+    write_json(output, rows)
 
 
 if __name__ == "__main__":

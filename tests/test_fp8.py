@@ -237,7 +237,9 @@ class _Float8Linears(torch.nn.Module):
         one = torch.ones((), dtype=torch.float32)
         z = torch._scaled_mm(x, self.w2.t(), scale_a=one, scale_b=one, bias=self.b2, out_dtype=torch.float16)
         w = torch._scaled_mm(x, self.w2.t(), scale_a=one, scale_b=one, bias=self.b2, out_dtype=torch.float16)
-        return y, z, w
+        fast = torch._scaled_mm(x, self.w2.t(), scale_a=one, scale_b=one, out_dtype=torch.float16,
+                                use_fast_accum=True)
+        return y, z, w, fast
 
 
 def test_model_finds_scaled_mm_calls_in_an_exported_program(tmp_path):
@@ -249,7 +251,8 @@ def test_model_finds_scaled_mm_calls_in_an_exported_program(tmp_path):
     torch.export.save(program, path)
     found = {f.problem.key(): f.count for f in find_gemms(path, device="cpu")}
     assert found == {"scaled_mm/m16/n64/k32/float8_e4m3fn/nt/scale_row/out_bfloat16/cpu": 1,
-                     "scaled_mm/m16/n48/k32/float8_e4m3fn/nt/scale_tensor/out_float16/bias_n/cpu": 2}
+                     "scaled_mm/m16/n48/k32/float8_e4m3fn/nt/scale_tensor/out_float16/bias_n/cpu": 2,
+                     "scaled_mm/m16/n48/k32/float8_e4m3fn/nt/scale_tensor/out_float16/fast_accum/cpu": 1}
 
 
 def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
@@ -355,3 +358,52 @@ def test_gpu_tune_of_a_float8_problem(cli, cache_dir, scale):
     ok = {c["uid"] for c in doc["candidates"] if c["status"] == "ok"}
     assert {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma"} <= ok, doc["candidates"]
     assert all(c["status"] != "wrong_result" for c in doc["candidates"])
+
+
+# -- fast accumulation (torch's use_fast_accum) --------------------------------------------------
+
+def test_fast_accum_is_in_the_key_and_the_dict_only_when_set():
+    fast = fp8(fast_accum=True)
+    assert fast.key() == "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_row/out_bfloat16/fast_accum/cpu"
+    assert fast.to_dict()["fast_accum"] is True and "fast_accum" not in fp8().to_dict()
+    assert GemmProblem.from_dict(json.loads(json.dumps(fast.to_dict()))) == fast
+    assert "fast-accum" in fast.describe()
+    with pytest.raises(UserError, match="only apply to float8"):
+        make_problem(m=16, n=16, k=16, dtype="bf16", fast_accum=True)
+
+
+def test_precise_accumulation_drops_the_tiles_whose_two_accumulators_spill():
+    from autotune_cli.heuristics import lookup_heuristic
+
+    def tiles(fast):
+        problem = fp8("row", m=8192, n=8192, k=8192, device="cuda", fast_accum=fast)
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"])
+                for c in lookup_heuristic("triton::scaled_mm_persistent_tma", "cuda", "scaled_mm").get_configs(problem)}
+
+    precise, fast = tiles(False), tiles(True)
+    assert (128, 256, 8) in fast and (128, 256, 8) not in precise  # 2 x 128 registers a thread
+    assert (128, 128, 8) in precise and precise < fast
+
+
+def test_aten_scaled_mm_passes_use_fast_accum(tmp_path, monkeypatch):
+    from autotune_cli.templates import get_template
+
+    seen = []
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: seen.append(k["use_fast_accum"]) or real(*a, **k))
+    for fast in (False, True):
+        problem = fp8("tensor", fast_accum=fast)
+        run = get_template("aten::_scaled_mm").build(problem, {}, str(tmp_path))
+        ops = make_operands(problem, seed=1, device="cpu")
+        run(ops)
+        assert check(problem, ops.out, reference(problem, ops)).ok
+    assert seen == [False, True]
+
+
+def test_cli_fast_accum_flag(cli, cache_dir):
+    code, out, err = cli("mm", "--m", 16, "--n", 64, "--k", 64, "--dtype", "fp8", "--scale", "tensor", "--fast-accum",
+                         "--device", "cpu", "--json", "--templates", "aten")
+    assert code == 0, err
+    assert json.loads(out)["key"].startswith("scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_tensor/out_bfloat16/fast_accum/cpu@")
+    code, _, err = cli("mm", "--m", 16, "--n", 64, "--k", 64, "--fast-accum", "--device", "cpu")
+    assert code == 2 and "only apply to float8" in err

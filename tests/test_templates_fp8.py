@@ -170,3 +170,18 @@ def test_triton_scaled_mm_on_the_gpu(scale, tmp_path):
     torch.cuda.synchronize()
     verdict = check(problem, ops.out, ref)
     assert verdict.ok, verdict.reason
+
+
+@needs_interpreter_tma
+def test_fast_accumulation_renders_the_in_place_dot_and_computes_the_product(tmp_path):
+    template = get_template(TRITON)
+    problem = fp8("row", bias="n", fast_accum=True)
+    params = template.full_params(problem, TILE)
+    assert params["FAST_ACCUM"] is True
+    source = template.render(problem, params)
+    ast.parse(source)
+    assert "acc = tl.dot(a, b, acc, out_dtype=tl.float32)" in source and "acc += tl.dot" not in source
+    assert template.render(fp8("row", bias="n"), template.full_params(fp8("row", bias="n"), TILE)) != source
+    result = run_kernel(problem, template, TILE, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating

@@ -7,6 +7,9 @@ BLOCK_K 128-256 (one 64) for compute-bound shapes and BLOCK_M 16/32 tiles with K
 256 (a TMA block dimension is at most 256 elements) for decode shapes. The exhaustive
 search keeps Inductor's space with BLOCK_K >= 64 (smaller K steps leave the float8 MMA
 waiting on loads); a user's --space is taken as given.
+Without fast accumulation the kernel holds two fp32 BLOCK_M x BLOCK_N accumulators (the
+running sum and each K step's), so tiles whose two would take more than MAX_ACC_REGISTERS
+registers per thread are dropped (128x256 with 8 warps needs 256: it spills).
 Whether the device and the strides allow TMA is the template's `unavailable_reason`.
 """
 
@@ -22,6 +25,13 @@ from .triton_mm import scaled_unique
 
 SCALED_MM = "triton::scaled_mm_persistent_tma"
 MIN_EXHAUSTIVE_BLOCK_K = 64
+MAX_ACC_REGISTERS = 192  # as the register prune stage's bound (choices.register_stage)
+
+
+def accumulator_registers(problem: GemmProblem, config: dict[str, Any]) -> int:
+    """fp32 accumulator registers per thread: one tile's worth, two without fast accumulation."""
+    per_tile = config["BLOCK_M"] * config["BLOCK_N"] // (32 * config["num_warps"])
+    return per_tile if problem.fast_accum else 2 * per_tile
 
 
 class _ScaledMM(Heuristic):
@@ -35,7 +45,9 @@ class _ScaledMM(Heuristic):
             configs = (c for c in exhaustive_space() if c["BLOCK_K"] >= MIN_EXHAUSTIVE_BLOCK_K)
         else:
             configs = shipped_configs(self.shipped)  # carries FLATTEN, checked there
-        yield from scaled_unique(configs, problem)
+        for config in scaled_unique(configs, problem):
+            if accumulator_registers(problem, config) <= MAX_ACC_REGISTERS:
+                yield config
 
 
 @register_heuristic(SCALED_MM, "cuda")

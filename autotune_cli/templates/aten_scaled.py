@@ -1,7 +1,7 @@
 """aten::_scaled_mm: torch._scaled_mm, cuBLASLt's FP8 GEMM on the GPU (torch's own kernel on
 the CPU), with the problem's scales, bias and output dtype; one config, the library's pick.
 
-Its accumulation is torch's default (use_fast_accum=False), the numerics a user's call gets.
+Its accumulation is the problem's (`fast_accum`: torch's use_fast_accum), as the user's call asks.
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ class AtenScaledMMTemplate(Template):
 
         scaled_mm = torch._scaled_mm
         out_dtype = torch_dtype(problem.result_dtype)
+        fast = problem.fast_accum
 
         def run(ops: Operands) -> None:
             scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
-                      out_dtype=out_dtype, out=ops.out)
+                      out_dtype=out_dtype, use_fast_accum=fast, out=ops.out)
 
         return run
 

@@ -6,7 +6,10 @@ It follows triton::mm_persistent_tma (templates/triton_persistent_tma.py: device
 descriptors, the allocator, NUM_SMS as the device's SM count) for the one layout the FP8
 matrix units take, A row-major and B column-major. The scale kind and the output dtype are
 params, so that two problems differing in them never share a compile-pool job or a cached
-config. On the CPU it runs under Triton's interpreter, which runs float8 `tl.dot` exactly and
+config; so is the accumulation (FAST_ACCUM, the problem's `fast_accum`): without it each K
+step's products are summed apart and added to the fp32 accumulator (torch's default), which
+holds a second BLOCK_M x BLOCK_N accumulator in registers (heuristics/triton_scaled_mm.py
+drops the tiles that would spill). On the CPU it runs under Triton's interpreter, which runs float8 `tl.dot` exactly and
 tensor descriptors on float8 (checked with triton 3.9).
 
 TMA needs a 16-byte aligned base and row stride: K a multiple of 16 (float8 rows of A and
@@ -21,7 +24,7 @@ from typing import Any
 from ..problem import DTYPE_SIZE, OUT_DTYPES, SCALES, GemmProblem
 from .base import Operands, Runnable
 from .launch import Launcher
-from .params import Choice
+from .params import Bool, Choice
 from .registry import register_template
 from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
 from .triton_persistent_tma import (
@@ -50,7 +53,8 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 class TritonScaledMMTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     defaults = {"FLATTEN": 1}
-    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES)}
+    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
+                     "FAST_ACCUM": Bool()}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         api = descriptor_api_problem()
@@ -78,11 +82,13 @@ class TritonScaledMMTemplate(TritonTemplate):
         params = super().full_params(problem, config)
         params["SCALE"] = problem.scale
         params["OUT_DTYPE"] = problem.result_dtype
+        params["FAST_ACCUM"] = problem.fast_accum
         return params
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = self.render_context(problem, params)
-        context.update(SCALE=params["SCALE"], HAS_BIAS=bool(problem.bias), FLATTEN=bool(params["FLATTEN"]))
+        context.update(SCALE=params["SCALE"], HAS_BIAS=bool(problem.bias), FLATTEN=bool(params["FLATTEN"]),
+                       FAST_ACCUM=bool(params["FAST_ACCUM"]))
         return self.finish(jinja_template(self.template_file).render(**context))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
