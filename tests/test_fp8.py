@@ -185,7 +185,7 @@ def test_cpu_tune_of_a_float8_problem_end_to_end(cli, cache_dir):
     doc = json.loads(out)
     assert doc["key"].startswith("scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_row/out_bfloat16/cpu")
     by_uid = {c["uid"]: c for c in doc["candidates"]}
-    assert set(by_uid) == {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma"}
+    assert set(by_uid) == {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma", "triton::scaled_mm"}
     assert all(c["status"] == "ok" and c["max_rel_error"] < 1.2e-2 for c in doc["candidates"])
     assert doc["winner"]["uid"] == "aten::_scaled_mm"  # the interpreter runs Triton ~1000x slower
     code, out, _ = cli("cache", "show")
@@ -295,7 +295,7 @@ def _fallback_warnings(caught):
     return [str(w.message) for w in caught if issubclass(w.category, api.AutotuneFallbackWarning)]
 
 
-@pytest.mark.parametrize("uid", ["aten::_scaled_mm", "triton::scaled_mm_persistent_tma"])
+@pytest.mark.parametrize("uid", ["aten::_scaled_mm", "triton::scaled_mm_persistent_tma", "triton::scaled_mm"])
 def test_api_scaled_mm_runs_the_cached_winner(cli, cache_dir, uid, monkeypatch):
     import warnings
 
@@ -356,7 +356,7 @@ def test_gpu_tune_of_a_float8_problem(cli, cache_dir, scale):
     assert code == 0, err
     doc = json.loads(out)
     ok = {c["uid"] for c in doc["candidates"] if c["status"] == "ok"}
-    assert {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma"} <= ok, doc["candidates"]
+    assert {"aten::_scaled_mm", "triton::scaled_mm_persistent_tma", "triton::scaled_mm"} <= ok, doc["candidates"]
     assert all(c["status"] != "wrong_result" for c in doc["candidates"])
 
 

@@ -1,5 +1,5 @@
-"""The float8 templates: triton::scaled_mm_persistent_tma run for real under Triton's
-interpreter (which runs float8 tl.dot exactly, and tensor descriptors on float8) against the
+"""The float8 templates: triton::scaled_mm_persistent_tma and triton::scaled_mm run for real
+under Triton's interpreter (which runs float8 tl.dot exactly, and tensor descriptors on float8) against the
 float64 product of the dequantized operands, its source, where it and aten::_scaled_mm are
 unavailable, and its configs. A GPU test runs it on CUDA."""
 
@@ -19,6 +19,7 @@ from autotune_cli.templates import triton_persistent_tma as tma_module
 from helpers_kernels import run_kernel
 
 TRITON = "triton::scaled_mm_persistent_tma"
+TILED = "triton::scaled_mm"
 ATEN = "aten::_scaled_mm"
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
                   smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
@@ -41,8 +42,8 @@ needs_interpreter_tma = pytest.mark.skipif(
 
 
 def test_served_for_scaled_mm_only():
-    assert {t.uid for t in templates_for(fp8())} == {ATEN, TRITON}
-    assert not {ATEN, TRITON} & {t.uid for t in templates_for(make_problem(m=8, n=8, k=8, dtype="bf16"))}
+    assert {t.uid for t in templates_for(fp8())} == {ATEN, TRITON, TILED}
+    assert not {ATEN, TRITON, TILED} & {t.uid for t in templates_for(make_problem(m=8, n=8, k=8, dtype="bf16"))}
 
 
 @needs_interpreter_tma
@@ -151,8 +152,8 @@ def test_choices_on_an_h200_and_on_the_cpu():
     uids = [c.uid for c in chosen.choices]
     assert uids.count(ATEN) == 1 and uids.count(TRITON) >= 8
     assert not chosen.pruned_counts().get("hardware")
-    older = get_choices(big, L40S, TuneSettings(device="cuda"))
-    assert [c.uid for c in older.choices] == [ATEN]
+    older = get_choices(big, L40S, TuneSettings(device="cuda"))  # sm_89: no TMA, the tiled kernel
+    assert {c.uid for c in older.choices} == {ATEN, TILED}
 
 
 @pytest.mark.gpu
@@ -185,3 +186,36 @@ def test_fast_accumulation_renders_the_in_place_dot_and_computes_the_product(tmp
     result = run_kernel(problem, template, TILE, tmp_path)
     assert result.correct, result.reasons
     assert result.discriminating
+
+
+# -- the tiled kernel (triton::scaled_mm) ------------------------------------------------------
+
+@pytest.mark.parametrize("scale, bias, fast, k", [("row", "n", False, 96), ("tensor", None, False, 128),
+                                                  ("row", None, True, 128), ("tensor", "n", True, 80)])
+def test_tiled_scaled_mm_computes_the_scaled_product(scale, bias, fast, k, tmp_path):
+    # N = 44: bfloat16 rows of 88 B, which TMA refuses and the tiled kernel serves; K = 96 or
+    # 80 is not a multiple of BLOCK_K = 64 (the masked K tail)
+    problem = fp8(scale, n=44, k=k, bias=bias, fast_accum=fast)
+    assert get_template(TRITON).unavailable_reason(problem, H200) is not None
+    template = get_template(TILED)
+    assert template.unavailable_reason(problem, H200) is None and template.unavailable_reason(problem, CPU) is None
+    params = template.full_params(problem, TILE)
+    assert params["EVEN_K"] == (k % 64 == 0) and params["FAST_ACCUM"] == fast
+    source = template.render(problem, params)
+    ast.parse(source)
+    assert ("k_left = K - k_start" in source) == (k % 64 != 0)
+    assert ("acc += tl.dot" in source) == (not fast)
+    result = run_kernel(problem, template, TILE, tmp_path, calls=2)
+    assert result.correct, result.reasons
+    assert result.discriminating
+
+
+def test_tiled_scaled_mm_needs_the_float8_mma():
+    a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
+                      smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
+    template = get_template(TILED)
+    assert "compute capability >= 8.9" in template.unavailable_reason(fp8(device="cuda"), a100)
+    assert template.unavailable_reason(fp8(device="cuda"), L40S) is None
+    configs = list(lookup_heuristic(TILED, "cuda", "scaled_mm").get_configs(fp8("row", m=4096, n=4096, k=4096)))
+    assert configs and all("FLATTEN" not in c for c in configs)
+    assert len({tuple(sorted(c.items())) for c in configs}) == len(configs)

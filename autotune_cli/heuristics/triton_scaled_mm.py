@@ -1,4 +1,5 @@
-"""Heuristics for triton::scaled_mm_persistent_tma, the float8 GEMM with epilogue scaling.
+"""Heuristics for the float8 GEMMs with epilogue scaling: triton::scaled_mm_persistent_tma
+and triton::scaled_mm (the tiled one takes the same tiles, FLATTEN aside).
 
 Float8 tiles have configs of their own (configs/triton_scaled_mm_{cuda,cpu}.json): an
 element is one byte, so a stage holds twice the K of a 16-bit tile in the same shared
@@ -24,6 +25,7 @@ from .spaces import exhaustive_space
 from .triton_mm import scaled_unique
 
 SCALED_MM = "triton::scaled_mm_persistent_tma"
+TILED = "triton::scaled_mm"
 MIN_EXHAUSTIVE_BLOCK_K = 64
 MAX_ACC_REGISTERS = 192  # as the register prune stage's bound (choices.register_stage)
 
@@ -36,6 +38,7 @@ def accumulator_registers(problem: GemmProblem, config: dict[str, Any]) -> int:
 
 class _ScaledMM(Heuristic):
     shipped = ""
+    flatten = True  # whether the template takes FLATTEN (the persistent one)
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         configs: Iterable[dict[str, Any]]
@@ -45,6 +48,8 @@ class _ScaledMM(Heuristic):
             configs = (c for c in exhaustive_space() if c["BLOCK_K"] >= MIN_EXHAUSTIVE_BLOCK_K)
         else:
             configs = shipped_configs(self.shipped)  # carries FLATTEN, checked there
+        if not self.flatten:
+            configs = ({k: v for k, v in c.items() if k != "FLATTEN"} for c in configs)
         for config in scaled_unique(configs, problem):
             if accumulator_registers(problem, config) <= MAX_ACC_REGISTERS:
                 yield config
@@ -60,3 +65,13 @@ class ScaledMMCpu(_ScaledMM):
     """Under the interpreter a config costs seconds: two small tiles."""
 
     shipped = "triton_scaled_mm_cpu"
+
+
+@register_heuristic(TILED, "cuda")
+class ScaledMMTiledCuda(ScaledMMCuda):
+    flatten = False
+
+
+@register_heuristic(TILED, "cpu")
+class ScaledMMTiledCpu(ScaledMMCpu):
+    flatten = False

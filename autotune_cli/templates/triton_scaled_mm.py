@@ -1,6 +1,10 @@
-"""triton::scaled_mm_persistent_tma (scaled_mm): a persistent float8 GEMM for Hopper whose
-operand tiles come in through TMA descriptors and whose scales (tensorwise or rowwise) and
-bias are applied to the fp32 accumulator in the epilogue, rendered from jinja.
+"""The float8 Triton templates (scaled_mm), each rendered from jinja, the scales (tensorwise
+or rowwise) and the bias applied to the fp32 accumulator in the epilogue:
+
+  triton::scaled_mm_persistent_tma  a persistent GEMM for Hopper whose operand tiles come in
+                                    through TMA descriptors (below);
+  triton::scaled_mm                 a plain tiled one with pointer loads (triton::mm's
+                                    pattern): sm_89 and later, no stride alignment needed.
 
 It follows triton::mm_persistent_tma (templates/triton_persistent_tma.py: device-side
 descriptors, the allocator, NUM_SMS as the device's SM count) for the one layout the FP8
@@ -26,7 +30,16 @@ from .base import Operands, Runnable
 from .launch import Launcher
 from .params import Bool, Choice
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, interpreting, jinja_template, load_kernel, output_tiles
+from .triton_base import (
+    TILE_SCHEMA,
+    ZERO_ONE,
+    TritonTemplate,
+    interpreting,
+    jinja_template,
+    load_kernel,
+    one_kernel_runnable,
+    output_tiles,
+)
 from .triton_persistent_tma import (
     TMA_ALIGN,
     _capability,
@@ -38,8 +51,11 @@ from .triton_persistent_tma import (
 )
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")
+TILED_FILE = Path(__file__).with_name("triton_scaled_mm_tiled.py.jinja")
 UID = "triton::scaled_mm_persistent_tma"
+TILED_UID = "triton::scaled_mm"
 MIN_CAPABILITY = (9, 0)  # TMA and the float8 warp-group MMA: Hopper and later
+MIN_TILED_CAPABILITY = (8, 9)  # the float8 MMA: Ada and later
 
 
 def misaligned_rows(problem: GemmProblem) -> list[str]:
@@ -135,4 +151,55 @@ class TritonScaledMMTemplate(TritonTemplate):
         return run
 
 
+class TritonScaledMMTiledTemplate(TritonTemplate):
+    template_file = TILED_FILE
+    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool(), "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
+                     "FAST_ACCUM": Bool()}
+
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        if device.device_type == "cpu":
+            return None
+        if device.device_type != "cuda" or "AMD" in (device.name or "").upper().split():
+            return "the float8 tiled kernel is written for NVIDIA's float8 MMA"
+        capability = _capability(device.capability)
+        if capability is None or capability < MIN_TILED_CAPABILITY:
+            return (f"float8 MMA needs compute capability >= 8.9, the device has "
+                    f"{device.capability or 'an unknown one'}")
+        return None
+
+    def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        params = super().full_params(problem, config)
+        params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0
+        params["SCALE"] = problem.scale
+        params["OUT_DTYPE"] = problem.result_dtype
+        params["FAST_ACCUM"] = problem.fast_accum
+        return params
+
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+        context = self.render_context(problem, params)
+        context.update(SCALE=params["SCALE"], HAS_BIAS=bool(problem.bias), EVEN_K=params["EVEN_K"],
+                       FAST_ACCUM=bool(params["FAST_ACCUM"]))
+        return self.finish(jinja_template(self.template_file).render(**context))
+
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+        kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
+        m, n, k = problem.m, problem.n, problem.k
+        grid = (output_tiles(problem, params),)
+        rowwise = problem.scale == "row"
+
+        def arguments(ops: Operands) -> tuple:
+            a, b, c = ops.a, ops.b, ops.out
+            if a.stride(1) != 1 or b.stride(0) != 1 or c.stride(1) != 1:
+                raise ValueError("this kernel takes A row-major, B column-major and a row-major output")
+            bias = ops.bias if ops.bias is not None else c  # no bias: never read
+            if ops.bias is not None and ops.bias.stride(0) != 1:
+                raise ValueError("the bias must be contiguous for this kernel")
+            sa, sb = ops.scale_a, ops.scale_b
+            strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
+            return (a, b, c, bias, sa, sb, m, n, k, a.stride(0), b.stride(1), c.stride(0), *strides)
+
+        return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
+
+
 register_template(TritonScaledMMTemplate(UID, ("scaled_mm",)))
+register_template(TritonScaledMMTiledTemplate(TILED_UID, ("scaled_mm",)))
