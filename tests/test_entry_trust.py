@@ -5,6 +5,7 @@ import` refuses it, and its strings are printed escaped."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 import warnings
 from pathlib import Path
@@ -340,3 +341,63 @@ def test_cached_winner_line_of_a_tune_is_escaped():
     text = console.export_text()
     assert_escaped(text)
     assert "[bold]c[/bold]" in text
+
+
+# -- the kernels folder ------------------------------------------------------------------------
+
+def kernel_source(k: int = 32) -> tuple[str, Path]:
+    from autotune_cli.templates.triton_base import load_kernels  # noqa: F401  (the module loads)
+
+    template = get_template("triton::mm")
+    problem = make_problem(m=32, n=32, k=k, dtype="float32", device="cpu")
+    return template.render(problem, template.full_params(problem, TILE)), problem
+
+
+def kernel_path(kernel_dir: Path, source: str) -> Path:
+    import hashlib
+
+    return kernel_dir / f"autotune_kernel_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
+
+
+def test_a_planted_pyc_beside_the_kernel_file_is_never_run(tmp_path):
+    """The kernel's module runs the text rendered here: a .pyc that Python's import would
+    take for the file's (same size and mtime) is not loaded."""
+    import importlib.util
+    import os
+    import py_compile
+
+    from autotune_cli.templates.triton_base import load_kernels
+
+    source, _ = kernel_source(k=48)
+    kernel_dir = tmp_path / "kernels"
+    kernel_dir.mkdir()
+    path = kernel_path(kernel_dir, source)
+    path.write_text(source)
+    marker = tmp_path / "payload-ran"
+    evil = f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n"
+    evil += "#" * (len(source.encode()) - len(evil.encode()) - 1) + "\n"
+    planted = tmp_path / "evil.py"
+    planted.write_text(evil)
+    os.utime(planted, (1_700_000_000, 1_700_000_000))
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    py_compile.compile(str(planted), cfile=importlib.util.cache_from_source(str(path)), doraise=True)
+    (kernel,) = load_kernels(source, str(kernel_dir), count=1)
+    assert not marker.exists() and kernel.fn.__name__.startswith("mm_")
+
+
+def test_a_fifo_in_place_of_a_kernel_file_is_replaced_not_waited_on(tmp_path):
+    import os
+
+    from autotune_cli.templates.triton_base import load_kernels
+
+    source, _ = kernel_source(k=64)
+    kernel_dir = tmp_path / "kernels"
+    kernel_dir.mkdir()
+    path = kernel_path(kernel_dir, source)
+    os.mkfifo(path)
+    loaded = []  # in a thread: a regression would block on the FIFO for ever
+    worker = threading.Thread(target=lambda: loaded.extend(load_kernels(source, str(kernel_dir), count=1)),
+                              daemon=True)
+    worker.start()
+    worker.join(120)
+    assert len(loaded) == 1 and path.is_file() and path.read_text() == source

@@ -8,10 +8,11 @@ the params it alone derives in `extra_params`, and passes its own variables to `
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import os
 import sys
 import tempfile
+import types
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -68,15 +69,30 @@ def load_kernel(source: str, kernel_dir: str):
     return kernel
 
 
+def _holds(path: Path, source: str) -> bool:
+    """Whether `path` is a regular file holding exactly `source` (a FIFO or a device put in
+    its place is not read, nor more bytes than the source has)."""
+    from ..cache import read_regular_file
+
+    expected = source.encode()
+    try:
+        return read_regular_file(path, limit=len(expected)) == expected
+    except OSError:
+        return False
+
+
 def load_kernels(source: str, kernel_dir: str, count: int) -> list:
-    """Write rendered source to a file (Triton reads a kernel's source from its file), import
-    it once per process, and return its @triton.jit functions in the order they are defined."""
+    """Write rendered source to a file (Triton reads a kernel's source from its file), run
+    it as a module once per process, and return its @triton.jit functions in the order they
+    are defined. The module runs the text rendered here, never what the file or a .pyc beside
+    it holds (the kernels folder may be shared, and written between our write and our read),
+    and linecache is pinned to that text, which is what Triton reads the functions from."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     module_name = f"autotune_kernel_{digest}"
     directory = Path(kernel_dir)
     path = directory / f"{module_name}.py"
     if path not in _WRITTEN:  # each file checked once per process, kept where the user can read it
-        if not path.exists() or path.read_text() != source:
+        if not _holds(path, source):
             directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
             with os.fdopen(fd, "w") as handle:
@@ -85,11 +101,13 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
         _WRITTEN.add(path)
     module = sys.modules.get(module_name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
+        filename = str(path)
+        module = types.ModuleType(module_name)
+        module.__file__ = filename
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
+            exec(compile(source, filename, "exec"), module.__dict__)
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
