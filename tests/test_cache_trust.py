@@ -99,6 +99,12 @@ def test_deeply_nested_import_is_one_line_exit_2(cli, tmp_path):
     assert not (tmp_path / "cache" / CACHE_FILE).exists()
 
 
+def test_depth_limit_is_exact():
+    assert not cache_module._too_deep({"a": nested(cache_module.MAX_DEPTH - 2)})  # the dict and 63 lists
+    assert cache_module._too_deep({"a": nested(cache_module.MAX_DEPTH - 1)})
+    assert not cache_module._too_deep({}) and not cache_module._too_deep({"a": 1})
+
+
 def test_deeply_nested_cache_file_is_moved_aside(tmp_path):
     folder = tmp_path / "cache"
     entry = make_entry()
