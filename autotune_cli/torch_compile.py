@@ -18,7 +18,8 @@ and each op is one a compiler keeps in its graph:
   * any other winner (cuBLAS on padded copies, split-K's two kernels, the persistent TMA
     kernel, and under Triton's interpreter every Triton winner, which wrap_triton cannot
     trace) becomes `autotune::gemm`, an opaque custom op with a fake implementation that
-    runs the same function `autotune_cli.mm` runs in eager code;
+    runs the winner's kernel as `autotune_cli.mm` does in eager code (its buffers made at
+    compile time, so that CUDA graphs of the compiled model can be captured);
   * an aten winner stays torch's op (Inductor's ATen choice is that same cuBLAS call),
     except under max-autotune, where Inductor would tune it again: there it is pinned
     through `autotune::gemm` too.
@@ -300,12 +301,38 @@ class routing_backend:
         if built is None and not pin_aten:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it
+        if built is not None and not triton_ok:
+            call = self._stateful_call(info, built, a, b, bias)
         route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
         with _LOCK:
             _ROUTES.append(route)
             index = len(_ROUTES) - 1
         self.routes.append(info)
         return (ops["triton_gemm"] if triton_ok else ops["gemm"]), index
+
+
+    def _stateful_call(self, info: Dispatch, built: Built, a, b, bias) -> Callable:
+        """The eager call of `built`'s one kernel (not one per stream, as eager code gets),
+        run once here on zeros: what the kernel keeps (padded copies, a split-K workspace)
+        is allocated now, outside any CUDA graph pool, and a graph captured later (Inductor's
+        cudagraphs) uses it in place. The compiled graph orders its calls on its stream, so
+        one set of buffers serves it; two threads running one compiled model at once on two
+        streams would share them."""
+        import torch
+
+        from .api import _kernel_call
+
+        t = self.dispatcher._torch()
+        device = a.device
+        call = _kernel_call(info.op, built.problem, built.how, built.kernel, built.pitch, t.ops[info.op], t, device)
+        real = [None if x is None else
+                torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
+                for x in (a, b, bias)]
+        if bias is None:
+            call(real[0], real[1])
+        else:
+            call(real[2], real[0], real[1])
+        return call
 
 
 def _contiguous(shape) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
 """What an eager call of `autotune_cli.mm` costs beside `torch.mm`, for each kind of winner.
 
-Each kind is a problem tuned with one template selection into a temporary cache, so that
+Each kind is a problem tuned with one template selection into a temporary cache of its own
+(a `Dispatcher` on it, which is what `autotune_cli.mm` is on the default cache), so that
 its winner is of that kind: aten (the winner is torch.mm itself: the difference is the
 API's dispatch), one Triton kernel (triton::mm), padded copies + cuBLAS (aten::mm_aligned),
 padded copies + a Triton kernel (triton::mm_padded); `odd` is 3000x1000x777 fp16, where the
@@ -52,14 +53,18 @@ def loop(fn, a, b, calls: int, sync) -> tuple[float, float]:
 
 
 def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) -> dict:
+    """Tune `kind`'s problem into a cache of its own (kinds that share a problem would
+    otherwise see each other's winners) and time both sides."""
     import torch
 
-    import autotune_cli
+    from autotune_cli.api import Dispatcher
     from autotune_cli.problem import make_problem
     from autotune_cli.settings import TuneSettings
     from autotune_cli.tuner import Tuner
 
     fields, templates, uid = KINDS[kind]
+    cache_dir = cache_dir / kind
+    api = Dispatcher(cache_dir)
     problem = make_problem(**fields, device=device)
     settings = TuneSettings(device=device, templates=templates, cache_dir=cache_dir, workers=1)
     tuned = time.perf_counter()
@@ -75,15 +80,15 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) ->
     b = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     started = time.perf_counter()
-    first = autotune_cli.mm(a, b)  # plans: reads the cache, fingerprints, builds
+    first = api.mm(a, b)  # plans: reads the cache, fingerprints, builds
     sync()
     first_ms = (time.perf_counter() - started) * 1e3
-    info = autotune_cli.dispatch_info(a, b)
+    info = api.dispatch_info(a, b)
     assert info.uid == uid and not info.fallback, info
     want = a.double() @ b.double()
     error = ((first.double() - want).abs().max() / want.abs().max()).item()
 
-    sides = {"autotune_cli.mm": autotune_cli.mm, "torch.mm": torch.mm}
+    sides = {"autotune_cli.mm": api.mm, "torch.mm": torch.mm}
     for fn in sides.values():
         loop(fn, a, b, max(calls // 5, 10), sync)  # warm: allocator, launch paths
     results: dict[str, dict[str, list[float]]] = {name: {"cpu_us": [], "wall_us": []} for name in sides}
@@ -118,7 +123,6 @@ def main() -> None:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cache_dir = Path(tempfile.mkdtemp(prefix="autotune-api-overhead-"))
-    os.environ["AUTOTUNE_CACHE_DIR"] = str(cache_dir)  # before the API's first plan
 
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"on {name}, torch {torch.__version__}: {args.calls} calls x {args.rounds} rounds, median round")

@@ -9,10 +9,12 @@ then the forward time of
   (a) eager       the model as it is;
   (b) winners     eager, each Linear through autotune_cli.linear (the cached winners);
   (c) inductor    torch.compile(mode="max-autotune"): Inductor's own GEMM tuning;
-  (d) ours        autotune_cli.compile(mode="reduce-overhead"): the winners in Inductor's
-                  graph, no GEMM tuning of Inductor's (both (c) and (d) replay CUDA graphs);
+  (d) ours        autotune_cli.compile(model): the winners in Inductor's graph, no GEMM
+                  tuning of Inductor's, no CUDA graphs;
+  (e) ours+graphs autotune_cli.compile(mode="reduce-overhead"): (d) replayed as CUDA graphs,
+                  as (c) is (GPU only; an error there is recorded, not fatal);
 
-with the compile time of (c) and (d) (the first call, Inductor's caches off). One method for
+with the compile time of (c), (d) and (e) (the first call, Inductor's caches off). One method for
 every path: per forward, the L2 flushed (256 MB zeroed), a device sync, CUDA events around
 the one call, so that what the CPU spends launching counts as it does in eager code; the
 median of `--reps`. Each path's output is checked against the model in float64 (relative
@@ -208,21 +210,31 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
         inductor = torch.compile(copy.deepcopy(model), mode="max-autotune" if graphs else "max-autotune-no-cudagraphs")
         compile_c, out_c = first_call(inductor, x, device)
         routes: list = []
-        ours = autotune_cli.compile(copy.deepcopy(model), mode="reduce-overhead" if graphs else None, routes=routes)
+        torch._dynamo.reset()
+        ours = autotune_cli.compile(copy.deepcopy(model), routes=routes)
         compile_d, out_d = first_call(ours, x, device)
 
         outputs = {"a_eager": eager(x), "b_winners": winners(x), "c_inductor": out_c, "d_ours": out_d}
         fns = {"a_eager": eager, "b_winners": winners, "c_inductor": inductor, "d_ours": ours}
+        compiles = {"c_inductor": compile_c, "d_ours": compile_d}
+        if graphs:
+            try:
+                replayed = autotune_cli.compile(copy.deepcopy(model), mode="reduce-overhead")
+                compiles["e_ours_graphs"], outputs["e_ours_graphs"] = first_call(replayed, x, device)
+                fns["e_ours_graphs"] = replayed
+            except Exception as exc:  # recorded: the other paths' figures stand
+                paths["e_ours_graphs"] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}", "forward_ms": float("nan"),
+                                          "error": float("nan")}
         for name, fn in fns.items():
             paths[name] = {"forward_ms": timer(fn, x, args.reps), "error": error(outputs[name], want)}
-        paths["c_inductor"]["compile_s"] = compile_c
-        paths["d_ours"]["compile_s"] = compile_d
+        for name, seconds in compiles.items():
+            paths[name]["compile_s"] = seconds
         if device == "cuda":
             for name, fn in fns.items():
                 paths[name]["kernels_us"] = top_kernels(fn, x)
     tolerance = NORM_TOLERANCE["bfloat16"]
     for row in paths.values():
-        row["ok"] = row["error"] <= tolerance
+        row["ok"] = row["error"] <= tolerance or "failed" in row
     b_routes = []
     a2 = x.reshape(tokens, sizes["width"])
     for name in ("qkv", "proj", "fc1", "fc2", "head"):
@@ -281,10 +293,11 @@ def main() -> None:
         results.append(row)
         print(f"\n{t} tokens on {name}, torch {torch.__version__}; tune {row['tune_s']:.1f} s "
               f"(autotune model); error tolerance {row['tolerance']}")
-        print(f"  {'path':12} {'forward ms':>11} {'compile s':>10} {'rel error':>10}  ok")
+        print(f"  {'path':14} {'forward ms':>11} {'compile s':>10} {'rel error':>10}  ok")
         for path, r in row["paths"].items():
             comp = f"{r['compile_s']:10.1f}" if "compile_s" in r else " " * 10
-            print(f"  {path:12} {r['forward_ms']:11.4f} {comp} {r['error']:10.2e}  {r['ok']}")
+            print(f"  {path:14} {r['forward_ms']:11.4f} {comp} {r['error']:10.2e}  {r['ok']}"
+                  + (f"  FAILED {r['failed']}" if "failed" in r else ""))
         print("  (b) ran: " + "; ".join(row["b_winners_run"]))
         print("  (d) routed: " + ("; ".join(row["d_routes"]) or "nothing"))
         for path, r in row["paths"].items():
@@ -297,7 +310,7 @@ def main() -> None:
         "method": "per forward: L2 flushed (256 MB zeroed), device sync, CUDA events around one call; median",
         "command": " ".join([sys.executable, *sys.argv]),
     }, indent=1, default=str))
-    if not all(r["ok"] for row in results for r in row["paths"].values()):
+    if not all(r["ok"] for row in results for r in row["paths"].values() if "failed" not in r):
         raise SystemExit("some path's output is outside the tolerance")
 
 
