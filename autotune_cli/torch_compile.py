@@ -56,7 +56,10 @@ class _Route:
     parts: tuple | None
 
 
-_ROUTES: list[_Route] = []  # an op's `route` argument indexes this list; entries are never removed
+# An op's `route` argument names an entry here. The name is a hash of what the route runs
+# (entry, winner, params, output strides, which op): Inductor caches compiled graphs on disk,
+# keyed by their text, so a name must never stand for another route in another process.
+_ROUTES: dict[str, _Route] = {}
 _LOCK = threading.Lock()
 _OPS: dict[str, Any] = {}
 
@@ -89,7 +92,7 @@ def _register_ops() -> dict[str, Any]:
         from torch.library import custom_op
 
         @custom_op("autotune::gemm", mutates_args=())
-        def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: int) -> torch.Tensor:
+        def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: str) -> torch.Tensor:
             call = _ROUTES[route].call
             return call(a, b) if bias is None else call(bias, a, b)
 
@@ -106,7 +109,7 @@ def _register_ops() -> dict[str, Any]:
 
             @triton_op("autotune::triton_gemm", mutates_args={})
             def triton_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                            route: int) -> torch.Tensor:
+                            route: str) -> torch.Tensor:
                 r = _ROUTES[route]
                 kernel, grid, arguments, options = r.parts
                 a, b, bias = _operands(r, a, b, bias)
@@ -266,13 +269,13 @@ class routing_backend:
                 route = self._route(a, b, bias, pin_aten)
             if route is None:
                 continue
-            op, index = route
+            op, name = route
             with graph.inserting_before(node):
                 a_node = match.a
                 if match.fold is not None:
                     a_node = graph.call_function(torch.reshape, (a_node, (a.shape[0], a.shape[1])))
                 b_node = graph.call_function(torch.t, (match.b,)) if match.transpose_b else match.b
-                out = graph.call_function(op, (a_node, b_node, match.bias, index))
+                out = graph.call_function(op, (a_node, b_node, match.bias, name))
                 if match.fold is not None:
                     out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[1])))
             node.replace_all_uses_with(out)
@@ -283,7 +286,7 @@ class routing_backend:
             gm.recompile()
 
     def _route(self, a, b, bias, pin_aten: bool):
-        """(op, route index) for this matmul, or None to leave it to the compiler."""
+        """(op, route name) for this matmul, or None to leave it to the compiler."""
         call, info, built = self.dispatcher.route(a, b, bias)
         if info.fallback or info.problem is None:
             return None
@@ -301,14 +304,17 @@ class routing_backend:
         if built is None and not pin_aten:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it
-        if built is not None and not triton_ok:
-            call = self._stateful_call(info, built, a, b, bias)
-        route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
+        name = _route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
         with _LOCK:
-            _ROUTES.append(route)
-            index = len(_ROUTES) - 1
+            known = name in _ROUTES
+        if not known:
+            if built is not None and not triton_ok:
+                call = self._stateful_call(info, built, a, b, bias)
+            route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
+            with _LOCK:
+                _ROUTES.setdefault(name, route)
         self.routes.append(info)
-        return (ops["triton_gemm"] if triton_ok else ops["gemm"]), index
+        return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
 
 
     def _stateful_call(self, info: Dispatch, built: Built, a, b, bias) -> Callable:
@@ -333,6 +339,16 @@ class routing_backend:
         else:
             call(real[2], real[0], real[1])
         return call
+
+
+def _route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:
+    import hashlib
+    import json
+
+    how = (built.how.copy_a, built.how.copy_b, built.how.bias_row) if built is not None else None
+    text = json.dumps([info.op, info.key, info.uid, info.params, info.problem.to_dict(), list(strides), kind, how],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _contiguous(shape) -> tuple[int, ...]:

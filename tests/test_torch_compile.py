@@ -111,6 +111,11 @@ def test_the_graph_calls_our_op_where_a_winner_is_cached(cli, cache_dir, space):
         out, _ = autotune_cli.compile(model, backend=capture, fullgraph=True)(x)
         out2, _ = autotune_cli.compile(model, backend=capture, fullgraph=True)(x + 1)
     assert len(graphs) == 2  # one graph per compile: no break
+    # The route's name is what it runs (Inductor caches graphs on disk by their text): the
+    # same winner gets the same name in both graphs.
+    (first,) = [n.args[3] for n in graphs[0].graph.nodes if "autotune" in str(n.target)]
+    (second,) = [n.args[3] for n in graphs[1].graph.nodes if "autotune" in str(n.target)]
+    assert isinstance(first, str) and first == second
     names = ops_in(graphs[0])
     assert names == ["autotune.gemm.default"]  # fc1 alone: its winner, opaque under the interpreter
     torch.testing.assert_close(out.double(), reference(model, x)[0], rtol=1e-4, atol=1e-4)
@@ -221,6 +226,7 @@ def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
     from autotune_cli import torch_compile
 
     assert [r.uid for r in routes] == ["triton::mm"]
-    assert torch_compile._ROUTES[-1].parts is not None  # the triton_op, not the opaque op
+    route = next(r for r in torch_compile._ROUTES.values() if r.info.key == routes[0].key)
+    assert route.parts is not None  # the triton_op, not the opaque op
     want = x.double() @ lin.weight.double().t() + lin.bias.double()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
