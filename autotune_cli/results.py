@@ -72,24 +72,18 @@ def params_str(params: dict[str, Any]) -> str:
 
 
 # How much faster than the vendor library (the best plain cuBLAS candidate) another candidate
-# must be to win. Timings of one kernel moved by 2-3% between measurements on the H200 (the
-# suite's side-by-side timed aten::mm 2.6% off torch.mm, the same cuBLAS call), so a smaller
-# lead is a tie, and a tie goes to cuBLAS: it needs no JIT and holds no kernel or buffer of
-# ours (aten::mm_aligned, which runs our copy and keeps buffers, is not one of them). On the
-# suite's prefill up-projection a triton::mm ahead by 0.9% in tuning ran 5% behind torch.mm.
-# 3%, not 2%: in the suite's runs on the H200, leads of 2.5% (persistent TMA, prefill up,
-# 2026-11-30) and 2.8% (persistent TMA, square fp16) in the tune came out 2.2% and 2.9%
-# behind torch.mm side by side, while the real wins led by 3.6% (decode 16x4096x14336, 1.036
-# after) and more.
+# must be to win. Timings of one kernel move by 2-3% between measurements on the H200, so a
+# smaller lead is a tie, and a tie goes to cuBLAS: it needs no JIT and holds no kernel or
+# buffer of ours (aten::mm_aligned, which runs our copy and keeps buffers, is not one of
+# them). 3%, not 2%: leads of 2.5-2.8% in a tune came out 2-3% behind torch.mm side by side,
+# while real wins led by 3.6% and more (bench/gpu_llm_suite.py times the picks).
 VENDOR_MARGIN = 0.03
 # A lead over cuBLAS measured in the confirmation (both timed in the same sustained passes of
 # alternating order, search/base.confirm_against_vendor) needs only this much: the short
-# bursts' misreads above are what that confirmation removes. On the H200 (2026-11-30,
-# focus_call24.sh) decode 8x14336x4096 bf16 went to cuBLAS on a 2.5% lead of
-# triton::mm_swap_ab in the tune, which led torch.mm by 8% side by side in the run before, and
-# Inductor's pick beat ours by 2.3%. 2%: side by side, in sustained passes, the same cuBLAS
-# call read 1.9% apart in that run (square fp16, aten::mm against torch.mm), so a smaller
-# lead may be noise. (The run after, with 1.5%, picked swap-AB there: 1.026x torch.mm.)
+# bursts' misreads above are what that confirmation removes, and with 3% there real wins
+# (decode 8x14336x4096 bf16, triton::mm_swap_ab) went to cuBLAS. 2%: side by side, in
+# sustained passes, the same cuBLAS call read up to 1.9% apart, so a smaller lead may be
+# noise.
 CONFIRMED_MARGIN = 0.02
 VENDOR_UIDS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm")
 

@@ -10,7 +10,7 @@ PYTHONPATH=. python3 bench/fp8_suite.py [--shapes 2048x4096x4096,8192x8192x8192]
 
 --fast-accum tunes and times the use_fast_accum=True call instead (torch's default is False).
 
-Targets (issue): geomean >= 1.10x torch._scaled_mm; no case slower than the better of
+Targets: geomean >= 1.10x torch._scaled_mm; no case slower than the better of
 torch._scaled_mm and Inductor beyond 2%; 8192^3 rowwise >= 1300 TFLOP/s.
 """
 

@@ -1,4 +1,4 @@
-"""End to end: a GPT-2-sized block, tuned by `autotune model`, run four ways.
+"""End to end: a GPT-2-sized block, tuned by `autotune model`, run five ways.
 
 The model: LayerNorm, qkv Linear (768 -> 2304, bias), causal attention (SDPA, not a GEMM),
 proj Linear (768 -> 768, bias), LayerNorm, fc1 (768 -> 3072, bias), GELU, fc2 (3072 -> 768,

@@ -1,4 +1,4 @@
-"""Issue 7's templates: triton::mm_persistent_tma and triton::mm_splitk.
+"""The templates triton::mm_persistent_tma and triton::mm_splitk.
 
 Both kernels run for real under Triton's interpreter (which runs tensor descriptors since
 Triton 3.4) against a float64 reference, on every layout, for mm and addmm; their fallbacks

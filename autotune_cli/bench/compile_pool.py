@@ -9,10 +9,8 @@ once. The binary lands in Triton's cache, where every timing process finds it. W
 ever too coarse, the timing process would compile what it misses itself: slower, never
 wrong. A kernel that several devices wait for is compiled before those only one waits for
 (`_shared` ahead of `_queue`, each first come first served): problems that differ only in
-size share their binaries, and on a 2-GPU host the second device's first problem waited for
-its kernels behind the first device's whole list (bench/gpu_multi.py, 2026-11-30: its first
-problem, 37 candidates timed in 1.0 s, ended at 5.8 s, after the 62 compiles the first
-device's problem asked for first, 2.3-4.1 s).
+size share their binaries, and otherwise a second device's first problem would wait for its
+kernels behind the first device's whole list.
 
 Each request's answer comes through a callback, called from the pool's own thread, with a
 payload: {"ok": True, "compile_s", "sent_at", "done_at"} (perf_counter times of the compile

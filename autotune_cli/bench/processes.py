@@ -234,8 +234,7 @@ def prestart_workers(device_type: str) -> None:
     """Start the forkserver now, so that its imports of torch and triton run beside the
     caller's own (the CLI calls this before it imports torch) rather than after them. (The
     CUDA driver is not brought up beside them: on the H200 host cuInit takes 0.43 s alone,
-    and done on a thread beside torch's import it slowed that import by as much:
-    bench/startup_trace.py.)"""
+    and done on a thread beside torch's import it slowed that import by as much.)"""
     worker_context(None, device_type)
 
 

@@ -79,16 +79,14 @@ def _clone_operands(ops):
 class ClockWarmer:
     """Brings the GPU's clocks up before a measurement that follows idle time.
 
-    An idle H200 sits at 345 MHz and is at 1980 MHz after work (KINDS.md, read with
-    nvidia-smi): a kernel timed straight after a pause is timed partly on the way up. That
+    An idle H200 sits at 345 MHz and is at 1980 MHz after work (nvidia-smi): a kernel
+    timed straight after a pause is timed partly on the way up. That
     happens to the first candidate of each problem (often aten::mm, timed while the Triton
     candidates still compile) and to any candidate after a compile stall, and not to those
     timed back to back; a tune on the H200 read a ~0.3 ms cuBLAS call 4-9% slower than the
-    same call timed afterwards beside torch.mm (bench/focus_call6.sh), enough to flip a pick.
+    same call timed afterwards beside torch.mm, enough to flip a pick.
     So where the GPU has been idle `idle_s` or longer, the runnable is launched for about
-    `warm_ms` first, as triton.testing.do_bench warms up for 25 ms before every measurement.
-    (Not measured apart from the rest: the H200 runs of 2026-11-30's second session had it,
-    and their tunes no longer read cuBLAS slow against the side-by-side; README.)"""
+    `warm_ms` first, as triton.testing.do_bench warms up for 25 ms before every measurement."""
 
     MAX_LAUNCHES = 5000
 
@@ -121,10 +119,9 @@ class CudaTimer:
     before the start event; median of the runs. The wait is there so that the time between
     the events is the GPU's: a runnable whose host side is slow to launch (a Triton launch
     from Python is tens of µs, more with the host's cores busy compiling) would otherwise
-    leave the GPU idle after the start event and be charged for it. On the H200, with GPU tests
-    compiling beside it, lm_head's aten::mm_aligned (a Triton row copy, then cuBLAS) took
-    0.40 ms where the same two kernels launched from a bare lambda took 0.32
-    (bench/lm_head_probe.py, events without this wait).
+    leave the GPU idle after the start event and be charged for it. On the H200, with the host's
+    cores busy, events without this wait charged lm_head's aten::mm_aligned (a Triton row
+    copy, then cuBLAS) 0.40 ms where the same two kernels took 0.32.
     graph: for tiny problems, one CUDA graph holds launches over several copies of the
     operands, together larger than the L2 (so each launch finds its data cold, as a
     flush would leave it), and the graph's time over the number of launches is one

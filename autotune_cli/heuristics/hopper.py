@@ -1,4 +1,4 @@
-"""Heuristics for the templates of issue 7: triton::mm_persistent_tma and triton::mm_splitk.
+"""Heuristics for triton::mm_persistent_tma and triton::mm_splitk.
 
 Persistent TMA: every mm/addmm gets the shipped list (scaled down to small problems); whether
 the device, the Triton and the strides allow TMA is the template's `unavailable_reason`,

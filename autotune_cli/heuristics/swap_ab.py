@@ -8,8 +8,8 @@ tile); BLOCK_N {64, 128} x BLOCK_K {64, 128, 256} x stages {3, 4, 5, 6} x warps 
 all. The shared-memory prune stage (choices.py) drops those whose pipelined tiles,
 (BLOCK_N + BLOCK_M) * BLOCK_K * dtype size * stages, do not fit the device's block.
   - default search: the shipped list, configs/triton_mm_swap_ab_cuda.json, 8 configs led by
-    bench/decode_variants.py's two H200 bests (BN64 BK256 s5 w4, BN128 BK64 s5 w4) and then
-    their neighbours. The default search times every choice it is given, and a decode
+    the two fastest on the H200's decode shapes (BN64 BK256 s5 w4, BN128 BK64 s5 w4) and
+    then their neighbours. The default search times every choice it is given, and a decode
     problem already gets triton::mm's and split-K's lists: a short list, not the product.
   - exhaustive search: that list first, then the rest of the product. The search's tile
     model ranks them with every other template's configs; on decode shapes it puts most of

@@ -75,9 +75,8 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     The re-time is `settings.retime_passes` passes over the contenders, the order reversed
     every other pass (A, B, C, then C, B, A, ...), each contender's time the median of its
     passes: a GPU's clocks drift over a tune (power, heat, the other work on the host), and
-    one pass in one order gave that drift to whoever came last. In a single pass on the
-    H200 (2026-11-30) cuBLAS read 6% and 11% slower than side by side on two compute-bound
-    problems, and a persistent TMA kernel won both, 1.1% and 3.4% slower side by side."""
+    one pass in one order gave that drift to whoever came last, enough to pick a kernel
+    slower than cuBLAS side by side."""
     ok = [(c, r) for c, r in pairs if r.ok]
     if not ok or ctx.out_of_time():
         return pairs
@@ -110,11 +109,10 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
     VENDOR_MARGIN); while the pick is not a confirmed kernel, unconfirmed kernels that lead by
     that much (a third one, which led cuBLAS but trailed the two) are confirmed in turn, up to
     CONFIRM_ROUNDS rounds. Why: a tune's short bursts read
-    large compute-bound GEMMs several per cent apart from tune to tune: on the H200
-    (2026-11-30, bench/cublas_tune_vs_side.py) torch.mm's call on 2048x14336x4096 bf16 read
-    0.3095-0.3332 ms in four tunes against 0.330-0.334 side by side, and the suite's tunes
-    picked Triton kernels that led cuBLAS by 3.1-7.6% in the tune and were 2-5% slower side
-    by side. Fewer than 2 passes turn the confirmation off (drift cancels over pairs)."""
+    large compute-bound GEMMs several per cent apart from tune to tune (up to 7% on the
+    H200), enough to pick a kernel slower than cuBLAS side by side (bench/gpu_llm_suite.py
+    times the picks beside torch.mm). Fewer than 2 passes turn the confirmation off
+    (drift cancels over pairs)."""
     count = ctx.settings.confirm_passes
     if count < 2:
         return pairs

@@ -15,11 +15,10 @@ at 16 bytes) and cuBLAS writes into it directly. Configs:
               extra columns of the output land in its row padding, extra rows in a
               buffer copied out): every size aligned.
   PAD_BYTES   what the padded sizes are rounded up to: 16 (the least cuBLAS needs), 128 or
-              512. The width is not only alignment: on lm_head (2048x50257x768 fp16, H200,
-              bench/lm_head_pitch.py, 2026-11-30) the same cuBLAS kernel ran 238-241 us on
-              N = pitch = 50264 and 221-226 on 50272 or 50304 (a multiple of 128 columns, no
-              partial tile), 221 on 50432 (another kernel); the copy took 43-44 us at each.
-              Which width a problem and a GPU run best is the benchmark's to say.
+              512. The width is not only alignment: on lm_head (2048x50257x768 fp16, H200)
+              cuBLAS ran ~7% faster with a pitch of 50304 (whole 128-column tiles) than
+              of 50264, for the same copy. Which width a problem and a GPU run best is
+              the tune's to say.
 
 The copies are part of every call, so they are timed with it; whether it pays is for the
 benchmark to say. Offered only where some leading dimension is misaligned.

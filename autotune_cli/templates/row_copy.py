@@ -2,48 +2,28 @@
 
 The alignment templates (aten::mm_aligned, triton::mm_padded) copy an operand whose row
 pitch is off (B of lm_head: 768 rows of 50257 fp16) into zeroed storage with aligned rows.
-torch's `copy_` into such a view takes its strided element-wise path: 0.100 ms for that
-77 MB B on an H200 (bench/lm_head_probe.py), a third of the whole product, where Inductor's
-generated pad kernel (a Triton pointwise kernel, as here) leaves the product at 0.304 ms in
-all. Three forms here: by row (`_copy_rows`: each program one block of one row, loads and
-stores masked at the row's true length, so the padding is not written), flat over whole
-padded rows (`_copy_flat`, the padding written as zeros, where the caller owns it), and one
-contiguous run (`_copy_run`, where both sides' rows are exactly `cols` apart).
+torch's `copy_` into such a view takes its strided element-wise path, about twice as slow; a
+Triton copy matches Inductor's generated pad kernel, and both products then run the same
+cuBLAS kernel. Three forms:
 
-Walking the source as one flat array, for 16-byte loads, lost on lm_head's B (0.096 ms
-against 0.086 by events, bench/lm_head_probe.py; 49.8-115.4 us against 44.2 by the profiler,
-bench/lm_head_copy_blocks.py). An earlier flat form over the padded buffer with its sizes as
-runtime values lost too (0.091 against 0.068); `_copy_flat`, with them as compile-time
-constants, does not (below).
+  by row    `_copy_rows`: each program one block of one row, loads and stores masked at the
+            row's true length, so the padding is not written; programs numbered in row
+            order (faster than column block by column block; block size and warps matter
+            little).
+  flat      `_copy_flat`, where the caller owns the padding (`owns_padding`): the padded
+            destination walked as one flat run, padding written as zeros (as Inductor's
+            pad kernel writes it), its row length and pitch compile-time constants. Rows
+            narrower than a block (odd's 777) leave no lanes idle; as runtime values the
+            sizes made it slower than by row.
+  run       `_copy_run`, where source and destination rows are both exactly `cols` apart:
+            one contiguous run each, offsets from 16-byte aligned bases, so loads and stores
+            are vectorized. (A pitch such as 3000 is not known to Triton to be a multiple of
+            8, so by row no load or store is.)
 
-Destination rows a multiple of 16 elements apart (50272 rather than 50264), so that Triton
-knows each row starts 16-byte aligned, made this row copy slower, not faster: 0.185 ms
-against 0.070 (bench/lm_head_probe.py, H200). The flat form below copies at 43.5-44.5 us into
-rows of 50264, 50272, 50304 or 50432 alike (bench/lm_head_pitch.py, 2026-11-30), and there the
-wider rows made cuBLAS faster: aten::mm_aligned's PAD_BYTES chooses the width.
-
-By torch.profiler (bench/lm_head_kernels.py and bench/inductor_kernels.py, H200, 2026-11-30)
-this kernel copies lm_head's B in 0.044 ms, Inductor's generated pad kernel in 0.043, and both
-products then run the same cuBLAS kernel (nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NNN).
-Programs numbered in row order: 44.2 us against 47.1-47.3 column block by column block (by
-the profiler, 2026-11-30, `bench/lm_head_copy_order.py`). Blocks of 512-8192 and 4-16 warps
-all took 44.2-48.9 us (`bench/lm_head_copy_blocks.py`).
-
-Where the caller owns the padding (`owns_padding`), rows going into a wider pitch are copied
-by `_copy_flat` instead: the padded destination walked as one flat run, padding included
-(written as zeros, as Inductor's pad kernel writes it), its row length and pitch
-compile-time constants. On lm_head's B (bench/lm_head_flat.py, H200, 2026-11-30) it copied in
-43.4-43.6 us against 44.1-44.5 by row, the product 0.3020-0.3035 ms against 0.3066 (six
-passes each, within their spread; Inductor's 0.2984); the session before, 43.9 against 44.2. On odd (1000x3000x777 fp16, bench/odd_kernels.py,
-H200, 2026-11-30) the row form copied A (777-element rows: one 1024-wide block per row, a
-quarter of its lanes idle) in 3.92-3.96 us, the flat form in 2.55 (Inductor's pad kernel
-2.66-2.81). B there (K padded, its 3000-long rows' pitch unchanged) took 3.96 us by row:
-its rows are 3000 elements apart, a number Triton does not know to be a multiple of 8, so
-each row's start is not known to be 16-byte aligned and no load or store is vectorized; flat,
-with each element's source address computed (no 16-byte loads), it took ~10.5. Where source
-and destination rows are both exactly `cols` apart (B there), the two are one contiguous run
-each and `_copy_run` copies it as such, offsets from 16-byte aligned bases: 16-byte loads and
-stores.
+Measured and not kept: walking the source flat for 16-byte loads (its rows are misaligned),
+and destination rows padded to 16 elements for this copy's sake (slower; the width is
+aten::mm_aligned's PAD_BYTES, chosen for cuBLAS). The lm_head and odd rows of
+bench/gpu_llm_suite.py time the whole products.
 
 Imported only in `build` on CUDA: it imports triton.
 """
@@ -62,9 +42,8 @@ RUN_BLOCK = 2048
 
 @triton.jit
 def _copy_rows(src, dst, cols, src_row, src_col, dst_row, dst_col, BLOCKS, BLOCK: tl.constexpr):
-    # Programs in row order (the blocks of one row, then the next row): by torch.profiler on
-    # lm_head's B this copies in 44.2 us against 47.1-47.3 column block by column block, and
-    # the cuBLAS kernel after it ran no slower (bench/lm_head_copy_order.py, H200).
+    # Programs in row order (the blocks of one row, then the next row): faster than column
+    # block by column block, and the cuBLAS kernel after it runs no slower.
     pid = tl.program_id(0)
     row = (pid // BLOCKS).to(tl.int64)
     offs = ((pid % BLOCKS) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # x strides: past 2**31
