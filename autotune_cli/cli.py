@@ -276,7 +276,7 @@ def mm(
     # A hit is answered from the cache alone: no worker started, torch not imported.
     outcome = cached(settings, problem, reporter)
     if outcome is None:
-        from .bench.processes import prestart_workers
+        from .runner.processes import prestart_workers
         from .tuner import Tuner
 
         prestart_workers(dev)  # the workers' imports run beside the choices being made
@@ -434,7 +434,7 @@ def model(
     # not a saved model, or untrusted TorchScript: said now, before anything starts
     check_model(path, trust_torchscript=trust_torchscript)
     if executor == ExecutorKind.local and not plan_only:
-        from .bench.processes import prestart_workers
+        from .runner.processes import prestart_workers
 
         prestart_workers(likely_device(device))  # their imports run beside ours
     dev = resolve_device(device)
@@ -516,7 +516,7 @@ from . import cli_cache  # noqa: E402,F401
 
 def run() -> None:
     """The `autotune` command: main(), then the forkserver is stopped (it holds the command's
-    stdout and stderr open: bench/processes.stop_forkserver) before the process exits."""
+    stdout and stderr open: runner/processes.stop_forkserver) before the process exits."""
     import signal
 
     def terminate(signum, frame):  # SIGTERM stops the command as Ctrl-C does (errors.Terminated)
@@ -528,7 +528,7 @@ def run() -> None:
     try:
         code = main()
     finally:
-        processes = sys.modules.get("autotune_cli.bench.processes")
+        processes = sys.modules.get("autotune_cli.runner.processes")
         if processes is not None:  # not imported: no worker, no forkserver was started
             processes.stop_forkserver()
     sys.exit(code)

@@ -55,7 +55,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
                                     for item in listed)
     clock.mark("looked_up")
     if missing:
-        from .bench.processes import prestart_workers
+        from .runner.processes import prestart_workers
 
         prestart_workers(settings.device)  # their imports run beside the first choices
     from .tuner import Tuner

@@ -13,7 +13,7 @@ The CUDA runtime torch was built with is read from torch's `version.py` as a fil
 Whenever anything here cannot be had (no libcuda, a driver error, torch built without CUDA,
 an unreadable version file), `read_devices` returns None and the caller asks torch instead.
 Nothing here creates a CUDA context; `cuInit` in this process does not stop the workers,
-which never start by plain fork (bench/processes.worker_context).
+which never start by plain fork (runner/processes.worker_context).
 """
 
 from __future__ import annotations

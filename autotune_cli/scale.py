@@ -4,7 +4,7 @@
 On one host, `MultiDeviceTuner` owns one `Tuner` per device, each with its own
 `LocalExecutor` pinned to that GPU (the worker maps the index into the parent's
 CUDA_VISIBLE_DEVICES); the devices of one GPU model share one compile pool, which builds
-each kernel once for all of them (bench/compile_pool.py). One thread per device
+each kernel once for all of them (runner/compile_pool.py). One thread per device
 takes the next problem from a shared queue (most candidates first: `schedule_order`) and
 tunes it; the work itself runs in the executors' subprocesses. Each device is probed on its
 own, so each result carries the fingerprint of the GPU that measured it: GPUs with
@@ -38,9 +38,9 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from .bench.compile_pool import CompilePool
-from .bench.executor import LocalExecutor, WorkerStartError, default_compile_workers
-from .bench.processes import worker_context
+from .runner.compile_pool import CompilePool
+from .runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
+from .runner.processes import worker_context
 from .errors import UserError
 from .fingerprint import DeviceInfo, cuda_device_count, probe_device
 from .problem import GemmProblem
@@ -190,7 +190,7 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
     """One compile pool per GPU model among `devices`, shared by the devices of that model:
     a kernel that several devices need is compiled once. Its size: `--compile-workers` if
     given, else one device's usual pool per GPU, as far as half the host's cores go. Its
-    processes compile without bringing CUDA up (bench/offline_compile.py), so a larger pool
+    processes compile without bringing CUDA up (runner/offline_compile.py), so a larger pool
     comes up as fast as a small one (on the 2-GPU H200 host 16 finished the first problem's 50
     kernels 3.4-4.4 s into it, 8 in 4.3-5.8 s); when each process brought CUDA up, as it
     still does where the stand-in is refused (see the pool's `offline_modes`), a pool of 16

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import ray
 from ray.exceptions import RayTaskError
 
-from .bench.executor import default_compile_workers
+from .runner.executor import default_compile_workers
 from .cache import Cache
 from .errors import UserError
 from .fingerprint import probe_device

@@ -14,6 +14,22 @@ MAX_WORKERS = 256
 MAX_SEED = 2**32 - 1
 
 
+# AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
+# first candidate (runner/warmup.py), or "0" for not at all.
+WARM_MODES = ("steps", "kernel", "0")
+
+
+def warm_mode(environ=None) -> str:
+    """AUTOTUNE_WARM_TRITON's value (default "steps"); a value it does not know is a UserError
+    (the executor checks it before any worker starts)."""
+    from .errors import UserError
+
+    mode = (os.environ if environ is None else environ).get("AUTOTUNE_WARM_TRITON", "steps")
+    if mode not in WARM_MODES:
+        raise UserError(f"AUTOTUNE_WARM_TRITON must be one of {', '.join(WARM_MODES)}, not {mode!r}")
+    return mode
+
+
 def check_seconds(name: str, value: float) -> None:
     """A duration must be a finite positive number: NaN compares false with every bound, so
     a NaN timeout or budget would never run out."""

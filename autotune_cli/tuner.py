@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from . import __version__
-from .bench.executor import Executor, LocalExecutor
+from .runner.executor import Executor, LocalExecutor
 from .cache import Cache
 from .choices import ChoiceSet, get_choices
 from .errors import Interrupted, Terminated, UserError

@@ -11,8 +11,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from autotune_cli.bench.timing import CudaTimer
-from autotune_cli.bench.verify import check, make_operands, reference
+from autotune_cli.runner.timing import CudaTimer
+from autotune_cli.runner.verify import check, make_operands, reference
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import get_template

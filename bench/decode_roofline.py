@@ -76,7 +76,7 @@ def reader(programs: int, block: int, warps: int):
 def launchable(problem, runs, labels):
     """The runnables that launch at all (a config may want more shared memory than there is),
     with their labels; those that do not are said and left out."""
-    from autotune_cli.bench.verify import make_operands
+    from autotune_cli.runner.verify import make_operands
 
     ops = make_operands(problem, 1, "cuda")
     kept = []

@@ -41,7 +41,7 @@ def main() -> None:
     import torch
     import torch._inductor.config as config
 
-    from autotune_cli.bench.timing import CudaTimer
+    from autotune_cli.runner.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.settings import TuneSettings
@@ -53,7 +53,7 @@ def main() -> None:
     problem = make_problem(m=m, n=n, k=k, dtype=dtype_name, device="cuda", layout=layout,
                            batch=batch if op == "bmm" else None, bias="n" if op == "addmm" else None,
                            allow_tf32=tf32)
-    from autotune_cli.bench.verify import check, make_operands, reference
+    from autotune_cli.runner.verify import check, make_operands, reference
 
     ops = make_operands(problem, 7, "cuda")
     if op == "mm":

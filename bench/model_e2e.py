@@ -189,7 +189,7 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
 
     import autotune_cli
     from autotune_cli import api
-    from autotune_cli.bench.verify import NORM_TOLERANCE
+    from autotune_cli.runner.verify import NORM_TOLERANCE
 
     dtype = torch.bfloat16
     model = make_block(**sizes).to(device=device, dtype=dtype)

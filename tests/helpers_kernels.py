@@ -4,7 +4,7 @@ assert on what comes back (`KernelRun.correct`, `KernelRun.discriminating`)."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune_cli.bench.verify import Check, check, make_operands, poison, reference
+from autotune_cli.runner.verify import Check, check, make_operands, poison, reference
 
 
 @dataclass
@@ -65,8 +65,8 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
     closed). `by_index`: the answers by the case's index instead (several cases of one uid)."""
     import threading
 
-    from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.compile_pool import CompilePool, compile_key
+    from autotune_cli.runner.processes import worker_context
     from autotune_cli.choices import KernelTemplateChoice
     from autotune_cli.templates import get_template
 

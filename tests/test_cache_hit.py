@@ -13,8 +13,8 @@ import json, multiprocessing, multiprocessing.forkserver, sys
 from autotune_cli.cli import main
 rc = main({argv!r})
 print(json.dumps({{"rc": rc,
-    "imported": [m for m in ("torch", "triton", "jinja2", "autotune_cli.bench.processes",
-                             "autotune_cli.bench.executor", "autotune_cli.tuner")
+    "imported": [m for m in ("torch", "triton", "jinja2", "autotune_cli.runner.processes",
+                             "autotune_cli.runner.executor", "autotune_cli.tuner")
                  if m in sys.modules],
     "children": len(multiprocessing.active_children()),
     "forkserver": getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)}}))

@@ -13,7 +13,7 @@ import time
 
 
 from conftest import PLUGINS
-from autotune_cli.bench.executor import LocalExecutor
+from autotune_cli.runner.executor import LocalExecutor
 from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
@@ -178,7 +178,7 @@ def test_interrupted_tune_resumes(cache_dir):
 def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
     """Workers fork from a server started earlier; the environment they run under is the
     caller's at the time they start, not the server's."""
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.processes import worker_context
 
     worker_context(None, "cpu")  # the forkserver is up (started before the mark is set)
     plugin = str(PLUGINS / "envcheck.py")
@@ -197,7 +197,7 @@ def test_workers_see_the_callers_environment_of_now(tmp_path, monkeypatch):
 def test_one_forkserver_serves_one_kind_of_worker(monkeypatch):
     """Triton decorates its library at import, as the interpreter or not: the forkserver
     serves the kind of worker it was started for, and the other kind is spawned."""
-    from autotune_cli.bench import processes
+    from autotune_cli.runner import processes
     from autotune_cli.errors import UserError
 
     monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
@@ -217,7 +217,7 @@ def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     of its kind (not the caller's environment, which may lack TRITON_INTERPRET)."""
     import multiprocessing.forkserver as forkserver
 
-    from autotune_cli.bench import processes
+    from autotune_cli.runner import processes
 
     monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
     if processes.worker_context(None, "cpu").get_start_method() != "forkserver":
@@ -241,7 +241,7 @@ def test_stopping_the_forkserver_ends_it_and_the_next_worker_starts_another(tmp_
     stdout and stderr): the server is gone, and a worker asked for later starts a new one."""
     import multiprocessing.forkserver as forkserver
 
-    from autotune_cli.bench import processes
+    from autotune_cli.runner import processes
 
     monkeypatch.delenv("AUTOTUNE_START_METHOD", raising=False)
     if processes.worker_context(None, "cpu").get_start_method() != "forkserver":
@@ -265,7 +265,7 @@ def test_the_command_stops_the_forkserver_after_main(monkeypatch):
     """`autotune` (cli.run) stops the forkserver once main() is done, also when it raised,
     and exits with main()'s code."""
     from autotune_cli import cli
-    from autotune_cli.bench import processes
+    from autotune_cli.runner import processes
 
     calls = []
     monkeypatch.setattr(processes, "stop_forkserver", lambda: calls.append("stop"))
@@ -290,8 +290,8 @@ def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
     every result."""
     import threading
 
-    from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.compile_pool import CompilePool, compile_key
+    from autotune_cli.runner.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=2, workers=1,
                             templates=("triton::mm",))
@@ -328,8 +328,8 @@ def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
 
 def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
     """A request withdrawn before its compile started is dropped; the others are answered."""
-    from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.compile_pool import CompilePool, compile_key
+    from autotune_cli.runner.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",))
     device = probe_device("cpu")
@@ -359,7 +359,7 @@ def test_compile_keys_follow_the_binary(tmp_path):
     """Problems that differ only in sizes share a compile key (one binary), also for the
     persistent TMA template, whose SM-count constexpr does not depend on the problem; a
     split-K kernel, whose text holds K per split, does not share across K."""
-    from autotune_cli.bench.compile_pool import compile_key
+    from autotune_cli.runner.compile_pool import compile_key
 
     device = probe_device("cpu")
 
@@ -415,8 +415,8 @@ def test_compile_pool_survives_a_worker_that_dies_while_idle(tmp_path):
 def test_a_broken_pool_thread_fails_the_run_instead_of_hanging(tmp_path, monkeypatch):
     """Anything that goes wrong in the pool's thread fails the pool: waiters are told and
     the executor raises WorkerStartError (as for workers that cannot start)."""
-    from autotune_cli.bench.compile_pool import CompilePool
-    from autotune_cli.bench.executor import WorkerStartError
+    from autotune_cli.runner.compile_pool import CompilePool
+    from autotune_cli.runner.executor import WorkerStartError
 
     def broken(self, worker):
         raise RuntimeError("planted")
@@ -434,8 +434,8 @@ def test_a_broken_pool_thread_fails_the_run_instead_of_hanging(tmp_path, monkeyp
 def test_closed_pools_answer_at_once(tmp_path):
     """A shared pool closed under a run answers SKIPPED (tried again another time), never a
     compile error; an executor's own pool, closed with it, is made anew by the next run."""
-    from autotune_cli.bench.compile_pool import CompilePool, compile_key
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.compile_pool import CompilePool, compile_key
+    from autotune_cli.runner.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, compile_workers=1, workers=1,
                             templates=("triton::mm",))
@@ -475,7 +475,7 @@ def test_a_run_cut_short_leaves_nothing_for_the_next(tmp_path):
 
 
 def _pool_answers(pool, choices, seconds=120):
-    from autotune_cli.bench.compile_pool import compile_key
+    from autotune_cli.runner.compile_pool import compile_key
 
     settings = TuneSettings(device="cpu")
     executor = LocalExecutor(probe_device("cpu"), replace(settings, compile_workers=0))
@@ -493,8 +493,8 @@ def _pool_answers(pool, choices, seconds=120):
 def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
     """A process whose start raises is retried with a back-off while the others work; when
     none can start, every waiter is answered 'pool_failed' (nobody hangs)."""
-    from autotune_cli.bench.compile_pool import CompilePool
-    from autotune_cli.bench.processes import WorkerProcess, worker_context
+    from autotune_cli.runner.compile_pool import CompilePool
+    from autotune_cli.runner.processes import WorkerProcess, worker_context
 
     real_start = WorkerProcess.start
     device = probe_device("cpu")
@@ -534,8 +534,8 @@ def test_kernels_several_devices_wait_for_are_compiled_first(tmp_path):
     """Two devices' problems that share binaries: what the second asks for that the first
     asked for too jumps ahead of what only the first waits for (in the order the second
     asked); a third request for a job already ahead leaves the order as it is."""
-    from autotune_cli.bench.compile_pool import CompilePool
-    from autotune_cli.bench.processes import worker_context
+    from autotune_cli.runner.compile_pool import CompilePool
+    from autotune_cli.runner.processes import worker_context
 
     device = probe_device("cpu")
     pool = CompilePool(worker_context(None, "cpu"), [device], 0, (), 60.0, 180.0)  # no process pops

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from autotune_cli.bench.verify import check, empty_operands, make_operands, poison, reference
+from autotune_cli.runner.verify import check, empty_operands, make_operands, poison, reference
 from autotune_cli.errors import UserError
 from autotune_cli.problem import GemmProblem, make_problem
 

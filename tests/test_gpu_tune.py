@@ -42,12 +42,12 @@ def test_cuda_alignment_templates_copy_and_verify(cli, cache_dir, args):
 
 @pytest.mark.gpu
 def test_cuda_timing_process_reuses_the_offline_binaries(tmp_path, monkeypatch):
-    """The compile pool's processes compile without CUDA (bench/offline_compile.py); a
+    """The compile pool's processes compile without CUDA (runner/offline_compile.py); a
     process on the GPU then finds every binary they built in Triton's cache and compiles
     none itself: the cache keys are the same."""
     import torch
 
-    from autotune_cli.bench.verify import make_operands
+    from autotune_cli.runner.verify import make_operands
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import get_template

@@ -1,4 +1,4 @@
-"""The compile pool compiles for a GPU without bringing CUDA up (bench/offline_compile.py).
+"""The compile pool compiles for a GPU without bringing CUDA up (runner/offline_compile.py).
 
 On this GPU-less machine that is the whole proof: the pool's processes build real sm_90
 binaries (Triton's bundled ptxas) for the Triton templates from the device the main process
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.bench.offline_compile import CompileOnlyDriver, install, target_arch
+from autotune_cli.runner.offline_compile import CompileOnlyDriver, install, target_arch
 from autotune_cli.fingerprint import DeviceInfo
 from autotune_cli.problem import make_problem
 from helpers_kernels import POOL_CONFIGS, compile_through_pool

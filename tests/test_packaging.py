@@ -67,7 +67,7 @@ def test_wheel_holds_every_package_and_data_file(wheel):
     wanted = expected_files()
     packages = {str(Path(name).parent) for name in wanted if name.endswith(".py")}
     # the ones whose absence has broken installs, and the data the tuner reads
-    assert {"autotune_cli/search", "autotune_cli/bench", "autotune_cli/templates",
+    assert {"autotune_cli/search", "autotune_cli/runner", "autotune_cli/templates",
             "autotune_cli/heuristics", "autotune_cli/configs"} <= packages
     assert any(n.startswith("autotune_cli/configs/") and n.endswith(".json") for n in wanted)
     assert any(n.startswith("autotune_cli/templates/") and n.endswith(".jinja") for n in wanted)

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
-from autotune_cli.bench.executor import LocalExecutor, WorkerStartError  # noqa: E402
+from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa: E402
 from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402

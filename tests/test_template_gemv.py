@@ -117,7 +117,7 @@ def test_computes_the_product(spec, config, tmp_path):
 def test_the_split_sum_is_deterministic(tmp_path):
     import torch
 
-    from autotune_cli.bench.verify import make_operands
+    from autotune_cli.runner.verify import make_operands
 
     problem = make_problem(m=2, n=24, k=128, dtype="float32", layout="nt", device="cpu")
     template = get_template(GEMV)

@@ -130,7 +130,7 @@ def test_grid_and_warmup_match_the_launch(spec, grid, tmp_path, monkeypatch):
     launches, with the same grid and argument kinds."""
     import torch
 
-    from autotune_cli.bench.verify import make_operands
+    from autotune_cli.runner.verify import make_operands
 
     log = []
     monkeypatch.setattr(swap_module, "load_kernel", lambda source, kernel_dir: _FakeKernel(log))

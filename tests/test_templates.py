@@ -208,7 +208,7 @@ def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
     and takes such views to the right product (the runtime branch the packed case skips)."""
     import torch
 
-    from autotune_cli.bench.verify import check, make_operands, poison, reference
+    from autotune_cli.runner.verify import check, make_operands, poison, reference
     from autotune_cli.templates.base import Operands
 
     problem = make_problem(m=24, n=45, k=40, dtype="float16", layout=layout, device="cpu")
@@ -248,7 +248,7 @@ def test_misaligned_n_is_written_in_place_into_padded_rows(uid, config, case, tm
     the pitch, the storage is the one handed in, no copy of the output is made."""
     import torch
 
-    from autotune_cli.bench.verify import check, make_operands, poison, reference
+    from autotune_cli.runner.verify import check, make_operands, poison, reference
 
     problem = make_problem(device="cpu", **case)
     template = get_template(uid)
@@ -285,7 +285,7 @@ def test_mm_padded_into_a_contiguous_output_stops_at_n(tmp_path):
     over the padded width would spill into the next row."""
     import torch
 
-    from autotune_cli.bench.verify import check, make_operands, poison, reference
+    from autotune_cli.runner.verify import check, make_operands, poison, reference
 
     problem = make_problem(m=32, n=45, k=40, dtype="float16", device="cpu")
     template = get_template("triton::mm_padded")
@@ -303,7 +303,7 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
     """triton::mm asks for no pitch: handed a view of wider rows it leaves the padding alone."""
     import torch
 
-    from autotune_cli.bench.verify import check, make_operands, poison, reference
+    from autotune_cli.runner.verify import check, make_operands, poison, reference
 
     problem = make_problem(m=32, n=45, k=40, dtype="float16", device="cpu")
     template = get_template("triton::mm")

@@ -13,7 +13,7 @@ import ast
 import pytest
 import torch
 
-from autotune_cli.bench.verify import check, make_operands, poison, reference
+from autotune_cli.runner.verify import check, make_operands, poison, reference
 from autotune_cli.choices import get_choices
 from autotune_cli.errors import UserError
 from autotune_cli.fingerprint import DeviceInfo

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from autotune_cli.bench.verify import check, make_operands, poison, reference
+from autotune_cli.runner.verify import check, make_operands, poison, reference
 from autotune_cli.problem import make_problem
 
 

@@ -7,10 +7,10 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from autotune_cli.bench import verify
-from autotune_cli.bench.executor import LocalExecutor
-from autotune_cli.bench.verify import make_operands as fresh_operands  # not counted below
-from autotune_cli.bench.worker import CandidateRunner
+from autotune_cli.runner import verify
+from autotune_cli.runner.executor import LocalExecutor
+from autotune_cli.runner.verify import make_operands as fresh_operands  # not counted below
+from autotune_cli.runner.worker import CandidateRunner
 from autotune_cli.choices import KernelTemplateChoice
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
@@ -174,7 +174,7 @@ def test_the_timing_worker_reuses_inputs_across_the_executors_candidates(tmp_pat
 def test_a_long_error_keeps_what_happened():
     """A CUDA error's name is on its first line and its boilerplate after: the one-line
     reason keeps the first line (it was lost behind the advice before)."""
-    from autotune_cli.bench.worker import _short
+    from autotune_cli.runner.worker import _short
 
     error = RuntimeError("CUDA error: misaligned address\nCUDA kernel errors might be asynchronously "
                          "reported at some other API call.\nFor debugging consider passing "
@@ -185,9 +185,9 @@ def test_a_long_error_keeps_what_happened():
 
 
 def test_clock_warmer_warms_only_after_idle_time():
-    """The timer's warm-up (bench/timing.py ClockWarmer): after idle time, about warm_ms of
+    """The timer's warm-up (runner/timing.py ClockWarmer): after idle time, about warm_ms of
     launches; right after other work, none; its count bounded for tiny kernels."""
-    from autotune_cli.bench.timing import ClockWarmer
+    from autotune_cli.runner.timing import ClockWarmer
 
     now = [0.0]
     launches = []
@@ -206,19 +206,19 @@ def test_clock_warmer_warms_only_after_idle_time():
     pytest.param("cuda", marks=pytest.mark.gpu),
 ])
 def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
-    """The timing process's warm-up (bench/triton_warmup.py): the kernel form runs its kernel
+    """The timing process's warm-up (runner/warmup.py): the kernel form runs its kernel
     and, on a GPU, leaves its binary in Triton's cache as a real candidate's first launch
     would; the compile-free form brings up the driver and the backend there; an unknown mode
     is refused."""
     import torch
 
-    from autotune_cli.bench.triton_warmup import warm, warm_steps
+    from autotune_cli.runner.warmup import warm, warm_steps
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     warm(torch, "kernel", device)
     if device == "cuda":
         assert list((tmp_path / "triton").rglob("*.cubin"))
-        assert "triton key" in warm_steps()  # the 0.37 s of a first launch (triton_warmup.py)
+        assert "triton key" in warm_steps()  # the 0.37 s of a first launch (warmup.py)
     with pytest.raises(ValueError, match="AUTOTUNE_WARM_TRITON"):
         warm(torch, "everything", device)
 
@@ -226,7 +226,7 @@ def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
 def test_a_bad_warm_mode_is_a_user_error():
     """AUTOTUNE_WARM_TRITON is checked where the executor is made, before any worker starts:
     a value it does not know is a one-line error, not a warm-up silently skipped."""
-    from autotune_cli.bench.worker import warm_mode
+    from autotune_cli.settings import warm_mode
     from autotune_cli.errors import UserError
 
     assert warm_mode({}) == "steps"

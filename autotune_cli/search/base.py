@@ -19,7 +19,7 @@ class SearchContext:
     problem: GemmProblem
     device: DeviceInfo
     choices: list[KernelTemplateChoice]
-    executor: object  # bench.executor.Executor
+    executor: object  # runner.executor.Executor
     settings: TuneSettings
     policy: TimingPolicy
     deadline: float | None  # time.monotonic() bound, from --budget
@@ -48,7 +48,7 @@ class SearchContext:
 
 
 # The rounds where another GPU of the same model may lend its idle timing worker
-# (bench/executor.py): the first timing of every candidate (and exhaustive's finalists).
+# (runner/executor.py): the first timing of every candidate (and exhaustive's finalists).
 # After them the re-timing runs on the tuning GPU alone, and takes every lent result within
 # VENDOR_RETIME_WITHIN of the best (retime_contenders), as the confirmation beside cuBLAS does.
 SHARED_ROUNDS = ("screen", "full")

@@ -207,7 +207,7 @@ _assumed_sm_count: int | None = None  # set in a compile process that never brin
 
 
 def assume_sm_count(count: int) -> None:
-    """Build for a GPU with `count` SMs without asking CUDA (bench/offline_compile.py: a
+    """Build for a GPU with `count` SMs without asking CUDA (runner/offline_compile.py: a
     compile process knows the device from the main process's probe)."""
     global _assumed_sm_count
     _assumed_sm_count = count

@@ -1,9 +1,9 @@
 """The executor seam: submit candidates for a problem, receive results.
 
-`LocalExecutor` runs worker processes on this host (bench/processes.py starts them):
+`LocalExecutor` runs worker processes on this host (runner/processes.py starts them):
   - timing workers: one per GPU for `cuda` (or several interpreter workers for `cpu`); each
     builds, verifies and times candidates;
-  - on `cuda`, a compile pool (bench/compile_pool.py; its own, or one shared by the GPUs of
+  - on `cuda`, a compile pool (runner/compile_pool.py; its own, or one shared by the GPUs of
     the host): warm processes that compile Triton candidates ahead of the timing worker
     (without launching anything), so the GPU never waits on a compile that could have
     overlapped; the timing process then loads the binary from Triton's cache. Candidates
@@ -37,7 +37,7 @@ from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from .compile_pool import CompilePool, compile_key
 from .processes import WorkerProcess, stop_all, worker_context
-from .worker import warm_mode
+from ..settings import warm_mode
 
 ResultCallback = Callable[[int, Candidate], None]
 

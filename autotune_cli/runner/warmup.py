@@ -73,12 +73,12 @@ def _triton_key():
 
 
 def warm(torch, mode: str = "steps", device: str = "cuda") -> None:
-    """One of worker.WARM_MODES other than "0" (the worker does not call this for "0")."""
+    """One of settings.WARM_MODES other than "0" (the worker does not call this for "0")."""
     if mode == "kernel":
         warm_kernel(torch, device)
     elif mode == "steps":
         warm_steps()
     else:
-        from .worker import WARM_MODES
+        from ..settings import WARM_MODES
 
         raise ValueError(f"AUTOTUNE_WARM_TRITON: one of {WARM_MODES}, not {mode!r}")

@@ -90,7 +90,7 @@ class CompilePool:
         self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
                                       plugins, "compile") for n in range(count)]
         self.startups: list[float] = []  # seconds to ready, per process start
-        # How its CUDA processes compile, per start: "offline" (no CUDA: bench/offline_compile.py)
+        # How its CUDA processes compile, per start: "offline" (no CUDA: runner/offline_compile.py)
         # or "cuda: <why not offline>".
         self.offline_modes: dict[str, int] = {}
         self.compiled = 0  # kernels built (not answered from `_built`)

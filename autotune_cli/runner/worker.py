@@ -18,8 +18,10 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..settings import warm_mode
+
 # A compile process runs at this niceness: on a host whose cores all compile, the timing
-# process (which launches each timed run right after a ~50 µs GPU wait, bench/timing.py) and
+# process (which launches each timed run right after a ~50 µs GPU wait, runner/timing.py) and
 # the command itself come first.
 COMPILE_NICENESS = 10
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
@@ -27,20 +29,6 @@ COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAsserti
 # disk) says nothing about the kernel: recorded as skipped, with this prefix, so that no
 # cache keeps it as the kernel's failure and the next tune measures it again.
 ENVIRONMENT_FAILURE = "not built (the environment, not the kernel): "
-# AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
-# first candidate (bench/triton_warmup.py), or "0" for not at all.
-WARM_MODES = ("steps", "kernel", "0")
-
-
-def warm_mode(environ=None) -> str:
-    """AUTOTUNE_WARM_TRITON's value (default "steps"); a value it does not know is a UserError
-    (the executor checks it before any worker starts)."""
-    from ..errors import UserError
-
-    mode = (os.environ if environ is None else environ).get("AUTOTUNE_WARM_TRITON", "steps")
-    if mode not in WARM_MODES:
-        raise UserError(f"AUTOTUNE_WARM_TRITON must be one of {', '.join(WARM_MODES)}, not {mode!r}")
-    return mode
 
 
 def _setup_environment(device_type: str, device_index: int, environ: dict[str, str] | None = None) -> None:
@@ -57,7 +45,7 @@ def _setup_environment(device_type: str, device_index: int, environ: dict[str, s
 
 
 def _own_group() -> None:
-    """Lead a process group of its own: the executor kills the group (bench/processes
+    """Lead a process group of its own: the executor kills the group (runner/processes
     kill_group), so a candidate's children die with it, and the terminal's Ctrl-C reaches
     the command alone, which stops the workers itself."""
     try:
@@ -174,11 +162,11 @@ def _prepare_compiler() -> None:
 
 
 def _warm_triton(runner, mode: str) -> None:
-    """Triton's one-time work in this process, done now (bench/triton_warmup.py): a task sent
+    """Triton's one-time work in this process, done now (runner/warmup.py): a task sent
     meanwhile waits in the pipe. Best effort: a failure here is the first candidate's to
     meet and report."""
     try:
-        from .triton_warmup import warm
+        from .warmup import warm
 
         warm(runner.torch, mode)
     except (Exception, KeyboardInterrupt):  # Ctrl-C here: the task loop below ends quietly
@@ -240,7 +228,7 @@ class CandidateRunner:
     @property
     def timer(self):
         if self._timer is None:
-            from ..bench import timing
+            from . import timing
 
             self._timer = timing.CudaTimer(self.l2_bytes) if self.device_type == "cuda" else timing.time_cpu
         return self._timer
@@ -258,7 +246,7 @@ class CandidateRunner:
         from an earlier candidate). The inputs are made anew when the problem or the seed
         differs from the kept ones, the old ones dropped first. The output has rows `pitch`
         elements apart (None: contiguous), one kept per pitch."""
-        from ..bench.verify import make_operands, poison, reference
+        from .verify import make_operands, poison, reference
         from ..templates.base import empty_out
 
         key = (problem, seed)
@@ -292,7 +280,7 @@ class CandidateRunner:
         return payload, fatal
 
     def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        from ..bench.verify import check, poison_tensor
+        from .verify import check, poison_tensor
         from ..problem import GemmProblem
         from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
@@ -411,7 +399,7 @@ class CandidateRunner:
     def compile(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Build and compile without launching anything: what a compile-pool process does.
         The binary lands in Triton's cache, where the timing process finds it."""
-        from ..bench.verify import empty_operands
+        from .verify import empty_operands
         from ..problem import GemmProblem
         from ..templates import get_template
 

@@ -164,7 +164,7 @@ def stop_all(workers) -> None:
 
 # Modules a forkserver imports once, so that each worker it forks starts with them loaded
 # instead of importing torch and triton again (seconds each, and nine at once contend).
-FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.bench.worker", "autotune_cli.templates"]
+FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.runner.worker", "autotune_cli.templates"]
 
 # Whether the forkserver this process started imported triton as Triton's interpreter
 # (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
