@@ -149,11 +149,11 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
 
 
 def _gpu_count(gpus: Optional[str], executor: str) -> int:
-    """`--gpus`, or its default: 1, or with Ray all of the cluster's devices. (scale.py is
+    """`--gpus`, or its default: 1, or with Ray all of the cluster's devices. (scaleout/ is
     imported only when asked: it brings the tuner, which a cache hit does without.)"""
     if gpus is None and executor == "local":
         return 1
-    from .scale import parse_gpus
+    from .scaleout.common import parse_gpus
 
     return parse_gpus(gpus if gpus is not None else "all")
 
@@ -425,7 +425,8 @@ def model(
     """Find every matmul in a saved model and tune each distinct problem."""
     from .model import check_model, find_gemms, parse_hints, parse_input_shape
     from .report import ModelProgress, dumps, model_summary_table, plan_table
-    from .scale import local_devices, make_scaled_tuner
+    from .scaleout import make_scaled_tuner
+    from .scaleout.local import local_devices
     from .tuner import Tuner
 
     clock = _Clock()

@@ -35,7 +35,7 @@ class Candidate:
     confirmed: bool = False
     # the device (its index: a GPU's on the host, a CPU worker group's slot) whose timing
     # worker measured it, where that was another device of the same model lending its idle
-    # worker (scale.MultiDeviceTuner, a run's tail); None: the tuning device's own
+    # worker (scaleout.local.MultiDeviceTuner, a run's tail); None: the tuning device's own
     measured_on: int | None = None
 
     def __post_init__(self) -> None:

@@ -124,7 +124,7 @@ class TuneSettings:
     # passes of the confirmation against cuBLAS (None: 4 on a GPU, 0 on the CPU; fewer than 2: off)
     confirm_rounds: int | None = None
     timing: TimingPolicy | None = None
-    # Scale out (scale.py): devices to spread problems over (on the CPU, worker groups that
+    # Scale out (scaleout/): devices to spread problems over (on the CPU, worker groups that
     # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
     gpus: int = 1
     executor: str = "local"

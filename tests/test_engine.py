@@ -44,11 +44,11 @@ def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):
 def test_a_worker_that_died_while_idle_is_replaced_and_its_task_runs(tmp_path):
     """A timing worker killed between runs is still marked idle: the next task sent to it
     fails to go (a broken pipe), goes back to the queue, and a fresh worker runs it (a lent
-    worker, scale.py, is dropped the same way instead of failing the borrower's run). A
+    worker, scaleout/local.py, is dropped the same way instead of failing the borrower's run). A
     device lends only workers that are alive."""
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, gpus=2, templates=("aten::mm",))
     problems = [make_problem(m=16, n=16 * (i + 1), k=16, device="cpu", dtype="float32") for i in range(2)]
-    from autotune_cli.scale import MultiDeviceTuner
+    from autotune_cli.scaleout.local import MultiDeviceTuner
 
     with MultiDeviceTuner(settings) as tuner:
         assert all(r.ok for r in tuner.tune_all(problems))

@@ -342,7 +342,7 @@ def test_a_lead_is_confirmed_only_against_the_cublas_reading_it_was_timed_beside
 
 
 def test_results_a_lent_worker_measured_are_timed_again_on_the_tuning_gpu():
-    """Another GPU of the model lent its worker to the first round (scale.py): its readings
+    """Another GPU of the model lent its worker to the first round (scaleout/local.py): its readings
     within 10% of the best are timed again here, alone if need be, so the pick rests on this
     GPU's own times; one further behind keeps its reading and says where it was taken."""
     from autotune_cli.search.base import SearchContext, retime_contenders

@@ -75,7 +75,7 @@ def test_model_on_ray_actors_into_the_drivers_cache(cli, cache_dir, cluster, tmp
 
 
 def test_an_actor_killed_mid_run_loses_nothing(tmp_path, cluster):
-    from autotune_cli.scale_ray import RayTuner
+    from autotune_cli.scaleout.ray import RayTuner
 
     plugin = str(PLUGINS / "sleepy.py")
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("test::sleepy",),

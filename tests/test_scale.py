@@ -24,7 +24,8 @@ from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.scale import MultiDeviceTuner, candidate_count, parse_gpus, schedule_order  # noqa: E402
+from autotune_cli.scaleout.common import parse_gpus  # noqa: E402
+from autotune_cli.scaleout.local import MultiDeviceTuner, candidate_count, schedule_order  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """The compile pool: warm processes that compile Triton candidates ahead of the timing
 workers, so that a GPU never waits on a compile that could have overlapped.
 
-One pool serves every device of a host that has the same GPU model (scale.py shares it;
+One pool serves every device of a host that has the same GPU model (scaleout/local.py shares it;
 a lone `LocalExecutor` owns one). A kernel is compiled once however many devices ask for it:
 requests carry a key (`compile_key`) that says which binary they need, a request for a key
 already queued or running waits on that compile, and a key already built is answered at

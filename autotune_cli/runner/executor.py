@@ -15,7 +15,7 @@ same `run` and `close`.
 Lent workers: in a run marked `shareable` (a search's first timing of its candidates, never
 the re-timing or the confirmation beside cuBLAS), another executor's idle timing workers may
 be lent to this one (`borrow`): another GPU of the same model whose own problems are done
-(scale.MultiDeviceTuner). They take candidates like this executor's own, their results say
+(scaleout.local.MultiDeviceTuner). They take candidates like this executor's own, their results say
 which device measured them (`Candidate.measured_on`; the search times those near the best
 again on its own GPU), and they go back when the run ends.
 """

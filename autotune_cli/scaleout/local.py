@@ -1,5 +1,5 @@
 """Scale out: spread PROBLEMS over every GPU of a host (here) or over a Ray cluster
-(scale_ray.py, imported only for `--executor ray`).
+(scaleout/ray.py, imported only for `--executor ray`).
 
 On one host, `MultiDeviceTuner` owns one `Tuner` per device, each with its own
 `LocalExecutor` pinned to that GPU (the worker maps the index into the parent's
@@ -35,94 +35,20 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from .runner.compile_pool import CompilePool
-from .runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
-from .runner.processes import worker_context
-from .errors import UserError
-from .fingerprint import DeviceInfo, cuda_device_count, probe_device
-from .problem import GemmProblem
-from .settings import TuneSettings
-from .tuner import TuneListener, TuneOutcome, Tuner
+from ..runner.compile_pool import CompilePool
+from ..runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
+from ..runner.processes import worker_context
+from ..errors import UserError
+from ..fingerprint import DeviceInfo, cuda_device_count, probe_device
+from ..problem import GemmProblem
+from ..settings import TuneSettings
+from ..tuner import TuneListener, Tuner
+from .common import MAX_ATTEMPTS, LockedListener, ProblemResult
 
-MAX_ATTEMPTS = 3
 LEND_POLL_S = 0.05  # how often an idle device looks for a round to lend its worker to
-
-
-class MemoryCache:
-    """The cache interface the Tuner uses (get, put, notices), held in memory: a Ray actor
-    tunes into one and hands the entry to the driver, which alone writes the file."""
-
-    def __init__(self, entries: dict[str, dict] | None = None) -> None:
-        self.entries: dict[str, dict] = dict(entries or {})
-        self.notices: list[str] = []
-
-    def load(self) -> dict[str, dict]:
-        return dict(self.entries)
-
-    def get(self, key: str) -> dict | None:
-        return self.entries.get(key)
-
-    def put(self, key: str, entry: dict) -> None:
-        self.entries[key] = entry
-
-
-class LockedListener(TuneListener):
-    """Serializes a listener's events: several devices report at once."""
-
-    def __init__(self, inner: TuneListener) -> None:
-        self.inner = inner
-        self.lock = threading.Lock()
-
-    def _call(self, name: str, *args) -> None:
-        method = getattr(self.inner, name, None)
-        if method is not None:
-            with self.lock:
-                method(*args)
-
-    def notice(self, message): self._call("notice", message)
-    def cache_hit(self, problem, entry): self._call("cache_hit", problem, entry)
-    def planned(self, problem, choices): self._call("planned", problem, choices)
-    def candidate_done(self, problem, candidate, done, total, best):
-        self._call("candidate_done", problem, candidate, done, total, best)
-    def finished(self, outcome): self._call("finished", outcome)
-
-
-@dataclass
-class ProblemResult:
-    """One problem's end: its outcome, or why there is none, and where it was measured."""
-
-    index: int
-    problem: GemmProblem
-    outcome: TuneOutcome | None = None
-    slot: int | None = None  # the device (or actor) that produced the outcome
-    device: str | None = None  # that device's name
-    host: str | None = None
-    attempts: int = 0
-    error: str | None = None
-    span: tuple[float, float] | None = None  # perf_counter at the start and end of its last attempt
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is not None
-
-
-def parse_gpus(text: str | int | None) -> int:
-    """`--gpus N|all`: a positive count, or 0 for all."""
-    if text is None:
-        return 1
-    value = str(text).strip().lower()
-    if value == "all":
-        return 0
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise UserError(f"--gpus takes a positive count or 'all', got {text!r}")
-    return count
 
 
 def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
@@ -161,8 +87,8 @@ def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[Gem
     search times at most its compile cap of any space that large: each problem counts the
     cap, without listing its thousands of configs (0.5 s a problem on a slow host, which
     the tune lists again)."""
-    from .choices import get_choices
-    from .search.exhaustive import COMPILE_CAP
+    from ..choices import get_choices
+    from ..search.exhaustive import COMPILE_CAP
 
     if settings.search == "exhaustive":
         return lambda problem: float(COMPILE_CAP)
@@ -360,13 +286,3 @@ class MultiDeviceTuner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def make_scaled_tuner(settings: TuneSettings, listener: TuneListener | None = None):
-    """The tuner for `settings.executor` and `settings.gpus`: both have `tune_all(problems)`
-    and `close()`. Ray is imported only here, and only for the Ray executor."""
-    if settings.executor == "ray":
-        from .scale_ray import RayTuner
-
-        return RayTuner(settings, listener)
-    return MultiDeviceTuner(settings, listener)

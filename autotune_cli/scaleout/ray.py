@@ -28,14 +28,14 @@ from typing import Callable, Sequence
 import ray
 from ray.exceptions import RayTaskError
 
-from .runner.executor import default_compile_workers
-from .cache import Cache
-from .errors import UserError
-from .fingerprint import probe_device
-from .problem import GemmProblem
-from .scale import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
-from .settings import TuneSettings
-from .tuner import TuneListener, TuneOutcome, Tuner
+from ..runner.executor import default_compile_workers
+from ..cache import Cache
+from ..errors import UserError
+from ..fingerprint import probe_device
+from ..problem import GemmProblem
+from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
+from ..settings import TuneSettings
+from ..tuner import TuneListener, TuneOutcome, Tuner
 
 
 class TuneActor:

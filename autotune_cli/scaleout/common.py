@@ -1,0 +1,88 @@
+"""What the local and the Ray scale-out share: the in-memory cache an actor tunes into, the
+listener that serializes several devices' events, one problem's result, the retry bound
+and `--gpus`."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..problem import GemmProblem
+from ..tuner import TuneListener, TuneOutcome
+
+MAX_ATTEMPTS = 3
+
+
+class MemoryCache:
+    """The cache interface the Tuner uses (get, put, notices), held in memory: a Ray actor
+    tunes into one and hands the entry to the driver, which alone writes the file."""
+
+    def __init__(self, entries: dict[str, dict] | None = None) -> None:
+        self.entries: dict[str, dict] = dict(entries or {})
+        self.notices: list[str] = []
+
+    def load(self) -> dict[str, dict]:
+        return dict(self.entries)
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, entry: dict) -> None:
+        self.entries[key] = entry
+
+
+class LockedListener(TuneListener):
+    """Serializes a listener's events: several devices report at once."""
+
+    def __init__(self, inner: TuneListener) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+
+    def _call(self, name: str, *args) -> None:
+        method = getattr(self.inner, name, None)
+        if method is not None:
+            with self.lock:
+                method(*args)
+
+    def notice(self, message): self._call("notice", message)
+    def cache_hit(self, problem, entry): self._call("cache_hit", problem, entry)
+    def planned(self, problem, choices): self._call("planned", problem, choices)
+    def candidate_done(self, problem, candidate, done, total, best):
+        self._call("candidate_done", problem, candidate, done, total, best)
+    def finished(self, outcome): self._call("finished", outcome)
+
+
+@dataclass
+class ProblemResult:
+    """One problem's end: its outcome, or why there is none, and where it was measured."""
+
+    index: int
+    problem: GemmProblem
+    outcome: TuneOutcome | None = None
+    slot: int | None = None  # the device (or actor) that produced the outcome
+    device: str | None = None  # that device's name
+    host: str | None = None
+    attempts: int = 0
+    error: str | None = None
+    span: tuple[float, float] | None = None  # perf_counter at the start and end of its last attempt
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not None
+
+
+def parse_gpus(text: str | int | None) -> int:
+    """`--gpus N|all`: a positive count, or 0 for all."""
+    if text is None:
+        return 1
+    value = str(text).strip().lower()
+    if value == "all":
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UserError(f"--gpus takes a positive count or 'all', got {text!r}")
+    return count
