@@ -371,7 +371,7 @@ def test_saved_counts_against_plain_cublas(cli):
     aten::mm_aligned (cuBLAS on padded copies) saves its lead over aten::mm."""
     from types import SimpleNamespace
 
-    from autotune_cli.cli import _Clock, aten_ms, result_row
+    from autotune_cli.cli.rows import _Clock, aten_ms, result_row
 
     def cand(uid, ms, status="ok"):
         return {"uid": uid, "params": {}, "status": status, "ms": ms}

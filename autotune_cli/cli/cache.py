@@ -1,6 +1,7 @@
 """`autotune cache …`: see, move and trim what autotune has learned.
 
-The commands register themselves on `cli.cache_app` when `cli` imports this module. The
+The commands register themselves on `app.cache_app` when the cli package imports this
+module. The
 plain functions above the commands (selecting, merging, pruning) hold the logic; the
 commands parse, call them, and print. Only `prune --not-this-machine` on a GPU and
 `export --format inductor` with Triton winners import torch; the rest import neither torch
@@ -20,10 +21,10 @@ from typing import Callable, Iterable, List, Optional
 
 import typer
 
-from .cli import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
-from .errors import UserError
-from .problem import DTYPE_ALIASES, OPS
-from .text import printable
+from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
+from ..errors import UserError
+from ..problem import DTYPE_ALIASES, OPS
+from ..text import printable
 
 Items = List[tuple]  # [(key, entry)]
 
@@ -65,8 +66,8 @@ def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
 def autotune_document(items: Items) -> dict:
     """Our own export: a cache document holding the selected entries (`cache import` reads it,
     and so does autotune as a cache file)."""
-    from . import __version__
-    from .cache import SCHEMA
+    from .. import __version__
+    from ..cache import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -108,7 +109,7 @@ class ImportPlan:
 def read_export(path: Path) -> dict:
     """The entries of an export (or of another machine's cache file), checked and migrated
     as a cache file is. Any problem is a UserError naming the file."""
-    from .cache import DamagedCache, NotAFile, parse_document, read_regular_file
+    from ..cache import DamagedCache, NotAFile, parse_document, read_regular_file
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")
@@ -139,7 +140,7 @@ def _tuned_at(entry: dict) -> datetime | None:
 
 def _key_mismatch(key: str, entry: dict) -> str:
     """Why an entry's key does not describe its content ("" when it does)."""
-    from .problem import GemmProblem
+    from ..problem import GemmProblem
 
     if "@" not in key:
         return "key has no fingerprint part"
@@ -161,7 +162,7 @@ def check_import(theirs: dict, path: Path) -> None:
     whose template is not registered here or whose params are not what it declares and
     derives (templates/params.py), or a candidate with undeclared params. Nothing from a
     file that holds one is imported."""
-    from .templates.params import entry_problem  # the package registers the built-ins
+    from ..templates.params import entry_problem  # the package registers the built-ins
 
     for key, entry in theirs.items():
         why = entry_problem(entry)
@@ -171,7 +172,7 @@ def check_import(theirs: dict, path: Path) -> None:
 
 def describe_import(verb: str, key: str, entry: dict) -> str:
     """One line for an entry an import adds: its key, winner, params and time."""
-    from .report import fmt_ms
+    from ..report import fmt_ms
 
     winner = entry.get("winner")
     if winner is None:
@@ -222,7 +223,7 @@ def parse_date(text: str) -> datetime:
 def this_machine_digests(device: Optional[str]) -> dict[str, set]:
     """{device type: machine digests of this machine}. `device` None: the CPU and, where a
     GPU is present, every visible GPU. Neither is probed through torch where the driver answers."""
-    from .fingerprint import Fingerprint, cuda_device_count, probe_device
+    from ..fingerprint import Fingerprint, cuda_device_count, probe_device
 
     kinds = [device] if device else (["cpu", "cuda"] if gpu_present() else ["cpu"])
     digests: dict[str, set] = {}
@@ -237,7 +238,7 @@ def this_machine_digests(device: Optional[str]) -> dict[str, set]:
 
 def entry_machine(entry: dict) -> str | None:
     """The entry's machine digest, recomputed from its fingerprint when not stored."""
-    from .fingerprint import Fingerprint
+    from ..fingerprint import Fingerprint
 
     if isinstance(entry.get("machine"), str):
         return entry["machine"]
@@ -280,8 +281,8 @@ FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text
 
 
 def open_cache(cache_dir: Optional[Path]):
-    from .cache import Cache
-    from .settings import default_cache_dir
+    from ..cache import Cache
+    from ..settings import default_cache_dir
 
     return Cache(cache_dir if cache_dir is not None else default_cache_dir())
 
@@ -305,7 +306,7 @@ def cache_show(
     filter_text: Optional[str] = FilterOpt,
 ) -> None:
     """List the cached winners (imports neither torch nor triton)."""
-    from .report import cache_table, dumps
+    from ..report import cache_table, dumps
 
     cache = open_cache(cache_dir)
     items = select(cache.items(), filter_text)
@@ -319,7 +320,7 @@ def cache_show(
         else:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
-    from .fingerprint import Fingerprint, probe_device
+    from ..fingerprint import Fingerprint, probe_device
 
     cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))
@@ -376,7 +377,7 @@ def cache_export(
         write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
         err.print(f"exported {len(items)} entries to {where}", markup=False)
         return
-    from .export import inductor_table
+    from ..export import inductor_table
 
     table, notes = inductor_table([entry for _, entry in items], allow_tf32=allow_tf32,
                                   include_hash=not no_hash)
@@ -397,7 +398,7 @@ def cache_import(
     """Merge another machine's entries into this cache (a later tuning replaces an earlier one).
     Every entry is checked first (each winner's params against its template's declared ones):
     one that does not pass refuses the whole import. Lists what it adds on stdout."""
-    from .plugins import load_plugins
+    from ..plugins import load_plugins
 
     load_plugins(tuple(plugin or ()))  # their templates declare their params
     cache = open_cache(cache_dir)

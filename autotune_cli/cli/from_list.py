@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import _Clock, err, out, result_row
-from .errors import UserError
-from .problem import GemmProblem
+from .app import err, out
+from .rows import _Clock, result_row
+from ..errors import UserError
+from ..problem import GemmProblem
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ def list_rows(listed: list[Listed]) -> list[dict]:
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool) -> int:
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed."""
-    from .cache import Cache
-    from .hits import look_up
-    from .fingerprint import probe_device
-    from .plugins import load_plugins
-    from .report import ModelProgress, dumps, model_summary_table
-    from .templates import check_template_names
+    from ..cache import Cache
+    from ..hits import look_up
+    from ..fingerprint import probe_device
+    from ..plugins import load_plugins
+    from ..report import ModelProgress, dumps, model_summary_table
+    from ..templates import check_template_names
 
     clock = _Clock()
     load_plugins(settings.plugins)  # bad tuning options fail before anything starts
@@ -55,10 +56,10 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
                                     for item in listed)
     clock.mark("looked_up")
     if missing:
-        from .runner.processes import prestart_workers
+        from ..runner.processes import prestart_workers
 
         prestart_workers(settings.device)  # their imports run beside the first choices
-    from .tuner import Tuner
+    from ..tuner import Tuner
 
     progress = ModelProgress(err, total=len(listed))
     rows = []

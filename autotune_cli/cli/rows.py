@@ -1,0 +1,67 @@
+"""A tuned problem's row in the model and list reports: its cuBLAS baseline, what the
+winner saves per forward pass, when its stage ended."""
+
+from __future__ import annotations
+
+import time
+
+def aten_ms(entry: dict) -> float | None:
+    """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
+    given (results.VENDOR_UIDS), what the model runs untuned. Other aten candidates
+    (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
+    from ..results import VENDOR_UIDS
+
+    times = [c["ms"] for c in entry.get("candidates", [])
+             if c.get("status") == "ok" and c.get("uid") in VENDOR_UIDS and c.get("ms")]
+    return min(times) if times else None
+
+
+def saved_ms(baseline_ms: float | None, winner: dict | None, count: int) -> float | None:
+    """Milliseconds per forward pass the winner saves over the baseline, for `count` calls
+    (None when either time is unknown)."""
+    if baseline_ms is None or not winner or not winner.get("ms"):
+        return None
+    return (baseline_ms - winner["ms"]) * count
+
+
+class _Clock:
+    """Seconds since the command started at which each stage ended (for --json readers)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def mark(self, stage: str) -> None:
+        self.stages[stage] = round(time.perf_counter() - self.started, 3)
+
+
+def plan_rows(found) -> list[dict]:
+    """One row per distinct problem found in a model: what `--plan` shows and `model` tunes."""
+    from ..model import plan_flops_share
+
+    shares = plan_flops_share(found)
+    return [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
+             "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
+             "hint": f.hint} for f, share in zip(found, shares)]
+
+
+def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=None, host=None,
+               error=None, span=None) -> dict:
+    """A plan row with what tuning its problem gave (or why it failed)."""
+    winner = outcome.winner if outcome else None
+    aten = aten_ms(outcome.entry) if outcome else None
+    saved = saved_ms(aten, winner, item.count)
+    if outcome is not None and device_name is None:
+        device_name = outcome.entry.get("fingerprint", {}).get("device_name")
+    row = {**planned, "key": outcome.key if outcome else None,
+           "from_cache": outcome.from_cache if outcome else False,
+           "winner": winner, "aten_ms": aten, "saved_ms": saved,
+           "slot": slot, "device": device_name,
+           "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
+    if span is not None:  # seconds since the command started: when its tune began and ended
+        row["span_s"] = [round(t - clock.started, 3) for t in span]
+    if host is not None:
+        row["host"] = host
+    if error is not None:
+        row["error"] = error
+    return row

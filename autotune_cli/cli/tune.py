@@ -1,0 +1,264 @@
+"""`autotune mm` and `autotune model`: parse, build the problem and the settings, tune (or
+answer from the cache), print. torch and triton are imported inside the commands, and only
+on the way to a tune."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import (
+    _default_cache_dir,
+    app,
+    BiasShape,
+    BudgetOpt,
+    build_settings,
+    CacheDirOpt,
+    CompileWorkersOpt,
+    Device,
+    DeviceOpt,
+    err,
+    ExecutorKind,
+    ForceOpt,
+    FROM_HELP,
+    JsonOpt,
+    likely_device,
+    out,
+    PluginOpt,
+    resolve_device,
+    Search,
+    SearchOpt,
+    SeedOpt,
+    SpaceOpt,
+    stopped_by_signal,
+    TemplatesOpt,
+    TimeoutOpt,
+    TuneBudgetOpt,
+    WorkersOpt,
+)
+from ..errors import UserError
+from .rows import _Clock, plan_rows, result_row
+
+
+@app.command()
+def mm(
+    m: Optional[int] = typer.Option(None, "--m", help="Rows of A and of the output (required, unless --from)."),
+    n: Optional[int] = typer.Option(None, "--n", help="Columns of B and of the output."),
+    k: Optional[int] = typer.Option(None, "--k", help="The reduction dimension."),
+    batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
+    bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
+    bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a full matrix."),
+    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: needs --scale)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t); default nn (float8: nt, its only layout)."),
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, or per row of A and column of B (tensor|row)."),
+    out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default bfloat16)."),
+    fast_accum: bool = typer.Option(False, "--fast-accum", help="float8 only: as torch._scaled_mm(use_fast_accum=True), the matrix units' own accumulation (faster, less precise)."),
+    device: Optional[Device] = DeviceOpt,
+    search: Search = SearchOpt,
+    space: Optional[Path] = SpaceOpt,
+    templates: Optional[str] = TemplatesOpt,
+    workers: Optional[int] = WorkersOpt,
+    timeout: float = TimeoutOpt,
+    cache_dir: Optional[Path] = CacheDirOpt,
+    force: bool = ForceOpt,
+    json_out: bool = JsonOpt,
+    top: int = typer.Option(10, "--top", help="Rows in the candidate table."),
+    plugin: Optional[List[str]] = PluginOpt,
+    interpreter_budget: float = BudgetOpt,
+    seed: int = SeedOpt,
+    budget: Optional[float] = TuneBudgetOpt,
+    compile_workers: Optional[int] = CompileWorkersOpt,
+    from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
+) -> None:
+    """Tune one matrix multiply: mm, addmm (--bias), bmm (--batch) or a float8 scaled_mm
+    (--scale); or a list of them (--from FILE) in one process."""
+    from ..hits import cached
+    from ..problem import make_problem
+    from ..report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
+
+    if from_file is not None:
+        given = [flag for flag, value, default in (
+            ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
+            ("--bias", bias, False), ("--bias-shape", bias_shape, BiasShape.n),
+            ("--dtype", dtype, "float16"), ("--layout", layout, None), ("--allow-tf32", allow_tf32, False),
+            ("--scale", scale, None), ("--out-dtype", out_dtype, None), ("--fast-accum", fast_accum, False),
+            ("--top", top, 10)) if value != default]
+        if given:
+            raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
+        from .from_list import tune_list
+        from ..shapes_file import read_problems
+
+        problems = read_problems(from_file, device.value if device else "cpu")  # bad file: said first
+        dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
+        settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                                  timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                                  plugin=plugin, interpreter_budget=interpreter_budget,
+                                  budget=budget, compile_workers=compile_workers)
+        code = tune_list(from_file, [p.with_device(dev) for p in problems], settings, json_out)
+        if code:
+            raise typer.Exit(code=code)
+        return
+    for flag, value in (("--m", m), ("--n", n), ("--k", k)):
+        if value is None:
+            raise UserError(f"missing option '{flag}' (or give a list of problems: --from FILE)")
+    # Validate the problem before anything slow happens (finding the device may import torch).
+    problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
+                           bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
+                           device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype,
+                           fast_accum=fast_accum)
+    dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
+    problem = problem.with_device(dev)
+    settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                              timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                              plugin=plugin, interpreter_budget=interpreter_budget,
+                              budget=budget, compile_workers=compile_workers)
+    reporter = ProgressReporter(err, enabled=True)
+    # A hit is answered from the cache alone: no worker started, torch not imported.
+    outcome = cached(settings, problem, reporter)
+    if outcome is None:
+        from ..runner.processes import prestart_workers
+        from ..tuner import Tuner
+
+        prestart_workers(dev)  # the workers' imports run beside the choices being made
+        with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
+            outcome = tuner.tune(problem)
+    if json_out:
+        out.print(dumps(outcome_json(outcome)), markup=False)
+    else:
+        out.print(outcome_table(outcome, top=top))
+        out.print(outcome_summary(outcome))
+    if outcome.winner is None:
+        raise typer.Exit(code=1)
+
+
+def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: _Clock) -> list[dict]:
+    """Tune every problem found: one after another on one device, or spread by a scaled
+    tuner (`tune_all`) over several."""
+    if scaled:
+        results = tuner.tune_all([item.problem for item in found])
+        return [result_row(item, planned, result.outcome, clock, result.slot, result.device,
+                           result.host, result.error, result.span)
+                for item, planned, result in zip(found, plan, results)]
+    rows = []
+    for item, planned in zip(found, plan):
+        began = time.perf_counter()
+        outcome = tuner.tune(item.problem)
+        rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
+    return rows
+
+
+@app.command()
+def model(
+    path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. 8x128x768:float16 (repeat, in order)."),
+    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 (input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is one dynamic dim); repeatable."),
+    trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and runs its code, so only for files you trust (a .pt2 never runs code)."),
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),
+    plan_only: bool = typer.Option(False, "--plan", help="Only list the matmuls found; tune nothing."),
+    device: Optional[Device] = DeviceOpt,
+    search: Search = SearchOpt,
+    space: Optional[Path] = SpaceOpt,
+    templates: Optional[str] = TemplatesOpt,
+    workers: Optional[int] = WorkersOpt,
+    timeout: float = TimeoutOpt,
+    cache_dir: Optional[Path] = CacheDirOpt,
+    force: bool = ForceOpt,
+    json_out: bool = JsonOpt,
+    plugin: Optional[List[str]] = PluginOpt,
+    interpreter_budget: float = BudgetOpt,
+    seed: int = SeedOpt,
+    budget: Optional[float] = TuneBudgetOpt,
+    compile_workers: Optional[int] = CompileWorkersOpt,
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over N GPUs of this host, or all (default 1; with --executor ray, all of the cluster's). On the CPU, N worker groups."),
+    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor per GPU of a Ray cluster; pip install 'gemm-autotune[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
+) -> None:
+    """Find every matmul in a saved model and tune each distinct problem."""
+    from ..model import check_model, find_gemms, parse_hints, parse_input_shape
+    from ..report import ModelProgress, dumps, model_summary_table, plan_table
+    from ..scaleout import make_scaled_tuner
+    from ..scaleout.local import local_devices
+    from ..tuner import Tuner
+
+    clock = _Clock()
+    shapes = [parse_input_shape(text) for text in input_shape or []]
+    hints = parse_hints(hint or [])
+    # not a saved model, or untrusted TorchScript: said now, before anything starts
+    check_model(path, trust_torchscript=trust_torchscript)
+    if executor == ExecutorKind.local and not plan_only:
+        from ..runner.processes import prestart_workers
+
+        prestart_workers(likely_device(device))  # their imports run beside ours
+    dev = resolve_device(device)
+    settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
+                              timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
+                              plugin=plugin, interpreter_budget=interpreter_budget,
+                              budget=budget, compile_workers=compile_workers, gpus=gpus,
+                              executor=executor.value, ray_address=ray_address)
+    scaled = settings.executor == "ray" or settings.gpus != 1
+    if settings.executor == "ray" and not plan_only:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
+    notes: list[str] = []
+    found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
+                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, notes=notes)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    clock.mark("found")
+    plan = plan_rows(found)
+    if plan_only:
+        if json_out:
+            out.print(dumps({"model": str(path), "plan": plan}), markup=False)
+        else:
+            out.print(plan_table(plan))
+        return
+    # Bad tuning options (--plugin, --templates, --device cuda without a GPU) fail here,
+    # before the plan is shown, so that the error is the only line on stderr. The tuner's
+    # processes start with the first problem that is not in the cache (none for a model
+    # tuned before; starting them while the model was read gained nothing measurable and
+    # cost ~2 s on cached runs and on models that fail to read).
+    from ..fingerprint import probe_device
+    from ..plugins import load_plugins
+    from ..templates import check_template_names
+
+    load_plugins(settings.plugins)
+    check_template_names(settings.templates)
+    clock.mark("checked")
+    if settings.executor == "local":  # Ray's actors probe their own devices
+        probe_device(dev)
+        if scaled:  # --gpus N: that many visible
+            local_devices(settings)
+    clock.mark("probed")
+    if not json_out:  # the plan precedes the work (stderr)
+        err.print(plan_table(plan))
+    progress = ModelProgress(err, total=len(found))
+    rows = []
+    try:
+        with make_scaled_tuner(settings, progress) if scaled else Tuner(settings, progress) as tuner:
+            clock.mark("devices")
+            with stopped_by_signal():
+                rows = tune_found(tuner, found, plan, scaled, clock)
+            clock.mark("tuned")
+    finally:
+        progress.close()
+    clock.mark("closed")
+    for row in rows:
+        if row.get("error"):
+            err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
+    total_saved = sum(r["saved_ms"] for r in rows if r["saved_ms"] is not None)
+    total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
+    if json_out:
+        out.print(dumps({"model": str(path), "problems": rows, "saved_ms_per_pass": total_saved,
+                         "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False)
+    else:
+        out.print(model_summary_table(rows))
+        out.print(f"estimated GEMM time per forward pass: aten {total_aten:.4f} ms, "
+                  f"tuned {total_aten - total_saved:.4f} ms (saves {total_saved:.4f} ms)")
+    if any(r["winner"] is None for r in rows):
+        raise typer.Exit(code=1)
