@@ -18,7 +18,9 @@ from autotune_cli.choices import get_choices
 from autotune_cli.errors import UserError
 from autotune_cli.fingerprint import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
-from autotune_cli.heuristics import hopper
+from autotune_cli.heuristics import spaces
+from autotune_cli.heuristics import triton_persistent_tma as tma_heuristics
+from autotune_cli.heuristics import triton_splitk as splitk_heuristics
 from autotune_cli.problem import make_problem
 from autotune_cli.results import params_str
 from autotune_cli.settings import TuneSettings
@@ -357,10 +359,10 @@ def test_tma_api_probe_reads_the_installed_version(monkeypatch):
 # -- heuristics -------------------------------------------------------------------------------
 
 def test_heuristics_registered_for_cuda_and_cpu():
-    assert isinstance(lookup_heuristic(TMA, "cuda", "mm"), hopper.PersistentTMACuda)
-    assert isinstance(lookup_heuristic(TMA, "cpu", "addmm"), hopper.PersistentTMACpu)
-    assert isinstance(lookup_heuristic(SPLITK, "cuda", "addmm"), hopper.SplitKCuda)
-    assert isinstance(lookup_heuristic(SPLITK, "cpu", "mm"), hopper.SplitKCpu)
+    assert isinstance(lookup_heuristic(TMA, "cuda", "mm"), tma_heuristics.PersistentTMACuda)
+    assert isinstance(lookup_heuristic(TMA, "cpu", "addmm"), tma_heuristics.PersistentTMACpu)
+    assert isinstance(lookup_heuristic(SPLITK, "cuda", "addmm"), splitk_heuristics.SplitKCuda)
+    assert isinstance(lookup_heuristic(SPLITK, "cpu", "mm"), splitk_heuristics.SplitKCpu)
 
 
 def assert_valid_split(problem, config):
@@ -368,7 +370,7 @@ def assert_valid_split(problem, config):
     assert split in (2, 4, 8, 16)
     assert problem.k // split >= block_k
     assert (split - 1) * k_per_split(problem.k, split, block_k) < problem.k  # no empty slice
-    assert split * problem.m * problem.n <= hopper.SPLITK_MAX_WORKSPACE
+    assert split * problem.m * problem.n <= splitk_heuristics.SPLITK_MAX_WORKSPACE
 
 
 @pytest.mark.parametrize("spec", [
@@ -389,15 +391,15 @@ def test_splitk_offered_for_small_mn_and_long_k(spec):
 def test_splitk_filters_slices_that_would_be_empty_or_short():
     problem = make_problem(m=16, n=4096, k=1100, dtype="bfloat16")
     # 16 slices of 1100: each rounds up to 128 (two BK64 steps), so 9+ slices are empty.
-    assert not hopper.split_fits(problem, {"SPLIT_K": 16, "BLOCK_K": 64})
-    assert not hopper.split_fits(problem, {"SPLIT_K": 8, "BLOCK_K": 256})  # 137 < 256
-    assert not hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 128})  # 3 x 384 >= 1100
-    assert hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64})  # 4 x 320, last is 140
-    assert hopper.split_fits(problem, {"SPLIT_K": 2, "BLOCK_K": 128})
-    assert not hopper.split_fits(problem, {"SPLIT_K": 1, "BLOCK_K": 16})
+    assert not splitk_heuristics.split_fits(problem, {"SPLIT_K": 16, "BLOCK_K": 64})
+    assert not splitk_heuristics.split_fits(problem, {"SPLIT_K": 8, "BLOCK_K": 256})  # 137 < 256
+    assert not splitk_heuristics.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 128})  # 3 x 384 >= 1100
+    assert splitk_heuristics.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64})  # 4 x 320, last is 140
+    assert splitk_heuristics.split_fits(problem, {"SPLIT_K": 2, "BLOCK_K": 128})
+    assert not splitk_heuristics.split_fits(problem, {"SPLIT_K": 1, "BLOCK_K": 16})
     wide = make_problem(m=2048, n=1024, k=8192)  # M*N = 2^21: 16 planes pass 2^24 floats
-    assert not hopper.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64})
-    assert hopper.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64, "ATOMIC_ADD": 1})
+    assert not splitk_heuristics.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64})
+    assert splitk_heuristics.split_fits(wide, {"SPLIT_K": 16, "BLOCK_K": 64, "ATOMIC_ADD": 1})
 
 
 @pytest.mark.parametrize("spec", [
@@ -449,8 +451,8 @@ def test_splitk_fused_offered_for_decode_shapes():
     result = get_choices(problem, H200, TuneSettings(device="cuda"), templates=[template])
     assert result.pruned == [] and sum(bool(c.config_dict.get("FUSED_REDUCE")) for c in result.choices) == len(fused)
     # ATOMIC_ADD=1 with FUSED_REDUCE=1 is refused everywhere
-    assert not hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "ATOMIC_ADD": 1, "FUSED_REDUCE": 1})
-    assert hopper.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "FUSED_REDUCE": 1})
+    assert not splitk_heuristics.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "ATOMIC_ADD": 1, "FUSED_REDUCE": 1})
+    assert splitk_heuristics.split_fits(problem, {"SPLIT_K": 4, "BLOCK_K": 64, "FUSED_REDUCE": 1})
     with pytest.raises(ValueError, match="FUSED_REDUCE=1 needs ATOMIC_ADD=0"):
         template.full_params(problem, {**fused[0], "ATOMIC_ADD": 1})
     cpu = make_problem(m=16, n=64, k=1024, dtype="float16", device="cpu")
@@ -461,7 +463,7 @@ def test_tma_heuristic_scales_and_keeps_flatten():
     heuristic = lookup_heuristic(TMA, "cuda", "mm")
     big = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
     configs = list(heuristic.get_configs(big))
-    assert len(configs) == len(hopper.shipped_configs("triton_persistent_tma_cuda")) >= 8
+    assert len(configs) == len(spaces.shipped_configs("triton_persistent_tma_cuda")) >= 8
     assert {c.get("FLATTEN", 1) for c in configs} == {0, 1}
     for c in configs:  # operand stages + the staged output tile fit an H200's 227 KiB
         operands = (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * c["num_stages"]
@@ -475,22 +477,22 @@ def test_tma_heuristic_scales_and_keeps_flatten():
 
 def test_shipped_config_extras_are_checked():
     good = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_stages": 3, "num_warps": 4}
-    parsed = hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FLATTEN": 0}]}, "x.json")
+    parsed = spaces.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FLATTEN": 0}]}, "x.json")
     assert parsed == ({**good, "GROUP_M": 8, "SPLIT_K": 4, "FLATTEN": 0},)
     with pytest.raises(UserError, match="SPLIT_K=3"):
-        hopper.parse_configs({"configs": [{**good, "SPLIT_K": 3}]}, "x.json")
+        spaces.parse_configs({"configs": [{**good, "SPLIT_K": 3}]}, "x.json")
     with pytest.raises(UserError, match="unknown config key"):
-        hopper.parse_configs({"configs": [{**good, "SPLITK": 4}]}, "x.json")
+        spaces.parse_configs({"configs": [{**good, "SPLITK": 4}]}, "x.json")
     for name in ("triton_persistent_tma_cuda", "triton_persistent_tma_cpu",
                  "triton_splitk_cuda", "triton_splitk_cpu"):
-        assert hopper.shipped_configs(name)
-    shipped = hopper.shipped_configs("triton_splitk_cuda")
+        assert spaces.shipped_configs(name)
+    shipped = spaces.shipped_configs("triton_splitk_cuda")
     assert all(c["SPLIT_K"] >= 2 and not c.get("ATOMIC_ADD") for c in shipped)  # deterministic
     assert {c.get("FUSED_REDUCE", 0) for c in shipped} == {0, 1}
-    parsed = hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 1}]}, "x.json")
+    parsed = spaces.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 1}]}, "x.json")
     assert parsed[0]["FUSED_REDUCE"] == 1
     with pytest.raises(UserError, match="FUSED_REDUCE=2"):
-        hopper.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 2}]}, "x.json")
+        spaces.parse_configs({"configs": [{**good, "SPLIT_K": 4, "FUSED_REDUCE": 2}]}, "x.json")
 
 
 def test_params_str_names_the_new_knobs():

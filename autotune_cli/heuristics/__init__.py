@@ -1,6 +1,6 @@
 """Heuristics: per (template uid, device type, op), the configs worth trying."""
 
-from . import aten, gemv, hopper, swap_ab, triton_mm, triton_scaled_mm  # noqa: F401  (registers the built-in heuristics)
+from . import aten, gemv, swap_ab, triton_mm, triton_persistent_tma, triton_scaled_mm, triton_splitk  # noqa: F401  (registers the built-in heuristics)
 from .registry import (
     Heuristic,
     HeuristicKey,

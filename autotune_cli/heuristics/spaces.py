@@ -100,3 +100,35 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             raise UserError(f"space file {path}: {str(uid)!r} must map to a non-empty list of configs")
         out[str(uid)] = [validate_config(c, f"{path} [{uid}]") for c in configs]
     return out
+
+
+# The shipped lists of some templates carry keys the shared validator does not know
+# (FLATTEN, SPLIT_K, ATOMIC_ADD, FUSED_REDUCE): those are checked here, the rest by
+# validate_config.
+EXTRA_KEYS = {
+    "FLATTEN": (0, 1),
+    "ATOMIC_ADD": (0, 1),
+    "FUSED_REDUCE": (0, 1),
+    "SPLIT_K": tuple(2**i for i in range(1, 8)),
+}
+
+
+@lru_cache(maxsize=None)
+def shipped_configs(name: str) -> tuple[dict[str, Any], ...]:
+    """A config list from configs/<name>.json, its extra keys checked here."""
+    return parse_configs(shipped_document(name), f"configs/{name}.json")
+
+
+def parse_configs(data: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+    """{"configs": [...]}: each config's extra keys checked here, the rest by validate_config."""
+    out = []
+    for config in data["configs"]:
+        if not isinstance(config, dict):
+            raise UserError(f"{where}: each config must be an object")
+        extras = {key: config[key] for key in EXTRA_KEYS if key in config}
+        for key, value in extras.items():
+            if isinstance(value, bool) or value not in EXTRA_KEYS[key]:
+                raise UserError(f"{where}: {key}={value!r} must be one of {EXTRA_KEYS[key]}")
+        base = validate_config({k: v for k, v in config.items() if k not in EXTRA_KEYS}, where)
+        out.append({**base, **extras})
+    return tuple(out)

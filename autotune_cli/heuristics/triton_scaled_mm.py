@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from ..problem import GemmProblem
-from .hopper import shipped_configs
+from .spaces import shipped_configs
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space
 from .triton_mm import scaled_unique

@@ -1,8 +1,4 @@
-"""Heuristics for triton::mm_persistent_tma and triton::mm_splitk.
-
-Persistent TMA: every mm/addmm gets the shipped list (scaled down to small problems); whether
-the device, the Triton and the strides allow TMA is the template's `unavailable_reason`,
-checked by the prune pipeline's "hardware" stage, so a refusal is reported, not hidden.
+"""Heuristics for triton::mm_splitk (templates/triton_splitk.py).
 
 Split-K is offered only where it can pay: few output elements and a long K.
   - M·N <= 2^21 (at 128x128 tiles, at most 128 tiles: less than one wave on a 132-SM H200,
@@ -18,25 +14,19 @@ A user's --space (which has no SPLIT_K) and the exhaustive search are expanded o
 SPLIT_K in {2, 4, 8, 16}, each with the two-launch and the one-launch (FUSED_REDUCE)
 reduction (both deterministic: one saves a launch, the other spreads the sum over every SM),
 and filtered the same way.
-
-The shipped lists live in configs/*.json. They carry keys the shared validator does not know
-(FLATTEN, SPLIT_K, ATOMIC_ADD, FUSED_REDUCE), so they are read here: those keys are checked
-here, the rest by `validate_config`.
+Its shipped lists carry SPLIT_K, ATOMIC_ADD and FUSED_REDUCE, read by spaces.shipped_configs.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
-from ..errors import UserError
 from ..problem import GemmProblem
 from ..templates.triton_splitk import k_per_split
 from .registry import Heuristic, register_heuristic
-from .spaces import exhaustive_space, shipped_document, validate_config
-from .triton_mm import TritonSpace, scaled_unique
+from .spaces import exhaustive_space, shipped_configs
+from .triton_mm import scaled_unique
 
-PERSISTENT_TMA = "triton::mm_persistent_tma"
 SPLITK = "triton::mm_splitk"
 
 SPLITK_MAX_MN = 2**21
@@ -45,56 +35,6 @@ SPLITK_MAX_WORKSPACE = 2**24  # float32 elements
 SPLIT_CHOICES = (2, 4, 8, 16)
 FUSED_CHOICES = (0, 1)
 
-# Keys beyond the shared Triton ones, with the values each may take.
-EXTRA_KEYS = {
-    "FLATTEN": (0, 1),
-    "ATOMIC_ADD": (0, 1),
-    "FUSED_REDUCE": (0, 1),
-    "SPLIT_K": tuple(2**i for i in range(1, 8)),
-}
-
-
-@lru_cache(maxsize=None)
-def shipped_configs(name: str) -> tuple[dict[str, Any], ...]:
-    """A config list from configs/<name>.json, its extra keys checked here."""
-    return parse_configs(shipped_document(name), f"configs/{name}.json")
-
-
-def parse_configs(data: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
-    """{"configs": [...]}: each config's extra keys checked here, the rest by validate_config."""
-    out = []
-    for config in data["configs"]:
-        if not isinstance(config, dict):
-            raise UserError(f"{where}: each config must be an object")
-        extras = {key: config[key] for key in EXTRA_KEYS if key in config}
-        for key, value in extras.items():
-            if isinstance(value, bool) or value not in EXTRA_KEYS[key]:
-                raise UserError(f"{where}: {key}={value!r} must be one of {EXTRA_KEYS[key]}")
-        base = validate_config({k: v for k, v in config.items() if k not in EXTRA_KEYS}, where)
-        out.append({**base, **extras})
-    return tuple(out)
-
-
-# -- persistent TMA ---------------------------------------------------------------------------
-
-class _PersistentTMA(TritonSpace):
-    def shipped_configs(self) -> Iterable[dict[str, Any]]:
-        return shipped_configs(self.shipped)  # its lists carry FLATTEN
-
-
-@register_heuristic(PERSISTENT_TMA, "cuda")
-class PersistentTMACuda(_PersistentTMA):
-    shipped = "triton_persistent_tma_cuda"
-
-
-@register_heuristic(PERSISTENT_TMA, "cpu")
-class PersistentTMACpu(_PersistentTMA):
-    """Under the interpreter (which runs tensor descriptors since Triton 3.4): two tiles."""
-
-    shipped = "triton_persistent_tma_cpu"
-
-
-# -- split-K ----------------------------------------------------------------------------------
 
 def splitk_worthwhile(problem: GemmProblem) -> bool:
     """Few output elements and a long K (see the module docstring)."""
