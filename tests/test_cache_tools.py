@@ -234,7 +234,7 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
                                                            foreign_key: foreign, bad_key: bad}}))
 
     code, _, err = cli("cache", "import", export, "--dry-run")
-    assert code == 0 and "would import 2, replaced 1, skipped 1 of 4 entries" in err
+    assert code == 0 and "would import 2, replace 1, skip 1 of 4 entries" in err
     assert entries_of(cache_dir) == tuned_here
 
     code, _, err = cli("cache", "import", export)

@@ -422,8 +422,9 @@ def cache_import(
     for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
         for key, entry in entries.items():
             out.print(describe_import(("would " if dry_run else "") + verb, key, entry), markup=False)
-    verb = "would import" if dry_run else "imported"
-    err.print(f"{verb} {len(plan.imported)}, replaced {len(plan.replaced)}, skipped "
+    # A dry run changed nothing, so every count reads as what would happen.
+    verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
+    err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
               f"{len(plan.skipped)} of {len(theirs)} entries from {path}", markup=False)
 
 
