@@ -543,7 +543,7 @@ def test_choices_prune_tma_with_a_reason():
     (TMA, dict(m=256, n=384, k=512, dtype="bfloat16", layout="tn", bias="n")),
     (SPLITK, dict(m=16, n=512, k=4096, dtype="float16", layout="nt", bias="mn")),
 ])
-def test_gpu_new_templates_verify(uid, spec, tmp_path):
+def test_gpu_persistent_tma_and_splitk_verify(uid, spec, tmp_path):
     from autotune_cli.fingerprint import probe_device
 
     problem = make_problem(device="cuda", **spec)

@@ -1,5 +1,6 @@
-"""The benchmark engine on the CPU: crash/hang isolation, the compile pool, search
-strategies, the time budget, and resuming an interrupted tune."""
+"""The runner (runner/) on the CPU: crash and hang isolation, the compile pool, the
+forkserver, and through the tuner the search strategies, the time budget and resuming an
+interrupted tune."""
 
 import json
 from dataclasses import replace
