@@ -110,6 +110,26 @@ def _capability(text: str) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def tma_device_problem(device) -> str | None:
+    """Why TMA descriptors cannot run on this device (Triton's API, the interpreter, an
+    NVIDIA GPU of compute capability 9.0 or later), or None: every TMA template asks this."""
+    api = descriptor_api_problem()
+    if api:
+        return api
+    if device.device_type == "cpu":
+        return interpreter_descriptor_problem()
+    if device.device_type != "cuda":
+        return f"no TMA on device type {device.device_type!r}"
+    if "AMD" in (device.name or "").upper().split():
+        return "TMA descriptors are an NVIDIA feature"
+    capability = _capability(device.capability)
+    if capability is None:
+        return "TMA needs compute capability >= 9.0; the device's is unknown"
+    if capability < (9, 0):
+        return f"TMA needs compute capability >= 9.0, the device has {device.capability}"
+    return None
+
+
 def misaligned_rows(problem: GemmProblem) -> list[str]:
     """The stored matrices whose row stride is not a multiple of 16 bytes. Rows are as
     stored: a transposed A is [K, M], so its rows are M elements long."""
@@ -131,23 +151,9 @@ class TritonPersistentTMATemplate(TritonTemplate):
     params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
-        api = descriptor_api_problem()
-        if api:
-            return api
-        if device.device_type == "cpu":
-            why = interpreter_descriptor_problem()
-            if why:
-                return why
-        elif device.device_type == "cuda":
-            if "AMD" in (device.name or "").upper().split():
-                return "TMA descriptors are an NVIDIA feature"
-            capability = _capability(device.capability)
-            if capability is None:
-                return "TMA needs compute capability >= 9.0; the device's is unknown"
-            if capability < (9, 0):
-                return f"TMA needs compute capability >= 9.0, the device has {device.capability}"
-        else:
-            return f"no TMA on device type {device.device_type!r}"
+        why = tma_device_problem(device)
+        if why:
+            return why
         bad = misaligned_rows(problem)
         if bad:
             return ("TMA needs row strides that are multiples of 16 bytes: "

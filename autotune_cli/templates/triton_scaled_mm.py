@@ -45,16 +45,14 @@ from .triton_persistent_tma import (
     _capability,
     _row_stride,
     _scratch_allocator,
-    descriptor_api_problem,
     device_sm_count,
-    interpreter_descriptor_problem,
+    tma_device_problem,
 )
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")
 TILED_FILE = Path(__file__).with_name("triton_scaled_mm_tiled.py.jinja")
 UID = "triton::scaled_mm_persistent_tma"
 TILED_UID = "triton::scaled_mm"
-MIN_CAPABILITY = (9, 0)  # TMA and the float8 warp-group MMA: Hopper and later
 MIN_TILED_CAPABILITY = (8, 9)  # the float8 MMA: Ada and later
 
 
@@ -73,22 +71,9 @@ class TritonScaledMMTemplate(TritonTemplate):
                      "FAST_ACCUM": Bool()}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
-        api = descriptor_api_problem()
-        if api:
-            return api
-        if device.device_type == "cpu":
-            why = interpreter_descriptor_problem()
-            if why:
-                return why
-        elif device.device_type == "cuda":
-            if "AMD" in (device.name or "").upper().split():
-                return "TMA descriptors are an NVIDIA feature"
-            capability = _capability(device.capability)
-            if capability is None or capability < MIN_CAPABILITY:
-                return (f"the float8 TMA kernel needs compute capability >= 9.0, the device has "
-                        f"{device.capability or 'an unknown one'}")
-        else:
-            return f"no TMA on device type {device.device_type!r}"
+        why = tma_device_problem(device)
+        if why:
+            return why
         bad = misaligned_rows(problem)
         if bad:
             return "TMA needs row strides that are multiples of 16 bytes: " + ", ".join(bad)
