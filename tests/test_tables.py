@@ -225,6 +225,10 @@ def test_cache_show_on_an_80_column_terminal(tmp_path):
                                       (4096, "aten::mm", 1234.5678, "NVIDIA A100-SXM4-80GB"))]
     write(tmp_path, *items)
     screen = run_on_terminal(["cache", "show"], 80, {"AUTOTUNE_CACHE_DIR": str(tmp_path)})
-    table = screen.split("fingerprint ")[0]  # the fingerprint lines after it are prose
+    table, prose = screen.split("fingerprint ", 1)
     assert_fits(table, 80, ["0.0123", "1234.6", "triton::mm_persistent_tma", "aten::mm"])
     assert "2026-11-20" in table
+    # the fingerprint lines wrap at words to the terminal, not mid-word by the terminal
+    assert all(len(line.rstrip()) <= 80 for line in prose.splitlines()), prose
+    words = " ".join(prose.split())
+    assert "templates triton::mm_persistent_tma=" in words or "templates aten::mm=" in words, words

@@ -55,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return exc.code
     except click_errors.UsageError as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
-            out.print(exc.format_message(), markup=False)
+            out.print(exc.format_message(), markup=False, soft_wrap=True)
             return 0
         err.print(f"autotune: error: {exc.format_message()}", markup=False)
         return 2

@@ -296,7 +296,7 @@ def print_notices(cache) -> None:
 @cache_app.command("path")
 def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
     """Print the cache file's path."""
-    out.print(str(open_cache(cache_dir).path), markup=False)
+    out.print(str(open_cache(cache_dir).path), markup=False, soft_wrap=True)
 
 
 @cache_app.command("show")
@@ -312,7 +312,7 @@ def cache_show(
     items = select(cache.items(), filter_text)
     print_notices(cache)
     if json_out:
-        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False)
+        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False, soft_wrap=True)
         return
     if not items:
         if filter_text:
@@ -453,7 +453,7 @@ def cache_prune(
         doomed = [key for key, entry in items if predicate(key, entry)]
         print_notices(cache)
         for key in doomed:
-            out.print(printable(key), markup=False)
+            out.print(printable(key), markup=False, soft_wrap=True)
         err.print(f"would remove {len(doomed)} of {len(items)} entries from {cache.path}", markup=False)
         return
     removed = cache.remove(predicate)

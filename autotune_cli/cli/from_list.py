@@ -80,7 +80,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
         if row.get("error"):
             err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
     if json_out:
-        out.print(dumps({"from": str(path), "problems": rows, "stages_s": clock.stages}), markup=False)
+        out.print(dumps({"from": str(path), "problems": rows, "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
     return 1 if any(row["winner"] is None for row in rows) else 0

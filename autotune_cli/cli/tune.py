@@ -127,7 +127,7 @@ def mm(
         with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
             outcome = tuner.tune(problem)
     if json_out:
-        out.print(dumps(outcome_json(outcome)), markup=False)
+        out.print(dumps(outcome_json(outcome)), markup=False, soft_wrap=True)
     else:
         out.print(outcome_table(outcome, top=top))
         out.print(outcome_summary(outcome))
@@ -214,7 +214,7 @@ def model(
     plan = plan_rows(found)
     if plan_only:
         if json_out:
-            out.print(dumps({"model": str(path), "plan": plan}), markup=False)
+            out.print(dumps({"model": str(path), "plan": plan}), markup=False, soft_wrap=True)
         else:
             out.print(plan_table(plan))
         return
@@ -255,7 +255,7 @@ def model(
     total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
     if json_out:
         out.print(dumps({"model": str(path), "problems": rows, "saved_ms_per_pass": total_saved,
-                         "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False)
+                         "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
         out.print(f"estimated GEMM time per forward pass: aten {total_aten:.4f} ms, "
