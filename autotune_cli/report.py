@@ -352,6 +352,9 @@ def outcome_json(outcome) -> dict[str, Any]:
         "fingerprint": entry["fingerprint"],
         "tuned_at": entry.get("tuned_at"),
         "tune_seconds": entry.get("tune_seconds"),
+        # where the tune's seconds went (phases.py); absent from a cache hit
+        **{name: entry[name] for name in ("phases", "worker_s", "compile_pool_s", "startups")
+           if name in entry and not outcome.from_cache},
     }
 
 

@@ -20,6 +20,7 @@ from .choices import ChoiceSet, get_choices
 from .errors import Interrupted, Terminated, UserError
 from .fingerprint import DeviceInfo, Fingerprint, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
+from .phases import PhaseClock, worker_seconds
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .results import SKIPPED, Candidate, pick_winner
@@ -125,8 +126,10 @@ class _Progress:
     SAVE_COST_FACTOR = 4.0
 
     def __init__(self, tuner: "Tuner", problem: GemmProblem, fingerprint: Fingerprint, key: str,
-                 choice_set: ChoiceSet, reused: list[Candidate], started: float) -> None:
+                 choice_set: ChoiceSet, reused: list[Candidate], started: float,
+                 clock: PhaseClock | None = None) -> None:
         self.tuner = tuner
+        self.clock = clock or PhaseClock()
         self.problem = problem
         self.fingerprint = fingerprint
         self.key = key
@@ -214,6 +217,7 @@ class _Progress:
                 raise
             self.saved = len(kept)
             self.last_save = time.monotonic()
+            self.clock.add("partial_save", self.last_save - began)
             self.interval = max(self.SAVE_INTERVAL_S, self.SAVE_COST_FACTOR * (self.last_save - began))
             return self.saved
 
@@ -261,7 +265,9 @@ class Tuner:
     def tune(self, problem: GemmProblem) -> TuneOutcome:
         if problem.device != self.settings.device:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
-        found = look_up(self.cache, problem, self.device, self.settings.templates)
+        clock = PhaseClock()  # where this tune's seconds go (phases.py)
+        with clock.phase("lookup"):
+            found = look_up(self.cache, problem, self.device, self.settings.templates)
         self._emit_notices()
         if found.refused:
             self.listener.notice(found.refused)
@@ -275,10 +281,14 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
+        startups = getattr(self.executor, "startups", [])
+        starts_before = len(startups)
         start_workers = getattr(self.executor, "start", None)
         if start_workers is not None:  # processes import torch while we do the rest
-            start_workers()
-        choice_set = get_choices(problem, self.device, self.settings, deadline=deadline)
+            with clock.phase("start"):
+                start_workers()
+        with clock.phase("choices"):
+            choice_set = get_choices(problem, self.device, self.settings, deadline=deadline)
         if choice_set.cut_short and not choice_set.choices:
             raise UserError(f"the tuning budget ({self.settings.budget_s:g} s) ran out before any config "
                             f"of {problem.describe()} was listed; raise --budget")
@@ -296,7 +306,7 @@ class Tuner:
             self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
-        progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started)
+        progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started, clock)
         for candidate in reused:
             progress.report(candidate)
         candidates = list(reused)
@@ -306,7 +316,7 @@ class Tuner:
                                     executor=self.executor, settings=self.settings,
                                     policy=timing_policy_for(problem, self.device, self.settings),
                                     deadline=deadline,
-                                    on_result=progress.on_result)
+                                    on_result=progress.on_result, clock=clock)
                 candidates += strategy.search(ctx)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated)
             raise self._interrupted(problem, progress, exc) from None
@@ -329,11 +339,30 @@ class Tuner:
         pool = getattr(self._executor, "compile_pool", None)
         if pool is not None and hasattr(pool, "describe"):
             entry["compile_pool"] = pool.describe()
-        self.cache.put(key, entry)
+        self._add_phases(entry, clock, started, startups[starts_before:])
+        with clock.phase("save"):
+            self.cache.put(key, entry)
+        # the finished entry's own save is known only once it is written: the outcome's
+        # copy has it, the stored one stops at the search
+        entry["phases"] = {**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)}
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
         return outcome
+
+    @staticmethod
+    def _add_phases(entry: dict[str, Any], clock: PhaseClock, started: float,
+                    startups: list[tuple[str, float]]) -> None:
+        """The tune's phases (phases.py), the timing process's steps summed over its results,
+        the compile pool's busy seconds and span, and the workers started for this tune."""
+        entry["phases"] = {**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)}
+        entry["worker_s"] = worker_seconds(entry["candidates"])
+        compiles = entry.get("compiles") or []
+        if compiles:
+            entry["compile_pool_s"] = {"kernels": len(compiles), "busy": round(sum(c for _, _, c in compiles), 3),
+                                  "span": round(max(d for _, d, _ in compiles) - min(a for a, _, _ in compiles), 3)}
+        if startups:
+            entry["startups"] = [list(item) for item in startups]
 
     @staticmethod
     def _interrupted(problem: GemmProblem, progress: _Progress, exc: KeyboardInterrupt) -> Interrupted:

@@ -18,6 +18,10 @@ from ..errors import UserError
 from ..problem import GemmProblem
 
 
+# A tuned row's fields on where its seconds went (phases.py)
+PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups")
+
+
 @dataclass(frozen=True)
 class Listed:
     """A problem of the list, in the shape `result_row` reads (as a model's found problem)."""
@@ -36,8 +40,11 @@ def list_rows(listed: list[Listed]) -> list[dict]:
             for item in listed]
 
 
-def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool) -> int:
-    """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed."""
+def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
+              profile: bool = False, clock: _Clock | None = None) -> int:
+    """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
+    `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
+    command's, whose stages the JSON document carries."""
     from ..cache import Cache
     from ..hits import look_up
     from ..fingerprint import probe_device
@@ -45,7 +52,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
     from ..report import ModelProgress, dumps, model_summary_table
     from ..templates import check_template_names
 
-    clock = _Clock()
+    clock = clock or _Clock()
     load_plugins(settings.plugins)  # bad tuning options fail before anything starts
     check_template_names(settings.templates)
     listed = [Listed(problem, number) for number, problem in enumerate(problems, 1)]
@@ -73,7 +80,15 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
                     rows.append(result_row(item, planned, None, clock, error=str(exc)))
                     continue
                 rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
+                if not outcome.from_cache:
+                    rows[-1].update({name: outcome.entry[name] for name in PHASE_FIELDS if name in outcome.entry})
+                    if profile:
+                        from ..phases import summary_line
+
+                        err.print(f"{item.problem.describe()}: {summary_line(outcome.entry)}",
+                                  markup=False, highlight=False)
             clock.mark("tuned")
+        clock.mark("closed")
     finally:
         progress.close()
     for row in rows:
@@ -83,4 +98,8 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool)
         out.print(dumps({"from": str(path), "problems": rows, "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
+    if profile:
+        err.print("command (s since its start): " + ", ".join(
+            f"{name} {value:.2f}" for name, value in clock.stages.items() if value is not None),
+            markup=False, highlight=False)
     return 1 if any(row["winner"] is None for row in rows) else 0

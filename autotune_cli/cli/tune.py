@@ -73,9 +73,14 @@ def mm(
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
     from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
+    profile: bool = typer.Option(False, "--profile", help="Say where each tune's seconds went (stderr; --json has them as 'phases')."),
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias), bmm (--batch) or a float8 scaled_mm
     (--scale); or a list of them (--from FILE) in one process."""
+    from ..phases import process_age_s
+
+    command = _Clock()
+    command.stages["process_age"] = process_age_s()  # the interpreter's start and the imports
     from ..hits import cached
     from ..problem import make_problem
     from ..report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
@@ -98,7 +103,8 @@ def mm(
                                   timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                                   plugin=plugin, interpreter_budget=interpreter_budget,
                                   budget=budget, compile_workers=compile_workers)
-        code = tune_list(from_file, [p.with_device(dev) for p in problems], settings, json_out)
+        code = tune_list(from_file, [p.with_device(dev) for p in problems], settings, json_out,
+                         profile=profile, clock=command)
         if code:
             raise typer.Exit(code=code)
         return
@@ -119,15 +125,29 @@ def mm(
     reporter = ProgressReporter(err, enabled=True)
     # A hit is answered from the cache alone: no worker started, torch not imported.
     outcome = cached(settings, problem, reporter)
+    command.mark("looked_up")
     if outcome is None:
         from ..runner.processes import prestart_workers
         from ..tuner import Tuner
 
         prestart_workers(dev)  # the workers' imports run beside the choices being made
         with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
+            command.mark("tuner_ready")
             outcome = tuner.tune(problem)
+            command.mark("tuned")
+        command.mark("closed")
+    if profile:
+        from ..phases import summary_line
+
+        err.print(summary_line(outcome.entry) if not outcome.from_cache else "phases: a cache hit",
+                  markup=False, highlight=False)
+        err.print("command (s since its start): " + ", ".join(
+            f"{name} {value:.2f}" for name, value in command.stages.items() if value is not None),
+            markup=False, highlight=False)
     if json_out:
-        out.print(dumps(outcome_json(outcome)), markup=False, soft_wrap=True)
+        document = outcome_json(outcome)
+        document["command_s"] = command.stages
+        out.print(dumps(document), markup=False, soft_wrap=True)
     else:
         out.print(outcome_table(outcome, top=top))
         out.print(outcome_summary(outcome))

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
+from ..phases import PhaseClock
 from ..problem import GemmProblem
 from ..results import CONFIRMED_MARGIN, VENDOR_UIDS, Candidate, pick_winner
 from ..settings import TimingPolicy, TuneSettings
@@ -24,6 +25,7 @@ class SearchContext:
     policy: TimingPolicy
     deadline: float | None  # time.monotonic() bound, from --budget
     on_result: Callable[[KernelTemplateChoice, Candidate, str], None]  # (choice, result, round)
+    clock: PhaseClock | None = None  # each round's wall is added under its name (phases.py)
 
     def measure(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
                 round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
@@ -40,7 +42,12 @@ class SearchContext:
         shared = {}
         if round_name in SHARED_ROUNDS and getattr(self.executor, "takes_lent_workers", False):
             shared["shareable"] = True
-        self.executor.run(choices, collect, policy=policy, deadline=self.deadline, **shared)
+        began = time.perf_counter()
+        try:
+            self.executor.run(choices, collect, policy=policy, deadline=self.deadline, **shared)
+        finally:
+            if self.clock is not None:
+                self.clock.add(round_name, time.perf_counter() - began)
         return [(choice, by_index[i]) for i, choice in enumerate(choices) if i in by_index]
 
     def out_of_time(self) -> bool:

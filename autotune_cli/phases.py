@@ -1,0 +1,101 @@
+"""Where a tune's seconds go: wall intervals measured with time.perf_counter where the work
+happens, summed per phase, and the breakdown a user sees (`autotune mm --profile`, the
+"phases" of `--json`).
+
+A problem's phases, in the order they happen:
+
+    lookup        fingerprint and cache lookup
+    start         starting the worker processes (asynchronous: the call, not their imports)
+    choices       listing and pruning the configs
+    <round>       each search round's wall, as SearchContext.measure saw it: screen, full,
+                  retime, confirm
+    save          writing the finished entry; partial_save: the partial entries on the way
+
+and, from the workers' own clocks, what the first rounds' wall was made of: worker_s (the
+timing process's seconds per candidate step, summed: build, inputs, first_run, check,
+timing, timed_check), compile_pool_s (the compile pool's seconds, summed over its processes,
+and its span from the first kernel sent to the last back), startups (each worker's seconds
+from its start to ready). The timing process's idle time in a round (waiting for a
+compile, or for its own start) is the round's wall less its worker seconds.
+
+Nothing here imports torch; it costs a perf_counter pair per phase.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+# The order phases are shown in; any other name follows, in the order it was first seen.
+ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "partial_save", "save")
+# The timing process's steps of one candidate (runner/worker.CandidateRunner phases).
+WORKER_STEPS = ("build", "inputs", "first_run", "check", "recheck", "timing", "timed_check")
+
+
+class PhaseClock:
+    """Seconds per named phase, summed over every interval of that name."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - began)
+
+    def as_dict(self) -> dict[str, float]:
+        names = [n for n in ORDER if n in self.seconds] + [n for n in self.seconds if n not in ORDER]
+        return {name: round(self.seconds[name], 4) for name in names}
+
+
+def worker_seconds(candidates: list[dict[str, Any]]) -> dict[str, float]:
+    """The timing process's seconds per step over a problem's results (their `phases`)."""
+    total: dict[str, float] = {}
+    for cand in candidates:
+        for step, seconds in (cand.get("phases") or {}).items():
+            total[step] = total.get(step, 0.0) + seconds
+    names = [n for n in WORKER_STEPS if n in total] + [n for n in total if n not in WORKER_STEPS]
+    return {name: round(total[name], 4) for name in names}
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process was started (the kernel's start time, 10 ms steps), or
+    None where /proc does not say: what the interpreter's start and the imports cost before
+    the command's first line ran."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        with open("/proc/uptime", "rb") as handle:
+            uptime = float(handle.read().split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")
+        return round(max(0.0, uptime - int(fields[19]) / ticks), 3)  # field 22: starttime
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def summary_line(entry: dict[str, Any]) -> str:
+    """One line: a tuned entry's phases, the workers' steps and the compile pool's share."""
+    phases = entry.get("phases") or {}
+    if not phases:
+        return "phases: not recorded (a cache hit, or an entry from an older version)"
+    parts = [f"{name} {seconds:.2f}" for name, seconds in phases.items() if name != "total"]
+    text = f"phases (s): total {phases.get('total', 0.0):.2f} = " + ", ".join(parts)
+    steps = entry.get("worker_s") or {}
+    if steps:
+        text += "; timing process: " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in steps.items())
+    pool = entry.get("compile_pool_s")
+    if pool:
+        text += f"; compile pool: {pool['kernels']} kernel(s), {pool['busy']:.2f} s busy over {pool['span']:.2f} s"
+    ups = entry.get("startups") or []
+    if ups:
+        text += "; starts: " + ", ".join(f"{role} {seconds:.2f}" for role, seconds in ups)
+    return text
