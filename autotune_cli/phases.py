@@ -8,7 +8,7 @@ A problem's phases, in the order they happen:
     start         starting the worker processes (asynchronous: the call, not their imports)
     choices       listing and pruning the configs
     <round>       each search round's wall, as SearchContext.measure saw it: screen, full,
-                  retime, confirm
+                  retime, confirm (and "rounds": how many candidates each ran)
     save          writing the finished entry; partial_save: the partial entries on the way
 
 and, from the workers' own clocks, what the first rounds' wall was made of: worker_s (the
@@ -39,10 +39,13 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}  # candidates run per search round
         self.started = time.perf_counter()
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, name: str, seconds: float, count: int = 0) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        if count:
+            self.counts[name] = self.counts.get(name, 0) + count
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -96,6 +99,9 @@ def summary_line(entry: dict[str, Any]) -> str:
     if pool:
         text += f"; compile pool: {pool['kernels']} kernel(s), {pool['busy']:.2f} s busy over {pool['span']:.2f} s"
     ups = entry.get("startups") or []
+    rounds = entry.get("rounds") or {}
+    if rounds:
+        text += "; runs per round: " + ", ".join(f"{name} {count}" for name, count in rounds.items())
     if ups:
         text += "; starts: " + ", ".join(f"{role} {seconds:.2f}" for role, seconds in ups)
     return text

@@ -353,7 +353,7 @@ def outcome_json(outcome) -> dict[str, Any]:
         "tuned_at": entry.get("tuned_at"),
         "tune_seconds": entry.get("tune_seconds"),
         # where the tune's seconds went (phases.py); absent from a cache hit
-        **{name: entry[name] for name in ("phases", "worker_s", "compile_pool_s", "startups")
+        **{name: entry[name] for name in ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
            if name in entry and not outcome.from_cache},
     }
 

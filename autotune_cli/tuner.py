@@ -357,6 +357,7 @@ class Tuner:
         the compile pool's busy seconds and span, and the workers started for this tune."""
         entry["phases"] = {**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)}
         entry["worker_s"] = worker_seconds(entry["candidates"])
+        entry["rounds"] = dict(clock.counts)
         compiles = entry.get("compiles") or []
         if compiles:
             entry["compile_pool_s"] = {"kernels": len(compiles), "busy": round(sum(c for _, _, c in compiles), 3),

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,20 +86,37 @@ def fresh_env(tree: Path) -> dict:
                                                          if p and Path(p).resolve() != ROOT])}
 
 
-def command(tree: Path, args: list[str], timeout: float) -> tuple[float, dict | None, str]:
+CHILD: subprocess.Popen | None = None  # the `autotune` process running now (SIGTERM stops it too)
+TIMEOUT_S = 600.0
+
+
+def _stop_child(signum, frame) -> None:
+    if CHILD is not None and CHILD.poll() is None:
+        os.killpg(CHILD.pid, signal.SIGTERM)
+    raise SystemExit(128 + signum)
+
+
+def command(tree: Path, args: list[str], timeout: float | None = None) -> tuple[float, dict | None, str]:
     """(wall seconds, the JSON document or None, stderr's tail) of one `autotune mm` process."""
+    global CHILD
+    timeout = timeout or TIMEOUT_S
     began = time.perf_counter()
+    CHILD = subprocess.Popen([sys.executable, "-m", "autotune_cli", "mm", *args, "--device", DEVICE, "--json"],
+                             env=fresh_env(tree), cwd=tempfile.gettempdir(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "autotune_cli", "mm", *args, "--device", DEVICE, "--json"],
-                              env=fresh_env(tree), cwd=tempfile.gettempdir(), capture_output=True, text=True,
-                              timeout=timeout)
+        stdout, stderr = CHILD.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return time.perf_counter() - began, None, "timeout"
+        os.killpg(CHILD.pid, signal.SIGTERM)
+        stdout, stderr = CHILD.communicate()
+        return time.perf_counter() - began, None, f"timeout after {timeout:g} s: {stderr[-1200:]}"
+    finally:
+        CHILD = None
     wall = time.perf_counter() - began
     try:
-        return wall, json.loads(proc.stdout), proc.stderr[-1500:]
+        return wall, json.loads(stdout), stderr[-1500:]
     except ValueError:
-        return wall, None, proc.stderr[-1500:]
+        return wall, None, stderr[-1500:]
 
 
 def add_phases(total: dict, row: dict) -> None:
@@ -112,6 +130,23 @@ def add_phases(total: dict, row: dict) -> None:
         total["compile_pool.busy"] = total.get("compile_pool.busy", 0.0) + pool["busy"]
 
 
+def detail(row: dict) -> str:
+    """The timing process's steps, the compile pool, the worker starts, the rounds' counts."""
+    steps = " ".join(f"{k}={v:.2f}" for k, v in (row.get("worker_s") or {}).items())
+    pool = row.get("compile_pool_s") or {}
+    starts = " ".join(f"{r}={s:.2f}" for r, s in row.get("startups") or [])
+    text = f"worker: {steps}; pool: {pool.get('kernels', 0)} kernels {pool.get('busy', 0):.2f} s busy over {pool.get('span', 0):.2f} s; starts: {starts}"
+    if row.get("rounds"):
+        text += f"; rounds {row['rounds']}"
+    candidates = row.get("candidates")
+    if candidates:
+        counts: dict = {}
+        for cand in candidates:
+            counts[cand["status"]] = counts.get(cand["status"], 0) + 1
+        text += f"; candidates {counts}"
+    return text
+
+
 def print_totals(total: dict) -> None:
     print("phase totals (s): " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                            for k, v in total.items()))
@@ -120,7 +155,7 @@ def print_totals(total: dict) -> None:
 def run_list(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label: str) -> dict:
     path = Path(tempfile.mkdtemp()) / "shapes.json"
     path.write_text(json.dumps([e for _, e in shapes]))
-    wall, doc, tail = command(tree, ["--from", str(path), *extra], timeout=1200)
+    wall, doc, tail = command(tree, ["--from", str(path), *extra])
     if doc is None:
         print(f"[{label}] failed after {wall:.1f} s: {tail}")
         return {"wall_s": wall, "error": tail}
@@ -133,6 +168,7 @@ def run_list(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
         phases = " ".join(f"{k}={v:.2f}" for k, v in (row.get("phases") or {}).items())
         print(f"{name:34} {row.get('tune_seconds') or 0:7.2f} {winner.get('uid', '-'):28} "
               f"{winner.get('ms') or float('nan'):8.4f}  {phases}")
+        print(f"{'':34} {detail(row)}")
     print_totals(total)
     return {"wall_s": wall, "document": doc, "totals": total}
 
@@ -142,7 +178,7 @@ def run_each(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
     print(f"[{label}] one process per problem")
     print(f"{'problem':34} {'wall s':>7} {'tune s':>7} {'age s':>6} {'winner':28}  phases")
     for name, entry in shapes:
-        wall, doc, tail = command(tree, flags(entry) + extra, timeout=300)
+        wall, doc, tail = command(tree, flags(entry) + extra)
         if doc is None:
             print(f"{name:34} {wall:7.2f} failed: {tail[-300:]}")
             rows.append({"shape": name, "wall_s": wall, "error": tail})
@@ -153,6 +189,7 @@ def run_each(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
         age = (doc.get("command_s") or {}).get("process_age") or 0.0
         print(f"{name:34} {wall:7.2f} {doc.get('tune_seconds') or 0:7.2f} {age:6.2f} "
               f"{winner.get('uid', '-'):28}  {phases}", flush=True)
+        print(f"{'':34} {detail(doc)}; command {doc.get('command_s')}", flush=True)
         rows.append({"shape": name, "wall_s": wall, "winner": winner, "phases": doc.get("phases"),
                      "worker_s": doc.get("worker_s"), "command_s": doc.get("command_s"),
                      "startups": doc.get("startups"), "compile_pool_s": doc.get("compile_pool_s")})
@@ -289,9 +326,11 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=60.0, help="quality: seconds for the truth, a shape")
     parser.add_argument("--device", default="cuda", help="list, each: cpu for a smoke test through the interpreter")
     parser.add_argument("--entries", type=Path, default=None, help="list, each, compare: a shapes file instead of the suite")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds an `autotune` process may take")
     args = parser.parse_args()
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, TIMEOUT_S
+    DEVICE, TIMEOUT_S = args.device, args.timeout
+    signal.signal(signal.SIGTERM, _stop_child)
     shapes = suite(args.only)
     if args.entries is not None:
         shapes = [(f"entry {i}", e) for i, e in enumerate(json.loads(args.entries.read_text()), 1)]

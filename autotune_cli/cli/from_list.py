@@ -19,7 +19,7 @@ from ..problem import GemmProblem
 
 
 # A tuned row's fields on where its seconds went (phases.py)
-PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups")
+PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ class SearchContext:
             self.executor.run(choices, collect, policy=policy, deadline=self.deadline, **shared)
         finally:
             if self.clock is not None:
-                self.clock.add(round_name, time.perf_counter() - began)
+                self.clock.add(round_name, time.perf_counter() - began, len(choices))
         return [(choice, by_index[i]) for i, choice in enumerate(choices) if i in by_index]
 
     def out_of_time(self) -> bool:
