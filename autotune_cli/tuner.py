@@ -24,6 +24,7 @@ from .phases import PhaseClock, worker_seconds
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .results import SKIPPED, Candidate, pick_winner
+from .roofline import floor_seconds
 from .search import SearchContext, get_strategy
 from .settings import TuneSettings
 
@@ -62,14 +63,6 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
                         f"verify; it does not fit in {where}")
 
 
-def problem_floor_seconds(problem: GemmProblem) -> float:
-    """The fastest any kernel could be on an H200-class GPU: bytes over HBM bandwidth or
-    flops over the matrix units' rate, whichever is larger."""
-    rate = {"float16": 7.9e14, "bfloat16": 7.9e14, "float32": 3.9e14 if problem.allow_tf32 else 5e13,
-            "float8_e4m3fn": 1.45e15}
-    return max(problem.min_bytes / 4.3e12, problem.flops / rate[problem.dtype])
-
-
 def timing_policy_for(problem: GemmProblem, device: DeviceInfo, settings: TuneSettings,
                       base=None):
     """The timing policy for a problem: CUDA-graph timing when the problem is so small that
@@ -79,7 +72,7 @@ def timing_policy_for(problem: GemmProblem, device: DeviceInfo, settings: TuneSe
 
     policy = base or settings.timing_policy
     if device.device_type == "cuda" and policy.mode == "events":
-        if problem_floor_seconds(problem) * 1e6 < settings.graph_below_us:
+        if floor_seconds(problem) * 1e6 < settings.graph_below_us:
             policy = replace(policy, mode="graph")
     return policy
 

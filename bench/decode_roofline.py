@@ -27,10 +27,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.roofline import HBM_BYTES_PER_S  # noqa: E402
 from autotune_cli.templates import get_template  # noqa: E402
 from bench.common import SideBySide, write_json  # noqa: E402
 
-HBM_BYTES_PER_S = 4.3e12
 SHAPES = ((16, 4096, 4096), (16, 4096, 14336), (8, 14336, 4096))
 WINNER = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8, "num_stages": 5, "num_warps": 2}
 

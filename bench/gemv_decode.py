@@ -19,7 +19,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HBM_BYTES_PER_S = 4.3e12
+sys.path.insert(0, str(ROOT))
+
+from autotune_cli.roofline import HBM_BYTES_PER_S  # noqa: E402
+
 SHAPES = "1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x14336x4096,8x4096x4096"
 
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import SideBySide, now, write_json  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
+from autotune_cli.roofline import hbm_seconds  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 from autotune_cli.tuner import Tuner  # noqa: E402
 
@@ -86,7 +87,7 @@ def main() -> None:
             row = {"shape": name, "winner": winner["uid"], "params": winner["params"], "ours_ms": ours,
                    "torch_ms": torch_ms, "speedup": torch_ms / ours, "verified": verdict.ok,
                    "tune_s": tune_s, "timing": side.policy(problem).mode,
-                   "floor_ms": problem.min_bytes / 4.3e12 * 1e3}
+                   "floor_ms": hbm_seconds(problem.min_bytes) * 1e3}
             by_uid = {}
             for cand in outcome.entry["candidates"]:
                 if cand["status"] == "ok":

@@ -17,17 +17,13 @@ from dataclasses import replace
 from ..choices import KernelTemplateChoice
 from ..problem import GemmProblem
 from ..results import SKIPPED, Candidate
+from ..roofline import L2_BYTES_PER_S, hbm_seconds, operand_rate
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 OPTIONS = "model-ranked cap, screening runs, then halving; honours --budget"
 COMPILE_CAP = 160
 KEEP_FRACTION = 0.25
 KEEP_MIN = 6
-
-PEAK_FLOPS = {"float16": 7.9e14, "bfloat16": 7.9e14, "tf32": 3.9e14, "float32": 5.0e13,
-              "float8_e4m3fn": 1.45e15}
-HBM_BYTES_PER_S = 4.3e12
-L2_BYTES_PER_S = 1.2e13
 
 
 def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
@@ -36,12 +32,12 @@ def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
     Time = waves x per-wave tile time, where a tile's arithmetic runs at the SM's share of
     peak scaled by an efficiency for its shape (small tiles under-use the tensor cores,
     too many accumulators per thread spill, few stages expose load latency), and its
-    operand traffic comes through L2; the whole problem is never faster than its HBM floor.
+    operand traffic comes through L2; the whole problem is never faster than its HBM floor
+    (the rates: roofline.py).
     """
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     warps, stages = config["num_warps"], config["num_stages"]
     sms = max(sm_count, 1)
-    precision = "tf32" if problem.allow_tf32 else problem.dtype  # the operands' rate
     tiles = math.ceil(problem.m / bm) * math.ceil(problem.n / bn) * problem.b
     waves = math.ceil(tiles / sms)
     k_iters = math.ceil(problem.k / bk)
@@ -58,9 +54,9 @@ def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
     # padding waste: work on rows/cols past the edge
     useful = problem.m * problem.n * problem.b / (tiles * bm * bn)
     tile_flops = 2.0 * bm * bn * bk * k_iters
-    compute = waves * tile_flops / (PEAK_FLOPS[precision] / sms * efficiency)
+    compute = waves * tile_flops / (operand_rate(problem) / sms * efficiency)
     traffic = tiles * (bm + bn) * bk * k_iters * problem.dtype_size / L2_BYTES_PER_S
-    floor = problem.min_bytes / HBM_BYTES_PER_S
+    floor = hbm_seconds(problem.min_bytes)
     return max(compute, traffic, floor) * (1.0 + 0.02 * (1 - useful))
 
 
