@@ -136,7 +136,7 @@ def interpreter_seconds(problem: GemmProblem, config: dict[str, Any], runs: int)
 def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
     if not _triton(choice) or ctx.device.device_type != "cpu":
         return None
-    runs = 1 + ctx.settings.timing_policy.min_runs
+    runs = 1 + ctx.settings.measure.timing.min_runs
     seconds = interpreter_seconds(ctx.problem, choice.config_dict, runs)
     if seconds > ctx.settings.interpreter_budget_s:
         return (f"the interpreter would take ~{seconds:.0f} s (budget "

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .settings import MeasurePolicy
+
+# The margins every stored entry's pick was made with (the policy's defaults: no switch or
+# device changes them), for checks over entries that hold no policy of their own.
+DEFAULT_MEASURE = MeasurePolicy()
+
 OK = "ok"
 COMPILE_ERROR = "compile_error"
 RUNTIME_ERROR = "runtime_error"
@@ -71,28 +77,17 @@ def params_str(params: dict[str, Any]) -> str:
     return " ".join(shown)
 
 
-# How much faster than the vendor library (the best plain cuBLAS candidate) another candidate
-# must be to win. Timings of one kernel move by 2-3% between measurements on the H200, so a
-# smaller lead is a tie, and a tie goes to cuBLAS: it needs no JIT and holds no kernel or
-# buffer of ours (aten::mm_aligned, which runs our copy and keeps buffers, is not one of
-# them). 3%, not 2%: leads of 2.5-2.8% in a tune came out 2-3% behind torch.mm side by side,
-# while real wins led by 3.6% and more (bench/gpu_llm_suite.py times the picks).
-VENDOR_MARGIN = 0.03
-# A lead over cuBLAS measured in the confirmation (both timed in the same sustained passes of
-# alternating order, search/base.confirm_against_vendor) needs only this much: the short
-# bursts' misreads above are what that confirmation removes, and with 3% there real wins
-# (decode 8x14336x4096 bf16, triton::mm_swap_ab) went to cuBLAS. 2%: side by side, in
-# sustained passes, the same cuBLAS call read up to 1.9% apart, so a smaller lead may be
-# noise.
-CONFIRMED_MARGIN = 0.02
+# The plain cuBLAS candidates: what every other candidate must beat by a margin to win
+# (settings.MeasurePolicy.vendor_margin, confirmed_margin).
 VENDOR_UIDS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm")
 
 
-def pick_winner(candidates: list[Candidate]) -> Candidate | None:
+def pick_winner(candidates: list[Candidate], measure: MeasurePolicy = DEFAULT_MEASURE) -> Candidate | None:
     """The fastest verified candidate, unless it leads the best verified plain cuBLAS
-    candidate (VENDOR_UIDS) by VENDOR_MARGIN or less (CONFIRMED_MARGIN where both were timed
-    in the confirmation's sustained passes): then that one. Ties broken by uid and params for
-    a stable pick."""
+    candidate (VENDOR_UIDS) by `measure.vendor_margin` or less (`confirmed_margin` where both
+    were timed in the confirmation's sustained passes): then that one. Ties broken by uid and
+    params for a stable pick. (The margins do not depend on the device: the default policy's
+    are every tune's unless a caller sets its own.)"""
     valid = [c for c in candidates if c.ok]
     if not valid:
         return None
@@ -104,15 +99,11 @@ def pick_winner(candidates: list[Candidate]) -> Candidate | None:
     vendor = [c for c in valid if c.uid in VENDOR_UIDS]
     if vendor and fastest.uid not in VENDOR_UIDS:
         best_vendor = min(vendor, key=order)
-        margin = CONFIRMED_MARGIN if fastest.confirmed and best_vendor.confirmed else VENDOR_MARGIN
-        if _ties_with_vendor(fastest.ms, best_vendor.ms, margin):
+        both_confirmed = fastest.confirmed and best_vendor.confirmed
+        margin = measure.confirmed_margin if both_confirmed else measure.vendor_margin
+        if fastest.ms >= best_vendor.ms * (1 - margin):  # a lead of `margin` or less: a tie, cuBLAS's
             return best_vendor
     return fastest
-
-
-def _ties_with_vendor(fastest_ms: float, vendor_ms: float, margin: float = VENDOR_MARGIN) -> bool:
-    """The fastest candidate leads cuBLAS by `margin` or less: a tie, cuBLAS's."""
-    return fastest_ms >= vendor_ms * (1 - margin)
 
 
 def is_pick(winner: dict[str, Any], candidates: list[dict[str, Any]]) -> bool:

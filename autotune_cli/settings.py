@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -12,22 +12,6 @@ from pathlib import Path
 # machine; a seed is a torch.Generator seed that every device takes (32 bits).
 MAX_WORKERS = 256
 MAX_SEED = 2**32 - 1
-
-
-# AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
-# first candidate (runner/warmup.py), or "0" for not at all.
-WARM_MODES = ("steps", "kernel", "0")
-
-
-def warm_mode(environ=None) -> str:
-    """AUTOTUNE_WARM_TRITON's value (default "steps"); a value it does not know is a UserError
-    (the executor checks it before any worker starts)."""
-    from .errors import UserError
-
-    mode = (os.environ if environ is None else environ).get("AUTOTUNE_WARM_TRITON", "steps")
-    if mode not in WARM_MODES:
-        raise UserError(f"AUTOTUNE_WARM_TRITON must be one of {', '.join(WARM_MODES)}, not {mode!r}")
-    return mode
 
 
 def check_seconds(name: str, value: float) -> None:
@@ -54,7 +38,8 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """How many runs to time. Budgets are per candidate, in milliseconds."""
+    """How one round times a candidate: what a timing worker is told with each task (runs,
+    budget in milliseconds per candidate, the L2 flush, the mode). MeasurePolicy makes them."""
 
     warmup: int = 1
     min_runs: int = 10
@@ -66,34 +51,152 @@ class TimingPolicy:
     # for problems so small that launch overhead would otherwise pick the winner.
     mode: str = "events"
 
+
+# The interpreter's first timing: a run costs up to a second.
+CPU_TIMING = TimingPolicy(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False)
+
+# AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
+# first candidate (runner/warmup.py), or "0" for not at all.
+WARM_MODES = ("steps", "kernel", "0")
+START_METHODS = ("forkserver", "spawn")
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The environment's switches for the worker processes, read once in the command's
+    process (`from_environment`) and handed to each worker it starts: no worker reads them.
+
+    warm_triton (AUTOTUNE_WARM_TRITON, default "steps"): one of WARM_MODES;
+    offline_compile (AUTOTUNE_OFFLINE_COMPILE, "0" turns it off): compile-pool processes
+    compile without bringing CUDA up (runner/offline_compile.py);
+    start_method (AUTOTUNE_START_METHOD): "forkserver" or "spawn" (None: forkserver where
+    the platform has one, runner/processes.worker_context)."""
+
+    warm_triton: str = "steps"
+    offline_compile: bool = True
+    start_method: str | None = None
+
     @classmethod
-    def for_device(cls, device: str) -> "TimingPolicy":
-        if device == "cpu":  # the interpreter: a run costs up to a second
-            return cls(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False)
-        return cls()
+    def from_environment(cls, environ=None) -> "Switches":
+        """The switches as `environ` (os.environ) sets them now, unchecked: a value only
+        matters where workers start (`check`, worker_context), so a cache hit never fails on one."""
+        env = os.environ if environ is None else environ
+        return cls(warm_triton=env.get("AUTOTUNE_WARM_TRITON", "steps"),
+                   offline_compile=env.get("AUTOTUNE_OFFLINE_COMPILE", "1") != "0",
+                   start_method=env.get("AUTOTUNE_START_METHOD") or None)
 
-    def more_runs(self, factor: float = 4.0) -> "TimingPolicy":
-        """The policy for re-timing close contenders."""
-        from dataclasses import replace
+    def check(self, device_type: str) -> None:
+        """A value the workers of `device_type` cannot take is the user's one-line error, said
+        before any worker starts (the executor calls this)."""
+        from .errors import UserError
 
-        return replace(self, min_runs=int(self.min_runs * factor),
-                       max_runs=int(self.max_runs * factor), budget_ms=self.budget_ms * factor)
+        if device_type == "cuda" and self.warm_triton not in WARM_MODES:
+            raise UserError(f"AUTOTUNE_WARM_TRITON must be one of {', '.join(WARM_MODES)}, "
+                            f"not {self.warm_triton!r}")
 
-    def sustained(self) -> "TimingPolicy":
+
+@dataclass(frozen=True)
+class MeasurePolicy:
+    """Every choice of how candidates are timed and compared, in one place: built once (for a
+    device, with the environment's switches), carried by TuneSettings.measure, read by the
+    tuner, the search steps (search/base.py), the pick (results.pick_winner) and the executor.
+
+    The search's rounds: every candidate timed once (`timing`, `timing_for` a problem: CUDA-
+    graph timing where the problem's floor is under `graph_below_us`), possibly screened
+    first (`screening`); the contenders re-timed in passes (`retiming`); kernels that would
+    beat cuBLAS confirmed beside it (`sustained`). The reasons for each number are with it."""
+
+    # A candidate's first timing (CPU_TIMING on the interpreter).
+    timing: TimingPolicy = TimingPolicy()
+    # Time by CUDA graph when the problem's floor (roofline.floor_seconds) is below this. At
+    # 10 us, 40-us decode kernels were timed by events and Triton's launch gap decided between
+    # near-equals (H200: the tuner's pick was 25% slower than torch.mm when re-timed in
+    # another process).
+    graph_below_us: float = 50.0
+    # Contenders this close to the best are re-timed (search/base.retime_contenders); so is the
+    # best plain cuBLAS candidate, and any result a lent worker measured, within
+    # vendor_retime_within of it.
+    retime_within: float = 0.03
+    vendor_retime_within: float = 0.10
+    # Passes of that re-time, the contenders' order reversed every other pass (1 on the CPU,
+    # where an interpreter run costs up to a second); each pass's runs and budget are
+    # retime_runs_factor times the first timing's.
+    retime_passes: int = 4
+    retime_runs_factor: float = 1.5
+    # Passes of the confirmation beside cuBLAS (search/base.confirm_against_vendor; 0 on the
+    # CPU; fewer than 2: off), how many kernels each round confirms, and how many rounds.
+    confirm_passes: int = 4
+    confirm_at_once: int = 2
+    confirm_rounds: int = 3
+    # How much faster than the vendor library (the best plain cuBLAS candidate) another
+    # candidate must be to win (results.pick_winner). Timings of one kernel move by 2-3%
+    # between measurements on the H200, so a smaller lead is a tie, and a tie goes to cuBLAS:
+    # it needs no JIT and holds no kernel or buffer of ours (aten::mm_aligned, which runs our
+    # copy and keeps buffers, is not one of them). 3%, not 2%: leads of 2.5-2.8% in a tune came
+    # out 2-3% behind torch.mm side by side, while real wins led by 3.6% and more
+    # (bench/gpu_llm_suite.py times the picks).
+    vendor_margin: float = 0.03
+    # A lead over cuBLAS measured in the confirmation (both timed in the same sustained passes
+    # of alternating order) needs only this much: the short bursts' misreads above are what
+    # that confirmation removes, and with 3% there real wins (decode 8x14336x4096 bf16,
+    # triton::mm_swap_ab) went to cuBLAS. 2%: side by side, in sustained passes, the same
+    # cuBLAS call read up to 1.9% apart, so a smaller lead may be noise.
+    confirmed_margin: float = 0.02
+    # The rounds whose results may come from another device of the same GPU model (a lent
+    # timing worker: the executor's `run(..., shareable=True)`): the first timing of every
+    # candidate (and exhaustive's screening and finalists). The re-timing and the confirmation
+    # run on the tuning device alone.
+    shareable_rounds: tuple[str, ...] = ("screen", "full")
+    switches: Switches = Switches()
+
+    def __post_init__(self) -> None:
+        if self.retime_passes < 1 or self.confirm_passes < 0:
+            raise ValueError("retime_passes must be 1 or more and confirm_passes 0 or more")
+
+    @classmethod
+    def for_device(cls, device: str, switches: Switches | None = None, **knobs) -> "MeasurePolicy":
+        """The policy for `device` ("cuda" or "cpu"), with `switches` (default: the environment's,
+        read now) and any `knobs` (fields) given."""
+        if device == "cpu":
+            knobs = {"timing": CPU_TIMING, "retime_passes": 1, "confirm_passes": 0, **knobs}
+        return cls(switches=switches if switches is not None else Switches.from_environment(), **knobs)
+
+    def timing_for(self, problem, device_type: str) -> TimingPolicy:
+        """A problem's first timing: CUDA-graph timing where its floor is under
+        `graph_below_us` (launch overhead would otherwise pick the winner); one mode for
+        every candidate of the problem, so all are timed alike."""
+        from .roofline import floor_seconds
+
+        timing = self.timing
+        if device_type == "cuda" and timing.mode == "events":
+            if floor_seconds(problem) * 1e6 < self.graph_below_us:
+                timing = replace(timing, mode="graph")
+        return timing
+
+    def for_problem(self, problem, device_type: str) -> "MeasurePolicy":
+        """This policy with `timing` made the problem's (`timing_for`): what a search is given."""
+        return replace(self, timing=self.timing_for(problem, device_type))
+
+    def screening(self) -> TimingPolicy:
+        """Few runs: enough to rank a large field, not to pick the winner."""
+        timing = self.timing
+        return replace(timing, warmup=1, min_runs=3, max_runs=10, budget_ms=min(timing.budget_ms, 10.0))
+
+    def retiming(self) -> TimingPolicy:
+        """One pass of the re-time of close contenders: `retime_runs_factor` times the runs and
+        budget of the first timing."""
+        timing, factor = self.timing, self.retime_runs_factor
+        return replace(timing, min_runs=int(timing.min_runs * factor), max_runs=int(timing.max_runs * factor),
+                       budget_ms=timing.budget_ms * factor)
+
+    def sustained(self) -> TimingPolicy:
         """Runs adding up to 200 ms of kernel time or more (up to 400: the side-by-side's
         are 50-300 in 200 ms), against the tune's 10-100 in 40 ms; the L2 is still flushed
         before each. The confirmation of a kernel that would beat cuBLAS
         (search/base.confirm_against_vendor)."""
-        from dataclasses import replace
-
-        return replace(self, warmup=max(self.warmup, 3), min_runs=max(self.min_runs, 50),
-                       max_runs=max(self.max_runs * 4, 400), budget_ms=max(self.budget_ms * 5, 200.0))
-
-    def screening(self) -> "TimingPolicy":
-        """Few runs: enough to rank a large field, not to pick the winner."""
-        from dataclasses import replace
-
-        return replace(self, warmup=1, min_runs=3, max_runs=10, budget_ms=min(self.budget_ms, 10.0))
+        timing = self.timing
+        return replace(timing, warmup=max(timing.warmup, 3), min_runs=max(timing.min_runs, 50),
+                       max_runs=max(timing.max_runs * 4, 400), budget_ms=max(timing.budget_ms * 5, 200.0))
 
 
 @dataclass(frozen=True)
@@ -111,40 +214,19 @@ class TuneSettings:
     plugins: tuple[str, ...] = ()  # modules or .py files that register templates
     interpreter_budget_s: float = 30.0  # a CPU (interpreter) candidate estimated slower is pruned
     compile_workers: int | None = None  # compile-pool processes on CUDA (default: up to 8)
-    start_method: str | None = None  # worker processes: "forkserver" (default) or "spawn"
     budget_s: float | None = None  # bound on one problem's whole tune
-    # Time by CUDA graph when the problem's floor is below this. At 10 us, 40-us decode
-    # kernels were timed by events and Triton's launch gap decided between near-equals
-    # (H200: the tuner's pick was 25% slower than torch.mm when re-timed in another process).
-    graph_below_us: float = 50.0
-    retime_within: float = 0.03  # contenders this close to the best are re-timed (in passes)
-    # Passes of that re-time, the contenders' order reversed every other pass (None: 4 on a
-    # GPU, 1 on the CPU, where an interpreter run costs up to a second).
-    retime_rounds: int | None = None
-    # passes of the confirmation against cuBLAS (None: 4 on a GPU, 0 on the CPU; fewer than 2: off)
-    confirm_rounds: int | None = None
-    timing: TimingPolicy | None = None
     # Scale out (scaleout/): devices to spread problems over (on the CPU, worker groups that
     # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
     gpus: int = 1
     executor: str = "local"
     ray_address: str | None = None
+    # How candidates are timed and compared, and the workers' switches (None: the device's
+    # MeasurePolicy with the environment's switches, made when the settings are).
+    measure: MeasurePolicy | None = None
 
-    @property
-    def timing_policy(self) -> TimingPolicy:
-        return self.timing or TimingPolicy.for_device(self.device)
-
-    @property
-    def retime_passes(self) -> int:
-        if self.retime_rounds is not None:
-            return max(1, self.retime_rounds)
-        return 1 if self.device == "cpu" else 4
-
-    @property
-    def confirm_passes(self) -> int:
-        if self.confirm_rounds is not None:
-            return max(0, self.confirm_rounds)
-        return 0 if self.device == "cpu" else 4
+    def __post_init__(self) -> None:
+        if self.measure is None:  # the device's policy, the environment's switches read now
+            object.__setattr__(self, "measure", MeasurePolicy.for_device(self.device))
 
     @property
     def kernel_dir(self) -> Path:

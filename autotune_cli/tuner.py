@@ -24,7 +24,6 @@ from .phases import PhaseClock, worker_seconds
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .results import SKIPPED, Candidate, pick_winner
-from .roofline import floor_seconds
 from .search import SearchContext, get_strategy
 from .settings import TuneSettings
 
@@ -61,20 +60,6 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
     if need > limit:
         raise UserError(f"{problem.describe()} needs ~{need / 2**30:.1f} GiB to benchmark and "
                         f"verify; it does not fit in {where}")
-
-
-def timing_policy_for(problem: GemmProblem, device: DeviceInfo, settings: TuneSettings,
-                      base=None):
-    """The timing policy for a problem: CUDA-graph timing when the problem is so small that
-    its floor is under `graph_below_us` (launch overhead would otherwise pick the winner);
-    one mode for every candidate of the problem, so all are timed alike."""
-    from dataclasses import replace
-
-    policy = base or settings.timing_policy
-    if device.device_type == "cuda" and policy.mode == "events":
-        if floor_seconds(problem) * 1e6 < settings.graph_below_us:
-            policy = replace(policy, mode="graph")
-    return policy
 
 
 def _identity(uid: str, params: dict) -> tuple:
@@ -146,7 +131,7 @@ class _Progress:
     def report(self, candidate: Candidate) -> None:
         self.reported.add(_identity(candidate.uid, candidate.params))
         self.done += 1
-        best = pick_winner(list(self.valid.values()))
+        best = pick_winner(list(self.valid.values()), self.tuner.settings.measure)
         total = max(len(self.choice_set.choices), self.done)
         self.tuner.listener.candidate_done(self.problem, candidate, self.done, total, best)
 
@@ -305,10 +290,9 @@ class Tuner:
         candidates = list(reused)
         try:
             if todo:
+                measure = self.settings.measure.for_problem(problem, self.device.device_type)
                 ctx = SearchContext(problem=problem, device=self.device, choices=todo,
-                                    executor=self.executor, settings=self.settings,
-                                    policy=timing_policy_for(problem, self.device, self.settings),
-                                    deadline=deadline,
+                                    executor=self.executor, measure=measure, deadline=deadline,
                                     on_result=progress.on_result, clock=clock)
                 candidates += strategy.search(ctx)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (errors.Terminated)
@@ -389,7 +373,7 @@ class Tuner:
 
     def _entry(self, problem: GemmProblem, fingerprint: Fingerprint, candidates: list[Candidate],
                choice_set: ChoiceSet, seconds: float) -> dict[str, Any]:
-        winner = pick_winner(candidates)
+        winner = pick_winner(candidates, self.settings.measure)
         ordered = sorted(candidates, key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0))
         return {
             "problem": problem.to_dict(),

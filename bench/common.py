@@ -14,12 +14,13 @@ from pathlib import Path
 from autotune_cli.runner.timing import CudaTimer
 from autotune_cli.runner.verify import check, make_operands, reference
 from autotune_cli.fingerprint import probe_device
-from autotune_cli.settings import TimingPolicy, TuneSettings
+from autotune_cli.settings import MeasurePolicy, TimingPolicy
 from autotune_cli.templates import get_template
 from autotune_cli.templates.base import empty_out
-from autotune_cli.tuner import timing_policy_for
 
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
+# The tuner's policy with longer runs: the same choice of graph timing for tiny problems.
+MEASURE = MeasurePolicy.for_device("cuda", timing=POLICY)
 
 
 def out_dir() -> Path:
@@ -37,10 +38,9 @@ class SideBySide:
         self.torch = torch
         self.device = probe_device("cuda")
         self.timer = CudaTimer(self.device.l2_bytes)
-        self.settings = TuneSettings(device="cuda")
 
     def policy(self, problem) -> TimingPolicy:
-        return timing_policy_for(problem, self.device, self.settings, base=POLICY)
+        return MEASURE.timing_for(problem, "cuda")
 
     def anchor(self, problem):
         torch = self.torch

@@ -33,7 +33,7 @@ from autotune_cli.runner.timing import CudaTimer  # noqa: E402
 from autotune_cli.runner.verify import check, make_operands, reference  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem, parse_mnk  # noqa: E402
-from autotune_cli.settings import TuneSettings  # noqa: E402
+from autotune_cli.settings import MeasurePolicy, TuneSettings  # noqa: E402
 from autotune_cli.templates import get_template  # noqa: E402
 from autotune_cli.tuner import Tuner  # noqa: E402
 
@@ -133,8 +133,8 @@ def main() -> None:
     device = probe_device("cuda")
     timer = CudaTimer(device.l2_bytes)
     # every candidate timed by the graph method, as the side-by-side below
-    settings = TuneSettings(device="cuda", cache_dir=Path(tempfile.mkdtemp()), force=True,
-                            search=args.search, graph_below_us=1e12)
+    settings = TuneSettings(device="cuda", cache_dir=Path(tempfile.mkdtemp()), force=True, search=args.search,
+                            measure=MeasurePolicy.for_device("cuda", graph_below_us=1e12))
     rows = []
     with Tuner(settings) as tuner:
         for name, m, n, k in chosen_shapes(args.shapes):

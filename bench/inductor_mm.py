@@ -44,9 +44,7 @@ def main() -> None:
     from autotune_cli.runner.timing import CudaTimer
     from autotune_cli.fingerprint import probe_device
     from autotune_cli.problem import make_problem
-    from autotune_cli.settings import TuneSettings
-    from autotune_cli.tuner import timing_policy_for
-    from bench.common import POLICY
+    from bench.common import MEASURE
 
     config.force_disable_caches = True
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -77,7 +75,7 @@ def main() -> None:
     rel = check(problem, out, reference(problem, ops)).rel_error
     device = probe_device("cuda")
     timer = CudaTimer(device.l2_bytes)
-    policy = timing_policy_for(problem, device, TuneSettings(device="cuda"), base=POLICY)
+    policy = MEASURE.timing_for(problem, "cuda")
     try:
         timer.measure(call, ops, policy)
     except Exception as exc:  # capture of the compiled function failed: time both by events

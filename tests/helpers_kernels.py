@@ -68,10 +68,12 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
     from autotune_cli.runner.compile_pool import CompilePool, compile_key
     from autotune_cli.runner.processes import worker_context
     from autotune_cli.choices import KernelTemplateChoice
+    from autotune_cli.settings import Switches
     from autotune_cli.templates import get_template
 
-    pool = CompilePool(worker_context(None, "cuda"), [device], processes, (), timeout_s=timeout_s,
-                       startup_timeout_s=timeout_s)
+    switches = Switches.from_environment()
+    pool = CompilePool(worker_context(switches.start_method, "cuda"), [device], processes, (), timeout_s=timeout_s,
+                       startup_timeout_s=timeout_s, switches=switches)
     answers: dict[str, dict] = {}
     done = threading.Event()
 

@@ -4,7 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from autotune_cli.results import OK, VENDOR_MARGIN, WRONG_RESULT, Candidate, is_pick, pick_winner
+from autotune_cli.results import OK, WRONG_RESULT, Candidate, is_pick, pick_winner
+from autotune_cli.settings import MeasurePolicy
+
+VENDOR_MARGIN = MeasurePolicy().vendor_margin
+CONFIRMED_MARGIN = MeasurePolicy().confirmed_margin
 
 
 def cand(uid, ms, status=OK, **params):
@@ -101,15 +105,13 @@ def retime(first, again, executor=None, passes=None):
     """retime_contenders over candidates first timed at `first` (uid -> ms); one pass unless
     `passes` (as on the CPU)."""
     from autotune_cli.search.base import SearchContext, retime_contenders
-    from autotune_cli.settings import TimingPolicy, TuneSettings
 
     executor = executor or _Executor(again)
-    settings = TuneSettings(device="cpu", retime_rounds=passes)
     ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
-                        settings=settings, policy=TimingPolicy(),
+                        measure=MeasurePolicy(retime_passes=passes or 1),
                         deadline=None, on_result=lambda *a: None)
     pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
-    return {r.uid: r.ms for _, r in retime_contenders(ctx, pairs, ctx.policy)}, executor.asked
+    return {r.uid: r.ms for _, r in retime_contenders(ctx, pairs)}, executor.asked
 
 
 def test_cublas_timed_slow_is_timed_again_before_a_kernel_may_beat_it():
@@ -130,9 +132,7 @@ def test_cublas_far_behind_is_left_alone():
 
 
 def test_the_retime_alternates_the_order_of_its_passes():
-    from autotune_cli.settings import TuneSettings
-
-    assert TuneSettings(device="cuda").retime_passes == 4 and TuneSettings(device="cpu").retime_passes == 1
+    assert MeasurePolicy.for_device("cuda").retime_passes == 4 and MeasurePolicy.for_device("cpu").retime_passes == 1
     first = {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.02}
     _, asked = retime(first, {"triton::mm_persistent_tma": 1.0, "aten::mm": 1.0}, passes=4)
     forward = ["triton::mm_persistent_tma", "aten::mm"]
@@ -206,22 +206,18 @@ class _SustainedExecutor(_Executor):
 
 def confirm(first, executor, passes):
     from autotune_cli.search.base import SearchContext, confirm_against_vendor
-    from autotune_cli.settings import TimingPolicy, TuneSettings
 
     ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
-                        settings=TuneSettings(device="cpu", confirm_rounds=passes), policy=TimingPolicy(),
-                        deadline=None, on_result=lambda *a: None)
+                        measure=MeasurePolicy(confirm_passes=passes), deadline=None, on_result=lambda *a: None)
     pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
-    return {r.uid: r.ms for _, r in confirm_against_vendor(ctx, pairs, ctx.policy)}
+    return {r.uid: r.ms for _, r in confirm_against_vendor(ctx, pairs)}
 
 
 def test_a_kernel_that_would_beat_cublas_is_confirmed_in_sustained_runs():
     """The tune's short bursts had a Triton kernel lead cuBLAS by 3.1% (beyond the margin);
     in sustained runs it is 5% slower: the confirmation's passes (the order alternating,
     200 ms or more each) give the pick back to cuBLAS."""
-    from autotune_cli.settings import TuneSettings
-
-    assert TuneSettings(device="cuda").confirm_passes == 4 and TuneSettings(device="cpu").confirm_passes == 0
+    assert MeasurePolicy.for_device("cuda").confirm_passes == 4 and MeasurePolicy.for_device("cpu").confirm_passes == 0
     first = {"triton::mm": 0.3241, "aten::mm": 0.3345, "triton::mm_persistent_tma": 0.3336}
     executor = _SustainedExecutor({}, {"triton::mm": 0.3470, "aten::mm": 0.3307})
     times = confirm(first, executor, passes=4)
@@ -262,13 +258,11 @@ def test_a_runner_up_cannot_win_unconfirmed():
 
 def confirmed_results(first, executor, passes=4):
     from autotune_cli.search.base import SearchContext, confirm_against_vendor
-    from autotune_cli.settings import TimingPolicy, TuneSettings
 
     ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
-                        settings=TuneSettings(device="cpu", confirm_rounds=passes), policy=TimingPolicy(),
-                        deadline=None, on_result=lambda *a: None)
+                        measure=MeasurePolicy(confirm_passes=passes), deadline=None, on_result=lambda *a: None)
     pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in first.items()]
-    return [r for _, r in confirm_against_vendor(ctx, pairs, ctx.policy)]
+    return [r for _, r in confirm_against_vendor(ctx, pairs)]
 
 
 def test_a_lead_inside_the_margin_is_confirmed_and_wins_when_it_holds():
@@ -276,8 +270,6 @@ def test_a_lead_inside_the_margin_is_confirmed_and_wins_when_it_holds():
     short bursts' margin. Led by more than CONFIRMED_MARGIN, it is timed beside cuBLAS in
     sustained passes, and a lead that holds there wins; one that shrinks below the margin
     (or grows into cuBLAS's favour) leaves the pick to cuBLAS; 1% ahead is not confirmed."""
-    from autotune_cli.results import CONFIRMED_MARGIN
-
     first = {"triton::mm_swap_ab": 0.03105, "aten::mm": 0.03186}
     assert 1 - first["triton::mm_swap_ab"] / first["aten::mm"] < VENDOR_MARGIN
     assert pick_winner([cand(u, ms) for u, ms in first.items()]).uid == "aten::mm"  # unconfirmed: a tie
@@ -346,15 +338,13 @@ def test_results_a_lent_worker_measured_are_timed_again_on_the_tuning_gpu():
     within 10% of the best are timed again here, alone if need be, so the pick rests on this
     GPU's own times; one further behind keeps its reading and says where it was taken."""
     from autotune_cli.search.base import SearchContext, retime_contenders
-    from autotune_cli.settings import TimingPolicy, TuneSettings
 
     def run(first):
         executor = _Executor({"triton::mm": 1.0, "triton::mm_splitk": 1.02, "aten::mm_aligned": 1.3})
         ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
-                            settings=TuneSettings(device="cpu", retime_rounds=1), policy=TimingPolicy(),
-                            deadline=None, on_result=lambda *a: None)
+                            measure=MeasurePolicy(retime_passes=1), deadline=None, on_result=lambda *a: None)
         pairs = [(_Choice(uid), replace(cand(uid, ms), measured_on=lent)) for uid, (ms, lent) in first.items()]
-        return {r.uid: (r.ms, r.measured_on) for _, r in retime_contenders(ctx, pairs, ctx.policy)}, executor.asked
+        return {r.uid: (r.ms, r.measured_on) for _, r in retime_contenders(ctx, pairs)}, executor.asked
 
     # a lone lent leader (the other GPU reads 5% fast): timed again, alone, on this GPU
     times, asked = run({"triton::mm": (0.95, 1)})
@@ -371,7 +361,6 @@ def test_only_the_first_timing_of_a_search_takes_lent_workers():
     through the executor; only the full round is offered to lent workers (`shareable`)."""
     from autotune_cli.search.base import SearchContext
     from autotune_cli.search.default import search
-    from autotune_cli.settings import TimingPolicy, TuneSettings
 
     class Lendable:
         takes_lent_workers = True
@@ -387,8 +376,8 @@ def test_only_the_first_timing_of_a_search_takes_lent_workers():
 
     executor = Lendable()
     ctx = SearchContext(problem=None, device=None, choices=[_Choice("aten::mm"), _Choice("triton::mm")],
-                        executor=executor, settings=TuneSettings(device="cuda", retime_rounds=2),
-                        policy=TimingPolicy(), deadline=None, on_result=lambda *a: None)
+                        executor=executor, measure=MeasurePolicy(retime_passes=2),
+                        deadline=None, on_result=lambda *a: None)
     results = search(ctx)
     assert executor.rounds[0] is True and len(executor.rounds) > 2 and not any(executor.rounds[1:])
     assert pick_winner(results).uid == "triton::mm"

@@ -19,7 +19,7 @@ from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
-from autotune_cli.settings import TuneSettings
+from autotune_cli.settings import Switches, TuneSettings
 from autotune_cli.results import is_pick
 
 
@@ -302,7 +302,7 @@ def test_a_shared_compile_pool_builds_each_kernel_once(tmp_path):
     choice_lists = [get_choices(p, device, settings).choices for p in problems]
     keys = [{compile_key(c) for c in choices} for choices in choice_lists]
     assert keys[0] == keys[1] and len(keys[0]) == len(choice_lists[0]) >= 2  # same kernels
-    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0, Switches())
     executors = [LocalExecutor(device, settings, compile_pool=pool) for _ in problems]
     outcomes: dict[int, list] = {}
     try:
@@ -336,13 +336,13 @@ def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
     device = probe_device("cpu")
     problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
     choices = get_choices(problem, device, settings).choices[:3]
-    pool = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0)
+    pool = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0, Switches())
     executor = LocalExecutor(device, replace(settings, compile_workers=0))
     answers = []
     keep, drop = object(), object()
     try:
         for i, choice in enumerate(choices):
-            task = executor._task(choice, 0, settings.timing_policy, "compile")
+            task = executor._task(choice, 0, settings.measure.timing, "compile")
             pool.submit(compile_key(choice), task, keep if i == 0 else drop, answers.append)
         pool.withdraw(drop)
         deadline = time.monotonic() + 120
@@ -442,7 +442,7 @@ def test_closed_pools_answer_at_once(tmp_path):
                             templates=("triton::mm",))
     device = probe_device("cpu")
     choices = get_choices(make_problem(m=32, n=32, k=32, device="cpu"), device, settings).choices[:2]
-    shared = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0)
+    shared = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0, Switches())
     shared.close()
     answers = []
     shared.submit(compile_key(choices[0]), {}, object(), answers.append)
@@ -482,7 +482,7 @@ def _pool_answers(pool, choices, seconds=120):
     executor = LocalExecutor(probe_device("cpu"), replace(settings, compile_workers=0))
     answers = []
     for choice in choices:
-        pool.submit(compile_key(choice), executor._task(choice, 0, settings.timing_policy, "compile"),
+        pool.submit(compile_key(choice), executor._task(choice, 0, settings.measure.timing, "compile"),
                     object(), answers.append)
     deadline = time.monotonic() + seconds
     while len(answers) < len(choices) and time.monotonic() < deadline:
@@ -502,7 +502,7 @@ def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",))
     choices = get_choices(make_problem(m=64, n=64, k=64, device="cpu", dtype="float16"), device, settings).choices[:2]
 
-    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0, Switches())
     broken = pool.workers[0]
 
     def start(self, timeout):
@@ -522,7 +522,7 @@ def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
         raise OSError("planted: no process")
 
     monkeypatch.setattr(WorkerProcess, "start", never)
-    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0)
+    pool = CompilePool(worker_context(None, "cpu"), [device], 2, (), 60.0, 180.0, Switches())
     try:
         answers = _pool_answers(pool, choices, seconds=60)
     finally:
@@ -539,7 +539,7 @@ def test_kernels_several_devices_wait_for_are_compiled_first(tmp_path):
     from autotune_cli.runner.processes import worker_context
 
     device = probe_device("cpu")
-    pool = CompilePool(worker_context(None, "cpu"), [device], 0, (), 60.0, 180.0)  # no process pops
+    pool = CompilePool(worker_context(None, "cpu"), [device], 0, (), 60.0, 180.0, Switches())  # no process pops
     first, second = object(), object()
     try:
         for key in ("a", "b", "c", "d"):

@@ -224,15 +224,21 @@ def test_triton_warmup_kernel_runs(device, tmp_path, monkeypatch):
 
 
 def test_a_bad_warm_mode_is_a_user_error():
-    """AUTOTUNE_WARM_TRITON is checked where the executor is made, before any worker starts:
-    a value it does not know is a one-line error, not a warm-up silently skipped."""
-    from autotune_cli.settings import warm_mode
+    """AUTOTUNE_WARM_TRITON is read with the other switches (settings.Switches) and checked
+    where the executor is made, before any worker starts: a value it does not know is a
+    one-line error for a GPU's workers, not a warm-up silently skipped; the CPU's never warm."""
+    from autotune_cli.settings import Switches
     from autotune_cli.errors import UserError
 
-    assert warm_mode({}) == "steps"
-    assert [warm_mode({"AUTOTUNE_WARM_TRITON": m}) for m in ("kernel", "0")] == ["kernel", "0"]
+    assert Switches.from_environment({}) == Switches("steps", True, None)
+    assert [Switches.from_environment({"AUTOTUNE_WARM_TRITON": m}).warm_triton for m in ("kernel", "0")] \
+        == ["kernel", "0"]
+    switches = Switches.from_environment({"AUTOTUNE_WARM_TRITON": "off", "AUTOTUNE_OFFLINE_COMPILE": "0",
+                                          "AUTOTUNE_START_METHOD": "spawn"})
+    assert (switches.offline_compile, switches.start_method) == (False, "spawn")
+    switches.check("cpu")
     with pytest.raises(UserError, match="AUTOTUNE_WARM_TRITON must be one of steps, kernel, 0, not 'off'"):
-        warm_mode({"AUTOTUNE_WARM_TRITON": "off"})
+        switches.check("cuda")
 
 
 def test_an_executor_for_a_gpu_refuses_a_bad_warm_mode_before_any_worker(tmp_path, monkeypatch):

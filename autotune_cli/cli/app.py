@@ -117,8 +117,10 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    seed: int = 0, plugin: Optional[List[str]] = None,
                    interpreter_budget: float = 30.0, budget: Optional[float] = None,
                    compile_workers: Optional[int] = None, gpus: Optional[str] = None,
-                   executor: str = "local", ray_address: Optional[str] = None):
-    from ..settings import MAX_SEED, MAX_WORKERS, TuneSettings, check_seconds, default_cache_dir
+                   executor: str = "local", ray_address: Optional[str] = None, switches=None):
+    """The settings of a tune from the command's options, checked. `switches`: the
+    environment's (settings.Switches) where the command has read them already, else read now."""
+    from ..settings import MAX_SEED, MAX_WORKERS, MeasurePolicy, TuneSettings, check_seconds, default_cache_dir
 
     if workers is not None and not 1 <= workers <= MAX_WORKERS:
         raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
@@ -140,7 +142,7 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         seed=seed, plugins=tuple(plugin or ()), interpreter_budget_s=interpreter_budget,
         budget_s=budget, compile_workers=compile_workers,
         gpus=_gpu_count(gpus, executor),
-        executor=executor, ray_address=ray_address,
+        executor=executor, ray_address=ray_address, measure=MeasurePolicy.for_device(device, switches),
     )
 
 

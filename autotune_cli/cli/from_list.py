@@ -65,7 +65,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     if missing:
         from ..runner.processes import prestart_workers
 
-        prestart_workers(settings.device)  # their imports run beside the first choices
+        prestart_workers(settings.device, settings.measure.switches.start_method)  # beside the first choices
     from ..tuner import Tuner
 
     progress = ModelProgress(err, total=len(listed))

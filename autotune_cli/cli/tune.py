@@ -130,7 +130,7 @@ def mm(
         from ..runner.processes import prestart_workers
         from ..tuner import Tuner
 
-        prestart_workers(dev)  # the workers' imports run beside the choices being made
+        prestart_workers(dev, settings.measure.switches.start_method)  # their imports run beside the choices
         with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
             command.mark("tuner_ready")
             outcome = tuner.tune(problem)
@@ -202,6 +202,7 @@ def model(
     from ..report import ModelProgress, dumps, model_summary_table, plan_table
     from ..scaleout import make_scaled_tuner
     from ..scaleout.local import local_devices
+    from ..settings import Switches
     from ..tuner import Tuner
 
     clock = _Clock()
@@ -209,16 +210,17 @@ def model(
     hints = parse_hints(hint or [])
     # not a saved model, or untrusted TorchScript: said now, before anything starts
     check_model(path, trust_torchscript=trust_torchscript)
+    switches = Switches.from_environment()  # read once: the workers started now and later take them
     if executor == ExecutorKind.local and not plan_only:
         from ..runner.processes import prestart_workers
 
-        prestart_workers(likely_device(device))  # their imports run beside ours
+        prestart_workers(likely_device(device), switches.start_method)  # their imports run beside ours
     dev = resolve_device(device)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,
                               budget=budget, compile_workers=compile_workers, gpus=gpus,
-                              executor=executor.value, ray_address=ray_address)
+                              executor=executor.value, ray_address=ray_address, switches=switches)
     scaled = settings.executor == "ray" or settings.gpus != 1
     if settings.executor == "ray" and not plan_only:
         try:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, TIMEOUT
+from ..settings import Switches
 from .processes import WorkerProcess, stop_all
 
 Callback = Callable[[dict[str, Any]], None]
@@ -83,12 +84,12 @@ class CompilePool:
     pool (every waiter is told, `pool_failed`), it never dies silently."""
 
     def __init__(self, ctx, devices: Sequence[DeviceInfo], count: int, plugins: tuple[str, ...],
-                 timeout_s: float, startup_timeout_s: float) -> None:
+                 timeout_s: float, startup_timeout_s: float, switches: Switches) -> None:
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s
         # Spread over the devices: each process brings CUDA up on one of them.
         self.workers = [WorkerProcess(ctx, devices[n % len(devices)], devices[n % len(devices)].index,
-                                      plugins, "compile") for n in range(count)]
+                                      plugins, "compile", switches) for n in range(count)]
         self.startups: list[float] = []  # seconds to ready, per process start
         # How its CUDA processes compile, per start: "offline" (no CUDA: runner/offline_compile.py)
         # or "cuda: <why not offline>".

@@ -37,7 +37,6 @@ from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from .compile_pool import CompilePool, compile_key
 from .processes import WorkerProcess, stop_all, worker_context
-from ..settings import warm_mode
 
 ResultCallback = Callable[[int, Candidate], None]
 
@@ -73,9 +72,9 @@ class LocalExecutor:
                  gpu_indices: Sequence[int] | None = None, compile_pool: CompilePool | None = None) -> None:
         self.device = device
         self.settings = settings
-        if device.device_type == "cuda":
-            warm_mode()  # a bad AUTOTUNE_WARM_TRITON is the user's one-line error, not a silent no
-        self.ctx = worker_context(settings.start_method, device.device_type)
+        self.switches = settings.measure.switches
+        self.switches.check(device.device_type)  # a bad value is the user's one-line error, now
+        self.ctx = worker_context(self.switches.start_method, device.device_type)
         self.startups: list[tuple[str, float]] = []  # (role, seconds to ready) per start
         # (sent, done, compile seconds in the worker) per kernel the pool built for this
         # executor's requests, perf_counter times: what the tuner reports as a problem's
@@ -86,7 +85,7 @@ class LocalExecutor:
             indices = list(gpu_indices) if gpu_indices is not None else [device.index]
         else:
             indices = [0] * (workers or settings.workers or self.default_workers(device))
-        self.timers = [WorkerProcess(self.ctx, device, i, plugins, "measure") for i in indices]
+        self.timers = [WorkerProcess(self.ctx, device, i, plugins, "measure", self.switches) for i in indices]
         self.owns_pool = compile_pool is None
         self._pool_devices = [replace(device, index=i) for i in indices]  # an own pool's
         if compile_pool is None:
@@ -125,7 +124,12 @@ class LocalExecutor:
         if pool is not None:
             pool.start()
 
-    def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy, mode: str) -> dict[str, Any]:
+    def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy | None,
+              mode: str) -> dict[str, Any]:
+        """A worker's task. `policy` None: the first timing MeasurePolicy gives the choice's
+        problem (graph timing where its floor is tiny), as the tuner's search would."""
+        if policy is None:
+            policy = self.settings.measure.timing_for(choice.problem, self.device.device_type)
         return {
             "mode": mode,
             "uid": choice.uid,
@@ -183,7 +187,6 @@ class LocalExecutor:
 
     def _run(self, choices, on_result, policy, deadline) -> list[Candidate]:
         settings = self.settings
-        policy = policy or settings.timing_policy
         results: list[Candidate | None] = [None] * len(choices)
         measure_queue = deque(i for i, c in enumerate(choices) if not self._needs_compile(c))
         compiling = {i for i, c in enumerate(choices) if self._needs_compile(c)}
@@ -313,7 +316,7 @@ class LocalExecutor:
 
     def _own_pool(self, count: int) -> CompilePool:
         return CompilePool(self.ctx, self._pool_devices, count, tuple(self.settings.plugins),
-                           self.settings.timeout_s, self.settings.startup_timeout_s)
+                           self.settings.timeout_s, self.settings.startup_timeout_s, self.switches)
 
     def _where(self, worker: WorkerProcess, candidate: Candidate) -> Candidate:
         """A result (or failure) with the device that measured it, where that was a worker lent

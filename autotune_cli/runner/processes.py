@@ -12,6 +12,7 @@ import time
 
 from ..errors import UserError
 from ..fingerprint import DeviceInfo
+from ..settings import START_METHODS, Switches
 from .worker import worker_main
 
 
@@ -28,12 +29,13 @@ def _exit_reason(exitcode: int | None) -> str:
 
 class WorkerProcess:
     def __init__(self, ctx, device: DeviceInfo, gpu_index: int, plugins: tuple[str, ...],
-                 role: str) -> None:
+                 role: str, switches: Switches) -> None:
         self.ctx = ctx
         self.device = device
         self.gpu_index = gpu_index
         self.plugins = plugins
         self.role = role  # "measure" or "compile"
+        self.switches = switches  # the environment's, read by the command: handed to the process
         self.process = None
         self.conn = None
         self.state = "down"  # down | starting | idle | busy
@@ -53,7 +55,7 @@ class WorkerProcess:
                 target=worker_main,
                 args=(child, self.device.device_type, self.gpu_index, self.plugins, self.device.l2_bytes,
                       worker_environment(self.ctx, self.device.device_type), self.role, self.device,
-                      lifeline()),
+                      lifeline(), self.switches),
                 daemon=True, name=f"autotune-{self.role}-{self.device.device_type}{self.gpu_index}",
             )
             self.started_at = time.monotonic()
@@ -86,6 +88,10 @@ class WorkerProcess:
         self.process = self.conn = None
         self.state = "down"
         self.task_index = None
+
+    def alive(self) -> bool:
+        """Whether its process is running (a worker marked idle may have died since)."""
+        return self.process is not None and self.process.is_alive()
 
     def receive(self) -> tuple[dict | None, str | None]:
         """(the next message, None), or (None, why) when the process has died: it is reaped
@@ -176,11 +182,11 @@ _forkserver_lock = threading.Lock()
 
 
 def worker_context(method: str | None = None, device_type: str = "cuda"):
-    """The multiprocessing context workers start from: a preloaded forkserver by default
-    where the platform has one, else spawn. Never plain fork: the caller may have CUDA up."""
-    method = method or os.environ.get("AUTOTUNE_START_METHOD") or (
-        "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
-    if method not in ("forkserver", "spawn"):
+    """The multiprocessing context workers start from: `method` (Switches.start_method, from
+    AUTOTUNE_START_METHOD), else a preloaded forkserver where the platform has one, else
+    spawn. Never plain fork: the caller may have CUDA up."""
+    method = method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    if method not in START_METHODS:
         raise UserError(f"AUTOTUNE_START_METHOD must be forkserver or spawn, not {method!r}")
     interprets = device_type == "cpu"
     if method == "forkserver":
@@ -230,12 +236,12 @@ def worker_environment(ctx, device_type: str) -> dict[str, str]:
         return dict(os.environ)
 
 
-def prestart_workers(device_type: str) -> None:
+def prestart_workers(device_type: str, start_method: str | None = None) -> None:
     """Start the forkserver now, so that its imports of torch and triton run beside the
     caller's own (the CLI calls this before it imports torch) rather than after them. (The
     CUDA driver is not brought up beside them: on the H200 host cuInit takes 0.43 s alone,
     and done on a thread beside torch's import it slowed that import by as much.)"""
-    worker_context(None, device_type)
+    worker_context(start_method, device_type)
 
 
 def stop_forkserver() -> None:

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..settings import warm_mode
+from ..settings import Switches
 
 # A compile process runs at this niceness: on a host whose cores all compile, the timing
 # process (which launches each timed run right after a ~50 µs GPU wait, runner/timing.py) and
@@ -425,8 +425,10 @@ class CandidateRunner:
 
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
-                l2_bytes: int, environ: dict[str, str] | None = None, role: str = "measure",
-                device_info=None, lifeline=None) -> None:
+                l2_bytes: int, environ: dict[str, str] | None, role: str, device_info, lifeline,
+                switches: Switches) -> None:
+    """A worker's life (runner/processes.WorkerProcess starts it). `switches`: the
+    environment's switches as the command read them; this process never reads them itself."""
     _own_group()
     _die_with_parent()
     _watch_parent(lifeline)
@@ -449,7 +451,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         elif device_type == "cuda":
             from .offline_compile import OPERAND_DEVICE, install
 
-            if os.environ.get("AUTOTUNE_OFFLINE_COMPILE", "1") == "0":
+            if not switches.offline_compile:
                 offline = "turned off (AUTOTUNE_OFFLINE_COMPILE=0)"
             elif device_info is None:
                 offline = "no device description"
@@ -467,9 +469,8 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
         ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
     conn.send(ready)
     if role == "measure" and device_type == "cuda":
-        mode = warm_mode()  # the caller's, checked by the executor before it started this process
-        if mode != "0":
-            _warm_triton(runner, mode)
+        if switches.warm_triton != "0":  # checked by the executor before it started this process
+            _warm_triton(runner, switches.warm_triton)
     while True:
         try:
             task = conn.recv()

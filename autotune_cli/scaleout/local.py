@@ -132,9 +132,10 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
             per_device = default_compile_workers(group[0])
             count = min(per_device * len(group), max(per_device, (os.cpu_count() or 2) // 2))
         if count:
-            ctx = worker_context(settings.start_method, group[0].device_type)
+            switches = settings.measure.switches
+            ctx = worker_context(switches.start_method, group[0].device_type)
             pools[name] = CompilePool(ctx, group, count, tuple(settings.plugins), settings.timeout_s,
-                                      settings.startup_timeout_s)
+                                      settings.startup_timeout_s, switches)
     return pools
 
 

@@ -11,8 +11,8 @@ from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
 from ..phases import PhaseClock
 from ..problem import GemmProblem
-from ..results import CONFIRMED_MARGIN, VENDOR_UIDS, Candidate, pick_winner
-from ..settings import TimingPolicy, TuneSettings
+from ..results import VENDOR_UIDS, Candidate, pick_winner
+from ..settings import MeasurePolicy, TimingPolicy
 
 
 @dataclass
@@ -21,14 +21,13 @@ class SearchContext:
     device: DeviceInfo
     choices: list[KernelTemplateChoice]
     executor: object  # runner.executor.Executor
-    settings: TuneSettings
-    policy: TimingPolicy
+    measure: MeasurePolicy  # the problem's (MeasurePolicy.for_problem): its `timing` is the first timing
     deadline: float | None  # time.monotonic() bound, from --budget
     on_result: Callable[[KernelTemplateChoice, Candidate, str], None]  # (choice, result, round)
     clock: PhaseClock | None = None  # each round's wall is added under its name (phases.py)
 
-    def measure(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
-                round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
+    def run(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
+            round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
         """Run choices through the executor: (choice, result) in the choices' order, for
         every choice that gave a result (one left unmeasured gives none, and each result
         stays with its own choice)."""
@@ -40,7 +39,7 @@ class SearchContext:
             self.on_result(choices[index], candidate, round_name)
 
         shared = {}
-        if round_name in SHARED_ROUNDS and getattr(self.executor, "takes_lent_workers", False):
+        if round_name in self.measure.shareable_rounds and getattr(self.executor, "takes_lent_workers", False):
             shared["shareable"] = True
         began = time.perf_counter()
         try:
@@ -54,32 +53,22 @@ class SearchContext:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-# The rounds where another GPU of the same model may lend its idle timing worker
-# (runner/executor.py): the first timing of every candidate (and exhaustive's finalists).
-# After them the re-timing runs on the tuning GPU alone, and takes every lent result within
-# VENDOR_RETIME_WITHIN of the best (retime_contenders), as the confirmation beside cuBLAS does.
-SHARED_ROUNDS = ("screen", "full")
-VENDOR_RETIME_WITHIN = 0.10
-RETIME_RUNS_FACTOR = 1.5  # each pass's runs and budget, over the first timing's
-CONFIRM_AT_ONCE = 2  # kernels confirmed against cuBLAS in one round (confirm_against_vendor)
-CONFIRM_ROUNDS = 3
-
-
 def _best_vendor(ok: list[tuple[KernelTemplateChoice, Candidate]]):
     """The fastest plain cuBLAS (choice, result) among `ok`, or None."""
     return min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
 
 
-def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
-                      policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
-    """Candidates within `retime_within` of the best are timed again, so the pick between
-    near-equals rests on more than one short measurement; so is the fastest plain cuBLAS
-    candidate (VENDOR_UIDS) within VENDOR_RETIME_WITHIN of the best, which the pick measures
+def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]]
+                      ) -> list[tuple[KernelTemplateChoice, Candidate]]:
+    """Candidates within `measure.retime_within` of the best are timed again, so the pick
+    between near-equals rests on more than one short measurement; so is the fastest plain
+    cuBLAS candidate (VENDOR_UIDS) within `vendor_retime_within` of the best, which the pick measures
     every other candidate against (results.pick_winner). It is often timed first, while the
     compile pool keeps every core busy: on the H200 a tune read torch.mm's own call 4-9%
     slow there and picked a Triton kernel that was slower side by side.
 
-    The re-time is `settings.retime_passes` passes over the contenders, the order reversed
+    The re-time is `measure.retime_passes` passes (`measure.retiming()` runs each) over the
+    contenders, the order reversed
     every other pass (A, B, C, then C, B, A, ...), each contender's time the median of its
     passes: a GPU's clocks drift over a tune (power, heat, the other work on the host), and
     one pass in one order gave that drift to whoever came last, enough to pick a kernel
@@ -87,60 +76,61 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     ok = [(c, r) for c, r in pairs if r.ok]
     if not ok or ctx.out_of_time():
         return pairs
+    measure = ctx.measure
     best = min(r.ms for _, r in ok)
     # A result another GPU's lent worker measured (`measured_on`) is timed again here, on
-    # this GPU, wherever it is within VENDOR_RETIME_WITHIN of the best, alone if need be:
+    # this GPU, wherever it is within vendor_retime_within of the best, alone if need be:
     # the pick rests on this GPU's own readings, not on how another GPU of the model reads.
-    close = [(c, r) for c, r in ok if r.ms <= best * (1 + ctx.settings.retime_within)
-             or (r.measured_on is not None and r.ms <= best * (1 + VENDOR_RETIME_WITHIN))]
+    close = [(c, r) for c, r in ok if r.ms <= best * (1 + measure.retime_within)
+             or (r.measured_on is not None and r.ms <= best * (1 + measure.vendor_retime_within))]
     vendor = _best_vendor(ok)
     if (vendor is not None and all(c is not vendor[0] for c, _ in close)
-            and vendor[1].ms <= best * (1 + VENDOR_RETIME_WITHIN)):
+            and vendor[1].ms <= best * (1 + measure.vendor_retime_within)):
         close.append(vendor)
     if len(close) < 2 and not any(r.measured_on is not None for _, r in close):
         return pairs
     contenders = [c for c, _ in close]
-    updated = _time_in_passes(ctx, contenders, policy.more_runs(RETIME_RUNS_FACTOR),
-                              ctx.settings.retime_passes, "retime")
+    updated = _time_in_passes(ctx, contenders, measure.retiming(), measure.retime_passes, "retime")
     return [(c, updated.get(id(c), r)) for c, r in pairs]
 
 
-def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]],
-                           policy: TimingPolicy) -> list[tuple[KernelTemplateChoice, Candidate]]:
-    """Where kernels lead the best plain cuBLAS candidate by more than CONFIRMED_MARGIN, the
-    fastest two of them and cuBLAS are timed once more in `settings.confirm_passes` passes of
-    alternating order, each runnable's runs adding up to 200 ms of kernel time or more
-    (`TimingPolicy.sustained`: up to 400 runs, against the tune's 10-100 in 40 ms; the
-    side-by-side's are 50-300 in 200 ms), marked `confirmed`, and the pick is made again
-    (results.pick_winner: a confirmed lead needs CONFIRMED_MARGIN, an unconfirmed one
-    VENDOR_MARGIN); while the pick is not a confirmed kernel, unconfirmed kernels that lead by
-    that much (a third one, which led cuBLAS but trailed the two) are confirmed in turn, up to
-    CONFIRM_ROUNDS rounds. Why: a tune's short bursts read
+def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]]
+                           ) -> list[tuple[KernelTemplateChoice, Candidate]]:
+    """Where kernels lead the best plain cuBLAS candidate by more than `measure.confirmed_margin`,
+    the fastest `confirm_at_once` (two) of them and cuBLAS are timed once more in
+    `measure.confirm_passes` passes of alternating order, each runnable's runs adding up to
+    200 ms of kernel time or more (`MeasurePolicy.sustained`: up to 400 runs, against the
+    tune's 10-100 in 40 ms; the side-by-side's are 50-300 in 200 ms), marked `confirmed`, and
+    the pick is made again (results.pick_winner: a confirmed lead needs confirmed_margin, an
+    unconfirmed one vendor_margin); while the pick is not a confirmed kernel, unconfirmed
+    kernels that lead by that much (a third one, which led cuBLAS but trailed the two) are
+    confirmed in turn, up to `confirm_rounds` rounds. Why: a tune's short bursts read
     large compute-bound GEMMs several per cent apart from tune to tune (up to 7% on the
     H200), enough to pick a kernel slower than cuBLAS side by side (bench/gpu_llm_suite.py
     times the picks beside torch.mm). Fewer than 2 passes turn the confirmation off
     (drift cancels over pairs)."""
-    count = ctx.settings.confirm_passes
+    measure = ctx.measure
+    count = measure.confirm_passes
     if count < 2:
         return pairs
     current = {id(c): r for c, r in pairs}
     confirmed: set[int] = set()
-    for _ in range(CONFIRM_ROUNDS):
+    for _ in range(measure.confirm_rounds):
         if ctx.out_of_time():
             break
         ok = [(c, current[id(c)]) for c, _ in pairs if current[id(c)].ok]
         vendor = _best_vendor(ok)
-        winner = pick_winner([r for _, r in ok])
+        winner = pick_winner([r for _, r in ok], measure)
         if vendor is None or winner is None:
             break
         if winner.uid not in VENDOR_UIDS and winner.confirmed:
             break  # the winner has been timed against cuBLAS the sustained way
         leading = sorted(((c, r) for c, r in ok if r.uid not in VENDOR_UIDS and id(c) not in confirmed
-                          and r.ms < vendor[1].ms * (1 - CONFIRMED_MARGIN)), key=lambda cr: cr[1].ms)
+                          and r.ms < vendor[1].ms * (1 - measure.confirmed_margin)), key=lambda cr: cr[1].ms)
         if not leading:
             break
-        leaders = [c for c, _ in leading[:CONFIRM_AT_ONCE]]
-        updated = _time_in_passes(ctx, leaders + [vendor[0]], policy.sustained(), count, "confirm")
+        leaders = [c for c, _ in leading[:measure.confirm_at_once]]
+        updated = _time_in_passes(ctx, leaders + [vendor[0]], measure.sustained(), count, "confirm")
         if not updated:  # the deadline or failing runs: the times before stand
             break
         # cuBLAS was timed again: whatever was confirmed in an earlier round (a kernel, or a
@@ -163,7 +153,7 @@ def _time_in_passes(ctx: SearchContext, contenders: list[KernelTemplateChoice], 
         if index and ctx.out_of_time():
             break
         order = contenders if index % 2 == 0 else contenders[::-1]
-        got = {id(choice): result for choice, result in ctx.measure(order, policy, phase) if result.ok}
+        got = {id(choice): result for choice, result in ctx.run(order, policy, phase) if result.ok}
         if len(got) == len(contenders):
             passes.append(got)
     # Drift cancels over pairs of passes in opposite orders: an odd count beyond one (the

@@ -1,6 +1,6 @@
 """default: measure every choice once with the full timing policy, then re-time the
 contenders within a few percent of the best (search/base.retime_contenders), then confirm
-kernels that lead cuBLAS by more than results.CONFIRMED_MARGIN in sustained runs beside it
+kernels that lead cuBLAS by more than MeasurePolicy.confirmed_margin in sustained runs beside it
 (search/base.confirm_against_vendor)."""
 
 from __future__ import annotations
@@ -13,6 +13,6 @@ OPTIONS = ("every candidate timed fully; near-ties re-timed in passes of alterna
 
 
 def search(ctx: SearchContext) -> list[Candidate]:
-    pairs = ctx.measure(ctx.choices, ctx.policy, "full")
-    pairs = retime_contenders(ctx, pairs, ctx.policy)
-    return [r for _, r in confirm_against_vendor(ctx, pairs, ctx.policy)]
+    pairs = ctx.run(ctx.choices, ctx.measure.timing, "full")
+    pairs = retime_contenders(ctx, pairs)
+    return [r for _, r in confirm_against_vendor(ctx, pairs)]

@@ -93,7 +93,7 @@ def search(ctx: SearchContext) -> list[Candidate]:
         results[id(choice)] = Candidate(uid=choice.uid, params=choice.params, status=SKIPPED,
                                         error=f"ranked below the top {cap} by the tile model")
     # Round 1: screen everything compiled with a few runs.
-    pairs = ctx.measure(screened_choices, ctx.policy.screening(), "screen")
+    pairs = ctx.run(screened_choices, ctx.measure.screening(), "screen")
     for choice, result in pairs:
         results[id(choice)] = result
     ok = sorted([(c, r) for c, r in pairs if r.ok], key=lambda p: p[1].ms)
@@ -106,12 +106,12 @@ def search(ctx: SearchContext) -> list[Candidate]:
     finalist_ids = {id(c) for c, _ in finalists}
     timed: set[int] = set()  # timed with the full policy
     if finalists and not ctx.out_of_time():
-        finalists = ctx.measure([c for c, _ in finalists], ctx.policy, "full")
+        finalists = ctx.run([c for c, _ in finalists], ctx.measure.timing, "full")
         timed = {id(c) for c, _ in finalists}
         for choice, result in finalists:
             results[id(choice)] = result
-        finalists = retime_contenders(ctx, finalists, ctx.policy)
-        for choice, result in confirm_against_vendor(ctx, finalists, ctx.policy):
+        finalists = retime_contenders(ctx, finalists)
+        for choice, result in confirm_against_vendor(ctx, finalists):
             results[id(choice)] = result
     # A screening time never wins: a candidate that kept one (screened out, or a finalist the
     # budget left untimed) is marked skipped.
