@@ -250,14 +250,13 @@ def truth(problem, limit_s: float) -> tuple[list[dict], int]:
     from autotune_cli.runner.executor import LocalExecutor
     from autotune_cli.search.exhaustive import _modelled, rank_by_model
     from autotune_cli.settings import TuneSettings
-    from autotune_cli.tuner import timing_policy_for
 
     settings = TuneSettings(device=DEVICE, search="exhaustive", cache_dir=Path(tempfile.mkdtemp()))
     device = probe_device(DEVICE)
     choice_set = get_choices(problem, device, settings)
     modelled = [c for c in choice_set.choices if _modelled(c)]
     ordered = [c for c in choice_set.choices if not _modelled(c)] + rank_by_model(problem, modelled, device.sm_count)
-    policy = timing_policy_for(problem, device, settings)
+    policy = settings.measure.timing_for(problem, device.device_type)
     with LocalExecutor(device, settings) as executor:
         executor.start()
         results = executor.run(ordered, policy=policy, deadline=time.monotonic() + limit_s)
