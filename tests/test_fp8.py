@@ -258,7 +258,7 @@ def test_model_finds_scaled_mm_calls_in_an_exported_program(tmp_path):
 def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
     import sympy
 
-    from autotune_cli.model import _classify, _Tensor
+    from autotune_cli.model.classify import _classify, _Tensor
 
     def t(sizes, dtype="float8_e4m3fn", transposed=False):
         sizes = tuple(sympy.Integer(s) for s in sizes)

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from autotune_cli import model as model_mod  # noqa: E402
+from autotune_cli.model import classify as model_mod  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.model import find_gemms  # noqa: E402
 

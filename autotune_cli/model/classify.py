@@ -91,8 +91,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import UserError
-from .problem import MAX_DIM, GemmProblem
+from ..errors import UserError
+from ..problem import MAX_DIM, GemmProblem
 
 __all__ = [
     "FoundGemm",
@@ -374,7 +374,7 @@ def _classify_scaled(args: Sequence[Any], out: _Tensor | None, source: str, fast
     """A torch._scaled_mm call (self, mat2, scale_a, scale_b, bias, ...) whose output is
     `out`: a _Raw, or a str saying what is not tuned (other float8 kinds, blockwise scales,
     an output dtype or a layout the problem does not take)."""
-    from .problem import FP8_LAYOUT, OUT_DTYPES
+    from ..problem import FP8_LAYOUT, OUT_DTYPES
 
     a, b, scale_a, scale_b, bias = (list(args) + [None] * 5)[:5]
     if not all(isinstance(t, _Tensor) and len(t.sizes) == 2 for t in (a, b)) \
