@@ -258,7 +258,7 @@ def test_model_finds_scaled_mm_calls_in_an_exported_program(tmp_path):
 def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
     import sympy
 
-    from autotune_cli.model.classify import _classify, _Tensor
+    from autotune_cli.model.classify import Operand, classify_call
 
     def t(sizes, dtype="float8_e4m3fn", transposed=False):
         sizes = tuple(sympy.Integer(s) for s in sizes)
@@ -266,19 +266,19 @@ def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
             strides = (sympy.Integer(1), sizes[0]) if transposed else (sizes[1], sympy.Integer(1))
         else:
             strides = (sympy.Integer(1),) * len(sizes)
-        return _Tensor(sizes, strides, dtype)
+        return Operand(sizes, strides, dtype)
 
     a, b = t((256, 512)), t((512, 384), transposed=True)
     out = t((256, 384), "bfloat16")
-    row = _classify("aten::_scaled_mm", [a, b, t((256, 1), "float32"), t((1, 384), "float32")], out)
+    row = classify_call("aten::_scaled_mm", [a, b, t((256, 1), "float32"), t((1, 384), "float32")], out)
     assert (row.op, row.scale, row.out_dtype, row.layout) == ("scaled_mm", "row", "bfloat16", "nt")
-    blockwise = _classify("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 3), "float32")], out)
+    blockwise = classify_call("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 3), "float32")], out)
     assert blockwise == "float8_e4m3fn with blockwise scales"
     scales = [t((), "float32"), t((), "float32")]
-    assert _classify("aten::_scaled_mm", [a, b, *scales], t((256, 384), "float8_e4m3fn")) \
+    assert classify_call("aten::_scaled_mm", [a, b, *scales], t((256, 384), "float8_e4m3fn")) \
         == "float8_e4m3fn to float8_e4m3fn"
-    assert _classify("aten::_scaled_mm", [a, t((512, 384)), *scales], out) == "float8_e4m3fn in layout nn"
-    assert _classify("aten::_scaled_mm", [t((256, 512), "float8_e5m2"), b, *scales], out) \
+    assert classify_call("aten::_scaled_mm", [a, t((512, 384)), *scales], out) == "float8_e4m3fn in layout nn"
+    assert classify_call("aten::_scaled_mm", [t((256, 512), "float8_e5m2"), b, *scales], out) \
         == "float8_e5m2 x float8_e4m3fn"
 
 

@@ -1,4 +1,4 @@
-"""The torch-free reader of torch.export archives (autotune_cli.model._read_export_archive).
+"""The torch-free reader of torch.export archives (autotune_cli/model/export_archive.py).
 
 Every program saved here is read both ways, from the archive's JSON and, as a reference,
 through torch.export.load (`_torch_graph`, only on the archives these tests wrote), and both
@@ -22,9 +22,11 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from autotune_cli.model import classify as model_mod  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
-from autotune_cli.model import find_gemms  # noqa: E402
+from autotune_cli.model import dims, export_archive, find, find_gemms  # noqa: E402
+from autotune_cli.model.classify import MATMUL_OPS, MatmulCall, Operand, classify_call, sym  # noqa: E402
+from autotune_cli.model.export_expr import ArchiveUnreadable, ExprReader  # noqa: E402
+from autotune_cli.model.export_program import ExportGraph  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -221,22 +223,22 @@ def _bound(value) -> object:
     return int(value)
 
 
-def _graph_summary(graph: model_mod._ExportGraph):
-    """Comparable form of an _ExportGraph (sizes as sympy, ranges as bounds)."""
+def _graph_summary(graph: ExportGraph):
+    """Comparable form of an ExportGraph (sizes as sympy, ranges as bounds)."""
     return (graph.raws,
-            [(name, tuple(model_mod._sym(s) for s in sizes)) for name, sizes in graph.inputs],
+            [(name, tuple(sym(s) for s in sizes)) for name, sizes in graph.inputs],
             {k: (_bound(v.lower), _bound(v.upper)) for k, v in graph.ranges.items()})
 
 
 def _fake_operand(value):
     if not isinstance(value, torch.Tensor):
         return None
-    return model_mod._Tensor(tuple(model_mod._sym(s) for s in value.shape),
-                             tuple(model_mod._sym(s) for s in value.stride()),
-                             str(value.dtype).removeprefix("torch."))
+    return Operand(tuple(sym(s) for s in value.shape),
+                   tuple(sym(s) for s in value.stride()),
+                   str(value.dtype).removeprefix("torch."))
 
 
-def _torch_graph(path) -> model_mod._ExportGraph:
+def _torch_graph(path) -> ExportGraph:
     """The reference reading: torch.export.load, operands from node.meta["val"] (fake
     tensors), kwargs placed by the op's schema. Only for archives these tests wrote."""
     ep = torch.export.load(str(path))
@@ -245,7 +247,7 @@ def _torch_graph(path) -> model_mod._ExportGraph:
         if node.op != "call_function" or not hasattr(node.target, "_schema"):
             continue
         name = node.target._schema.name
-        if name not in model_mod._MATMUL_OPS:
+        if name not in MATMUL_OPS:
             continue
         values = list(node.args)
         names = [a.name for a in node.target._schema.arguments]
@@ -256,7 +258,7 @@ def _torch_graph(path) -> model_mod._ExportGraph:
                 values[i] = value
         args = [_fake_operand(v.meta.get("val")) if isinstance(v, torch.fx.Node) else None
                 for v in values]
-        raw = model_mod._classify(name, args)
+        raw = classify_call(name, args)
         if raw is not None:
             raws.append(raw)
     user = set(ep.graph_signature.user_inputs)
@@ -264,13 +266,13 @@ def _torch_graph(path) -> model_mod._ExportGraph:
               if n.op == "placeholder" and n.name in user
               and isinstance(n.meta.get("val"), torch.Tensor)]
     ranges = {str(sym): vr for sym, vr in ep.range_constraints.items()}
-    return model_mod._ExportGraph(raws, inputs, ranges)
+    return ExportGraph(raws, inputs, ranges)
 
 
 def _via_torch(monkeypatch, path, **kwargs):
     """find_gemms on the reference reading (torch.export.load) instead of the reader."""
     with monkeypatch.context() as patch:
-        patch.setattr(model_mod, "_read_export", _torch_graph)
+        patch.setattr(find, "read_export", _torch_graph)
         return find_gemms(path, **kwargs)
 
 
@@ -286,7 +288,7 @@ def _outcome(call):
 @pytest.mark.parametrize("name", SAME_EXPRESSIONS)
 def test_json_reader_matches_torch_export_load(archives, name):
     path = archives[name]
-    from_json = model_mod._read_export_archive(path)
+    from_json = export_archive.read_export_archive(path)
     from_torch = _torch_graph(path)
     assert _graph_summary(from_json) == _graph_summary(from_torch)
     assert from_json.raws  # every case has a matmul-like node
@@ -296,7 +298,7 @@ def test_json_reader_matches_torch_export_load(archives, name):
 def test_find_gemms_same_both_ways(archives, name, monkeypatch):
     path = archives[name]
     graph = _torch_graph(path)
-    symbols = sorted({s.name for r in graph.raws if isinstance(r, model_mod._Raw)
+    symbols = sorted({s.name for r in graph.raws if isinstance(r, MatmulCall)
                       for e in (r.m, r.n, r.k, r.b) for s in e.free_symbols})
     calls = [dict(device="cpu"), dict(device="cuda", allow_tf32=True)]
     if symbols:
@@ -325,7 +327,7 @@ def test_expected_problems_from_json(archives):
 
 
 def test_unbounded_dim_defaults(archives):
-    graph = model_mod._read_export_archive(archives["dynamic"])
+    graph = export_archive.read_export_archive(archives["dynamic"])
     bounds = sorted((_bound(r.lower), _bound(r.upper)) for r in graph.ranges.values())
     assert bounds == [(1, 1024), (2, "inf")]
 
@@ -358,7 +360,7 @@ def no_torch_load(monkeypatch):
 
 def test_floordiv_size_read(archives, no_torch_load):
     path = archives["step"]
-    graph = model_mod._read_export_archive(path)
+    graph = export_archive.read_export_archive(path)
     assert any("FloorDiv" in str(r.m) for r in graph.raws)
     found = find_gemms(path, device="cpu", hints={"x.0": [7, 10]})
     assert [(f.problem.m, f.problem.k) for f in found] == [(4, 16), (5, 16)]
@@ -408,18 +410,18 @@ def test_what_the_reader_does_not_understand_is_refused(archives, tmp_path, no_t
     ("Foo(Symbol('s0', integer=True))", "Foo not understood"),
 ])
 def test_expressions_that_would_cost_or_run_are_refused(text, what):
-    with pytest.raises(model_mod._ArchiveUnreadable, match=what):
-        model_mod._ExprReader().expr(text)
+    with pytest.raises(ArchiveUnreadable, match=what):
+        ExprReader().expr(text)
 
 
 def test_torch_integer_functions_evaluate():
-    reader = model_mod._ExprReader()
+    reader = ExprReader()
     s0 = "Symbol('s0', positive=True, integer=True)"
     cases = {f"FloorDiv(Add({s0}, Integer(1)), Integer(2))": 5,
              f"CeilDiv({s0}, Integer(4))": 3, f"Mod({s0}, Integer(4))": 1,
              f"PythonMod({s0}, Integer(3))": 0, f"CleanDiv({s0}, Integer(3))": 3}
     for text, value in cases.items():
-        assert model_mod._evaluate(reader.expr(text), {"s0": 9}) == value, text
+        assert dims._evaluate(reader.expr(text), {"s0": 9}) == value, text
 
 
 def test_combinations_are_bounded(archives):
@@ -431,9 +433,9 @@ def test_combinations_are_bounded(archives):
 
 def test_reader_failure_is_a_user_error(archives, monkeypatch, no_torch_load):
     def broken(_path):
-        raise KeyError("graph_module\x1b[2J")  # any exception, not only _ArchiveUnreadable
+        raise KeyError("graph_module\x1b[2J")  # any exception, not only ArchiveUnreadable
 
-    monkeypatch.setattr(model_mod, "_read_export_archive", broken)
+    monkeypatch.setattr(export_archive, "read_export_archive", broken)
     with pytest.raises(UserError, match=r"unexpected content \(KeyError") as caught:
         find_gemms(archives["batched"], device="cpu")
     assert "\x1b" not in str(caught.value)  # the file's text is escaped, not printed raw
@@ -533,7 +535,7 @@ def test_zip_bomb_refused_before_inflating(archives, tmp_path):
     """An entry past the cap, declared honestly: refused from its declared size, in one line
     and exit 2, by a process whose memory never nears the entry's size."""
     dst = tmp_path / "bomb.pt2"
-    _bomb(archives["linears"], dst, model_mod.MAX_PROGRAM_BYTES + (1 << 20))
+    _bomb(archives["linears"], dst, export_archive.MAX_PROGRAM_BYTES + (1 << 20))
     assert dst.stat().st_size < 4 << 20
     code = (
         "import json, resource, subprocess, sys\n"
@@ -550,7 +552,7 @@ def test_zip_bomb_refused_before_inflating(archives, tmp_path):
     lines = doc["err"].strip().splitlines()
     assert len(lines) == 1 and "inflates to" in lines[0] and "more than the" in lines[0], lines
     assert doc["out"] == ""
-    assert doc["maxrss_kb"] * 1024 < model_mod.MAX_PROGRAM_BYTES
+    assert doc["maxrss_kb"] * 1024 < export_archive.MAX_PROGRAM_BYTES
 
 
 def test_zip_bomb_that_lies_about_its_size(archives, tmp_path, monkeypatch):
@@ -573,11 +575,11 @@ def test_bytes_read_are_capped_whatever_the_entry_declares(archives, monkeypatch
 
     with zipfile.ZipFile(archives["linears"]) as zf:
         member = next(n for n in zf.namelist() if n.endswith("/models/model.json"))
-        assert model_mod._read_entry(zf, member, 1 << 20) == zf.read(member)
+        assert export_archive.read_entry(zf, member, 1 << 20) == zf.read(member)
         cap = zf.getinfo(member).file_size + 100  # the declared size is within the cap
         monkeypatch.setattr(zf, "open", lambda info: io.BytesIO(b" " * (cap + 5000)))
-        with pytest.raises(model_mod._ArchiveUnreadable, match=f"more than the {cap} bytes"):
-            model_mod._read_entry(zf, member, cap)
+        with pytest.raises(ArchiveUnreadable, match=f"more than the {cap} bytes"):
+            export_archive.read_entry(zf, member, cap)
 
 
 # -- no torch import ------------------------------------------------------------------------

@@ -1,7 +1,31 @@
-"""model/: the matrix multiplies in a saved model, as GemmProblems with counts."""
+"""model/: the matrix multiplies in a saved model, as GemmProblems with counts.
 
-from .classify import (FoundGemm, check_model, find_gemms, parse_hints, parse_input_shape,
-                       plan_flops_share)
+Two formats are read; no file runs code unless the caller says it may:
+
+* a torch.export program (`torch.export.save`, usually `.pt2`), read from the archive's
+  serialized program by autotune itself, never unpickled (export_archive.py,
+  export_program.py, export_expr.py); sizes may be symbolic (`torch.export.Dim`);
+* TorchScript (`torch.jit.save`), which is code: run once under the profiler, and only
+  when the caller says the file is trusted (torchscript.py).
+
+A plain `torch.save` checkpoint is refused without being opened. Each matmul-like call is
+mapped to a GEMM by the same rules for both formats (classify.py); dynamic dims take the
+--hint values or defaults, and each combination gives concrete problems (dims.py);
+`find_gemms` (find.py) puts it together. Imports run one way, down from find.py:
+
+  find.py           -> export_archive, torchscript, dims, classify, found
+  export_archive.py -> export_program, export_expr, text
+  export_program.py -> export_expr, classify
+  torchscript.py    -> classify, text
+  dims.py           -> classify, export_expr, found
+  export_expr.py    -> classify
+
+text.py, found.py and classify.py import no sibling; no module here imports this package.
+"""
+
+from .find import check_model, find_gemms, model_format
+from .found import FoundGemm, plan_flops_share
+from .text import parse_hints, parse_input_shape
 
 __all__ = ["FoundGemm", "parse_input_shape", "parse_hints", "find_gemms", "check_model",
-           "plan_flops_share"]
+           "model_format", "plan_flops_share"]

@@ -1,0 +1,225 @@
+"""model/dims.py: the values a program's dynamic dims are read at, and the concrete problems.
+
+Dynamic dimensions (torch.export only): a size may be a sympy expression of symbols such
+as `s0` (the names torch chose at export). Each symbol can also be named
+`<input>.<dim>` (e.g. `x.0` for the first dim of input `x`) where it is the whole size of
+a user input's dim. Values per symbol come from `hints`; a symbol without a hint takes its
+default values: {max(lower, 1), the power of two nearest the geometric mean of that and
+the capped upper bound, min(upper, 4096)} from `ep.range_constraints`, deduplicated. The
+value lists of all symbols are combined position by position when they are all the same
+length, else as their cartesian product; each combination gives concrete problems, and
+each FoundGemm records the values of the symbols it depends on in `hint`. Values outside
+the exported range are accepted (tuning batch 1 of a program exported for batch >= 2 is
+still useful). `input_shapes` given for an exported program instead bind the symbols to
+the sizes given (one combination) and are checked against the static sizes.
+
+Within one combination of values, identical problems (same GemmProblem, same hint) are
+merged with their counts summed; a problem already listed for an earlier combination
+(e.g. a static one, hint None) is not listed again. Order: combination by combination,
+then first appearance in the forward pass. `hint` keys are torch's symbol names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+from typing import Any
+
+from ..errors import UserError
+from ..problem import GemmProblem
+from .classify import MatmulCall, sym
+from .export_expr import IDENT_RE
+from .found import FoundGemm
+
+DEFAULT_HINT_CAP = 4096
+MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
+
+
+def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
+                    ranges: dict[str, Any], input_shapes,
+                    hints) -> list[dict[str, int]]:
+    """The combinations of values an exported program's dims are read at: `raws` are its
+    classified calls, `inputs` its user inputs (name, sizes), `ranges` its symbols' ranges
+    (.lower, .upper); `input_shapes` or `hints` as find_gemms takes them."""
+
+    # aliases "<input>.<dim>" for plain symbols
+    aliases: dict[str, str] = {}
+    for name, shape in inputs:
+        for i, size in enumerate(shape):
+            expr = sym(size)
+            if expr.is_Symbol:
+                aliases.setdefault(f"{name}.{i}", expr.name)
+
+    used: list[str] = []
+    for raw in raws:
+        if isinstance(raw, MatmulCall):
+            for e in (raw.b, raw.m, raw.n, raw.k):
+                for s in sorted(e.free_symbols, key=str):
+                    if s.name not in used:
+                        used.append(s.name)
+
+    if input_shapes is not None:
+        if hints:
+            raise UserError("give either --input-shape or --hint for an exported program, not both")
+        binding = _bind_input_shapes(inputs, input_shapes)
+        missing = [s for s in used if s not in binding]
+        if missing:
+            extra = {s: _default_values(ranges.get(s)) for s in missing}
+            return [{**binding, **c} for c in _combine(extra)]
+        return [binding]
+
+    known = list(dict.fromkeys(list(ranges) + used))
+    given: dict[str, list[int]] = {}
+    for key, values in (hints or {}).items():
+        symbol = _hint_symbol(key, known, aliases, inputs)
+        if symbol in given:
+            raise UserError(f"dynamic dim {symbol} is hinted twice (as {key!r} too)")
+        given[symbol] = list(values)
+    per_symbol = {s: given.get(s) or _default_values(ranges.get(s)) for s in used}
+    return _combine(per_symbol)
+
+
+def _hint_symbol(key: str, known: list[str], aliases: dict[str, str], inputs) -> str:
+    """The symbol a --hint name stands for: the symbol itself (s77), an input's dim (x.0),
+    or, where the program has one dynamic dim, any other name (torch.export does not save
+    a Dim's name, so Dim("batch") is saved as s77 and `batch` can only mean that one)."""
+    if key in known:
+        return key
+    if key in aliases:
+        return aliases[key]
+    if not known:
+        raise UserError(f"--hint {key!r}: the exported program has no dynamic dims")
+    name, dot, dim = key.partition(".")
+    shapes = dict(inputs)
+    if dot and name in shapes and dim.isdigit() and int(dim) < len(shapes[name]):
+        size = sym(shapes[name][int(dim)])
+        what = "static" if size.is_Integer else "not one symbol"
+        raise UserError(f"--hint {key!r}: that dim is {what} ({size}); the dynamic dims are "
+                        f"{', '.join(_with_aliases(s, aliases) for s in known)}")
+    plain = [s for s in known if IDENT_RE.fullmatch(s)]
+    if not dot and len(plain) == 1:
+        return plain[0]
+    listing = ", ".join(_with_aliases(s, aliases) for s in known)
+    raise UserError(
+        f"unknown dynamic dim {key!r} in --hint; known: {listing}. Name a dim by its symbol "
+        "or as <input>.<dim> (e.g. x.0); torch.export does not save Dim names, so a Dim's own "
+        "name is accepted only where the program has one dynamic dim")
+
+def _with_aliases(symbol: str, aliases: dict[str, str]) -> str:
+    names = [a for a, target in aliases.items() if target == symbol]
+    return f"{symbol} ({', '.join(names)})" if names else symbol
+
+
+def _bind_input_shapes(inputs, input_shapes) -> dict[str, int]:
+    if len(input_shapes) != len(inputs):
+        names = ", ".join(n for n, _ in inputs) or "none"
+        raise UserError(
+            f"the exported program takes {len(inputs)} tensor input(s) ({names}); "
+            f"got {len(input_shapes)} --input-shape")
+    binding: dict[str, int] = {}
+    checks: list[tuple[str, int, Any, int]] = []
+    for (name, sizes), (shape, _dtype) in zip(inputs, input_shapes):
+        if len(shape) != len(sizes):
+            raise UserError(f"input {name} has {len(sizes)} dims; --input-shape gives {len(shape)}")
+        for i, (size, want) in enumerate(zip(sizes, shape)):
+            expr = sym(size)
+            if expr.is_Symbol:
+                if binding.setdefault(expr.name, want) != want:
+                    raise UserError(f"input {name} dim {i} is {expr.name}, already set to "
+                                    f"{binding[expr.name]}; got {want}")
+            else:
+                checks.append((name, i, expr, want))
+    for name, i, expr, want in checks:
+        value = _evaluate(expr, binding)
+        if value is not None and value != want:
+            raise UserError(f"input {name} dim {i} must be {value} (= {expr}); got {want}")
+    return binding
+
+
+def _default_values(vr: Any) -> list[int]:
+    """{max(lower, 1), a middle power of two, min(upper, 4096)}, deduplicated, ascending."""
+    lo, hi = 1, DEFAULT_HINT_CAP
+    if vr is not None:
+        if not bool(vr.lower <= 1):
+            lo = int(vr.lower)
+        if not bool(vr.upper >= DEFAULT_HINT_CAP):
+            hi = int(vr.upper)
+    hi = max(hi, lo)
+    mid = 2 ** int(math.floor(math.log2(lo * hi) / 2 + 0.5))
+    mid = min(max(mid, lo), hi)
+    return sorted({lo, mid, hi})
+
+
+def _combine(per_symbol: dict[str, list[int]]) -> list[dict[str, int]]:
+    """Zip value lists of equal length, else take their cartesian product."""
+    if not per_symbol:
+        return [{}]
+    names = list(per_symbol)
+    lists = [per_symbol[n] for n in names]
+    if len({len(v) for v in lists}) == 1:
+        rows = list(zip(*lists))
+    else:
+        total = math.prod(len(v) for v in lists)
+        if total > MAX_COMBINATIONS:
+            raise UserError(f"the dynamic dims' values (--hint or defaults) make {total} "
+                            f"combinations ({' x '.join(str(len(v)) for v in lists)}); at most "
+                            f"{MAX_COMBINATIONS} (dims given the same number of values are "
+                            "paired instead)")
+        rows = list(itertools.product(*lists))
+    return [dict(zip(names, row)) for row in rows]
+
+
+def _evaluate(expr: Any, binding: dict[str, int]) -> int | None:
+    import sympy
+
+    subs = {s: sympy.Integer(binding[s.name]) for s in expr.free_symbols if s.name in binding}
+    value = expr.xreplace(subs) if subs else expr
+    if value.free_symbols:
+        value = value.subs(subs)
+    if value.free_symbols or not value.is_number:
+        return None
+    return int(value)
+
+
+
+def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, device: str,
+               allow_tf32: bool) -> list[FoundGemm]:
+    out: list[FoundGemm] = []
+    index: dict[tuple, int] = {}
+    for binding in scenarios:
+        local: dict[tuple, FoundGemm] = {}
+        order: list[tuple] = []
+        for raw in raws:
+            dims = {}
+            symbols: set[str] = set()
+            for field in ("m", "n", "k", "b"):
+                expr = getattr(raw, field)
+                symbols |= {s.name for s in expr.free_symbols}
+                value = _evaluate(expr, binding)
+                if value is None:
+                    raise UserError(f"matmul size {field}={expr} depends on a symbol with no value")
+                if value < 1:
+                    shown = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
+                    raise UserError(f"at {shown} a {raw.op} size {field}={expr} is {value}; "
+                                    "choose larger hint values")
+                dims[field] = value
+            problem = GemmProblem(
+                op=raw.op, m=dims["m"], n=dims["n"], k=dims["k"], b=dims["b"], dtype=raw.dtype,
+                layout=raw.layout, bias=raw.bias,
+                allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
+                scale=raw.scale, out_dtype=raw.out_dtype, fast_accum=raw.fast_accum)
+            hint = {s: binding[s] for s in sorted(symbols)} or None
+            key = (problem, tuple(sorted(hint.items())) if hint else None)
+            if key in local:
+                prev = local[key]
+                sources = prev.sources + ((raw.source,) if raw.source not in prev.sources else ())
+                local[key] = replace(prev, count=prev.count + 1, sources=sources)
+            else:
+                local[key] = FoundGemm(problem, 1, (raw.source,), hint)
+                order.append(key)
+        for key in order:
+            if key not in index:  # the same problem at the same values in another combination
+                index[key] = len(out)
+                out.append(local[key])
+    return out

@@ -1,0 +1,112 @@
+"""model/find.py: what a model file is, whether it may be read, and its matrix multiplies.
+
+`model_format` tells a torch.export archive from TorchScript by the zip's listing alone (a
+plain `torch.save` checkpoint, a pickle, is refused without being opened); `check_model`
+refuses TorchScript unless trusted; `find_gemms` reads the file the way its format needs
+(export_archive.py, torchscript.py), classifies its calls, and makes the concrete problems
+at each combination of dynamic-dim values (dims.py).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from ..errors import UserError
+from .classify import MatmulCall
+from .dims import concretize, export_bindings
+from .export_archive import read_export
+from .found import FoundGemm
+from .torchscript import read_torchscript
+
+
+def model_format(path: Path) -> str:
+    """"export" or "torchscript", read from the archive's listing (cheap: a caller checks the
+    file with it before starting work); else a UserError that says what the file is."""
+    if not path.exists():
+        raise UserError(f"model file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"not a model file: {path} is a directory")
+    if not path.is_file():
+        raise UserError(f"not a model file: {path} is not a regular file")
+    if not zipfile.is_zipfile(path):
+        raise UserError(
+            f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    if any(n == "archive_format" or n.endswith("/archive_format") for n in names):
+        return "export"
+    if any("/code/" in n or n.startswith("code/") for n in names) and any(
+        n.endswith("constants.pkl") for n in names
+    ):
+        return "torchscript"
+    if any(n.endswith("data.pkl") for n in names):
+        raise UserError(
+            f"{path} is a torch.save checkpoint, not a program: save the model with "
+            "torch.export.save or torch.jit.save")
+    raise UserError(
+        f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
+
+
+def find_gemms(
+    path: str | Path,
+    *,
+    input_shapes: list[tuple[tuple[int, ...], str]] | None = None,
+    hints: dict[str, list[int]] | None = None,
+    device: str = "cuda",
+    allow_tf32: bool = False,
+    trust_torchscript: bool = False,
+    notes: list[str] | None = None,
+) -> list[FoundGemm]:
+    """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
+
+    The formats are read as export_archive.py and torchscript.py say, the calls mapped as
+    classify.py says, dynamic dims given values as dims.py says. A TorchScript file is read
+    only with trust_torchscript (reading it runs it). What the list leaves out that the
+    caller should know (matmuls inside a fused op) is appended to `notes`, one line each.
+    """
+    path = Path(path)
+    fmt = check_model(path, trust_torchscript=trust_torchscript)
+    fused: list[str] = []
+    if fmt == "export":
+        graph = read_export(path)
+        raws = graph.raws
+        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints)
+    else:
+        if hints:
+            raise UserError("--hint applies to exported programs with dynamic dims; "
+                            "a TorchScript model takes its sizes from --input-shape")
+        raws, fused = read_torchscript(path, input_shapes)
+        scenarios = [{}]
+
+    kept = [r for r in raws if isinstance(r, MatmulCall)]
+    way_out = ("save the model with torch.export.export and torch.export.save, or trace it "
+               "in train mode (model.train() before torch.jit.trace)")
+    if not kept:
+        if fused:
+            raise UserError(
+                f"no matmuls found in {path}: they run inside {', '.join(fused)}, a fused op "
+                "autotune does not look into (nn.Transformer layers traced in eval mode take "
+                f"this fast path); {way_out}")
+        other = sorted({r for r in raws if isinstance(r, str)})
+        extra = f" (only matmuls in {', '.join(other)}, which are not tuned)" if other else ""
+        raise UserError(f"no matmuls found in {path}{extra}")
+    if fused and notes is not None:
+        notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
+                     f"to list them, {way_out}")
+    return concretize(kept, scenarios, device=device, allow_tf32=allow_tf32)
+
+
+def check_model(path: Path, *, trust_torchscript: bool = False) -> str:
+    """model_format(path), refusing TorchScript unless it is trusted: a TorchScript file is
+    code, and reading it runs it (a caller checks this before starting work)."""
+    fmt = model_format(path)
+    if fmt == "torchscript" and not trust_torchscript:
+        raise UserError(
+            f"{path} is TorchScript, which is code: reading it loads and runs the model. "
+            "Pass --trust-torchscript for a file you trust, or save the model with "
+            "torch.export.save (a .pt2 is read without running anything)")
+    return fmt

@@ -1,0 +1,237 @@
+"""model/torchscript.py: the matmuls of a TorchScript model (`torch.jit.save`), by running it.
+
+A TorchScript file is code: loading it and running its forward runs what its author wrote,
+so it is read only when the caller says the file is trusted (`trust_torchscript`, the
+CLI's --trust-torchscript; find.check_model refuses it otherwise, before this module is
+reached). Sizes are not stored, so the module is run once on example inputs built from
+`input_shapes` under `torch.profiler` with `record_shapes`, which records every aten op
+with its operands' sizes, strides and dtype, nested as they were called, with the graph
+executor's optimizations off so that the ops are the saved ones (the optimizing executor
+rewrites e.g. addmm into mm + add). The run is first tried on the meta device (no
+arithmetic, no memory for activations); if the module cannot run there it is run on the
+CPU with random inputs (integer and bool inputs are zeros, so that they are valid
+indices). Only the outermost matmul-like op of each call counts; attention ops are not
+looked into. Fused ops whose matmuls run inside them (nn.TransformerEncoderLayer's fast
+path, `aten::_transformer_encoder_layer_fwd`) are not looked into either; they are named,
+so that find_gemms can say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .classify import MATMUL_OPS, Operand, classify_call, sym, sym_eq
+from .text import one_line
+
+# Fused kernels that may call matmuls inside (math fallbacks); never looked into.
+_OPAQUE_PREFIXES = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product",
+    "aten::_flash_attention",
+    "aten::_efficient_attention",
+)
+
+# Fused kernels with matmuls inside that the profiler does not see (nn.Transformer layers'
+# fast path in eval mode); named when they hide every matmul of a TorchScript model.
+_FUSED_MATMUL_OPS = (
+    "aten::_transformer_encoder_layer_fwd",
+    "aten::_transformer_decoder_only_layer_fwd",
+    "aten::_native_multi_head_attention",
+    "aten::_native_decoder_only_multi_head_attention",
+)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence fd 2 (kineto prints a line when the profiler starts and stops)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _script_tensor_args(module: Any) -> tuple[list[str], int]:
+    """Names of forward's tensor arguments and how many of them are required."""
+    import torch
+
+    names: list[str] = []
+    required = 0
+    for arg in module.forward.schema.arguments[1:]:  # [0] is self
+        typ = arg.type
+        is_tensor = isinstance(typ, torch._C.TensorType) or (
+            isinstance(typ, torch._C.OptionalType)
+            and isinstance(typ.getElementType(), torch._C.TensorType))
+        has_default = arg.has_default_value()
+        if not is_tensor:
+            if has_default:
+                continue
+            raise UserError(f"forward argument {arg.name!r} is a {typ}, not a tensor; "
+                            "only models whose inputs are tensors can be read")
+        names.append(arg.name)
+        if not has_default:
+            required += 1
+    return names, required
+
+
+def _is_meta(module: Any) -> bool:
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device.type == "meta"
+    return True  # no weights: meta inputs decide
+
+
+def _make_inputs(input_shapes, device: str, random: bool) -> list[Any]:
+    import torch
+
+    out = []
+    for shape, dtype_name in input_shapes:
+        dtype = getattr(torch, dtype_name)
+        if not random:
+            out.append(torch.empty(shape, dtype=dtype, device=device))
+        elif dtype.is_floating_point:
+            out.append(torch.randn(shape, dtype=dtype, device=device))
+        else:
+            out.append(torch.zeros(shape, dtype=dtype, device=device))
+    return out
+
+
+def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
+    """Run once under the profiler: the outermost matmul-like calls, and the names of the
+    fused ops (_FUSED_MATMUL_OPS) that ran."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    with _quiet_stderr():
+        prof.__enter__()
+    try:
+        # optimized_execution(False): run the graph as saved; the optimizing executor
+        # rewrites ops on the first run (e.g. addmm into mm + add).
+        with torch.no_grad(), torch.jit.optimized_execution(False):
+            module(*inputs)
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
+    roots = prof.profiler.kineto_results.experimental_event_tree()
+
+    found: list[Any] = []
+    fused: list[str] = []
+
+    def convert(value: Any) -> Operand | None:
+        sizes = getattr(value, "sizes", None)
+        strides = getattr(value, "strides", None)
+        dtype = getattr(value, "dtype", None)
+        if sizes is None or strides is None or dtype is None or len(strides) != len(sizes):
+            return None
+        return Operand(tuple(sym(s) for s in sizes), tuple(sym(s) for s in strides),
+                       _dtype_name(dtype))
+
+    def events_sorted(events):
+        return sorted(events, key=lambda e: e.start_time_ns)
+
+    stack = list(reversed(events_sorted(roots)))
+    while stack:
+        event = stack.pop()
+        name = event.name
+        if name in MATMUL_OPS:
+            operands = [convert(v) for v in getattr(event.extra_fields, "inputs", None) or []]
+            raw = classify_call(name, _operand_window(name, operands))
+            if raw is not None:
+                found.append(raw)
+            continue
+        if name.startswith(_OPAQUE_PREFIXES):
+            continue
+        if name in _FUSED_MATMUL_OPS and name not in fused:
+            fused.append(name)
+        stack.extend(reversed(events_sorted(event.children)))
+    return found, fused
+
+
+def _operand_window(name: str, operands: list[Any]) -> list[Any]:
+    """The op's own arguments among the recorded inputs.
+
+    With the graph executor's optimizations off, TorchScript's interpreter records extra
+    values from its stack in front of an op's arguments (seen in torch 2.13), so when there
+    are more inputs than arguments the last ones are taken, unless only the first ones fit
+    together (an out= overload records its output last).
+    """
+    arity = MATMUL_OPS[name][1]
+    if len(operands) <= arity:
+        return operands
+    tail, head = operands[-arity:], operands[:arity]
+    if _operands_fit(name, tail) or not _operands_fit(name, head):
+        return tail
+    return head
+
+
+def _operands_fit(name: str, args: list[Any]) -> bool:
+    kind = MATMUL_OPS[name][0]
+    first = 1 if kind in ("addmm", "baddbmm") else 0
+    a, b = (args + [None, None, None])[first:first + 2]
+    if not isinstance(a, Operand) or not isinstance(b, Operand):
+        return False
+    if len(a.sizes) < 1 or len(b.sizes) < 1:
+        return False
+    if kind == "linear":
+        return sym_eq(a.sizes[-1], b.sizes[-1])
+    return sym_eq(a.sizes[-1], b.sizes[0 if len(b.sizes) == 1 else -2])
+
+
+def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str]]:
+    """The matmul-like calls of one run (and the fused ops that ran); the caller has
+    checked that the file is trusted (check_model)."""
+    import torch
+
+    if not input_shapes:
+        raise UserError(
+            f"{path} is TorchScript, which does not store sizes: give the example inputs' "
+            "shapes with --input-shape (e.g. 8x128x768:float16), one per model input")
+    # First on the meta device (no arithmetic); some models cannot load or run there
+    # (ops without meta kernels, data-dependent control flow): then on the CPU.
+    try:
+        module = torch.jit.load(str(path), map_location="meta")
+    except Exception:  # noqa: BLE001
+        module = None
+    if module is None:
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:  # noqa: BLE001
+            raise UserError(f"cannot load TorchScript model {path}: {one_line(exc)}") from None
+    names, required = _script_tensor_args(module)
+    if not required <= len(input_shapes) <= len(names):
+        want = str(len(names)) if required == len(names) else f"{required} to {len(names)}"
+        raise UserError(f"the model takes {want} tensor input(s) ({', '.join(names) or 'none'}); "
+                        f"got {len(input_shapes)} --input-shape")
+    if _is_meta(module):
+        try:
+            return _profile_run(module.eval(), _make_inputs(input_shapes, "meta", random=False))
+        except Exception:  # noqa: BLE001 - run it for real below
+            pass
+    try:
+        module = torch.jit.load(str(path), map_location="cpu").eval()
+        return _profile_run(module, _make_inputs(input_shapes, "cpu", random=True))
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"running {path.name} on inputs "
+                        f"{', '.join('x'.join(map(str, s)) + ':' + d for s, d in input_shapes)} "
+                        f"failed (check --input-shape): {one_line(exc)}") from None
+
+
