@@ -421,7 +421,8 @@ def cache_import(
             err.print(printable(f"skipped {key}: {why}"), markup=False)
     for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
         for key, entry in entries.items():
-            out.print(describe_import(("would " if dry_run else "") + verb, key, entry), markup=False)
+            out.print(describe_import(("would " if dry_run else "") + verb, key, entry),
+                      markup=False, soft_wrap=True)
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
