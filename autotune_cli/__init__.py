@@ -6,8 +6,7 @@ model's matmuls routed to them (see `autotune_cli.torch_compile`). They load on 
 importing this package imports neither torch nor triton.
 """
 
-__version__ = "0.1.0"  # pyproject reads it from here
-DISTRIBUTION = "gemm-autotune"  # the name pip installs it by (pyproject's project.name)
+from .version import DISTRIBUTION, __version__
 
 _API = ("lookup", "mm", "addmm", "bmm", "linear", "scaled_mm", "dispatch_info", "AutotuneFallbackWarning")
 _COMPILE = ("compile",)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from . import __version__
+from .version import __version__
 from .runner.executor import Executor, LocalExecutor
 from .cache import Cache
 from .choices import ChoiceSet, get_choices

@@ -31,7 +31,7 @@ app.add_typer(cache_app, name="cache")
 
 def _print_version(value: bool) -> None:
     if value:
-        from .. import DISTRIBUTION, __version__
+        from ..version import DISTRIBUTION, __version__
 
         print(f"autotune {__version__} ({DISTRIBUTION})")
         raise typer.Exit()

@@ -66,7 +66,7 @@ def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
 def autotune_document(items: Items) -> dict:
     """Our own export: a cache document holding the selected entries (`cache import` reads it,
     and so does autotune as a cache file)."""
-    from .. import __version__
+    from ..version import __version__
     from ..cache import SCHEMA
 
     return {
