@@ -326,11 +326,17 @@ class routing_backend:
         streams would share them."""
         import torch
 
-        from .api import _kernel_call
+        from .api.calls import kernel_call
+        from .templates.base import Operands
 
         t = self.dispatcher._torch()
         device = a.device
-        call = _kernel_call(info.op, built.problem, built.how, built.kernel, built.pitch, t.ops[info.op], t, device)
+        kernel = built.kernel
+
+        def launch(a, b, out, bias) -> None:  # not bound: the compiled graph's strides are its own
+            kernel(Operands(a, b, out, bias))
+
+        call = kernel_call(info.op, built.problem, built.how, launch, built.pitch, t.ops[info.op], t, device)
         real = [None if x is None else
                 torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
                 for x in (a, b, bias)]

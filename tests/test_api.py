@@ -332,11 +332,11 @@ def test_threads_calling_one_alignment_winner_get_their_own_buffers(cli, cache_d
 
 
 def test_a_kernel_that_keeps_buffers_is_built_per_thread_and_stream():
-    """`api._per_caller`: the planning thread's kernel serves its own stream; another stream
-    of that thread, and another thread, each get a kernel built for them (once)."""
+    """`api.calls.per_caller`: the planning thread's kernel serves its own stream; another
+    stream of that thread, and another thread, each get a kernel built for them (once)."""
     import threading
 
-    from autotune_cli.api import _per_caller
+    from autotune_cli.api.calls import per_caller
 
     stream = {"now": "s0"}
     built, calls = [], []
@@ -346,7 +346,7 @@ def test_a_kernel_that_keeps_buffers_is_built_per_thread_and_stream():
         built.append(name)
         return lambda ops: calls.append((name, ops))
 
-    run = _per_caller(lambda ops: calls.append(("k0", ops)), build, lambda: stream["now"])
+    run = per_caller(lambda ops: calls.append(("k0", ops)), build, lambda: stream["now"])
     run(1)
     stream["now"] = "s1"
     run(2)

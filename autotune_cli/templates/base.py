@@ -74,14 +74,79 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
 
 def operand_copier(device: str) -> Callable[[Any], Callable[[Any], None]]:
     """How the alignment templates copy an operand into padded storage: `copier(dst)` gives
-    `copy(src)` into that one buffer. On CUDA a Triton kernel whose launch is worked out once
+    `copy(src)` into that one buffer, and `copy.fixed(src)` the copy for sources laid out
+    as `src` (a bound plan's). On CUDA a Triton kernel whose launch is worked out once
     per source layout (templates/row_copy.py: torch's copy_ into a view with another row
     pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
         from .row_copy import copier
 
         return lambda dst: copier(dst, owns_padding=True)  # dst: padded storage of its own
-    return lambda dst: dst.copy_
+
+    def torch_copier(dst):
+        copy = dst.copy_
+
+        def run(src) -> None:
+            copy(src)
+
+        run.fixed = lambda src: copy  # type: ignore[attr-defined]
+        return run
+
+    return torch_copier
+
+
+Launch = Callable[[Any, Any, Any, Any], None]  # (a, b, out, bias) -> None: a bound runnable
+
+
+def bound(runnable: Runnable, sample: Operands, *, reuse_b: bool = False) -> Launch:
+    """`go(a, b, out, bias)`: `runnable(Operands(a, b, out, bias))` for operands with the
+    shapes, strides, dtypes and device of `sample` (a plan's: only their addresses change),
+    through the runnable's own `bind` where it has one (arguments worked out once, launches
+    bound), else with an Operands per call. `reuse_b`: a template that copies B into a
+    buffer of its own may skip the copy while B is unchanged (`copy_when_changed`)."""
+    bind = getattr(runnable, "bind", None)
+    go = bind(sample, reuse_b=reuse_b) if bind is not None else None
+    if go is not None:
+        return go
+
+    def call(a, b, out, bias) -> None:
+        runnable(Operands(a, b, out, bias))
+
+    return call
+
+
+def copy_when_changed(copy: Callable[[Any], None], capturing: Callable[[], bool]) -> Callable[[Any], None]:
+    """`copy(b)` run only when B may differ from what the last call copied: a call whose B
+    is the same weight (an nn.Parameter, or a view of one: same `_base`, same address, same
+    version counter) as the last copied is skipped. torch bumps a tensor's version on every
+    in-place write (`w.add_`, `w.copy_`, an optimizer's step, `load_state_dict`), so such a
+    write is seen; a write torch does not see (through `w.data`, a Triton kernel of one's
+    own, DLPack) is not: `autotune_cli.reset()` after one. Only parameters are remembered,
+    never activations (a buffer refilled by a kernel torch does not see is common there),
+    and never while a CUDA graph is captured (`capturing()`: a replay must copy)."""
+    from weakref import ref
+
+    from torch.nn import Parameter
+
+    last: list = [None, None]  # a weak reference to the weight, (address, version)
+
+    def run(b) -> None:
+        base = b._base
+        if base is None:
+            base = b
+        try:
+            mark = (b.data_ptr(), b._version)
+        except RuntimeError:  # an inference tensor: no version counter
+            mark = None
+        seen = last[0]
+        if seen is not None and last[1] == mark and seen() is base and not capturing():
+            return
+        last[0] = None
+        copy(b)
+        if mark is not None and isinstance(base, Parameter) and not capturing():
+            last[0], last[1] = ref(base), mark
+
+    return run
 
 
 def torch_dtype(name: str):

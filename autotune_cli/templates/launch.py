@@ -12,6 +12,11 @@ launched directly, so that the rest is one slice to compare. Anything else
 (other values, a misaligned pointer, launch hooks installed by a profiler, Triton's
 interpreter, a Triton whose launcher takes other arguments) goes the JITFunction way.
 
+`Launcher.bind(grid, tail)` fixes the grid and every argument after the tensors, for a caller
+whose calls differ only in their tensors' addresses (the Python API's plan for one problem,
+its shapes and strides fixed): its launch builds no key and hashes nothing; it checks the
+hooks, the device, the tensors' dtypes and 16-byte alignment, and calls the compiled kernel.
+
 Imports nothing at import time; triton and torch are read on the first launch.
 """
 
@@ -44,7 +49,8 @@ def _direct_launch_support():
         return None
     if version < (3, 3):
         return None
-    return torch.cuda.current_device, stream, knobs.runtime
+    current = getattr(torch._C, "_cuda_getDevice", None)  # torch.cuda.current_device, minus its Python
+    return (current if callable(current) else torch.cuda.current_device), stream, knobs.runtime
 
 
 def _hooks_active(runtime) -> bool:
@@ -132,3 +138,40 @@ class Launcher:
         if len(self._fast) >= 64:  # a kernel called with ever new sizes: keep the newest
             self._fast.pop(next(iter(self._fast)))
         self._fast[key] = (run, function, metadata, tuple(t.dtype for t in args[:lead]))
+
+    def bind(self, grid: tuple, tail: tuple):
+        """`go(*tensors)`: `self(grid, *tensors, *tail)`. Once a JIT launch on this device has
+        left the compiled kernel (16-byte aligned tensors of the dtypes it was compiled for), `go`
+        launches it directly; any other launch (misaligned pointers, other dtypes, hooks, the
+        interpreter) is the ordinary call."""
+        tail = tuple(tail)
+        g0, g1, g2 = (*grid, 1, 1)[:3] if len(grid) < 3 else grid
+        known: dict = {}  # device -> (run, function, packed metadata, tensor dtypes)
+        jit = self.__call__
+
+        def learn(device, tensors: tuple) -> None:
+            entry = self._fast.get((device, grid, tail)) if self._tensors == len(tensors) else None
+            if entry is not None:
+                known[device] = entry
+
+        def go(*tensors) -> None:
+            if known:
+                current, stream, runtime = self._support
+                device = current()
+                entry = known.get(device)
+                if entry is not None and not _hooks_active(runtime):
+                    run, function, metadata, dtypes = entry
+                    for t, dtype in zip(tensors, dtypes):
+                        if t.dtype is not dtype or t.data_ptr() % ALIGN:
+                            break
+                    else:
+                        run(g0, g1, g2, stream(device), function, metadata, None, None, None, *tensors, *tail)
+                        return
+            jit(grid, *tensors, *tail)
+            if self._support:
+                device = self._support[0]()
+                if device not in known:
+                    learn(device, tensors)
+
+        go.launcher = self  # type: ignore[attr-defined]
+        return go

@@ -107,19 +107,31 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
 def copier(dst, owns_padding: bool = False):
     """`copy(src)`: copy_rows(dst, src, owns_padding) into this one `dst`, the kernel, grid
     and arguments worked out once per source shape, strides and dtype (the alignment
-    templates copy operands of one problem into the same buffers on every call)."""
+    templates copy operands of one problem into the same buffers on every call).
+    `copy.fixed(src)` is the copy for sources laid out as `src` alone (a plan whose operands'
+    shapes and strides are fixed): no key to build, the launch bound (`Launcher.bind`)."""
     plans: dict = {}
 
     def copy(src) -> None:
         key = (src.shape, src.stride(), src.dtype)
-        plan = plans.get(key, False)
-        if plan is False:
-            plan = plans[key] = _plan(dst, src, owns_padding)
-        if plan is not None:
-            launch, grid, dst_arg, rest = plan
-            launch(grid, src, dst_arg, *rest)  # src's pointer; its strides are in `rest`
+        go = plans.get(key)
+        if go is None:
+            go = plans[key] = fixed_copy(dst, src, owns_padding)
+        go(src)
 
+    copy.fixed = lambda src: fixed_copy(dst, src, owns_padding)  # type: ignore[attr-defined]
     return copy
+
+
+def fixed_copy(dst, src, owns_padding: bool = False):
+    """`copy(s)`: copy_rows(dst, s, owns_padding) for sources of `src`'s shape, strides and
+    dtype (checked here, once), its launch bound."""
+    plan = _plan(dst, src, owns_padding)
+    if plan is None:
+        return lambda s: None
+    launch, grid, dst_arg, rest = plan
+    go = launch.bind(grid, rest)
+    return lambda s: go(s, dst_arg)  # src's pointer; its strides are in `rest`
 
 
 def _plan(dst, src, owns_padding: bool):

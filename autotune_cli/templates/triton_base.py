@@ -135,7 +135,35 @@ def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stag
             return []
         return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
 
+    def bind(sample: Operands, reuse_b: bool = False):
+        """(a, b, out, bias) -> launch, for operands laid out as `sample` (see base.bound):
+        the arguments after the tensors worked out once, the launch bound. None where the
+        arguments are not tensors of the call followed by plain numbers."""
+        args = arguments(sample)
+        lead = 0
+        while lead < len(args) and hasattr(args[lead], "data_ptr"):
+            lead += 1
+        tail = args[lead:]
+        if not all(type(x) in (int, float, bool) for x in tail):
+            return None
+        fields = (sample.a, sample.b, sample.out, sample.bias)
+        if len({id(f) for f in fields if f is not None}) < sum(f is not None for f in fields):
+            return None  # one tensor in two places: which argument is which is not known
+        picks = []
+        for x in args[:lead]:
+            found = [i for i, f in enumerate(fields) if f is x]
+            if not found:
+                return None  # a tensor the arguments made (a view, a descriptor's base)
+            picks.append(found[0])
+        go = launch.bind(grid, tail)
+        if picks == [0, 1, 2, 3]:
+            return go
+        if picks == [0, 1, 2, 2]:  # no bias: the output stands in
+            return lambda a, b, out, bias: go(a, b, out, out)
+        return lambda a, b, out, bias: go(*[(a, b, out, bias)[i] for i in picks])
+
     run.warmup = warmup  # type: ignore[attr-defined]
+    run.bind = bind  # type: ignore[attr-defined]
     run.launch_parts = (kernel, grid, arguments, {"num_warps": num_warps, "num_stages": num_stages})  # type: ignore[attr-defined]
     return run
 

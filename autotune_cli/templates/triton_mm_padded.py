@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, operand_copier, torch_dtype
+from .base import Operands, Runnable, bound, copy_when_changed, operand_copier, torch_dtype
 from .registry import register_template
 from .triton_mm import TritonMMTemplate
 
@@ -118,7 +118,36 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
             return inner.warmup(Operands(a=ops.a if a_pad is None else a_pad,
                                          b=ops.b if b_pad is None else b_pad, out=ops.out, bias=ops.bias))
 
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if device == "cuda" else None
+        if capturing is None:
+            capturing = lambda: False  # noqa: E731
+
+        def bind(sample: Operands, reuse_b: bool = False):
+            """run, for operands laid out as `sample` (see base.bound): the copies' and the
+            kernel's launches bound; with `reuse_b`, B's copy skipped while B is an unchanged
+            weight (base.copy_when_changed)."""
+            a_pad, b_pad, copy_a, copy_b = pads(sample.a)
+            fill_a = copy_a.fixed(sample.a) if a_pad is not None else None
+            fill_b = copy_b.fixed(sample.b) if b_pad is not None else None
+            if fill_b is not None and reuse_b:
+                fill_b = copy_when_changed(fill_b, capturing)
+            inner_sample = Operands(a=sample.a if a_pad is None else a_pad, b=sample.b if b_pad is None else b_pad,
+                                    out=sample.out, bias=sample.bias)
+            launch = bound(inner, inner_sample)
+
+            def go(a, b, out, bias) -> None:
+                if fill_a is not None:
+                    fill_a(a)
+                    a = a_pad
+                if fill_b is not None:
+                    fill_b(b)
+                    b = b_pad
+                launch(a, b, out, bias)
+
+            return go
+
         run.warmup = warmup  # type: ignore[attr-defined]
+        run.bind = bind  # type: ignore[attr-defined]
         return run
 
 

@@ -163,7 +163,31 @@ class TritonSplitKTemplate(TritonTemplate):
                 kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1))
             return kernels
 
+        def bind(sample: Operands, reuse_b: bool = False):
+            """run, for operands laid out as `sample` (see base.bound): both kernels'
+            arguments worked out once, their launches bound."""
+            first, second = arguments(sample)
+            ws, counters = workspace(sample.out.device)
+            if fused:
+                go = launch_partial.bind(grid, first[6:])
+                if sample.bias is None:
+                    return lambda a, b, out, bias: go(a, b, ws, out, out, counters)
+                return lambda a, b, out, bias: go(a, b, ws, out, bias, counters)
+            go_partial = launch_partial.bind(grid, first[3:])
+            go_reduce = launch_reduce.bind(reduce_grid, second[3:])
+            zero = ws.zero_ if atomic else None
+            no_bias = sample.bias is None
+
+            def go(a, b, out, bias) -> None:
+                if zero is not None:
+                    zero()
+                go_partial(a, b, ws)
+                go_reduce(ws, out, out if no_bias else bias)
+
+            return go
+
         run.warmup = warmup  # type: ignore[attr-defined]
+        run.bind = bind  # type: ignore[attr-defined]
         run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> (workspace, counters): for tests)
         return run
 

@@ -1,0 +1,342 @@
+"""Use the winners from Python.
+
+    import autotune_cli
+
+    autotune_cli.lookup(m=1024, n=4096, k=4096, dtype="bfloat16")  # the cached winner, or None
+    out = autotune_cli.mm(a, b)          # runs this machine's cached winner for a @ b
+    out = autotune_cli.addmm(bias, a, b)
+    out = autotune_cli.bmm(a, b)
+    out = autotune_cli.linear(x, weight, bias)  # x [..., K] folded, B = weight.T
+    out = autotune_cli.scaled_mm(a8, b8, scale_a, scale_b, out_dtype=torch.bfloat16)  # float8
+
+A call builds the GemmProblem from its tensors (shape, dtype, device, and the layout read
+from the strides), finds the entry `autotune mm …` stored for it under this machine's
+fingerprint, and runs its winner: an aten::mm|addmm|bmm winner is the torch call itself,
+any other the template's kernel (built once; a Triton kernel into the cache's kernels
+folder). Everything up to the kernel is worked out on the first call with given shapes,
+strides and dtype and remembered, so a later call is one dict lookup away from the kernel.
+Re-tuned in the same process? Call `reset()`.
+
+The output is made as the winner was timed: where N's rows are misaligned, the alignment
+templates (triton::mm_padded, aten::mm_aligned) ask for rows padded to 16 bytes or more
+(`Template.out_pitch`), as Inductor's max-autotune does (stride [50264, 1] for a vocabulary
+of 50257), so the result is a [M, N] view of wider rows and `out.is_contiguous()` is False.
+Its values are those of torch.mm; call `.contiguous()` where a packed tensor is needed.
+
+With nothing cached for a problem (or a problem autotune cannot express) the call falls back
+to torch.mm / addmm / bmm and warns once per problem with an AutotuneFallbackWarning. Tensors
+that need gradients go to torch too: the Triton kernels have no backward.
+
+The fingerprint that selects an entry is the tuner's own, computed for the template
+selection the entry was tuned with (api/lookup.py); so an entry from another machine, or
+one whose template source has changed since, is never used.
+
+The alignment templates copy B into a padded buffer; a call whose B is the same weight as the
+call before (an nn.Parameter or a view of one, at the same address, with the same version
+counter) skips that copy. torch counts every in-place write (`w.add_`, `w.copy_`, an optimizer
+step, `load_state_dict`); after a write it does not see (through `w.data`, a kernel of one's
+own), call `reset()`.
+
+The modules: api/lookup.py (which entry serves a problem here), api/problems.py (tensors ->
+problem, the plan key), api/calls.py (a built kernel -> a cheap call); this one plans and
+dispatches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UserError
+from ..problem import GemmProblem
+from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
+from .lookup import AutotuneFallbackWarning, WinnerLookup
+from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, problem_of,
+                       scaled_problem_of, tune_hint)
+
+__all__ = [
+    "AutotuneFallbackWarning", "Built", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
+    "linear", "lookup", "lookup_entry", "mm", "reset", "scaled_mm",
+]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """What a call with given tensors runs."""
+
+    op: str
+    uid: str  # the winner's uid, or "torch.mm" (etc.) for a fallback
+    problem: GemmProblem | None  # None: the tensors are not a problem autotune describes
+    key: str | None = None  # the cache entry used
+    params: dict = field(default_factory=dict)
+    fallback: bool = False
+    reason: str = ""
+
+
+class Dispatcher:
+    """Looks up and runs cached winners from one cache folder; remembers its plans.
+
+    `cache_dir` None: $AUTOTUNE_CACHE_DIR or the user cache dir, read when a plan is made.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None = None) -> None:
+        self._cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._t: Torch | None = None
+        self._lock = threading.Lock()
+        self._mm: dict[tuple, Callable] = {}  # key from the tensors -> the function to call
+        self._addmm: dict[tuple, Callable] = {}
+        self._bmm: dict[tuple, Callable] = {}
+        self._scaled: dict[tuple, Callable] = {}
+        self._plans = {"mm": self._mm, "addmm": self._addmm, "bmm": self._bmm, "scaled_mm": self._scaled}
+        self._info: dict[tuple, Dispatch] = {}
+        self._built: dict[tuple, Built] = {}  # (op, key) -> the winner's kernel, where one was built
+        self._warned: set[str] = set()
+        self._lookup = WinnerLookup(lambda: self.cache_dir)
+
+    @property
+    def cache_dir(self) -> Path:
+        if self._cache_dir is not None:
+            return self._cache_dir
+        from ..settings import default_cache_dir
+
+        return default_cache_dir()
+
+    def reset(self) -> None:
+        """Forget every plan, warning and cache read (after re-tuning in this process, or a
+        write to a weight that torch does not see)."""
+        with self._lock:
+            self._t = None
+            for plans in self._plans.values():
+                plans.clear()
+            self._info.clear()
+            self._built.clear()
+            self._warned.clear()
+            self._lookup.reset()
+
+    # -- looking up ------------------------------------------------------------------------
+    def lookup_entry(self, problem: GemmProblem, *, templates: str | tuple[str, ...] | None = None
+                     ) -> tuple[str, dict] | None:
+        """(key, entry) of the cached result for `problem` on this machine, or None.
+
+        `templates`: only the entry tuned with exactly this selection (as `--templates`).
+        Otherwise any entry for this problem whose fingerprint is this machine's, for the
+        templates it was tuned with, and whose winner is registered here; the fastest wins.
+        """
+        return self._lookup.find(problem, templates)
+
+    def lookup(self, problem: GemmProblem | dict | None = None, /, *,
+               templates: str | tuple[str, ...] | None = None, **fields) -> dict | None:
+        """The cached winner ({uid, params, ms, …}) for a problem on this machine, or None.
+
+        Give a GemmProblem, its dict, or the fields as keywords (as the CLI's flags):
+        m, n, k, batch, dtype, layout, bias ("n"/"mn"), allow_tf32, op, device (default:
+        cuda where a GPU is present, else cpu).
+        """
+        problem = as_problem(problem, fields)
+        found = self._lookup.find(problem, templates)
+        return copy.deepcopy(found[1]["winner"]) if found else None
+
+    # -- dispatching -------------------------------------------------------------------------
+    def _torch(self) -> Torch:
+        if self._t is None:
+            self._t = Torch()
+        return self._t
+
+    def mm(self, a, b):
+        """a @ b with this machine's cached winner (torch.mm where there is none)."""
+        t = self._t or self._torch()
+        key = call_key(t.float32, t.allow_tf32, a, b)
+        run = self._mm.get(key)
+        if run is None:
+            run = self._plan("mm", key, a, b, None)
+        return run(a, b)
+
+    def bmm(self, a, b):
+        """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
+        t = self._t or self._torch()
+        key = call_key(t.float32, t.allow_tf32, a, b)
+        run = self._bmm.get(key)
+        if run is None:
+            run = self._plan("bmm", key, a, b, None)
+        return run(a, b)
+
+    def addmm(self, bias, a, b, *, beta=1, alpha=1):
+        """bias + a @ b with this machine's cached winner (torch.addmm where there is none).
+        Other beta or alpha go to torch.addmm."""
+        t = self._t or self._torch()
+        if beta != 1 or alpha != 1:
+            return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        key = call_key(t.float32, t.allow_tf32, a, b) + bias_key(bias)
+        run = self._addmm.get(key)
+        if run is None:
+            run = self._plan("addmm", key, a, b, bias)
+        return run(bias, a, b)
+
+    def linear(self, x, weight, bias=None):
+        """torch.nn.functional.linear(x, weight, bias) with the cached winner: x [..., K]
+        folded to [M, K] and B = weight.T (layout "?t"), as `autotune model` reads a linear;
+        addmm with a bias, else mm."""
+        a = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        b = weight.t()
+        out = self.mm(a, b) if bias is None else self.addmm(bias, a, b)
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
+
+    def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
+        """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's
+        cached winner: float8_e4m3fn A (row-major) and B (column-major), fp32 scales per
+        tensor or per row of A ([m, 1]) and column of B ([1, n]); use_fast_accum picks the
+        problem tuned with --fast-accum. Anything else goes to torch._scaled_mm."""
+        t = self._t or self._torch()
+        fast = bool(use_fast_accum)
+        key = call_key(t.float32, t.allow_tf32, a, b) + (
+            scale_a.shape, scale_a.stride(), scale_a.dtype, scale_b.shape, scale_b.stride(), scale_b.dtype,
+            out_dtype, fast)
+        if bias is not None:
+            key += (bias.shape, bias.stride(), bias.dtype)
+        run = self._scaled.get(key)
+        if run is None:
+            run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype, fast)
+        return run(a, b, scale_a, scale_b, bias)
+
+    def dispatch_info(self, a, b, bias=None) -> Dispatch:
+        """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
+        it as a call would (a fallback warns here, then not again)."""
+        return self.route(a, b, bias)[1]
+
+    def route(self, a, b, bias=None) -> tuple[Callable, Dispatch, Built | None]:
+        """(the function a call with these tensors runs, what it runs, the winner's built
+        kernel or None for torch's own op), planned as a call would plan it. The tensors may
+        be fake (torch.compile's): planning reads only their shapes, strides, dtypes and
+        devices. Used by autotune_cli.compile to route a graph's matmuls."""
+        t = self._t or self._torch()
+        op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
+        key = call_key(t.float32, t.allow_tf32, a, b)
+        if bias is not None:
+            key += bias_key(bias)
+        run = self._plans[op].get(key)
+        if run is None:
+            run = self._plan(op, key, a, b, bias)
+        return run, self._info[(op, key)], self._built.get((op, key))
+
+    # -- planning (once per shapes/strides/dtype/device) -----------------------------------------
+    def _plan(self, op: str, key: tuple, a, b, bias) -> Callable:
+        with self._lock:
+            t = self._torch()
+            torch_op = t.ops[op]
+            try:  # whether TF32 was allowed (float32 only), as the key was made
+                problem, how = problem_of(op, a, b, bias, tf32=key[TF32_AT])
+            except TorchDecides as exc:  # mismatched shapes, dtypes, devices: torch says so
+                run, info = torch_op, Dispatch(op, f"torch.{op}", None, fallback=True, reason=str(exc))
+            except UserError as exc:  # a GEMM autotune does not tune
+                run, info = torch_op, self._fallback(op, None, f"{exc}", depth=4)
+            else:
+                run, info = self._plan_problem(op, problem, how, torch_op, a.device, (op, key))
+            self._plans[op][key] = run
+            self._info[(op, key)] = info
+            return run
+
+    def _plan_scaled(self, key: tuple, a, b, scale_a, scale_b, bias, out_dtype, fast: bool) -> Callable:
+        with self._lock:
+            torch = self._torch().torch
+
+            def torch_op(a, b, scale_a, scale_b, bias):
+                return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                                        use_fast_accum=fast)
+
+            try:
+                problem = scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast)
+            except TorchDecides as exc:
+                run, info = torch_op, Dispatch("scaled_mm", "torch._scaled_mm", None, fallback=True, reason=str(exc))
+            except UserError as exc:
+                run, info = torch_op, self._fallback("scaled_mm", None, f"{exc}", depth=4)
+            else:
+                run, info = self._plan_problem("scaled_mm", problem, Adapt(), torch_op, a.device,
+                                               ("scaled_mm", key))
+            self._scaled[key] = run
+            self._info[("scaled_mm", key)] = info
+            return run
+
+    def _fallback(self, op: str, problem: GemmProblem | None, reason: str, depth: int = 5) -> Dispatch:
+        """A fallback to torch's op, warned about once per problem. `depth`: frames from
+        here up to the caller of mm/addmm/bmm, where the warning points."""
+        what = problem.describe() if problem else f"this {op}"
+        memo = problem.key() if problem else reason
+        torch_name = "torch._scaled_mm" if op == "scaled_mm" else f"torch.{op}"
+        if memo not in self._warned:
+            self._warned.add(memo)
+            warnings.warn(f"autotune: {what} runs {torch_name}: {reason}", AutotuneFallbackWarning,
+                          stacklevel=depth)
+        return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
+
+    def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple):
+        """What runs `problem` (its operands on `device`): torch's op or the winner's kernel
+        (then remembered in `_built[slot]`)."""
+        from ..templates import get_template
+        from ..templates.aten import AtenTemplate
+        from ..templates.aten_scaled import AtenScaledMMTemplate
+        from ..templates.triton_base import interpreting
+
+        found = self._lookup.find(problem)
+        if found is None:
+            return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine "
+                                            f"({tune_hint(op, problem)})")
+        key, entry = found
+        winner = entry["winner"]
+        info = Dispatch(op, winner["uid"], problem, key, dict(winner.get("params") or {}))
+        template = get_template(winner["uid"])
+        if isinstance(template, (AtenTemplate, AtenScaledMMTemplate)):
+            return torch_op, info  # the winner is torch's own call, on the tensors as given
+        if problem.device == "cpu" and template.backend == "triton" and not interpreting():
+            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} runs on the CPU "
+                                            "only under Triton's interpreter (TRITON_INTERPRET=1)")
+        params = dict(winner.get("params") or {})
+        t = self._torch()
+        torch = t.torch
+        kernel_dir = str(Path(self.cache_dir) / "kernels")
+
+        def build():
+            # what a template builds on the GPU (aligned copies of operands) goes on the
+            # tensors' GPU; a guard per build: a torch.cuda.device keeps the device it
+            # restores on itself, and the builds of several threads may overlap
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                return template.build(problem, params, kernel_dir)
+
+        try:
+            pitch = template.out_pitch(problem, params)
+            kernel = build()
+        except Exception as exc:  # a winner that no longer builds must not break the program
+            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
+        self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers)
+        scaled = op == "scaled_mm"
+        launch = kernel if scaled else lazily_bound(kernel, reuse_b=True)
+        if template.keeps_buffers:
+            if device.type == "cuda":  # the raw stream handle: a torch.cuda.Stream costs microseconds
+                raw, index = torch._C._cuda_getCurrentRawStream, device.index
+                stream_of = lambda: raw(index)  # noqa: E731
+            else:
+                stream_of = lambda: None  # noqa: E731
+            make = build if scaled else (lambda: lazily_bound(build(), reuse_b=True))
+            launch = per_caller(launch, make, stream_of)
+        if scaled:
+            return scaled_kernel_call(problem, launch, t, device), info
+        return kernel_call(op, problem, how, launch, pitch, torch_op, t, device), info
+
+
+# -- the default dispatcher: autotune_cli.mm and friends -------------------------------------------
+
+_default = Dispatcher()
+mm = _default.mm
+addmm = _default.addmm
+bmm = _default.bmm
+linear = _default.linear
+scaled_mm = _default.scaled_mm
+lookup = _default.lookup
+lookup_entry = _default.lookup_entry
+dispatch_info = _default.dispatch_info
+reset = _default.reset

@@ -1,0 +1,127 @@
+"""Finding this machine's cached entry for a problem, for the Python API.
+
+The fingerprint that selects an entry is the tuner's own (hits.fingerprint_for, on the
+device as probe_device reads it), computed for the template selection the entry was tuned
+with; so an entry from another machine, or one whose template source has changed since, is
+never used. Nothing here starts a worker or builds a Tuner; torch is not imported.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from ..cache import Cache, entry_key
+from ..errors import UserError
+from ..problem import GemmProblem
+
+
+class AutotuneFallbackWarning(UserWarning):
+    """A call ran torch's own op because no cached winner applies."""
+
+
+class WinnerLookup:
+    """Reads one cache folder (`cache_dir()`, asked at each read) and answers which entry
+    serves a problem here; remembers the file's entries until it changes."""
+
+    def __init__(self, cache_dir: Callable[[], Path]) -> None:
+        self._cache_dir = cache_dir
+        self._devices: dict[str, object] = {}  # device type -> DeviceInfo
+        self._entries: tuple[tuple, dict] | None = None
+        self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
+
+    def reset(self) -> None:
+        self._devices.clear()
+        self._entries = None
+        self._refused.clear()
+
+    def entries(self) -> dict[str, dict]:
+        """The cache's entries, read again only when the file changed."""
+        cache = Cache(self._cache_dir())
+        try:
+            stat = cache.path.stat()
+            stamp = (str(cache.path), stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            return {}
+        if self._entries is not None and self._entries[0] == stamp:
+            return self._entries[1]
+        entries = cache.load()
+        for notice in cache.notices:
+            warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=4)
+        self._entries = (stamp, entries)
+        self._refused = {}
+        return entries
+
+    def digest(self, problem: GemmProblem, templates: tuple[str, ...] | None) -> str:
+        """The fingerprint digest a tune of `problem` with `templates` (uids or backends;
+        None: all) stores its entry under; the device is probed once per device type."""
+        from ..fingerprint import probe_device
+        from ..hits import fingerprint_for
+
+        device = self._devices.get(problem.device)
+        if device is None:
+            device = self._devices[problem.device] = probe_device(problem.device)
+        return fingerprint_for(problem, device, templates).digest()
+
+    def find(self, problem: GemmProblem, templates: str | tuple[str, ...] | None = None
+             ) -> tuple[str, dict] | None:
+        """(key, entry) of the cached result for `problem` on this machine, or None.
+
+        `templates`: only the entry tuned with exactly this selection (as `--templates`).
+        Otherwise any entry for this problem whose fingerprint is this machine's, for the
+        templates it was tuned with, and whose winner is registered here; the fastest wins.
+        """
+        if problem.device == "cuda":
+            from ..fingerprint import cuda_available
+
+            if not cuda_available():
+                return None  # no GPU here: no GPU winner can be this machine's
+        entries = self.entries()
+        if templates is not None:
+            only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
+            key = entry_key(problem.key(), self.digest(problem, only))
+            entry = entries.get(key)
+            return (key, entry) if entry is not None and self._usable(key, entry) else None
+        prefix = problem.key() + "@"
+        best: tuple[str, dict] | None = None
+        for key, entry in entries.items():
+            if not key.startswith(prefix) or not self._usable(key, entry):
+                continue
+            uids = tuple(sorted((entry.get("fingerprint") or {}).get("templates") or ()))
+            if not uids:
+                continue
+            try:
+                digest = self.digest(problem, uids)
+            except UserError:  # tuned with a template (a plugin's) not registered here
+                continue
+            if key != entry_key(problem.key(), digest):
+                continue  # another machine, or a template changed since
+            if best is None or entry["winner"]["ms"] < best[1]["winner"]["ms"]:
+                best = (key, entry)
+        return best
+
+    def _usable(self, key: str, entry: dict) -> bool:
+        """A winner whose template is registered here (a plugin's must be imported first)
+        and whose params are what that template declares and derives: anyone who can write
+        the cache file could otherwise put code in a kernel's source. A refused entry is a
+        miss, warned about once per read of the file."""
+        from ..templates import get_template
+        from ..templates.params import winner_problem
+
+        winner = entry.get("winner")
+        if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
+            return False
+        try:
+            get_template(winner["uid"])
+        except UserError:
+            return False
+        why = self._refused.get(key)
+        if why is None:
+            why = self._refused[key] = winner_problem(entry) or ""
+            if why:
+                from ..text import printable
+
+                warnings.warn(printable(f"autotune: cache entry {key} is not used: {why}"),
+                              AutotuneFallbackWarning, stacklevel=5)
+        return not why

@@ -1,0 +1,161 @@
+"""The tensors of a call -> the GemmProblem they pose, and the key a call's plan is kept under.
+
+Reads only shapes, strides, dtypes and devices (the tensors may be torch.compile's fakes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..problem import GemmProblem, make_problem
+
+_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+class TorchDecides(Exception):
+    """The tensors do not make a valid call: let torch raise its own error."""
+
+
+@dataclass(frozen=True)
+class Adapt:
+    """How a call's tensors become the kernel's operands."""
+
+    copy_a: bool = False
+    copy_b: bool = False
+    bias_row: bool = False  # a [1, n] bias passed as its [n] row
+
+
+def layout(tensor) -> tuple[str, bool]:
+    """(letter, needs a contiguous copy): 'n' when the last dim is contiguous, 't' when the
+    one before it is (the transpose of a contiguous matrix); anything else is copied."""
+    strides = tensor.stride()
+    if strides[-1] == 1:
+        return "n", False
+    if strides[-2] == 1:
+        return "t", False
+    return "n", True
+
+
+TF32_AT = 8  # where call_key keeps whether TF32 was allowed
+
+
+def call_key(float32, allow_tf32, a, b) -> tuple:
+    """What a call's plan depends on, read cheaply: shapes, strides, dtypes, devices (as
+    index and whether CUDA: a torch.device hashes slowly) and, for float32, whether TF32 is
+    allowed (at TF32_AT)."""
+    dtype = a.dtype
+    return (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.get_device(), b.get_device(),
+            dtype is float32 and allow_tf32(), a.is_cuda, b.is_cuda)
+
+
+def bias_key(bias) -> tuple:
+    return (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda)
+
+
+def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
+    """The GemmProblem these tensors pose, and how to adapt them to it (TorchDecides: not a
+    valid call; UserError: a GEMM autotune does not tune)."""
+    dims = 3 if op == "bmm" else 2
+    if a.dim() != dims or b.dim() != dims:
+        raise TorchDecides(f"{op} needs {dims}-d operands")
+    if a.shape[-1] != b.shape[-2] or (op == "bmm" and a.shape[0] != b.shape[0]):
+        raise TorchDecides("the operands' shapes do not match")
+    if a.dtype != b.dtype or a.device != b.device:
+        raise TorchDecides("the operands differ in dtype or device")
+    dtype = _DTYPES.get(str(a.dtype).removeprefix("torch."))
+    if dtype is None:
+        raise UserError(f"autotune tunes float16, bfloat16 and float32, not {a.dtype}")
+    if a.device.type not in ("cuda", "cpu"):
+        raise UserError(f"autotune runs on cuda or cpu, not {a.device.type}")
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    bias_kind, bias_row = None, False
+    if op == "addmm":
+        if bias.dtype != a.dtype or bias.device != a.device:
+            raise TorchDecides("the bias differs in dtype or device")
+        if tuple(bias.shape) == (n,):
+            bias_kind = "n"
+        elif tuple(bias.shape) == (1, n):
+            bias_kind, bias_row = "n", True
+        elif tuple(bias.shape) == (m, n):
+            bias_kind = "mn"
+        else:
+            raise UserError(f"a bias of shape {list(bias.shape)} is not tuned (only [n] and [m, n])")
+    layout_a, copy_a = layout(a)
+    layout_b, copy_b = layout(b)
+    device = a.device.type
+    problem = make_problem(
+        m=m, n=n, k=k, batch=a.shape[0] if op == "bmm" else None, dtype=dtype,
+        layout=layout_a + layout_b, bias=bias_kind, op=op, device=device,
+        allow_tf32=bool(tf32) and dtype == "float32" and device == "cuda",
+    )
+    return problem, Adapt(copy_a, copy_b, bias_row)
+
+
+def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool) -> GemmProblem:
+    """The scaled_mm problem a torch._scaled_mm call poses (UserError: one not tuned)."""
+    from ..problem import FP8_DTYPES, FP8_LAYOUT
+
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise TorchDecides("the operands' shapes do not match")
+    if a.device != b.device or scale_a.device != a.device or scale_b.device != a.device:
+        raise TorchDecides("the operands are on different devices")
+    name = str(a.dtype).removeprefix("torch.")
+    if name not in FP8_DTYPES or b.dtype != a.dtype:
+        raise UserError(f"autotune tunes scaled GEMMs of {', '.join(FP8_DTYPES)}, not {a.dtype} x {b.dtype}")
+    if out_dtype is None:
+        raise UserError("a float8 output (out_dtype None) is not tuned")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if scale_a.dtype != scale_b.dtype or str(scale_a.dtype) != "torch.float32":
+        raise UserError(f"scales of {scale_a.dtype} are not tuned (float32 only)")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        scale = "tensor"
+    elif tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+        scale = "row"
+    else:
+        raise UserError(f"scales of shapes {list(scale_a.shape)} and {list(scale_b.shape)} are not tuned "
+                        "(per tensor, or [m, 1] and [1, n])")
+    (layout_a, copy_a), (layout_b, copy_b) = layout(a), layout(b)
+    if copy_a or copy_b or layout_a + layout_b != FP8_LAYOUT:
+        raise UserError(f"float8 operands of layout {layout_a}{layout_b} are not tuned "
+                        "(A row-major, B column-major only)")
+    if bias is not None and (tuple(bias.shape) != (n,) or bias.device != a.device or bias.stride(0) != 1):
+        raise UserError(f"a bias of shape {list(bias.shape)} is not tuned (a contiguous [n])")
+    if bias is not None and bias.dtype != out_dtype:
+        raise TorchDecides("the bias's dtype is not the output's")
+    return make_problem(m=m, n=n, k=k, dtype=name, layout=FP8_LAYOUT, bias="n" if bias is not None else None,
+                        device=a.device.type, scale=scale, out_dtype=str(out_dtype).removeprefix("torch."),
+                        fast_accum=fast_accum)
+
+
+def as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
+    """A GemmProblem from a problem, its dict, or its fields as keywords (device: cuda where
+    a GPU is present, else cpu)."""
+    if isinstance(problem, GemmProblem):
+        if fields:
+            raise TypeError("give a problem or its fields, not both")
+        return problem
+    if isinstance(problem, dict):
+        if fields:
+            raise TypeError("give a problem or its fields, not both")
+        return GemmProblem.from_dict(problem)
+    if problem is not None:
+        raise TypeError(f"expected a GemmProblem or a dict, got {type(problem).__name__}")
+    fields = dict(fields)
+    if fields.get("device") is None:
+        from ..fingerprint import cuda_available
+
+        fields["device"] = "cuda" if cuda_available() else "cpu"
+    return make_problem(**fields)
+
+
+def tune_hint(op: str, problem: GemmProblem) -> str:
+    """The `autotune mm` command that tunes `problem`."""
+    return (f"autotune mm --m {problem.m} --n {problem.n} --k {problem.k} --dtype {problem.dtype} "
+            f"--layout {problem.layout}" + (f" --batch {problem.b}" if op == "bmm" else "")
+            + (f" --bias --bias-shape {problem.bias}" if op == "addmm" else "")
+            + (f" --scale {problem.scale} --out-dtype {problem.out_dtype}" if op == "scaled_mm" else "")
+            + (" --fast-accum" if problem.fast_accum else "")
+            + (" --bias" if op == "scaled_mm" and problem.bias else "")
+            + (" --allow-tf32" if problem.allow_tf32 else "") + f" --device {problem.device}")
