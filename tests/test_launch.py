@@ -127,6 +127,63 @@ def test_launch_hooks_a_tensor_after_a_scalar_or_defaulted_args_keep_the_jit_pat
     assert [c[0] for c in defaulted.calls] == ["jit", "jit"]
 
 
+def test_a_bound_launch_goes_direct_after_the_first_with_its_fixed_arguments(direct):
+    kernel = Kernel(["A", "B", "C", "M", "N"])
+    launch = Launcher(kernel, num_warps=4, num_stages=3)
+    go = launch.bind((5, 2), (64, 32))
+    a, b, c = tensors(0, 8, 16)
+    go(a, b, c)
+    go(b, a, c)  # other tensors, same dtypes and alignment: the same binary
+    assert kernel.calls[0] == ("jit", (5, 2), (a, b, c, 64, 32), {"num_warps": 4, "num_stages": 3})
+    kind, call = kernel.calls[1]
+    assert kind == "direct"
+    assert call[:9] == (5, 2, 1, 1000, "fn-handle", "meta", None, None, None)
+    assert call[9:] == (b, a, c, 64, 32)
+    # another binding of the same arguments finds the binary the first one left
+    other = launch.bind((5, 2), (64, 32))
+    other(a, b, c)
+    other(a, b, c)
+    assert [c[0] for c in kernel.calls[2:]] == ["direct", "direct"] and len(launch._fast) == 1
+
+
+def test_a_bound_launch_keeps_the_jit_way_for_misalignment_dtypes_devices_and_hooks(direct):
+    state, runtime = direct
+    kernel = Kernel(["A", "B", "M"])
+    launch = Launcher(kernel, num_warps=4, num_stages=3)
+    go = launch.bind((4,), (64,))
+    a, b = tensors(0, 8)
+    go(a, b)
+    kinds = []
+    for args in [(tensors(1)[0], b),  # 2 bytes off
+                 tuple(tensors(0, 8, dtype=torch.bfloat16))]:  # another dtype
+        go(*args)
+        kinds.append(kernel.calls[-1][0])
+    state["device"] = 1  # the binary was loaded for device 0
+    go(a, b)
+    kinds.append(kernel.calls[-1][0])
+    state["device"] = 0
+    runtime.launch_enter_hook = lambda metadata: None  # a profiler's hook must see launches
+    go(a, b)
+    kinds.append(kernel.calls[-1][0])
+    runtime.launch_enter_hook = None
+    go(a, b)
+    kinds.append(kernel.calls[-1][0])
+    assert kinds == ["jit", "jit", "jit", "jit", "direct"]
+    state["device"] = 1  # learned on its own JIT launch there: direct on device 1 as well
+    go(a, b)
+    assert kernel.calls[-1][0] == "direct" and kernel.calls[-1][1][3] == 1001
+
+
+def test_a_bound_launch_without_direct_support_is_always_jit(monkeypatch):
+    monkeypatch.setattr(launch_mod, "_direct_launch_support", lambda: None)
+    kernel = Kernel(["A", "M"])
+    go = Launcher(kernel, 4, 3).bind((1,), (7,))
+    (a,) = tensors(0)
+    for _ in range(3):
+        go(a)
+    assert [c[0] for c in kernel.calls] == ["jit"] * 3
+
+
 def test_without_direct_support_every_launch_is_jit(monkeypatch):
     monkeypatch.setattr(launch_mod, "_direct_launch_support", lambda: None)
     kernel = Kernel(["A", "M"])

@@ -1,0 +1,236 @@
+"""The API's bound calls on the CPU (Triton under the interpreter): every winner kind called
+again and again through its bound path stays right, B's padded copy is skipped for an
+unchanged weight and made again after an in-place write, one tensor passed as both operands
+binds right, and the pieces (copy_when_changed, Launcher.bind) keep their rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli import api
+from autotune_cli.templates.base import copy_when_changed
+from conftest import INTERPRETING
+
+needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton on CPU tensors: needs TRITON_INTERPRET=1")
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+
+
+@pytest.fixture(autouse=True)
+def fresh_api():
+    api.reset()
+    yield
+    api.reset()
+
+
+def tune(cli, tmp_path, *args, space=None) -> dict:
+    extra = []
+    if space is not None:
+        path = tmp_path / f"space{len(list(tmp_path.glob('space*')))}.json"
+        path.write_text(json.dumps(space))
+        extra = ["--space", path]
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", *args, *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def operand(rows, cols, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=g).to(dtype)
+
+
+def close(out, want):
+    torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=5e-2)
+
+
+def product(a, b):
+    return (a.double() @ b.double()).to(a.dtype)
+
+
+@pytest.mark.parametrize("uid", ["aten::mm_aligned", pytest.param("triton::mm_padded", marks=needs_interpreter)])
+def test_a_padded_winner_skips_the_copy_of_an_unchanged_weight_and_sees_an_in_place_write(cli, cache_dir, tmp_path,
+                                                                                          uid):
+    """N = 50 fp16: B is copied into rows padded to 16 bytes. With B an nn.Parameter the copy
+    is made on the calls that need it: a write torch does not see (through .data) is not
+    seen (the copy was skipped), an in-place write torch sees is, and so is a new weight at
+    another address; reset() forgets the copy."""
+    space = ONE_CONFIG if uid == "triton::mm_padded" else None
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 40, "--templates", uid, space=space)
+    assert doc["winner"]["uid"] == uid
+    a = operand(32, 40)
+    w = torch.nn.Parameter(operand(40, 50, seed=1), requires_grad=False)
+    assert autotune_cli.dispatch_info(a, w).uid == uid
+    for _ in range(3):  # the plain first call, the bound call that copies, one that skips
+        close(autotune_cli.mm(a, w), product(a, w))
+    before = product(a, w)
+    w.data.mul_(2)  # torch does not count this write: the copy is not made again
+    close(autotune_cli.mm(a, w), before)
+    with torch.no_grad():
+        w.mul_(3)  # counted: the weight is copied again
+    close(autotune_cli.mm(a, w), product(a, w))
+    close(autotune_cli.mm(a, w), product(a, w))
+    w.requires_grad_(False).copy_(operand(40, 50, seed=3))
+    close(autotune_cli.mm(a, w), product(a, w))
+    other = torch.nn.Parameter(operand(40, 50, seed=4), requires_grad=False)  # another weight, same layout
+    close(autotune_cli.mm(a, other), product(a, other))
+    close(autotune_cli.mm(a, w), product(a, w))
+    w.data.add_(1)
+    api.reset()
+    close(autotune_cli.mm(a, w), product(a, w))
+
+
+def test_a_plain_tensor_b_is_copied_on_every_call(cli, cache_dir, tmp_path):
+    """Only parameters are remembered: an activation refilled where torch does not see it
+    (here through .data) is copied again."""
+    tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 40, "--templates", "aten::mm_aligned")
+    a, b = operand(32, 40), operand(40, 50, seed=1)
+    for step in range(4):
+        b.data.copy_(operand(40, 50, seed=10 + step))
+        close(autotune_cli.mm(a, b), product(a, b))
+
+
+def test_linear_with_a_parameter_weight_sees_an_optimizer_like_update(cli, cache_dir, tmp_path):
+    """linear(x, W): B is W.T, a view of the parameter; K = 44 fp16 misaligns both operands.
+    An update as an optimizer makes it (in place, without grad) is seen on the next call."""
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 44, "--layout", "nt", "--bias",
+               "--templates", "aten::mm_aligned")
+    assert doc["winner"]["uid"] == "aten::mm_aligned"
+    layer = torch.nn.Linear(44, 50).half()
+    x = operand(32, 44, seed=5)
+    with torch.no_grad():
+        for step in range(4):
+            want = (x.double() @ layer.weight.double().t() + layer.bias.double()).half()
+            close(autotune_cli.linear(x, layer.weight, layer.bias), want)
+            if step % 2:
+                layer.weight.add_(0.5)
+    info = autotune_cli.dispatch_info(x, layer.weight.t(), bias=layer.bias)
+    assert (info.uid, info.key) == ("aten::mm_aligned", doc["key"])
+
+
+@needs_interpreter
+def test_one_tensor_as_both_operands_binds_each_to_its_own_place(cli, cache_dir, tmp_path):
+    """mm(x, x) first: the bound launch must not take B for A on a later mm(x, y)."""
+    tune(cli, tmp_path, "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--templates", "triton::mm",
+         space=ONE_CONFIG)
+    x, y = operand(32, 32, torch.float32), operand(32, 32, torch.float32, seed=1)
+    assert autotune_cli.dispatch_info(x, x).uid == "triton::mm"
+    for a, b in [(x, x), (x, y), (y, x), (x, y)]:
+        close(autotune_cli.mm(a, b), product(a, b))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("extra", [{}, {"FUSED_REDUCE": 1}, {"ATOMIC_ADD": 1}])
+def test_split_k_kernels_stay_right_through_their_bound_launches(tmp_path, extra):
+    """triton::mm_splitk's bind (two launches, the fused one, the atomic one with its
+    zeroed workspace): called on new operands of the sample's layout, right every time."""
+    from autotune_cli.problem import make_problem
+    from autotune_cli.templates import get_template
+    from autotune_cli.templates.base import Operands, bound, empty_out
+
+    template = get_template("triton::mm_splitk")
+    problem = make_problem(m=16, n=32, k=256, dtype="float32", bias="n", op="addmm", device="cpu")
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 1, "num_stages": 1, "num_warps": 4,
+              "SPLIT_K": 4, **extra}
+    params = template.full_params(problem, config)
+    run = template.build(problem, params, str(tmp_path))
+    bias = operand(1, 32, torch.float32, seed=9)[0]
+
+    def operands(seed):
+        return (operand(16, 256, torch.float32, seed=seed), operand(256, 32, torch.float32, seed=seed + 5),
+                empty_out(problem, None, torch.float32, "cpu"))
+
+    a, b, out = operands(0)
+    assert callable(getattr(run, "bind", None))  # its own bind, not an Operands per call
+    go = bound(run, Operands(a, b, out, bias))
+    for seed in range(1, 4):
+        a, b, out = operands(seed)
+        go(a, b, out, bias)
+        close(out, product(a, b) + bias)
+
+
+@needs_interpreter
+def test_the_split_k_winner_through_the_api(cli, cache_dir, tmp_path):
+    doc = tune(cli, tmp_path, "--m", 16, "--n", 32, "--k", 1024, "--dtype", "float32", "--bias",
+               "--templates", "triton::mm_splitk")
+    assert doc["winner"]["uid"] == "triton::mm_splitk"
+    bias = operand(1, 32, torch.float32, seed=9)[0]
+    for seed in range(3):
+        a, b = operand(16, 1024, torch.float32, seed=seed), operand(1024, 32, torch.float32, seed=seed + 5)
+        close(autotune_cli.addmm(bias, a, b), product(a, b) + bias)
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+def test_copy_when_changed_remembers_parameters_only_and_never_while_capturing():
+    copies = []
+    capturing = {"now": False}
+    copy = copy_when_changed(copies.append, lambda: capturing["now"])
+    w = torch.nn.Parameter(torch.zeros(4, 6), requires_grad=False)
+    copy(w)
+    copy(w)
+    copy(w.t().t())  # a view of the same weight, same address and version
+    assert len(copies) == 1
+    capturing["now"] = True  # a CUDA graph's replay must copy: every captured call does
+    copy(w)
+    copy(w)
+    capturing["now"] = False
+    assert len(copies) == 3
+    copy(w)
+    copy(w)
+    assert len(copies) == 4
+    with torch.no_grad():
+        w[0, 0] = 1.0  # an in-place write bumps the version of the weight and its views
+    copy(w.t().t())
+    copy(w)
+    assert len(copies) == 5
+    plain = torch.zeros(4, 6)
+    copy(plain)
+    copy(plain)
+    assert len(copies) == 7
+    with torch.inference_mode():
+        frozen = torch.nn.Parameter(torch.zeros(4, 6), requires_grad=False)
+    copy(frozen)
+    copy(frozen)
+    assert len(copies) == 9
+
+
+def test_copy_when_changed_does_not_take_a_new_weight_at_a_freed_address_for_the_old():
+    copies = []
+    copy = copy_when_changed(copies.append, lambda: False)
+    w = torch.nn.Parameter(torch.zeros(64, 64), requires_grad=False)
+    copy(w)
+    address = w.data_ptr()
+    del w
+    again = torch.nn.Parameter(torch.ones(64, 64), requires_grad=False)  # may reuse the memory
+    copy(again)
+    assert len(copies) == 2, (address, again.data_ptr())
+
+
+# -- on a GPU: the direct launches ---------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("uid,m,n,k", [("triton::mm", 128, 256, 128), ("aten::mm_aligned", 200, 1001, 777),
+                                       ("triton::mm_padded", 200, 1001, 777), ("triton::mm_splitk", 16, 64, 4096)])
+def test_gpu_bound_calls_stay_right_and_see_weight_updates(cli, cache_dir, uid, m, n, k):
+    """Each kind tuned on the GPU, then called through its bound path (direct launches after
+    the first call) on fresh activations, with an nn.Parameter weight updated in place
+    between calls: every product right."""
+    code, out, err = cli("mm", "--device", "cuda", "--json", "--m", m, "--n", n, "--k", k, "--dtype", "float16",
+                         "--templates", uid)
+    assert code == 0, err
+    assert json.loads(out)["winner"]["uid"] == uid
+    g = torch.Generator(device="cpu").manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(k, n, generator=g).half().cuda(), requires_grad=False)
+    assert autotune_cli.dispatch_info(torch.empty(m, k, dtype=torch.float16, device="cuda"), w).uid == uid
+    for step in range(12):
+        a = torch.randn(m, k, generator=g).half().cuda()
+        got = autotune_cli.mm(a, w)
+        want = (a.double() @ w.double())
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=0.15)
+        if step % 3 == 2:
+            with torch.no_grad():
+                w.mul_(-1)
+    torch.cuda.synchronize()
