@@ -1,18 +1,26 @@
 """What an eager call of `autotune_cli.mm` costs beside `torch.mm`, for each kind of winner.
 
-Each kind is a problem tuned with one template selection into a temporary cache of its own
+Each kind is a problem tuned with one template selection into a cache folder of its own
 (a `Dispatcher` on it, which is what `autotune_cli.mm` is on the default cache), so that
 its winner is of that kind: aten (the winner is torch.mm itself: the difference is the
-API's dispatch), one Triton kernel (triton::mm), padded copies + cuBLAS (aten::mm_aligned),
-padded copies + a Triton kernel (triton::mm_padded); `odd` is 3000x1000x777 fp16, where the
-padded winner's kernels take ~17 us on an H200, to see whether it beats torch.mm in eager.
+API's dispatch), one Triton kernel (triton::mm), split-K (triton::mm_splitk: two launches),
+padded copies + cuBLAS (aten::mm_aligned), padded copies + a Triton kernel
+(triton::mm_padded); `odd` (3000x1000x777 fp16) and `odd2049` (2049^3 bf16) are problems
+where a padded winner's kernels take ~17 and ~37 us on an H200 and torch.mm is slower, to see
+whether the winner beats torch.mm in eager too.
 
-Two figures per side, each the median of rounds that alternate ours / torch's:
+B is a weight, an nn.Parameter (as a Linear's): a padded winner copies it once and then
+skips the copy while it is unchanged. `plain B` is the same call with B a plain tensor,
+copied on every call (an activation).
+
+Two figures per side, each the median of rounds that alternate the sides:
   cpu_us   a loop of `--calls` calls timed without a sync (CPU time per call: the loop
            is short enough that the GPU keeps up and the launch queue never fills);
   wall_us  the same loop plus the sync after it, per call (what eager code sees).
 
 Run on a GPU machine:  PYTHONPATH=. python3 bench/api_overhead.py
+  (`--cache-dir DIR`: the kinds' caches are DIR/<kind>, tuned there by `autotune mm
+  --cache-dir DIR/<kind> --templates ...` first, or by this script where nothing is cached)
 Quick check on a CPU:  PYTHONPATH=. python3 bench/api_overhead.py --device cpu --kinds aten,aligned --calls 200
 Writes $OUT/api_overhead.json (default ./bench_out) besides printing.
 """
@@ -30,13 +38,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# kind -> (problem fields, template selection, the winner's uid it must give)
+# kind -> (problem fields, template selection, the winner uids it may give)
 KINDS = {
-    "aten": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("aten",), "aten::mm"),
-    "triton": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("triton::mm",), "triton::mm"),
-    "aligned": (dict(m=64, n=1001, k=777, dtype="float16"), ("aten::mm_aligned",), "aten::mm_aligned"),
-    "padded": (dict(m=64, n=1001, k=777, dtype="float16"), ("triton::mm_padded",), "triton::mm_padded"),
-    "odd": (dict(m=3000, n=1000, k=777, dtype="float16"), ("aten::mm_aligned",), "aten::mm_aligned"),
+    "aten": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("aten",), ("aten::mm",)),
+    "triton": (dict(m=64, n=64, k=64, dtype="bfloat16"), ("triton::mm",), ("triton::mm",)),
+    "splitk": (dict(m=16, n=64, k=4096, dtype="bfloat16"), ("triton::mm_splitk",), ("triton::mm_splitk",)),
+    "aligned": (dict(m=64, n=1001, k=777, dtype="float16"), ("aten::mm_aligned",), ("aten::mm_aligned",)),
+    "padded": (dict(m=64, n=1001, k=777, dtype="float16"), ("triton::mm_padded",), ("triton::mm_padded",)),
+    "odd": (dict(m=3000, n=1000, k=777, dtype="float16"), ("aten::mm_aligned", "triton::mm_padded"),
+            ("aten::mm_aligned", "triton::mm_padded")),
+    "odd2049": (dict(m=2049, n=2049, k=2049, dtype="bfloat16"), ("aten::mm_aligned", "triton::mm_padded"),
+                ("aten::mm_aligned", "triton::mm_padded")),
 }
 
 
@@ -54,7 +66,7 @@ def loop(fn, a, b, calls: int, sync) -> tuple[float, float]:
 
 def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) -> dict:
     """Tune `kind`'s problem into a cache of its own (kinds that share a problem would
-    otherwise see each other's winners) and time both sides."""
+    otherwise see each other's winners), unless it is cached there, and time the sides."""
     import torch
 
     from autotune_cli.api import Dispatcher
@@ -62,7 +74,7 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) ->
     from autotune_cli.settings import TuneSettings
     from autotune_cli.tuner import Tuner
 
-    fields, templates, uid = KINDS[kind]
+    fields, templates, uids = KINDS[kind]
     cache_dir = cache_dir / kind
     api = Dispatcher(cache_dir)
     problem = make_problem(**fields, device=device)
@@ -71,37 +83,43 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) ->
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
     tune_s = time.perf_counter() - tuned
-    if not outcome.winner or outcome.winner["uid"] != uid:
+    if not outcome.winner or outcome.winner["uid"] not in uids:
         return {"kind": kind, "problem": problem.describe(), "skipped": f"winner {outcome.winner}"}
 
     dtype = getattr(torch, problem.dtype)
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(problem.m, problem.k, generator=g).to(device=device, dtype=dtype)
-    b = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
+    plain = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
+    weight = torch.nn.Parameter(plain.clone(), requires_grad=False)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     started = time.perf_counter()
-    first = api.mm(a, b)  # plans: reads the cache, fingerprints, builds
+    first = api.mm(a, weight)  # plans: reads the cache, fingerprints, builds
     sync()
     first_ms = (time.perf_counter() - started) * 1e3
-    info = api.dispatch_info(a, b)
-    assert info.uid == uid and not info.fallback, info
-    want = a.double() @ b.double()
-    error = ((first.double() - want).abs().max() / want.abs().max()).item()
+    info = api.dispatch_info(a, weight)
+    assert info.uid == outcome.winner["uid"] and not info.fallback, info
+    want = a.double() @ plain.double()
+    errors = []
+    for b in (weight, plain, weight):  # the first bound call, then both kinds of B
+        out = api.mm(a, b)
+        errors.append(((out.double() - want).abs().max() / want.abs().max()).item())
+    errors.append(((first.double() - want).abs().max() / want.abs().max()).item())
 
-    sides = {"autotune_cli.mm": api.mm, "torch.mm": torch.mm}
-    for fn in sides.values():
+    sides = {"autotune_cli.mm": (api.mm, weight), "plain B": (api.mm, plain), "torch.mm": (torch.mm, plain)}
+    for fn, b in sides.values():
         loop(fn, a, b, max(calls // 5, 10), sync)  # warm: allocator, launch paths
     results: dict[str, dict[str, list[float]]] = {name: {"cpu_us": [], "wall_us": []} for name in sides}
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
         for name in order:
-            cpu, wall = loop(sides[name], a, b, calls, sync)
+            fn, b = sides[name]
+            cpu, wall = loop(fn, a, b, calls, sync)
             results[name]["cpu_us"].append(cpu)
             results[name]["wall_us"].append(wall)
     med = {name: {k: statistics.median(v) for k, v in figures.items()} for name, figures in results.items()}
     return {"kind": kind, "problem": problem.describe(), "winner": outcome.winner["uid"],
             "params": outcome.winner.get("params"), "winner_kernel_ms": outcome.winner.get("ms"),
-            "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": error,
+            "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": max(errors),
             "median": med, "rounds": results}
 
 
@@ -111,6 +129,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="the kinds' caches are DIR/<kind> (default: a new temporary folder)")
     args = parser.parse_args()
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -122,12 +142,13 @@ def main() -> None:
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cache_dir = Path(tempfile.mkdtemp(prefix="autotune-api-overhead-"))
+    cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="autotune-api-overhead-"))
 
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    print(f"on {name}, torch {torch.__version__}: {args.calls} calls x {args.rounds} rounds, median round")
-    print(f"{'kind':8} {'problem':34} {'winner':18} {'ours cpu':>9} {'torch cpu':>9} "
-          f"{'ours wall':>9} {'torch wall':>10}  (us per call)")
+    print(f"on {name}, torch {torch.__version__}: {args.calls} calls x {args.rounds} rounds, median round; "
+          "B a weight (nn.Parameter), 'plain' a plain tensor")
+    print(f"{'kind':8} {'problem':34} {'winner':18} {'cpu ours':>8} {'plain':>6} {'torch':>6} {'+us':>5} "
+          f"{'wall ours':>9} {'plain':>6} {'torch':>6}  (us per call)")
     rows = []
     for kind in kinds:
         row = measure(kind, device, cache_dir, args.calls, args.rounds)
@@ -135,9 +156,10 @@ def main() -> None:
         if "skipped" in row:
             print(f"{kind:8} {row['problem']:34} skipped: {row['skipped']}")
             continue
-        ours, theirs = row["median"]["autotune_cli.mm"], row["median"]["torch.mm"]
-        print(f"{kind:8} {row['problem']:34} {row['winner']:18} {ours['cpu_us']:9.2f} {theirs['cpu_us']:9.2f} "
-              f"{ours['wall_us']:9.2f} {theirs['wall_us']:10.2f}")
+        ours, plain, theirs = (row["median"][side] for side in ("autotune_cli.mm", "plain B", "torch.mm"))
+        print(f"{kind:8} {row['problem']:34} {row['winner']:18} {ours['cpu_us']:8.2f} {plain['cpu_us']:6.2f} "
+              f"{theirs['cpu_us']:6.2f} {ours['cpu_us'] - theirs['cpu_us']:5.1f} {ours['wall_us']:9.2f} "
+              f"{plain['wall_us']:6.2f} {theirs['wall_us']:6.2f}")
     out_dir = Path(os.environ.get("OUT", "bench_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "api_overhead.json").write_text(json.dumps({

@@ -154,10 +154,13 @@ def test_a_bound_launch_keeps_the_jit_way_for_misalignment_dtypes_devices_and_ho
     a, b = tensors(0, 8)
     go(a, b)
     kinds = []
-    for args in [(tensors(1)[0], b),  # 2 bytes off
-                 tuple(tensors(0, 8, dtype=torch.bfloat16))]:  # another dtype
-        go(*args)
-        kinds.append(kernel.calls[-1][0])
+    go(tensors(1)[0], b)  # 2 bytes off
+    kinds.append(kernel.calls[-1][0])
+    # a binding's dtypes are its caller's to keep; another binding of other dtypes does not
+    # take the binary the first one learned
+    bf16 = launch.bind((4,), (64,))
+    bf16(*tensors(0, 8, dtype=torch.bfloat16))
+    kinds.append(kernel.calls[-1][0])
     state["device"] = 1  # the binary was loaded for device 0
     go(a, b)
     kinds.append(kernel.calls[-1][0])
@@ -182,6 +185,48 @@ def test_a_bound_launch_without_direct_support_is_always_jit(monkeypatch):
     for _ in range(3):
         go(a)
     assert [c[0] for c in kernel.calls] == ["jit"] * 3
+
+
+class WrappedRun:
+    """Triton 3.5/3.6's CudaLauncher: its __call__ works out two scratch buffers and calls
+    the C launch with them."""
+
+    def __init__(self, calls, global_scratch_size=0, profile_scratch_size=0):
+        self.calls = calls
+        self.global_scratch_size, self.profile_scratch_size = global_scratch_size, profile_scratch_size
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.launch = lambda *call: calls.append(("c", call))
+        self.global_scratch_align = self.profile_scratch_align = 1
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        global_scratch = profile_scratch = None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    global_scratch, profile_scratch, *args)
+
+
+class OtherRun(WrappedRun):
+    def __call__(self, gridX, gridY, gridZ, stream, function, metadata, *args):  # another Triton's
+        self.calls.append(("wrapper", (gridX, gridY, gridZ, stream, function, metadata, *args)))
+
+
+def test_a_bound_launch_calls_the_c_launch_past_a_wrapper_that_only_adds_empty_scratch(direct):
+    calls = []
+    for run, via in [(WrappedRun(calls), "c"), (WrappedRun(calls, global_scratch_size=64), "wrapper"),
+                     (WrappedRun(calls, profile_scratch_size=8), "wrapper"), (OtherRun(calls), "wrapper")]:
+        if via == "wrapper" and type(run) is WrappedRun:  # scratch needed: the wrapper allocates it
+            run.__class__ = type("Scratchy", (WrappedRun,), {"__call__": OtherRun.__call__})
+        kernel = Kernel(["A", "M"])
+        kernel.compiled.run = run
+        go = Launcher(kernel, 4, 3).bind((3,), (7,))
+        (a,) = tensors(0)
+        go(a)
+        go(a)
+        kind, call = calls[-1]
+        assert kind == via
+        if via == "c":
+            assert call == (3, 1, 1, 1000, "fn-handle", False, True, None, None, "meta", None, None, None, a, 7)
+        else:
+            assert call == (3, 1, 1, 1000, "fn-handle", "meta", None, None, None, a, 7)
 
 
 def test_without_direct_support_every_launch_is_jit(monkeypatch):

@@ -58,18 +58,23 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     cost microseconds)."""
     import torch
 
-    empty = torch.empty
+    empty = torch.empty_strided  # torch.empty parses its arguments more slowly
     cols = shape[-1]
+    shape = tuple(shape)
     if pitch is None or pitch == cols:
-        return lambda dtype, device: empty(shape, dtype=dtype, device=device)
+        dense = [1]
+        for size in reversed(shape[1:]):
+            dense.append(dense[-1] * size)
+        dense_strides = tuple(reversed(dense))
+        return lambda dtype, device: empty(shape, dense_strides, dtype=dtype, device=device)
     if pitch < cols:
         raise ValueError(f"an output pitch of {pitch} is narrower than its {cols} columns")
     strides = [1, pitch]
     for size in reversed(shape[1:-1]):
         strides.append(strides[-1] * size)
     strides = tuple(reversed(strides))
-    elements = strides[0] * shape[0]  # the last row's padding included
-    return lambda dtype, device: empty(elements, dtype=dtype, device=device).as_strided(shape, strides)
+    elements, one = (strides[0] * shape[0],), (1,)  # the last row's padding included
+    return lambda dtype, device: empty(elements, one, dtype=dtype, device=device).as_strided(shape, strides)
 
 
 def operand_copier(device: str) -> Callable[[Any], Callable[[Any], None]]:

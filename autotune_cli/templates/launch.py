@@ -60,6 +60,35 @@ def _hooks_active(runtime) -> bool:
     return False
 
 
+_WRAPPER_CALL = ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
+                 "self.launch_pdl, global_scratch, profile_scratch, *args)")
+
+
+def _unwrapped(run) -> tuple | None:
+    """(the C launch function, the arguments it takes after the function handle and before
+    the packed metadata) of a compiled kernel's `run`, where `run` is Triton's CudaLauncher
+    whose `__call__` only works out two scratch buffers and passes them on (3.5 and 3.6),
+    and this kernel needs neither (so both are None): calling its C launch directly saves a
+    Python frame and two closures per launch. None otherwise (the wrapper is called)."""
+    import inspect
+
+    try:
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        source = inspect.getsource(type(run).__call__)
+        launch, extra = run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    except Exception:
+        return None
+    lines = [line.strip() for line in source.splitlines()]
+    if not lines or lines[0] != "def __call__(self, gridX, gridY, gridZ, stream, function, *args):":
+        return None
+    if _WRAPPER_CALL not in " ".join(lines).replace("( ", "(").replace(" )", ")"):
+        return None
+    if not callable(launch):
+        return None
+    return launch, extra
+
+
 class Launcher:
     """`launcher(grid, *args)` is `kernel[grid](*args, num_warps=…, num_stages=…)`, the
     compiled kernel launched directly once it is known (see the module). `args` are every
@@ -139,20 +168,31 @@ class Launcher:
             self._fast.pop(next(iter(self._fast)))
         self._fast[key] = (run, function, metadata, tuple(t.dtype for t in args[:lead]))
 
-    def bind(self, grid: tuple, tail: tuple):
-        """`go(*tensors)`: `self(grid, *tensors, *tail)`. Once a JIT launch on this device has
-        left the compiled kernel (16-byte aligned tensors of the dtypes it was compiled for), `go`
-        launches it directly; any other launch (misaligned pointers, other dtypes, hooks, the
-        interpreter) is the ordinary call."""
+    def bind(self, grid: tuple, tail: tuple, trusted: tuple[int, ...] = ()):
+        """`go(*tensors)`: `self(grid, *tensors, *tail)` for a caller whose tensors keep their
+        dtypes from call to call (a plan's, the dtypes in its key). Once a JIT launch on this
+        device has left the compiled kernel for those dtypes and 16-byte aligned pointers, `go`
+        launches it directly; any other launch (a misaligned pointer, hooks, the interpreter)
+        is the ordinary call. `trusted`: the positions of tensors the caller made itself,
+        aligned by their allocator (an output, a padded buffer), whose pointers are not read."""
         tail = tuple(tail)
         g0, g1, g2 = (*grid, 1, 1)[:3] if len(grid) < 3 else grid
-        known: dict = {}  # device -> (run, function, packed metadata, tensor dtypes)
+        known: dict = {}  # device -> (launch, function, the arguments between it and the tensors)
         jit = self.__call__
+        trusted_set = set(trusted)
 
-        def learn(device, tensors: tuple) -> None:
+        def learn(tensors: tuple) -> None:
+            device = self._support[0]()
             entry = self._fast.get((device, grid, tail)) if self._tensors == len(tensors) else None
-            if entry is not None:
-                known[device] = entry
+            if entry is not None and entry[3] == tuple(t.dtype for t in tensors):
+                run, function, metadata = entry[:3]
+                raw = _unwrapped(run)
+                # what follows the function handle: the C launch's own arguments, or run's
+                known[device] = (raw[0], function, (*raw[1], metadata, None, None, None)) if raw is not None else (
+                    run, function, (metadata, None, None, None))
+                checked[:] = [i for i in range(len(tensors)) if i not in trusted_set]
+
+        checked: list[int] = []
 
         def go(*tensors) -> None:
             if known:
@@ -160,18 +200,16 @@ class Launcher:
                 device = current()
                 entry = known.get(device)
                 if entry is not None and not _hooks_active(runtime):
-                    run, function, metadata, dtypes = entry
-                    for t, dtype in zip(tensors, dtypes):
-                        if t.dtype is not dtype or t.data_ptr() % ALIGN:
+                    for i in checked:
+                        if tensors[i].data_ptr() % ALIGN:
                             break
                     else:
-                        run(g0, g1, g2, stream(device), function, metadata, None, None, None, *tensors, *tail)
+                        run, function, lead = entry
+                        run(g0, g1, g2, stream(device), function, *lead, *tensors, *tail)
                         return
             jit(grid, *tensors, *tail)
-            if self._support:
-                device = self._support[0]()
-                if device not in known:
-                    learn(device, tensors)
+            if self._support and self._support[0]() not in known:
+                learn(tensors)
 
         go.launcher = self  # type: ignore[attr-defined]
         return go

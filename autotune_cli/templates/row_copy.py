@@ -130,7 +130,7 @@ def fixed_copy(dst, src, owns_padding: bool = False):
     if plan is None:
         return lambda s: None
     launch, grid, dst_arg, rest = plan
-    go = launch.bind(grid, rest)
+    go = launch.bind(grid, rest, trusted=(1,) if dst_arg.data_ptr() % 16 == 0 else ())  # dst does not move
     return lambda s: go(s, dst_arg)  # src's pointer; its strides are in `rest`
 
 

@@ -155,7 +155,7 @@ def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stag
             if not found:
                 return None  # a tensor the arguments made (a view, a descriptor's base)
             picks.append(found[0])
-        go = launch.bind(grid, tail)
+        go = launch.bind(grid, tail, trusted=tuple(i for i, pick in enumerate(picks) if pick == 2))  # the output
         if picks == [0, 1, 2, 3]:
             return go
         if picks == [0, 1, 2, 2]:  # no bias: the output stands in
