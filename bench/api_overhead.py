@@ -64,7 +64,7 @@ def loop(fn, a, b, calls: int, sync) -> tuple[float, float]:
     return (issued - start) / calls * 1e6, (done - start) / calls * 1e6
 
 
-def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) -> dict:
+def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, space: Path | None = None) -> dict:
     """Tune `kind`'s problem into a cache of its own (kinds that share a problem would
     otherwise see each other's winners), unless it is cached there, and time the sides."""
     import torch
@@ -78,7 +78,8 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int) ->
     cache_dir = cache_dir / kind
     api = Dispatcher(cache_dir)
     problem = make_problem(**fields, device=device)
-    settings = TuneSettings(device=device, templates=templates, cache_dir=cache_dir, workers=1)
+    settings = TuneSettings(device=device, templates=templates, cache_dir=cache_dir, workers=1,
+                            space_file=str(space) if space and kind != "splitk" else None)
     tuned = time.perf_counter()
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
@@ -129,6 +130,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--space", type=Path, default=None,
+                        help="a space file for the Triton kinds' tunes (not split-K's), as autotune mm --space")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="the kinds' caches are DIR/<kind> (default: a new temporary folder)")
     args = parser.parse_args()
@@ -148,10 +151,10 @@ def main() -> None:
     print(f"on {name}, torch {torch.__version__}: {args.calls} calls x {args.rounds} rounds, median round; "
           "B a weight (nn.Parameter), 'plain' a plain tensor")
     print(f"{'kind':8} {'problem':34} {'winner':18} {'cpu ours':>8} {'plain':>6} {'torch':>6} {'+us':>5} "
-          f"{'wall ours':>9} {'plain':>6} {'torch':>6}  (us per call)")
+          f"{'wall ours':>9} {'plain':>6} {'torch':>6} {'err':>7}  (us per call)")
     rows = []
     for kind in kinds:
-        row = measure(kind, device, cache_dir, args.calls, args.rounds)
+        row = measure(kind, device, cache_dir, args.calls, args.rounds, args.space)
         rows.append(row)
         if "skipped" in row:
             print(f"{kind:8} {row['problem']:34} skipped: {row['skipped']}")
@@ -159,7 +162,7 @@ def main() -> None:
         ours, plain, theirs = (row["median"][side] for side in ("autotune_cli.mm", "plain B", "torch.mm"))
         print(f"{kind:8} {row['problem']:34} {row['winner']:18} {ours['cpu_us']:8.2f} {plain['cpu_us']:6.2f} "
               f"{theirs['cpu_us']:6.2f} {ours['cpu_us'] - theirs['cpu_us']:5.1f} {ours['wall_us']:9.2f} "
-              f"{plain['wall_us']:6.2f} {theirs['wall_us']:6.2f}")
+              f"{plain['wall_us']:6.2f} {theirs['wall_us']:6.2f} {row['max_rel_error']:7.1e}")
     out_dir = Path(os.environ.get("OUT", "bench_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "api_overhead.json").write_text(json.dumps({
