@@ -50,6 +50,10 @@ class TimingPolicy:
     # of launches over rotating copies of the operands (more bytes than the L2 holds),
     # for problems so small that launch overhead would otherwise pick the winner.
     mode: str = "events"
+    # Give up on a candidate after its first few runs (the timer's estimate) when they are
+    # over this many times the best that timing process has measured for the problem in this
+    # mode (0: never): it cannot win, and the full runs are spent on kernels that can.
+    give_up_over: float = 0.0
 
 
 # The interpreter's first timing: a run costs up to a second.
@@ -147,6 +151,18 @@ class MeasurePolicy:
     # candidate (and exhaustive's screening and finalists). The re-timing and the confirmation
     # run on the tuning device alone.
     shareable_rounds: tuple[str, ...] = ("screen", "full")
+    # The first timing (and the screening) gives up on a candidate whose first runs are over
+    # this many times the best of the problem so far (TimingPolicy.give_up_over; 0 on the CPU,
+    # where the interpreter's Triton is hundreds of times slower than aten, and off in the
+    # re-timing and the confirmation). 1.5: the pick's margins are 2-3% and a short burst
+    # misreads by up to 7%; the estimate runs back to back on a warm L2, so it reads a kernel
+    # fast, never slow. On the H200 most of the first timing's seconds went to kernels
+    # several times slower than the best (bench/cold_tune.py: lm_head's 55 candidates, 12.8 s).
+    give_up_over: float = 1.5
+    # A kernel whose lead over the best plain cuBLAS candidate, after the re-time, is this much
+    # or more is not confirmed beside it in sustained passes (confirm_against_vendor): the
+    # short bursts' misreads the confirmation removes (up to 7%) cannot make such a lead.
+    confirm_lead_below: float = 0.15
     switches: Switches = Switches()
 
     def __post_init__(self) -> None:
@@ -158,7 +174,7 @@ class MeasurePolicy:
         """The policy for `device` ("cuda" or "cpu"), with `switches` (default: the environment's,
         read now) and any `knobs` (fields) given."""
         if device == "cpu":
-            knobs = {"timing": CPU_TIMING, "retime_passes": 1, "confirm_passes": 0, **knobs}
+            knobs = {"timing": CPU_TIMING, "retime_passes": 1, "confirm_passes": 0, "give_up_over": 0.0, **knobs}
         return cls(switches=switches if switches is not None else Switches.from_environment(), **knobs)
 
     def timing_for(self, problem, device_type: str) -> TimingPolicy:
@@ -167,7 +183,7 @@ class MeasurePolicy:
         every candidate of the problem, so all are timed alike."""
         from .roofline import floor_seconds
 
-        timing = self.timing
+        timing = replace(self.timing, give_up_over=self.give_up_over)
         if device_type == "cuda" and timing.mode == "events":
             if floor_seconds(problem) * 1e6 < self.graph_below_us:
                 timing = replace(timing, mode="graph")
@@ -187,7 +203,7 @@ class MeasurePolicy:
         budget of the first timing."""
         timing, factor = self.timing, self.retime_runs_factor
         return replace(timing, min_runs=int(timing.min_runs * factor), max_runs=int(timing.max_runs * factor),
-                       budget_ms=timing.budget_ms * factor)
+                       budget_ms=timing.budget_ms * factor, give_up_over=0.0)
 
     def sustained(self) -> TimingPolicy:
         """Runs adding up to 200 ms of kernel time or more (up to 400: the side-by-side's
@@ -196,7 +212,8 @@ class MeasurePolicy:
         (search/base.confirm_against_vendor)."""
         timing = self.timing
         return replace(timing, warmup=max(timing.warmup, 3), min_runs=max(timing.min_runs, 50),
-                       max_runs=max(timing.max_runs * 4, 400), budget_ms=max(timing.budget_ms * 5, 200.0))
+                       max_runs=max(timing.max_runs * 4, 400), budget_ms=max(timing.budget_ms * 5, 200.0),
+                       give_up_over=0.0)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..settings import TimingPolicy
@@ -19,6 +19,12 @@ class Timing:
     p80_ms: float
     runs: int
     mode: str = "events"
+    gave_up: bool = False  # stopped after the first runs: over `give_up_ms` (the median is theirs)
+
+
+def gave_up(samples_ms: list[float], mode: str) -> Timing:
+    """The timing of a candidate given up on after its first runs."""
+    return replace(summarize(samples_ms, mode), gave_up=True)
 
 
 def summarize(samples_ms: list[float], mode: str = "events") -> Timing:
@@ -34,10 +40,11 @@ def summarize(samples_ms: list[float], mode: str = "events") -> Timing:
 
 
 def time_cpu(fn: Callable[[], None], policy: TimingPolicy,
-             reset: Callable[[], None] | None = None) -> Timing:
+             reset: Callable[[], None] | None = None, give_up_ms: float | None = None) -> Timing:
     """perf_counter around each run; runs until the budget or max_runs is spent. `reset`
     (the output's NaN fill) is called before every timed run, outside the clock: which run
-    is the last is known only after it, and the caller checks the last one's output."""
+    is the last is known only after it, and the caller checks the last one's output.
+    `give_up_ms`: stop after the first run if it took longer (Timing.gave_up)."""
     for _ in range(policy.warmup):
         fn()
     samples: list[float] = []
@@ -50,6 +57,8 @@ def time_cpu(fn: Callable[[], None], policy: TimingPolicy,
         elapsed = (time.perf_counter() - start) * 1e3
         samples.append(elapsed)
         spent += elapsed
+        if give_up_ms is not None and len(samples) == 1 and elapsed > give_up_ms:
+            return gave_up(samples, "perf_counter")
         if len(samples) >= policy.min_runs and spent >= policy.budget_ms:
             break
     return summarize(samples, "perf_counter")
@@ -155,13 +164,18 @@ class CudaTimer:
         return max(start.elapsed_time(end) / 3, 1e-4)
 
     def __call__(self, fn: Callable[[], None], policy: TimingPolicy,
-                 reset: Callable[[], None] | None = None) -> Timing:
+                 reset: Callable[[], None] | None = None, give_up_ms: float | None = None) -> Timing:
         """`reset` (the output's NaN fill) is queued before the last timed run, outside its
-        events and before its L2 flush: the caller checks that run's output."""
+        events and before its L2 flush: the caller checks that run's output. `give_up_ms`:
+        stop after the estimate (runs back to back on a warm L2: it reads fast, never slow)
+        if it is over that (Timing.gave_up)."""
         torch = self.torch
         estimate = self.estimate_ms(fn, policy.warmup)
         if self.warmer.warm(fn, estimate):  # the estimate was taken on cold clocks: again
             estimate = self.estimate_ms(fn, 0)
+        if give_up_ms is not None and estimate > give_up_ms:
+            self.warmer.busy()
+            return gave_up([estimate], "events")
         runs = int(min(policy.max_runs, max(policy.min_runs, policy.budget_ms / estimate)))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
@@ -179,12 +193,14 @@ class CudaTimer:
         self.warmer.busy()
         return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], "events")
 
-    def measure(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None) -> Timing:
+    def measure(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None,
+                give_up_ms: float | None = None) -> Timing:
         if policy.mode == "graph":
-            return self.graph(run, ops, policy, reset)
-        return self(lambda: run(ops), policy, reset)
+            return self.graph(run, ops, policy, reset, give_up_ms)
+        return self(lambda: run(ops), policy, reset, give_up_ms)
 
-    def graph(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None) -> Timing:
+    def graph(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None,
+              give_up_ms: float | None = None) -> Timing:
         torch = self.torch
         copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(_operand_bytes(ops), 1))))
         sets = [ops] + [_clone_operands(ops) for _ in range(copies - 1)]
@@ -208,6 +224,10 @@ class CudaTimer:
         end.record()
         torch.cuda.synchronize()
         per_replay = max(start.elapsed_time(end), 1e-4)
+        if give_up_ms is not None and per_replay / copies > give_up_ms:  # one replay says enough
+            self.warmer.busy()
+            del graph
+            return gave_up([per_replay / copies], f"graph×{copies}")
         if self.warmer.warm(graph.replay, per_replay):
             torch.cuda.synchronize()
         replays = int(min(policy.max_runs, max(policy.min_runs, policy.budget_ms / per_replay)))

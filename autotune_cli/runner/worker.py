@@ -11,11 +11,12 @@ unusable, so the worker reports the result and exits; the executor starts a fres
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..settings import Switches
@@ -29,6 +30,9 @@ COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAsserti
 # disk) says nothing about the kernel: recorded as skipped, with this prefix, so that no
 # cache keeps it as the kernel's failure and the next tune measures it again.
 ENVIRONMENT_FAILURE = "not built (the environment, not the kernel): "
+# A candidate whose first runs were far slower than the problem's best so far
+# (TimingPolicy.give_up_over) is recorded as skipped with this prefix: it cannot win.
+GAVE_UP = "given up after "
 
 
 def _setup_environment(device_type: str, device_index: int, environ: dict[str, str] | None = None) -> None:
@@ -181,6 +185,9 @@ class _Inputs:
     ops: Any  # Operands, as made
     ref: Any
     outs: dict[int | None, Any]  # an output per row pitch asked for (None: contiguous)
+    # the fastest verified median timed on these inputs, per timing mode: what a candidate's
+    # first runs are held against (TimingPolicy.give_up_over)
+    best_ms: dict[str, float] = field(default_factory=dict)
 
 
 class CandidateRunner:
@@ -270,13 +277,14 @@ class CandidateRunner:
         from ..results import OK
 
         self._exposed = False  # set once the kept inputs are handed to this candidate
+        self._verified = False  # set when it was given up on but checked like an OK one
         try:
             payload, fatal = self._run(task)
         except BaseException:
             self.drop_inputs()
             raise
-        if payload["status"] != OK and self._exposed:  # it may have written where it should not
-            self.drop_inputs()
+        if payload["status"] != OK and self._exposed and not self._verified:  # it may have
+            self.drop_inputs()  # written where it should not
         return payload, fatal
 
     def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -365,15 +373,18 @@ class CandidateRunner:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
         policy = TimingPolicy(**task["timing"])
+        kept = self._inputs
+        best = kept.best_ms.get(policy.mode) if kept is not None else None
+        give_up_ms = policy.give_up_over * best if policy.give_up_over > 0 and best else None
 
         def reset() -> None:  # the timers call it before the last timed run, outside the clock
             poison_tensor(out)
 
         try:
             if self.device_type == "cuda":
-                timing = self.timer.measure(runnable, ops, policy, reset=reset)
+                timing = self.timer.measure(runnable, ops, policy, reset=reset, give_up_ms=give_up_ms)
             else:
-                timing = self.timer(lambda: runnable(ops), policy, reset=reset)
+                timing = self.timer(lambda: runnable(ops), policy, reset=reset, give_up_ms=give_up_ms)
             self.sync()
         except Exception as exc:
             return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
@@ -392,6 +403,14 @@ class CandidateRunner:
         if not verdict.ok:
             return result(WRONG_RESULT, error="after the timed runs: " + verdict.reason,
                           max_rel_error=verdict.rel_error, compile_s=compile_s), False
+        if timing.gave_up:  # verified like an OK one (its inputs are kept), but it cannot win
+            self._verified = True
+            return result(SKIPPED, phases=phases, ms=timing.median_ms, runs=timing.runs,
+                          max_rel_error=verdict.rel_error, compile_s=compile_s, timing=timing.mode,
+                          error=f"{GAVE_UP}{timing.runs} run(s) at {timing.median_ms:.4f} ms, over "
+                                f"{policy.give_up_over:g}x the best of the problem so far ({best:.4f} ms)"), False
+        if kept is not None and kept is self._inputs:
+            kept.best_ms[policy.mode] = min(timing.median_ms, kept.best_ms.get(policy.mode, math.inf))
         return result(OK, phases=phases, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
                       runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
                       timing=timing.mode), False
