@@ -9,7 +9,10 @@ A problem's phases, in the order they happen:
     choices       listing and pruning the configs
     <round>       each search round's wall, as SearchContext.measure saw it: screen, full,
                   retime, confirm (and "rounds": how many candidates each ran)
+    prefetch      listing the next problems' configs for the compile pool (a list's; within
+                  the first round)
     save          writing the finished entry; partial_save: the partial entries on the way
+                  (within the rounds, like the prefetch)
 
 and, from the workers' own clocks, what the first rounds' wall was made of: worker_s (the
 timing process's seconds per candidate step, summed: build, inputs, first_run, check,
@@ -29,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 # The order phases are shown in; any other name follows, in the order it was first seen.
-ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "partial_save", "save")
+ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "prefetch", "partial_save", "save")
 # The timing process's steps of one candidate (runner/worker.CandidateRunner phases).
 WORKER_STEPS = ("build", "inputs", "first_run", "check", "recheck", "timing", "timed_check")
 

@@ -62,6 +62,13 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
                         f"verify; it does not fit in {where}")
 
 
+def _seconds(call: Callable, *args) -> float:
+    """How long `call(*args)` took (what it returns is dropped)."""
+    began = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - began
+
+
 def _identity(uid: str, params: dict) -> tuple:
     return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
@@ -108,6 +115,7 @@ class _Progress:
                  clock: PhaseClock | None = None) -> None:
         self.tuner = tuner
         self.clock = clock or PhaseClock()
+        self.at_first_result: Callable[[], None] | None = None  # called once, at the first result
         self.problem = problem
         self.fingerprint = fingerprint
         self.key = key
@@ -136,6 +144,9 @@ class _Progress:
         self.tuner.listener.candidate_done(self.problem, candidate, self.done, total, best)
 
     def on_result(self, choice, candidate: Candidate, round_name: str) -> None:
+        if self.at_first_result is not None:
+            call, self.at_first_result = self.at_first_result, None
+            call()
         ident = _identity(candidate.uid, candidate.params)
         if candidate.status != SKIPPED:
             self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
@@ -240,7 +251,31 @@ class Tuner:
         while self.cache.notices:
             self.listener.notice(self.cache.notices.pop(0))
 
-    def tune(self, problem: GemmProblem) -> TuneOutcome:
+    def prefetch(self, problems: list[GemmProblem]) -> int:
+        """Ask the executor to compile, once nothing else waits, the kernels of problems to
+        be tuned after the one in progress (a list's next ones): the compile pool would
+        otherwise idle while a problem is timed. Cached problems are left out; returns how
+        many kernels were asked for (0 where the executor has no compile pool)."""
+        prefetch = getattr(self.executor, "prefetch", None)
+        if prefetch is None or getattr(self.executor, "compile_pool", True) is None:
+            return 0  # nothing compiles ahead of the timing (the interpreter, another executor)
+        asked = 0
+        for problem in problems:
+            found = look_up(self.cache, problem, self.device, self.settings.templates)
+            if found.hit is not None and not self.settings.force:
+                continue
+            try:
+                check_fits(problem, self.device)
+                choice_set = get_choices(problem, self.device, self.settings)
+            except UserError:  # said when the problem's own tune comes
+                continue
+            asked += prefetch(choice_set.choices)
+        return asked
+
+    def tune(self, problem: GemmProblem, upcoming: tuple[GemmProblem, ...] = ()) -> TuneOutcome:
+        """Tune `problem` (a cache hit answers at once). `upcoming`: the problems to be tuned
+        next, whose kernels the compile pool builds once this problem's are asked for
+        (`prefetch`, at its first result)."""
         if problem.device != self.settings.device:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
         clock = PhaseClock()  # where this tune's seconds go (phases.py)
@@ -285,6 +320,8 @@ class Tuner:
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
         progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started, clock)
+        if upcoming:  # after this problem's compiles are asked for: at its first result
+            progress.at_first_result = lambda: clock.add("prefetch", _seconds(self.prefetch, list(upcoming)))
         for candidate in reused:
             progress.report(candidate)
         candidates = list(reused)

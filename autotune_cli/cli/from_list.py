@@ -18,6 +18,10 @@ from ..errors import UserError
 from ..problem import GemmProblem
 
 
+# The problems after the one being tuned whose kernels the compile pool builds meanwhile
+# (Tuner.prefetch): on the H200 a problem's compiles took 1-5 s of its 2-19 s tune and the
+# pool idled for the rest.
+PREFETCH = 2
 # A tuned row's fields on where its seconds went (phases.py)
 PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
 
@@ -72,10 +76,11 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     rows = []
     try:
         with Tuner(settings, progress, device=device) as tuner:
-            for item, planned in zip(listed, plan):
+            for number, (item, planned) in enumerate(zip(listed, plan)):
                 began = time.perf_counter()
+                upcoming = tuple(later.problem for later in listed[number + 1:number + 1 + PREFETCH])
                 try:
-                    outcome = tuner.tune(item.problem)
+                    outcome = tuner.tune(item.problem, upcoming=upcoming)
                 except UserError as exc:  # this problem alone (it does not fit, say)
                     rows.append(result_row(item, planned, None, clock, error=str(exc)))
                     continue

@@ -14,7 +14,8 @@ kernels behind the first device's whole list.
 
 Each request's answer comes through a callback, called from the pool's own thread, with a
 payload: {"ok": True, "compile_s", "sent_at", "done_at"} (perf_counter times of the compile
-that built it; "reused": True where it was built for an earlier request), or {"ok": False,
+that built it; "reused": True where it was built for an earlier request or ahead of need,
+`prefetch`), or {"ok": False,
 "status", "error"}, with "pool_failed": True when no compile can be had from the pool any more,
 or {"ok": False, "closed": True} when the pool was closed first (not the kernel's fault).
 """
@@ -98,6 +99,7 @@ class CompilePool:
         self._lock = threading.Lock()
         self._queue: deque[_Job] = deque()  # queued, one owner waiting
         self._shared: deque[_Job] = deque()  # queued, several owners waiting: compiled first
+        self._ahead: deque[_Job] = deque()  # asked for ahead of need (`prefetch`): compiled last
         self._jobs: dict[Hashable, _Job] = {}  # queued or being compiled
         self._running: dict[int, _Job] = {}  # id(worker) -> its job
         self._built: dict[Hashable, dict[str, Any]] = {}  # key -> the payload that built it
@@ -153,6 +155,9 @@ class CompilePool:
                 if job is None:
                     job = self._jobs[key] = _Job(key, task)
                     self._queue.append(job)
+                elif job in self._ahead:  # prefetched, needed now: in its turn with the rest
+                    self._ahead.remove(job)
+                    self._queue.append(job)
                 job.waiters.append((owner, callback))
                 if job.owners() == 2 and job in self._queue:
                     self._queue.remove(job)  # another device waits for it too: ahead
@@ -161,6 +166,17 @@ class CompilePool:
             callback(answer)
         else:
             self._wake()
+
+    def prefetch(self, key: Hashable, task: dict[str, Any]) -> None:
+        """Compile `key` when nothing asked for is waiting: a list's next problem, while this
+        one is timed (its binary is then in Triton's cache, and `_built`, when asked for)."""
+        self.start()
+        with self._lock:
+            if self._closed or self.failure is not None or key in self._built or key in self._jobs:
+                return
+            job = self._jobs[key] = _Job(key, task)
+            self._ahead.append(job)
+        self._wake()
 
     def withdraw(self, owner: object) -> None:
         """Forget `owner`'s requests: a queued compile nobody waits for any more is dropped
@@ -214,6 +230,7 @@ class CompilePool:
             self._jobs.clear()
             self._queue.clear()
             self._shared.clear()
+            self._ahead.clear()
             self._running.clear()
             waiters = [cb for job in jobs for _, cb in job.waiters]
             for job in jobs:
@@ -254,7 +271,7 @@ class CompilePool:
 
     def _pop_job(self) -> _Job | None:
         """The next job to compile (under the lock): one that several owners wait for first."""
-        for queue in (self._shared, self._queue):
+        for queue in (self._shared, self._queue, self._ahead):
             if queue:
                 return queue.popleft()
         return None
@@ -264,7 +281,7 @@ class CompilePool:
             with self._lock:
                 if self._closed:
                     return
-                want = len(self._shared) + len(self._queue)
+                want = len(self._shared) + len(self._queue) + len(self._ahead)
             # Processes are started outside the lock (a start may wait on the forkserver): all
             # at first (a warm pool), later again when there is work, after any back-off.
             now = time.monotonic()
@@ -291,7 +308,8 @@ class CompilePool:
                     except OSError:  # it died while idle: the job goes back, the process is replaced
                         with self._lock:
                             self._running.pop(id(worker), None)
-                            (self._shared if job.owners() > 1 else self._queue).appendleft(job)
+                            (self._shared if job.owners() > 1 else self._queue if job.waiters
+                             else self._ahead).appendleft(job)
                         want += 1
                         self._died(worker)
             watched = [w for w in self.workers if w.state in ("starting", "busy", "idle")]

@@ -124,6 +124,19 @@ class LocalExecutor:
         if pool is not None:
             pool.start()
 
+    def prefetch(self, choices: Sequence[KernelTemplateChoice]) -> int:
+        """Have the compile pool build these choices' kernels once nothing else waits (a
+        list's next problem, while this one is timed); returns how many were asked for."""
+        pool = self._pool()
+        if pool is None:
+            return 0
+        asked = 0
+        for choice in choices:
+            if self._needs_compile(choice):
+                pool.prefetch(compile_key(choice), self._task(choice, self.settings.seed, None, "compile"))
+                asked += 1
+        return asked
+
     def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy | None,
               mode: str) -> dict[str, Any]:
         """A worker's task. `policy` None: the first timing MeasurePolicy gives the choice's
