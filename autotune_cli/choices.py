@@ -144,6 +144,39 @@ def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | 
     return None
 
 
+# A config the tile model puts at this many times the problem's best modelled config or more
+# is not compiled by the default search (tile_model_stage).
+TILE_MODEL_OVER = 2.0
+
+
+def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
+    """Of a compute-bound problem's default search on a GPU, the configs of templates the tile
+    model describes (`Template.model_prunable`: plain tiled and persistent GEMMs, not swap-AB,
+    split-K or GEMV, whose work the model does not see) that it puts at TILE_MODEL_OVER times
+    the best of them or more: tiles far too small for the problem (16-64 wide on 4096^3),
+    which cannot come near cuBLAS. Compiling them was a third of such a problem's compile
+    pool (H200, bench/cold_tune.py). A memory-bound problem keeps every config: there the
+    model's arithmetic term misjudges kernels that all wait on HBM. A user's --space and the
+    exhaustive search (which ranks by the same model) keep theirs."""
+    from .roofline import compute_bound, tile_seconds
+
+    if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
+            or not compute_bound(ctx.problem)):
+        return []
+    prunable = [c for c in kept if getattr(c.template, "model_prunable", False)]
+    if len(prunable) < 2:
+        return []
+    modelled = {id(c): tile_seconds(ctx.problem, c.config_dict, ctx.device.sm_count) for c in prunable}
+    best = min(modelled.values())
+    return [(c, f"the tile model puts it at {modelled[id(c)] / best:.1f}x the best config")
+            for c in prunable if modelled[id(c)] >= TILE_MODEL_OVER * best]
+
+
+# Stages over the whole list of kept choices, after the per-choice ones: (name, stage), each
+# returning the (choice, reason) pairs it removes.
+SET_STAGES = [("tile_model", tile_model_stage)]
+
+
 PRUNE_STAGES: list[tuple[str, PruneStage]] = [
     ("hardware", hardware_stage),
     ("shared_memory", shared_memory_stage),
@@ -218,4 +251,9 @@ def get_choices(
                     break
             else:
                 kept.append(choice)
+    if stages is None:
+        for stage_name, set_stage in SET_STAGES:
+            removed = {id(choice): reason for choice, reason in set_stage(kept, ctx)}
+            pruned += [Pruned(c, stage_name, removed[id(c)]) for c in kept if id(c) in removed]
+            kept = [c for c in kept if id(c) not in removed]
     return ChoiceSet(kept, pruned, considered, cut_short)

@@ -73,10 +73,21 @@ def test_shared_memory_and_register_pruning_on_exhaustive_space():
     assert len(result.choices) + len(result.pruned) == result.considered
 
 
-def test_default_cuda_space_is_kept_whole_for_a_square_problem():
+def test_default_cuda_space_of_a_square_problem_loses_only_its_small_tiles():
+    """The static stages keep every shipped config of 4096^3; the tile model drops the tiles
+    it puts at twice the best or more (all narrower than 64 on a side), and nothing of a memory-bound
+    problem, of the exhaustive search, or of a template it does not describe (swap-AB)."""
     problem = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16")
     result = get_choices(problem, H200, TuneSettings(device="cuda", templates=("aten::mm", "triton::mm")))
-    assert result.pruned == [] and len(result.choices) >= 19
+    assert set(result.pruned_counts()) == {"tile_model"} and len(result.choices) >= 15
+    assert all(min(p.choice.config_dict["BLOCK_M"], p.choice.config_dict["BLOCK_N"]) < 64 for p in result.pruned)
+    assert all(min(c.config_dict["BLOCK_M"], c.config_dict["BLOCK_N"]) >= 64
+               for c in result.choices if c.uid == "triton::mm")
+    assert "the tile model puts it at" in result.pruned[0].reason
+    exhaustive = get_choices(problem, H200, TuneSettings(device="cuda", templates=("triton::mm",), search="exhaustive"))
+    assert "tile_model" not in exhaustive.pruned_counts()
+    decode = make_problem(m=16, n=4096, k=4096, dtype="bfloat16")
+    assert get_choices(decode, H200, TuneSettings(device="cuda")).pruned == []
 
 
 def test_interpreter_cost_prunes_big_problems_on_cpu():

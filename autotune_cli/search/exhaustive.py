@@ -1,7 +1,7 @@
 """exhaustive: successive halving over a large space.
 
 The space (e.g. 1875 configs) has already been pruned statically (shared memory,
-registers, hardware). What is left is ranked by a simple analytic model (below) and only
+registers, hardware). What is left is ranked by a simple analytic model (roofline.tile_seconds) and only
 the best `cap` are compiled; those are screened with a few runs each, the best quarter
 re-timed with the full policy, the near-ties re-timed in passes
 (base.retime_contenders), and kernels that lead cuBLAS confirmed beside it in sustained
@@ -17,47 +17,13 @@ from dataclasses import replace
 from ..choices import KernelTemplateChoice
 from ..problem import GemmProblem
 from ..results import SKIPPED, Candidate
-from ..roofline import L2_BYTES_PER_S, hbm_seconds, operand_rate
+from ..roofline import tile_seconds as model_seconds
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 OPTIONS = "model-ranked cap, screening runs, then halving; honours --budget"
 COMPILE_CAP = 160
 KEEP_FRACTION = 0.25
 KEEP_MIN = 6
-
-
-def model_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
-    """A rough roofline per tile config, used only to rank configs before compiling.
-
-    Time = waves x per-wave tile time, where a tile's arithmetic runs at the SM's share of
-    peak scaled by an efficiency for its shape (small tiles under-use the tensor cores,
-    too many accumulators per thread spill, few stages expose load latency), and its
-    operand traffic comes through L2; the whole problem is never faster than its HBM floor
-    (the rates: roofline.py).
-    """
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    warps, stages = config["num_warps"], config["num_stages"]
-    sms = max(sm_count, 1)
-    tiles = math.ceil(problem.m / bm) * math.ceil(problem.n / bn) * problem.b
-    waves = math.ceil(tiles / sms)
-    k_iters = math.ceil(problem.k / bk)
-    efficiency = 1.0
-    efficiency *= min(1.0, bm / 64) ** 0.7 * min(1.0, bn / 64) ** 0.5
-    per_thread = bm * bn / (32 * warps)
-    if per_thread > 128:
-        efficiency *= 128 / per_thread
-    elif per_thread < 32:
-        efficiency *= (per_thread / 32) ** 0.5
-    efficiency *= {1: 0.45, 2: 0.75, 3: 0.95}.get(stages, 1.0)
-    if bk < 32:
-        efficiency *= 0.7
-    # padding waste: work on rows/cols past the edge
-    useful = problem.m * problem.n * problem.b / (tiles * bm * bn)
-    tile_flops = 2.0 * bm * bn * bk * k_iters
-    compute = waves * tile_flops / (operand_rate(problem) / sms * efficiency)
-    traffic = tiles * (bm + bn) * bk * k_iters * problem.dtype_size / L2_BYTES_PER_S
-    floor = hbm_seconds(problem.min_bytes)
-    return max(compute, traffic, floor) * (1.0 + 0.02 * (1 - useful))
 
 
 def _modelled(choice: KernelTemplateChoice) -> bool:

@@ -168,6 +168,9 @@ class Template(ABC):
     uid: str = ""
     ops: tuple[str, ...] = ()
     backend: str = ""  # "aten", "triton", or a plugin's own
+    # The tile model (roofline.tile_seconds) describes this template's kernel closely enough
+    # that a config it puts far behind the best is not compiled (choices.tile_model_stage).
+    model_prunable: bool = False
     # Whether a built kernel writes buffers of its own on every call (the alignment
     # templates' padded copies of operands): two threads must not share one (the API builds
     # one per thread).

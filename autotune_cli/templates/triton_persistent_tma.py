@@ -146,6 +146,7 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 # -- the template -----------------------------------------------------------------------------
 
 class TritonPersistentTMATemplate(TritonTemplate):
+    model_prunable = True  # choices.tile_model_stage
     template_file = TEMPLATE_FILE
     defaults = DEFAULTS
     params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE}
