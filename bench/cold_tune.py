@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_llm_suite import SHAPES  # noqa: E402
+from autotune_cli.results import params_str  # noqa: E402
 
 # The suite as shapes-file entries (autotune_cli/shapes_file.py: the fields of mm's flags).
 EXTRA = [
@@ -194,7 +195,8 @@ def run_each(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
                      "worker_s": doc.get("worker_s"), "command_s": doc.get("command_s"),
                      "startups": doc.get("startups"), "compile_pool_s": doc.get("compile_pool_s")})
     walls = [r["wall_s"] for r in rows]
-    print(f"[{label}] sum of walls {sum(walls):.1f} s, max {max(walls):.1f} s")
+    print(f"[{label}] sum of walls {sum(walls):.1f} s, max {max(walls):.1f} s, "
+          f"{sum(1 for w in walls if w > 8.0)} of {len(walls)} over 8 s")
     print_totals(total)
     return {"rows": rows, "totals": total}
 
@@ -205,14 +207,19 @@ def problem_of(entry: dict):
     return problem_from_entry(entry, DEVICE)
 
 
+SIDE = None  # one SideBySide (one timer, one CUDA context) for every comparison
+
+
 def side_by_side(problem, winners: list[dict]) -> tuple[list[float], float, list]:
     """Each winner's kernel time and torch.mm's, timed together in interleaved passes."""
+    global SIDE
     from bench.common import SideBySide
 
-    side = SideBySide()
+    if SIDE is None:
+        SIDE = SideBySide()
     kernel_dir = tempfile.mkdtemp(prefix="kernels-")
-    runs = [side.runnable(problem, w, kernel_dir) for w in winners] + [side.anchor(problem)]
-    times, verdicts = side.time_many(problem, runs)
+    runs = [SIDE.runnable(problem, w, kernel_dir) for w in winners] + [SIDE.anchor(problem)]
+    times, verdicts = SIDE.time_many(problem, runs, rounds=4)
     return times[:-1], times[-1], verdicts[:-1]
 
 
@@ -229,14 +236,21 @@ def run_compare(before: Path, shapes, extra) -> dict:
             print(f"{name:34} no winner")
             continue
         problem = problem_of(entry)
+        same = (b["winner"]["uid"], b["winner"]["params"]) == (a["winner"]["uid"], a["winner"]["params"])
+        if same:  # one kernel: nothing to time against itself
+            rows.append({"shape": name, "before": b["winner"], "after": a["winner"], "same": True, "ratio": 1.0})
+            print(f"{name:34} {b['winner']['uid']:28} {'(the same pick)':28} {'':8} {'':8} {1.0:6.3f}", flush=True)
+            continue
         (tb, ta), torch_ms, verdicts = side_by_side(problem, [b["winner"], a["winner"]])
         rows.append({"shape": name, "before": b["winner"], "after": a["winner"], "before_ms": tb,
                      "after_ms": ta, "torch_ms": torch_ms, "ratio": ta / tb,
                      "verified": [v.ok for v in verdicts]})
         print(f"{name:34} {b['winner']['uid']:28} {a['winner']['uid']:28} {tb:8.4f} {ta:8.4f} "
-              f"{ta / tb:6.3f} {torch_ms:8.4f}", flush=True)
+              f"{ta / tb:6.3f} {torch_ms:8.4f}  {params_str(b['winner']['params'])} -> "
+              f"{params_str(a['winner']['params'])}", flush=True)
     worst = max((r["ratio"] for r in rows), default=float("nan"))
-    print(f"walls: before {old['wall_s']:.1f} s, after {new['wall_s']:.1f} s; worst after/before kernel {worst:.3f}")
+    print(f"walls: before {old['wall_s']:.1f} s, after {new['wall_s']:.1f} s; worst after/before kernel {worst:.3f}; "
+          f"{sum(1 for r in rows if r.get('same'))} of {len(rows)} picks the same kernel")
     return {"before": old, "after": new, "picks": rows}
 
 
@@ -261,8 +275,10 @@ def truth(problem, limit_s: float) -> tuple[list[dict], int]:
         executor.start()
         results = executor.run(ordered, policy=policy, deadline=time.monotonic() + limit_s)
     timed = [r for r in results if r.ok]
-    print(f"  truth: {len(timed)} of {len(ordered)} configs timed in {limit_s:g} s "
-          f"({len(choice_set.pruned)} pruned statically)")
+    gave_up = sum(1 for r in results if r.status == "skipped" and r.error.startswith("given up"))
+    print(f"  truth: {len(timed)} of {len(ordered)} configs timed fully in {limit_s:g} s, {gave_up} more given up "
+          f"after their first runs (over {settings.measure.give_up_over:g}x the best so far); "
+          f"{len(choice_set.pruned)} pruned statically")
     return [{"uid": r.uid, "params": r.params, "ms": r.ms} for r in sorted(timed, key=lambda r: r.ms)], len(ordered)
 
 
@@ -302,6 +318,9 @@ def run_quality(shapes_text: str, limit_s: float, top: int = 3) -> list[dict]:
                "torch_ms": torch_ms, "default_over_best": times[0] / best,
                "exhaustive_over_best": times[1] / best}
         rows.append(row)
+        for label, pick, ms in [("default", default, times[0]), ("exhaustive", exhaustive, times[1])] + [
+                (f"truth #{i + 1}", f, t) for i, (f, t) in enumerate(zip(found[:top], times[2:]))]:
+            print(f"    {label:11} {pick['uid']:28} {params_str(pick['params']):40} {ms:.4f} ms")
         print(f"  default {default['uid']} {times[0]:.4f} ms ({default_s:.1f} s), exhaustive "
               f"{exhaustive['uid']} {times[1]:.4f} ms ({exhaustive_s:.1f} s), truth's best "
               f"{found[0]['uid'] if found else '-'} {min(times[2:], default=float('nan')):.4f} ms, "
