@@ -233,7 +233,10 @@ class TuneSettings:
     compile_workers: int | None = None  # compile-pool processes on CUDA (default: up to 8)
     budget_s: float | None = None  # bound on one problem's whole tune
     # Scale out (scaleout/): devices to spread problems over (on the CPU, worker groups that
-    # stand in for devices), the executor ("local" or "ray") and the Ray cluster's address.
+    # stand in for devices), where their tuners run (`--executor`: "local", this host's
+    # devices, scaleout.local.MultiDeviceTuner; "ray", a cluster's, scaleout.ray.RayTuner: both
+    # are tuners over whole problems, each device's candidates run by its own LocalExecutor)
+    # and the Ray cluster's address.
     gpus: int = 1
     executor: str = "local"
     ray_address: str | None = None

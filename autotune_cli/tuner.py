@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from .version import __version__
-from .runner.executor import Executor, LocalExecutor
+from .runner import Executor
+from .runner.executor import LocalExecutor
 from .cache import Cache
 from .choices import ChoiceSet, get_choices
 from .errors import Interrupted, Terminated, UserError
@@ -294,12 +295,8 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
-        startups = getattr(self.executor, "startups", [])
-        starts_before = len(startups)
-        start_workers = getattr(self.executor, "start", None)
-        if start_workers is not None:  # processes import torch while we do the rest
-            with clock.phase("start"):
-                start_workers()
+        with clock.phase("start"):  # processes import torch while we do the rest
+            self.executor.start()
         with clock.phase("choices"):
             choice_set = get_choices(problem, self.device, self.settings, deadline=deadline)
         if choice_set.cut_short and not choice_set.choices:
@@ -345,15 +342,13 @@ class Tuner:
         entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
         entry["resumed"] = len(reused)
         entry["timeline"] = progress.timeline
-        log = getattr(self._executor, "compile_log", None)
-        if log:  # [sent, done, seconds compiling] per kernel the pool built for this problem
+        stats = self.executor.take_stats(started)
+        if stats.compiles is not None:  # [sent, done, seconds compiling] per kernel built for this problem
             entry["compiles"] = [[round(a - started, 3), round(d - started, 3), round(c, 3)]
-                                 for a, d, c in log if a >= started]
-            log.clear()
-        pool = getattr(self._executor, "compile_pool", None)
-        if pool is not None and hasattr(pool, "describe"):
-            entry["compile_pool"] = pool.describe()
-        self._add_phases(entry, clock, started, startups[starts_before:])
+                                 for a, d, c in stats.compiles]
+        if stats.compile_pool is not None:
+            entry["compile_pool"] = stats.compile_pool
+        self._add_phases(entry, clock, started, list(stats.startups))
         with clock.phase("save"):
             self.cache.put(key, entry)
         # the finished entry's own save is known only once it is written: the outcome's

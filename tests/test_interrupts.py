@@ -17,6 +17,7 @@ from autotune_cli.errors import Interrupted, Terminated
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.problem import make_problem
 from autotune_cli.results import Candidate
+from autotune_cli.runner import Executor
 from autotune_cli.settings import TuneSettings
 from autotune_cli.tuner import Tuner
 from conftest import PLUGINS
@@ -36,14 +37,14 @@ def all_ok(call, choices, on_result):
     return []
 
 
-class ScriptedExecutor:
+class ScriptedExecutor(Executor):
     """An executor whose every `run` call is a step function: step(call, choices, on_result)."""
 
     def __init__(self, step):
         self.step = step
         self.calls = []
 
-    def run(self, choices, on_result=None, policy=None, deadline=None):
+    def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
         self.calls.append(list(choices))
         return self.step(len(self.calls), list(choices), on_result)
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from autotune_cli.results import OK, WRONG_RESULT, Candidate, is_pick, pick_winner
+from autotune_cli.runner import Executor
 from autotune_cli.settings import MeasurePolicy
 
 VENDOR_MARGIN = MeasurePolicy().vendor_margin
@@ -72,14 +73,14 @@ class _Choice:
         self.uid = uid
 
 
-class _Executor:
+class _Executor(Executor):
     """Answers each re-timed choice with its time from `again` (what a quiet GPU reads)."""
 
     def __init__(self, again):
         self.again = again
         self.asked = []
 
-    def run(self, choices, on_result, policy=None, deadline=None):
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
         self.asked.append([c.uid for c in choices])
         for i, choice in enumerate(choices):
             on_result(i, cand(choice.uid, self.again[choice.uid]))
@@ -94,7 +95,7 @@ class _DriftingExecutor(_Executor):
         self.step = step
         self.timed = 0
 
-    def run(self, choices, on_result, policy=None, deadline=None):
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
         self.asked.append([c.uid for c in choices])
         for i, choice in enumerate(choices):
             on_result(i, cand(choice.uid, self.again[choice.uid] * (1 + self.step * self.timed)))
@@ -167,7 +168,7 @@ class _CutShortExecutor(_DriftingExecutor):
     """The drifting GPU, with the --budget deadline reached during the third pass: from
     then on every contender comes back unmeasured (None)."""
 
-    def run(self, choices, on_result, policy=None, deadline=None):
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
         self.asked.append([c.uid for c in choices])
         for i, choice in enumerate(choices):
             if len(self.asked) < 3 or i == 0:
@@ -196,7 +197,7 @@ class _SustainedExecutor(_Executor):
         self.sustained = sustained
         self.budgets = []
 
-    def run(self, choices, on_result, policy=None, deadline=None):
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
         self.asked.append([c.uid for c in choices])
         self.budgets.append(policy.budget_ms)
         table = self.sustained if policy.budget_ms >= 200 else self.again
@@ -308,7 +309,7 @@ class _RoundsExecutor(_Executor):
         super().__init__({})
         self.rounds, self.passes = rounds, passes
 
-    def run(self, choices, on_result, policy=None, deadline=None):
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
         self.asked.append([c.uid for c in choices])
         table = self.rounds[(len(self.asked) - 1) // self.passes]
         for i, choice in enumerate(choices):
@@ -362,9 +363,7 @@ def test_only_the_first_timing_of_a_search_takes_lent_workers():
     from autotune_cli.search.base import SearchContext
     from autotune_cli.search.default import search
 
-    class Lendable:
-        takes_lent_workers = True
-
+    class Lendable(Executor):
         def __init__(self):
             self.rounds = []
 

@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
+from autotune_cli.runner import Executor  # noqa: E402
 from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa: E402
 from autotune_cli.cache import Cache, entry_key  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
@@ -138,13 +139,13 @@ def test_devices_of_one_model_share_one_compile_pool(tmp_path):
         assert len(tuner.pools) == 2
 
 
-class LostDevice:
+class LostDevice(Executor):
     """An executor whose workers cannot be started: the device is gone."""
 
     def __init__(self, device, settings):
         self.runs = 0
 
-    def run(self, choices, on_result=None, policy=None, deadline=None):
+    def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
         self.runs += 1
         time.sleep(0.2)
         raise WorkerStartError("benchmark worker failed to start: planted")

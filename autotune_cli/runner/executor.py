@@ -1,4 +1,5 @@
-"""The executor seam: submit candidates for a problem, receive results.
+"""`LocalExecutor`: the executor (runner/__init__.py's `Executor` seam) that runs worker
+processes on this host.
 
 `LocalExecutor` runs worker processes on this host (runner/processes.py starts them):
   - timing workers: one per GPU for `cuda` (or several interpreter workers for `cpu`); each
@@ -9,8 +10,9 @@
     overlapped; the timing process then loads the binary from Triton's cache. Candidates
     are measured as their binaries arrive.
 Each task gets a deadline; a worker that misses it is killed and replaced, and a worker that
-dies takes only its current candidate with it. Another executor (Ray, say) implements the
-same `run` and `close`.
+dies takes only its current candidate with it. (Ray is not another executor: scaleout/ray.py
+spreads whole problems over Ray actors, each of which runs an ordinary Tuner on a
+LocalExecutor, so its RayTuner is a tuner, as MultiDeviceTuner is.)
 
 Lent workers: in a run marked `shareable` (a search's first timing of its candidates, never
 the re-timing or the confirmation beside cuBLAS), another executor's idle timing workers may
@@ -29,28 +31,15 @@ import time
 from collections import deque
 from dataclasses import asdict, replace
 from multiprocessing.connection import wait
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
+from . import Executor, ExecutorStats, ResultCallback
 from .compile_pool import CompilePool, compile_key
 from .processes import WorkerProcess, stop_all, worker_context
-
-ResultCallback = Callable[[int, Candidate], None]
-
-
-class Executor(Protocol):
-    """What a search runs candidates through. An executor that can take other devices' lent
-    workers also sets `takes_lent_workers = True` and accepts `run(..., shareable=True)`
-    (LocalExecutor); the search passes `shareable` only to such an executor."""
-
-    def run(self, choices: Sequence[KernelTemplateChoice], on_result: ResultCallback | None = None,
-            policy: TimingPolicy | None = None, deadline: float | None = None) -> list[Candidate]: ...
-
-    def close(self) -> None: ...
-
 
 class WorkerStartError(RuntimeError):
     pass
@@ -63,7 +52,7 @@ def default_compile_workers(device: DeviceInfo) -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """Worker processes on this host, started lazily and kept across problems."""
 
     MAX_START_FAILURES = 3
@@ -76,6 +65,7 @@ class LocalExecutor:
         self.switches.check(device.device_type)  # a bad value is the user's one-line error, now
         self.ctx = worker_context(self.switches.start_method, device.device_type)
         self.startups: list[tuple[str, float]] = []  # (role, seconds to ready) per start
+        self._ready_at: list[float] = []  # time.perf_counter() when each of those came up
         # (sent, done, compile seconds in the worker) per kernel the pool built for this
         # executor's requests, perf_counter times: what the tuner reports as a problem's
         # compile pipeline.
@@ -156,12 +146,21 @@ class LocalExecutor:
     def _needs_compile(self, choice: KernelTemplateChoice) -> bool:
         return self.compile_pool is not None and choice.template.backend != "aten"
 
-    takes_lent_workers = True  # `run(..., shareable=True)` and `borrow` (see the module)
+    def take_stats(self, since: float) -> ExecutorStats:
+        """See Executor.take_stats."""
+        log, self.compile_log = self.compile_log, []
+        pool = self.compile_pool
+        return ExecutorStats(
+            startups=tuple(s for s, at in zip(self.startups, self._ready_at) if at >= since),
+            compiles=tuple(c for c in log if c[0] >= since) if log else None,
+            compile_pool=pool.describe() if pool is not None else None)
+
+    def lendable(self) -> list[WorkerProcess]:
+        """See Executor.lendable: a worker marked idle whose process has died is not lent."""
+        return [w for w in self.timers if w.state == "idle" and w.alive()]
 
     def borrow(self, workers: list[WorkerProcess], give_back: Callable[[list[WorkerProcess]], None]) -> bool:
-        """Take another executor's idle timing workers for the run in progress, if it is a
-        shareable one: True, and `give_back(workers)` is called when that run ends; False (not
-        now), and they stay with their owner."""
+        """See Executor.borrow (and the module: lent workers)."""
         with self._lend_lock:
             if not self._shareable:
                 return False
@@ -351,6 +350,7 @@ class LocalExecutor:
             worker.state = "idle"
             self.start_failures = 0  # they count in a row
             self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
+            self._ready_at.append(time.perf_counter())
         elif message["kind"] == "failed":
             worker.kill()
             self._start_failed(message["error"], message.get("trace", ""))

@@ -36,8 +36,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from ..runner import Executor
 from ..runner.compile_pool import CompilePool
 from ..runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
 from ..runner.processes import worker_context
@@ -144,7 +145,7 @@ class MultiDeviceTuner:
 
     def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
                  devices: Sequence[DeviceInfo] | None = None,
-                 executor_factory: Callable[[DeviceInfo, TuneSettings], Any] | None = None) -> None:
+                 executor_factory: Callable[[DeviceInfo, TuneSettings], Executor] | None = None) -> None:
         self.settings = settings
         self.listener = LockedListener(listener or TuneListener())
         self.devices = list(devices) if devices is not None else local_devices(settings)
@@ -255,10 +256,7 @@ class MultiDeviceTuner:
         GPU model that takes them (its first measurement of a problem's candidates), and wait
         until they are back: True; False where no round takes them now."""
         mine = self.tuners[slot].started_executor
-        if not isinstance(mine, LocalExecutor):
-            return False
-        workers = [w for w in mine.timers
-                   if w.state == "idle" and w.process is not None and w.process.is_alive()]
+        workers = mine.lendable() if mine is not None else []
         if not workers:
             return False
         for other, tuner in enumerate(self.tuners):
@@ -266,7 +264,7 @@ class MultiDeviceTuner:
                 continue
             borrower = tuner.started_executor
             back = threading.Event()
-            if isinstance(borrower, LocalExecutor) and borrower.borrow(workers, lambda _: back.set()):
+            if borrower is not None and borrower.borrow(workers, lambda _: back.set()):
                 back.wait()
                 self.lent_rounds[slot] += 1
                 return True

@@ -1,5 +1,5 @@
-"""`--executor ray`: problems scheduled onto Ray actors, each owning one GPU of some node
-(`num_gpus=1`; with `--device cpu`, one CPU: `num_cpus=1`).
+"""`--executor ray`: `RayTuner`, the tuner that schedules whole problems onto Ray actors, each
+owning one GPU of some node (`num_gpus=1`; with `--device cpu`, one CPU: `num_cpus=1`).
 
 An actor runs the ordinary `Tuner` with a `LocalExecutor` on its GPU (Ray has set
 CUDA_VISIBLE_DEVICES to it) and a `MemoryCache`: it probes its own device, so the entry
@@ -90,7 +90,9 @@ def _gpus_per_node() -> int:
 
 
 class RayTuner:
-    """The driver: schedules problems onto actors and stores what they return."""
+    """The scale-out tuner on a Ray cluster (a ScaledTuner, like MultiDeviceTuner; not an
+    executor: each actor's Tuner runs its candidates through its own LocalExecutor). The
+    driver: schedules whole problems onto actors and alone stores what they return."""
 
     def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
                  actors: int | None = None) -> None:

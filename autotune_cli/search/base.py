@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..choices import KernelTemplateChoice
 from ..fingerprint import DeviceInfo
@@ -14,13 +14,16 @@ from ..problem import GemmProblem
 from ..results import VENDOR_UIDS, Candidate, pick_winner
 from ..settings import MeasurePolicy, TimingPolicy
 
+if TYPE_CHECKING:
+    from ..runner import Executor
+
 
 @dataclass
 class SearchContext:
     problem: GemmProblem
     device: DeviceInfo
     choices: list[KernelTemplateChoice]
-    executor: object  # runner.executor.Executor
+    executor: Executor
     measure: MeasurePolicy  # the problem's (MeasurePolicy.for_problem): its `timing` is the first timing
     deadline: float | None  # time.monotonic() bound, from --budget
     on_result: Callable[[KernelTemplateChoice, Candidate, str], None]  # (choice, result, round)
@@ -30,7 +33,8 @@ class SearchContext:
             round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
         """Run choices through the executor: (choice, result) in the choices' order, for
         every choice that gave a result (one left unmeasured gives none, and each result
-        stays with its own choice)."""
+        stays with its own choice). A round in `measure.shareable_rounds` is offered to other
+        devices' lent workers (the executor's `shareable`); the re-timing after it is not."""
         choices = list(choices)
         by_index: dict[int, Candidate] = {}
 
@@ -38,12 +42,10 @@ class SearchContext:
             by_index[index] = candidate
             self.on_result(choices[index], candidate, round_name)
 
-        shared = {}
-        if round_name in self.measure.shareable_rounds and getattr(self.executor, "takes_lent_workers", False):
-            shared["shareable"] = True
         began = time.perf_counter()
         try:
-            self.executor.run(choices, collect, policy=policy, deadline=self.deadline, **shared)
+            self.executor.run(choices, collect, policy=policy, deadline=self.deadline,
+                              shareable=round_name in self.measure.shareable_rounds)
         finally:
             if self.clock is not None:
                 self.clock.add(round_name, time.perf_counter() - began, len(choices))
