@@ -303,11 +303,6 @@ class Cache:
     def lock_path(self) -> Path:
         return self._target().parent / LOCK_FILE
 
-    def _parse(self, text: str) -> dict[str, dict]:
-        """The entries of a cache document's text (migrated in memory where it is older);
-        DamagedCache if it is not one. Used to read exports too."""
-        return parse_document(text)[0]
-
     # -- locking and raw I/O ----------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

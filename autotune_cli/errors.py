@@ -11,10 +11,6 @@ class UserError(ValueError):
     """Bad input: a flag, a file, a size. Printed as one line, exit code 2."""
 
 
-class CacheError(RuntimeError):
-    """The cache file could not be read or written."""
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that whatever
     stops cleanly on Ctrl-C (workers killed, finished results saved) does on SIGTERM too."""

@@ -104,11 +104,3 @@ def pick_winner(candidates: list[Candidate], measure: MeasurePolicy = DEFAULT_ME
         if fastest.ms >= best_vendor.ms * (1 - margin):  # a lead of `margin` or less: a tie, cuBLAS's
             return best_vendor
     return fastest
-
-
-def is_pick(winner: dict[str, Any], candidates: list[dict[str, Any]]) -> bool:
-    """Whether a stored entry's winner ({"uid", "params", ...}) is what `pick_winner` picks
-    from its stored candidates (their times and `confirmed` flags as the tune left them):
-    for checks over entries and the CLI's JSON."""
-    pick = pick_winner([Candidate.from_dict(c) for c in candidates])
-    return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])

@@ -4,10 +4,10 @@ A cache entry's key, uid, params or device name may hold anything JSON can: ESC,
 backspace, a right-to-left override. Printed raw, they move the cursor, rewrite the line
 or recolour the terminal, so what `cache show` lists need not be what the file holds.
 `printable` escapes every character that is not printable as repr does (\\x1b, \\r,
-\\u202e); `markup` also escapes rich's markup, for text given to rich with markup on (a
-uid "[red]x" would otherwise be drawn red, and "[/]" can raise).
+\\u202e); such text reaches rich as a `Text` or with markup off (a uid "[red]x" would
+otherwise be drawn red, and "[/]" can raise).
 
-Imports rich only where markup is asked for; never torch.
+Imports neither rich nor torch.
 """
 
 from __future__ import annotations
@@ -21,10 +21,3 @@ def printable(value: Any) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-def markup(value: Any) -> str:
-    """`printable(value)` with rich's markup escaped: shown as written."""
-    from rich.markup import escape
-
-    return escape(printable(value))

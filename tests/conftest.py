@@ -17,6 +17,15 @@ import pytest  # noqa: E402
 PLUGINS = Path(__file__).parent / "plugins"
 
 
+def is_pick(winner: dict, candidates: list[dict]) -> bool:
+    """Whether a stored entry's winner ({"uid", "params", ...}) is what results.pick_winner
+    picks from its stored candidates (their times and `confirmed` flags as the tune left them)."""
+    from autotune_cli.results import Candidate, pick_winner
+
+    pick = pick_winner([Candidate.from_dict(c) for c in candidates])
+    return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])
+
+
 def pytest_collection_modifyitems(config, items):
     if not INTERPRETING:
         needs = pytest.mark.skip(reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")

@@ -7,9 +7,8 @@ import sys
 
 import pytest
 
-from autotune_cli.results import is_pick
 
-from conftest import PLUGINS
+from conftest import PLUGINS, is_pick
 
 
 def tune_json(cli, *args):

@@ -88,17 +88,17 @@ def test_row_copy_forms_on_gpu(rows, cols, pitch, extra_rows):
     without owning the padding, lm_head's B goes by row and the padding keeps what it held."""
     import torch
 
-    from autotune_cli.templates.row_copy import copy_rows
+    from autotune_cli.templates.row_copy import copier
 
     src = torch.randn(rows, cols, dtype=torch.float16, device="cuda")
     storage = torch.full((rows + extra_rows, pitch), 7.0, dtype=torch.float16, device="cuda")
-    copy_rows(storage[:rows, :cols], src, owns_padding=True)
+    copier(storage[:rows, :cols], owns_padding=True)(src)
     torch.cuda.synchronize()
     assert torch.equal(storage[:rows, :cols], src)
     assert torch.count_nonzero(storage[:rows, cols:]) == 0
     assert bool((storage[rows:] == 7.0).all())
     if pitch > cols and not extra_rows:  # by row: the view's elements only
         storage.fill_(7.0)
-        copy_rows(storage[:, :cols], src)
+        copier(storage[:, :cols])(src)
         torch.cuda.synchronize()
         assert torch.equal(storage[:, :cols], src) and bool((storage[:, cols:] == 7.0).all())

@@ -21,7 +21,8 @@ import torch.nn as nn  # noqa: E402
 from autotune_cli.cache import Cache  # noqa: E402
 from autotune_cli.problem import GemmProblem  # noqa: E402
 from autotune_cli.report import fmt_ms  # noqa: E402
-from autotune_cli.results import VENDOR_UIDS, is_pick  # noqa: E402
+from autotune_cli.results import VENDOR_UIDS  # noqa: E402
+from conftest import is_pick  # noqa: E402
 
 ATEN = ("--templates", "aten", "--workers", "1")  # one candidate per problem: one worker
 TRUST = "--trust-torchscript"  # the TorchScript files here are the tests' own

@@ -4,9 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from autotune_cli.results import OK, WRONG_RESULT, Candidate, is_pick, pick_winner
+from autotune_cli.results import OK, WRONG_RESULT, Candidate, pick_winner
 from autotune_cli.runner import Executor
 from autotune_cli.settings import MeasurePolicy
+from conftest import is_pick
 
 VENDOR_MARGIN = MeasurePolicy().vendor_margin
 CONFIRMED_MARGIN = MeasurePolicy().confirmed_margin

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache
+from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache, parse_document
 from conftest import PLUGINS
 from helpers_cache_writer import make_entry
 
@@ -257,7 +257,7 @@ def test_schema_0_migration_refuses_two_entries_that_become_one(tmp_path):
 
 def test_parse_reads_exports_with_metadata(tmp_path):
     text = json.dumps({"schema": SCHEMA, "exported_at": "now", "entries": {"a@1": make_entry()}})
-    assert list(Cache(tmp_path)._parse(text)) == ["a@1"]
+    assert list(parse_document(text)[0]) == ["a@1"]
 
 
 def test_existing_file_mode_is_kept(tmp_path):

@@ -13,14 +13,13 @@ import sys
 import time
 
 
-from conftest import PLUGINS
+from conftest import PLUGINS, is_pick
 from autotune_cli.runner.executor import LocalExecutor
 from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import Switches, TuneSettings
-from autotune_cli.results import is_pick
 
 
 def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):

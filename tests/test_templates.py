@@ -322,7 +322,7 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
 @pytest.mark.parametrize("cols", [1100, 4200], ids=["narrow", "wide"])
 @pytest.mark.parametrize("src_t,dst_t", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["rows-to-rows", "columns-to-rows", "rows-to-columns", "columns-to-columns"])
-def test_copy_rows_fills_the_rows_and_zeroes_owned_padding(src_t, dst_t, cols):
+def test_the_row_copy_fills_the_rows_and_zeroes_owned_padding(src_t, dst_t, cols):
     """The alignment templates' GPU copy (templates/row_copy.py), run by the interpreter: an
     operand with an odd pitch, row- or column-major (B = W.t() is copied into row-major
     storage by triton::mm_padded), lands in storage with padded rows or padded columns,
@@ -331,7 +331,7 @@ def test_copy_rows_fills_the_rows_and_zeroes_owned_padding(src_t, dst_t, cols):
     it held."""
     import torch
 
-    from autotune_cli.templates.row_copy import copy_rows
+    from autotune_cli.templates.row_copy import copier
 
     torch.manual_seed(3)
     rows, pad = 5, 4
@@ -342,11 +342,11 @@ def test_copy_rows_fills_the_rows_and_zeroes_owned_padding(src_t, dst_t, cols):
     else:
         storage = torch.full((rows, cols + pad), 7.0, dtype=torch.float16)
         dst, padding = storage[:, :cols], storage[:, cols:]
-    copy_rows(dst, src, owns_padding=True)
+    copier(dst, owns_padding=True)(src)
     assert torch.equal(dst, src)
     assert torch.count_nonzero(padding) == 0
     with pytest.raises(ValueError):
-        copy_rows(dst, src[:, :-1])
+        copier(dst)(src[:, :-1])
 
 
 
@@ -356,11 +356,11 @@ def test_flat_copy_writes_only_its_own_rows():
     whatever they hold."""
     import torch
 
-    from autotune_cli.templates.row_copy import copy_rows
+    from autotune_cli.templates.row_copy import copier
 
     storage = torch.full((7, 784), 7.0, dtype=torch.float16)
     src = torch.randn(5, 777, dtype=torch.float16)
-    copy_rows(storage[:5, :777], src, owns_padding=True)
+    copier(storage[:5, :777], owns_padding=True)(src)
     assert torch.equal(storage[:5, :777], src)
     assert torch.count_nonzero(storage[:5, 777:]) == 0
     assert bool((storage[5:] == 7.0).all())
@@ -372,16 +372,16 @@ def test_without_owned_padding_the_copy_writes_only_the_view():
     the first 700 of 800): only its elements are written, whatever its width."""
     import torch
 
-    from autotune_cli.templates.row_copy import copy_rows
+    from autotune_cli.templates.row_copy import copier
 
     storage = torch.full((6, 784), 7.0, dtype=torch.float16)
     src = torch.randn(5, 777, dtype=torch.float16)
-    copy_rows(storage[:5, 7:], src)
+    copier(storage[:5, 7:])(src)
     assert torch.equal(storage[:5, 7:], src) and bool((storage[:, :7] == 7.0).all())
     wide = torch.full((4, 800), 7.0, dtype=torch.float16)
-    copy_rows(wide[:, :700], src[:4, :700])
+    copier(wide[:, :700])(src[:4, :700])
     assert bool((wide[:, 700:] == 7.0).all())
-    copy_rows(storage[1:6, 7:], src, owns_padding=True)  # not at a row's start: by row
+    copier(storage[1:6, 7:], owns_padding=True)(src)  # not at a row's start: by row
     assert bool((storage[:, :7] == 7.0).all())
 
 
@@ -402,13 +402,13 @@ def test_rows_exactly_cols_apart_are_copied_as_one_run(monkeypatch):
             return real[grid]
 
     real = row_copy._copy_run
-    monkeypatch.setattr(row_copy._LAUNCH_RUN, "kernel", Spy())  # what copy_rows launches it through
+    monkeypatch.setattr(row_copy._LAUNCH_RUN, "kernel", Spy())  # what the copier launches it through
     storage = torch.full((9, 300), 7.0, dtype=torch.float16)
     src = torch.randn(7, 300, dtype=torch.float16)
-    row_copy.copy_rows(storage[:7], src, owns_padding=True)
+    row_copy.copier(storage[:7], owns_padding=True)(src)
     assert launched, "rows exactly cols apart were not copied as one run"
     assert torch.equal(storage[:7], src)
     assert bool((storage[7:] == 7.0).all())
     launched.clear()
-    row_copy.copy_rows(storage[:7, :299], src[:, :299])  # rows 300 apart, 299 wide: by row
+    row_copy.copier(storage[:7, :299])(src[:, :299])  # rows 300 apart, 299 wide: by row
     assert not launched and torch.equal(storage[:7, :299], src[:, :299])

@@ -56,9 +56,6 @@ class TuneActor:
         self.tuner = Tuner(self.settings, cache=self.cache, device=device)
         self.identity_ = {"host": socket.gethostname(), "pid": os.getpid(), "device": device.name}
 
-    def identity(self) -> dict:
-        return self.identity_
-
     def tune(self, problem: dict, entries: dict[str, dict]) -> dict:
         self.cache.entries = dict(entries)
         outcome = self.tuner.tune(GemmProblem.from_dict(problem))

@@ -1,7 +1,7 @@
 """Search strategies: how to spend benchmark time over a set of choices.
 
-A strategy is a module with one entry point, `search(ctx) -> list[Candidate]`, and an
-OPTIONS line for help. `--search NAME` picks it; adding one is a new file plus a line here.
+A strategy is a module with one entry point, `search(ctx) -> list[Candidate]`, its way
+described in its docstring. `--search NAME` picks it; adding one is a new file plus a line here.
 """
 
 from __future__ import annotations

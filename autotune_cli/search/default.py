@@ -8,10 +8,6 @@ from __future__ import annotations
 from ..results import Candidate
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
-OPTIONS = ("every candidate timed fully; near-ties re-timed in passes of alternating order; "
-           "kernels leading cuBLAS confirmed beside it in sustained runs")
-
-
 def search(ctx: SearchContext) -> list[Candidate]:
     pairs = ctx.run(ctx.choices, ctx.measure.timing, "full")
     pairs = retime_contenders(ctx, pairs)

@@ -20,7 +20,6 @@ from ..results import SKIPPED, Candidate
 from ..roofline import tile_seconds as model_seconds
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
-OPTIONS = "model-ranked cap, screening runs, then halving; honours --budget"
 COMPILE_CAP = 160
 KEEP_FRACTION = 0.25
 KEEP_MIN = 6

@@ -86,10 +86,12 @@ _LAUNCH_FLAT = Launcher(_copy_flat, 4, 3)
 _LAUNCH_ROWS = Launcher(_copy_rows, 4, 3)
 
 
-def copy_rows(dst, src, owns_padding: bool = False) -> None:
-    """dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any strides): one
-    program per row and block of columns, in row order, rows being dst's contiguous
-    dimension where it has one (a transposed view is walked along its columns).
+def copier(dst, owns_padding: bool = False):
+    """`copy(src)`: dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any
+    strides), the kernel, grid and arguments worked out once per source shape, strides and
+    dtype (the alignment templates copy operands of one problem into the same buffers on
+    every call). One program per row and block of columns, in row order, rows being dst's
+    contiguous dimension where it has one (a transposed view is walked along its columns).
     `owns_padding`: dst is the leading [rows, cols] of a buffer whose rows are padded, the
     padding its own (the alignment templates' buffers): then rows going into a wider pitch
     are copied flat over whole padded rows, the padding written with zeros. The flat kernel
@@ -97,19 +99,9 @@ def copy_rows(dst, src, owns_padding: bool = False) -> None:
     process that first copies such an operand (the timing worker, not the compile pool).
     Where both are rows of exactly `cols` elements, one after another, they are copied as one
     contiguous run (`_copy_run`), whatever the padding's owner: only dst's elements are
-    written."""
-    plan = _plan(dst, src, owns_padding)
-    if plan is not None:
-        launch, grid, dst_arg, rest = plan
-        launch(grid, src, dst_arg, *rest)
-
-
-def copier(dst, owns_padding: bool = False):
-    """`copy(src)`: copy_rows(dst, src, owns_padding) into this one `dst`, the kernel, grid
-    and arguments worked out once per source shape, strides and dtype (the alignment
-    templates copy operands of one problem into the same buffers on every call).
-    `copy.fixed(src)` is the copy for sources laid out as `src` alone (a plan whose operands'
-    shapes and strides are fixed): no key to build, the launch bound (`Launcher.bind`)."""
+    written. `copy.fixed(src)` is the copy for sources laid out as `src` alone (a plan whose
+    operands' shapes and strides are fixed): no key to build, the launch bound
+    (`Launcher.bind`)."""
     plans: dict = {}
 
     def copy(src) -> None:
@@ -124,8 +116,8 @@ def copier(dst, owns_padding: bool = False):
 
 
 def fixed_copy(dst, src, owns_padding: bool = False):
-    """`copy(s)`: copy_rows(dst, s, owns_padding) for sources of `src`'s shape, strides and
-    dtype (checked here, once), its launch bound."""
+    """`copy(s)`: the copy `copier(dst, owns_padding)` makes, for sources of `src`'s shape,
+    strides and dtype (checked here, once), its launch bound."""
     plan = _plan(dst, src, owns_padding)
     if plan is None:
         return lambda s: None
@@ -139,9 +131,9 @@ def _plan(dst, src, owns_padding: bool):
     when there is nothing to copy. src goes in as given: only its pointer is read, its
     strides (those of the walk) are among the rest."""
     if dst.shape != src.shape or dst.dim() != 2:
-        raise ValueError(f"copy_rows: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
+        raise ValueError(f"row copy: shapes {tuple(dst.shape)} and {tuple(src.shape)} must be equal and 2-D")
     if src.dtype != dst.dtype:
-        raise ValueError(f"copy_rows: dtypes {src.dtype} and {dst.dtype} must be equal")
+        raise ValueError(f"row copy: dtypes {src.dtype} and {dst.dtype} must be equal")
     if dst.stride(1) != 1 and dst.stride(0) == 1:  # walk the contiguous dimension
         dst, src = dst.t(), src.t()
     rows, cols = dst.shape
