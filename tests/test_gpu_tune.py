@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from autotune_cli.results import is_pick
+from conftest import is_pick
 
 
 @pytest.mark.gpu
