@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune_cli.results import Candidate  # noqa: E402
+from autotune_cli.settings import Switches  # noqa: E402
 from bench.common import write_json  # noqa: E402
 
 OUT_FEATURES = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 14336)  # eight distinct problems
@@ -224,7 +225,7 @@ def main() -> None:
     write_json(f"gpu_multi_{args.triton_cache}{'_' + args.label if args.label else ''}.json", {
         "gpus": names, "m": args.m, "problems": args.problems, "extra": extra, "triton_cache": args.triton_cache,
         "one_gpu_compile_workers": args.one_gpu_compile_workers,
-        "offline_compile": os.environ.get("AUTOTUNE_OFFLINE_COMPILE", "1") != "0",
+        "offline_compile": Switches.from_environment().offline_compile,
         "wall_s": {"1": runs[1]["wall_s"], "2": runs[2]["wall_s"]}, "speedup": speedup,
         "per_slot_two_gpus": runs[2]["per_slot"],
         "tune_s": {"1": runs[1]["tune_s"], "2": runs[2]["tune_s"]}, "comparison": comparison,
@@ -233,7 +234,7 @@ def main() -> None:
         "spans_s": {"1": runs[1]["spans_s"], "2": runs[2]["spans_s"]},
         "pipeline": {"1": runs[1]["pipeline"], "2": runs[2]["pipeline"]},
         "first_problem_detail": {"1": runs[1]["first_problem_detail"], "2": runs[2]["first_problem_detail"]},
-        "warm_triton": os.environ.get("AUTOTUNE_WARM_TRITON", "1") != "0",
+        "warm_triton": Switches.from_environment().warm_triton != "0",
         "cached_rerun": {"wall_s": cached_wall, "stages_s": cached_doc.get("stages_s")},
     })
 
