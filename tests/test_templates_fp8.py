@@ -20,6 +20,7 @@ from helpers_kernels import run_kernel
 
 TRITON = "triton::scaled_mm_persistent_tma"
 TILED = "triton::scaled_mm"
+SPLITK = "triton::scaled_mm_splitk"
 ATEN = "aten::_scaled_mm"
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
                   smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
@@ -42,8 +43,8 @@ needs_interpreter_tma = pytest.mark.skipif(
 
 
 def test_served_for_scaled_mm_only():
-    assert {t.uid for t in templates_for(fp8())} == {ATEN, TRITON, TILED}
-    assert not {ATEN, TRITON, TILED} & {t.uid for t in templates_for(make_problem(m=8, n=8, k=8, dtype="bf16"))}
+    assert {t.uid for t in templates_for(fp8())} == {ATEN, TRITON, TILED, SPLITK}
+    assert not {ATEN, TRITON, TILED, SPLITK} & {t.uid for t in templates_for(make_problem(m=8, n=8, k=8, dtype="bf16"))}
 
 
 @needs_interpreter_tma
@@ -171,6 +172,101 @@ def test_triton_scaled_mm_on_the_gpu(scale, tmp_path):
     torch.cuda.synchronize()
     verdict = check(problem, ops.out, ref)
     assert verdict.ok, verdict.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("extra", [{"PROMOTE_IN_DOT": 1}, {"PROMOTE_IN_DOT": 1, "FLATTEN": 0},
+                                   {"WARP_SPECIALIZE": 2, "FLATTEN": 0}])
+def test_triton_scaled_mm_variants_on_the_gpu(extra, tmp_path):
+    problem = fp8("row", m=256, n=512, k=1024, bias="n", device="cuda")
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3, "num_warps": 8, **extra}
+    template = get_template(TRITON)
+    run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+    ops = make_operands(problem, seed=1, device="cuda")
+    ref = reference(problem, ops)
+    poison(ops)
+    run(ops)
+    torch.cuda.synchronize()
+    verdict = check(problem, ops.out, ref)
+    assert verdict.ok, verdict.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_scaled_mm_splitk_on_the_gpu(scale, tmp_path):
+    problem = fp8(scale, m=8, n=4096, k=4096, bias="n", device="cuda")
+    config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8, "num_stages": 4, "num_warps": 4,
+              "SPLIT_K": 4}
+    template = get_template(SPLITK)
+    run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+    for seed in (1, 2, 3):  # the counters are back at zero after each call
+        ops = make_operands(problem, seed=seed, device="cuda")
+        ref = reference(problem, ops)
+        poison(ops)
+        run(ops)
+        torch.cuda.synchronize()
+        verdict = check(problem, ops.out, ref)
+        assert verdict.ok, verdict.reason
+    assert int(run.workspaces[ops.out.device][1].abs().sum()) == 0
+
+
+@needs_interpreter_tma
+@pytest.mark.parametrize("extra", [{"PROMOTE_IN_DOT": 1}, {"WARP_SPECIALIZE": 1}, {"WARP_SPECIALIZE": 2, "FLATTEN": 0}])
+def test_accumulation_in_the_dot_and_warp_specialization_render_and_compute(extra, tmp_path):
+    template = get_template(TRITON)
+    problem = fp8("row", bias="n")
+    params = template.full_params(problem, {**TILE, **extra})
+    source = template.render(problem, params)
+    ast.parse(source)
+    if extra.get("PROMOTE_IN_DOT"):
+        assert "acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K, out_dtype=tl.float32)" in source
+        assert "acc += tl.dot" not in source
+    ws = extra.get("WARP_SPECIALIZE", 0)
+    assert ("NUM_SMS, flatten=True, warp_specialize=True" in source) == (ws == 1)
+    assert ("tl.range(k_steps, warp_specialize=True)" in source) == (ws == 2)
+    result = run_kernel(problem, template, {**TILE, **extra}, tmp_path)
+    assert result.correct, result.reasons
+    assert result.discriminating
+    # fast accumulation has nothing to promote: the in-place dot, whatever PROMOTE_IN_DOT says
+    fast = fp8("row", fast_accum=True)
+    fast_source = template.render(fast, template.full_params(fast, {**TILE, **extra}))
+    assert "acc = tl.dot(a, b, acc, out_dtype=tl.float32)" in fast_source
+
+
+# -- split-K for decode shapes (triton::scaled_mm_splitk) ----------------------------------------
+
+SPLIT_TILE = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}
+
+
+@pytest.mark.parametrize("scale, bias, k, split", [("row", "n", 256, 2), ("tensor", None, 256, 4),
+                                                   ("row", None, 200, 3), ("tensor", "n", 96, 2)])
+def test_splitk_scaled_mm_computes_the_scaled_product(scale, bias, k, split, tmp_path):
+    # M = 5, N = 48: edge tiles in both; K = 200 or 96 leaves short or empty last slices
+    problem = fp8(scale, m=5, n=48, k=k, bias=bias)
+    template = get_template(SPLITK)
+    config = {**SPLIT_TILE, "SPLIT_K": split}
+    params = template.full_params(problem, config)
+    assert params["EVEN_K"] == (k % (32 * split) == 0)
+    source = template.render(problem, params)
+    ast.parse(source)
+    assert "tl.atomic_add(COUNTERS + pid, 1" in source and f"SPLIT_K: tl.constexpr = {split}" in source
+    result = run_kernel(problem, template, config, tmp_path, calls=3)  # counters back at 0 each call
+    assert result.correct, result.reasons
+    assert result.discriminating
+    (workspace, counters), = result.run.workspaces.values()
+    assert workspace.shape == (split, 5, 48) and int(counters.abs().sum()) == 0
+    assert template.keeps_buffers
+
+
+def test_splitk_configs_serve_decode_shapes_only():
+    heuristic = lookup_heuristic(SPLITK, "cuda", "scaled_mm")
+    decode = list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda")))
+    assert decode and all(c["SPLIT_K"] >= 2 and 4096 >= c["SPLIT_K"] * c["BLOCK_K"] for c in decode)
+    assert not list(heuristic.get_configs(fp8("row", m=2048, n=4096, k=4096, device="cuda")))
+    assert not list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda"), "default", [TILE]))
+    assert list(lookup_heuristic(SPLITK, "cpu", "scaled_mm").get_configs(fp8("row", m=8, k=128)))
+    with pytest.raises(ValueError):
+        get_template(SPLITK).full_params(fp8(), {**SPLIT_TILE, "SPLIT_K": 1})
 
 
 @needs_interpreter_tma

@@ -107,6 +107,8 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 # validate_config.
 EXTRA_KEYS = {
     "FLATTEN": (0, 1),
+    "WARP_SPECIALIZE": (0, 1, 2),
+    "PROMOTE_IN_DOT": (0, 1),
     "ATOMIC_ADD": (0, 1),
     "FUSED_REDUCE": (0, 1),
     "SPLIT_K": tuple(2**i for i in range(1, 8)),

@@ -27,6 +27,9 @@ from .triton_mm import scaled_unique
 SCALED_MM = "triton::scaled_mm_persistent_tma"
 TILED = "triton::scaled_mm"
 MIN_EXHAUSTIVE_BLOCK_K = 64
+PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
+SPLITK = "triton::scaled_mm_splitk"
+MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
 MAX_ACC_REGISTERS = 192  # as the register prune stage's bound (choices.register_stage)
 
 
@@ -49,7 +52,7 @@ class _ScaledMM(Heuristic):
         else:
             configs = shipped_configs(self.shipped)  # carries FLATTEN, checked there
         if not self.flatten:
-            configs = ({k: v for k, v in c.items() if k != "FLATTEN"} for c in configs)
+            configs = ({k: v for k, v in c.items() if k not in PERSISTENT_KEYS} for c in configs)
         for config in scaled_unique(configs, problem):
             if accumulator_registers(problem, config) <= MAX_ACC_REGISTERS:
                 yield config
@@ -75,3 +78,28 @@ class ScaledMMTiledCuda(ScaledMMCuda):
 @register_heuristic(TILED, "cpu")
 class ScaledMMTiledCpu(ScaledMMCpu):
     flatten = False
+
+
+class _ScaledMMSplitK(Heuristic):
+    """Decode shapes only (M <= MAX_SPLITK_M), from the shipped list (its configs carry
+    SPLIT_K; a user's --space, which cannot, and the exhaustive search leave it out); a
+    config whose slices of K would be shorter than one BLOCK_K step is dropped."""
+
+    shipped = ""
+
+    def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
+        if space is not None or problem.m > MAX_SPLITK_M:
+            return
+        for config in scaled_unique(shipped_configs(self.shipped), problem):
+            if problem.k >= config["SPLIT_K"] * config["BLOCK_K"]:
+                yield config
+
+
+@register_heuristic(SPLITK, "cuda")
+class ScaledMMSplitKCuda(_ScaledMMSplitK):
+    shipped = "triton_scaled_mm_splitk_cuda"
+
+
+@register_heuristic(SPLITK, "cpu")
+class ScaledMMSplitKCpu(_ScaledMMSplitK):
+    shipped = "triton_scaled_mm_splitk_cpu"

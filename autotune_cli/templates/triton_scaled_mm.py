@@ -54,6 +54,9 @@ TILED_FILE = Path(__file__).with_name("triton_scaled_mm_tiled.py.jinja")
 UID = "triton::scaled_mm_persistent_tma"
 TILED_UID = "triton::scaled_mm"
 MIN_TILED_CAPABILITY = (8, 9)  # the float8 MMA: Ada and later
+# WARP_SPECIALIZE: which loop Triton's automatic warp specialization is asked for on (0: none)
+WS_TILE_LOOP, WS_K_LOOP = 1, 2
+WARP_SPECIALIZE = (0, WS_TILE_LOOP, WS_K_LOOP)
 
 
 def misaligned_rows(problem: GemmProblem) -> list[str]:
@@ -66,8 +69,9 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 
 class TritonScaledMMTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
-    defaults = {"FLATTEN": 1}
-    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
+    defaults = {"FLATTEN": 1, "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0}
+    params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "WARP_SPECIALIZE": Choice(WARP_SPECIALIZE),
+                     "PROMOTE_IN_DOT": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
                      "FAST_ACCUM": Bool()}
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
@@ -88,8 +92,10 @@ class TritonScaledMMTemplate(TritonTemplate):
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = self.render_context(problem, params)
+        ws = params["WARP_SPECIALIZE"]
         context.update(SCALE=params["SCALE"], HAS_BIAS=bool(problem.bias), FLATTEN=bool(params["FLATTEN"]),
-                       FAST_ACCUM=bool(params["FAST_ACCUM"]))
+                       FAST_ACCUM=bool(params["FAST_ACCUM"]), PROMOTE_IN_DOT=bool(params["PROMOTE_IN_DOT"]),
+                       WS_OUTER=ws == WS_TILE_LOOP, WS_INNER=ws == WS_K_LOOP)
         return self.finish(jinja_template(self.template_file).render(**context))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
