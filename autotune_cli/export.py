@@ -41,6 +41,9 @@ ATen entries take no arguments: ``{"template_id": "aten::mm"}``.
 B_ROW_MAJOR, NUM_SMS from the fingerprint's SM count, TMA_SIZE, TMA_EXPERIMENTAL_API, and
 the flags the installed Inductor's TMA heuristic adds); our FLATTEN has no twin there.
 
+Float8 winners (op ``scaled_mm``: aten::_scaled_mm, the persistent TMA and the tiled
+Triton kernels) have keys and values of their own: see export_scaled.py.
+
 When a key's configs name only some of the templates an op offers, Inductor builds choices
 from those alone; one choice means no benchmarking at all. Triton entries apply only under
 max-autotune on a GPU with at least 68 SMs.
@@ -54,6 +57,8 @@ import math
 from functools import lru_cache
 from typing import Any
 
+from .export_scaled import SCALED_TEMPLATES, check_scaled_problem, scaled_keys, scaled_value
+
 __all__ = [
     "inductor_key",
     "inductor_value",
@@ -63,7 +68,7 @@ __all__ = [
 ]
 
 _TORCH_DTYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": "torch.float32"}
-_OPS = ("mm", "addmm", "bmm")
+_OPS = ("mm", "addmm", "bmm", "scaled_mm")
 
 # The keyword arguments Inductor's triton::mm / triton::bmm templates take from a config,
 # in the order Inductor's own heuristic emits them.
@@ -109,6 +114,7 @@ _INDUCTOR_TRITON_TEMPLATES = {
     "triton::mm": ("torch._inductor.kernel.mm", "mm_template"),
     "triton::bmm": ("torch._inductor.kernel.bmm", "bmm_template"),
     "triton::mm_persistent_tma": ("torch._inductor.kernel.mm", "persistent_tma_mm_template"),
+    **SCALED_TEMPLATES,
 }
 
 
@@ -140,6 +146,9 @@ def _check_problem(problem: dict) -> None:
         value = problem.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"problem field {name!r} must be a positive int, got {value!r}")
+    if op == "scaled_mm":
+        check_scaled_problem(problem)
+        return
     if problem.get("dtype") not in _TORCH_DTYPES:
         raise ValueError(f"unsupported dtype {problem.get('dtype')!r}")
     layout = problem.get("layout", "nn")
@@ -162,9 +171,13 @@ def inductor_key(problem: dict, device_name: str | None, *, bias_expanded: bool 
     `bias_expanded` (addmm with a [n] bias only): True gives the key the Triton templates
     (and, in torch 2.11 under max-autotune, every choice) are looked up with, the bias seen
     as [m, n] with stride [0, 1]; False the key of torch 2.13's ATen choices, bias [n].
+    A scaled_mm's key is the one with contiguous scales (export_scaled.scaled_keys gives
+    every form the table is written under).
     """
     _check_problem(problem)
     op = problem["op"]
+    if op == "scaled_mm":
+        return scaled_keys(problem, device_name)[0]
     dt = _TORCH_DTYPES[problem["dtype"]]
     m, n, k = problem["m"], problem["n"], problem["k"]
     a_stride, b_stride = _operand_strides(problem)
@@ -254,6 +267,10 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True,
     except ValueError as exc:
         return None, str(exc)
     uid, op = winner["uid"], problem["op"]
+    if op == "scaled_mm":
+        config, why, _ = scaled_value(winner, problem, sm_count,
+                                      installed_template_hash if include_hash else lambda uid: None)
+        return config, why
     aten = _ATEN_EQUIVALENT.get((uid, op))
     if aten is not None:
         return {"template_id": aten}, ""
@@ -331,6 +348,10 @@ def _describe(entry: Any) -> str:
     op = problem.get("op", "?")
     dims = "x".join(str(problem.get(d, "?")) for d in (("b", "m", "n", "k") if op == "bmm" else ("m", "n", "k")))
     text = f"{op} {dims} {problem.get('dtype', '?')} {problem.get('layout', '?')}"
+    if op == "scaled_mm":
+        text += f" {problem.get('scale', '?')}-scaled->{problem.get('out_dtype', 'bfloat16')}"
+        if problem.get("fast_accum"):
+            text += " fast-accum"
     if problem.get("bias"):
         text += f" bias[{problem['bias']}]"
     if problem.get("dtype") == "float32":
@@ -415,6 +436,9 @@ def inductor_table(
         if config is None:
             notes.append(f"{what}: skipped, {why}")
             continue
+        if problem["op"] == "scaled_mm":
+            _, _, mapped = scaled_value(entry["winner"], problem, sm_count, lambda uid: None)
+            notes.extend(f"{what}: {note}" for note in mapped)
         if config["template_id"] in _TMA_TARGETS and _as_int((entry["winner"].get("params") or {}).get("FLATTEN")):
             notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
                          "in Inductor's persistent TMA template)")
@@ -423,6 +447,8 @@ def inductor_table(
             notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
                          f"with at least 68 SMs ({device_name} has {sm_count})")
         keyed = [(inductor_key(problem, device_name), config)]
+        if problem["op"] == "scaled_mm":  # every common form of the scales (export_scaled)
+            keyed = [(key, config) for key in scaled_keys(problem, device_name)]
         if problem["op"] == "addmm" and problem.get("bias") == "n" and config["template_id"] == "aten::addmm":
             # see the module: cuBLAS's bias epilogue under both keys, no [m, n] expansion
             keyed = [(keyed[0][0], {"template_id": "aten::bias_addmm"}),

@@ -30,6 +30,12 @@ handles it as it would without us. What is routed: linear (x [..., K] folded to 
 B = W.T), mm, addmm (alpha = beta = 1), bmm, and matmul / @ of 2-D by 2-D, N-D by 2-D and
 3-D by 3-D operands, with static shapes. Tensors that need gradients under grad mode stay
 on torch's ops (the kernels have no backward).
+
+torch._scaled_mm calls (float8, scales per tensor or per row, a [n] bias, out_dtype and
+use_fast_accum constants) are routed alike, to `autotune::triton_scaled_gemm` (the tiled
+float8 kernel, a triton_op) or `autotune::scaled_gemm` (the opaque op: the persistent TMA
+kernel, split-K, every Triton winner under the interpreter, and aten::_scaled_mm pinned
+under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
 """
 
 import operator  # no `from __future__ import annotations`: torch.library reads the ops' annotations
@@ -54,6 +60,7 @@ class _Route:
     out_strides: tuple[int, ...]
     built: Built | None
     parts: tuple | None
+    out_dtype: Any = None  # scaled_mm: the output's torch dtype (else the operands')
 
 
 # An op's `route` argument names an entry here. The name is a hash of what the route runs
@@ -102,6 +109,18 @@ def _register_ops() -> dict[str, Any]:
             return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
 
         _OPS["gemm"] = torch.ops.autotune.gemm.default
+
+        @custom_op("autotune::scaled_gemm", mutates_args=())
+        def scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                        bias: torch.Tensor | None, route: str) -> torch.Tensor:
+            return _ROUTES[route].call(a, b, scale_a, scale_b, bias)
+
+        @scaled_gemm.register_fake
+        def _(a, b, scale_a, scale_b, bias, route):
+            r = _ROUTES[route]
+            return torch.empty_strided(r.out_shape, r.out_strides, dtype=r.out_dtype, device=a.device)
+
+        _OPS["scaled_gemm"] = torch.ops.autotune.scaled_gemm.default
         if not _interpreting():
             from torch.library import triton_op, wrap_triton
 
@@ -121,6 +140,20 @@ def _register_ops() -> dict[str, Any]:
                 return out
 
             _OPS["triton_gemm"] = torch.ops.autotune.triton_gemm.default
+
+            @triton_op("autotune::triton_scaled_gemm", mutates_args={})
+            def triton_scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                                   bias: torch.Tensor | None, route: str) -> torch.Tensor:
+                r = _ROUTES[route]
+                kernel, grid, arguments, options = r.parts
+                out = torch.empty(r.out_shape, dtype=r.out_dtype, device=a.device)
+                args = list(arguments(Operands(a, b, out, bias, scale_a, scale_b)))
+                if bias is None:
+                    args[3] = a  # never read without a bias: an input, not a second alias of out
+                wrap_triton(kernel)[grid](*args, **options)
+                return out
+
+            _OPS["triton_scaled_gemm"] = torch.ops.autotune.triton_scaled_gemm.default
         return _OPS
 
 
@@ -147,6 +180,52 @@ def _targets():
 
 def _value(arg):
     return arg.meta.get("example_value") if hasattr(arg, "meta") else None
+
+
+@dataclass
+class _ScaledMatch:
+    """A torch._scaled_mm node: its tensor operand nodes and its constant arguments."""
+
+    a: Any
+    b: Any
+    scale_a: Any
+    scale_b: Any
+    bias: Any
+    out_dtype: Any
+    fast_accum: bool
+
+
+# torch._scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+# use_fast_accum=False): its arguments in order, with their defaults after the fourth
+_SCALED_ARGS = ("a", "b", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
+_SCALED_DEFAULTS = {"bias": None, "scale_result": None, "out_dtype": None, "use_fast_accum": False}
+_SCALED_KWARG_NAMES = {"self": "a", "mat2": "b"}
+
+
+def _match_scaled(node) -> _ScaledMatch | None:
+    """torch._scaled_mm called with tensors, constant out_dtype and use_fast_accum and no
+    scale_result; anything else (out=, a traced flag) is left to the compiler."""
+    import torch
+
+    if node.op != "call_function" or node.target is not torch._scaled_mm or len(node.args) > len(_SCALED_ARGS):
+        return None
+    args = dict(zip(_SCALED_ARGS, node.args))
+    for name, value in node.kwargs.items():
+        name = _SCALED_KWARG_NAMES.get(name, name)
+        if name not in _SCALED_ARGS or name in args:
+            return None
+        args[name] = value
+    args = {**_SCALED_DEFAULTS, **args}
+    if any(name not in args for name in _SCALED_ARGS[:4]) or args["scale_result"] is not None:
+        return None
+    if not all(isinstance(_value(args[name]), torch.Tensor) for name in _SCALED_ARGS[:4]):
+        return None
+    if args["bias"] is not None and not isinstance(_value(args["bias"]), torch.Tensor):
+        return None
+    out_dtype, fast = args["out_dtype"], args["use_fast_accum"]
+    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or not isinstance(fast, bool):
+        return None
+    return _ScaledMatch(args["a"], args["b"], args["scale_a"], args["scale_b"], args["bias"], out_dtype, fast)
 
 
 def _match(node) -> _Match | None:
@@ -254,6 +333,10 @@ class routing_backend:
         graph = gm.graph
         changed = False
         for node in list(graph.nodes):
+            scaled = _match_scaled(node)
+            if scaled is not None:
+                changed |= self._rewrite_scaled(graph, node, scaled, pin_aten)
+                continue
             match = _match(node)
             if match is None:
                 continue
@@ -284,6 +367,77 @@ class routing_backend:
         if changed:
             graph.lint()
             gm.recompile()
+
+    def _rewrite_scaled(self, graph, node, match: _ScaledMatch, pin_aten: bool) -> bool:
+        """Replace a torch._scaled_mm node by our op where its problem has a routed winner."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        values = [_value(x) for x in (match.a, match.b, match.scale_a, match.scale_b, match.bias)]
+        if not _static(*values):
+            return False
+        with unset_fake_temporarily(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # unrouted: Inductor's
+            route = self._route_scaled(*values, match.out_dtype, match.fast_accum, pin_aten)
+        if route is None:
+            return False
+        op, name = route
+        with graph.inserting_before(node):
+            out = graph.call_function(op, (match.a, match.b, match.scale_a, match.scale_b, match.bias, name))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        return True
+
+    def _route_scaled(self, a, b, scale_a, scale_b, bias, out_dtype, fast: bool, pin_aten: bool):
+        """(op, route name) for a torch._scaled_mm call, or None to leave it to the compiler:
+        a one-kernel Triton winner (the tiled kernel) as the Triton op, the persistent TMA
+        kernel (device-side descriptors need Triton's allocator, which the compiler's
+        launches do not set) and split-K (its workspace) as the opaque op, an aten winner
+        left as torch's call (pinned through the opaque op under max-autotune)."""
+        call, info, built = self.dispatcher.route_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast)
+        if info.fallback or info.problem is None:
+            return None
+        if built is None and not pin_aten:
+            self.routes.append(info)
+            return None
+        ops = _register_ops()
+        problem = info.problem
+        shape = problem.out_shape()
+        parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
+        triton_ok = (parts is not None and "triton_scaled_gemm" in ops and not built.keeps_buffers
+                     and built.pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:6]
+                     == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
+        strides = _contiguous(shape)
+        name = _route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
+        with _LOCK:
+            known = name in _ROUTES
+        if not known:
+            if built is not None and not triton_ok:
+                call = self._stateful_scaled_call(info, built, (a, b, scale_a, scale_b, bias))
+            import torch
+
+            from .templates.base import torch_dtype
+
+            route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None,
+                           out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
+            assert isinstance(route.out_dtype, torch.dtype)
+            with _LOCK:
+                _ROUTES.setdefault(name, route)
+        self.routes.append(info)
+        return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
+
+    def _stateful_scaled_call(self, info: Dispatch, built: Built, tensors) -> Callable:
+        """As `_stateful_call`, for torch._scaled_mm's operands (a, b, scale_a, scale_b, bias)."""
+        import torch
+
+        from .api.calls import scaled_kernel_call
+
+        device = tensors[0].device
+        call = scaled_kernel_call(built.problem, built.kernel, self.dispatcher._torch(), device)
+        real = [None if x is None else
+                torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
+                for x in tensors]
+        call(*real)
+        return call
 
     def _route(self, a, b, bias, pin_aten: bool):
         """(op, route name) for this matmul, or None to leave it to the compiler."""

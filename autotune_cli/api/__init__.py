@@ -192,17 +192,33 @@ class Dispatcher:
         cached winner: float8_e4m3fn A (row-major) and B (column-major), fp32 scales per
         tensor or per row of A ([m, 1]) and column of B ([1, n]); use_fast_accum picks the
         problem tuned with --fast-accum. Anything else goes to torch._scaled_mm."""
-        t = self._t or self._torch()
         fast = bool(use_fast_accum)
+        key = self._scaled_key(a, b, scale_a, scale_b, bias, out_dtype, fast)
+        run = self._scaled.get(key)
+        if run is None:
+            run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype, fast)
+        return run(a, b, scale_a, scale_b, bias)
+
+    def _scaled_key(self, a, b, scale_a, scale_b, bias, out_dtype, fast: bool) -> tuple:
+        t = self._t or self._torch()
         key = call_key(t.float32, t.allow_tf32, a, b) + (
             scale_a.shape, scale_a.stride(), scale_a.dtype, scale_b.shape, scale_b.stride(), scale_b.dtype,
             out_dtype, fast)
         if bias is not None:
             key += (bias.shape, bias.stride(), bias.dtype)
+        return key
+
+    def route_scaled(self, a, b, scale_a, scale_b, bias=None, out_dtype=None,
+                     use_fast_accum=False) -> tuple[Callable, Dispatch, Built | None]:
+        """`route` for torch._scaled_mm's operands: (the function a scaled_mm call with
+        these tensors runs, what it runs, the winner's built kernel or None for torch's own
+        call), planned as a call would plan it; the tensors may be fake."""
+        fast = bool(use_fast_accum)
+        key = self._scaled_key(a, b, scale_a, scale_b, bias, out_dtype, fast)
         run = self._scaled.get(key)
         if run is None:
             run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype, fast)
-        return run(a, b, scale_a, scale_b, bias)
+        return run, self._info[("scaled_mm", key)], self._built.get(("scaled_mm", key))
 
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning

@@ -1,0 +1,155 @@
+"""Float8 winners (op scaled_mm) as Inductor lookup-table entries, for export.py.
+
+Read from torch 2.13 (torch/_inductor/kernel/mm.py `tuned_scaled_mm`,
+template_heuristics/triton.py's scaled mixins, lookup_table/choices.py), and checked on the
+GPU host's torch 2.11 by tests/test_gpu_inductor_lookup.py.
+
+The op name is ``scaled_mm``. Its inputs, in the key, are what the lowering collects,
+before any adjustment: ``mat_a`` (float8 [m, k], stride [k, 1]), ``mat_b`` (float8 [k, n]
+column-major, stride [1, k]), ``scale_a``, ``scale_b`` (float32), and the bias ([n] of the
+output dtype, stride [1]) when there is one; no scalars. A scale's shape and strides are the
+caller's tensor's, which the problem does not fix, so each winner is written under every
+common form: per tensor a 0-d, a [1] or a [1, 1] scale (the same form for both); per row
+scale_a [m, 1] stride [1, 1] and scale_b [1, n] with stride [n, 1] (a contiguous [1, n]) or
+[1, 1] (the transpose of an [n, 1] column).
+
+The choices Inductor offers a scaled_mm, each with its template uid:
+  * ``aten::_scaled_mm`` (cuBLASLt): takes no config arguments (out_dtype and
+    use_fast_accum come from the call). Our aten::_scaled_mm maps to it.
+  * ``triton::scaled_mm_device_tma_epilogue_scaling``: a persistent TMA kernel with the
+    scales in the epilogue, offered only without a bias; our
+    triton::scaled_mm_persistent_tma maps to it (the tile, GROUP_M, TMA_SIZE, NUM_SMS,
+    TMA_EXPERIMENTAL_API, SCALE_RECIPE_A/B as ScalingType values). Our FLATTEN,
+    PROMOTE_IN_DOT and WARP_SPECIALIZE have no twin there and are said in a note.
+  * ``triton::mm`` with the scaling epilogue: our tiled triton::scaled_mm maps to it.
+  Our triton::scaled_mm_splitk has none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_FP8_TORCH = {"float8_e4m3fn": "torch.float8_e4m3fn"}
+_OUT_TORCH = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32"}
+# torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
+SCALING_TYPE = {"tensor": 0, "row": 1}
+TMA_EPILOGUE = "triton::scaled_mm_device_tma_epilogue_scaling"
+# our uid -> Inductor's, for scaled_mm
+SCALED_EQUIVALENT = {
+    "aten::_scaled_mm": "aten::_scaled_mm",
+    "triton::scaled_mm_persistent_tma": TMA_EPILOGUE,
+    "triton::scaled_mm": "triton::mm",
+}
+# Inductor template uid -> (module, attribute) holding its TritonTemplate
+SCALED_TEMPLATES = {TMA_EPILOGUE: ("torch._inductor.kernel.mm", "scaled_mm_device_tma_epilogue_scaling_template")}
+# our params Inductor derives itself or has no twin of (said in a note where it matters)
+_OURS_ONLY = frozenset({"EVEN_K", "ACC_TYPE", "ALLOW_TF32", "SCALE", "OUT_DTYPE", "FAST_ACCUM", "FLATTEN",
+                        "PROMOTE_IN_DOT", "WARP_SPECIALIZE"})
+_TILE_ARGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
+TMA_DESCRIPTOR_SIZE = 128
+
+
+def check_scaled_problem(problem: dict) -> None:
+    """ValueError unless `problem` is a scaled_mm the export knows."""
+    if problem.get("dtype") not in _FP8_TORCH:
+        raise ValueError(f"unsupported float8 dtype {problem.get('dtype')!r}")
+    if problem.get("layout", "nt") != "nt":
+        raise ValueError(f"float8 layout {problem.get('layout')!r} (A row-major, B column-major only)")
+    if problem.get("scale") not in SCALING_TYPE:
+        raise ValueError(f"unsupported scale kind {problem.get('scale')!r}")
+    if problem.get("out_dtype", "bfloat16") not in _OUT_TORCH:
+        raise ValueError(f"unsupported output dtype {problem.get('out_dtype')!r}")
+    if problem.get("bias") not in (None, "n"):
+        raise ValueError(f"a scaled_mm bias is [n], got {problem.get('bias')!r}")
+
+
+def scale_forms(problem: dict) -> list[tuple[tuple, tuple]]:
+    """[((scale_a shape, strides), (scale_b shape, strides)), ...]: the forms written."""
+    if problem["scale"] == "tensor":
+        return [(((), ()), ((), ())), (((1,), (1,)), ((1,), (1,))), (((1, 1), (1, 1)), ((1, 1), (1, 1)))]
+    m, n = problem["m"], problem["n"]
+    return [(((m, 1), (1, 1)), ((1, n), (n, 1))), (((m, 1), (1, 1)), ((1, n), (1, 1)))]
+
+
+def scaled_keys(problem: dict, device_name: str | None) -> list[str]:
+    """Inductor's lookup keys for a scaled_mm problem, one per scale form (the first is the
+    contiguous one); `device_name` None gives the device-agnostic keys."""
+    check_scaled_problem(problem)
+    fp8 = _FP8_TORCH[problem["dtype"]]
+    out = _OUT_TORCH[problem.get("out_dtype", "bfloat16")]
+    m, n, k = problem["m"], problem["n"], problem["k"]
+    keys = []
+    for (shape_a, stride_a), (shape_b, stride_b) in scale_forms(problem):
+        inputs = [(fp8, [m, k], [k, 1]), (fp8, [k, n], [1, k]),
+                  ("torch.float32", list(shape_a), list(stride_a)), ("torch.float32", list(shape_b), list(stride_b))]
+        if problem.get("bias") == "n":
+            inputs.append((out, [n], [1]))
+        body = "(" + ", ".join(f"({dt}, {size!r}, {stride!r})" for dt, size, stride in inputs) + ")"
+        keys.append("+".join([device_name, body, "scaled_mm"] if device_name else [body, "scaled_mm"]))
+    return keys
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def scaled_value(winner: dict, problem: dict, sm_count: Any, template_hash) -> tuple[dict | None, str, list[str]]:
+    """(config, "", notes) or (None, why not, []) for a scaled_mm winner. `template_hash(uid)`
+    gives the installed Inductor template's hash, or None to leave it out."""
+    uid = winner.get("uid")
+    target = SCALED_EQUIVALENT.get(uid)
+    if target is None:
+        return None, f"winner {uid} for scaled_mm has no Inductor lookup-table equivalent", []
+    if target.startswith("aten::"):
+        return {"template_id": target}, "", []
+    params = winner.get("params") or {}
+    if not isinstance(params, dict):
+        return None, f"winner {uid} has params that are not a dict", []
+    unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in _TILE_ARGS and key != "GROUP_M")
+    if unknown:
+        return None, f"winner {uid} has params Inductor's {target} does not take: {', '.join(unknown)}", []
+    tiles = {}
+    for key in _TILE_ARGS:
+        value = _int(params.get(key))
+        if value is None or value < 1 or (key != "num_stages" and value & (value - 1)):
+            return None, f"winner {uid} lacks a valid {key}: {params.get(key)!r}", []
+        tiles[key] = value
+    group_m = _int(params.get("GROUP_M", 8))
+    if group_m is None or group_m < 1:
+        return None, f"winner {uid} has an invalid GROUP_M: {params.get('GROUP_M')!r}", []
+    config: dict[str, Any] = {
+        "template_id": target,
+        "EVEN_K": problem["k"] % tiles["BLOCK_K"] == 0,
+        "USE_FAST_ACCUM": bool(problem.get("fast_accum", False)),
+        "ACC_TYPE": "tl.float32",
+        **{key: tiles[key] for key in ("num_stages", "num_warps", "BLOCK_M", "BLOCK_N", "BLOCK_K")},
+        "hint_override": None,
+        "GROUP_M": group_m,
+    }
+    notes = []
+    if target == TMA_EPILOGUE:
+        if problem.get("bias"):
+            return None, (f"winner {uid} has a bias, and Inductor offers its TMA scaled_mm template "
+                          "only without one"), []
+        if tiles["num_warps"] == 2:
+            return None, f"winner {uid} has num_warps=2, which Inductor's TMA template refuses", []
+        sms = _int(sm_count)
+        if sms is None or sms < 1:
+            return None, f"winner {uid}: its fingerprint has no SM count (Inductor's NUM_SMS)", []
+        scaling = SCALING_TYPE[problem["scale"]]
+        config.update(TMA_SIZE=TMA_DESCRIPTOR_SIZE, NUM_SMS=sms, TMA_EXPERIMENTAL_API=False,
+                      SCALE_RECIPE_A=scaling, SCALE_RECIPE_B=scaling)
+        ours = [f"{key}={params[key]}" for key in ("FLATTEN", "PROMOTE_IN_DOT", "WARP_SPECIALIZE")
+                if _int(params.get(key))]
+        if ours:
+            notes.append(f"note, mapped without {', '.join(ours)} (no twin in Inductor's {target})")
+    src_hash = template_hash(target)
+    if src_hash:
+        config["template_hash"] = src_hash
+    return config, "", notes
