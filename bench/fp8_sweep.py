@@ -89,7 +89,6 @@ def main() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-fp8-sweep-"))
     SPACES.update({"triton_scaled_mm_cuda": persistent_space(), "triton_scaled_mm_splitk_cuda": splitk_space()})
     fp8_heuristics.shipped_configs = patched_shipped
-    fp8_heuristics.MAX_ACC_REGISTERS = 256  # measure the large tiles too, spilling or not
     settings = TuneSettings(device=args.device, cache_dir=Path(tempfile.mkdtemp()), force=True, graph_below_us=1e12)
     summary = []
     with Tuner(settings) as tuner:

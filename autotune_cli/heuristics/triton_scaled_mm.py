@@ -10,7 +10,7 @@ search keeps Inductor's space with BLOCK_K >= 64 (smaller K steps leave the floa
 waiting on loads); a user's --space is taken as given.
 Without fast accumulation the kernel holds two fp32 BLOCK_M x BLOCK_N accumulators (the
 running sum and each K step's), so tiles whose two would take more than MAX_ACC_REGISTERS
-registers per thread are dropped (128x256 with 8 warps needs 256: it spills).
+registers per thread are dropped.
 Whether the device and the strides allow TMA is the template's `unavailable_reason`.
 """
 
@@ -30,7 +30,9 @@ MIN_EXHAUSTIVE_BLOCK_K = 64
 PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
 SPLITK = "triton::scaled_mm_splitk"
 MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
-MAX_ACC_REGISTERS = 192  # as the register prune stage's bound (choices.register_stage)
+# Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128 led
+# the persistent kernel on an H200 (bench/fp8_sweep.py), where 128x256 spilled and came last.
+MAX_ACC_REGISTERS = 256
 
 
 def accumulator_registers(problem: GemmProblem, config: dict[str, Any]) -> int:
