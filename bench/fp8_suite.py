@@ -176,7 +176,8 @@ def main() -> None:
                 ours = times.get("ours")
                 print(f"done {label}: {row['winner']} {ours or float('nan'):.4f} ms, torch "
                       f"{times['torch']:.4f} ms, inductor {times.get('inductor', float('nan')):.4f} ms; "
-                      f"tune {tune_s:.1f} s", flush=True)
+                      f"tune {tune_s:.1f} s, inductor tune {inductor_s or float('nan'):.1f} s; verified "
+                      f"{','.join(k for k, v in row['verified'].items() if v)}", flush=True)
                 write_json(output, rows)
     print()
     print(f"{'case':36} {'winner':34} {'ours TF/s':>9} {'torch TF/s':>10} {'ind. TF/s':>9}"
