@@ -6,7 +6,7 @@ way here), in interleaved passes whose order is reversed every other pass. Each 
 verified against the float64 product of the dequantized operands.
 
 PYTHONPATH=. python3 bench/fp8_suite.py [--shapes 2048x4096x4096,8192x8192x8192] [--scales row,tensor]
-                                        [--fast-accum] [--skip-inductor] [--search exhaustive]
+                                        [--fast-accum] [--skip-inductor] [--search exhaustive] [--rounds 6]
 
 --fast-accum tunes and times the use_fast_accum=True call instead (torch's default is False).
 
@@ -78,7 +78,7 @@ def aten_call(problem):
                                         out_dtype=out_dtype, use_fast_accum=fast, out=ops.out)
 
 
-def time_side_by_side(timer, problem, runs: dict, seed: int = 1234) -> tuple[dict, dict]:
+def time_side_by_side(timer, problem, runs: dict, seed: int = 1234, rounds: int = ROUNDS) -> tuple[dict, dict]:
     """{name: median ms over ROUNDS passes}, {name: the check of its output}."""
     import torch
 
@@ -93,7 +93,7 @@ def time_side_by_side(timer, problem, runs: dict, seed: int = 1234) -> tuple[dic
     del ref
     samples = {name: [] for name in runs}
     names = list(runs)
-    for index in range(ROUNDS):
+    for index in range(rounds):
         for name in list(names if index % 2 == 0 else names[::-1]):
             try:
                 samples[name].append(timer.measure(runs[name], ops, GRAPH).median_ms)
@@ -124,6 +124,7 @@ def main() -> None:
     parser.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True for every call")
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--search", default="default", choices=("default", "exhaustive"))
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved timing passes per case")
     args = parser.parse_args()
     scales = [s.strip() for s in args.scales.split(",") if s.strip()]
     output = "fp8_suite_fast.json" if args.fast_accum else "fp8_suite.json"
@@ -159,7 +160,7 @@ def main() -> None:
                     torch.cuda.synchronize()
                     inductor_s = time.perf_counter() - started
                     del ops
-                times, verdicts = time_side_by_side(timer, problem, runs)
+                times, verdicts = time_side_by_side(timer, problem, runs, rounds=args.rounds)
                 row = {"case": label, "m": m, "n": n, "k": k, "scale": scale,
                        "winner": winner and winner["uid"], "params": winner and winner["params"],
                        "ms": times, "tflops": {key: problem.tflops(ms) for key, ms in times.items()},
