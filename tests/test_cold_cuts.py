@@ -93,8 +93,10 @@ def confirm_asked(first: dict, sustained: dict) -> list:
 
     asked = []
 
-    class Executor:
-        def run(self, choices, on_result, policy=None, deadline=None):
+    from autotune_cli.runner import Executor as ExecutorProtocol
+
+    class Executor(ExecutorProtocol):
+        def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
             asked.append([c.uid for c in choices])
             for i, choice in enumerate(choices):
                 on_result(i, Candidate(uid=choice.uid, params={}, status="ok", ms=sustained[choice.uid]))
