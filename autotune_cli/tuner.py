@@ -257,8 +257,7 @@ class Tuner:
         be tuned after the one in progress (a list's next ones): the compile pool would
         otherwise idle while a problem is timed. Cached problems are left out; returns how
         many kernels were asked for (0 where the executor has no compile pool)."""
-        prefetch = getattr(self.executor, "prefetch", None)
-        if prefetch is None or getattr(self.executor, "compile_pool", True) is None:
+        if not self.executor.compiles_ahead():
             return 0  # nothing compiles ahead of the timing (the interpreter, another executor)
         asked = 0
         for problem in problems:
@@ -270,7 +269,7 @@ class Tuner:
                 choice_set = get_choices(problem, self.device, self.settings)
             except UserError:  # said when the problem's own tune comes
                 continue
-            asked += prefetch(choice_set.choices)
+            asked += self.executor.prefetch(choice_set.choices)
         return asked
 
     def tune(self, problem: GemmProblem, upcoming: tuple[GemmProblem, ...] = ()) -> TuneOutcome:

@@ -45,6 +45,16 @@ class Executor(Protocol):
         search says so for a first timing, which it re-times on this device."""
         ...
 
+    def compiles_ahead(self) -> bool:
+        """Whether kernels are compiled ahead of their timing (a compile pool), so that
+        `prefetch` does something."""
+        return False
+
+    def prefetch(self, choices: Sequence[KernelTemplateChoice]) -> int:
+        """Have these choices' kernels compiled once nothing else waits (a list's next
+        problem, while this one is timed); returns how many were asked for."""
+        return 0
+
     def take_stats(self, since: float) -> ExecutorStats:
         """The workers started and kernels compiled since `since` (time.perf_counter());
         the compile log is forgotten."""

@@ -114,9 +114,12 @@ class LocalExecutor(Executor):
         if pool is not None:
             pool.start()
 
+    def compiles_ahead(self) -> bool:
+        """See Executor.compiles_ahead: on CUDA, where it has a compile pool."""
+        return self.compile_pool is not None
+
     def prefetch(self, choices: Sequence[KernelTemplateChoice]) -> int:
-        """Have the compile pool build these choices' kernels once nothing else waits (a
-        list's next problem, while this one is timed); returns how many were asked for."""
+        """See Executor.prefetch: the compile pool builds them once nothing else waits."""
         pool = self._pool()
         if pool is None:
             return 0
