@@ -299,14 +299,14 @@ def parse_shape(text: str) -> dict:
     return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout}
 
 
-def run_quality(shapes_text: str, limit_s: float, top: int = 3) -> list[dict]:
+def run_quality(shapes_text: str, limit_s: float, top: int = 3, with_exhaustive: bool = True) -> list[dict]:
     rows = []
     for text in shapes_text.split(","):
         entry = parse_shape(text)
         problem = problem_of(entry)
         print(f"== {problem.describe()}", flush=True)
         default, default_s = tuned(problem, "default")
-        exhaustive, exhaustive_s = tuned(problem, "exhaustive")
+        exhaustive, exhaustive_s = tuned(problem, "exhaustive") if with_exhaustive else (default, float("nan"))
         found, space = truth(problem, limit_s)
         picks = [default, exhaustive] + found[:top]
         times, torch_ms, verdicts = side_by_side(problem, picks)
@@ -342,6 +342,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None, help="compare: the other checkout")
     parser.add_argument("--shapes", default=QUALITY, help="quality: MxNxK:dtype:layout, comma-separated")
     parser.add_argument("--limit", type=float, default=60.0, help="quality: seconds for the truth, a shape")
+    parser.add_argument("--skip-exhaustive", action="store_true",
+                        help="quality: the default pick against the truth only (the exhaustive row repeats it)")
     parser.add_argument("--device", default="cuda", help="list, each: cpu for a smoke test through the interpreter")
     parser.add_argument("--entries", type=Path, default=None, help="list, each, compare: a shapes file instead of the suite")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds an `autotune` process may take")
@@ -362,7 +364,7 @@ def main() -> None:
             raise SystemExit("--mode compare needs --before DIR")
         result = run_compare(args.before.resolve(), shapes, extra)
     else:
-        result = run_quality(args.shapes, args.limit)
+        result = run_quality(args.shapes, args.limit, with_exhaustive=not args.skip_exhaustive)
     out = Path(os.environ.get("OUT") or ROOT / "bench_out")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"cold_tune_{args.mode}.json").write_text(json.dumps(result, indent=1, default=str))
