@@ -254,7 +254,7 @@ def run_compare(before: Path, shapes, extra) -> dict:
     return {"before": old, "after": new, "picks": rows}
 
 
-def truth(problem, limit_s: float) -> tuple[list[dict], int]:
+def truth(problem, limit_s: float, executor=None) -> tuple[list[dict], int]:
     """Every config of the exhaustive space (after the static prune) measured once with the
     tuner's own timing policy, in the exhaustive search's model order (templates the model
     does not describe first), until `limit_s` runs out: ([{uid, params, ms}] of those timed,
@@ -271,9 +271,12 @@ def truth(problem, limit_s: float) -> tuple[list[dict], int]:
     modelled = [c for c in choice_set.choices if _modelled(c)]
     ordered = [c for c in choice_set.choices if not _modelled(c)] + rank_by_model(problem, modelled, device.sm_count)
     policy = settings.measure.timing_for(problem, device.device_type)
-    with LocalExecutor(device, settings) as executor:
-        executor.start()
+    if executor is not None:  # warm already (the default tune's)
         results = executor.run(ordered, policy=policy, deadline=time.monotonic() + limit_s)
+    else:
+        with LocalExecutor(device, settings) as executor:
+            executor.start()
+            results = executor.run(ordered, policy=policy, deadline=time.monotonic() + limit_s)
     timed = [r for r in results if r.ok]
     gave_up = sum(1 for r in results if r.status == "skipped" and r.error.startswith("given up"))
     print(f"  truth: {len(timed)} of {len(ordered)} configs timed fully in {limit_s:g} s, {gave_up} more given up "
@@ -282,15 +285,21 @@ def truth(problem, limit_s: float) -> tuple[list[dict], int]:
     return [{"uid": r.uid, "params": r.params, "ms": r.ms} for r in sorted(timed, key=lambda r: r.ms)], len(ordered)
 
 
-def tuned(problem, search: str) -> tuple[dict, float]:
+def tuned(problem, search: str, keep: bool = False):
+    """(the pick, tune seconds), and with `keep` the tuner, still open (its workers warm)."""
     from autotune_cli.settings import TuneSettings
     from autotune_cli.tuner import Tuner
 
     settings = TuneSettings(device=DEVICE, search=search, cache_dir=Path(tempfile.mkdtemp()), force=True)
     began = time.perf_counter()
-    with Tuner(settings) as tuner:
+    tuner = Tuner(settings)
+    try:
         outcome = tuner.tune(problem)
-    return outcome.entry["winner"], time.perf_counter() - began
+    finally:
+        if not keep:
+            tuner.close()
+    seconds = time.perf_counter() - began
+    return (outcome.entry["winner"], seconds, tuner) if keep else (outcome.entry["winner"], seconds)
 
 
 def parse_shape(text: str) -> dict:
@@ -305,9 +314,12 @@ def run_quality(shapes_text: str, limit_s: float, top: int = 3, with_exhaustive:
         entry = parse_shape(text)
         problem = problem_of(entry)
         print(f"== {problem.describe()}", flush=True)
-        default, default_s = tuned(problem, "default")
-        exhaustive, exhaustive_s = tuned(problem, "exhaustive") if with_exhaustive else (default, float("nan"))
-        found, space = truth(problem, limit_s)
+        default, default_s, tuner = tuned(problem, "default", keep=True)
+        try:
+            exhaustive, exhaustive_s = tuned(problem, "exhaustive") if with_exhaustive else (default, float("nan"))
+            found, space = truth(problem, limit_s, tuner.started_executor)
+        finally:
+            tuner.close()
         picks = [default, exhaustive] + found[:top]
         times, torch_ms, verdicts = side_by_side(problem, picks)
         best = min(t for t, v in zip(times, verdicts) if v.ok)
