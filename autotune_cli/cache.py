@@ -39,6 +39,7 @@ This module imports neither torch nor triton.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -306,17 +307,28 @@ class Cache:
     # -- locking and raw I/O ----------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
+        # The lock file is never followed through a link nor waited on as a FIFO: a file
+        # planted at its name must not make a writer create or truncate something elsewhere.
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            handle = open(self.lock_path, "a+")
+            fd = os.open(self.lock_path, flags, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CacheUnavailable(f"cannot lock the cache at {self.directory}: "
+                                       f"{self.lock_path} is a symbolic link") from None
             raise _unavailable("lock", self.directory, exc) from None
-        with handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CacheUnavailable(f"cannot lock the cache at {self.directory}: "
+                                       f"{self.lock_path} is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     def _read_bytes(self) -> bytes | None:
         try:

@@ -60,6 +60,25 @@ def test_cache_linked_to_dev_zero_is_refused_without_reading_it(tmp_path):
     assert "not a regular file" in one_error_line(proc.stderr)
 
 
+@pytest.mark.parametrize("planted", ["link", "fifo"])
+def test_planted_lock_file_is_refused_and_nothing_elsewhere_is_touched(tmp_path, planted):
+    """A link at the lock's name is not followed (it would create or open its target) and a
+    FIFO there is not waited on: the write is refused in one line and nothing changes."""
+    from autotune_cli.cache import LOCK_FILE
+
+    folder, victim = tmp_path / "cache", tmp_path / "victim"
+    folder.mkdir()
+    if planted == "link":
+        (folder / LOCK_FILE).symlink_to(victim)
+    else:
+        os.mkfifo(folder / LOCK_FILE)
+    with pytest.raises(CacheUnavailable, match="cannot lock the cache"):
+        Cache(folder).put("k", make_entry())
+    assert not victim.exists() and not (folder / CACHE_FILE).exists()
+    proc = run_cli("cache", "clear", "--yes", "--cache-dir", folder)
+    assert proc.returncode == 2 and "cannot lock the cache" in one_error_line(proc.stderr)
+
+
 def test_fifo_as_import_file_is_refused_in_one_line(tmp_path):
     fifo = tmp_path / "export.json"
     os.mkfifo(fifo)
