@@ -31,11 +31,14 @@ from .base import Operands, Runnable
 from .launch import Launcher
 from .params import Bool, Choice, Int
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, jinja_template, load_kernels
+from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template, load_kernels
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
-MAX_M = 8  # offered up to here; past it a tile with a matrix instruction reads B as fast
+MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0}
+DOT_M = 16  # the dot's least size: BLOCK_M with DOT
+DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
 REDUCE_BLOCK = 1024
 REDUCE_WARPS = 4
 MAX_WORKSPACE_ELEMENTS = 2**31 - 1  # the kernels index the workspace with 32-bit offsets
@@ -55,11 +58,13 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
 class TritonGemvTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
+    defaults = DEFAULTS
     # No GROUP_M; blocks below the dot's 16 (there is no dot); the rows one tile of M.
     params_schema = {
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
-        "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(4, 256, power_of_two=True),
-        "BLOCK_K": Int(16, 1024, power_of_two=True), "SPLIT_K": Int(1, 128),
+        "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
+        "BLOCK_K": Int(16, 4096, power_of_two=True), "SPLIT_K": Int(1, 128),
+        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -82,6 +87,12 @@ class TritonGemvTemplate(TritonTemplate):
                 raise ValueError(f"{self.uid}: {key}={params[key]} must be a power of two")
         if split < 1:
             raise ValueError(f"{self.uid}: SPLIT_K must be at least 1, got {split}")
+        if params["DOT"]:
+            if block_m != DOT_M or params["BLOCK_N"] < DOT_M or params["BLOCK_K"] < DOT_M:
+                raise ValueError(f"{self.uid}: DOT needs BLOCK_M={DOT_M} and BLOCK_N, BLOCK_K >= {DOT_M}")
+            if problem.dtype not in DOT_DTYPES:
+                raise ValueError(f"{self.uid}: DOT serves {' and '.join(DOT_DTYPES)}, not {problem.dtype}")
+            params["REDUCE_EACH"] = 0
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
         params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
         params["EVEN_M"] = problem.m == block_m
@@ -95,6 +106,7 @@ class TritonGemvTemplate(TritonTemplate):
             K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
             EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
+            DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
