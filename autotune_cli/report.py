@@ -8,19 +8,30 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from .problem import GemmProblem
 from .results import Candidate, params_str
 from .text import printable
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+def _progress(console: Console) -> "Progress":
+    """A transient bar: description, bar, done/total, elapsed (rich.progress is imported
+    here, when a tune draws one: `cache show` does without it)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -62,10 +73,7 @@ class ProgressReporter:
         self.console.print(
             f"tuning {problem.describe()} on {problem.device}: {len(choices.choices)} candidates "
             f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False, markup=False)
-        self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=self.console, transient=True,
-        )
+        self.progress = _progress(self.console)
         self.progress.start()
         self.task = self.progress.add_task("benchmarking", total=len(choices.choices))
 
@@ -89,10 +97,7 @@ class ModelProgress(ProgressReporter):
         super().__init__(console, enabled=True)
         self.total = total
         self.done = 0
-        self.overall = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console, transient=True,
-        )
+        self.overall = _progress(console)
         self.overall_task = self.overall.add_task("problems", total=total)
         self.overall.start()
 

@@ -132,6 +132,61 @@ def test_cache_commands_import_neither_torch_nor_triton(cache_dir, cli):
     assert " yes " in proc.stdout  # the entry was measured on this machine's CPU
 
 
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--filter", "fp16"], ["--filter=bf16"],
+                                   ["--cache-dir", "CACHE", "--json"], ["--cache-dir=CACHE"]])
+def test_plain_cache_show_needs_no_typer_and_prints_what_typer_prints(cache_dir, cli, extra):
+    """A plain `cache show` is answered before typer is imported (cli/show.py), with the
+    output, errors and exit code of the typer command."""
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    argv = ["cache", "show"] + [a.replace("CACHE", str(cache_dir)) for a in extra]
+    runs = {}
+    for entry in ("autotune_cli.cli", "autotune_cli.cli.commands"):
+        code = (f"import sys; from {entry} import main; rc = main({argv!r}); "
+                "print('RC', rc, 'TYPER', 'typer' in sys.modules, 'PROGRESS', 'rich.progress' in sys.modules)")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "250"})
+        runs[entry] = proc
+    plain, typer_run = runs["autotune_cli.cli"], runs["autotune_cli.cli.commands"]
+    assert "RC 0 TYPER False PROGRESS False" in plain.stdout, plain.stderr
+    assert "RC 0 TYPER True" in typer_run.stdout, typer_run.stderr
+    assert plain.stdout.split("RC")[0] == typer_run.stdout.split("RC")[0]
+    assert plain.stderr == typer_run.stderr
+    if extra == ["--filter=bf16"]:  # the one float16 entry does not match
+        assert plain.stdout.startswith("RC 0") and "match 'bf16'" in plain.stderr
+    else:
+        assert "aten::mm" in plain.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["cache", "show", "-h"], ["cache", "show", "--help"], ["cache", "show", "--cache-dir", ""],
+    ["cache", "show", "--cache-dir="], ["cache", "show", "--filter"], ["cache", "show", "--jsn"],
+    ["cache", "show", "--json=1"], ["cache", "show", "extra"], ["cache", "show", "--filter", "--json"],
+    ["cache", "clear"], ["cache"], ["mm", "show"],
+])
+def test_what_is_not_a_plain_cache_show_goes_through_typer(argv):
+    from autotune_cli.cli.show import plain_show
+
+    assert plain_show(argv) is None
+
+
+def test_plain_cache_show_reads_its_options_as_typer_does():
+    from pathlib import Path
+
+    from autotune_cli.cli.show import plain_show
+
+    assert plain_show(["cache", "show"]) == {"cache_dir": None, "json_out": False, "filter_text": None}
+    assert plain_show(["cache", "show", "--filter", "a", "--json", "--filter=b", "--cache-dir", "x"]) == \
+        {"cache_dir": Path("x"), "json_out": True, "filter_text": "b"}
+
+
+def test_an_empty_cache_dir_is_refused_on_either_path(cache_dir):
+    for entry in ("autotune_cli.cli", "autotune_cli.cli.commands"):
+        code = f"import sys; from {entry} import main; sys.exit(main(['cache', 'show']))"
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "AUTOTUNE_CACHE_DIR": " "})
+        assert proc.returncode == 2 and proc.stderr.startswith("autotune: error: AUTOTUNE_CACHE_DIR is set but empty")
+
+
 def test_cache_path_and_clear(cli, cache_dir):
     tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
     code, out, _ = cli("cache", "path")

@@ -1,26 +1,17 @@
 """The command line: parse, build objects, call, format. Nothing else lives here.
 
 app.py holds the typer app and what the commands share; tune.py (mm, model), from_list.py
-(mm --from) and cache.py (the cache commands) register on it when this package imports
-them. torch and triton are imported lazily inside the commands that need them; `autotune
-cache show` imports neither. User errors print one line and exit 2; data goes to stdout and
-progress to stderr, so `--json` pipes cleanly.
+(mm --from) and cache.py (the cache commands) register on it when commands.py imports
+them. A plain `cache show` is answered by show.py before typer is imported (typer and what
+it loads are most of that command's time). torch and triton are imported lazily inside the
+commands that need them; `autotune cache show` imports neither. User errors print one line
+and exit 2; data goes to stdout and progress to stderr, so `--json` pipes cleanly.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import List, Optional
-
-import typer
-
-try:  # typer >= 0.29 carries its own copy of click
-    from typer._click import exceptions as click_errors
-except ImportError:  # older typer runs on click itself
-    from click import exceptions as click_errors
-from ..errors import UserError
-from . import cache, tune  # noqa: F401  (they register their commands on app)
-from .app import Stopped, app, err, out
 
 
 def run() -> None:
@@ -45,27 +36,23 @@ def run() -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: one line and exit 2 for usage errors and bad input."""
+    from .show import plain_show
+
+    args = plain_show(sys.argv[1:] if argv is None else list(argv))
+    if args is None:
+        from .commands import main as typer_main
+
+        return typer_main(argv)
+    from ..errors import UserError
+    from .console import err
+    from .show import show
+
     try:
-        result = app(args=argv, prog_name="autotune", standalone_mode=False)
+        show(**args)
     except UserError as exc:
         err.print(f"autotune: error: {exc}", markup=False)
         return 2
-    except Stopped as exc:
-        err.print(f"autotune: {exc}", markup=False, highlight=False)
-        return exc.code
-    except click_errors.UsageError as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
-            out.print(exc.format_message(), markup=False, soft_wrap=True)
-            return 0
-        err.print(f"autotune: error: {exc.format_message()}", markup=False)
-        return 2
-    except typer.Abort:
-        err.print("aborted")
-        return 1
-    except click_errors.ClickException as exc:
-        err.print(f"autotune: error: {exc.format_message()}", markup=False)
-        return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    return result if isinstance(result, int) else 0
+    return 0

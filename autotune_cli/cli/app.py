@@ -4,18 +4,16 @@ Imports neither torch nor triton (a cache hit and `cache show` run on this alone
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from ..errors import UserError
+from .console import err, out  # noqa: F401  (the commands take their consoles from here)
 
 # -h as well as --help, on every command (subcommands inherit the context settings)
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -43,20 +41,6 @@ def _main_options(
                                  help="Print the version and exit."),
 ) -> None:
     """Find the fastest GEMM kernels for your shapes on your GPU, and remember them."""
-
-def _console(stderr: bool) -> Console:
-    """Tables stay readable when piped: without a terminal, draw 160 columns, not 80.
-
-    Prose on stdout (fingerprints, totals) wraps at words to the width; JSON is printed
-    with soft_wrap=True, unbroken. Errors on stderr stay one line each, wrapped by the
-    terminal, so that a script reading them gets one line."""
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
-
-
-out = _console(stderr=False)
-err = _console(stderr=True)
 
 
 class Device(str, Enum):

@@ -11,54 +11,19 @@ nor triton.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, List, Optional
 
 import typer
 
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
 from ..errors import UserError
-from ..problem import DTYPE_ALIASES, OPS
 from ..text import printable
-
-Items = List[tuple]  # [(key, entry)]
-
-
-# -- selecting ---------------------------------------------------------------------------------
-
-def entry_matches(key: str, entry: dict, text: str) -> bool:
-    """Whether an entry matches a `--filter` text.
-
-    A dtype name or alias (bf16, fp16, float32, …) matches that dtype exactly, and an op name
-    (mm, addmm, bmm) that op exactly: "fp16" does not match bfloat16 entries, nor "mm" addmm
-    ones. Text with a "/" matches whole parts of the key ("mm/m64" is neither "addmm/m64"
-    nor "mm/m640").
-    Anything else is a substring of the key, the device name or the fingerprint digest.
-    """
-    needle = text.strip().lower()
-    problem = entry.get("problem") or {}
-    if needle in DTYPE_ALIASES:
-        return problem.get("dtype") == DTYPE_ALIASES[needle]
-    if needle in OPS:
-        return problem.get("op") == needle
-    haystack = key.lower()
-    if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
-        needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
-        return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
-    device_name = str((entry.get("fingerprint") or {}).get("device_name", "")).lower()
-    return needle in haystack or needle in device_name
-
-
-def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
-    items = list(items)
-    if not filter_text:
-        return items
-    return [(k, e) for k, e in items if entry_matches(k, e, filter_text)]
+from .show import Items, entry_matches, open_cache, print_notices, select, show
 
 
 # -- exporting ---------------------------------------------------------------------------------
@@ -280,19 +245,6 @@ FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text
                          "an op (mm), key parts (mm/m64), or a device name (H200).")
 
 
-def open_cache(cache_dir: Optional[Path]):
-    from ..cache import Cache
-    from ..settings import default_cache_dir
-
-    return Cache(cache_dir if cache_dir is not None else default_cache_dir())
-
-
-def print_notices(cache) -> None:
-    for notice in cache.notices:
-        err.print(f"note: {notice}", markup=False)
-    cache.notices.clear()
-
-
 @cache_app.command("path")
 def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
     """Print the cache file's path."""
@@ -306,31 +258,7 @@ def cache_show(
     filter_text: Optional[str] = FilterOpt,
 ) -> None:
     """List the cached winners (imports neither torch nor triton)."""
-    from ..report import cache_table, dumps
-
-    cache = open_cache(cache_dir)
-    items = select(cache.items(), filter_text)
-    print_notices(cache)
-    if json_out:
-        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False, soft_wrap=True)
-        return
-    if not items:
-        if filter_text:
-            err.print(f"no entries in {cache.path} match {filter_text!r}", markup=False)
-        else:
-            err.print(f"the cache at {cache.path} is empty", markup=False)
-        return
-    from ..fingerprint import Fingerprint, probe_device
-
-    cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
-    out.print(cache_table(items, current_machine=cpu_machine))
-    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
-    for digest, fp in fingerprints.items():
-        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
-        out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
-                            f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
-                            f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
-                            f"templates {templates}"), markup=False)
+    show(cache_dir, json_out, filter_text)
 
 
 @cache_app.command("clear")

@@ -1,0 +1,126 @@
+"""`autotune cache show`, and the selection (`--filter`) the cache commands share, without
+typer: `run` answers a plain `cache show` before typer (and what it imports) is loaded, the
+typer command (cli/cache.py) calls the same `show`, so both print the same.
+
+A plain `cache show` is one whose every argument `plain_show` understands (--cache-dir,
+--json, --filter, with their values); anything else (-h, a misspelt option, an empty
+--cache-dir) goes through typer, which says what it says about it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+from ..problem import DTYPE_ALIASES, OPS
+from ..text import printable
+from .console import err, out
+
+Items = List[tuple]  # [(key, entry)]
+_VALUED = {"--cache-dir": "cache_dir", "--filter": "filter_text"}
+
+
+def entry_matches(key: str, entry: dict, text: str) -> bool:
+    """Whether an entry matches a `--filter` text.
+
+    A dtype name or alias (bf16, fp16, float32, …) matches that dtype exactly, and an op name
+    (mm, addmm, bmm) that op exactly: "fp16" does not match bfloat16 entries, nor "mm" addmm
+    ones. Text with a "/" matches whole parts of the key ("mm/m64" is neither "addmm/m64"
+    nor "mm/m640").
+    Anything else is a substring of the key, the device name or the fingerprint digest.
+    """
+    needle = text.strip().lower()
+    problem = entry.get("problem") or {}
+    if needle in DTYPE_ALIASES:
+        return problem.get("dtype") == DTYPE_ALIASES[needle]
+    if needle in OPS:
+        return problem.get("op") == needle
+    haystack = key.lower()
+    if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
+        needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
+        return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
+    device_name = str((entry.get("fingerprint") or {}).get("device_name", "")).lower()
+    return needle in haystack or needle in device_name
+
+
+def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
+    items = list(items)
+    if not filter_text:
+        return items
+    return [(k, e) for k, e in items if entry_matches(k, e, filter_text)]
+
+
+def open_cache(cache_dir: Optional[Path]):
+    from ..cache import Cache
+    from ..settings import default_cache_dir
+
+    return Cache(cache_dir if cache_dir is not None else default_cache_dir())
+
+
+def print_notices(cache) -> None:
+    for notice in cache.notices:
+        err.print(f"note: {notice}", markup=False)
+    cache.notices.clear()
+
+
+def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) -> None:
+    """List the cached winners: a table (and each fingerprint's line), or one JSON document."""
+    cache = open_cache(cache_dir)
+    items = select(cache.items(), filter_text)
+    print_notices(cache)
+    if json_out:
+        from ..report import dumps
+
+        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False, soft_wrap=True)
+        return
+    if not items:
+        if filter_text:
+            err.print(f"no entries in {cache.path} match {filter_text!r}", markup=False)
+        else:
+            err.print(f"the cache at {cache.path} is empty", markup=False)
+        return
+    from ..fingerprint import Fingerprint, probe_device
+    from ..report import cache_table
+
+    cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
+    out.print(cache_table(items, current_machine=cpu_machine))
+    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
+    for digest, fp in fingerprints.items():
+        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
+        out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
+                            f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
+                            f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
+                            f"templates {templates}"), markup=False)
+
+
+def plain_show(argv: List[str]) -> Optional[dict]:
+    """`show`'s arguments when `argv` is a plain `cache show` (see the module), else None.
+    As typer parses them: `--opt value` or `--opt=value`, the last one given wins."""
+    if argv[:2] != ["cache", "show"]:
+        return None
+    found: dict = {"cache_dir": None, "json_out": False, "filter_text": None}
+    rest = argv[2:]
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg == "--json":
+            found["json_out"] = True
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in _VALUED:
+            return None
+        if not eq:
+            if i + 1 >= len(rest) or rest[i + 1].startswith("-"):
+                return None  # a missing value (or one typer would take for an option): typer says
+            value = rest[i + 1]
+            i += 1
+        i += 1
+        if name == "--cache-dir":
+            if not value.strip():
+                return None  # typer's refusal of an empty path
+            found["cache_dir"] = Path(value)
+        else:
+            found["filter_text"] = value
+    return found
