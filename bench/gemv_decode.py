@@ -1,10 +1,20 @@
-"""Decode GEMMs (M <= 8) against the HBM floor: triton::gemv alone (its exhaustive space)
-and then every template (the default search), each list tuned in one process through
-`autotune mm --from` (fresh caches), the winners' kernel times beside bytes / 4.3 TB/s.
+"""Decode GEMMs (M <= 16, bfloat16) against the HBM floor, torch.mm and Inductor.
 
-PYTHONPATH=. python3 bench/gemv_decode.py [--device cuda] [--shapes 1x4096x4096,4x4096x4096]
+1. Tune the list with `autotune mm --from` in one process, fresh cache: triton::gemv alone
+   (its default configs, what the heuristic offers), and with --every every template too.
+2. In this process, with the tuner's timer (bench/common.py: a CUDA graph of launches over
+   rotating operand copies larger than the L2, order alternated over rounds): the gemv
+   winner, torch.mm (cuBLAS), Inductor's pick (torch.compile max-autotune-no-cudagraphs of
+   torch.mm, compiled here; --no-inductor leaves it out) and, with --every, autotune's
+   winner over every template; each verified against float64. "x floor" divides by
+   bytes / 4.3 TB/s (the H200's HBM).
+3. Eager wall time per call from Python (a loop of calls, then a sync): autotune_cli's
+   dispatcher on the gemv cache, torch.mm, the compiled function.
 
-Shapes are MxNxK, bfloat16, layout nt (weights stored [n, k], as nn.Linear keeps them).
+PYTHONPATH=. python3 bench/gemv_decode.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
+    [--every] [--no-inductor] [--inductor-budget 150]
+
+Shapes are MxNxK; layout nt is the weight stored [n, k], as nn.Linear keeps it.
 Writes $OUT/gemv_decode.json (or bench_out/).
 """
 
@@ -13,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,49 +35,159 @@ sys.path.insert(0, str(ROOT))
 
 from autotune_cli.roofline import HBM_BYTES_PER_S  # noqa: E402
 
-SHAPES = "1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x14336x4096,8x4096x4096"
+SHAPES = ("1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x4096x4096,8x14336x4096,"
+          "16x4096x4096,16x14336x4096")
 
 
-def tune(shapes_file: Path, device: str, extra: list[str]) -> list[dict]:
-    cache = tempfile.mkdtemp(prefix="autotune-gemv-")
+def tune(entries: list[dict], cache: str, extra: list[str]) -> list[dict]:
+    shapes_file = Path(tempfile.mkdtemp()) / "shapes.json"
+    shapes_file.write_text(json.dumps(entries))
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    began = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "autotune_cli", "mm", "--from", str(shapes_file),
-                           "--device", device, "--json", *extra], env=env, capture_output=True, text=True)
+                           "--device", "cuda", "--json", *extra], env=env, capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stderr[-2000:])
+    print(f"tuned {len(entries)} problems ({' '.join(extra)}) in {time.perf_counter() - began:.1f} s", flush=True)
     return json.loads(proc.stdout)["problems"]
+
+
+def inductor_runnable(problem):
+    """Inductor's pick for torch.mm on this problem, compiled now, as (runnable into a new
+    output, seconds the compile took)."""
+    import torch
+
+    fn = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+    from autotune_cli.runner.verify import make_operands
+
+    ops = make_operands(problem, 7, "cuda")
+    began = time.perf_counter()
+    fn(ops.a, ops.b)
+    torch.cuda.synchronize()
+    return (lambda o: fn(o.a, o.b)), fn, time.perf_counter() - began
+
+
+def eager_wall_us(fn, a, b, calls: int = 200, rounds: int = 7) -> float:
+    """Wall time per call of a loop of `calls` calls and the sync after it; median round."""
+    import torch
+
+    for _ in range(20):
+        fn(a, b)
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(calls):
+            fn(a, b)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - began) / calls * 1e6)
+    return statistics.median(walls)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
     parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--layouts", default="nt,nn")
+    parser.add_argument("--every", action="store_true", help="also tune every template and time autotune's winner")
+    parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--inductor-budget", type=float, default=150.0,
+                        help="seconds of Inductor compiles, after which its column is left empty")
     args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="gemv-decode-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
+
     entries = []
-    for text in args.shapes.split(","):
-        m, n, k = (int(part) for part in text.split("x"))
-        entries.append({"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": "nt"})
-    shapes_file = Path(tempfile.mkdtemp()) / "shapes.json"
-    shapes_file.write_text(json.dumps(entries))
-    alone = tune(shapes_file, args.device, ["--templates", "triton::gemv", "--search", "exhaustive"])
-    every = tune(shapes_file, args.device, [])
+    for layout in args.layouts.split(","):
+        for text in args.shapes.split(","):
+            m, n, k = (int(part) for part in text.split("x"))
+            entries.append({"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": layout})
+    gemv_cache = os.path.join(scratch, "gemv-cache")
+    mine = tune(entries, gemv_cache, ["--templates", "triton::gemv"])
+    every = tune(entries, os.path.join(scratch, "every-cache"), []) if args.every else [None] * len(entries)
+
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from autotune_cli.api import Dispatcher
+    from autotune_cli.problem import make_problem
+    from autotune_cli.runner.verify import check, make_operands, reference
+    from bench.common import SideBySide, out_dir
+
+    inductor_config.force_disable_caches = True
+    torch._dynamo.config.cache_size_limit = 64
+    bench = SideBySide()
+    kernel_dir = tempfile.mkdtemp(prefix="gemv-decode-kernels-")
+    dispatcher = Dispatcher(gemv_cache)
+    inductor_spent = 0.0
     rows = []
-    print(f"{'problem':28} {'floor us':>9} {'gemv us':>9} {'x floor':>8} {'winner us':>10}  winner")
-    for entry, mine, best in zip(entries, alone, every):
-        floor = 2 * (entry["m"] * entry["k"] + entry["k"] * entry["n"] + entry["m"] * entry["n"]) / HBM_BYTES_PER_S
-        gemv_us = mine["winner"]["ms"] * 1e3 if mine["winner"] else None
-        best_us = best["winner"]["ms"] * 1e3 if best["winner"] else None
-        rows.append({"problem": entry, "floor_us": floor * 1e6, "gemv_us": gemv_us,
-                     "gemv_params": mine["winner"]["params"] if mine["winner"] else None,
-                     "winner_us": best_us, "winner": best["winner"]})
-        print(f"{mine['describe']:28} {floor * 1e6:9.2f} "
-              f"{gemv_us if gemv_us is not None else float('nan'):9.2f} "
-              f"{(gemv_us or float('nan')) / (floor * 1e6):8.2f} "
-              f"{best_us if best_us is not None else float('nan'):10.2f}  "
-              f"{best['winner']['uid'] if best['winner'] else '-'}")
-    out = Path(os.environ.get("OUT") or ROOT / "bench_out")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gemv_decode.json").write_text(json.dumps(rows, indent=1))
+    for entry, ours, best in zip(entries, mine, every):
+        problem = make_problem(**entry, device="cuda")
+        floor_us = 2 * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) / HBM_BYTES_PER_S * 1e6
+        labels, runs = ["torch.mm"], [bench.anchor(problem)]
+        if ours and ours.get("winner"):
+            labels.append("gemv")
+            runs.append(bench.runnable(problem, ours["winner"], kernel_dir))
+        if best and best.get("winner"):
+            labels.append("autotune")
+            runs.append(bench.runnable(problem, best["winner"], kernel_dir))
+        compiled = None
+        inductor_note = ""
+        if not args.no_inductor and inductor_spent < args.inductor_budget:
+            try:
+                run, compiled, spent = inductor_runnable(problem)
+                inductor_spent += spent
+                labels.append("inductor")
+                runs.append(run)
+            except Exception as exc:  # noqa: BLE001 - reported, the rest is still timed
+                inductor_note = f"inductor failed: {type(exc).__name__}: {str(exc)[:120]}"
+        elif not args.no_inductor:
+            inductor_note = "inductor left out (budget spent)"
+        times, verdicts = bench.time_many(problem, runs, rounds=5)
+        us = {label: ms * 1e3 for label, ms in zip(labels, times)}
+        ok = {label: verdict.ok for label, verdict in zip(labels, verdicts)}
+        if compiled is not None:  # it writes a new tensor, not ops.out: checked on its own
+            ops = make_operands(problem, 11, "cuda")
+            ok["inductor"] = check(problem, compiled(ops.a, ops.b), reference(problem, ops)).ok
+        ops = make_operands(problem, 3, "cuda")
+        eager = {"torch.mm": eager_wall_us(torch.mm, ops.a, ops.b)}
+        if "gemv" in us:
+            eager["autotune_cli.mm"] = eager_wall_us(dispatcher.mm, ops.a, ops.b)
+        if compiled is not None:
+            eager["inductor"] = eager_wall_us(compiled, ops.a, ops.b)
+        row = {"problem": problem.describe(), "floor_us": floor_us, "kernel_us": us, "verified": ok,
+               "eager_wall_us": eager, "gemv": ours["winner"] if ours else None,
+               "autotune": best["winner"] if best else None, "note": inductor_note}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def cell(row, label, key="kernel_us"):
+        value = row[key].get(label)
+        if value is None:
+            return "-"
+        bad = key == "kernel_us" and not row["verified"].get(label, True)
+        return f"{value:.2f}" + (" (wrong)" if bad else "")
+
+    print()
+    print("| problem | floor us | gemv us | x floor | torch.mm us | Inductor us | gemv / Inductor"
+          + (" | autotune us | autotune winner" if args.every else "")
+          + " | eager us: autotune_cli.mm / torch.mm / Inductor | gemv config |")
+    print("|---|---|---|---|---|---|---" + ("|---|---" if args.every else "") + "|---|---|")
+    for row in rows:
+        gemv_us, ind_us = row["kernel_us"].get("gemv"), row["kernel_us"].get("inductor")
+        ratio = f"{gemv_us / ind_us:.2f}" if gemv_us and ind_us else "-"
+        x_floor = f"{gemv_us / row['floor_us']:.2f}" if gemv_us else "-"
+        params = row["gemv"]["params"] if row["gemv"] else {}
+        config = (("dot " if params.get("DOT") else "each " if params.get("REDUCE_EACH") else "fma ")
+                  + " ".join(f"{k}={params[k]}" for k in ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+                             if k in params)) if params else "-"
+        extra = ""
+        if args.every:
+            extra = f" | {cell(row, 'autotune')} | {row['autotune']['uid'] if row['autotune'] else '-'}"
+        print(f"| {row['problem']} | {row['floor_us']:.2f} | {cell(row, 'gemv')} | {x_floor} | "
+              f"{cell(row, 'torch.mm')} | {cell(row, 'inductor')} | {ratio}{extra} | "
+              f"{cell(row, 'autotune_cli.mm', 'eager_wall_us')} / {cell(row, 'torch.mm', 'eager_wall_us')} / "
+              f"{cell(row, 'inductor', 'eager_wall_us')} | {config} |")
+    (out_dir() / "gemv_decode.json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""triton::gemv: a decode GEMM (M <= 8) as a reduction over K, split over programs.
+"""triton::gemv: a decode GEMM (M <= 16) as a stream over B, split over programs.
 
-The kernel runs for real under Triton's interpreter against a float64 reference for M = 1,
-4 and 8 (and odd M), odd N and K, layouts nn and nt (and A transposed), float16, bfloat16
-and float32, mm and addmm, with and without a split of K; the split's sum is deterministic;
+The kernel runs for real under Triton's interpreter against a float64 reference in each of
+its forms (FMA, REDUCE_EACH, DOT) for M from 1 to 16 (odd M too), odd N and K, layouts nn
+and nt (and A transposed), float16, bfloat16 and float32, mm and addmm, with and without a
+split of K; the split's sum is deterministic;
 the heuristic's configs fill an H200 and stay in its registers; the CLI tunes it through
 the real pipeline on the CPU; with Triton's NVIDIA backend (no GPU needed) its sm_90
 binaries are built by the compile pool and read B with 128-bit loads."""
@@ -27,19 +28,19 @@ in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", 
                                 reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")
 
 
-def tile(block_m, block_n=16, block_k=32, split=1, warps=4):
+def tile(block_m, block_n=16, block_k=32, split=1, warps=4, dot=0, each=0):
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_stages": 1, "num_warps": warps}
+            "num_stages": 1, "num_warps": warps, "DOT": dot, "REDUCE_EACH": each}
 
 
 # -- the template and its source --------------------------------------------------------------
 
-def test_offered_for_mm_and_addmm_up_to_m_8():
+def test_offered_for_mm_and_addmm_up_to_m_16():
     template = get_template(GEMV)
     assert template.backend == "triton" and template.ops == ("mm", "addmm") and template.keeps_buffers
-    for spec in (dict(m=1), dict(m=8, bias="n"), dict(m=5, layout="tt")):
+    for spec in (dict(m=1), dict(m=8, bias="n"), dict(m=5, layout="tt"), dict(m=16)):
         assert GEMV in {t.uid for t in templates_for(make_problem(n=4096, k=4096, **spec))}
-    for spec in (dict(m=9), dict(m=4, batch=2), dict(m=4096)):
+    for spec in (dict(m=17), dict(m=4, batch=2), dict(m=4096)):
         assert GEMV not in {t.uid for t in templates_for(make_problem(n=4096, k=4096, **spec))}
 
 
@@ -64,11 +65,23 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     assert [a.arg for a in kernel.args.args][:4] == ["A", "B", "C", "BIAS"]
     assert "B stored [K, N]" in one and "acc = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N)" in one
     assert "a = tl.load(a_ptrs)\n" in one and "b = tl.load(b_ptrs)\n" in one and "WS" not in one
+    assert "tl.dot" not in one and "axis=1)\n" not in one.split("for _ in range")[1].split("total")[0]
+    # REDUCE_EACH: a [BLOCK_M, BLOCK_N] accumulator, summed over the tile's K at every step
+    each = template.render(even, template.full_params(even, tile(4, 4, 1024, each=1)))
+    assert "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" in each
+    assert "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)" in each
+    # DOT: C^T's tile from B^T's and A^T's, M padded to 16, stored transposed
+    dot_problem = make_problem(m=5, n=4096, k=4096, dtype="bfloat16", layout="nt")
+    dot = template.render(dot_problem, template.full_params(dot_problem, tile(16, 32, 256, dot=1)))
+    assert "acc = tl.dot(b, a, acc, out_dtype=tl.float32)" in dot and "total = tl.trans(acc)" in dot
+    assert "a = tl.load(a_ptrs, mask=m_ok[None, :], other=0.0)" in dot
 
 
 @pytest.mark.parametrize("config, message", [
-    (tile(2), "must be a power of two covering M=3"),
-    (tile(3), "must be a power of two covering M=3"),
+    (tile(2), "must be M=3 rounded up to a power of two"),
+    (tile(8), "must be M=3 rounded up to a power of two"),
+    (tile(4, dot=1), "DOT needs BLOCK_M=16"),
+    (tile(16, 8, dot=1), "DOT needs BLOCK_M=16 and BLOCK_N, BLOCK_K >= 16"),
     (tile(4, block_n=24), "BLOCK_N=24 must be a power of two"),
     (tile(4, split=0), "SPLIT_K must be at least 1"),
 ])
@@ -77,12 +90,18 @@ def test_refuses_params_it_cannot_run(config, message):
         get_template(GEMV).full_params(make_problem(m=3, n=64, k=64), config)
 
 
+def test_dot_serves_16_bit_dtypes_only():
+    with pytest.raises(ValueError, match="DOT serves float16 and bfloat16, not float32"):
+        get_template(GEMV).full_params(make_problem(m=3, n=64, k=64, dtype="float32"), tile(16, dot=1))
+
+
 def test_a_stored_winner_must_be_its_declared_params():
     template = get_template(GEMV)
     problem = make_problem(m=1, n=64, k=64)
     good = template.full_params(problem, tile(1, split=2))
     check_winner(template, problem, good)
-    for bad in ({**good, "BLOCK_M": 16}, {**good, "SPLIT_K": "2"}, {**good, "EVEN_K": 1},
+    for bad in ({**good, "BLOCK_M": 16}, {**good, "BLOCK_M": 32}, {**good, "DOT": 2},
+                {**good, "SPLIT_K": "2"}, {**good, "EVEN_K": 1},
                 {**good, "GROUP_M": 8}, {k: v for k, v in good.items() if k != "EVEN_M"}):
         with pytest.raises(BadParams):
             check_winner(template, problem, bad)
@@ -101,8 +120,19 @@ def test_a_stored_winner_must_be_its_declared_params():
     (dict(m=8, n=40, k=50, dtype="bfloat16", layout="nn"), tile(8, 8, 16)),
     (dict(m=5, n=24, k=40, dtype="float16", layout="tt", bias="n"), tile(8, 8, 16, 2)),  # A stored [k, m]
     (dict(m=3, n=20, k=33, dtype="bfloat16", layout="tn"), tile(4)),
+    (dict(m=1, n=33, k=300, dtype="bfloat16", layout="nt"), tile(1, 4, 128, each=1)),  # per-step sums
+    (dict(m=1, n=64, k=512, dtype="float16", layout="nt"), tile(1, 2, 256, 2, each=1)),  # even, split
+    (dict(m=3, n=70, k=100, dtype="bfloat16", layout="nn", bias="n"), tile(4, 16, 32, each=1)),
+    (dict(m=13, n=40, k=70, dtype="float32", layout="tn"), tile(16, 8, 16, 3, each=1)),
+    (dict(m=16, n=64, k=128, dtype="bfloat16", layout="nt"), tile(16, 32, 32, dot=1)),  # dot, even
+    (dict(m=5, n=70, k=100, dtype="bfloat16", layout="nt", bias="n"), tile(16, 16, 32, dot=1)),
+    (dict(m=12, n=45, k=96, dtype="float16", layout="nn", bias="mn"), tile(16, 16, 32, 2, dot=1)),
+    (dict(m=1, n=33, k=70, dtype="bfloat16", layout="tt"), tile(16, 16, 32, 2, dot=1)),
+    (dict(m=9, n=24, k=64, dtype="float16", layout="tn"), tile(16, 16, 16, dot=1)),
 ], ids=["m1-nt", "m1-nt-split2", "m1-even", "m4-nn-bias-split3", "m4-fp32", "m8-nt-bias-mn",
-        "m8-nn-bf16", "m5-tt-bias", "m3-tn"])
+        "m8-nn-bf16", "m5-tt-bias", "m3-tn", "each-m1-nt", "each-m1-split2", "each-m3-nn-bias",
+        "each-m13-fp32-split3", "dot-m16-even", "dot-m5-nt-bias", "dot-m12-nn-bias-mn-split2",
+        "dot-m1-tt-split2", "dot-m9-tn"])
 def test_computes_the_product(spec, config, tmp_path):
     problem = make_problem(device="cpu", **spec)
     result = run_kernel(problem, get_template(GEMV), config, tmp_path, seed=2, calls=2)
@@ -142,44 +172,61 @@ def test_heuristics_registered_for_cuda_and_cpu():
     assert isinstance(lookup_heuristic(GEMV, "cpu", "addmm"), gemv.GemvCpu)
 
 
-@pytest.mark.parametrize("m", [1, 4, 8])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 8, 16])
 @pytest.mark.parametrize("layout", ["nt", "nn"])
-def test_default_configs_fill_an_h200_and_its_registers(m, layout):
-    problem = make_problem(m=m, n=4096, k=4096, dtype="bfloat16", layout=layout)
+@pytest.mark.parametrize("n, k", [(4096, 4096), (14336, 4096), (4096, 14336)])
+def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
+    problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout=layout)
     found = configs(problem)
-    assert 2 <= len(found) <= 10 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
+    assert 2 <= len(found) <= 8 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
+    template = get_template(GEMV)
     for config in found:
-        assert config["BLOCK_M"] == {1: 1, 4: 4, 8: 8}[m]
-        assert set(config) == set(get_template(GEMV).config_keys)
+        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH"}
+        assert config["BLOCK_M"] == (16 if config["DOT"] else {1: 1, 2: 2, 4: 4, 5: 8, 8: 8, 16: 16}[m])
+        # the CUDA cores' M multiply-adds per element of B: DOT alone past a few rows
+        assert config["DOT"] or m <= gemv.CUDA_CORE_MAX_M
         programs = -(-problem.n // config["BLOCK_N"]) * config["SPLIT_K"]
-        assert programs >= gemv.TARGET_PROGRAMS  # a wave at least; a split only where it is needed
-        assert config["SPLIT_K"] == 1 or programs <= 4 * gemv.TARGET_PROGRAMS
-        per_thread = config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / (32 * config["num_warps"])
-        assert per_thread <= gemv.ACC_PER_THREAD
+        # four per SM, or as many as slices at least BLOCK_K long make; a split only where needed
+        assert programs >= gemv.TARGET_PROGRAMS or not gemv.slice_fits(problem, config["BLOCK_K"], 2 * config["SPLIT_K"])
+        assert config["SPLIT_K"] == 1 or programs < 2 * gemv.TARGET_PROGRAMS
+        if not config["DOT"]:
+            form = gemv.EACH if config["REDUCE_EACH"] else gemv.FMA
+            per_thread = config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / (32 * config["num_warps"])
+            assert per_thread <= gemv.PER_THREAD[form]
         assert problem.k // config["SPLIT_K"] >= config["BLOCK_K"]  # no slice shorter than a step
-    for config in found:  # each a winner the cache would take back: declared and derived
-        check_winner(get_template(GEMV), problem, get_template(GEMV).full_params(problem, config))
-    # the tiles run long along B's contiguous dimension: K for B^T [n, k], N for B [k, n]
-    widest = max(found, key=lambda c: max(c["BLOCK_N"], c["BLOCK_K"]))
-    assert (widest["BLOCK_K"] > widest["BLOCK_N"]) == (layout == "nt")
+        # each a winner the cache would take back: declared and derived
+        check_winner(template, problem, template.full_params(problem, config))
+    # the CUDA-core tiles run long along B's contiguous dimension: K for B^T [n, k], N for B [k, n]
+    cores = [c for c in found if not c["DOT"]]
+    assert all((c["BLOCK_K"] > c["BLOCK_N"]) == (layout == "nt") for c in cores)
+    assert bool(cores) == (m <= gemv.CUDA_CORE_MAX_M)
+
+
+def test_float32_takes_the_cuda_core_forms_at_every_m():
+    for m in (1, 8, 16):
+        found = configs(make_problem(m=m, n=4096, k=4096, dtype="float32", layout="nt"))
+        assert found and not any(c["DOT"] for c in found)
 
 
 def test_splits_come_from_the_column_blocks():
     wide = make_problem(m=1, n=65536, k=4096, dtype="bfloat16", layout="nt")  # columns alone fill it
     assert {c["SPLIT_K"] for c in configs(wide)} == {1}
-    some = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")  # 256 blocks of 16: 1 or 2
-    assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 16} == {1, 2}
-    short = make_problem(m=1, n=4096, k=256, dtype="bfloat16", layout="nt")  # no slice below BLOCK_K
+    some = make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt")  # 64 blocks of 64: 16 slices
+    assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 64} == {16}
+    short = make_problem(m=1, n=4096, k=256, dtype="bfloat16", layout="nn")  # no slice below BLOCK_K
     assert all(256 // c["SPLIT_K"] >= c["BLOCK_K"] for c in configs(short))
+    assert gemv.split_for(short, 64, 32) == 8  # 64 blocks: 8 slices of 32 make 512 programs
 
 
 def test_exhaustive_holds_the_default_list_and_more():
-    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")
-    default = configs(problem)
-    exhaustive = configs(problem, "exhaustive")
-    assert all(c in exhaustive for c in default) and len(exhaustive) > 5 * len(default)
-    assert exhaustive[:2] == default[:2]  # the default tiles lead
-    assert len(exhaustive) <= 80
+    for m in (1, 8):
+        problem = make_problem(m=m, n=4096, k=4096, dtype="bfloat16", layout="nt")
+        default = configs(problem)
+        exhaustive = configs(problem, "exhaustive")
+        assert all(c in exhaustive for c in default) and len(exhaustive) > 5 * len(default)
+        assert exhaustive[:2] == default[:2]  # the default tiles lead
+        assert len(exhaustive) <= gemv.MAX_EXHAUSTIVE
+        assert all(c["DOT"] for c in exhaustive) == (m > gemv.CUDA_CORE_MAX_M)
     # the tile model (dot tiles) does not rank them: every one is timed
     from autotune_cli.choices import KernelTemplateChoice
     from autotune_cli.search.exhaustive import _modelled
@@ -192,18 +239,20 @@ def test_a_user_space_keeps_what_the_kernel_can_take():
     space = [{"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
              {"BLOCK_M": 64, "BLOCK_N": 512, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},
              {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 1, "num_warps": 4,
-              "SPLIT_K": 2}]
+              "SPLIT_K": 2},
+             {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_stages": 3, "num_warps": 4, "DOT": 1}]
     found = configs(problem, space=space)
-    # 32 column blocks: 8 slices make the 132 programs (16 would leave slices under BLOCK_K);
-    # BLOCK_N 512 is more than the kernel takes; a given SPLIT_K is kept
-    assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"], c["num_stages"]) for c in found] == [
-        (32, 64, 8, 3), (16, 128, 2, 1)]
-    assert all(c["BLOCK_M"] == 2 for c in found)
+    # 32 column blocks: 8 slices make 256 programs (16 would leave slices under BLOCK_K);
+    # BLOCK_N 512 is more than the kernel takes; a given SPLIT_K is kept; DOT where asked
+    assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"], c["num_stages"], c["DOT"]) for c in found] == [
+        (32, 64, 8, 3, 0), (16, 128, 2, 1, 0), (32, 128, 4, 3, 1)]
+    assert [c["BLOCK_M"] for c in found] == [2, 2, 16]
 
 
 def test_cpu_list_is_two_small_tiles():
-    found = configs(make_problem(m=1, n=33, k=70, dtype="bfloat16", layout="nt", device="cpu"))
-    assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"]) for c in found] == [(16, 32, 1), (16, 32, 2)]
+    for m in (1, 16):
+        found = configs(make_problem(m=m, n=33, k=70, dtype="bfloat16", layout="nt", device="cpu"))
+        assert [(c["BLOCK_N"], c["BLOCK_K"], c["SPLIT_K"]) for c in found] == [(16, 32, 1), (16, 32, 2)]
 
 
 # -- through the CLI, on the CPU --------------------------------------------------------------
@@ -223,8 +272,8 @@ def test_cli_tunes_it_on_the_cpu(cli, cache_dir, args):
     assert doc["fingerprint"]["templates"] == {GEMV: get_template(GEMV).source_hash()}
 
 
-def test_cli_refuses_it_past_m_8(cli, cache_dir):
-    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--m", 9, "--n", 64, "--k", 64)
+def test_cli_refuses_it_past_m_16(cli, cache_dir):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--m", 17, "--n", 64, "--k", 64)
     assert code == 2 and "no candidates" in err and out == ""
 
 
@@ -240,15 +289,23 @@ def _ptxas_missing() -> bool:
 
 @pytest.mark.skipif(_ptxas_missing(), reason="needs Triton's NVIDIA backend (its bundled ptxas)")
 def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
-    """The compile pool builds the decode case's kernels for a described H200; B^T is read
-    with 128-bit loads."""
+    """The compile pool builds the decode cases' kernels for a described H200 (a per-step
+    sum over K for M = 1, the matrix units for M = 8); B^T is read with 128-bit loads, or
+    16-byte asynchronous copies into shared memory where the loop is pipelined."""
     triton_cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
     described = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
                            sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
-    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")
-    cases = [(GEMV, problem, config) for config in configs(problem)[:2]]
+    cases = []
+    for m, form in ((1, "REDUCE_EACH"), (8, "DOT")):
+        problem = make_problem(m=m, n=4096, k=4096, dtype="bfloat16", layout="nt")
+        config = next(c for c in configs(problem) if c[form] and c["num_stages"] == (1 if m == 1 else 3))
+        cases.append((GEMV, problem, config))
     answers, _ = compile_through_pool(described, cases, tmp_path / "kernels", by_index=True)
     assert all(payload["ok"] for payload in answers.values()), answers
     ptx = [p.read_text() for p in triton_cache.rglob("gemv_*.ptx") if "reduce" not in p.name]
-    assert len(ptx) == 2 and all("ld.global.v4.b32" in text for text in ptx)
+    assert len(ptx) == 2
+    each = [text for text in ptx if "mma" not in text]
+    dot = [text for text in ptx if "mma" in text]
+    assert len(each) == 1 and "ld.global.v4.b32" in each[0]
+    assert len(dot) == 1 and ("cp.async.cg.shared.global" in dot[0] or "cp.async.bulk" in dot[0])

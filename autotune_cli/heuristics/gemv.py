@@ -1,63 +1,94 @@
-"""Heuristics for triton::gemv, the decode GEMM as a reduction over K (templates/triton_gemv.py).
+"""Heuristics for triton::gemv, the decode GEMM bound by reading B (templates/triton_gemv.py).
 
-Where it is offered: M <= 8, decided by the template's `supports`.
+Where it is offered: M <= 16, decided by the template's `supports`.
 
-Its params, with the values each may take, are the template's `params_schema`: BLOCK_M is
-fixed by the problem (M rounded up to a power of two); BLOCK_N, BLOCK_K, SPLIT_K and
-num_warps are tuned; num_stages is 1 by default (the loop has no dot for Triton to pipeline
-through shared memory).
-Each config must keep the float32 products one thread holds, BLOCK_M·BLOCK_N·BLOCK_K over the
-block's threads, at most ACC_PER_THREAD (beyond that the kernel spills); for a larger M a
-tile is halved across B's contiguous dimension, then along it, until it fits (`fit_tile`). SPLIT_K is chosen per tile from the programs it makes,
-column blocks x SPLIT_K: the smallest power of two that gives at least TARGET_PROGRAMS (one
-wave on a 132-SM H200; the heuristics are not told the device), and twice that; each slice
-at least one BLOCK_K long and non-empty, the workspace SPLIT_K·M·N at most MAX_WORKSPACE.
-  - default search: five tiles long along B's contiguous dimension (TILES_K_FAST for B^T
-    stored [n, k], the decode weight; TILES_N_FAST for B [k, n]), each with its two SPLIT_K:
-    at most 10 configs.
-  - exhaustive search: the default tiles, then EXHAUSTIVE_BLOCK_N x _BLOCK_K x _WARPS, each
-    with its two SPLIT_K (at most 80 configs: the tile model does not rank them, every one
-    is timed).
-  - a user's --space: each config within the schema, its BLOCK_N, BLOCK_K, num_warps (and SPLIT_K, num_stages
-    where given; else the two SPLIT_K, one stage), BLOCK_M set to the problem's.
+Its params, with the values each may take, are the template's `params_schema`. A config is a
+tile: the form of the kernel (FORMS: REDUCE_EACH, the CUDA cores summing over K at every
+step; DOT, the matrix units with M padded to 16; FMA, an elementwise accumulator reduced
+after the loop), BLOCK_N, BLOCK_K, num_warps and num_stages; BLOCK_M is fixed by the problem
+(M rounded up to a power of two, 16 with DOT) and SPLIT_K is chosen per tile from the
+programs it makes, column blocks x SPLIT_K: the smallest power of two that gives at least
+TARGET_PROGRAMS (four per SM of a 132-SM H200: enough loads in flight to cover the memory's
+latency; the heuristics are not told the device), each slice at least one BLOCK_K long and
+the workspace SPLIT_K·M·N at most MAX_WORKSPACE.
+
+The CUDA-core forms do M multiply-adds per element of B: past CUDA_CORE_MAX_M rows that work
+would cost as much as the read, so from there the tiles are DOT's. The CUDA-core tiles keep
+the float32 values one thread holds, BLOCK_M·BLOCK_N·BLOCK_K over the block's threads, at
+most PER_THREAD[form] (beyond that the kernel spills); a tile is halved across B's contiguous
+dimension, then along it, until it fits (`fit_tile`).
+  - default search: the tiles of DEFAULT_TILES for the layout (K contiguous, B^T stored
+    [n, k] as the decode weight is; or N contiguous, B [k, n]) and the M: at most 8 configs.
+  - exhaustive search: the default tiles, then the product of EXHAUSTIVE_* for each form
+    the M allows, each with its SPLIT_K and twice it (bounded: the tile model does not rank
+    these configs, every one is timed).
+  - a user's --space: each config within the schema, its BLOCK_N, BLOCK_K, num_warps (and
+    SPLIT_K, num_stages, DOT, REDUCE_EACH where given; else SPLIT_K chosen, one stage, FMA),
+    BLOCK_M set to the problem's.
 On the CPU (the interpreter) two small tiles, one without and one with a split of K.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..problem import GemmProblem
-from ..templates.triton_gemv import TritonGemvTemplate, gemv_block_m, k_per_split
+from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
 from .registry import Heuristic, register_heuristic
 
 GEMV = "triton::gemv"
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
-TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-ACC_PER_THREAD = 64  # float32 products per thread
-TARGET_PROGRAMS = 132  # one wave on an H200
+TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH")
+FMA, EACH, DOT = "fma", "each", "dot"
+FORMS = (FMA, EACH, DOT)
+PER_THREAD = {FMA: 64, EACH: 256}  # float32 values per thread (the accumulator, or the products)
+CUDA_CORE_MAX_M = 4
+TARGET_PROGRAMS = 4 * 132  # four programs per SM of an H200
 MAX_WORKSPACE = 2**24  # float32 elements
-# (BLOCK_N, BLOCK_K, num_warps) of the default search, long along B's contiguous dimension
-# (K for B^T stored [n, k], N for B [k, n]) for wide loads, each at the register bound for
-# M = 1.
-TILES_K_FAST = ((16, 512, 4), (32, 256, 4), (16, 256, 4), (32, 512, 8), (64, 256, 8))
-TILES_N_FAST = ((256, 32, 4), (128, 64, 4), (64, 128, 4), (256, 64, 8), (128, 128, 8))
-# The exhaustive search's product (each tile with its two SPLIT_K, fitted and deduplicated:
-# at most 80 configs). The tile model does not rank them (the template's `tile_model`), so
-# every one is timed: a bounded product.
-EXHAUSTIVE_BLOCK_N = (8, 16, 32, 64, 128)
-EXHAUSTIVE_BLOCK_K = (64, 128, 256, 512)
-EXHAUSTIVE_WARPS = (4, 8)
-CPU_TILES = ((16, 32, 4, 1), (16, 32, 4, 2))  # (BLOCK_N, BLOCK_K, num_warps, SPLIT_K)
 
 
-def fit_tile(block_m: int, block_n: int, block_k: int, warps: int, k_fast: bool) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_K) halved until BLOCK_M·BLOCK_N·BLOCK_K fits ACC_PER_THREAD per thread:
-    first across B's contiguous dimension (BLOCK_N when K is contiguous), so that the loads
-    stay wide, then along it; never below the schema's least."""
+class Tile(NamedTuple):
+    form: str
+    block_n: int
+    block_k: int
+    warps: int
+    stages: int = 1
+    split: int | None = None  # None: chosen from the programs it makes
+
+
+# The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
+# dimension for 16-byte loads, many programs.
+DEFAULT_TILES = {
+    (True, True): (Tile(EACH, 4, 1024, 4), Tile(EACH, 2, 2048, 4), Tile(EACH, 8, 512, 4),
+                   Tile(EACH, 4, 2048, 8), Tile(EACH, 1, 4096, 4), Tile(EACH, 4, 1024, 4, 3),
+                   Tile(DOT, 32, 256, 4, 3)),
+    (False, True): (Tile(FMA, 64, 32, 4), Tile(FMA, 128, 16, 4), Tile(FMA, 64, 16, 4),
+                    Tile(FMA, 32, 32, 4), Tile(FMA, 128, 32, 8), Tile(DOT, 32, 256, 4, 3)),
+    (True, False): (Tile(DOT, 16, 256, 4, 3), Tile(DOT, 32, 256, 4, 3), Tile(DOT, 32, 128, 4, 5),
+                    Tile(DOT, 64, 256, 4, 3), Tile(DOT, 16, 512, 4, 3), Tile(DOT, 16, 256, 2, 3)),
+    (False, False): (Tile(DOT, 16, 256, 4, 3), Tile(DOT, 32, 256, 4, 3), Tile(DOT, 32, 128, 4, 5),
+                     Tile(DOT, 64, 256, 4, 3), Tile(DOT, 16, 512, 4, 3), Tile(DOT, 16, 256, 2, 3)),
+}
+# The exhaustive search's products, per form (each tile with its SPLIT_K and twice it,
+# fitted and deduplicated).
+EXHAUSTIVE = {
+    EACH: ((1, 2, 4, 8, 16), (512, 1024, 2048, 4096), (4, 8), (1, 3)),
+    FMA: ((8, 16, 32, 64, 128), (16, 32, 64, 128, 256, 512), (4, 8), (1,)),
+    DOT: ((16, 32, 64), (128, 256, 512), (2, 4), (3, 5)),
+}
+MAX_EXHAUSTIVE = 160
+CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
+
+
+def fit_tile(form: str, block_m: int, block_n: int, block_k: int, warps: int, k_fast: bool) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_K) halved until BLOCK_M·BLOCK_N·BLOCK_K fits PER_THREAD[form] per
+    thread: first across B's contiguous dimension (BLOCK_N when K is contiguous), so that
+    the loads stay wide, then along it; never below the schema's least. DOT tiles as given."""
+    if form == DOT:
+        return block_n, block_k
     least_n, least_k = SCHEMA["BLOCK_N"].low, SCHEMA["BLOCK_K"].low
-    while block_m * block_n * block_k > ACC_PER_THREAD * 32 * warps:
+    while block_m * block_n * block_k > PER_THREAD[form] * 32 * warps:
         across_n = block_n > least_n and (k_fast or block_k == least_k)
         if across_n:
             block_n //= 2
@@ -78,42 +109,60 @@ def slice_fits(problem: GemmProblem, block_k: int, split: int) -> bool:
     return split * problem.m * problem.n <= MAX_WORKSPACE
 
 
-def splits_for(problem: GemmProblem, block_n: int, waves: int = 2) -> list[int]:
-    """SPLIT_K from the smallest power of two that gives TARGET_PROGRAMS programs, doubling
-    `waves` - 1 times (never past the schema's largest); only 1 where the column blocks
-    alone make `waves` waves."""
+def split_for(problem: GemmProblem, block_n: int, block_k: int) -> int:
+    """The smallest power of two of slices that makes TARGET_PROGRAMS programs with the
+    column blocks, as far as the slices stay at least BLOCK_K long (1 where the column
+    blocks alone make them)."""
     blocks = -(-problem.n // block_n)
-    if blocks >= waves * TARGET_PROGRAMS:
-        return [1]
-    most = SCHEMA["SPLIT_K"].high
-    split = 1
-    while blocks * split < TARGET_PROGRAMS and split * 2 <= most:
+    split, most = 1, SCHEMA["SPLIT_K"].high
+    while blocks * split < TARGET_PROGRAMS and split * 2 <= most and slice_fits(problem, block_k, split * 2):
         split *= 2
-    return [s for s in (split << i for i in range(waves)) if s <= most]
+    return split
 
 
-def _scaled(problem: GemmProblem, block_n: int, block_k: int) -> tuple[int, int]:
-    """Blocks no larger than the problem needs (powers of two, BLOCK_K at least 16)."""
-    return min(block_n, max(4, gemv_block_m(problem.n))), min(block_k, max(16, gemv_block_m(problem.k)))
+def _scaled(problem: GemmProblem, form: str, block_n: int, block_k: int) -> tuple[int, int]:
+    """Blocks no larger than the problem needs (powers of two; BLOCK_K at least 16, DOT's
+    blocks at least 16)."""
+    least_n = DOT_M if form == DOT else 1
+    return (min(block_n, max(least_n, gemv_block_m(problem.n))),
+            min(block_k, max(16, gemv_block_m(problem.k))))
 
 
-def configs_for(problem: GemmProblem, tiles: Iterable[tuple], waves: int = 2) -> Iterator[dict[str, Any]]:
-    """Each (BLOCK_N, BLOCK_K, num_warps[, SPLIT_K[, num_stages]]) tile as configs for the
-    problem: blocks scaled down, BLOCK_K fitted to the registers, SPLIT_K chosen where not
-    given, slices checked; duplicates dropped."""
-    block_m = gemv_block_m(problem.m)
+def cuda_cores(problem: GemmProblem) -> bool:
+    """Whether the CUDA-core forms are offered: up to CUDA_CORE_MAX_M rows, or where DOT
+    cannot serve (float32)."""
+    return problem.m <= CUDA_CORE_MAX_M or problem.dtype not in DOT_DTYPES
+
+
+def forms_for(problem: GemmProblem) -> tuple[str, ...]:
+    """The forms worth offering: the CUDA-core ones (`cuda_cores`), DOT for the 16-bit
+    dtypes."""
+    forms = (FMA, EACH) if cuda_cores(problem) else ()
+    return forms + ((DOT,) if problem.dtype in DOT_DTYPES else ())
+
+
+def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = False) -> Iterator[dict[str, Any]]:
+    """Each tile as configs for the problem: blocks scaled down and fitted to the registers,
+    SPLIT_K chosen where not given (and twice it with `doubled`), slices checked; DOT tiles
+    for a dtype it does not serve, and duplicates, dropped."""
     seen: set[tuple] = set()
     for tile in tiles:
-        block_n, block_k, warps = tile[:3]
-        block_n, block_k = fit_tile(block_m, *_scaled(problem, block_n, block_k), warps,
-                                    problem.b_transposed)
-        splits = [tile[3]] if len(tile) > 3 and tile[3] is not None else splits_for(problem, block_n, waves)
-        stages = tile[4] if len(tile) > 4 and tile[4] is not None else 1
+        if tile.form == DOT and problem.dtype not in DOT_DTYPES:
+            continue
+        block_m = DOT_M if tile.form == DOT else gemv_block_m(problem.m)
+        block_n, block_k = fit_tile(tile.form, block_m, *_scaled(problem, tile.form, tile.block_n, tile.block_k),
+                                    tile.warps, problem.b_transposed)
+        if tile.split is not None:
+            splits = [tile.split]
+        else:
+            split = split_for(problem, block_n, block_k)
+            splits = [split, split * 2] if doubled and split > 1 else [split]
         for split in splits:
             if not slice_fits(problem, block_k, split):
                 continue
             config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
-                      "num_stages": stages, "num_warps": warps}
+                      "num_stages": tile.stages, "num_warps": tile.warps,
+                      "DOT": int(tile.form == DOT), "REDUCE_EACH": int(tile.form == EACH)}
             ident = tuple(sorted(config.items()))
             if ident not in seen:
                 seen.add(ident)
@@ -125,26 +174,48 @@ def in_schema(config: dict[str, Any]) -> bool:
     return all(SCHEMA[key].problem(config[key]) is None for key in TUNED if key in config)
 
 
-def space_tiles(space: list[dict[str, Any]]) -> list[tuple]:
+def space_tiles(space: list[dict[str, Any]]) -> list[Tile]:
     """A user's configs (already checked as Triton configs) as tiles. One --space serves
     every Triton template: a config out of this template's schema (BLOCK_N 512, say) is one
     this kernel cannot take and is left out; keys of other templates (GROUP_M) are ignored,
     and BLOCK_M is the problem's."""
-    return [(config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
-             config.get("SPLIT_K"), config.get("num_stages"))
-            for config in space if in_schema(config)]
+    tiles = []
+    for config in space:
+        if not in_schema(config):
+            continue
+        form = DOT if config.get("DOT") else EACH if config.get("REDUCE_EACH") else FMA
+        tiles.append(Tile(form, config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
+                          config.get("num_stages") or 1, config.get("SPLIT_K")))
+    return tiles
+
+
+def exhaustive_tiles(problem: GemmProblem) -> Iterator[Tile]:
+    for form in forms_for(problem):
+        for block_n, block_k, warps, stages in itertools.product(*EXHAUSTIVE[form]):
+            yield Tile(form, block_n, block_k, warps, stages)
+
+
+def _unique(configs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    seen: set[tuple] = set()
+    for config in configs:
+        ident = tuple(sorted(config.items()))
+        if ident not in seen:
+            seen.add(ident)
+            yield config
 
 
 class _Gemv(Heuristic):
     def tiles(self, problem: GemmProblem) -> tuple:
-        return TILES_K_FAST if problem.b_transposed else TILES_N_FAST
+        return DEFAULT_TILES[(problem.b_transposed, cuda_cores(problem))]
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         if space is not None:
             yield from configs_for(problem, space_tiles(space))
-        elif search == "exhaustive":
-            tiles = itertools.product(EXHAUSTIVE_BLOCK_N, EXHAUSTIVE_BLOCK_K, EXHAUSTIVE_WARPS)
-            yield from configs_for(problem, itertools.chain(self.tiles(problem), tiles))
+        elif search == "exhaustive":  # the default list first, then the rest
+            tiles = self.tiles(problem)
+            found = itertools.chain(configs_for(problem, tiles), configs_for(
+                problem, itertools.chain(tiles, exhaustive_tiles(problem)), doubled=True))
+            yield from itertools.islice(_unique(found), MAX_EXHAUSTIVE)
         else:
             yield from configs_for(problem, self.tiles(problem))
 

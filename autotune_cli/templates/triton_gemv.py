@@ -1,19 +1,27 @@
-"""triton::gemv (mm and addmm, M <= 8): a decode GEMM as a reduction over K, rendered from
+"""triton::gemv (mm and addmm, M <= 16): a decode GEMM as a stream over B, rendered from
 jinja.
 
-With a handful of rows, a GEMM is a matrix-vector product bound by reading B once from
-memory: the matrix units would sit mostly idle (their M slot is 64 rows on Hopper) and
-what counts is keeping enough loads in flight on every SM. Each program owns BLOCK_N
-columns of C and one slice of K (grid (column blocks, SPLIT_K)); it reads B in
-[BLOCK_N, BLOCK_K] tiles along B's contiguous dimension (K for B^T stored [n, k], the usual
-decode weight, layout ?t; N for B [k, n], layout ?n), multiplies them by all BLOCK_M rows of
-A (BLOCK_M: M rounded up to a power of two, one tile) and sums the products elementwise in
-float32, reducing over BLOCK_K once after the loop. SPLIT_K slices make column blocks x
-SPLIT_K programs, enough to fill the GPU when N alone gives too few; with SPLIT_K > 1 each
-slice writes a float32 [M, N] plane of a workspace and a second small kernel sums the planes
-in slice order, adds the bias and rounds: deterministic, no atomics. With SPLIT_K = 1 the
-one kernel writes C itself. Every layout is read through the strides (A may be transposed
-too); M, N, K and the strides are runtime arguments.
+With a handful of rows, a GEMM is bound by reading B once from memory: what counts is
+keeping enough loads in flight on every SM. Each program owns BLOCK_N columns of C and one
+slice of K (grid (column blocks, SPLIT_K)); it reads B in [BLOCK_N, BLOCK_K] tiles along
+B's contiguous dimension (K for B^T stored [n, k], the usual decode weight, layout ?t; N
+for B [k, n], layout ?n) and multiplies each tile by all BLOCK_M rows of A, so that every
+element of B is loaded once. Three forms of the product, each accumulating in float32:
+  FMA (DOT=0, REDUCE_EACH=0): an elementwise [BLOCK_M, tile] accumulator of the products,
+     reduced over BLOCK_K once after the loop (few instructions per element; the
+     accumulator bounds the tile);
+  REDUCE_EACH=1: the products summed over BLOCK_K at every step into a [BLOCK_M, BLOCK_N]
+     accumulator, so that long tiles (a whole row of K) fit the registers;
+  DOT=1 (float16, bfloat16): the matrix units, C^T's tile = B^T's [BLOCK_N, BLOCK_K] times
+     A^T's [BLOCK_K, 16], rows past M read as zero (BLOCK_M is 16, the dot's least). The
+     CUDA-core forms do M multiply-adds per element of B, which past a few rows cost more
+     than the read.
+BLOCK_M is M rounded up to a power of two (16 with DOT). SPLIT_K slices make column blocks
+x SPLIT_K programs, enough to fill the GPU when N alone gives too few; with SPLIT_K > 1
+each slice writes a float32 [M, N] plane of a workspace and a second small kernel sums the
+planes in slice order, adds the bias and rounds: deterministic, no atomics. With SPLIT_K = 1
+the one kernel writes C itself. Every layout is read through the strides (A may be
+transposed too); M, N, K and the strides are runtime arguments.
 
 What the problem fixes is written into the source: EVEN_K (K a multiple of
 SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of
@@ -59,7 +67,7 @@ class TritonGemvTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
     defaults = DEFAULTS
-    # No GROUP_M; blocks below the dot's 16 (there is no dot); the rows one tile of M.
+    # No GROUP_M; blocks below 16 (but for DOT); the rows one tile of M.
     params_schema = {
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
@@ -80,8 +88,8 @@ class TritonGemvTemplate(TritonTemplate):
 
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         block_m, split = params["BLOCK_M"], params["SPLIT_K"]
-        if block_m < problem.m or block_m & (block_m - 1):
-            raise ValueError(f"{self.uid}: BLOCK_M={block_m} must be a power of two covering M={problem.m}")
+        if not params["DOT"] and block_m != gemv_block_m(problem.m):
+            raise ValueError(f"{self.uid}: BLOCK_M={block_m} must be M={problem.m} rounded up to a power of two")
         for key in ("BLOCK_N", "BLOCK_K"):
             if params[key] < 1 or params[key] & (params[key] - 1):
                 raise ValueError(f"{self.uid}: {key}={params[key]} must be a power of two")
