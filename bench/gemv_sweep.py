@@ -38,9 +38,30 @@ def auto_split(n: int, k: int, block_n: int, block_k: int) -> int:
     return split
 
 
-def config(bm, bn, bk, warps, stages=1, split=1, dot=0, each=0) -> dict:
+def config(bm, bn, bk, warps, stages=1, split=1, dot=0, each=0, evict=1) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_stages": stages,
-            "num_warps": warps, "DOT": dot, "REDUCE_EACH": each}
+            "num_warps": warps, "DOT": dot, "REDUCE_EACH": each, "EVICT": evict}
+
+
+def focus_configs(m: int, n: int, k: int, layout: str) -> list[dict]:
+    """Around the best of the wide sweep: the CUDA-core forms for M = 1 along K (B^T),
+    the matrix units for more rows; with and without the eviction hints."""
+    bm, out = pow2(m), []
+    if m == 1 and layout.endswith("t"):
+        for bn, bk, warps in ((4, 4096, 8), (2, 4096, 4), (4, 2048, 4), (4, 4096, 16), (8, 4096, 16),
+                              (2, 4096, 8), (1, 4096, 4), (8, 2048, 8), (2, 2048, 4)):
+            for evict in (1, 0):
+                out.append(config(bm, bn, bk, warps, each=1, evict=evict))
+        for bn, bk, warps in ((1, 2048, 8), (1, 2048, 16), (2, 2048, 8), (1, 4096, 8), (4, 1024, 4), (8, 512, 4),
+                              (2, 1024, 4), (1, 1024, 4)):
+            for evict in (1, 0):
+                out.append(config(bm, bn, bk, warps, evict=evict))
+    for bn, bk, warps, stages in ((32, 512, 4, 3), (16, 512, 2, 3), (16, 1024, 2, 3), (32, 1024, 4, 2),
+                                  (16, 512, 1, 3), (16, 512, 2, 4), (32, 512, 4, 4), (32, 512, 2, 3),
+                                  (16, 1024, 1, 2), (64, 512, 4, 2), (32, 256, 4, 4), (16, 256, 1, 4)):
+        for evict in ((1, 0) if (bn, bk, warps, stages) in ((32, 512, 4, 3), (16, 512, 2, 3)) else (1,)):
+            out.append(config(16, bn, bk, warps, stages, 1, dot=1, evict=evict))
+    return out
 
 
 def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dict]:
@@ -102,7 +123,7 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
 def label(c: dict) -> str:
     family = "dot" if c["DOT"] else ("each" if c["REDUCE_EACH"] else "fma")
     return (f"{family:4} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']}"
-            f" sk{c['SPLIT_K']}")
+            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict"))
 
 
 def compile_case(args) -> str | None:
@@ -129,6 +150,7 @@ def main() -> None:
     parser.add_argument("--layouts", default="nt,nn")
     parser.add_argument("--families", default="fma,each,dot")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--focus", action="store_true", help="the focused list (focus_configs) instead")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
 
@@ -144,7 +166,7 @@ def main() -> None:
         for layout in args.layouts.split(","):
             problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout=layout, device="cuda")
             kept = []
-            for c in configs(m, n, k, layout, families):
+            for c in (focus_configs(m, n, k, layout) if args.focus else configs(m, n, k, layout, families)):
                 try:
                     template.full_params(problem, c)
                     kept.append(c)

@@ -11,6 +11,7 @@ binaries are built by the compile pool and read B with 128-bit loads."""
 import ast
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,10 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     (kernel,) = [node for node in ast.parse(one).body if isinstance(node, ast.FunctionDef)]
     assert [a.arg for a in kernel.args.args][:4] == ["A", "B", "C", "BIAS"]
     assert "B stored [K, N]" in one and "acc = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N)" in one
-    assert "a = tl.load(a_ptrs)\n" in one and "b = tl.load(b_ptrs)\n" in one and "WS" not in one
+    assert 'a = tl.load(a_ptrs, eviction_policy="evict_last")\n' in one and "WS" not in one
+    assert 'b = tl.load(b_ptrs, eviction_policy="evict_first")\n' in one
+    plain = template.render(even, template.full_params(even, {**tile(4, 128, 32), "EVICT": 0}))
+    assert "a = tl.load(a_ptrs)\n" in plain and "b = tl.load(b_ptrs)\n" in plain and "evict" not in plain
     assert "tl.dot" not in one and "axis=1)\n" not in one.split("for _ in range")[1].split("total")[0]
     # REDUCE_EACH: a [BLOCK_M, BLOCK_N] accumulator, summed over the tile's K at every step
     each = template.render(even, template.full_params(even, tile(4, 4, 1024, each=1)))
@@ -74,7 +78,7 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     dot_problem = make_problem(m=5, n=4096, k=4096, dtype="bfloat16", layout="nt")
     dot = template.render(dot_problem, template.full_params(dot_problem, tile(16, 32, 256, dot=1)))
     assert "acc = tl.dot(b, a, acc, out_dtype=tl.float32)" in dot and "total = tl.trans(acc)" in dot
-    assert "a = tl.load(a_ptrs, mask=m_ok[None, :], other=0.0)" in dot
+    assert 'a = tl.load(a_ptrs, mask=m_ok[None, :], other=0.0, eviction_policy="evict_last")' in dot
 
 
 @pytest.mark.parametrize("config, message", [
@@ -181,13 +185,16 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
     assert 2 <= len(found) <= 8 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
     template = get_template(GEMV)
     for config in found:
-        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH"}
+        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH"}  # EVICT: its default
         assert config["BLOCK_M"] == (16 if config["DOT"] else {1: 1, 2: 2, 4: 4, 5: 8, 8: 8, 16: 16}[m])
         # the CUDA cores' M multiply-adds per element of B: DOT alone past a few rows
         assert config["DOT"] or m <= gemv.CUDA_CORE_MAX_M
         programs = -(-problem.n // config["BLOCK_N"]) * config["SPLIT_K"]
-        # four per SM, or as many as slices at least BLOCK_K long make; a split only where needed
-        assert programs >= gemv.TARGET_PROGRAMS or not gemv.slice_fits(problem, config["BLOCK_K"], 2 * config["SPLIT_K"])
+        # the CUDA-core tiles: four per SM, or as many as slices at least BLOCK_K long make;
+        # a split only where needed (DOT's are split where the list says)
+        if not config["DOT"]:
+            assert programs >= gemv.TARGET_PROGRAMS or not gemv.slice_fits(problem, config["BLOCK_K"],
+                                                                           2 * config["SPLIT_K"])
         assert config["SPLIT_K"] == 1 or programs < 2 * gemv.TARGET_PROGRAMS
         if not config["DOT"]:
             form = gemv.EACH if config["REDUCE_EACH"] else gemv.FMA
@@ -211,11 +218,21 @@ def test_float32_takes_the_cuda_core_forms_at_every_m():
 def test_splits_come_from_the_column_blocks():
     wide = make_problem(m=1, n=65536, k=4096, dtype="bfloat16", layout="nt")  # columns alone fill it
     assert {c["SPLIT_K"] for c in configs(wide)} == {1}
-    some = make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt")  # 64 blocks of 64: 16 slices
-    assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 64} == {16}
+    some = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nn")  # 32 blocks of 128: 16 slices
+    assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 128} == {16}
+    # DOT's tiles split only where the list says so (a second launch costs more than it gains)
+    decode = make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt")
+    assert [c["SPLIT_K"] for c in configs(decode)].count(1) == len(configs(decode)) - 1
     short = make_problem(m=1, n=4096, k=256, dtype="bfloat16", layout="nn")  # no slice below BLOCK_K
     assert all(256 // c["SPLIT_K"] >= c["BLOCK_K"] for c in configs(short))
     assert gemv.split_for(short, 64, 32) == 8  # 64 blocks: 8 slices of 32 make 512 programs
+
+
+def test_block_k_divides_k_where_a_halving_or_two_makes_it():
+    long_k = make_problem(m=1, n=4096, k=14336, dtype="bfloat16", layout="nt")  # 7 x 2048
+    assert all(14336 % c["BLOCK_K"] == 0 for c in configs(long_k))
+    odd = make_problem(m=1, n=4096, k=4100, dtype="bfloat16", layout="nt")  # no halving helps: kept
+    assert max(c["BLOCK_K"] for c in configs(odd)) == 4096
 
 
 def test_exhaustive_holds_the_default_list_and_more():
@@ -307,5 +324,33 @@ def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
     assert len(ptx) == 2
     each = [text for text in ptx if "mma" not in text]
     dot = [text for text in ptx if "mma" in text]
-    assert len(each) == 1 and "ld.global.v4.b32" in each[0]
+    # 16-byte loads, B's marked evict_first (EVICT): ld.global.L1::evict_first.L2::cache_hint.v4.b32
+    assert len(each) == 1 and re.search(r"ld\.global\.L1::evict_first[\w.:]*\.v4\.b32", each[0])
     assert len(dot) == 1 and ("cp.async.cg.shared.global" in dot[0] or "cp.async.bulk" in dot[0])
+
+
+# -- on a GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [
+    dict(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt"),
+    dict(m=13, n=333, k=1030, dtype="bfloat16", layout="tt", bias="mn"),
+    dict(m=3, n=1000, k=777, dtype="float32", layout="nn", bias="n"),
+], ids=["1x4096x4096-nt", "13x333x1030-tt-bias-mn", "3x1000x777-fp32-nn-bias"])
+def test_gpu_every_default_config_verifies(spec, tmp_path):
+    """Each default config of the heuristic compiles for the GPU and is right, twice (the
+    split's workspace reused)."""
+    from autotune_cli.runner.verify import check, make_operands, reference
+
+    problem = make_problem(device="cuda", **spec)
+    template = get_template(GEMV)
+    found = configs(problem)
+    assert found
+    for config in found:
+        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+        for seed in (1, 2):
+            ops = make_operands(problem, seed=seed, device="cuda")
+            ops.out.fill_(float("nan"))
+            run(ops)
+            verdict = check(problem, ops.out, reference(problem, ops))
+            assert verdict.ok, (config, verdict.reason)

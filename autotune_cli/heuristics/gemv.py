@@ -44,7 +44,7 @@ FMA, EACH, DOT = "fma", "each", "dot"
 FORMS = (FMA, EACH, DOT)
 PER_THREAD = {FMA: 64, EACH: 256}  # float32 values per thread (the accumulator, or the products)
 CUDA_CORE_MAX_M = 4
-TARGET_PROGRAMS = 4 * 132  # four programs per SM of an H200
+TARGET_PROGRAMS = 512  # about four programs per SM of a 132-SM H200
 MAX_WORKSPACE = 2**24  # float32 elements
 
 
@@ -58,24 +58,29 @@ class Tile(NamedTuple):
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
-# dimension for 16-byte loads, many programs.
+# dimension for 16-byte loads, many programs. DOT's tiles do not split K by default: the
+# second launch of a split costs more than its programs gain, on an H200 (bench/README.md).
+_DOT_NT = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 128, 4, 3, 1),
+           Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 1024, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
+           Tile(DOT, 32, 256, 2, 3, 1), Tile(DOT, 32, 256, 4, 3))
+_DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1),
+           Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
+           Tile(DOT, 32, 256, 4, 3))
 DEFAULT_TILES = {
-    (True, True): (Tile(EACH, 4, 1024, 4), Tile(EACH, 2, 2048, 4), Tile(EACH, 8, 512, 4),
-                   Tile(EACH, 4, 2048, 8), Tile(EACH, 1, 4096, 4), Tile(EACH, 4, 1024, 4, 3),
-                   Tile(DOT, 32, 256, 4, 3)),
-    (False, True): (Tile(FMA, 64, 32, 4), Tile(FMA, 128, 16, 4), Tile(FMA, 64, 16, 4),
-                    Tile(FMA, 32, 32, 4), Tile(FMA, 128, 32, 8), Tile(DOT, 32, 256, 4, 3)),
-    (True, False): (Tile(DOT, 16, 256, 4, 3), Tile(DOT, 32, 256, 4, 3), Tile(DOT, 32, 128, 4, 5),
-                    Tile(DOT, 64, 256, 4, 3), Tile(DOT, 16, 512, 4, 3), Tile(DOT, 16, 256, 2, 3)),
-    (False, False): (Tile(DOT, 16, 256, 4, 3), Tile(DOT, 32, 256, 4, 3), Tile(DOT, 32, 128, 4, 5),
-                     Tile(DOT, 64, 256, 4, 3), Tile(DOT, 16, 512, 4, 3), Tile(DOT, 16, 256, 2, 3)),
+    (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
+                   Tile(EACH, 4, 4096, 16), Tile(FMA, 1, 2048, 8), Tile(FMA, 8, 512, 4),
+                   Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1)),
+    (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
+                    Tile(EACH, 128, 32, 4), Tile(FMA, 128, 16, 4), Tile(DOT, 32, 256, 4, 3)),
+    (True, False): _DOT_NT,
+    (False, False): _DOT_NN,
 }
-# The exhaustive search's products, per form (each tile with its SPLIT_K and twice it,
-# fitted and deduplicated).
+# The exhaustive search's products, per form (each tile with its SPLIT_K and twice it, DOT's
+# without a split and with one; fitted and deduplicated).
 EXHAUSTIVE = {
-    EACH: ((1, 2, 4, 8, 16), (512, 1024, 2048, 4096), (4, 8), (1, 3)),
-    FMA: ((8, 16, 32, 64, 128), (16, 32, 64, 128, 256, 512), (4, 8), (1,)),
-    DOT: ((16, 32, 64), (128, 256, 512), (2, 4), (3, 5)),
+    EACH: ((1, 2, 4, 8, 16), (512, 1024, 2048, 4096), (4, 8, 16), (1,)),
+    FMA: ((1, 2, 4, 8, 16, 32, 64, 128), (16, 32, 64, 256, 512, 2048), (4, 8), (1,)),
+    DOT: ((16, 32, 64), (128, 256, 512, 1024), (1, 2, 4), (2, 3, 4)),
 }
 MAX_EXHAUSTIVE = 160
 CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
@@ -122,10 +127,15 @@ def split_for(problem: GemmProblem, block_n: int, block_k: int) -> int:
 
 def _scaled(problem: GemmProblem, form: str, block_n: int, block_k: int) -> tuple[int, int]:
     """Blocks no larger than the problem needs (powers of two; BLOCK_K at least 16, DOT's
-    blocks at least 16)."""
+    blocks at least 16), BLOCK_K halved (twice at most) where that makes it divide K: the
+    loop then needs no masks (14336 = 7 x 2048: a 4096 tile would read a masked quarter)."""
     least_n = DOT_M if form == DOT else 1
-    return (min(block_n, max(least_n, gemv_block_m(problem.n))),
-            min(block_k, max(16, gemv_block_m(problem.k))))
+    block_k = min(block_k, max(16, gemv_block_m(problem.k)))
+    for _ in range(2):
+        if problem.k % block_k == 0 or block_k <= 16 or problem.k % (block_k // 2):
+            break
+        block_k //= 2
+    return min(block_n, max(least_n, gemv_block_m(problem.n))), block_k
 
 
 def cuda_cores(problem: GemmProblem) -> bool:
@@ -156,7 +166,10 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
             splits = [tile.split]
         else:
             split = split_for(problem, block_n, block_k)
-            splits = [split, split * 2] if doubled and split > 1 else [split]
+            if not doubled or split == 1:
+                splits = [split]
+            else:
+                splits = [1, split] if tile.form == DOT else [split, split * 2]
         for split in splits:
             if not slice_fits(problem, block_k, split):
                 continue

@@ -25,8 +25,9 @@ transposed too); M, N, K and the strides are runtime arguments.
 
 What the problem fixes is written into the source: EVEN_K (K a multiple of
 SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of
-B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. The workspace is allocated on the
-first run and kept by the runnable (`keeps_buffers`).
+B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. EVICT (default 1) marks B's loads
+evict_first and A's evict_last: B is read once, A by every program. The workspace is
+allocated on the first run and kept by the runnable (`keeps_buffers`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
-DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0}
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1}
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
 REDUCE_BLOCK = 1024
@@ -72,7 +73,7 @@ class TritonGemvTemplate(TritonTemplate):
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
         "BLOCK_K": Int(16, 4096, power_of_two=True), "SPLIT_K": Int(1, 128),
-        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE,
+        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -114,7 +115,7 @@ class TritonGemvTemplate(TritonTemplate):
             K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
             EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
-            DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]),
+            DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
