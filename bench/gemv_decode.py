@@ -142,7 +142,15 @@ def main() -> None:
                 inductor_note = f"inductor failed: {type(exc).__name__}: {str(exc)[:120]}"
         elif not args.no_inductor:
             inductor_note = "inductor left out (budget spent)"
-        times, verdicts = bench.time_many(problem, runs, rounds=5)
+        try:
+            times, verdicts = bench.time_many(problem, runs, rounds=5)
+        except Exception as exc:  # noqa: BLE001 - Inductor's function captured badly: time the rest
+            if compiled is None:
+                raise
+            inductor_note = f"inductor not timed: {type(exc).__name__}: {str(exc)[:120]}"
+            compiled = None
+            labels, runs = labels[:-1], runs[:-1]
+            times, verdicts = bench.time_many(problem, runs, rounds=5)
         us = {label: ms * 1e3 for label, ms in zip(labels, times)}
         ok = {label: verdict.ok for label, verdict in zip(labels, verdicts)}
         if compiled is not None:  # it writes a new tensor, not ops.out: checked on its own
