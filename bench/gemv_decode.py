@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune_cli.roofline import HBM_BYTES_PER_S  # noqa: E402
+from autotune_cli.roofline import hbm_seconds  # noqa: E402
 
 SHAPES = ("1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x4096x4096,8x14336x4096,"
           "16x4096x4096,16x14336x4096")
@@ -122,7 +122,7 @@ def main() -> None:
     rows = []
     for entry, ours, best in zip(entries, mine, every):
         problem = make_problem(**entry, device="cuda")
-        floor_us = 2 * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) / HBM_BYTES_PER_S * 1e6
+        floor_us = hbm_seconds(problem.min_bytes) * 1e6
         labels, runs = ["torch.mm"], [bench.anchor(problem)]
         if ours and ours.get("winner"):
             labels.append("gemv")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-HBM_BYTES_PER_S = 4.3e12
+from autotune_cli.roofline import hbm_seconds  # noqa: E402
 SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096,1x4096x14336"
 TARGET_PROGRAMS = 4 * 132
 
@@ -187,7 +187,7 @@ def main() -> None:
     bench = SideBySide()
     summary = []
     for problem, kept in plan:
-        floor_us = (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n) * 2 / HBM_BYTES_PER_S * 1e6
+        floor_us = hbm_seconds(problem.min_bytes) * 1e6
         runs, labels, cfgs = [bench.anchor(problem), reader(2112, 4096, 8), reader(1056, 4096, 8)], \
             ["torch.mm", "read B only 2112p", "read B only 1056p"], [None, None, None]
         pkey = json.dumps(problem.to_dict(), sort_keys=True)
