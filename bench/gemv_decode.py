@@ -11,7 +11,7 @@
 3. Eager wall time per call from Python (a loop of calls, then a sync): autotune_cli's
    dispatcher on the gemv cache, torch.mm, the compiled function.
 
-PYTHONPATH=. python3 bench/gemv_decode.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
+PYTHONPATH=. python3 bench/gemv_decode.py [--shapes 1x4096x4096,8x4096x4096] [--nn-shapes ...]
     [--every] [--no-inductor] [--inductor-budget 150]
 
 Shapes are MxNxK; layout nt is the weight stored [n, k], as nn.Linear keeps it.
@@ -37,6 +37,7 @@ from autotune_cli.roofline import hbm_seconds  # noqa: E402
 
 SHAPES = ("1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x4096x4096,8x14336x4096,"
           "16x4096x4096,16x14336x4096")
+NN_SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096"
 
 
 def tune(entries: list[dict], cache: str, extra: list[str]) -> list[dict]:
@@ -86,8 +87,8 @@ def eager_wall_us(fn, a, b, calls: int = 200, rounds: int = 7) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", default=SHAPES)
-    parser.add_argument("--layouts", default="nt,nn")
+    parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated, for layout nt")
+    parser.add_argument("--nn-shapes", default=NN_SHAPES, help="the same for layout nn (B stored [k, n])")
     parser.add_argument("--every", action="store_true", help="also tune every template and time autotune's winner")
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--inductor-budget", type=float, default=150.0,
@@ -97,8 +98,8 @@ def main() -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
 
     entries = []
-    for layout in args.layouts.split(","):
-        for text in args.shapes.split(","):
+    for layout, shapes in (("nt", args.shapes), ("nn", args.nn_shapes)):
+        for text in filter(None, shapes.split(",")):
             m, n, k = (int(part) for part in text.split("x"))
             entries.append({"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": layout})
     gemv_cache = os.path.join(scratch, "gemv-cache")

@@ -48,18 +48,18 @@ def focus_configs(m: int, n: int, k: int, layout: str) -> list[dict]:
     the matrix units for more rows; with and without the eviction hints."""
     bm, out = pow2(m), []
     if m == 1 and layout.endswith("t"):
-        for bn, bk, warps in ((4, 4096, 8), (2, 4096, 4), (4, 2048, 4), (4, 4096, 16), (8, 4096, 16),
-                              (2, 4096, 8), (1, 4096, 4), (8, 2048, 8), (2, 2048, 4)):
-            for evict in (1, 0):
+        pairs = ((4, 4096, 8), (2, 4096, 4), (4, 2048, 4))  # with and without the hints
+        for bn, bk, warps in pairs + ((4, 4096, 16), (8, 4096, 16), (2, 4096, 8), (1, 4096, 4), (8, 2048, 8)):
+            for evict in ((1, 0) if (bn, bk, warps) in pairs else (1,)):
                 out.append(config(bm, bn, bk, warps, each=1, evict=evict))
-        for bn, bk, warps in ((1, 2048, 8), (1, 2048, 16), (2, 2048, 8), (1, 4096, 8), (4, 1024, 4), (8, 512, 4),
-                              (2, 1024, 4), (1, 1024, 4)):
-            for evict in (1, 0):
+        pairs = ((1, 2048, 8), (8, 512, 4))
+        for bn, bk, warps in pairs + ((1, 2048, 16), (2, 2048, 8), (1, 4096, 8), (4, 1024, 4), (2, 1024, 4)):
+            for evict in ((1, 0) if (bn, bk, warps) in pairs else (1,)):
                 out.append(config(bm, bn, bk, warps, evict=evict))
     for bn, bk, warps, stages in ((32, 512, 4, 3), (16, 512, 2, 3), (16, 1024, 2, 3), (32, 1024, 4, 2),
                                   (16, 512, 1, 3), (16, 512, 2, 4), (32, 512, 4, 4), (32, 512, 2, 3),
-                                  (16, 1024, 1, 2), (64, 512, 4, 2), (32, 256, 4, 4), (16, 256, 1, 4)):
-        for evict in ((1, 0) if (bn, bk, warps, stages) in ((32, 512, 4, 3), (16, 512, 2, 3)) else (1,)):
+                                  (16, 1024, 1, 2), (64, 512, 4, 2)):
+        for evict in ((1, 0) if (bn, bk, warps, stages) == (32, 512, 4, 3) else (1,)):
             out.append(config(16, bn, bk, warps, stages, 1, dot=1, evict=evict))
     return out
 

@@ -80,10 +80,13 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
         else:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
-    from ..fingerprint import Fingerprint, probe_device
     from ..report import cache_table
 
-    cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
+    cpu_machine = None  # this host's CPU digest, which only CPU entries are compared with
+    if any((entry.get("fingerprint") or {}).get("device_type") == "cpu" for _, entry in items):
+        from ..fingerprint import Fingerprint, probe_device
+
+        cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))
     fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
     for digest, fp in fingerprints.items():
