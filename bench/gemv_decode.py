@@ -93,6 +93,8 @@ def main() -> None:
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--inductor-budget", type=float, default=150.0,
                         help="seconds of Inductor compiles, after which its column is left empty")
+    parser.add_argument("--inductor-shapes", default=None,
+                        help="MxNxK[:layout], comma-separated: the problems Inductor compiles (default: all)")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="gemv-decode-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
@@ -133,7 +135,10 @@ def main() -> None:
             runs.append(bench.runnable(problem, best["winner"], kernel_dir))
         compiled = None
         inductor_note = ""
-        if not args.no_inductor and inductor_spent < args.inductor_budget:
+        wanted = args.inductor_shapes is None or any(
+            want in (f"{problem.m}x{problem.n}x{problem.k}", f"{problem.m}x{problem.n}x{problem.k}:{problem.layout}")
+            for want in args.inductor_shapes.split(","))
+        if not args.no_inductor and wanted and inductor_spent < args.inductor_budget:
             try:
                 run, compiled, spent = inductor_runnable(problem)
                 inductor_spent += spent
@@ -141,7 +146,7 @@ def main() -> None:
                 runs.append(run)
             except Exception as exc:  # noqa: BLE001 - reported, the rest is still timed
                 inductor_note = f"inductor failed: {type(exc).__name__}: {str(exc)[:120]}"
-        elif not args.no_inductor:
+        elif not args.no_inductor and wanted:
             inductor_note = "inductor left out (budget spent)"
         try:
             times, verdicts = bench.time_many(problem, runs, rounds=5)
