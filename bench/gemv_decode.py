@@ -193,7 +193,7 @@ def main() -> None:
         params = row["gemv"]["params"] if row["gemv"] else {}
         config = (("dot " if params.get("DOT") else "each " if params.get("REDUCE_EACH") else "fma ")
                   + " ".join(f"{k}={params[k]}" for k in ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-                             if k in params)) if params else "-"
+                             if k in params) + (" fused" if params.get("FUSED_REDUCE") else "")) if params else "-"
         extra = ""
         if args.every:
             extra = f" | {cell(row, 'autotune')} | {row['autotune']['uid'] if row['autotune'] else '-'}"

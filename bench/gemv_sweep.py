@@ -38,9 +38,9 @@ def auto_split(n: int, k: int, block_n: int, block_k: int) -> int:
     return split
 
 
-def config(bm, bn, bk, warps, stages=1, split=1, dot=0, each=0, evict=1) -> dict:
+def config(bm, bn, bk, warps, stages=1, split=1, dot=0, each=0, evict=1, fused=0) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_stages": stages,
-            "num_warps": warps, "DOT": dot, "REDUCE_EACH": each, "EVICT": evict}
+            "num_warps": warps, "DOT": dot, "REDUCE_EACH": each, "EVICT": evict, "FUSED_REDUCE": fused}
 
 
 def focus_configs(m: int, n: int, k: int, layout: str) -> list[dict]:
@@ -61,6 +61,8 @@ def focus_configs(m: int, n: int, k: int, layout: str) -> list[dict]:
                                   (16, 1024, 1, 2), (64, 512, 4, 2)):
         for evict in ((1, 0) if (bn, bk, warps, stages) == (32, 512, 4, 3) else (1,)):
             out.append(config(16, bn, bk, warps, stages, 1, dot=1, evict=evict))
+    for bn, bk, warps, stages, split in ((32, 256, 4, 3, 4), (64, 256, 4, 3, 8), (16, 512, 2, 3, 2)):
+        out.append(config(16, bn, bk, warps, stages, split, dot=1, fused=1))  # split, one launch
     return out
 
 
@@ -123,7 +125,7 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
 def label(c: dict) -> str:
     family = "dot" if c["DOT"] else ("each" if c["REDUCE_EACH"] else "fma")
     return (f"{family:4} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']}"
-            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict"))
+            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict") + (" fused" if c.get("FUSED_REDUCE") else ""))
 
 
 def compile_case(args) -> str | None:

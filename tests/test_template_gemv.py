@@ -29,9 +29,9 @@ in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", 
                                 reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")
 
 
-def tile(block_m, block_n=16, block_k=32, split=1, warps=4, dot=0, each=0):
+def tile(block_m, block_n=16, block_k=32, split=1, warps=4, dot=0, each=0, fused=0):
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_stages": 1, "num_warps": warps, "DOT": dot, "REDUCE_EACH": each}
+            "num_stages": 1, "num_warps": warps, "DOT": dot, "REDUCE_EACH": each, "FUSED_REDUCE": fused}
 
 
 # -- the template and its source --------------------------------------------------------------
@@ -86,6 +86,7 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     (tile(8), "must be M=3 rounded up to a power of two"),
     (tile(4, dot=1), "DOT needs BLOCK_M=16"),
     (tile(16, 8, dot=1), "DOT needs BLOCK_M=16 and BLOCK_N, BLOCK_K >= 16"),
+    (tile(4, fused=1), "FUSED_REDUCE sums slices: it needs SPLIT_K > 1"),
     (tile(4, block_n=24), "BLOCK_N=24 must be a power of two"),
     (tile(4, split=0), "SPLIT_K must be at least 1"),
 ])
@@ -133,18 +134,26 @@ def test_a_stored_winner_must_be_its_declared_params():
     (dict(m=12, n=45, k=96, dtype="float16", layout="nn", bias="mn"), tile(16, 16, 32, 2, dot=1)),
     (dict(m=1, n=33, k=70, dtype="bfloat16", layout="tt"), tile(16, 16, 32, 2, dot=1)),
     (dict(m=9, n=24, k=64, dtype="float16", layout="tn"), tile(16, 16, 16, dot=1)),
+    (dict(m=1, n=70, k=300, dtype="bfloat16", layout="nn", bias="n"), tile(1, 32, 32, 4, each=1, fused=1)),
+    (dict(m=6, n=45, k=96, dtype="float16", layout="nt"), tile(16, 16, 32, 3, dot=1, fused=1)),
+    (dict(m=2, n=33, k=128, dtype="float32", layout="nn", bias="mn"), tile(2, 16, 16, 2, fused=1)),
 ], ids=["m1-nt", "m1-nt-split2", "m1-even", "m4-nn-bias-split3", "m4-fp32", "m8-nt-bias-mn",
         "m8-nn-bf16", "m5-tt-bias", "m3-tn", "each-m1-nt", "each-m1-split2", "each-m3-nn-bias",
         "each-m13-fp32-split3", "dot-m16-even", "dot-m5-nt-bias", "dot-m12-nn-bias-mn-split2",
-        "dot-m1-tt-split2", "dot-m9-tn"])
+        "dot-m1-tt-split2", "dot-m9-tn", "fused-each-m1-nn-bias-split4", "fused-dot-m6-split3",
+        "fused-fma-m2-fp32-bias-mn"])
 def test_computes_the_product(spec, config, tmp_path):
     problem = make_problem(device="cpu", **spec)
     result = run_kernel(problem, get_template(GEMV), config, tmp_path, seed=2, calls=2)
     assert len(result.verdicts) == 2 and result.correct, result.reasons
     assert result.discriminating
     if config["SPLIT_K"] > 1:  # the workspace was made once and kept
-        (workspace,) = result.run.workspaces.values()
+        ((workspace, counters),) = result.run.workspaces.values()
         assert tuple(workspace.shape) == (config["SPLIT_K"], problem.m, problem.n)
+        if config.get("FUSED_REDUCE"):  # one per column block, left at zero by every call
+            assert tuple(counters.shape) == (-(-problem.n // config["BLOCK_N"]),) and not counters.any()
+        else:
+            assert counters is None
 
 
 @in_process
@@ -162,6 +171,12 @@ def test_the_split_sum_is_deterministic(tmp_path):
     first = ops.out.clone()
     ops.out.fill_(float("nan"))
     run(ops)
+    assert torch.equal(first, ops.out)
+    # the one-launch sum adds the same planes in the same order: the same bits
+    fused = template.build(problem, template.full_params(problem, {**tile(2, 8, 16, 4), "FUSED_REDUCE": 1}),
+                           str(tmp_path))
+    ops.out.fill_(float("nan"))
+    fused(ops)
     assert torch.equal(first, ops.out)
 
 
@@ -185,7 +200,8 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
     assert 2 <= len(found) <= 8 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
     template = get_template(GEMV)
     for config in found:
-        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH"}  # EVICT: its default
+        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH", "FUSED_REDUCE"}  # EVICT: default
+        assert config["FUSED_REDUCE"] == 0 or config["SPLIT_K"] > 1
         assert config["BLOCK_M"] == (16 if config["DOT"] else {1: 1, 2: 2, 4: 4, 5: 8, 8: 8, 16: 16}[m])
         # the CUDA cores' M multiply-adds per element of B: DOT alone past a few rows
         assert config["DOT"] or m <= gemv.CUDA_CORE_MAX_M
@@ -220,9 +236,11 @@ def test_splits_come_from_the_column_blocks():
     assert {c["SPLIT_K"] for c in configs(wide)} == {1}
     some = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nn")  # 32 blocks of 128: 16 slices
     assert {c["SPLIT_K"] for c in configs(some) if c["BLOCK_N"] == 128} == {16}
-    # DOT's tiles split only where the list says so (a second launch costs more than it gains)
+    # DOT's tiles split only where the list says so, summing in the one launch (a second
+    # launch costs more than its programs gain)
     decode = make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt")
-    assert [c["SPLIT_K"] for c in configs(decode)].count(1) == len(configs(decode)) - 1
+    split = [c for c in configs(decode) if c["SPLIT_K"] > 1]
+    assert len(split) == 2 and all(c["FUSED_REDUCE"] for c in split)  # and in one launch
     short = make_problem(m=1, n=4096, k=256, dtype="bfloat16", layout="nn")  # no slice below BLOCK_K
     assert all(256 // c["SPLIT_K"] >= c["BLOCK_K"] for c in configs(short))
     assert gemv.split_for(short, 64, 32) == 8  # 64 blocks: 8 slices of 32 make 512 programs

@@ -10,7 +10,8 @@ after the loop), BLOCK_N, BLOCK_K, num_warps and num_stages; BLOCK_M is fixed by
 programs it makes, column blocks x SPLIT_K: the smallest power of two that gives at least
 TARGET_PROGRAMS (four per SM of a 132-SM H200: enough loads in flight to cover the memory's
 latency; the heuristics are not told the device), each slice at least one BLOCK_K long and
-the workspace SPLIT_K·M·N at most MAX_WORKSPACE.
+the workspace SPLIT_K·M·N at most MAX_WORKSPACE. A tile that splits K may sum its slices in
+its one launch (FUSED_REDUCE, `Tile.fused`): a second launch costs microseconds here.
 
 The CUDA-core forms do M multiply-adds per element of B: past CUDA_CORE_MAX_M rows that work
 would cost as much as the read, so from there the tiles are DOT's. The CUDA-core tiles keep
@@ -39,7 +40,7 @@ from .registry import Heuristic, register_heuristic
 
 GEMV = "triton::gemv"
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
-TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH")
+TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE")
 FMA, EACH, DOT = "fma", "each", "dot"
 FORMS = (FMA, EACH, DOT)
 PER_THREAD = {FMA: 64, EACH: 256}  # float32 values per thread (the accumulator, or the products)
@@ -55,6 +56,7 @@ class Tile(NamedTuple):
     warps: int
     stages: int = 1
     split: int | None = None  # None: chosen from the programs it makes
+    fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
@@ -62,16 +64,18 @@ class Tile(NamedTuple):
 # second launch of a split costs more than its programs gain, on an H200 (bench/README.md).
 _DOT_NT = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 128, 4, 3, 1),
            Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 1024, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
-           Tile(DOT, 32, 256, 2, 3, 1), Tile(DOT, 32, 256, 4, 3))
+           Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
 _DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1),
            Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
-           Tile(DOT, 32, 256, 4, 3))
+           Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
                    Tile(EACH, 4, 4096, 16), Tile(FMA, 1, 2048, 8), Tile(FMA, 8, 512, 4),
                    Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1)),
     (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
-                    Tile(EACH, 128, 32, 4), Tile(FMA, 128, 16, 4), Tile(DOT, 32, 256, 4, 3)),
+                    Tile(EACH, 128, 32, 4, 1, None, 1), Tile(FMA, 128, 16, 4, 1, None, 1),
+                    Tile(EACH, 64, 32, 4, 1, None, 1), Tile(DOT, 32, 256, 4, 3, None, 1),
+                    Tile(EACH, 128, 32, 4)),
     (True, False): _DOT_NT,
     (False, False): _DOT_NN,
 }
@@ -175,7 +179,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                 continue
             config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
                       "num_stages": tile.stages, "num_warps": tile.warps,
-                      "DOT": int(tile.form == DOT), "REDUCE_EACH": int(tile.form == EACH)}
+                      "DOT": int(tile.form == DOT), "REDUCE_EACH": int(tile.form == EACH),
+                      "FUSED_REDUCE": int(bool(tile.fused) and split > 1)}
             ident = tuple(sorted(config.items()))
             if ident not in seen:
                 seen.add(ident)
@@ -198,14 +203,14 @@ def space_tiles(space: list[dict[str, Any]]) -> list[Tile]:
             continue
         form = DOT if config.get("DOT") else EACH if config.get("REDUCE_EACH") else FMA
         tiles.append(Tile(form, config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
-                          config.get("num_stages") or 1, config.get("SPLIT_K")))
+                          config.get("num_stages") or 1, config.get("SPLIT_K"), config.get("FUSED_REDUCE", 0)))
     return tiles
 
 
 def exhaustive_tiles(problem: GemmProblem) -> Iterator[Tile]:
     for form in forms_for(problem):
         for block_n, block_k, warps, stages in itertools.product(*EXHAUSTIVE[form]):
-            yield Tile(form, block_n, block_k, warps, stages)
+            yield Tile(form, block_n, block_k, warps, stages, None, 1)
 
 
 def _unique(configs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -19,8 +19,11 @@ element of B is loaded once. Three forms of the product, each accumulating in fl
 BLOCK_M is M rounded up to a power of two (16 with DOT). SPLIT_K slices make column blocks
 x SPLIT_K programs, enough to fill the GPU when N alone gives too few; with SPLIT_K > 1
 each slice writes a float32 [M, N] plane of a workspace and a second small kernel sums the
-planes in slice order, adds the bias and rounds: deterministic, no atomics. With SPLIT_K = 1
-the one kernel writes C itself. Every layout is read through the strides (A may be
+planes in slice order, adds the bias and rounds: deterministic, no atomics in the sum. With
+FUSED_REDUCE=1 there is no second launch (each a few microseconds in a decode GEMM of ten):
+the last slice of a column block to arrive on its int32 counter (one acq_rel atomic per
+program, kept with the workspace and left at zero) sums the block's planes in the same
+order, so the same bits. With SPLIT_K = 1 the one kernel writes C itself. Every layout is read through the strides (A may be
 transposed too); M, N, K and the strides are runtime arguments.
 
 What the problem fixes is written into the source: EVEN_K (K a multiple of
@@ -45,7 +48,7 @@ from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
-DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1}
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0}
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
 REDUCE_BLOCK = 1024
@@ -73,7 +76,7 @@ class TritonGemvTemplate(TritonTemplate):
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
         "BLOCK_K": Int(16, 4096, power_of_two=True), "SPLIT_K": Int(1, 128),
-        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE,
+        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -96,6 +99,8 @@ class TritonGemvTemplate(TritonTemplate):
                 raise ValueError(f"{self.uid}: {key}={params[key]} must be a power of two")
         if split < 1:
             raise ValueError(f"{self.uid}: SPLIT_K must be at least 1, got {split}")
+        if params["FUSED_REDUCE"] and split == 1:
+            raise ValueError(f"{self.uid}: FUSED_REDUCE sums slices: it needs SPLIT_K > 1")
         if params["DOT"]:
             if block_m != DOT_M or params["BLOCK_N"] < DOT_M or params["BLOCK_K"] < DOT_M:
                 raise ValueError(f"{self.uid}: DOT needs BLOCK_M={DOT_M} and BLOCK_N, BLOCK_K >= {DOT_M}")
@@ -116,12 +121,13 @@ class TritonGemvTemplate(TritonTemplate):
             EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
+            FUSED_REDUCE=bool(params["FUSED_REDUCE"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        split = params["SPLIT_K"]
+        split, fused = params["SPLIT_K"], bool(params["FUSED_REDUCE"])
         source = self.source_for_build(problem, params)
-        if split > 1:
+        if split > 1 and not fused:
             partial, reduce = load_kernels(source, kernel_dir, count=2)
         else:
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
@@ -129,17 +135,22 @@ class TritonGemvTemplate(TritonTemplate):
         m, n, k = problem.m, problem.n, problem.k
         if split * m * n > MAX_WORKSPACE_ELEMENTS:
             raise ValueError(f"a {split}x{m}x{n} workspace is too large for 32-bit offsets")
-        grid = (-(-n // params["BLOCK_N"]), split)
+        blocks = -(-n // params["BLOCK_N"])
+        grid = (blocks, split)
         reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
         workspaces: dict[Any, Any] = {}
 
         def workspace(device):
+            """(workspace, arrival counters or None) for `device`, made on its first call; the
+            counters start at zero and the fused kernel leaves them at zero."""
             kept = workspaces.get(device)
             if kept is None:
                 import torch
 
-                kept = workspaces[device] = torch.empty((split, m, n), dtype=torch.float32, device=device)
+                ws = torch.empty((split, m, n), dtype=torch.float32, device=device)
+                counters = torch.zeros((blocks,), dtype=torch.int32, device=device) if fused else None
+                kept = workspaces[device] = (ws, counters)
             return kept
 
         def arguments(ops: Operands) -> tuple[tuple, tuple]:
@@ -147,7 +158,10 @@ class TritonGemvTemplate(TritonTemplate):
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             if split == 1:
                 return (a, b, c, bias, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args), ()
-            ws = workspace(c.device)
+            ws, counters = workspace(c.device)
+            if fused:
+                return (a, b, ws, c, bias, counters, m, n, k, *a.stride(), *b.stride(), *c.stride(),
+                        *bias_args), ()
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
                     (ws, c, bias, m, n, *c.stride(), *bias_args))
 
@@ -172,7 +186,7 @@ class TritonGemvTemplate(TritonTemplate):
             return kernels
 
         run.warmup = warmup  # type: ignore[attr-defined]
-        run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> workspace: for tests)
+        run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> (workspace, counters): tests)
         return run
 
 
