@@ -1,7 +1,8 @@
 """Decode GEMMs (M <= 16, bfloat16) against the HBM floor, torch.mm and Inductor.
 
-1. Tune the list with `autotune mm --from` in one process, fresh cache: triton::gemv alone
-   (its default configs, what the heuristic offers), and with --every every template too.
+1. Tune the list with `autotune mm --from`, --chunk problems per process, fresh cache:
+   triton::gemv alone (its default configs, what the heuristic offers), and with --every
+   every template too.
 2. In this process, with the tuner's timer (bench/common.py: a CUDA graph of launches over
    rotating operand copies larger than the L2, order alternated over rounds): the gemv
    winner, torch.mm (cuBLAS), Inductor's pick (torch.compile max-autotune-no-cudagraphs of
@@ -35,9 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from autotune_cli.roofline import hbm_seconds  # noqa: E402
 
-SHAPES = ("1x4096x4096,1x14336x4096,1x4096x14336,4x4096x4096,8x4096x4096,8x14336x4096,"
-          "16x4096x4096,16x14336x4096")
-NN_SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096"
+SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096,1x4096x14336,1x14336x4096,4x4096x4096,8x14336x4096"
+NN_SHAPES = "1x4096x4096,8x4096x4096"
 
 
 def tune(entries: list[dict], cache: str, extra: list[str]) -> list[dict]:
@@ -93,6 +93,8 @@ def main() -> None:
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--inductor-budget", type=float, default=150.0,
                         help="seconds of Inductor compiles, after which its column is left empty")
+    parser.add_argument("--chunk", type=int, default=3, help="problems tuned per `autotune mm --from`")
+    parser.add_argument("--compile-workers", type=int, default=None)
     parser.add_argument("--inductor-shapes", default=None,
                         help="MxNxK[:layout], comma-separated: the problems Inductor compiles (default: all)")
     args = parser.parse_args()
@@ -105,8 +107,16 @@ def main() -> None:
             m, n, k = (int(part) for part in text.split("x"))
             entries.append({"m": m, "n": n, "k": k, "dtype": "bfloat16", "layout": layout})
     gemv_cache = os.path.join(scratch, "gemv-cache")
-    mine = tune(entries, gemv_cache, ["--templates", "triton::gemv"])
-    every = tune(entries, os.path.join(scratch, "every-cache"), []) if args.every else [None] * len(entries)
+    workers = ["--compile-workers", str(args.compile_workers)] if args.compile_workers else []
+
+    def tuned():
+        """(entry, gemv's outcome, every template's or None), tuned --chunk problems at a time:
+        what was timed before a time limit stops the run is printed."""
+        for first in range(0, len(entries), args.chunk):
+            part = entries[first:first + args.chunk]
+            mine = tune(part, gemv_cache, ["--templates", "triton::gemv", *workers])
+            every = tune(part, os.path.join(scratch, "every-cache"), workers) if args.every else [None] * len(part)
+            yield from zip(part, mine, every)
 
     import torch
     import torch._inductor.config as inductor_config
@@ -120,10 +130,9 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64
     bench = SideBySide()
     kernel_dir = tempfile.mkdtemp(prefix="gemv-decode-kernels-")
-    dispatcher = Dispatcher(gemv_cache)
     inductor_spent = 0.0
     rows = []
-    for entry, ours, best in zip(entries, mine, every):
+    for entry, ours, best in tuned():
         problem = make_problem(**entry, device="cuda")
         floor_us = hbm_seconds(problem.min_bytes) * 1e6
         labels, runs = ["torch.mm"], [bench.anchor(problem)]
@@ -164,8 +173,8 @@ def main() -> None:
             ok["inductor"] = check(problem, compiled(ops.a, ops.b), reference(problem, ops)).ok
         ops = make_operands(problem, 3, "cuda")
         eager = {"torch.mm": eager_wall_us(torch.mm, ops.a, ops.b)}
-        if "gemv" in us:
-            eager["autotune_cli.mm"] = eager_wall_us(dispatcher.mm, ops.a, ops.b)
+        if "gemv" in us:  # a dispatcher on the cache as it is now (the later chunks are not in it)
+            eager["autotune_cli.mm"] = eager_wall_us(Dispatcher(gemv_cache).mm, ops.a, ops.b)
         if compiled is not None:
             eager["inductor"] = eager_wall_us(compiled, ops.a, ops.b)
         row = {"problem": problem.describe(), "floor_us": floor_us, "kernel_us": us, "verified": ok,
