@@ -85,6 +85,40 @@ def eager_wall_us(fn, a, b, calls: int = 200, rounds: int = 7) -> float:
     return statistics.median(walls)
 
 
+def _cell(row: dict, label: str, key: str = "kernel_us") -> str:
+    value = row[key].get(label)
+    if value is None:
+        return "-"
+    bad = key == "kernel_us" and not row["verified"].get(label, True)
+    return f"{value:.2f}" + (" (wrong)" if bad else "")
+
+
+def table_header(every: bool) -> str:
+    return ("| problem | floor us | gemv us | x floor | torch.mm us | Inductor us | gemv / Inductor"
+            + (" | autotune us | autotune winner" if every else "")
+            + " | eager us: autotune_cli.mm / torch.mm / Inductor | gemv config |\n"
+            + "|---|---|---|---|---|---|---" + ("|---|---" if every else "") + "|---|---|")
+
+
+def table_row(row: dict) -> str:
+    gemv_us, ind_us = row["kernel_us"].get("gemv"), row["kernel_us"].get("inductor")
+    ratio = f"{gemv_us / ind_us:.2f}" if gemv_us and ind_us else "-"
+    x_floor = f"{gemv_us / row['floor_us']:.2f}" if gemv_us else "-"
+    params = row["gemv"]["params"] if row["gemv"] else {}
+    config = "-"
+    if params:
+        form = "dot " if params.get("DOT") else "each " if params.get("REDUCE_EACH") else "fma "
+        config = form + " ".join(f"{k}={params[k]}" for k in ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+                                 if k in params) + (" fused" if params.get("FUSED_REDUCE") else "")
+    extra = ""
+    if row.get("every"):
+        extra = f" | {_cell(row, 'autotune')} | {row['autotune']['uid'] if row['autotune'] else '-'}"
+    return (f"| {row['problem']} | {row['floor_us']:.2f} | {_cell(row, 'gemv')} | {x_floor} | "
+            f"{_cell(row, 'torch.mm')} | {_cell(row, 'inductor')} | {ratio}{extra} | "
+            f"{_cell(row, 'autotune_cli.mm', 'eager_wall_us')} / {_cell(row, 'torch.mm', 'eager_wall_us')} / "
+            f"{_cell(row, 'inductor', 'eager_wall_us')} | {config} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated, for layout nt")
@@ -132,6 +166,8 @@ def main() -> None:
     kernel_dir = tempfile.mkdtemp(prefix="gemv-decode-kernels-")
     inductor_spent = 0.0
     rows = []
+    header = table_header(args.every)
+    print(header, flush=True)
     for entry, ours, best in tuned():
         problem = make_problem(**entry, device="cuda")
         floor_us = hbm_seconds(problem.min_bytes) * 1e6
@@ -179,37 +215,15 @@ def main() -> None:
             eager["inductor"] = eager_wall_us(compiled, ops.a, ops.b)
         row = {"problem": problem.describe(), "floor_us": floor_us, "kernel_us": us, "verified": ok,
                "eager_wall_us": eager, "gemv": ours["winner"] if ours else None,
-               "autotune": best["winner"] if best else None, "note": inductor_note}
+               "autotune": best["winner"] if best else None, "every": args.every, "note": inductor_note}
         rows.append(row)
-        print(json.dumps(row), flush=True)
-
-    def cell(row, label, key="kernel_us"):
-        value = row[key].get(label)
-        if value is None:
-            return "-"
-        bad = key == "kernel_us" and not row["verified"].get(label, True)
-        return f"{value:.2f}" + (" (wrong)" if bad else "")
+        print(table_row(row) + (f"  ({inductor_note})" if inductor_note else ""), flush=True)
+        print("  json: " + json.dumps(row), flush=True)
 
     print()
-    print("| problem | floor us | gemv us | x floor | torch.mm us | Inductor us | gemv / Inductor"
-          + (" | autotune us | autotune winner" if args.every else "")
-          + " | eager us: autotune_cli.mm / torch.mm / Inductor | gemv config |")
-    print("|---|---|---|---|---|---|---" + ("|---|---" if args.every else "") + "|---|---|")
+    print(header)
     for row in rows:
-        gemv_us, ind_us = row["kernel_us"].get("gemv"), row["kernel_us"].get("inductor")
-        ratio = f"{gemv_us / ind_us:.2f}" if gemv_us and ind_us else "-"
-        x_floor = f"{gemv_us / row['floor_us']:.2f}" if gemv_us else "-"
-        params = row["gemv"]["params"] if row["gemv"] else {}
-        config = (("dot " if params.get("DOT") else "each " if params.get("REDUCE_EACH") else "fma ")
-                  + " ".join(f"{k}={params[k]}" for k in ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-                             if k in params) + (" fused" if params.get("FUSED_REDUCE") else "")) if params else "-"
-        extra = ""
-        if args.every:
-            extra = f" | {cell(row, 'autotune')} | {row['autotune']['uid'] if row['autotune'] else '-'}"
-        print(f"| {row['problem']} | {row['floor_us']:.2f} | {cell(row, 'gemv')} | {x_floor} | "
-              f"{cell(row, 'torch.mm')} | {cell(row, 'inductor')} | {ratio}{extra} | "
-              f"{cell(row, 'autotune_cli.mm', 'eager_wall_us')} / {cell(row, 'torch.mm', 'eager_wall_us')} / "
-              f"{cell(row, 'inductor', 'eager_wall_us')} | {config} |")
+        print(table_row(row))
     (out_dir() / "gemv_decode.json").write_text(json.dumps(rows, indent=1))
 
 
