@@ -60,17 +60,19 @@ class Tile(NamedTuple):
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
-# dimension for 16-byte loads, many programs. DOT's tiles do not split K by default: the
-# second launch of a split costs more than its programs gain, on an H200 (bench/README.md).
-_DOT_NT = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 128, 4, 3, 1),
-           Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 1024, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
+# dimension for 16-byte loads, many programs. Most of DOT's tiles do not split K: a
+# split costs more than its programs gain on an H200 (bench/README.md); two split and sum in
+# their one launch.
+_DOT_NT = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1),
+           Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 64, 256, 4, 3, 1),
            Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
-_DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1),
-           Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 32, 128, 1, 3, 1),
-           Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
+_DOT_NN = _DOT_NT
+# For M = 1 on B^T, the per-step sums over whole rows of K with one or two warps per row (the
+# sum then stays in a warp) won on an H200; the elementwise accumulator and DOT are there for
+# other shapes (bench/README.md).
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
-                   Tile(EACH, 4, 4096, 16), Tile(FMA, 1, 2048, 8), Tile(FMA, 8, 512, 4),
+                   Tile(EACH, 2, 2048, 2), Tile(EACH, 1, 4096, 2), Tile(FMA, 8, 512, 4),
                    Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1)),
     (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
                     Tile(EACH, 128, 32, 4, 1, None, 1), Tile(FMA, 128, 16, 4, 1, None, 1),
