@@ -1,7 +1,8 @@
 """The cache: one JSON document of tuning results. This module alone knows the file.
 
 Layout (schema 1): {"schema": 1, "entries": {key: entry}}; key = "<problem key>@<fingerprint
-digest>". Other top-level fields (an export's "exported_at", ...) are accepted on reading and
+digest>" (entry.CacheKey); each entry is read into, and written from, an entry.Entry, which
+checks its fields on the way in. Other top-level fields (an export's "exported_at", ...) are accepted on reading and
 not written back. Writes take an exclusive lock, re-read the file, merge, write a temporary
 file in the same folder, fsync it and `os.replace` it over the old one: a reader sees the old
 document or the new one, never a torn one, and a writer never drops what another wrote in
@@ -51,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
 from .errors import UserError
 
 SCHEMA = 1
@@ -59,14 +61,6 @@ LOCK_FILE = ".autotune-cache.lock"
 TMP_PREFIX, TMP_SUFFIX = ".autotune-cache.", ".tmp"
 MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
 MAX_DEPTH = 64  # containers within containers: our own entries need fewer than ten
-
-
-def entry_key(problem_key: str, fingerprint_digest: str) -> str:
-    return f"{problem_key}@{fingerprint_digest}"
-
-
-class DamagedCache(ValueError):
-    pass
 
 
 class CacheUnavailable(UserError):
@@ -122,74 +116,6 @@ def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
-def _show(value: Any) -> str:
-    """repr, cut short: a message stays one readable line whatever the file holds."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise DamagedCache(message)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite int or float that the tables can format as a float (so not 10**400)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
-def _check_problem(key: str, data: Any) -> None:
-    from .problem import GemmProblem  # plain Python: no torch
-
-    _require(isinstance(data, dict), f"entry {_show(key)}: 'problem' missing or not a dict")
-    try:
-        GemmProblem.from_dict(data)
-    except (UserError, TypeError, ValueError) as exc:
-        reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
-        raise DamagedCache(f"entry {_show(key)}: problem is invalid ({reason})") from None
-
-
-def validate_entry(key: str, entry: Any) -> None:
-    """Raise DamagedCache with a one-line reason if the entry is not what we write: every
-    field the tool reads back has the type it expects."""
-    _require(isinstance(key, str), f"key {_show(key)} is not a string")
-    where = f"entry {_show(key)}"
-    _require(isinstance(entry, dict), f"{where} is a {type(entry).__name__}, not an object")
-    for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
-        _require(isinstance(entry.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
-    winner = entry.get("winner")
-    _require(winner is None or isinstance(winner, dict), f"{where}: 'winner' is not an object")
-    if winner is not None:
-        _require(isinstance(winner.get("uid"), str), f"{where}: winner has no uid")
-        _require(isinstance(winner.get("params"), dict), f"{where}: winner params not an object")
-        for name, label in (("ms", "time"), ("tflops", "tflops")):
-            value = winner.get(name)
-            _require(_is_number(value) and value >= 0, f"{where}: winner {label} {_show(value)} is not a number")
-        for name in ("p20", "p80"):
-            value = winner.get(name)
-            _require(value is None or _is_number(value), f"{where}: winner {name} {_show(value)} is not a number")
-    for i, cand in enumerate(entry["candidates"]):
-        _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
-                 and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
-                 f"{where}: candidate {i} is malformed")
-        ms = cand.get("ms")
-        _require(ms is None or _is_number(ms), f"{where}: candidate {i} time {_show(ms)} is not a number")
-        _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
-    _check_problem(key, entry["problem"])
-    fingerprint = entry["fingerprint"]
-    _require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
-    templates = fingerprint.get("templates", {})
-    _require(isinstance(templates, dict) and all(isinstance(h, str) for h in templates.values()),
-             f"{where}: fingerprint templates are not {{uid: hash}}")
-    for name in ("fingerprint_digest", "machine"):
-        _require(name not in entry or isinstance(entry[name], str), f"{where}: {name!r} is not a string")
-
-
 def _json_value(value: Any, where: str) -> Any:
     """A copy of value as plain JSON: tuples become lists, NaN and infinity become null."""
     if value is None or isinstance(value, (str, bool)):
@@ -219,7 +145,6 @@ def _finite_float(text: str) -> float:
 
 def _migrate_0(document: dict) -> dict:
     from .fingerprint import Fingerprint  # plain Python: no torch
-    from .problem import GemmProblem
 
     old = document.get("entries")
     _require(isinstance(old, dict), "schema 0: 'entries' is not an object")
@@ -227,7 +152,7 @@ def _migrate_0(document: dict) -> dict:
     for old_key, entry in old.items():
         where = f"schema 0 entry {_show(old_key)} cannot be migrated"
         _require(isinstance(entry, dict), f"{where}: not an object")
-        _check_problem(old_key, entry.get("problem"))
+        problem = check_problem(old_key, entry.get("problem"))
         _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
         missing = [name for name in Fingerprint.__dataclass_fields__
                    if name != "templates" and name not in entry["fingerprint"]]
@@ -237,7 +162,7 @@ def _migrate_0(document: dict) -> dict:
             digest, machine = fingerprint.digest(), fingerprint.machine_digest()
         except (TypeError, ValueError) as exc:
             raise DamagedCache(f"{where}: its fingerprint is malformed ({_show(str(exc))})") from None
-        key = entry_key(GemmProblem.from_dict(entry["problem"]).key(), digest)
+        key = key_for(problem, digest)
         _require(key not in entries, f"{where}: it and another entry both become {_show(key)}")
         entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
     return {**document, "schema": 1, "entries": entries}
@@ -248,9 +173,9 @@ def _migrate_0(document: dict) -> dict:
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: _migrate_0}
 
 
-def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
-    """The entries of a cache document, and the schema it was migrated from (None if it was
-    current). Raises DamagedCache with a one-line reason."""
+def parse_document(text: str) -> tuple[dict[str, Entry], int | None]:
+    """The entries of a cache document, typed, and the schema it was migrated from (None if
+    it was current). Raises DamagedCache with a one-line reason."""
     try:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
@@ -278,9 +203,7 @@ def parse_document(text: str) -> tuple[dict[str, dict], int | None]:
         schema = document["schema"]
     entries = document.get("entries")
     _require(isinstance(entries, dict), "'entries' is missing or not an object")
-    for key, entry in entries.items():
-        validate_entry(key, entry)
-    return entries, migrated_from
+    return {key: Entry.from_dict(entry, key) for key, entry in entries.items()}, migrated_from
 
 
 def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
@@ -340,7 +263,7 @@ class Cache:
         except OSError as exc:
             raise _unavailable("read", self.path, exc) from None
 
-    def _read_unlocked(self) -> dict[str, dict]:
+    def _read_unlocked(self) -> dict[str, Entry]:
         raw = self._read_bytes()
         if raw is None:
             return {}
@@ -391,9 +314,10 @@ class Cache:
             with contextlib.suppress(OSError):
                 stale.unlink()
 
-    def _write_unlocked(self, entries: dict[str, dict]) -> None:
+    def _write_unlocked(self, entries: dict[str, Entry]) -> None:
         self._remove_stale_temporaries()
-        document = {"schema": SCHEMA, "entries": dict(sorted(entries.items()))}
+        document = {"schema": SCHEMA,
+                    "entries": {key: entry.to_dict(copy_=False) for key, entry in sorted(entries.items())}}
         target = self._target()
         try:
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
@@ -422,7 +346,7 @@ class Cache:
                 os.close(dir_fd)
 
     # -- the API ------------------------------------------------------------------------------
-    def load(self) -> dict[str, dict]:
+    def load(self) -> dict[str, Entry]:
         """All entries. A damaged file is moved aside, an older one migrated, under the lock
         (see notices)."""
         raw = self._read_bytes()
@@ -437,17 +361,17 @@ class Cache:
         with self.locked():  # another process may have fixed it meanwhile: look again
             return self._read_unlocked()
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> Entry | None:
         return self.load().get(key)
 
-    def put(self, key: str, entry: dict) -> None:
+    def put(self, key: str, entry: Entry | dict) -> None:
         self.update({key: entry})
 
-    def update(self, entries: dict[str, dict]) -> None:
+    def update(self, entries: dict[str, Entry | dict]) -> None:
         """Merge entries into the file (theirs replace ours for the same key)."""
         self.merge(lambda current: entries)
 
-    def merge(self, change: Callable[[dict[str, dict]], dict[str, dict]]) -> dict[str, dict]:
+    def merge(self, change: Callable[[dict[str, Entry]], dict[str, Entry | dict]]) -> dict[str, Entry | dict]:
         """Under the lock: `change(entries on disk now)` returns the entries to write (each
         replaces ours under its key), which are written if there are any; returns them. A
         decision that depends on what is stored (keep the later of two) is made here, so that
@@ -457,14 +381,14 @@ class Cache:
             writes = change(dict(current))
             clean = {}
             for key, entry in writes.items():
-                clean[key] = _json_value(entry, f"entry {_show(key)}")
-                validate_entry(key, clean[key])
+                data = entry.to_dict(copy_=False) if isinstance(entry, Entry) else entry
+                clean[key] = Entry.from_dict(_json_value(data, f"entry {_show(key)}"), key)
             if clean:
                 current.update(clean)
                 self._write_unlocked(current)
             return writes
 
-    def remove(self, predicate: Callable[[str, dict], bool]) -> int:
+    def remove(self, predicate: Callable[[str, Entry], bool]) -> int:
         with self.locked():
             current = self._read_unlocked()
             keep = {k: v for k, v in current.items() if not predicate(k, v)}
@@ -476,5 +400,5 @@ class Cache:
     def clear(self) -> int:
         return self.remove(lambda key, entry: True)
 
-    def items(self) -> Iterable[tuple[str, dict]]:
+    def items(self) -> Iterable[tuple[str, Entry]]:
         return self.load().items()

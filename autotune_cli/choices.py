@@ -16,7 +16,7 @@ from .fingerprint import DeviceInfo
 from .heuristics import lookup_heuristic
 from .heuristics.spaces import load_space_file
 from .problem import GemmProblem
-from .results import params_str
+from .results import config_identity, params_str
 from .settings import TuneSettings
 from .templates import Template, templates_for
 
@@ -48,6 +48,13 @@ class KernelTemplateChoice:
         if "params" not in self._memo:
             self._memo["params"] = self.template.full_params(self.problem, self.config_dict)
         return dict(self._memo["params"])
+
+    @property
+    def identity(self) -> tuple:
+        """Which config it is (results.config_identity), as its results are."""
+        if "identity" not in self._memo:
+            self._memo["identity"] = config_identity(self.uid, self.params)
+        return self._memo["identity"]
 
     @property
     def source(self) -> str | None:

@@ -57,7 +57,10 @@ import math
 from functools import lru_cache
 from typing import Any
 
+from .entry import Entry, Winner
+from .errors import UserError
 from .export_scaled import SCALED_TEMPLATES, check_scaled_problem, scaled_keys, scaled_value
+from .problem import FLOAT_DTYPES, GemmProblem
 
 __all__ = [
     "inductor_key",
@@ -67,7 +70,6 @@ __all__ = [
     "INDUCTOR_TRITON_ARGS",
 ]
 
-_TORCH_DTYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": "torch.float32"}
 _OPS = ("mm", "addmm", "bmm", "scaled_mm")
 
 # The keyword arguments Inductor's triton::mm / triton::bmm templates take from a config,
@@ -124,19 +126,35 @@ def _fmt_inputs(inputs: list[tuple[str, list[int], list[int]]]) -> str:
     return "(" + ", ".join(f"({dt}, {size!r}, {stride!r})" for dt, size, stride in inputs) + ")"
 
 
-def _operand_strides(problem: dict) -> tuple[list[int], list[int]]:
-    m, n, k = problem["m"], problem["n"], problem["k"]
-    layout = problem.get("layout", "nn")
-    a_t, b_t = layout[0] == "t", layout[1] == "t"
-    a = [1, m] if a_t else [k, 1]
-    b = [1, k] if b_t else [n, 1]
-    if problem["op"] == "bmm":
+def _operand_strides(problem: GemmProblem) -> tuple[list[int], list[int]]:
+    m, n, k = problem.m, problem.n, problem.k
+    a = [1, m] if problem.a_transposed else [k, 1]
+    b = [1, k] if problem.b_transposed else [n, 1]
+    if problem.op == "bmm":
         a = [m * k, *a]
         b = [k * n, *b]
     return a, b
 
 
-def _check_problem(problem: dict) -> None:
+def _as_problem(problem: GemmProblem | dict) -> GemmProblem:
+    """The problem, if Inductor's lookup table can hold it; ValueError saying why not. A dict
+    (a problem's JSON object) is checked field by field first."""
+    if not isinstance(problem, GemmProblem):
+        _check_dict(problem)
+        try:
+            problem = GemmProblem.from_dict(problem)
+        except (UserError, TypeError) as exc:
+            raise ValueError(str(exc)) from None
+    if problem.op not in _OPS:
+        raise ValueError(f"unsupported op {problem.op!r} (Inductor export knows {', '.join(_OPS)})")
+    if problem.op == "scaled_mm":
+        check_scaled_problem(problem)
+    elif problem.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"unsupported dtype {problem.dtype!r}")
+    return problem
+
+
+def _check_dict(problem: dict) -> None:
     if not isinstance(problem, dict):
         raise ValueError(f"a problem must be a dict, got {type(problem).__name__}")
     op = problem.get("op")
@@ -147,9 +165,8 @@ def _check_problem(problem: dict) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"problem field {name!r} must be a positive int, got {value!r}")
     if op == "scaled_mm":
-        check_scaled_problem(problem)
-        return
-    if problem.get("dtype") not in _TORCH_DTYPES:
+        return  # checked as a problem (export_scaled.check_scaled_problem)
+    if problem.get("dtype") not in FLOAT_DTYPES:
         raise ValueError(f"unsupported dtype {problem.get('dtype')!r}")
     layout = problem.get("layout", "nn")
     if layout not in ("nn", "nt", "tn", "tt"):
@@ -164,7 +181,7 @@ def _check_problem(problem: dict) -> None:
         raise ValueError(f"a bias only applies to addmm (op is {op})")
 
 
-def inductor_key(problem: dict, device_name: str | None, *, bias_expanded: bool = True) -> str:
+def inductor_key(problem: GemmProblem | dict, device_name: str | None, *, bias_expanded: bool = True) -> str:
     """Inductor's lookup key for `problem` on a device named `device_name`.
 
     `device_name` None (or "") gives the device-agnostic key, which Inductor tries second.
@@ -174,21 +191,21 @@ def inductor_key(problem: dict, device_name: str | None, *, bias_expanded: bool 
     A scaled_mm's key is the one with contiguous scales (export_scaled.scaled_keys gives
     every form the table is written under).
     """
-    _check_problem(problem)
-    op = problem["op"]
+    problem = _as_problem(problem)
+    op = problem.op
     if op == "scaled_mm":
         return scaled_keys(problem, device_name)[0]
-    dt = _TORCH_DTYPES[problem["dtype"]]
-    m, n, k = problem["m"], problem["n"], problem["k"]
+    dt = f"torch.{problem.dtype}"  # as str() of the torch dtype
+    m, n, k = problem.m, problem.n, problem.k
     a_stride, b_stride = _operand_strides(problem)
     if op == "bmm":
-        b = problem.get("b", 1)
+        b = problem.b
         inputs = [(dt, [b, m, k], a_stride), (dt, [b, k, n], b_stride)]
     else:
         inputs = [(dt, [m, k], a_stride), (dt, [k, n], b_stride)]
     scalars = ""
     if op == "addmm":
-        if problem["bias"] == "mn":
+        if problem.bias == "mn":
             bias = (dt, [m, n], [n, 1])
         elif bias_expanded:
             bias = (dt, [m, n], [0, 1])
@@ -217,15 +234,14 @@ def _pow2(value: int) -> bool:
     return value >= 1 and value & (value - 1) == 0
 
 
-def _tma_arguments(problem: dict, sm_count: Any) -> tuple[dict | None, str]:
+def _tma_arguments(problem: GemmProblem, sm_count: Any) -> tuple[dict | None, str]:
     """The TMA arguments of Inductor's persistent template for `problem`, or (None, why)."""
     sms = _as_int(sm_count)
     if sms is None or sms < 1:
         return None, "its fingerprint has no SM count (Inductor's NUM_SMS)"
-    layout = problem.get("layout", "nn")
     args: dict[str, Any] = {
-        "A_ROW_MAJOR": layout[0] == "n",
-        "B_ROW_MAJOR": layout[1] == "n",
+        "A_ROW_MAJOR": not problem.a_transposed,
+        "B_ROW_MAJOR": not problem.b_transposed,
         "NUM_SMS": sms,
         "TMA_SIZE": TMA_DESCRIPTOR_SIZE,
         "TMA_EXPERIMENTAL_API": False,  # our template needs triton >= 3.4, which has the stable API
@@ -257,18 +273,28 @@ def _installed_tma_flag(name: str, config_name: str | None) -> tuple[bool, Any]:
     return True, value if isinstance(value, bool) else None
 
 
-def _convert(winner: dict, problem: dict, include_hash: bool = True,
+def _winner_of(winner: Winner | dict | None) -> tuple[str, Any] | None:
+    """(uid, params) of a winner, or of its JSON object; None when there is none."""
+    if isinstance(winner, Winner):
+        return winner.uid, winner.params
+    if isinstance(winner, dict) and isinstance(winner.get("uid"), str):
+        return winner["uid"], winner.get("params") or {}
+    return None
+
+
+def _convert(winner: Winner | dict | None, problem: GemmProblem | dict, include_hash: bool = True,
              sm_count: Any = None) -> tuple[dict | None, str]:
     """(config, "") or (None, why not)."""
-    if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
+    picked = _winner_of(winner)
+    if picked is None:
         return None, "no winner"
     try:
-        _check_problem(problem)
+        problem = _as_problem(problem)
     except ValueError as exc:
         return None, str(exc)
-    uid, op = winner["uid"], problem["op"]
+    (uid, params), op = picked, problem.op
     if op == "scaled_mm":
-        config, why, _ = scaled_value(winner, problem, sm_count,
+        config, why, _ = scaled_value(uid, params, problem, sm_count,
                                       installed_template_hash if include_hash else lambda uid: None)
         return config, why
     aten = _ATEN_EQUIVALENT.get((uid, op))
@@ -277,7 +303,6 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True,
     target = _TRITON_EQUIVALENT.get((uid, op))
     if target is None:
         return None, f"winner {uid} for {op} has no Inductor lookup-table equivalent"
-    params = winner.get("params") or {}
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict"
     tma = target in _TMA_TARGETS
@@ -303,7 +328,7 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True,
         "template_id": target,
         # Inductor: EVEN_K = k % BLOCK_K == 0 (statically known); ACC_TYPE is tl.float32
         # for fp16/bf16 and the triton type of the output (tl.float32) for fp32.
-        "EVEN_K": problem["k"] % tiles["BLOCK_K"] == 0,
+        "EVEN_K": problem.k % tiles["BLOCK_K"] == 0,
         "USE_FAST_ACCUM": False,
         "ACC_TYPE": "tl.float32",
         "num_stages": tiles["num_stages"],
@@ -328,7 +353,7 @@ def _convert(winner: dict, problem: dict, include_hash: bool = True,
     return config, ""
 
 
-def inductor_value(winner: dict, problem: dict, *, include_hash: bool = True,
+def inductor_value(winner: Winner | dict | None, problem: GemmProblem | dict, *, include_hash: bool = True,
                    sm_count: int | None = None) -> dict | None:
     """One lookup-table config equivalent to `winner`, or None where Inductor has none.
 
@@ -341,24 +366,20 @@ def inductor_value(winner: dict, problem: dict, *, include_hash: bool = True,
 
 
 # -- tables ----------------------------------------------------------------------------------
-def _describe(entry: Any) -> str:
-    problem = entry.get("problem") if isinstance(entry, dict) else None
-    if not isinstance(problem, dict):
-        return "entry without a problem"
-    op = problem.get("op", "?")
-    dims = "x".join(str(problem.get(d, "?")) for d in (("b", "m", "n", "k") if op == "bmm" else ("m", "n", "k")))
-    text = f"{op} {dims} {problem.get('dtype', '?')} {problem.get('layout', '?')}"
-    if op == "scaled_mm":
-        text += f" {problem.get('scale', '?')}-scaled->{problem.get('out_dtype', 'bfloat16')}"
-        if problem.get("fast_accum"):
+def _describe(entry: Entry) -> str:
+    problem = entry.problem
+    dims = "x".join(str(getattr(problem, d)) for d in (("b", "m", "n", "k") if problem.op == "bmm" else ("m", "n", "k")))
+    text = f"{problem.op} {dims} {problem.dtype} {problem.layout}"
+    if problem.op == "scaled_mm":
+        text += f" {problem.scale}-scaled->{problem.result_dtype}"
+        if problem.fast_accum:
             text += " fast-accum"
-    if problem.get("bias"):
-        text += f" bias[{problem['bias']}]"
-    if problem.get("dtype") == "float32":
-        text += " tf32" if problem.get("allow_tf32") else " ieee"
-    winner = entry.get("winner") if isinstance(entry.get("winner"), dict) else {}
-    if winner.get("uid"):
-        text += f" ({winner['uid']})"
+    if problem.bias:
+        text += f" bias[{problem.bias}]"
+    if problem.fp32_mode is not None:
+        text += f" {problem.fp32_mode}"
+    if entry.winner is not None:
+        text += f" ({entry.winner.uid})"
     return text
 
 
@@ -375,20 +396,17 @@ def _installed_torch_version() -> str | None:
         return None
 
 
-def _ms(entry: dict) -> float:
-    value = (entry.get("winner") or {}).get("ms")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return math.inf
+def _ms(entry: Entry) -> float:
+    return float(entry.winner.ms) if entry.winner is not None else math.inf
 
 
 def inductor_table(
-    entries: list[dict],
+    entries: list[Entry | dict],
     *,
     allow_tf32: bool = False,
     include_hash: bool = True,
 ) -> tuple[dict[str, list[dict]], list[str]]:
-    """Build Inductor's lookup table from cache entries.
+    """Build Inductor's lookup table from cache entries (or their JSON objects).
 
     Returns (table, notes): `table` maps each key to a one-config list; `notes` says, one
     line each, which entries were left out and why (CPU entries, winners without an Inductor
@@ -401,45 +419,46 @@ def inductor_table(
     default).
     """
     notes: list[str] = []
-    chosen: dict[str, tuple[dict, dict]] = {}  # key -> (entry, config)
+    chosen: dict[str, tuple[Entry, dict]] = {}  # key -> (entry, config)
     installed = _installed_torch_version() if include_hash else None
     for entry in entries:
+        if not isinstance(entry, Entry):
+            try:
+                entry = Entry.from_dict(entry)
+            except ValueError as exc:
+                notes.append(f"skipped, not a cache entry ({exc})")
+                continue
         what = _describe(entry)
-        if not isinstance(entry, dict) or not isinstance(entry.get("problem"), dict):
-            notes.append(f"{what}: skipped, not a cache entry")
-            continue
-        problem = entry["problem"]
-        fingerprint = entry.get("fingerprint") if isinstance(entry.get("fingerprint"), dict) else {}
-        device = problem.get("device", "cuda")
-        device_type = fingerprint.get("device_type", device)
-        if device != "cuda" or device_type != "cuda":
+        problem = entry.problem
+        device = problem.device
+        if device != "cuda" or entry.device_type != "cuda":
             notes.append(f"{what}: skipped, tuned on {device} (Inductor's lookup table "
                          "applies to CUDA devices only)")
             continue
-        device_name = fingerprint.get("device_name")
+        device_name = entry.device_name
         if not device_name:
             notes.append(f"{what}: skipped, its fingerprint has no device name")
             continue
-        if problem.get("dtype") == "float32" and bool(problem.get("allow_tf32")) != allow_tf32:
-            mode = "TF32" if problem.get("allow_tf32") else "IEEE float32"
+        if problem.dtype == "float32" and problem.allow_tf32 != allow_tf32:
+            mode = "TF32" if problem.allow_tf32 else "IEEE float32"
             notes.append(f"{what}: skipped, tuned for {mode}; export with "
                          f"allow_tf32={not allow_tf32} for that precision mode")
             continue
         use_hash = include_hash
-        tuned_torch = fingerprint.get("torch")
+        tuned_torch = entry.torch_version
         if use_hash and tuned_torch and installed and _base_version(tuned_torch) != _base_version(installed):
             use_hash = False
             notes.append(f"{what}: template_hash left out, tuned with torch {tuned_torch} "
                          f"but torch {installed} is installed here")
-        sm_count = fingerprint.get("sm_count")
-        config, why = _convert(entry.get("winner"), problem, use_hash, sm_count)
+        sm_count = entry.sm_count
+        config, why = _convert(entry.winner, problem, use_hash, sm_count)
         if config is None:
             notes.append(f"{what}: skipped, {why}")
             continue
-        if problem["op"] == "scaled_mm":
-            _, _, mapped = scaled_value(entry["winner"], problem, sm_count, lambda uid: None)
+        if problem.op == "scaled_mm":
+            _, _, mapped = scaled_value(entry.winner.uid, entry.winner.params, problem, sm_count, lambda uid: None)
             notes.extend(f"{what}: {note}" for note in mapped)
-        if config["template_id"] in _TMA_TARGETS and _as_int((entry["winner"].get("params") or {}).get("FLATTEN")):
+        if config["template_id"] in _TMA_TARGETS and _as_int(entry.winner.params.get("FLATTEN")):
             notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
                          "in Inductor's persistent TMA template)")
         if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
@@ -447,9 +466,9 @@ def inductor_table(
             notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
                          f"with at least 68 SMs ({device_name} has {sm_count})")
         keyed = [(inductor_key(problem, device_name), config)]
-        if problem["op"] == "scaled_mm":  # every common form of the scales (export_scaled)
+        if problem.op == "scaled_mm":  # every common form of the scales (export_scaled)
             keyed = [(key, config) for key in scaled_keys(problem, device_name)]
-        if problem["op"] == "addmm" and problem.get("bias") == "n" and config["template_id"] == "aten::addmm":
+        if problem.op == "addmm" and problem.bias == "n" and config["template_id"] == "aten::addmm":
             # see the module: cuBLAS's bias epilogue under both keys, no [m, n] expansion
             keyed = [(keyed[0][0], {"template_id": "aten::bias_addmm"}),
                      (inductor_key(problem, device_name, bias_expanded=False), config)]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_FP8_TORCH = {"float8_e4m3fn": "torch.float8_e4m3fn"}
-_OUT_TORCH = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32"}
+from .problem import FP8_DTYPES, OUT_DTYPES, GemmProblem
+
 # torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
 SCALING_TYPE = {"tensor": 0, "row": 1}
 TMA_EPILOGUE = "triton::scaled_mm_device_tma_epilogue_scaling"
@@ -49,40 +49,39 @@ _TILE_ARGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 TMA_DESCRIPTOR_SIZE = 128
 
 
-def check_scaled_problem(problem: dict) -> None:
+def check_scaled_problem(problem: GemmProblem) -> None:
     """ValueError unless `problem` is a scaled_mm the export knows."""
-    if problem.get("dtype") not in _FP8_TORCH:
-        raise ValueError(f"unsupported float8 dtype {problem.get('dtype')!r}")
-    if problem.get("layout", "nt") != "nt":
-        raise ValueError(f"float8 layout {problem.get('layout')!r} (A row-major, B column-major only)")
-    if problem.get("scale") not in SCALING_TYPE:
-        raise ValueError(f"unsupported scale kind {problem.get('scale')!r}")
-    if problem.get("out_dtype", "bfloat16") not in _OUT_TORCH:
-        raise ValueError(f"unsupported output dtype {problem.get('out_dtype')!r}")
-    if problem.get("bias") not in (None, "n"):
-        raise ValueError(f"a scaled_mm bias is [n], got {problem.get('bias')!r}")
+    if problem.dtype not in FP8_DTYPES:
+        raise ValueError(f"unsupported float8 dtype {problem.dtype!r}")
+    if problem.layout != "nt":
+        raise ValueError(f"float8 layout {problem.layout!r} (A row-major, B column-major only)")
+    if problem.scale not in SCALING_TYPE:
+        raise ValueError(f"unsupported scale kind {problem.scale!r}")
+    if problem.result_dtype not in OUT_DTYPES:
+        raise ValueError(f"unsupported output dtype {problem.out_dtype!r}")
+    if problem.bias not in (None, "n"):
+        raise ValueError(f"a scaled_mm bias is [n], got {problem.bias!r}")
 
 
-def scale_forms(problem: dict) -> list[tuple[tuple, tuple]]:
+def scale_forms(problem: GemmProblem) -> list[tuple[tuple, tuple]]:
     """[((scale_a shape, strides), (scale_b shape, strides)), ...]: the forms written."""
-    if problem["scale"] == "tensor":
+    if problem.scale == "tensor":
         return [(((), ()), ((), ())), (((1,), (1,)), ((1,), (1,))), (((1, 1), (1, 1)), ((1, 1), (1, 1)))]
-    m, n = problem["m"], problem["n"]
+    m, n = problem.m, problem.n
     return [(((m, 1), (1, 1)), ((1, n), (n, 1))), (((m, 1), (1, 1)), ((1, n), (1, 1)))]
 
 
-def scaled_keys(problem: dict, device_name: str | None) -> list[str]:
+def scaled_keys(problem: GemmProblem, device_name: str | None) -> list[str]:
     """Inductor's lookup keys for a scaled_mm problem, one per scale form (the first is the
     contiguous one); `device_name` None gives the device-agnostic keys."""
     check_scaled_problem(problem)
-    fp8 = _FP8_TORCH[problem["dtype"]]
-    out = _OUT_TORCH[problem.get("out_dtype", "bfloat16")]
-    m, n, k = problem["m"], problem["n"], problem["k"]
+    fp8, out = f"torch.{problem.dtype}", f"torch.{problem.result_dtype}"  # as str() of the torch dtypes
+    m, n, k = problem.m, problem.n, problem.k
     keys = []
     for (shape_a, stride_a), (shape_b, stride_b) in scale_forms(problem):
         inputs = [(fp8, [m, k], [k, 1]), (fp8, [k, n], [1, k]),
                   ("torch.float32", list(shape_a), list(stride_a)), ("torch.float32", list(shape_b), list(stride_b))]
-        if problem.get("bias") == "n":
+        if problem.bias == "n":
             inputs.append((out, [n], [1]))
         body = "(" + ", ".join(f"({dt}, {size!r}, {stride!r})" for dt, size, stride in inputs) + ")"
         keys.append("+".join([device_name, body, "scaled_mm"] if device_name else [body, "scaled_mm"]))
@@ -99,16 +98,15 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def scaled_value(winner: dict, problem: dict, sm_count: Any, template_hash) -> tuple[dict | None, str, list[str]]:
-    """(config, "", notes) or (None, why not, []) for a scaled_mm winner. `template_hash(uid)`
-    gives the installed Inductor template's hash, or None to leave it out."""
-    uid = winner.get("uid")
+def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
+                 template_hash) -> tuple[dict | None, str, list[str]]:
+    """(config, "", notes) or (None, why not, []) for a scaled_mm winner (its uid and params).
+    `template_hash(uid)` gives the installed Inductor template's hash, or None to leave it out."""
     target = SCALED_EQUIVALENT.get(uid)
     if target is None:
         return None, f"winner {uid} for scaled_mm has no Inductor lookup-table equivalent", []
     if target.startswith("aten::"):
         return {"template_id": target}, "", []
-    params = winner.get("params") or {}
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict", []
     unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in _TILE_ARGS and key != "GROUP_M")
@@ -125,8 +123,8 @@ def scaled_value(winner: dict, problem: dict, sm_count: Any, template_hash) -> t
         return None, f"winner {uid} has an invalid GROUP_M: {params.get('GROUP_M')!r}", []
     config: dict[str, Any] = {
         "template_id": target,
-        "EVEN_K": problem["k"] % tiles["BLOCK_K"] == 0,
-        "USE_FAST_ACCUM": bool(problem.get("fast_accum", False)),
+        "EVEN_K": problem.k % tiles["BLOCK_K"] == 0,
+        "USE_FAST_ACCUM": problem.fast_accum,
         "ACC_TYPE": "tl.float32",
         **{key: tiles[key] for key in ("num_stages", "num_warps", "BLOCK_M", "BLOCK_N", "BLOCK_K")},
         "hint_override": None,
@@ -134,7 +132,7 @@ def scaled_value(winner: dict, problem: dict, sm_count: Any, template_hash) -> t
     }
     notes = []
     if target == TMA_EPILOGUE:
-        if problem.get("bias"):
+        if problem.bias:
             return None, (f"winner {uid} has a bias, and Inductor offers its TMA scaled_mm template "
                           "only without one"), []
         if tiles["num_warps"] == 2:
@@ -142,7 +140,7 @@ def scaled_value(winner: dict, problem: dict, sm_count: Any, template_hash) -> t
         sms = _int(sm_count)
         if sms is None or sms < 1:
             return None, f"winner {uid}: its fingerprint has no SM count (Inductor's NUM_SMS)", []
-        scaling = SCALING_TYPE[problem["scale"]]
+        scaling = SCALING_TYPE[problem.scale]
         config.update(TMA_SIZE=TMA_DESCRIPTOR_SIZE, NUM_SMS=sms, TMA_EXPERIMENTAL_API=False,
                       SCALE_RECIPE_A=scaling, SCALE_RECIPE_B=scaling)
         ours = [f"{key}={params[key]}" for key in ("FLATTEN", "PROMOTE_IN_DOT", "WARP_SPECIALIZE")

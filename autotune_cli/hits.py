@@ -8,9 +8,8 @@ search), so that a cached problem is answered for the cost of reading the cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from .cache import Cache, entry_key
+from .cache import Cache
+from .entry import Entry, Winner, key_for
 from .fingerprint import DeviceInfo, Fingerprint, probe_device
 from .plugins import load_plugins
 from .problem import GemmProblem
@@ -22,12 +21,12 @@ from .templates import templates_for
 class TuneOutcome:
     problem: GemmProblem
     key: str
-    entry: dict[str, Any]
+    entry: Entry
     from_cache: bool
 
     @property
-    def winner(self) -> dict | None:
-        return self.entry.get("winner")
+    def winner(self) -> Winner | None:
+        return self.entry.winner
 
 
 def fingerprint_for(problem: GemmProblem, device: DeviceInfo,
@@ -43,14 +42,14 @@ class Lookup:
     problem: GemmProblem
     fingerprint: Fingerprint
     key: str
-    stored: dict | None  # whatever is stored under the key: a winner, a failure, a partial run
+    stored: Entry | None  # whatever is stored under the key: a winner, a failure, a partial run
     refused: str = ""  # why what is stored there is not used (see look_up), if it is not
 
     @property
     def hit(self) -> TuneOutcome | None:
         """The outcome to answer with; an entry without a winner (all failed, or an
         interrupted run) is no hit: it is tuned again (resumed)."""
-        if self.stored is None or self.stored.get("winner") is None:
+        if self.stored is None or self.stored.winner is None:
             return None
         return TuneOutcome(self.problem, self.key, self.stored, from_cache=True)
 
@@ -65,7 +64,7 @@ def look_up(cache, problem: GemmProblem, device: DeviceInfo,
     from .text import printable
 
     fingerprint = fingerprint_for(problem, device, only)
-    key = entry_key(problem.key(), fingerprint.digest())
+    key = key_for(problem, fingerprint.digest())
     stored = cache.get(key)
     why = entry_problem(stored) if stored is not None else None
     if why:

@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 # The order phases are shown in; any other name follows, in the order it was first seen.
 ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "prefetch", "partial_save", "save")
-# The timing process's steps of one candidate (runner/candidate.CandidateRunner phases).
+# The timing process's steps of one candidate (runner/worker.CandidateRunner phases).
 WORKER_STEPS = ("build", "inputs", "first_run", "check", "recheck", "timing", "timed_check")
 
 
@@ -63,11 +63,12 @@ class PhaseClock:
         return {name: round(self.seconds[name], 4) for name in names}
 
 
-def worker_seconds(candidates: list[dict[str, Any]]) -> dict[str, float]:
-    """The timing process's seconds per step over a problem's results (their `phases`)."""
+def worker_seconds(steps: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
+    """The timing process's seconds per step over a problem's results (each one's
+    `Candidate.phases`, None where it has none)."""
     total: dict[str, float] = {}
-    for cand in candidates:
-        for step, seconds in (cand.get("phases") or {}).items():
+    for phases in steps:
+        for step, seconds in (phases or {}).items():
             total[step] = total.get(step, 0.0) + seconds
     names = [n for n in WORKER_STEPS if n in total] + [n for n in total if n not in WORKER_STEPS]
     return {name: round(total[name], 4) for name in names}
@@ -88,8 +89,9 @@ def process_age_s() -> float | None:
         return None
 
 
-def summary_line(entry: dict[str, Any]) -> str:
-    """One line: a tuned entry's phases, the workers' steps and the compile pool's share."""
+def summary_line(entry: Mapping[str, Any]) -> str:
+    """One line: a tuned entry's phases, the workers' steps and the compile pool's share
+    (`entry`: its `Entry.phase_fields()`)."""
     phases = entry.get("phases") or {}
     if not phases:
         return "phases: not recorded (a cache hit, or an entry from an older version)"

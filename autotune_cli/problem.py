@@ -27,8 +27,11 @@ from typing import Any
 from .errors import UserError
 
 OPS = ("mm", "addmm", "bmm", "scaled_mm")
+# The dtype names: this module is their one home (the model readers, the API, the export and
+# the templates' torch dtypes all take them from here). A name is torch's, without "torch.".
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")  # what mm, addmm and bmm take
 FP8_DTYPES = ("float8_e4m3fn",)
-DTYPES = ("float16", "bfloat16", "float32") + FP8_DTYPES
+DTYPES = FLOAT_DTYPES + FP8_DTYPES
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DEVICES = ("cuda", "cpu")
 BIAS_SHAPES = ("n", "mn")
@@ -158,11 +161,26 @@ class GemmProblem:
         """The output's dtype: the operands' own, or a scaled_mm's `out_dtype`."""
         return self.out_dtype or self.dtype
 
+    # -- precision: the one place each of its meanings is worked out ----------------------
     @property
     def precision(self) -> str:
         """What the result's accuracy is judged by: the output dtype (a scaled_mm's
         quantization error belongs to its inputs), or tf32 where float32 may round to it."""
         return "tf32" if self.allow_tf32 else self.result_dtype
+
+    @property
+    def operand_precision(self) -> str:
+        """What the matrix units read the operands as, which sets their peak rate: the
+        operands' dtype, or tf32 where float32 may round to it."""
+        return "tf32" if self.allow_tf32 else self.dtype
+
+    @property
+    def fp32_mode(self) -> str | None:
+        """A float32 problem's mode: "tf32" (the matrix units may round the inputs) or
+        "ieee"; None for other dtypes. In the key, and Triton's tl.dot input_precision."""
+        if self.dtype != "float32":
+            return None
+        return "tf32" if self.allow_tf32 else "ieee"
 
     @property
     def flops(self) -> int:
@@ -217,8 +235,8 @@ class GemmProblem:
                 parts.append("fast_accum")
         if self.bias:
             parts.append(f"bias_{self.bias}")
-        if self.dtype == "float32":
-            parts.append("tf32" if self.allow_tf32 else "ieee")
+        if self.fp32_mode is not None:
+            parts.append(self.fp32_mode)
         parts.append(self.device)
         return "/".join(parts)
 

@@ -17,6 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from .entry import Entry
 from .problem import GemmProblem
 from .results import Candidate, params_str
 from .text import printable
@@ -56,13 +57,14 @@ class ProgressReporter:
     def notice(self, message: str) -> None:
         self.console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
 
-    def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
+    def cache_hit(self, problem: GemmProblem, entry: Entry) -> None:
         if not self.enabled:
             return
-        winner = entry["winner"]
+        winner = entry.winner
         self.console.print(
-            printable(f"cached: {problem.describe()} -> {winner['uid']} {params_str(winner['params'])} "
-                      f"{fmt_ms(winner['ms'])} ms (tuned {entry.get('tuned_at', '?')}; --force to re-tune)"),
+            printable(f"cached: {problem.describe()} -> {winner.uid} {params_str(winner.params)} "
+                      f"{fmt_ms(winner.ms)} ms (tuned {entry.tuned_at if entry.tuned_at is not None else '?'}; "
+                      "--force to re-tune)"),
             highlight=False, markup=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
@@ -101,10 +103,10 @@ class ModelProgress(ProgressReporter):
         self.overall_task = self.overall.add_task("problems", total=total)
         self.overall.start()
 
-    def cache_hit(self, problem: GemmProblem, entry: dict) -> None:
-        winner = entry["winner"]
-        self.console.print(printable(f"cached: {problem.describe()} -> {winner['uid']} "
-                                     f"{fmt_ms(winner['ms'])} ms"), highlight=False, markup=False)
+    def cache_hit(self, problem: GemmProblem, entry: Entry) -> None:
+        winner = entry.winner
+        self.console.print(printable(f"cached: {problem.describe()} -> {winner.uid} "
+                                     f"{fmt_ms(winner.ms)} ms"), highlight=False, markup=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
         self.overall.update(self.overall_task, description=escape(f"tuning {problem.describe()}"))
@@ -287,38 +289,33 @@ def model_summary_table(rows: list[dict]) -> FitTable:
         [problem_notes, winner_params, ms, aten, speed, saved],
     ], fallbacks=[[problem_notes, winner_params, ms, speed, saved]])
 
-def candidate_rows(entry: dict) -> list[dict]:
-    return [dict(c) for c in entry.get("candidates", [])]
-
-
 def outcome_table(outcome, top: int = 10) -> FitTable:
     """Narrower, the candidate's params go under its template's uid."""
-    entry = outcome.entry
+    entry: Entry = outcome.entry
     problem = outcome.problem
-    winner = entry.get("winner")
-    title = f"{problem.describe()} on {entry['fingerprint']['device_name']}"
+    winner = entry.winner
+    title = f"{problem.describe()} on {entry.device_name}"
     if outcome.from_cache:
         title += " (from cache)"
-    rows = candidate_rows(entry)
-    ok = sorted((c for c in rows if c["status"] == "ok"), key=lambda c: c["ms"])
-    failed = [c for c in rows if c["status"] != "ok"]
-    best = ok[0]["ms"] if ok else None  # the fastest; the winner may be cuBLAS within the margin
+    ok = sorted((c for c in entry.candidates if c.status == "ok"), key=lambda c: c.ms)
+    failed = [c for c in entry.candidates if c.status != "ok"]
+    best = ok[0].ms if ok else None  # the fastest; the winner may be cuBLAS within the margin
 
-    def is_winner(cand) -> bool:
-        return bool(winner) and cand["uid"] == winner["uid"] and cand["params"] == winner["params"]
+    def is_winner(cand: Candidate) -> bool:
+        return winner is not None and cand.identity == winner.identity
 
     shown = [(str(rank), cand) for rank, cand in enumerate(ok[:top], 1)]
     shown += [("-", cand) for cand in (failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5])]
-    chosen = [cand["status"] == "ok" and is_winner(cand) for _, cand in shown]
-    uids = [Text(printable(cand["uid"]), style="bold green" if pick else "")
+    chosen = [cand.status == "ok" and is_winner(cand) for _, cand in shown]
+    uids = [Text(printable(cand.uid), style="bold green" if pick else "")
             for (_, cand), pick in zip(shown, chosen)]
-    params = [printable(params_str(cand["params"])) for _, cand in shown]
+    params = [printable(params_str(cand.params)) for _, cand in shown]
     statuses = [Text("ok, winner", style="bold green") if pick else
-                Text("ok") if cand["status"] == "ok" else Text(printable(cand["status"]), style="red")
+                Text("ok") if cand.status == "ok" else Text(printable(cand.status), style="red")
                 for (_, cand), pick in zip(shown, chosen)]
 
     def measured(fmt):
-        return [fmt(cand["ms"]) if cand["status"] == "ok" else "-" for _, cand in shown]
+        return [fmt(cand.ms) if cand.status == "ok" else "-" for _, cand in shown]
 
     rank = Col("#", [r for r, _ in shown], number=True)
     numbers = [Col("ms", measured(fmt_ms), number=True),
@@ -331,35 +328,34 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     ])
 
 def outcome_summary(outcome) -> str:
-    entry = outcome.entry
-    winner = entry.get("winner")
+    entry: Entry = outcome.entry
+    winner = entry.winner
     statuses: dict[str, int] = {}
-    for cand in entry.get("candidates", []):
-        statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1
+    for cand in entry.candidates:
+        statuses[cand.status] = statuses.get(cand.status, 0) + 1
     counts = printable(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
     if winner is None:
         return f"no valid candidate ({counts})"
-    shown = printable(f"{winner['uid']} {params_str(winner['params'])}")
-    return (f"winner: {shown}  {fmt_ms(winner['ms'])} ms  "
-            f"{fmt_tflops(winner['tflops'])} TFLOP/s  [{counts}; tuned in {entry.get('tune_seconds', 0):.1f} s]")
+    shown = printable(f"{winner.uid} {params_str(winner.params)}")
+    return (f"winner: {shown}  {fmt_ms(winner.ms)} ms  "
+            f"{fmt_tflops(winner.tflops)} TFLOP/s  [{counts}; tuned in {entry.tune_seconds or 0:.1f} s]")
 
 
 def outcome_json(outcome) -> dict[str, Any]:
-    entry = outcome.entry
+    entry: Entry = outcome.entry
     return {
-        "problem": entry["problem"],
+        "problem": entry.problem.to_dict(),
         "key": outcome.key,
         "from_cache": outcome.from_cache,
-        "winner": entry.get("winner"),
-        "candidates": entry.get("candidates", []),
-        "pruned": entry.get("pruned", {}),
-        "considered": entry.get("considered"),
-        "fingerprint": entry["fingerprint"],
-        "tuned_at": entry.get("tuned_at"),
-        "tune_seconds": entry.get("tune_seconds"),
+        "winner": None if entry.winner is None else entry.winner.to_dict(),
+        "candidates": [c.to_dict() for c in entry.candidates],
+        "pruned": dict(entry.pruned or {}),
+        "considered": entry.considered,
+        "fingerprint": dict(entry.fingerprint),
+        "tuned_at": entry.tuned_at,
+        "tune_seconds": entry.tune_seconds,
         # where the tune's seconds went (phases.py); absent from a cache hit
-        **{name: entry[name] for name in ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
-           if name in entry and not outcome.from_cache},
+        **({} if outcome.from_cache else entry.phase_fields()),
     }
 
 
@@ -391,25 +387,23 @@ def tuned_text(value: Any) -> str:
     return when.strftime("%Y-%m-%d %H:%M")
 
 
-def cache_table(items: Iterable[tuple[str, dict]], current_machine: str | None = None) -> FitTable:
+def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None = None) -> FitTable:
     """`current_machine`: this host's CPU machine digest. CPU entries say whether they were
     measured here; GPU entries say "?" (knowing needs torch; `cache prune --not-this-machine`
     asks the GPU). Narrower, the device and "here" go under the problem, and params under
     the winner's uid."""
     rows = []
     for key, entry in items:
-        problem = GemmProblem.from_dict(entry["problem"])
-        winner = entry.get("winner") or {}
-        fp = entry["fingerprint"]
-        if fp.get("device_type") == "cpu" and current_machine:
-            here = "yes" if entry.get("machine") == current_machine else "no"
+        winner = entry.winner
+        if entry.fingerprint.get("device_type") == "cpu" and current_machine:
+            here = "yes" if entry.machine == current_machine else "no"
         else:
             here = "?"
-        rows.append((problem.describe(), printable(fp.get("device_name", "?")),
-                     printable(winner.get("uid", "(none)")),
-                     printable(params_str(winner.get("params", {}))), fmt_ms(winner.get("ms")),
-                     fmt_tflops(winner["tflops"]) if winner.get("tflops") else "-",
-                     tuned_text(entry.get("tuned_at")), here))
+        rows.append((entry.problem.describe(), printable(entry.device_name),
+                     printable(winner.uid if winner else "(none)"),
+                     printable(params_str(winner.params if winner else {})), fmt_ms(winner.ms if winner else None),
+                     fmt_tflops(winner.tflops) if winner and winner.tflops else "-",
+                     tuned_text(entry.tuned_at), here))
     describe, device, uid, params, ms, tflops, tuned, here = (list(c) for c in zip(*rows)) if rows else ([],) * 8
     where = {"yes": "measured here", "no": "measured elsewhere", "?": ""}
     numbers = [Col("ms", ms, number=True), Col("TFLOP/s", tflops, number=True)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from .settings import MeasurePolicy
 
@@ -52,6 +52,11 @@ class Candidate:
     def ok(self) -> bool:
         return self.status == OK and self.ms is not None
 
+    @property
+    def identity(self) -> tuple:
+        """Which config it is a result of (config_identity)."""
+        return config_identity(self.uid, self.params)
+
     def label(self) -> str:
         return f"{self.uid} {params_str(self.params)}".strip()
 
@@ -62,6 +67,13 @@ class Candidate:
     def from_dict(cls, data: dict[str, Any]) -> "Candidate":
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def config_identity(uid: str, params: Mapping[str, Any]) -> tuple:
+    """A config's identity: its template's uid and its params, in no particular order, each
+    value by its text. The one test of "the same config" for a choice, a result, a stored
+    winner and a compile request."""
+    return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
 
 SHORT_NAMES = {

@@ -23,7 +23,7 @@ L2_BYTES_PER_S = 1.2e13
 
 def operand_rate(problem: "GemmProblem") -> float:
     """The matrix units' peak for the problem's operands (tf32 where float32 may round)."""
-    return PEAK_FLOPS["tf32" if problem.allow_tf32 else problem.dtype]
+    return PEAK_FLOPS[problem.operand_precision]
 
 
 def hbm_seconds(nbytes: float) -> float:

@@ -18,6 +18,7 @@ from .runner import Executor
 from .runner.executor import LocalExecutor
 from .cache import Cache
 from .choices import ChoiceSet, get_choices
+from .entry import Entry, Winner
 from .errors import Interrupted, Terminated, UserError
 from .fingerprint import DeviceInfo, Fingerprint, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
@@ -34,7 +35,7 @@ class TuneListener:
 
     def notice(self, message: str) -> None: ...
 
-    def cache_hit(self, problem: GemmProblem, entry: dict) -> None: ...
+    def cache_hit(self, problem: GemmProblem, entry: Entry) -> None: ...
 
     def planned(self, problem: GemmProblem, choices: ChoiceSet) -> None: ...
 
@@ -70,11 +71,7 @@ def _seconds(call: Callable, *args) -> float:
     return time.perf_counter() - began
 
 
-def _identity(uid: str, params: dict) -> tuple:
-    return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
-
-
-def _known_results(stored: dict | None, force: bool = False) -> dict[tuple, Candidate]:
+def _known_results(stored: Entry | None, force: bool = False) -> dict[tuple, Candidate]:
     """Results already measured under this fingerprint that need not be measured again:
     everything measured by an interrupted (partial) run (never what it skipped: that includes
     a failure of the environment and a screening result, both to be measured again); from a
@@ -84,10 +81,9 @@ def _known_results(stored: dict | None, force: bool = False) -> dict[tuple, Cand
         return {}
     keep = ("compile_error", "wrong_result")
     known = {}
-    for data in stored.get("candidates", []):
-        candidate = Candidate.from_dict(data)
-        if candidate.status in keep or (stored.get("partial") and candidate.status != SKIPPED):
-            known[_identity(candidate.uid, candidate.params)] = candidate
+    for candidate in stored.candidates:
+        if candidate.status in keep or (stored.partial and candidate.status != SKIPPED):
+            known[candidate.identity] = candidate
     return known
 
 
@@ -122,7 +118,7 @@ class _Progress:
         self.key = key
         self.choice_set = choice_set
         self.started = started
-        self.latest: dict[tuple, Candidate] = {_identity(c.uid, c.params): c for c in reused}
+        self.latest: dict[tuple, Candidate] = {c.identity: c for c in reused}
         self.valid: dict[tuple, Candidate] = {k: c for k, c in self.latest.items() if c.ok}  # for the display
         self.done = 0
         self.reported: set[tuple] = set()
@@ -138,7 +134,7 @@ class _Progress:
         self._error: BaseException | None = None  # a save from the timer failed: raised here next
 
     def report(self, candidate: Candidate) -> None:
-        self.reported.add(_identity(candidate.uid, candidate.params))
+        self.reported.add(candidate.identity)
         self.done += 1
         best = pick_winner(list(self.valid.values()), self.tuner.settings.measure)
         total = max(len(self.choice_set.choices), self.done)
@@ -148,7 +144,7 @@ class _Progress:
         if self.at_first_result is not None:
             call, self.at_first_result = self.at_first_result, None
             call()
-        ident = _identity(candidate.uid, candidate.params)
+        ident = candidate.identity
         if candidate.status != SKIPPED:
             self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
         with self._lock:
@@ -196,10 +192,9 @@ class _Progress:
                 kept = [c for c in self.latest.values() if c.status != SKIPPED]
                 self._dirty = False
             began = time.monotonic()
-            entry = self.tuner._entry(self.problem, self.fingerprint, kept, self.choice_set,
-                                      time.perf_counter() - self.started)
-            entry["winner"] = None
-            entry["partial"] = True
+            entry = replace(self.tuner._entry(self.problem, self.fingerprint, kept, self.choice_set,
+                                              time.perf_counter() - self.started),
+                            winner=None, partial=True)
             try:
                 self.tuner.cache.put(self.key, entry)
             except BaseException:
@@ -308,10 +303,10 @@ class Tuner:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
         known = _known_results(stored, force=self.settings.force)
-        todo = [c for c in choice_set.choices if _identity(c.uid, c.params) not in known]
-        reused = [known[_identity(c.uid, c.params)] for c in choice_set.choices
-                  if _identity(c.uid, c.params) in known]
-        if reused and stored is not None and stored.get("partial"):
+        todo = [c for c in choice_set.choices if c.identity not in known]
+        reused = [known[c.identity] for c in choice_set.choices
+                  if c.identity in known]
+        if reused and stored is not None and stored.partial:
             self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
@@ -339,39 +334,40 @@ class Tuner:
             raise
         progress.close()
         entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
-        entry["resumed"] = len(reused)
-        entry["timeline"] = progress.timeline
         stats = self.executor.take_stats(started)
+        compiles = None
         if stats.compiles is not None:  # [sent, done, seconds compiling] per kernel built for this problem
-            entry["compiles"] = [[round(a - started, 3), round(d - started, 3), round(c, 3)]
-                                 for a, d, c in stats.compiles]
-        if stats.compile_pool is not None:
-            entry["compile_pool"] = stats.compile_pool
-        self._add_phases(entry, clock, started, list(stats.startups))
+            compiles = [[round(a - started, 3), round(d - started, 3), round(c, 3)] for a, d, c in stats.compiles]
+        entry = replace(entry, resumed=len(reused), timeline=progress.timeline, compiles=compiles,
+                        compile_pool=stats.compile_pool)
+        entry = self._add_phases(entry, clock, started, list(stats.startups))
         with clock.phase("save"):
             self.cache.put(key, entry)
         # the finished entry's own save is known only once it is written: the outcome's
         # copy has it, the stored one stops at the search
-        entry["phases"] = {**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)}
+        entry = replace(entry, phases={**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)})
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
         return outcome
 
     @staticmethod
-    def _add_phases(entry: dict[str, Any], clock: PhaseClock, started: float,
-                    startups: list[tuple[str, float]]) -> None:
-        """The tune's phases (phases.py), the timing process's steps summed over its results,
-        the compile pool's busy seconds and span, and the workers started for this tune."""
-        entry["phases"] = {**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)}
-        entry["worker_s"] = worker_seconds(entry["candidates"])
-        entry["rounds"] = dict(clock.counts)
-        compiles = entry.get("compiles") or []
-        if compiles:
-            entry["compile_pool_s"] = {"kernels": len(compiles), "busy": round(sum(c for _, _, c in compiles), 3),
-                                  "span": round(max(d for _, d, _ in compiles) - min(a for a, _, _ in compiles), 3)}
-        if startups:
-            entry["startups"] = [list(item) for item in startups]
+    def _add_phases(entry: Entry, clock: PhaseClock, started: float,
+                    startups: list[tuple[str, float]]) -> Entry:
+        """The entry with the tune's phases (phases.py), the timing process's steps summed
+        over its results, the compile pool's busy seconds and span, and the workers started
+        for this tune."""
+        compiles = entry.compiles or []
+        return replace(
+            entry,
+            phases={**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)},
+            worker_s=worker_seconds(c.phases for c in entry.candidates),
+            rounds=dict(clock.counts),
+            compile_pool_s=None if not compiles else {
+                "kernels": len(compiles), "busy": round(sum(c for _, _, c in compiles), 3),
+                "span": round(max(d for _, d, _ in compiles) - min(a for a, _, _ in compiles), 3)},
+            startups=[list(item) for item in startups] or None,
+        )
 
     @staticmethod
     def _interrupted(problem: GemmProblem, progress: _Progress, exc: KeyboardInterrupt) -> Interrupted:
@@ -403,26 +399,23 @@ class Tuner:
         return self._executor
 
     def _entry(self, problem: GemmProblem, fingerprint: Fingerprint, candidates: list[Candidate],
-               choice_set: ChoiceSet, seconds: float) -> dict[str, Any]:
+               choice_set: ChoiceSet, seconds: float) -> Entry:
         winner = pick_winner(candidates, self.settings.measure)
         ordered = sorted(candidates, key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0))
-        return {
-            "problem": problem.to_dict(),
-            "fingerprint": fingerprint.to_dict(),
-            "fingerprint_digest": fingerprint.digest(),
-            "machine": fingerprint.machine_digest(),
-            "winner": None if winner is None else {
-                "uid": winner.uid, "params": winner.params, "ms": winner.ms,
-                "p20": winner.p20, "p80": winner.p80, "tflops": problem.tflops(winner.ms),
-            },
-            "candidates": [c.to_dict() for c in ordered],
-            "pruned": choice_set.pruned_counts(),
-            "considered": choice_set.considered,
-            "search": self.settings.search,
-            "tool_version": __version__,
-            "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "tune_seconds": round(seconds, 3),
-        }
+        return Entry(
+            problem=problem,
+            fingerprint=fingerprint.to_dict(),
+            fingerprint_digest=fingerprint.digest(),
+            machine=fingerprint.machine_digest(),
+            winner=None if winner is None else Winner.of(winner, problem),
+            candidates=tuple(ordered),
+            pruned=choice_set.pruned_counts(),
+            considered=choice_set.considered,
+            search=self.settings.search,
+            tool_version=__version__,
+            tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            tune_seconds=round(seconds, 3),
+        )
 
     def close(self) -> None:
         if self._executor is not None:

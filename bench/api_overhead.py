@@ -84,8 +84,9 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
     tune_s = time.perf_counter() - tuned
-    if not outcome.winner or outcome.winner["uid"] not in uids:
-        return {"kind": kind, "problem": problem.describe(), "skipped": f"winner {outcome.winner}"}
+    winner = outcome.winner.to_dict() if outcome.winner else None
+    if not winner or winner["uid"] not in uids:
+        return {"kind": kind, "problem": problem.describe(), "skipped": f"winner {winner}"}
 
     dtype = getattr(torch, problem.dtype)
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -98,7 +99,7 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
     sync()
     first_ms = (time.perf_counter() - started) * 1e3
     info = api.dispatch_info(a, weight)
-    assert info.uid == outcome.winner["uid"] and not info.fallback, info
+    assert info.uid == outcome.winner.uid and not info.fallback, info
     want = a.double() @ plain.double()
     errors = []
     for b in (weight, plain, weight):  # the first bound call, then both kinds of B
@@ -118,8 +119,8 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
             results[name]["cpu_us"].append(cpu)
             results[name]["wall_us"].append(wall)
     med = {name: {k: statistics.median(v) for k, v in figures.items()} for name, figures in results.items()}
-    return {"kind": kind, "problem": problem.describe(), "winner": outcome.winner["uid"],
-            "params": outcome.winner.get("params"), "winner_kernel_ms": outcome.winner.get("ms"),
+    return {"kind": kind, "problem": problem.describe(), "winner": winner["uid"],
+            "params": winner.get("params"), "winner_kernel_ms": winner.get("ms"),
             "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": max(errors),
             "median": med, "rounds": results}
 

@@ -299,7 +299,8 @@ def tuned(problem, search: str, keep: bool = False):
         if not keep:
             tuner.close()
     seconds = time.perf_counter() - began
-    return (outcome.entry["winner"], seconds, tuner) if keep else (outcome.entry["winner"], seconds)
+    winner = outcome.winner.to_dict() if outcome.winner else None
+    return (winner, seconds, tuner) if keep else (winner, seconds)
 
 
 def parse_shape(text: str) -> dict:

@@ -146,7 +146,8 @@ def main() -> None:
                 started = time.perf_counter()
                 outcome = tuner.tune(problem)
                 tune_s = time.perf_counter() - started
-                winner = outcome.entry["winner"]
+                entry = outcome.entry.to_dict()
+                winner = entry["winner"]
                 runs = {"torch": aten_call(problem)}
                 if winner is not None:
                     runs["ours"] = get_template(winner["uid"]).build(problem, winner["params"],
@@ -168,7 +169,7 @@ def main() -> None:
                        "errors": {key: v.reason for key, v in verdicts.items() if not v.ok},
                        "tune_s": tune_s, "inductor_tune_s": inductor_s,
                        "best_by_template": {}}
-                for cand in outcome.entry["candidates"]:
+                for cand in entry["candidates"]:
                     if cand["status"] == "ok":
                         best = row["best_by_template"].get(cand["uid"], math.inf)
                         row["best_by_template"][cand["uid"]] = min(best, cand["ms"])

@@ -101,7 +101,7 @@ def main() -> None:
                 started = time.perf_counter()
                 outcome = tuner.tune(problem)
                 wall = time.perf_counter() - started
-                cands = outcome.entry["candidates"]
+                cands = outcome.entry.to_dict()["candidates"]
                 ok = sorted((c for c in cands if c["status"] == "ok"), key=lambda c: c["ms"])
                 torch_ms = next((c["ms"] for c in ok if c["uid"] == "aten::_scaled_mm"), float("nan"))
                 print(f"\n=== {m}x{n}x{k} {scale}: {len(ok)} ok of {len(cands)}, tune {wall:.0f} s, "

@@ -54,7 +54,7 @@ def tune(problem, search="default", budget=None):
         outcome = tuner.tune(problem)
         wall = now() - started
         startups = list(getattr(tuner.executor, "startups", []))
-    entry = outcome.entry
+    entry = outcome.entry.to_dict()
     timeline = entry.get("timeline", [])
     rounds = {}
     for _, name, _ in timeline:

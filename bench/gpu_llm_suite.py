@@ -82,14 +82,15 @@ def main() -> None:
             started = now()
             outcome = tuner.tune(problem)
             tune_s = now() - started
-            winner = outcome.entry["winner"]
+            entry = outcome.entry.to_dict()
+            winner = entry["winner"]
             ours, torch_ms, verdict = side.time_winner(problem, winner, str(settings.kernel_dir))
             row = {"shape": name, "winner": winner["uid"], "params": winner["params"], "ours_ms": ours,
                    "torch_ms": torch_ms, "speedup": torch_ms / ours, "verified": verdict.ok,
                    "tune_s": tune_s, "timing": side.policy(problem).mode,
                    "floor_ms": hbm_seconds(problem.min_bytes) * 1e3}
             by_uid = {}
-            for cand in outcome.entry["candidates"]:
+            for cand in entry["candidates"]:
                 if cand["status"] == "ok":
                     by_uid[cand["uid"]] = min(by_uid.get(cand["uid"], 1e9), cand["ms"])
             row["best_by_template"] = by_uid

@@ -42,7 +42,7 @@ def main() -> None:
             started = now()
             outcome = tuner.tune(problem)
             tune_s = now() - started
-            entry = outcome.entry
+            entry = outcome.entry.to_dict()
             statuses = {}
             for cand in entry["candidates"]:
                 statuses[cand["status"]] = statuses.get(cand["status"], 0) + 1

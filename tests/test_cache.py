@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from autotune_cli.cache import SCHEMA, Cache, DamagedCache, entry_key
+from autotune_cli.cache import SCHEMA, Cache, DamagedCache
+from autotune_cli.entry import CacheKey
 
 
 def make_entry(m=64, uid="aten::mm", ms=1.0):
@@ -22,7 +23,7 @@ def test_round_trip_and_schema(tmp_path):
     cache.put("a@1", make_entry())
     document = json.loads(cache.path.read_text())
     assert document["schema"] == SCHEMA and list(document["entries"]) == ["a@1"]
-    assert Cache(tmp_path).get("a@1")["winner"]["uid"] == "aten::mm"
+    assert Cache(tmp_path).get("a@1").winner.uid == "aten::mm"
     assert not list(tmp_path.glob("*.tmp"))  # the temporary file was renamed, not left
 
 
@@ -64,10 +65,10 @@ def test_invalid_entry_is_refused_on_write(tmp_path):
 def test_remove_and_clear(tmp_path):
     cache = Cache(tmp_path)
     cache.update({"a@1": make_entry(m=1), "b@1": make_entry(m=2), "c@1": make_entry(m=3)})
-    assert cache.remove(lambda key, entry: entry["problem"]["m"] == 2) == 1
+    assert cache.remove(lambda key, entry: entry.problem.m == 2) == 1
     assert set(cache.load()) == {"a@1", "c@1"}
     assert cache.clear() == 2 and cache.load() == {}
 
 
 def test_entry_key():
-    assert entry_key("mm/m1", "abc") == "mm/m1@abc"
+    assert str(CacheKey("mm/m1", "abc")) == "mm/m1@abc"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, Cache, entry_key
+from autotune_cli.cache import CACHE_FILE, Cache
+from autotune_cli.entry import CacheKey
 from autotune_cli.export import inductor_table
 from autotune_cli.fingerprint import Fingerprint, probe_device
 from autotune_cli.problem import GemmProblem
@@ -41,7 +42,7 @@ def synthetic(op="mm", m=64, n=64, k=64, b=1, dtype="float16", layout="nn", bias
         "winner": winner, "candidates": [{"uid": uid, "params": params or {}, "status": "ok", "ms": ms}],
         "tool_version": "0.1.0", "tuned_at": tuned_at,
     }
-    return entry_key(problem.key(), fingerprint.digest()), entry
+    return str(CacheKey(problem.key(), fingerprint.digest())), entry
 
 
 TRITON_PARAMS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
@@ -55,7 +56,7 @@ def write(cache_dir: Path, *items) -> dict:
 
 
 def entries_of(cache_dir: Path) -> dict:
-    return Cache(cache_dir).load()
+    return {key: entry.to_dict() for key, entry in Cache(cache_dir).load().items()}
 
 
 def one_error_line(err: str) -> str:
@@ -74,7 +75,7 @@ def tuned_here(tmp_path_factory) -> dict:
     code = main(["mm", "--device", "cpu", "--m", "32", "--n", "32", "--k", "32", "--templates", "aten",
                  "--workers", "1", "--cache-dir", str(folder)])
     assert code == 0
-    return Cache(folder).load()
+    return {key: entry.to_dict() for key, entry in Cache(folder).load().items()}
 
 
 # -- show --filter ---------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_export_autotune_document(cli, cache_dir, gpu_entries, tmp_path):
     assert document["entries"] == {k: v for k, v in gpu_entries.items() if v["problem"]["dtype"] == "bfloat16"}
     # the document is a valid cache file as it stands
     shutil.copy(target, tmp_path / CACHE_FILE)
-    assert Cache(tmp_path).load() == document["entries"]
+    assert entries_of(tmp_path) == document["entries"]
 
 
 def test_export_bad_format_and_output(cli, cache_dir, gpu_entries, tmp_path):
@@ -204,7 +205,7 @@ def test_export_import_round_trip_between_machines(cli, cache_dir, tuned_here, t
     other = tmp_path / "other-cache"
     code, _, err = cli("cache", "import", moved, "--cache-dir", other)
     assert code == 0 and "imported 1, replaced 0, skipped 0 of 1 entries" in err
-    assert Cache(other).load() == tuned_here
+    assert entries_of(other) == tuned_here
     winner = api.Dispatcher(other).lookup(m=32, n=32, k=32, dtype="float16", device="cpu")
     assert winner == next(iter(tuned_here.values()))["winner"]
     # a second import changes nothing

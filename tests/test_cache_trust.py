@@ -15,6 +15,7 @@ import pytest
 
 import autotune_cli.cache as cache_module
 from autotune_cli.cache import CACHE_FILE, Cache, CacheUnavailable
+from autotune_cli.entry import Entry
 from helpers_cache_writer import make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,9 +217,9 @@ def test_import_plans_under_the_lock_against_what_is_on_disk(tmp_path, monkeypat
         importer.start()
         assert waiting.wait(60)
         entries = tuner_cache._read_unlocked()
-        entries[key] = make_entry(tuned_at="2026-11-20T00:00:00+00:00")  # the tune's, newest
+        entries[key] = Entry.from_dict(make_entry(tuned_at="2026-11-20T00:00:00+00:00"), key)  # the tune's, newest
         tuner_cache._write_unlocked(entries)
     importer.join(60)
     assert codes == [0]
-    assert Cache(folder).load()[key]["tuned_at"] == "2026-11-20T00:00:00+00:00"
+    assert Cache(folder).load()[key].tuned_at == "2026-11-20T00:00:00+00:00"
     assert "imported 0, replaced 0, skipped 1 of 1" in capsys.readouterr().err

@@ -116,3 +116,21 @@ def test_exhaustive_ranking_lets_every_template_into_the_compile_cap_on_decode()
     assert {c.uid for c in capped} == {c.uid for c in modelled}
     first_swap = next(c for c in modelled if c.uid == "triton::mm_swap_ab")
     assert first_swap in capped  # the shipped list's lead (the H200 best) is compiled
+
+
+def test_a_choice_its_result_and_its_compile_request_share_one_identity():
+    from autotune_cli.entry import Winner
+    from autotune_cli.results import Candidate, config_identity
+    from autotune_cli.runner.compile_pool import compile_key
+
+    problem = make_problem(m=64, n=64, k=64, dtype="float16", device="cpu")
+    device = DeviceInfo("cpu", "cpu")
+    choices = get_choices(problem, device, TuneSettings(device="cpu", templates=("triton::mm",))).choices
+    choice = choices[0]
+    result = Candidate(choice.uid, dict(reversed(list(choice.params.items()))), "ok", 1.0)
+    assert result.identity == choice.identity == config_identity(choice.uid, choice.params)
+    assert Winner(choice.uid, choice.params, 1.0, 1.0).identity == choice.identity
+    assert len({c.identity for c in choices}) == len(choices)
+    assert compile_key(choice)[0] == choice.identity
+    again = get_choices(problem, device, TuneSettings(device="cpu", templates=("triton::mm",))).choices[0]
+    assert compile_key(again) == compile_key(choice)

@@ -13,7 +13,7 @@ from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
-from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner
+from autotune_cli.runner.worker import GAVE_UP, CandidateRunner
 from autotune_cli.settings import MeasurePolicy, Switches, TimingPolicy, TuneSettings
 
 SLEEPY = str(PLUGINS / "sleepy.py")  # eight configs, each run sleeps $AUTOTUNE_TEST_SLEEP s
@@ -75,9 +75,9 @@ def test_a_tune_gives_up_on_hopeless_candidates_and_still_picks_the_best(tmp_pat
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
     by_uid = {}
-    for cand in outcome.entry["candidates"]:
+    for cand in outcome.entry.to_dict()["candidates"]:
         by_uid.setdefault(cand["uid"], []).append(cand)
-    assert outcome.winner["uid"] == "aten::mm"
+    assert outcome.winner.uid == "aten::mm"
     gave_up = [c for c in by_uid["test::sleepy"] if c["status"] == "skipped" and c["error"].startswith(GAVE_UP)]
     assert len(gave_up) >= 7  # one worker: every sleepy config after aten::mm (at most one before it)
     assert all(c["ms"] >= 10.0 for c in gave_up)
@@ -168,7 +168,7 @@ def test_a_list_compiles_the_next_problem_while_this_one_is_timed(tmp_path):
     second = make_problem(m=64, n=64, k=64, device="cpu", dtype="float32")  # other kernels
     with Tuner(settings) as tuner:
         outcome = tuner.tune(first, upcoming=(second,))
-        assert "prefetch" in outcome.entry["phases"]
+        assert "prefetch" in outcome.entry.phases
         pool = tuner.started_executor.compile_pool
         from autotune_cli.runner.compile_pool import compile_key
 
@@ -177,5 +177,5 @@ def test_a_list_compiles_the_next_problem_while_this_one_is_timed(tmp_path):
         assert wanted and wait_for(lambda: wanted <= set(pool._built))
         outcome = tuner.tune(second)
     assert outcome.winner is not None
-    assert not outcome.entry.get("compiles")  # every kernel was there when asked for
-    assert all(c["status"] == "ok" for c in outcome.entry["candidates"])
+    assert not outcome.entry.compiles  # every kernel was there when asked for
+    assert all(c.status == "ok" for c in outcome.entry.candidates)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from autotune_cli import api
-from autotune_cli.cache import CACHE_FILE, Cache, entry_key
+from autotune_cli.cache import CACHE_FILE, Cache
+from autotune_cli.entry import CacheKey, Entry
 from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import DeviceInfo
 from autotune_cli.problem import make_problem
@@ -58,7 +59,7 @@ def crafted(cache_dir: Path, uid: str = "triton::mm", params: dict | None = None
         "candidates": [{"uid": uid, "params": params, "status": "ok", "ms": 0.001}],
         "tuned_at": "2026-11-30T00:00:00+00:00",
     }
-    return entry_key(problem.key(), fingerprint.digest()), entry
+    return str(CacheKey(problem.key(), fingerprint.digest())), entry
 
 
 def export_file(path: Path, *items) -> Path:
@@ -183,7 +184,7 @@ def test_a_tune_does_not_answer_with_a_crafted_entry_but_tunes_again(cli, tmp_pa
     result = json.loads(out)
     assert result["key"] == key and not result["from_cache"]
     assert err.count(f"cache entry {key} is not used: winner param 'note' is not declared by aten::mm") == 1
-    assert Cache(cache_dir).load()[key]["winner"]["params"] == {}  # the tune's own entry replaced it
+    assert Cache(cache_dir).load()[key].winner.params == {}  # the tune's own entry replaced it
 
 
 # -- cache import ------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ def test_import_of_a_plugin_entry_needs_the_plugin_and_checks_its_declaration(cl
     problem = make_problem(m=8, n=8, k=8, dtype="float32", device="cpu")
     entry = make_entry()
     entry["problem"] = problem.to_dict()
-    key = entry_key(problem.key(), "f" * 16)
+    key = str(CacheKey(problem.key(), "f" * 16))
     entry["winner"] = {"uid": uid, "params": {"id": 5}, "ms": 0.2, "tflops": 0.1}
     entry["candidates"] = [{"uid": uid, "params": {"id": 5}, "status": "ok", "ms": 0.2}]
     export = export_file(tmp_path / "export.json", (key, entry))
@@ -327,6 +328,7 @@ def test_cached_winner_line_of_a_tune_is_escaped():
     entry["winner"]["params"] = {"BLOCK_M": HOSTILE}
     entry["candidates"][0]["uid"] = HOSTILE
     entry["fingerprint"]["device_name"] = HOSTILE
+    entry = Entry.from_dict(entry)
     console = Console(record=True, width=300, force_terminal=False)
     problem = make_problem(m=64, n=8, k=8, dtype="float16", device="cpu")
     ProgressReporter(console).cache_hit(problem, entry)

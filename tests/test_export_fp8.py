@@ -25,7 +25,7 @@ def fp8(m=2048, n=4096, k=4096, scale="row", bias=None, out_dtype="bfloat16", fa
 def entry(prob, uid, params=None, device_name=H200, ms=0.05):
     return {"problem": prob, "winner": {"uid": uid, "params": dict(params or {}), "ms": ms, "tflops": 1.0},
             "fingerprint": {"device_name": device_name, "device_type": "cuda", "capability": "9.0",
-                            "sm_count": 132}}
+                            "sm_count": 132}, "candidates": []}
 
 
 def test_rowwise_and_tensorwise_keys():

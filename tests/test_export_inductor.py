@@ -50,7 +50,7 @@ def entry(prob, winner, device_name=H200, device_type="cuda", torch_version=None
                    "sm_count": sm_count}
     if torch_version is not None:
         fingerprint["torch"] = torch_version
-    return {"problem": prob, "fingerprint": fingerprint, "winner": winner}
+    return {"problem": prob, "fingerprint": fingerprint, "winner": winner, "candidates": []}
 
 
 # -- keys (expected strings derived from torch/_inductor/lookup_table/choices.py) -----------

@@ -63,7 +63,7 @@ def tuner_with(tmp_path, step, **settings):
 def partial_entry(tmp_path):
     entries = Cache(tmp_path).load()
     (entry,) = entries.values()
-    return entry
+    return entry.to_dict()
 
 
 def wait_for(predicate, seconds=30.0):
@@ -138,7 +138,7 @@ def test_screening_results_never_win_nor_survive_a_resume(tmp_path):
         outcome = tuner.tune(PROBLEM)
     first = executor.calls[0]
     assert len(first) == 8  # every candidate screened again
-    assert outcome.entry["resumed"] == 0 and outcome.winner is not None
+    assert outcome.entry.resumed == 0 and outcome.winner is not None
 
 
 def test_screening_results_never_win_when_the_budget_ends_the_screening(tmp_path):
@@ -153,9 +153,9 @@ def test_screening_results_never_win_when_the_budget_ends_the_screening(tmp_path
     with tuner:
         outcome = tuner.tune(PROBLEM)
     assert outcome.winner is None
-    statuses = {c["status"] for c in outcome.entry["candidates"]}
+    statuses = {c.status for c in outcome.entry.candidates}
     assert statuses == {"skipped"}
-    assert all("screened at" in c["error"] for c in outcome.entry["candidates"])
+    assert all("screened at" in c.error for c in outcome.entry.candidates)
 
 
 def test_force_measures_everything_again(tmp_path):
@@ -170,8 +170,8 @@ def test_force_measures_everything_again(tmp_path):
     tuner, executor = tuner_with(tmp_path, all_ok, force=True)
     with tuner:
         outcome = tuner.tune(PROBLEM)
-    assert outcome.winner is not None and outcome.entry["resumed"] == 0
-    assert len(executor.calls[0]) == len(outcome.entry["candidates"])
+    assert outcome.winner is not None and outcome.entry.resumed == 0
+    assert len(executor.calls[0]) == len(outcome.entry.candidates)
 
 
 # -- the command, as a user stops it --------------------------------------------------------
@@ -292,7 +292,7 @@ def test_the_budget_bounds_the_listing_of_configs(tmp_path):
     with Tuner(settings, Listener(), executor_factory=lambda device, s: executor,
                device=probe_device("cpu")) as tuner:
         outcome = tuner.tune(PROBLEM)
-    considered = outcome.entry["considered"]
+    considered = outcome.entry.considered
     assert 0 < considered < 100_000
     assert any(n.startswith("the tuning budget ran out while listing configs") for n in notices), notices
-    assert len(outcome.entry["candidates"]) == considered and outcome.winner is None
+    assert len(outcome.entry.candidates) == considered and outcome.winner is None

@@ -373,25 +373,31 @@ def test_saved_counts_against_plain_cublas(cli):
     from types import SimpleNamespace
 
     from autotune_cli.cli.rows import _Clock, aten_ms, result_row
+    from autotune_cli.entry import Entry, Winner
+    from autotune_cli.problem import GemmProblem
+    from autotune_cli.results import Candidate
 
     def cand(uid, ms, status="ok"):
-        return {"uid": uid, "params": {}, "status": status, "ms": ms}
+        return Candidate(uid, {}, status, ms)
 
-    entry = {"candidates": [cand("aten::mm", 0.40), cand("aten::mm_aligned", 0.10),
-                            cand("triton::mm", 0.20), cand("aten::bmm", 0.05, "failed")]}
+    def entry_of(*candidates):
+        return Entry(GemmProblem("mm", 8, 8, 8), {"device_name": "x"}, None, candidates)
+
+    entry = entry_of(cand("aten::mm", 0.40), cand("aten::mm_aligned", 0.10),
+                     cand("triton::mm", 0.20), cand("aten::bmm", 0.05, "runtime_error"))
     assert aten_ms(entry) == 0.40
-    assert aten_ms({"candidates": [cand("aten::mm_aligned", 0.1)]}) is None
+    assert aten_ms(entry_of(cand("aten::mm_aligned", 0.1))) is None
     item = SimpleNamespace(count=3)
-    outcome = SimpleNamespace(winner={"uid": "aten::mm_aligned", "ms": 0.10}, entry=entry,
+    outcome = SimpleNamespace(winner=Winner("aten::mm_aligned", {}, 0.10, 1.0), entry=entry,
                               key="k", from_cache=True)
     row = result_row(item, {"describe": "d", "count": 3}, outcome, _Clock())
     assert row["aten_ms"] == 0.40
     assert row["saved_ms"] == pytest.approx((0.40 - 0.10) * 3)
     # a plain cuBLAS winner saves nothing; without a plain cuBLAS time, nothing is claimed
-    outcome.winner = {"uid": "aten::mm", "ms": 0.40}
+    outcome.winner = Winner("aten::mm", {}, 0.40, 1.0)
     assert result_row(item, {}, outcome, _Clock())["saved_ms"] == 0
-    outcome.entry = {"candidates": [cand("aten::mm_aligned", 0.1), cand("triton::mm", 0.2)]}
-    outcome.winner = {"uid": "aten::mm_aligned", "ms": 0.1}
+    outcome.entry = entry_of(cand("aten::mm_aligned", 0.1), cand("triton::mm", 0.2))
+    outcome.winner = Winner("aten::mm_aligned", {}, 0.1, 1.0)
     assert result_row(item, {}, outcome, _Clock())["saved_ms"] is None
 
 

@@ -11,7 +11,7 @@ import torch
 
 from autotune_cli.runner.timing import _clone_operands
 from autotune_cli.runner.verify import empty_operands, make_operands
-from autotune_cli.runner.candidate import CandidateRunner
+from autotune_cli.runner.worker import CandidateRunner
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import Template, get_template, register_template
@@ -132,7 +132,7 @@ def test_a_tune_of_misaligned_n_verifies_the_alignment_templates(tmp_path):
     assert pitches == {"triton::mm_padded": 48, "aten::mm_aligned": 48}
     with Tuner(settings) as tuner:
         outcome = tuner.tune(problem)
-    candidates = outcome.entry["candidates"]
+    candidates = [c.to_dict() for c in outcome.entry.candidates]
     assert sorted(c["uid"] for c in candidates) == ["aten::mm_aligned"] * 6 + ["triton::mm_padded"]
     assert all(c["status"] == "ok" for c in candidates), candidates
     widths = {(c["params"]["ZERO_PAD"], c["params"]["PAD_BYTES"]) for c in candidates if c["uid"] == "aten::mm_aligned"}

@@ -20,8 +20,7 @@ def test_the_clock_sums_intervals_per_name_in_order():
 
 
 def test_worker_steps_are_summed_over_candidates():
-    steps = worker_seconds([{"phases": {"timing": 0.5, "build": 0.125}}, {"phases": None},
-                            {"phases": {"timing": 0.25, "first_run": 1.0}}])
+    steps = worker_seconds([{"timing": 0.5, "build": 0.125}, None, {"timing": 0.25, "first_run": 1.0}])
     assert steps == {"build": 0.125, "first_run": 1.0, "timing": 0.75}
 
 

@@ -75,3 +75,31 @@ def test_parse_mnk():
     assert parse_mnk("1x2x3") == (1, 2, 3)
     with pytest.raises(UserError):
         parse_mnk("1x2")
+
+
+@pytest.mark.parametrize("fields, precision, operands, mode", [
+    ({"dtype": "float16"}, "float16", "float16", None),
+    ({"dtype": "bfloat16"}, "bfloat16", "bfloat16", None),
+    ({"dtype": "float32"}, "float32", "float32", "ieee"),
+    ({"dtype": "float32", "allow_tf32": True}, "tf32", "tf32", "tf32"),
+    ({"dtype": "float8_e4m3fn", "scale": "row"}, "bfloat16", "float8_e4m3fn", None),
+    ({"dtype": "float8_e4m3fn", "scale": "tensor", "out_dtype": "float32"}, "float32", "float8_e4m3fn", None),
+])
+def test_each_meaning_of_precision_has_one_home(fields, precision, operands, mode):
+    problem = make_problem(m=16, n=16, k=16, **fields)
+    assert problem.precision == precision  # what the result's accuracy is judged by
+    assert problem.operand_precision == operands  # what the matrix units read: their rate
+    assert problem.fp32_mode == mode  # float32's part of the key
+    assert (mode in problem.key().split("/")) if mode else ("ieee" not in problem.key() and "tf32" not in problem.key())
+
+
+def test_dtype_names_are_torchs():
+    torch = pytest.importorskip("torch")
+    from autotune_cli.problem import DTYPES, FLOAT_DTYPES
+    from autotune_cli.templates.base import torch_dtype
+
+    assert set(FLOAT_DTYPES) < set(DTYPES)
+    for name in DTYPES:
+        assert str(torch_dtype(name)) == f"torch.{name}"
+    with pytest.raises(KeyError):
+        torch_dtype("int8")

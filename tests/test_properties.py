@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache, validate_entry
+from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache
+from autotune_cli.entry import Entry
 from autotune_cli.errors import UserError
 from autotune_cli.heuristics.spaces import TRITON_KEYS, load_space_file, validate_config
 from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, FP8_DTYPES, FP8_LAYOUT, LAYOUTS,
@@ -212,7 +213,8 @@ def test_cache_stores_and_loads_entries_unchanged(first, second):
         cache = Cache(folder)
         cache.update(first)
         cache.update(second)
-        assert Cache(folder).load() == {**first, **second} and not cache.notices
+        loaded = Cache(folder).load()
+        assert {k: e.to_dict() for k, e in loaded.items()} == {**first, **second} and not cache.notices
         code, out, err = cli_in_process("cache", "show", "--cache-dir", folder)  # it can draw them
         assert code == 0, err
         code, out, _ = cli_in_process("cache", "show", "--json", "--cache-dir", folder)
@@ -287,7 +289,7 @@ def test_any_cache_file_loads_or_is_moved_aside_intact(raw):
         else:
             assert cache.path.read_bytes() == raw and not cache.notices  # untouched
         for key, entry in entries.items():
-            validate_entry(key, entry)
+            Entry.from_dict(entry.to_dict(), key)
         code, _, err = cli_in_process("cache", "show", "--cache-dir", folder)
         assert code == 0, err
         cache.put("new@fp", {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "x"},
@@ -304,7 +306,7 @@ def test_non_finite_numbers_never_reach_the_file(entry, word):
         Cache(folder).put("k@fp", entry)
         text = (Path(folder) / CACHE_FILE).read_text()
         json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the file"))
-        assert Cache(folder).load()["k@fp"]["candidates"][-1]["max_rel_error"] is None
+        assert Cache(folder).load()["k@fp"].candidates[-1].max_rel_error is None
 
 
 def test_invalid_entries_are_refused_before_the_lock(tmp_path):

@@ -61,9 +61,9 @@ def test_model_on_ray_actors_into_the_drivers_cache(cli, cache_dir, cluster, tmp
         assert row["winner"] is not None and not row["from_cache"]
         assert row["slot"] in (0, 1) and row["host"] and row["device"] == cpu
         entry = entries[row["key"]]
-        assert entry["winner"] == row["winner"]
-        assert entry["fingerprint"]["device_name"] == cpu
-        assert row["key"].endswith("@" + entry["fingerprint_digest"])
+        assert entry.winner.to_dict() == row["winner"]
+        assert entry.device_name == cpu
+        assert row["key"].endswith("@" + entry.fingerprint_digest)
     # again: the actors find every problem in the entries the driver sends; nothing changes
     before = Cache(cache_dir).load()
     code, out, err = cli(*args)
@@ -108,5 +108,5 @@ def test_an_actor_killed_mid_run_loses_nothing(tmp_path, cluster):
     assert requeued.attempts == 2 and requeued.slot != killed["slot"]
     survivors = {r.slot for r in results if r.index != killed["index"]} | {requeued.slot}
     assert killed["slot"] in {r.slot for r in reported}
-    assert all(entries[r.outcome.key]["winner"]["uid"] == "test::sleepy" for r in results)
+    assert all(entries[r.outcome.key].winner.uid == "test::sleepy" for r in results)
     assert len(survivors) >= 1

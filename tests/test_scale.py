@@ -21,7 +21,8 @@ import torch.nn as nn  # noqa: E402
 
 from autotune_cli.runner import Executor  # noqa: E402
 from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa: E402
-from autotune_cli.cache import Cache, entry_key  # noqa: E402
+from autotune_cli.cache import Cache
+from autotune_cli.entry import CacheKey  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.fingerprint import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
@@ -89,7 +90,7 @@ def test_model_on_two_cpu_groups_without_ray(cache_dir, four_layers):
     cpu = probe_device("cpu").name
     for row in rows:
         assert row["winner"] is not None and not row["from_cache"] and row["device"] == cpu
-        assert entries[row["key"]]["winner"] == row["winner"]
+        assert entries[row["key"]].winner.to_dict() == row["winner"]
     assert proc.stderr.count("tuned:") == 4
 
 
@@ -109,10 +110,10 @@ def test_each_result_carries_its_devices_fingerprint(tmp_path):
     for result in results:
         device = devices[result.slot]
         entry = entries[result.outcome.key]
-        assert result.device == device.name == entry["fingerprint"]["device_name"]
+        assert result.device == device.name == entry.device_name
         fingerprint = tuner.tuners[result.slot].fingerprint(result.problem)
-        assert result.outcome.key == entry_key(result.problem.key(), fingerprint.digest())
-        digests.setdefault(device.name, set()).add(entry["machine"])
+        assert result.outcome.key == str(CacheKey(result.problem.key(), fingerprint.digest()))
+        digests.setdefault(device.name, set()).add(entry.machine)
     assert len(digests["cpu-A"] | digests["cpu-B"]) == 2  # one machine digest per device name
 
 
@@ -131,7 +132,7 @@ def test_devices_of_one_model_share_one_compile_pool(tmp_path):
         assert all(t.executor.compile_pool is pool for t in tuner.tuners)
         results = tuner.tune_all(probs)
     assert all(r.ok for r in results) and {r.slot for r in results} == {0, 1}
-    kernels = len(results[0].outcome.entry["candidates"])
+    kernels = len(results[0].outcome.entry.candidates)
     assert kernels >= 2 and pool.compiled == kernels  # once for all four problems
     assert all(not w.process for w in pool.workers)  # the tuner closed its pool
     other = [replace(cpu, name="cpu-A", index=0), replace(cpu, name="cpu-B", index=1)]
@@ -169,51 +170,6 @@ def test_a_lost_device_hands_its_problem_to_the_survivor(tmp_path):
     assert tuner.alive == [True, False] and "planted" in tuner.slot_errors[1]
     entries = Cache(tmp_path).load()
     assert {r.outcome.key for r in results} <= set(entries)
-
-
-class InterruptsAfterFirst(Executor):
-    """Measures nothing real: the first problem's candidates finish, then Ctrl-C reaches the
-    main thread (as a signal does) while the other device's tune is in flight."""
-
-    calls = 0
-
-    def __init__(self, device, settings):
-        self.device = device
-
-    def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
-        import _thread
-        from autotune_cli.results import Candidate
-
-        InterruptsAfterFirst.calls += 1
-        if InterruptsAfterFirst.calls > 1:
-            _thread.interrupt_main()
-            time.sleep(10)  # past the stop's wait: the thread is a daemon
-        results = [Candidate(uid=c.uid, params=c.params, status="ok", ms=1.0 + i, p20=1.0 + i, p80=1.0 + i,
-                             runs=5) for i, c in enumerate(choices)]
-        for i, result in enumerate(results):
-            if on_result is not None:
-                on_result(i, result)
-        return results
-
-    def close(self):
-        pass
-
-
-def test_ctrl_c_over_several_devices_says_what_was_saved(tmp_path):
-    from autotune_cli.errors import Interrupted
-
-    InterruptsAfterFirst.calls = 0
-    cpu = probe_device("cpu")
-    devices = [replace(cpu, index=0), replace(cpu, index=1)]
-    settings = aten_settings(tmp_path)
-    with MultiDeviceTuner(settings, devices=devices, executor_factory=InterruptsAfterFirst) as tuner:
-        with pytest.raises(Interrupted) as raised:
-            tuner.tune_all(problems(1) + problems(2)[1:])
-    assert raised.value.code == 130
-    message = raised.value.message
-    assert message.startswith("interrupted (SIGINT): 1 of 2 problem(s) tuned and saved"), message
-    assert "run the same command again to resume" in message
-    assert len(Cache(tmp_path).load()) >= 1
 
 
 def test_every_device_lost_reports_every_problem_failed(tmp_path):
@@ -285,8 +241,8 @@ def test_an_idle_device_lends_its_worker_to_anothers_first_round(tmp_path):
         assert borrower.lent_results >= 1 and borrower._borrowed == []
         lender = tuner.tuners[short_slot].started_executor
         assert not borrower.borrow(lender.timers, lambda _: None)  # no round in progress
-    candidates = by_problem[long.key()].outcome.entry["candidates"]
+    candidates = [c.to_dict() for c in by_problem[long.key()].outcome.entry.candidates]
     lent = [c for c in candidates if c.get("measured_on") is not None]
     assert lent and {c["measured_on"] for c in lent} == {short_slot}
     assert all(c["status"] == "ok" for c in candidates)
-    assert all(c.get("measured_on") is None for c in by_problem[short.key()].outcome.entry["candidates"])
+    assert all(c.measured_on is None for c in by_problem[short.key()].outcome.entry.candidates)

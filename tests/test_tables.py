@@ -10,6 +10,7 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
+from autotune_cli.entry import Entry
 from autotune_cli.hits import TuneOutcome
 from autotune_cli.problem import make_problem
 from autotune_cli.report import (FitTable, cache_table, fmt_ms, fmt_tflops, model_summary_table,
@@ -61,8 +62,9 @@ def outcome(from_cache=False) -> TuneOutcome:
     candidates.append({"uid": "triton::mm_persistent_tma", "params": CANDIDATES[0][1], "ms": None,
                        "status": "compile_error"})
     winner = {**candidates[0], "tflops": problem.tflops(candidates[0]["ms"])}
-    entry = {"problem": problem.to_dict(), "fingerprint": GPU, "winner": winner,
-             "candidates": candidates, "tuned_at": "2026-11-30T21:04:05+00:00", "tune_seconds": 93.2}
+    entry = Entry.from_dict({"problem": problem.to_dict(), "fingerprint": GPU, "winner": winner,
+                             "candidates": candidates, "tuned_at": "2026-11-30T21:04:05+00:00",
+                             "tune_seconds": 93.2})
     return TuneOutcome(problem=problem, key="k", entry=entry, from_cache=from_cache)
 
 
@@ -119,14 +121,15 @@ def test_plan_table_fits(width):
     assert_fits(draw(plan_table(rows), width), width, ["0.618", "20.0%", "12"])
 
 
-def cache_items() -> list[tuple[str, dict]]:
+def cache_items() -> list[tuple[str, Entry]]:
     items = []
     for i, (uid, params, ms) in enumerate(CANDIDATES):
         problem = make_problem(m=64 << i, n=4096, k=4096, dtype="bfloat16", device="cuda")
         fp = GPU if i % 2 == 0 else {**GPU, "device_type": "cpu", "device_name": "AMD EPYC 9654"}
-        entry = {"problem": problem.to_dict(), "fingerprint": fp, "machine": "here" if i == 1 else "other",
-                 "winner": {"uid": uid, "params": params, "ms": ms, "tflops": problem.tflops(ms)},
-                 "tuned_at": f"2026-11-0{i + 1}T1{i}:05:06+00:00"}
+        entry = Entry.from_dict({"problem": problem.to_dict(), "fingerprint": fp,
+                                 "machine": "here" if i == 1 else "other",
+                                 "winner": {"uid": uid, "params": params, "ms": ms, "tflops": problem.tflops(ms)},
+                                 "candidates": [], "tuned_at": f"2026-11-0{i + 1}T1{i}:05:06+00:00"})
         items.append((problem.key() + "@d", entry))
     return items
 
@@ -134,10 +137,10 @@ def cache_items() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("width", WIDTHS)
 def test_cache_table_fits(width):
     items = cache_items()
-    numbers = [fmt_ms(e["winner"]["ms"]) for _, e in items]
-    numbers += [fmt_tflops(e["winner"]["tflops"]) for _, e in items]
+    numbers = [fmt_ms(e.winner.ms) for _, e in items]
+    numbers += [fmt_tflops(e.winner.tflops) for _, e in items]
     text = draw(cache_table(items, current_machine="here"), width)
-    assert_fits(text, width, numbers + [e["winner"]["uid"] for _, e in items] + ["2026-11-01"])
+    assert_fits(text, width, numbers + [e.winner.uid for _, e in items] + ["2026-11-01"])
     assert "NVIDIA H200" in text or ("NVIDIA" in text and "H200" in text)
 
 
@@ -154,7 +157,7 @@ def test_no_number_is_cut_at_any_common_width(width):
     assert_fits(draw(model_summary_table(rows), width), width, model_numbers(rows, aten=False))
     assert_fits(draw(outcome_table(outcome()), width), width, [fmt_ms(ms) for _, _, ms in CANDIDATES])
     items = cache_items()
-    assert_fits(draw(cache_table(items), width), width, [fmt_ms(e["winner"]["ms"]) for _, e in items])
+    assert_fits(draw(cache_table(items), width), width, [fmt_ms(e.winner.ms) for _, e in items])
 
 
 def test_wide_tables_keep_a_column_per_field():

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
@@ -121,7 +122,7 @@ class Dispatcher:
 
     # -- looking up ------------------------------------------------------------------------
     def lookup_entry(self, problem: GemmProblem, *, templates: str | tuple[str, ...] | None = None
-                     ) -> tuple[str, dict] | None:
+                     ) -> tuple[str, Entry] | None:
         """(key, entry) of the cached result for `problem` on this machine, or None.
 
         `templates`: only the entry tuned with exactly this selection (as `--templates`).
@@ -140,7 +141,7 @@ class Dispatcher:
         """
         problem = as_problem(problem, fields)
         found = self._lookup.find(problem, templates)
-        return copy.deepcopy(found[1]["winner"]) if found else None
+        return copy.deepcopy(found[1].winner.to_dict()) if found else None
 
     # -- dispatching -------------------------------------------------------------------------
     def _torch(self) -> Torch:
@@ -303,15 +304,15 @@ class Dispatcher:
             return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine "
                                             f"({tune_hint(op, problem)})")
         key, entry = found
-        winner = entry["winner"]
-        info = Dispatch(op, winner["uid"], problem, key, dict(winner.get("params") or {}))
-        template = get_template(winner["uid"])
+        winner = entry.winner
+        info = Dispatch(op, winner.uid, problem, key, dict(winner.params))
+        template = get_template(winner.uid)
         if isinstance(template, (AtenTemplate, AtenScaledMMTemplate)):
             return torch_op, info  # the winner is torch's own call, on the tensors as given
         if problem.device == "cpu" and template.backend == "triton" and not interpreting():
-            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} runs on the CPU "
+            return torch_op, self._fallback(op, problem, f"its winner {winner.uid} runs on the CPU "
                                             "only under Triton's interpreter (TRITON_INTERPRET=1)")
-        params = dict(winner.get("params") or {})
+        params = dict(winner.params)
         t = self._torch()
         torch = t.torch
         kernel_dir = str(Path(self.cache_dir) / "kernels")
@@ -327,7 +328,7 @@ class Dispatcher:
             pitch = template.out_pitch(problem, params)
             kernel = build()
         except Exception as exc:  # a winner that no longer builds must not break the program
-            return torch_op, self._fallback(op, problem, f"its winner {winner['uid']} failed to build: {exc}")
+            return torch_op, self._fallback(op, problem, f"its winner {winner.uid} failed to build: {exc}")
         self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers)
         scaled = op == "scaled_mm"
         launch = kernel if scaled else lazily_bound(kernel, reuse_b=True)

@@ -12,7 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from ..cache import Cache, entry_key
+from ..cache import Cache
+from ..entry import CacheKey, Entry, key_for
 from ..errors import UserError
 from ..problem import GemmProblem
 
@@ -28,7 +29,7 @@ class WinnerLookup:
     def __init__(self, cache_dir: Callable[[], Path]) -> None:
         self._cache_dir = cache_dir
         self._devices: dict[str, object] = {}  # device type -> DeviceInfo
-        self._entries: tuple[tuple, dict] | None = None
+        self._entries: tuple[tuple, dict[str, Entry]] | None = None
         self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
 
     def reset(self) -> None:
@@ -36,7 +37,7 @@ class WinnerLookup:
         self._entries = None
         self._refused.clear()
 
-    def entries(self) -> dict[str, dict]:
+    def entries(self) -> dict[str, Entry]:
         """The cache's entries, read again only when the file changed."""
         cache = Cache(self._cache_dir())
         try:
@@ -65,7 +66,7 @@ class WinnerLookup:
         return fingerprint_for(problem, device, templates).digest()
 
     def find(self, problem: GemmProblem, templates: str | tuple[str, ...] | None = None
-             ) -> tuple[str, dict] | None:
+             ) -> tuple[str, Entry] | None:
         """(key, entry) of the cached result for `problem` on this machine, or None.
 
         `templates`: only the entry tuned with exactly this selection (as `--templates`).
@@ -80,28 +81,28 @@ class WinnerLookup:
         entries = self.entries()
         if templates is not None:
             only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
-            key = entry_key(problem.key(), self.digest(problem, only))
+            key = key_for(problem, self.digest(problem, only))
             entry = entries.get(key)
             return (key, entry) if entry is not None and self._usable(key, entry) else None
-        prefix = problem.key() + "@"
-        best: tuple[str, dict] | None = None
+        wanted = problem.key()
+        best: tuple[str, Entry] | None = None
         for key, entry in entries.items():
-            if not key.startswith(prefix) or not self._usable(key, entry):
+            if getattr(CacheKey.try_parse(key), "problem", None) != wanted or not self._usable(key, entry):
                 continue
-            uids = tuple(sorted((entry.get("fingerprint") or {}).get("templates") or ()))
+            uids = tuple(sorted(entry.templates))
             if not uids:
                 continue
             try:
                 digest = self.digest(problem, uids)
             except UserError:  # tuned with a template (a plugin's) not registered here
                 continue
-            if key != entry_key(problem.key(), digest):
+            if key != key_for(problem, digest):
                 continue  # another machine, or a template changed since
-            if best is None or entry["winner"]["ms"] < best[1]["winner"]["ms"]:
+            if best is None or entry.winner.ms < best[1].winner.ms:
                 best = (key, entry)
         return best
 
-    def _usable(self, key: str, entry: dict) -> bool:
+    def _usable(self, key: str, entry: Entry) -> bool:
         """A winner whose template is registered here (a plugin's must be imported first)
         and whose params are what that template declares and derives: anyone who can write
         the cache file could otherwise put code in a kernel's source. A refused entry is a
@@ -109,11 +110,11 @@ class WinnerLookup:
         from ..templates import get_template
         from ..templates.params import winner_problem
 
-        winner = entry.get("winner")
-        if not isinstance(winner, dict) or not isinstance(winner.get("uid"), str):
+        winner = entry.winner
+        if winner is None:
             return False
         try:
-            get_template(winner["uid"])
+            get_template(winner.uid)
         except UserError:
             return False
         why = self._refused.get(key)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..problem import GemmProblem, make_problem
+from ..problem import FLOAT_DTYPES, GemmProblem, make_problem
 
-_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
 class TorchDecides(Exception):
@@ -63,8 +62,8 @@ def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
         raise TorchDecides("the operands' shapes do not match")
     if a.dtype != b.dtype or a.device != b.device:
         raise TorchDecides("the operands differ in dtype or device")
-    dtype = _DTYPES.get(str(a.dtype).removeprefix("torch."))
-    if dtype is None:
+    dtype = str(a.dtype).removeprefix("torch.")
+    if dtype not in FLOAT_DTYPES:
         raise UserError(f"autotune tunes float16, bfloat16 and float32, not {a.dtype}")
     if a.device.type not in ("cuda", "cpu"):
         raise UserError(f"autotune runs on cuda or cpu, not {a.device.type}")

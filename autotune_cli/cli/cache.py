@@ -21,6 +21,7 @@ from typing import Callable, List, Optional
 import typer
 
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
+from ..entry import BadKey, CacheKey, Entry
 from ..errors import UserError
 from ..text import printable
 from .show import Items, entry_matches, open_cache, print_notices, select, show
@@ -38,7 +39,7 @@ def autotune_document(items: Items) -> dict:
         "schema": SCHEMA,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "tool_version": __version__,
-        "entries": dict(sorted(items)),
+        "entries": {key: entry.to_dict(copy_=False) for key, entry in sorted(items)},
     }
 
 
@@ -71,7 +72,7 @@ class ImportPlan:
         return {**self.imported, **self.replaced}
 
 
-def read_export(path: Path) -> dict:
+def read_export(path: Path) -> dict[str, Entry]:
     """The entries of an export (or of another machine's cache file), checked and migrated
     as a cache file is. Any problem is a UserError naming the file."""
     from ..cache import DamagedCache, NotAFile, parse_document, read_regular_file
@@ -92,8 +93,8 @@ def read_export(path: Path) -> dict:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 
 
-def _tuned_at(entry: dict) -> datetime | None:
-    value = entry.get("tuned_at")
+def _tuned_at(entry: Entry) -> datetime | None:
+    value = entry.tuned_at
     if not isinstance(value, str):
         return None
     try:
@@ -103,22 +104,17 @@ def _tuned_at(entry: dict) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def _key_mismatch(key: str, entry: dict) -> str:
+def _key_mismatch(key: str, entry: Entry) -> str:
     """Why an entry's key does not describe its content ("" when it does)."""
-    from ..problem import GemmProblem
-
-    if "@" not in key:
-        return "key has no fingerprint part"
-    problem_key, digest = key.rsplit("@", 1)
     try:
-        problem = GemmProblem.from_dict(entry["problem"])
-    except (UserError, TypeError) as exc:
-        return f"bad problem ({exc})"
-    if problem.key() != problem_key:
-        return f"key names {problem_key} but the entry holds {problem.key()}"
-    stored = entry.get("fingerprint_digest")
-    if stored is not None and stored != digest:
-        return f"key's fingerprint {digest} differs from the entry's {stored}"
+        parsed = CacheKey.parse(key)
+    except BadKey as exc:
+        return str(exc)
+    if entry.problem.key() != parsed.problem:
+        return f"key names {parsed.problem} but the entry holds {entry.problem.key()}"
+    stored = entry.fingerprint_digest
+    if stored is not None and stored != parsed.fingerprint:
+        return f"key's fingerprint {parsed.fingerprint} differs from the entry's {stored}"
     return ""
 
 
@@ -135,15 +131,15 @@ def check_import(theirs: dict, path: Path) -> None:
             raise UserError(printable(f"refusing to import {path}: entry {key}: {why} (nothing imported)"))
 
 
-def describe_import(verb: str, key: str, entry: dict) -> str:
+def describe_import(verb: str, key: str, entry: Entry) -> str:
     """One line for an entry an import adds: its key, winner, params and time."""
     from ..report import fmt_ms
 
-    winner = entry.get("winner")
+    winner = entry.winner
     if winner is None:
         return printable(f"{verb} {key}: no winner")
-    params = " ".join(f"{k}={v}" for k, v in winner["params"].items()) or "-"
-    return printable(f"{verb} {key}: {winner['uid']} {params} {fmt_ms(winner['ms'])} ms")
+    params = " ".join(f"{k}={v}" for k, v in winner.params.items()) or "-"
+    return printable(f"{verb} {key}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
 
 
 def plan_import(ours: dict, theirs: dict) -> ImportPlan:
@@ -159,7 +155,7 @@ def plan_import(ours: dict, theirs: dict) -> ImportPlan:
         mine = ours.get(key)
         if mine is None:
             plan.imported[key] = entry
-        elif mine == entry:
+        elif mine.to_dict(copy_=False) == entry.to_dict(copy_=False):
             plan.skipped.append((key, "already here"))
         else:
             new, old = _tuned_at(entry), _tuned_at(mine)
@@ -201,26 +197,26 @@ def this_machine_digests(device: Optional[str]) -> dict[str, set]:
     return digests
 
 
-def entry_machine(entry: dict) -> str | None:
+def entry_machine(entry: Entry) -> str | None:
     """The entry's machine digest, recomputed from its fingerprint when not stored."""
     from ..fingerprint import Fingerprint
 
-    if isinstance(entry.get("machine"), str):
-        return entry["machine"]
+    if entry.machine is not None:
+        return entry.machine
     try:
-        return Fingerprint.from_dict(entry["fingerprint"]).machine_digest()
+        return Fingerprint.from_dict(entry.fingerprint).machine_digest()
     except TypeError:
         return None
 
 
 def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str, set]],
-                    filter_text: Optional[str], device: Optional[str] = None) -> Callable[[str, dict], bool]:
+                    filter_text: Optional[str], device: Optional[str] = None) -> Callable[[str, Entry], bool]:
     """Remove an entry when every given condition holds. `machines` ({device type: digests},
     from `this_machine_digests`): entries whose machine is not among them. `device` limits
     that judgement to entries of one device type (`--device cpu` leaves GPU entries alone).
     """
 
-    def remove(key: str, entry: dict) -> bool:
+    def remove(key: str, entry: Entry) -> bool:
         if filter_text and not entry_matches(key, entry, filter_text):
             return False
         if older_than is not None:
@@ -228,8 +224,7 @@ def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str,
             if when is None or when >= older_than:
                 return False
         if machines is not None:
-            kind = (entry.get("fingerprint") or {}).get("device_type") \
-                or (entry.get("problem") or {}).get("device")
+            kind = entry.device_type
             if device is not None and kind != device:
                 return False  # --device names the other kind: not ours to judge
             if entry_machine(entry) in machines.get(kind, set()):

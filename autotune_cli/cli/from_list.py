@@ -22,8 +22,6 @@ from ..problem import GemmProblem
 # (Tuner.prefetch): on the H200 a problem's compiles took 1-5 s of its 2-19 s tune and the
 # pool idled for the rest.
 PREFETCH = 2
-# A tuned row's fields on where its seconds went (phases.py)
-PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
 
 
 @dataclass(frozen=True)
@@ -86,11 +84,11 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
                     continue
                 rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
                 if not outcome.from_cache:
-                    rows[-1].update({name: outcome.entry[name] for name in PHASE_FIELDS if name in outcome.entry})
+                    rows[-1].update(outcome.entry.phase_fields())  # where its seconds went (phases.py)
                     if profile:
                         from ..phases import summary_line
 
-                        err.print(f"{item.problem.describe()}: {summary_line(outcome.entry)}",
+                        err.print(f"{item.problem.describe()}: {summary_line(outcome.entry.phase_fields())}",
                                   markup=False, highlight=False)
             clock.mark("tuned")
         clock.mark("closed")

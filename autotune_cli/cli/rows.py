@@ -4,24 +4,27 @@ winner saves per forward pass, when its stage ended."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-def aten_ms(entry: dict) -> float | None:
+if TYPE_CHECKING:
+    from ..entry import Entry, Winner
+
+def aten_ms(entry: "Entry") -> float | None:
     """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
     given (results.VENDOR_UIDS), what the model runs untuned. Other aten candidates
     (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
     from ..results import VENDOR_UIDS
 
-    times = [c["ms"] for c in entry.get("candidates", [])
-             if c.get("status") == "ok" and c.get("uid") in VENDOR_UIDS and c.get("ms")]
+    times = [c.ms for c in entry.candidates if c.status == "ok" and c.uid in VENDOR_UIDS and c.ms]
     return min(times) if times else None
 
 
-def saved_ms(baseline_ms: float | None, winner: dict | None, count: int) -> float | None:
+def saved_ms(baseline_ms: float | None, winner: "Winner | None", count: int) -> float | None:
     """Milliseconds per forward pass the winner saves over the baseline, for `count` calls
     (None when either time is unknown)."""
-    if baseline_ms is None or not winner or not winner.get("ms"):
+    if baseline_ms is None or winner is None or not winner.ms:
         return None
-    return (baseline_ms - winner["ms"]) * count
+    return (baseline_ms - winner.ms) * count
 
 
 class _Clock:
@@ -52,12 +55,12 @@ def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=
     aten = aten_ms(outcome.entry) if outcome else None
     saved = saved_ms(aten, winner, item.count)
     if outcome is not None and device_name is None:
-        device_name = outcome.entry.get("fingerprint", {}).get("device_name")
+        device_name = outcome.entry.device_name
     row = {**planned, "key": outcome.key if outcome else None,
            "from_cache": outcome.from_cache if outcome else False,
-           "winner": winner, "aten_ms": aten, "saved_ms": saved,
+           "winner": None if winner is None else winner.to_dict(), "aten_ms": aten, "saved_ms": saved,
            "slot": slot, "device": device_name,
-           "tune_seconds": outcome.entry.get("tune_seconds") if outcome and not outcome.from_cache else None}
+           "tune_seconds": outcome.entry.tune_seconds if outcome and not outcome.from_cache else None}
     if span is not None:  # seconds since the command started: when its tune began and ended
         row["span_s"] = [round(t - clock.started, 3) for t in span]
     if host is not None:

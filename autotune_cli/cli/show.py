@@ -13,15 +13,16 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+from ..entry import Entry
 from ..problem import DTYPE_ALIASES, OPS
 from ..text import printable
 from .console import err, out
 
-Items = List[tuple]  # [(key, entry)]
+Items = List[tuple]  # [(key, Entry)]
 _VALUED = {"--cache-dir": "cache_dir", "--filter": "filter_text"}
 
 
-def entry_matches(key: str, entry: dict, text: str) -> bool:
+def entry_matches(key: str, entry: Entry, text: str) -> bool:
     """Whether an entry matches a `--filter` text.
 
     A dtype name or alias (bf16, fp16, float32, …) matches that dtype exactly, and an op name
@@ -31,16 +32,15 @@ def entry_matches(key: str, entry: dict, text: str) -> bool:
     Anything else is a substring of the key, the device name or the fingerprint digest.
     """
     needle = text.strip().lower()
-    problem = entry.get("problem") or {}
     if needle in DTYPE_ALIASES:
-        return problem.get("dtype") == DTYPE_ALIASES[needle]
+        return entry.problem.dtype == DTYPE_ALIASES[needle]
     if needle in OPS:
-        return problem.get("op") == needle
+        return entry.problem.op == needle
     haystack = key.lower()
     if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
         needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
         return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
-    device_name = str((entry.get("fingerprint") or {}).get("device_name", "")).lower()
+    device_name = entry.device_name.lower()
     return needle in haystack or needle in device_name
 
 
@@ -72,7 +72,9 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     if json_out:
         from ..report import dumps
 
-        out.print(dumps({"path": str(cache.path), "entries": dict(items)}), markup=False, soft_wrap=True)
+        out.print(dumps({"path": str(cache.path),
+                         "entries": {key: entry.to_dict(copy_=False) for key, entry in items}}),
+                  markup=False, soft_wrap=True)
         return
     if not items:
         if filter_text:
@@ -83,12 +85,12 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     from ..report import cache_table
 
     cpu_machine = None  # this host's CPU digest, which only CPU entries are compared with
-    if any((entry.get("fingerprint") or {}).get("device_type") == "cpu" for _, entry in items):
+    if any(entry.fingerprint.get("device_type") == "cpu" for _, entry in items):
         from ..fingerprint import Fingerprint, probe_device
 
         cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))
-    fingerprints = {e["fingerprint_digest"]: e["fingerprint"] for _, e in items if "fingerprint_digest" in e}
+    fingerprints = {e.fingerprint_digest: e.fingerprint for _, e in items if e.fingerprint_digest is not None}
     for digest, fp in fingerprints.items():
         templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
         out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "

@@ -139,7 +139,7 @@ def mm(
     if profile:
         from ..phases import summary_line
 
-        err.print(summary_line(outcome.entry) if not outcome.from_cache else "phases: a cache hit",
+        err.print(summary_line(outcome.entry.phase_fields()) if not outcome.from_cache else "phases: a cache hit",
                   markup=False, highlight=False)
         err.print("command (s since its start): " + ", ".join(
             f"{name} {value:.2f}" for name, value in command.stages.items() if value is not None),

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ..problem import DTYPES, FP8_DTYPES, FP8_LAYOUT, OUT_DTYPES
+from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 MATMUL_OPS = {
@@ -60,7 +60,7 @@ MATMUL_OPS = {
 }
 
 # The dtypes a matmul (other than scaled_mm) is tuned in: the problem dtypes less float8.
-_GEMM_DTYPES = tuple(d for d in DTYPES if d not in FP8_DTYPES)
+_GEMM_DTYPES = FLOAT_DTYPES
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ or {"ok": False, "closed": True} when the pool was closed first (not the kernel'
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections import deque
@@ -58,7 +57,7 @@ def compile_key(choice) -> tuple:
     except Exception:  # noqa: BLE001 - a template that cannot render fails in its worker instead
         source = None
     digest = hashlib.sha256(source.encode()).hexdigest()[:20] if source else None
-    return (choice.uid, digest, json.dumps(choice.params, sort_keys=True, default=str), p.dtype,
+    return (choice.identity, digest, p.dtype,
             p.layout, p.op, p.bias, p.b > 1, p.allow_tf32,
             tuple(d % 16 == 0 for d in dims), tuple(d == 1 for d in dims),
             any(d * p.b >= 2**31 for d in dims))

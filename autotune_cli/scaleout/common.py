@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ..entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
 from ..tuner import TuneListener, TuneOutcome
@@ -18,17 +19,17 @@ class MemoryCache:
     """The cache interface the Tuner uses (get, put, notices), held in memory: a Ray actor
     tunes into one and hands the entry to the driver, which alone writes the file."""
 
-    def __init__(self, entries: dict[str, dict] | None = None) -> None:
-        self.entries: dict[str, dict] = dict(entries or {})
+    def __init__(self, entries: dict[str, Entry] | None = None) -> None:
+        self.entries: dict[str, Entry] = dict(entries or {})
         self.notices: list[str] = []
 
-    def load(self) -> dict[str, dict]:
+    def load(self) -> dict[str, Entry]:
         return dict(self.entries)
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
 
-    def put(self, key: str, entry: dict) -> None:
+    def put(self, key: str, entry: Entry) -> None:
         self.entries[key] = entry
 
 

@@ -31,6 +31,7 @@ from ray.exceptions import RayTaskError
 from ..runner.executor import default_compile_workers
 from ..cache import Cache
 from ..errors import UserError
+from ..entry import CacheKey, Entry
 from ..fingerprint import probe_device
 from ..problem import GemmProblem
 from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
@@ -111,9 +112,11 @@ class RayTuner:
                        for _ in range(count)]
         self.cache = Cache(settings.cache_dir)
 
-    def _entries_for(self, problem: GemmProblem) -> dict[str, dict]:
-        prefix = problem.key() + "@"
-        return {k: v for k, v in self.cache.load().items() if k.startswith(prefix)}
+    def _entries_for(self, problem: GemmProblem) -> dict[str, Entry]:
+        """The entries stored for `problem`, under any fingerprint."""
+        wanted = problem.key()
+        return {k: v for k, v in self.cache.load().items()
+                if getattr(CacheKey.try_parse(k), "problem", None) == wanted}
 
     def tune_all(self, problems: Sequence[GemmProblem],
                  on_result: Callable[[ProblemResult], None] | None = None) -> list[ProblemResult]:

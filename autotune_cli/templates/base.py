@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..problem import GemmProblem
+from ..problem import DTYPES, GemmProblem
 
 
 @dataclass
@@ -158,8 +158,9 @@ def torch_dtype(name: str):
     """The torch dtype a problem's dtype name stands for (imports torch: call in `build`)."""
     import torch
 
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
-            "float8_e4m3fn": torch.float8_e4m3fn}[name]
+    if name not in DTYPES:
+        raise KeyError(name)
+    return getattr(torch, name)  # the names are torch's (problem.py)
 
 
 class Template(ABC):

@@ -15,9 +15,12 @@ Plain Python: imports neither torch nor triton (the cache commands check imports
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from ..problem import GemmProblem
+
+if TYPE_CHECKING:
+    from ..entry import Entry
 
 _SAFE_TEXT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:+-")
 
@@ -136,36 +139,36 @@ def _registered(uid: str):
         return None
 
 
-def winner_problem(entry: dict) -> str | None:
-    """Why the winner of a cache entry (one `cache.validate_entry` accepted) must not be
+def winner_problem(entry: "Entry") -> str | None:
+    """Why the winner of a cache entry (an entry.Entry, whose fields are checked) must not be
     built, naming the bad field, or None: its template must be registered here (a plugin's
     loaded) and its params pass `check_winner` for the entry's problem."""
-    winner = entry.get("winner")
+    winner = entry.winner
     if winner is None:
         return None
-    template = _registered(winner["uid"])
+    template = _registered(winner.uid)
     if template is None:
-        return f"winner template {_show(winner['uid'])} is not registered here (a plugin's needs --plugin)"
+        return f"winner template {_show(winner.uid)} is not registered here (a plugin's needs --plugin)"
     try:
-        check_winner(template, GemmProblem.from_dict(entry["problem"]), winner["params"])
+        check_winner(template, entry.problem, winner.params)
     except BadParams as exc:
         return f"winner {exc}"
     return None
 
 
-def entry_problem(entry: dict) -> str | None:
+def entry_problem(entry: "Entry") -> str | None:
     """`winner_problem`, and each candidate of a registered template has only declared
     params of the declared kinds (results, never built, but printed, and a resumed tune
     may adopt them)."""
     why = winner_problem(entry)
     if why:
         return why
-    for i, candidate in enumerate(entry.get("candidates") or ()):
-        template = _registered(candidate["uid"])
+    for i, candidate in enumerate(entry.candidates):
+        template = _registered(candidate.uid)
         if template is None:
             continue
         try:
-            check_params(template, candidate.get("params", {}), complete=False)
+            check_params(template, candidate.params, complete=False)
         except BadParams as exc:
             return f"candidate {i} {exc}"
     return None
