@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 # The order phases are shown in; any other name follows, in the order it was first seen.
 ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "prefetch", "partial_save", "save")
-# The timing process's steps of one candidate (runner/worker.CandidateRunner phases).
+# The timing process's steps of one candidate (runner/candidate.CandidateRunner phases).
 WORKER_STEPS = ("build", "inputs", "first_run", "check", "recheck", "timing", "timed_check")
 
 

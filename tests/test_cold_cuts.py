@@ -13,7 +13,7 @@ from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
-from autotune_cli.runner.worker import GAVE_UP, CandidateRunner
+from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner
 from autotune_cli.settings import MeasurePolicy, Switches, TimingPolicy, TuneSettings
 
 SLEEPY = str(PLUGINS / "sleepy.py")  # eight configs, each run sleeps $AUTOTUNE_TEST_SLEEP s

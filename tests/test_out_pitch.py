@@ -11,7 +11,7 @@ import torch
 
 from autotune_cli.runner.timing import _clone_operands
 from autotune_cli.runner.verify import empty_operands, make_operands
-from autotune_cli.runner.worker import CandidateRunner
+from autotune_cli.runner.candidate import CandidateRunner
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import Template, get_template, register_template

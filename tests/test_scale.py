@@ -172,6 +172,51 @@ def test_a_lost_device_hands_its_problem_to_the_survivor(tmp_path):
     assert {r.outcome.key for r in results} <= set(entries)
 
 
+class InterruptsAfterFirst(Executor):
+    """Measures nothing real: the first problem's candidates finish, then Ctrl-C reaches the
+    main thread (as a signal does) while the other device's tune is in flight."""
+
+    calls = 0
+
+    def __init__(self, device, settings):
+        self.device = device
+
+    def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
+        import _thread
+        from autotune_cli.results import Candidate
+
+        InterruptsAfterFirst.calls += 1
+        if InterruptsAfterFirst.calls > 1:
+            _thread.interrupt_main()
+            time.sleep(10)  # past the stop's wait: the thread is a daemon
+        results = [Candidate(uid=c.uid, params=c.params, status="ok", ms=1.0 + i, p20=1.0 + i, p80=1.0 + i,
+                             runs=5) for i, c in enumerate(choices)]
+        for i, result in enumerate(results):
+            if on_result is not None:
+                on_result(i, result)
+        return results
+
+    def close(self):
+        pass
+
+
+def test_ctrl_c_over_several_devices_says_what_was_saved(tmp_path):
+    from autotune_cli.errors import Interrupted
+
+    InterruptsAfterFirst.calls = 0
+    cpu = probe_device("cpu")
+    devices = [replace(cpu, index=0), replace(cpu, index=1)]
+    settings = aten_settings(tmp_path)
+    with MultiDeviceTuner(settings, devices=devices, executor_factory=InterruptsAfterFirst) as tuner:
+        with pytest.raises(Interrupted) as raised:
+            tuner.tune_all(problems(1) + problems(2)[1:])
+    assert raised.value.code == 130
+    message = raised.value.message
+    assert message.startswith("interrupted (SIGINT): 1 of 2 problem(s) tuned and saved"), message
+    assert "run the same command again to resume" in message
+    assert len(Cache(tmp_path).load()) >= 1
+
+
 def test_every_device_lost_reports_every_problem_failed(tmp_path):
     cpu = probe_device("cpu")
     devices = [replace(cpu, index=0), replace(cpu, index=1)]

@@ -10,7 +10,7 @@ import torch
 from autotune_cli.runner import verify
 from autotune_cli.runner.executor import LocalExecutor
 from autotune_cli.runner.verify import make_operands as fresh_operands  # not counted below
-from autotune_cli.runner.worker import CandidateRunner
+from autotune_cli.runner.candidate import CandidateRunner
 from autotune_cli.choices import KernelTemplateChoice
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
@@ -174,14 +174,14 @@ def test_the_timing_worker_reuses_inputs_across_the_executors_candidates(tmp_pat
 def test_a_long_error_keeps_what_happened():
     """A CUDA error's name is on its first line and its boilerplate after: the one-line
     reason keeps the first line (it was lost behind the advice before)."""
-    from autotune_cli.runner.worker import _short
+    from autotune_cli.runner.candidate import short_error
 
     error = RuntimeError("CUDA error: misaligned address\nCUDA kernel errors might be asynchronously "
                          "reported at some other API call.\nFor debugging consider passing "
                          "CUDA_LAUNCH_BLOCKING=1\nCompile with TORCH_USE_CUDA_DSA.\n")
-    line = _short(error)
+    line = short_error(error)
     assert line.startswith("RuntimeError: CUDA error: misaligned address") and "\n" not in line
-    assert _short(ValueError("one line")) == "ValueError: one line"
+    assert short_error(ValueError("one line")) == "ValueError: one line"
 
 
 def test_clock_warmer_warms_only_after_idle_time():

@@ -1,6 +1,6 @@
 """runner/: how candidates are built, verified and timed. The `Executor` seam (here) is all
 that the tuner, the search and scaleout/ use; `LocalExecutor` (executor.py) is the one behind
-it, worker processes on this host (processes.py, worker.py, compile_pool.py)."""
+it, worker processes on this host (processes.py, worker.py, candidate.py, compile_pool.py)."""
 
 from __future__ import annotations
 

@@ -280,7 +280,7 @@ class LocalExecutor(Executor):
                     if worker.state == "idle" and measure_queue:
                         index = measure_queue.popleft()
                         # One seed for every candidate: the timing worker keeps one problem's
-                        # inputs and reference between its candidates (worker.CandidateRunner).
+                        # inputs and reference between its candidates (candidate.CandidateRunner).
                         try:
                             worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
                                           settings.timeout_s)

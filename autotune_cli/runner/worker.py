@@ -1,38 +1,28 @@
-"""The worker process: builds, verifies and times candidates on one device.
+"""The worker process: a timing or compile process's life on one device (its set-up, its
+ties to the command, its request loop).
 
 Started from a preloaded forkserver (torch and triton already imported, CUDA not
 initialised) or by spawn. The environment is set up first thing, before CUDA is touched or a
 kernel is loaded: the caller's variables, TRITON_INTERPRET=1 for the CPU,
-CUDA_VISIBLE_DEVICES for one GPU. Consecutive candidates of one problem share its random
-inputs and float64 reference (see CandidateRunner). A candidate that fails is reported as a
-typed result, never an exception across the pipe. After a CUDA error the context may be
-unusable, so the worker reports the result and exits; the executor starts a fresh one.
+CUDA_VISIBLE_DEVICES for one GPU. Each task is one candidate's steps
+(candidate.CandidateRunner); a candidate that fails comes back as a typed result, never an
+exception across the pipe. After a CUDA error the context may be unusable, so the worker
+reports the result and exits; the executor starts a fresh one.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import traceback
 
-from dataclasses import dataclass, field, replace
-from typing import Any
-
 from ..settings import Switches
+from .candidate import CandidateRunner, short_error
 
 # A compile process runs at this niceness: on a host whose cores all compile, the timing
 # process (which launches each timed run right after a ~50 µs GPU wait, runner/timing.py) and
 # the command itself come first.
 COMPILE_NICENESS = 10
-COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
-# A build that failed on the file system (a kernels folder that cannot be written, a full
-# disk) says nothing about the kernel: recorded as skipped, with this prefix, so that no
-# cache keeps it as the kernel's failure and the next tune measures it again.
-ENVIRONMENT_FAILURE = "not built (the environment, not the kernel): "
-# A candidate whose first runs were far slower than the problem's best so far
-# (TimingPolicy.give_up_over) is recorded as skipped with this prefix: it cannot win.
-GAVE_UP = "given up after "
 
 
 def _setup_environment(device_type: str, device_index: int, environ: dict[str, str] | None = None) -> None:
@@ -124,35 +114,6 @@ def _quiet_stdout() -> None:
     except (OSError, ValueError, AttributeError):
         pass
 
-
-def _short(exc: BaseException) -> str:
-    """The error in one line: its first line (what happened: a CUDA error's name comes
-    first, its advice after) and, for a longer text, its last two (where)."""
-    text = f"{type(exc).__name__}: {exc}".strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) > 3:
-        lines = [lines[0], "...", *lines[-2:]]
-    return " | ".join(lines)[:600]
-
-
-def _is_compile_error(exc: BaseException) -> bool:
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & set(COMPILE_ERROR_NAMES)) or type(exc).__module__.startswith("triton.compiler")
-
-
-def _prepare_launcher(kernel) -> None:
-    """Build a compiled kernel's host-side launcher now, in the compile pool: Triton builds
-    one per kernel signature (with a C compiler, in some versions: ~1 s) at the first
-    launch and keeps it in its cache, where the timing process then finds it. Best effort:
-    the internals differ between Triton versions, and the first launch builds it anyway."""
-    try:
-        from triton.runtime.driver import driver
-
-        driver.active.launcher_cls(kernel.src, kernel.metadata)
-    except Exception:
-        pass
-
-
 def _prepare_compiler() -> None:
     """Bring up what a compile-pool process's first compile would (CUDA, Triton's driver and
     its target) before reporting ready, while the caller builds its choices. Best effort."""
@@ -175,272 +136,6 @@ def _warm_triton(runner, mode: str) -> None:
         warm(runner.torch, mode)
     except (Exception, KeyboardInterrupt):  # Ctrl-C here: the task loop below ends quietly
         pass
-
-
-@dataclass
-class _Inputs:
-    """One problem's random inputs and their float64 reference, kept between candidates."""
-
-    key: tuple[Any, int]  # (the problem, the seed)
-    ops: Any  # Operands, as made
-    ref: Any
-    outs: dict[int | None, Any]  # an output per row pitch asked for (None: contiguous)
-    # the fastest verified median timed on these inputs, per timing mode: what a candidate's
-    # first runs are held against (TimingPolicy.give_up_over)
-    best_ms: dict[str, float] = field(default_factory=dict)
-
-
-class CandidateRunner:
-    """Runs one candidate: build, verify against a float64 reference, time.
-
-    The random inputs and the reference are made once per (problem, seed) and kept for the
-    next candidates (one problem's at a time: about 12 ms and a float64 matmul saved per
-    candidate of a 4096^3 problem on an H200); before each candidate the output is filled
-    with NaN again. Each candidate gets its output with the row pitch its template asks for
-    (`Template.out_pitch`), made at the first ask and kept with the inputs: a kernel is timed
-    on the strides it will run with. A faulty kernel may write out of bounds into the kept A,
-    B or bias, so:
-    - the reference was computed from the inputs as they were made, and a candidate is
-      checked against it; corrupted inputs can therefore make a correct kernel fail the
-      check, never make a wrong one pass (it would have to produce the product of inputs
-      it was not given);
-    - a candidate that fails the check on kept inputs is launched and checked once more on
-      fresh ones (made anew, with a new reference), and only that second verdict counts: a
-      correct kernel is never recorded wrong because an earlier candidate corrupted the
-      inputs, even one that corrupted them and still wrote the right output (recorded OK);
-    - whatever does not end OK (an exception, a wrong result) after the inputs were handed
-      to the kernel drops the kept inputs, so the next candidate starts on fresh ones.
-    Each candidate gets its own `Operands` around the kept tensors, so a runnable that
-    rebinds a field of its `Operands` changes nothing for the next one; what is checked is
-    the output tensor handed in, never what the field points at afterwards. Verified: the
-    first launch, the last timed run (its output NaN-filled before it) and one launch after
-    the timing (NaN-filled again), so a kernel right only at its first call never passes.
-    """
-
-    def __init__(self, device_type: str, l2_bytes: int) -> None:
-        import torch
-        import triton  # noqa: F401  (imported now, not at the first candidate)
-
-        self.torch = torch
-        self.device_type = device_type
-        self.device = "cuda" if device_type == "cuda" else "cpu"
-        self.compile_device = self.device  # where `compile` makes operands ("meta": no CUDA)
-        self.l2_bytes = l2_bytes
-        self._timer = None  # made at the first timing: a compile-pool process never needs one
-        self._inputs: _Inputs | None = None  # the kept inputs of the last problem, if any
-        self._exposed = False
-        if device_type != "cuda":
-            torch.set_num_threads(1)
-
-    @property
-    def timer(self):
-        if self._timer is None:
-            from . import timing
-
-            self._timer = timing.CudaTimer(self.l2_bytes) if self.device_type == "cuda" else timing.time_cpu
-        return self._timer
-
-    def sync(self) -> None:
-        if self.device_type == "cuda":
-            self.torch.cuda.synchronize()
-
-    def drop_inputs(self) -> None:
-        """Forget the kept inputs (their memory goes back once nothing else holds them)."""
-        self._inputs = None
-
-    def inputs(self, problem, seed: int, pitch: int | None = None):
-        """(operands with the output NaN-filled, float64 reference, whether they were kept
-        from an earlier candidate). The inputs are made anew when the problem or the seed
-        differs from the kept ones, the old ones dropped first. The output has rows `pitch`
-        elements apart (None: contiguous), one kept per pitch."""
-        from .verify import make_operands, poison, reference
-        from ..templates.base import empty_out
-
-        key = (problem, seed)
-        kept = self._inputs
-        reused = kept is not None and kept.key == key
-        if not reused:
-            kept = self._inputs = None  # the old problem's tensors go before the new are made
-            made = make_operands(problem, seed, self.device, pitch)
-            kept = self._inputs = _Inputs(key=key, ops=made, ref=reference(problem, made),
-                                          outs={pitch: made.out})
-            del made
-        out = kept.outs.get(pitch)
-        if out is None:
-            out = kept.outs[pitch] = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
-        ops = replace(kept.ops, out=out)  # its own Operands around the kept tensors
-        poison(ops)
-        return ops, kept.ref, reused
-
-    def run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Returns (candidate dict, fatal): fatal means this process should not go on."""
-        from ..results import OK
-
-        self._exposed = False  # set once the kept inputs are handed to this candidate
-        self._verified = False  # set when it was given up on but checked like an OK one
-        try:
-            payload, fatal = self._run(task)
-        except BaseException:
-            self.drop_inputs()
-            raise
-        if payload["status"] != OK and self._exposed and not self._verified:  # it may have
-            self.drop_inputs()  # written where it should not
-        return payload, fatal
-
-    def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        from .verify import check, poison_tensor
-        from ..problem import GemmProblem
-        from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
-        from ..settings import TimingPolicy
-        from ..templates import get_template
-
-        problem = GemmProblem.from_dict(task["problem"])
-        template = get_template(task["uid"])
-        params = template.full_params(problem, task["config"])
-        pitch = template.out_pitch(problem, params)
-
-        def result(status: str, **fields) -> dict[str, Any]:
-            return Candidate(uid=template.uid, params=params, status=status, **fields).to_dict()
-
-        started = time.perf_counter()
-        phases: dict[str, float] = {}  # seconds per step: where a candidate's time goes
-        mark = [started]
-
-        def lap(name: str) -> None:
-            now = time.perf_counter()
-            phases[name] = round(now - mark[0], 4)
-            mark[0] = now
-
-        try:
-            runnable = template.build(problem, params, task["kernel_dir"])
-        except OSError as exc:  # the file system's doing, not the kernel's: measured again later
-            return result(SKIPPED, error=ENVIRONMENT_FAILURE + _short(exc)), False
-        except Exception as exc:
-            return result(COMPILE_ERROR, error=_short(exc)), False
-        lap("build")
-
-        def prepare():
-            try:
-                made = self.inputs(problem, task["seed"], pitch)
-                self.sync()
-                return made, None
-            except Exception as exc:  # the inputs did not fit, or the device failed
-                fatal = self.device_type == "cuda"
-                return None, (result(RUNTIME_ERROR, error="preparing inputs: " + _short(exc)), fatal)
-
-        def launch(ops):
-            try:
-                runnable(ops)  # the first launch compiles
-                self.sync()
-                return None
-            except OSError as exc:  # a cache or kernel file that could not be written or read
-                return result(SKIPPED, error=ENVIRONMENT_FAILURE + _short(exc)), False
-            except Exception as exc:
-                if _is_compile_error(exc):
-                    return result(COMPILE_ERROR, error=_short(exc)), False
-                return result(RUNTIME_ERROR, error=_short(exc)), self.device_type == "cuda"
-
-        self._exposed = True
-        made, failure = prepare()
-        if failure:
-            return failure
-        ops, ref, reused = made
-        out = ops.out  # the tensor the caller owns: checked, whatever the kernel rebinds
-        lap("inputs")  # ~0 when the inputs were kept: only the NaN fill
-        failure = launch(ops)
-        if failure:
-            return failure
-        compile_s = time.perf_counter() - started
-        lap("first_run")
-        verdict = check(problem, out, ref)
-        lap("check")
-        if not verdict.ok and reused:
-            # An earlier candidate may have corrupted the kept inputs: once more on fresh
-            # ones, and only this verdict counts (see the class docstring).
-            del ops, ref, made, out  # nothing holds the kept tensors before the fresh ones are made
-            self.drop_inputs()
-            made, failure = prepare()
-            if failure:
-                return failure
-            ops, ref, _ = made
-            out = ops.out
-            failure = launch(ops)
-            if failure:
-                return failure
-            verdict = check(problem, out, ref)
-            lap("recheck")  # fresh inputs, a launch and a check: only when it happened
-        if not verdict.ok:
-            return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
-                          compile_s=compile_s), False
-        policy = TimingPolicy(**task["timing"])
-        kept = self._inputs
-        best = kept.best_ms.get(policy.mode) if kept is not None else None
-        give_up_ms = policy.give_up_over * best if policy.give_up_over > 0 and best else None
-
-        def reset() -> None:  # the timers call it before the last timed run, outside the clock
-            poison_tensor(out)
-
-        try:
-            if self.device_type == "cuda":
-                timing = self.timer.measure(runnable, ops, policy, reset=reset, give_up_ms=give_up_ms)
-            else:
-                timing = self.timer(lambda: runnable(ops), policy, reset=reset, give_up_ms=give_up_ms)
-            self.sync()
-        except Exception as exc:
-            return result(RUNTIME_ERROR, error="while timing: " + _short(exc)), self.device_type == "cuda"
-        lap("timing")
-        # A kernel right at its first call only may not win: the last timed run's output (reset
-        # before it) is checked like the first, then one more run's after a reset of its own
-        # (two consecutive calls: a kernel wrong every other call is caught either way).
-        verdict = check(problem, out, ref)
-        if verdict.ok:
-            poison_tensor(out)
-            failure = launch(ops)
-            if failure:
-                return failure
-            verdict = check(problem, out, ref)
-        lap("timed_check")
-        if not verdict.ok:
-            return result(WRONG_RESULT, error="after the timed runs: " + verdict.reason,
-                          max_rel_error=verdict.rel_error, compile_s=compile_s), False
-        if timing.gave_up:  # verified like an OK one (its inputs are kept), but it cannot win
-            self._verified = True
-            return result(SKIPPED, phases=phases, ms=timing.median_ms, runs=timing.runs,
-                          max_rel_error=verdict.rel_error, compile_s=compile_s, timing=timing.mode,
-                          error=f"{GAVE_UP}{timing.runs} run(s) at {timing.median_ms:.4f} ms, over "
-                                f"{policy.give_up_over:g}x the best of the problem so far ({best:.4f} ms)"), False
-        if kept is not None and kept is self._inputs:
-            kept.best_ms[policy.mode] = min(timing.median_ms, kept.best_ms.get(policy.mode, math.inf))
-        return result(OK, phases=phases, ms=timing.median_ms, p20=timing.p20_ms, p80=timing.p80_ms,
-                      runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
-                      timing=timing.mode), False
-
-    def compile(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Build and compile without launching anything: what a compile-pool process does.
-        The binary lands in Triton's cache, where the timing process finds it."""
-        from .verify import empty_operands
-        from ..problem import GemmProblem
-        from ..templates import get_template
-
-        problem = GemmProblem.from_dict(task["problem"])
-        template = get_template(task["uid"])
-        started = time.perf_counter()
-        try:
-            params = template.full_params(problem, task["config"])
-            runnable = template.build(problem, params, task["kernel_dir"])
-            warmup = getattr(runnable, "warmup", None)
-            compiled = None
-            if warmup is not None:  # the output has the pitch the timed run gives it: its
-                # stride is specialized on, so another would compile another binary
-                pitch = template.out_pitch(problem, params)
-                compiled = warmup(empty_operands(problem, self.compile_device, pitch))
-        except OSError as exc:
-            return {"ok": False, "status": "skipped", "error": ENVIRONMENT_FAILURE + _short(exc)}, False
-        except Exception as exc:
-            return {"ok": False, "error": _short(exc)}, False
-        for kernel in compiled or ():
-            _prepare_launcher(kernel)
-        return {"ok": True, "compile_s": time.perf_counter() - started}, False
 
 
 def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, ...],
@@ -481,7 +176,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
             else:
                 _prepare_compiler()
     except BaseException as exc:
-        conn.send({"kind": "failed", "error": _short(exc), "trace": traceback.format_exc()})
+        conn.send({"kind": "failed", "error": short_error(exc), "trace": traceback.format_exc()})
         return
     ready = {"kind": "ready", "pid": os.getpid()}
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not

@@ -42,13 +42,14 @@ from ..runner import Executor
 from ..runner.compile_pool import CompilePool
 from ..runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
 from ..runner.processes import worker_context
-from ..errors import UserError
+from ..errors import Interrupted, Terminated, UserError
 from ..fingerprint import DeviceInfo, cuda_device_count, probe_device
 from ..problem import GemmProblem
 from ..settings import TuneSettings
 from ..tuner import TuneListener, Tuner
 from .common import MAX_ATTEMPTS, LockedListener, ProblemResult
 
+STOP_WAIT_S = 5.0  # how long a stopped tune of several problems waits for the tunes in flight to save
 LEND_POLL_S = 0.05  # how often an idle device looks for a round to lend its worker to
 
 
@@ -237,12 +238,11 @@ class MultiDeviceTuner:
             for thread in threads:
                 while thread.is_alive():
                     thread.join(timeout=0.5)
-        except BaseException:  # Ctrl-C: stop the workers; the threads are daemons
-            with cond:
-                queue.clear()
-                self.alive = [False] * len(self.alive)
-                cond.notify_all()
-            self.close()
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: stop, save, say what was saved
+            self._stop(queue, cond, threads)
+            raise self._interrupted(results, exc) from None
+        except BaseException:
+            self._stop(queue, cond, threads)
             raise
         lost = "; ".join(f"device {s}: {e}" for s, e in sorted(self.slot_errors.items()))
         for result in results:
@@ -250,6 +250,27 @@ class MultiDeviceTuner:
                 result.error = f"no device left to tune it ({lost or 'all failed'})"
                 finish(result)
         return results
+
+    def _stop(self, queue: deque, cond: threading.Condition, threads: list[threading.Thread]) -> None:
+        """No new problem starts; every device's workers are closed, so that each tune in
+        flight ends and saves what it finished (its tuner's own save, within STOP_WAIT_S)."""
+        with cond:
+            queue.clear()
+            self.alive = [False] * len(self.alive)
+            cond.notify_all()
+        self.close()
+        waited = time.monotonic() + STOP_WAIT_S
+        for thread in threads:
+            thread.join(timeout=max(0.0, waited - time.monotonic()))
+
+    @staticmethod
+    def _interrupted(results: list[ProblemResult], exc: KeyboardInterrupt) -> Interrupted:
+        """The one line for a tune of several problems stopped by a signal."""
+        name, code = ("SIGTERM", 143) if isinstance(exc, Terminated) else ("SIGINT", 130)
+        done = sum(1 for r in results if r.outcome is not None)
+        return Interrupted(f"interrupted ({name}): {done} of {len(results)} problem(s) tuned and saved, "
+                           f"the finished results of the others kept; run the same command again to resume",
+                           code)
 
     def lend_idle_workers(self, slot: int) -> bool:
         """Lend device `slot`'s idle timing workers to a round of another device of the same
