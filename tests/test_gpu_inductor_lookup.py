@@ -34,6 +34,31 @@ def _cuda_available() -> bool:
         return False
 
 
+def lookup_entry(device_name: str, capability: str, sm_count: int, torch_version: str) -> dict:
+    """The cache entry a tune of the problem with PARAMS as its winner writes."""
+    return {
+        "problem": {"op": "mm", "m": M, "n": N, "k": K, "b": 1, "dtype": "bfloat16",
+                    "layout": "nn", "bias": None, "allow_tf32": False, "device": "cuda"},
+        "fingerprint": {"device_name": device_name, "device_type": "cuda", "capability": capability,
+                        "sm_count": sm_count, "torch": torch_version},
+        "winner": {"uid": "triton::mm", "params": dict(PARAMS), "ms": 0.02, "tflops": 200.0},
+        "candidates": [{"uid": "triton::mm", "params": dict(PARAMS), "status": "ok", "ms": 0.02}],
+    }
+
+
+def test_the_gpu_checks_entry_is_exported():
+    """On the CPU: the entry the GPU check installs is one the export takes (a table of one key)."""
+    import torch
+
+    from autotune_cli.export import inductor_table
+
+    table, notes = inductor_table([lookup_entry("NVIDIA H200", "9.0", 132, torch.__version__)])
+    assert len(table) == 1 and not notes, notes
+    (key, [config]), = table.items()
+    assert key.startswith("NVIDIA H200+") and key.endswith("+mm")
+    assert config["template_id"] == "triton::mm" and config["BLOCK_K"] == 128
+
+
 def _child() -> dict:
     """Export, install, compile, run; report what happened (runs in the child process)."""
     import torch
@@ -53,14 +78,8 @@ def _child() -> dict:
     if props.multi_processor_count < 68:
         return {"skip": "Inductor uses Triton GEMM templates only on GPUs with >= 68 SMs"}
     device_name = torch.cuda.get_device_name()
-    entry = {
-        "problem": {"op": "mm", "m": M, "n": N, "k": K, "b": 1, "dtype": "bfloat16",
-                    "layout": "nn", "bias": None, "allow_tf32": False, "device": "cuda"},
-        "fingerprint": {"device_name": device_name, "device_type": "cuda",
-                        "capability": f"{props.major}.{props.minor}",
-                        "sm_count": props.multi_processor_count, "torch": torch.__version__},
-        "winner": {"uid": "triton::mm", "params": dict(PARAMS), "ms": 0.02, "tflops": 200.0},
-    }
+    entry = lookup_entry(device_name, f"{props.major}.{props.minor}", props.multi_processor_count,
+                         torch.__version__)
     table, notes = inductor_table([entry])
 
     messages: list[str] = []
