@@ -17,6 +17,16 @@ import pytest  # noqa: E402
 PLUGINS = Path(__file__).parent / "plugins"
 
 
+def ran_verified(candidate: dict) -> bool:
+    """A candidate that built, ran and passed verification: timed OK, or given up after its
+    first runs (far slower than the problem's best so far, TimingPolicy.give_up_over), which
+    is checked like an OK one before it is recorded skipped."""
+    from autotune_cli.runner.worker import GAVE_UP
+
+    return candidate["status"] == "ok" or (candidate["status"] == "skipped"
+                                           and (candidate.get("error") or "").startswith(GAVE_UP))
+
+
 def is_pick(winner: dict, candidates: list[dict]) -> bool:
     """Whether a stored entry's winner ({"uid", "params", ...}) is what results.pick_winner
     picks from its stored candidates (their times and `confirmed` flags as the tune left them)."""

@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from conftest import PLUGINS
+from conftest import PLUGINS, ran_verified
 from autotune_cli.choices import get_choices
 from autotune_cli.fingerprint import probe_device
 from autotune_cli.plugins import load_plugins
@@ -49,7 +49,7 @@ def test_a_candidate_far_slower_than_the_best_so_far_is_given_up_after_one_run(r
     slow = run(runner, tmp_path, "test::sleepy", {"id": 1}, give_up_over=1.5)
     assert slow["status"] == "skipped" and slow["error"].startswith(GAVE_UP)
     assert slow["runs"] == 1 and slow["ms"] >= 20.0  # its one run says how slow it is
-    assert "timed_check" in slow["phases"]  # verified like an OK one ...
+    assert "timed_check" in slow["phases"] and ran_verified(slow)  # verified like an OK one ...
     assert runner._inputs is kept  # ... so the inputs are kept
     # without the knob (the re-timing, the confirmation), it is timed fully
     again = run(runner, tmp_path, "test::sleepy", {"id": 1})
