@@ -21,7 +21,7 @@ def ran_verified(candidate: dict) -> bool:
     """A candidate that built, ran and passed verification: timed OK, or given up after its
     first runs (far slower than the problem's best so far, TimingPolicy.give_up_over), which
     is checked like an OK one before it is recorded skipped."""
-    from autotune_cli.runner.worker import GAVE_UP
+    from autotune_cli.runner.candidate import GAVE_UP
 
     return candidate["status"] == "ok" or (candidate["status"] == "skipped"
                                            and (candidate.get("error") or "").startswith(GAVE_UP))
