@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import UserError
 from .problem import GemmProblem
@@ -151,6 +151,42 @@ class Winner:
         return cls(data["uid"], data["params"], data["ms"], data["tflops"], data.get("p20"), data.get("p80"))
 
 
+class StoredCandidates(Sequence):
+    """The candidates of an entry read from a file (checked by Entry.from_dict), made into
+    Candidates when first looked at: most readers (cache show, a hit) never look, and on a
+    large cache making them all was a third of the read."""
+
+    __slots__ = ("_data", "_made")
+
+    def __init__(self, data: list[dict]) -> None:
+        self._data = data
+        self._made: tuple[Candidate, ...] | None = None
+
+    def _all(self) -> tuple[Candidate, ...]:
+        if self._made is None:
+            self._made = tuple(Candidate.from_dict({"params": {}, **c}) for c in self._data)
+        return self._made
+
+    def __getitem__(self, index):
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, StoredCandidates)):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StoredCandidates({len(self)})"
+
+
 # The fields an entry may hold besides problem, fingerprint, winner and candidates, in the
 # order the tuner writes them; any other field is kept as it is (Entry.extra).
 _RECORDED = ("pruned", "considered", "search", "tool_version", "tuned_at", "tune_seconds",
@@ -167,7 +203,7 @@ class Entry:
     problem: GemmProblem
     fingerprint: Mapping[str, Any]  # Fingerprint.to_dict() of the machine that measured it
     winner: Winner | None
-    candidates: tuple[Candidate, ...] = ()
+    candidates: Sequence[Candidate] = ()  # a tuple, or StoredCandidates when read from a file
     fingerprint_digest: str | None = None
     machine: str | None = None  # Fingerprint.machine_digest()
     pruned: Mapping[str, int] | None = None  # prune stage -> configs it removed
@@ -251,7 +287,6 @@ class Entry:
         for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
             _require(isinstance(data.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
         winner = None if data.get("winner") is None else Winner.from_dict(data["winner"], where)
-        candidates = []
         for i, cand in enumerate(data["candidates"]):
             _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
                      and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
@@ -261,10 +296,6 @@ class Entry:
             _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
             _require(cand["status"] in STATUSES, f"{where}: candidate {i} has an unknown status "
                      f"{_show(cand['status'])}")
-            try:
-                candidates.append(Candidate.from_dict({"params": {}, **cand}))
-            except (TypeError, ValueError):
-                raise DamagedCache(f"{where}: candidate {i} is malformed") from None
         problem = _problem(where, data["problem"])
         fingerprint = data["fingerprint"]
         _require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
@@ -274,7 +305,8 @@ class Entry:
         for name in ("fingerprint_digest", "machine"):
             _require(name not in data or isinstance(data[name], str), f"{where}: {name!r} is not a string")
         known = {"problem", "fingerprint", "winner", "candidates", "fingerprint_digest", "machine", *_RECORDED}
-        entry = cls(problem=problem, fingerprint=fingerprint, winner=winner, candidates=tuple(candidates),
+        entry = cls(problem=problem, fingerprint=fingerprint, winner=winner,
+                    candidates=StoredCandidates(data["candidates"]),
                     fingerprint_digest=data.get("fingerprint_digest"), machine=data.get("machine"),
                     **{name: data.get(name) for name in _RECORDED if name != "partial"},
                     partial=bool(data.get("partial")),

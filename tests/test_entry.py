@@ -169,3 +169,11 @@ def test_entry_and_hits_import_neither_torch_nor_triton():
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_stored_candidates_are_made_when_first_looked_at(tuned):
+    key, data = next(iter(document(tuned)["entries"].items()))
+    entry = Entry.from_dict(data, key)
+    assert entry.candidates._made is None and len(entry.candidates) == len(data["candidates"])
+    assert [c.to_dict() for c in entry.candidates] == [Candidate.from_dict(c).to_dict() for c in data["candidates"]]
+    assert entry.candidates == tuple(entry.candidates) and entry == replace(entry, candidates=tuple(entry.candidates))
