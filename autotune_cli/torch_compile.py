@@ -38,13 +38,13 @@ kernel, split-K, every Triton winner under the interpreter, and aten::_scaled_mm
 under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
 """
 
-import operator  # no `from __future__ import annotations`: torch.library reads the ops' annotations
-import threading
+import threading  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+from .graph_matmuls import ScaledMatch, is_static, match_matmul, match_scaled, node_value
 
 __all__ = ["compile", "routing_backend"]
 
@@ -157,137 +157,6 @@ def _register_ops() -> dict[str, Any]:
         return _OPS
 
 
-# -- finding the matmuls of a Dynamo graph -------------------------------------------------------
-
-@dataclass
-class _Match:
-    """A matmul node read as a GEMM: operand nodes, how A is folded and B transposed."""
-
-    a: Any
-    b: Any
-    bias: Any
-    fold: tuple[int, ...] | None  # A's leading dims, folded into M (None: A is the matrix)
-    transpose_b: bool  # B is a linear's weight: the product takes W.T
-
-
-def _targets():
-    import torch
-
-    linear = {torch._C._nn.linear, torch.nn.functional.linear}
-    matmul = {torch.matmul, operator.matmul}
-    return linear, matmul, torch.mm, torch.addmm, torch.bmm
-
-
-def _value(arg):
-    return arg.meta.get("example_value") if hasattr(arg, "meta") else None
-
-
-@dataclass
-class _ScaledMatch:
-    """A torch._scaled_mm node: its tensor operand nodes and its constant arguments."""
-
-    a: Any
-    b: Any
-    scale_a: Any
-    scale_b: Any
-    bias: Any
-    out_dtype: Any
-    fast_accum: bool
-
-
-# torch._scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
-# use_fast_accum=False): its arguments in order, with their defaults after the fourth
-_SCALED_ARGS = ("a", "b", "scale_a", "scale_b", "bias", "scale_result", "out_dtype", "use_fast_accum")
-_SCALED_DEFAULTS = {"bias": None, "scale_result": None, "out_dtype": None, "use_fast_accum": False}
-_SCALED_KWARG_NAMES = {"self": "a", "mat2": "b"}
-
-
-def _match_scaled(node) -> _ScaledMatch | None:
-    """torch._scaled_mm called with tensors, constant out_dtype and use_fast_accum and no
-    scale_result; anything else (out=, a traced flag) is left to the compiler."""
-    import torch
-
-    if node.op != "call_function" or node.target is not torch._scaled_mm or len(node.args) > len(_SCALED_ARGS):
-        return None
-    args = dict(zip(_SCALED_ARGS, node.args))
-    for name, value in node.kwargs.items():
-        name = _SCALED_KWARG_NAMES.get(name, name)
-        if name not in _SCALED_ARGS or name in args:
-            return None
-        args[name] = value
-    args = {**_SCALED_DEFAULTS, **args}
-    if any(name not in args for name in _SCALED_ARGS[:4]) or args["scale_result"] is not None:
-        return None
-    if not all(isinstance(_value(args[name]), torch.Tensor) for name in _SCALED_ARGS[:4]):
-        return None
-    if args["bias"] is not None and not isinstance(_value(args["bias"]), torch.Tensor):
-        return None
-    out_dtype, fast = args["out_dtype"], args["use_fast_accum"]
-    if not (out_dtype is None or isinstance(out_dtype, torch.dtype)) or not isinstance(fast, bool):
-        return None
-    return _ScaledMatch(args["a"], args["b"], args["scale_a"], args["scale_b"], args["bias"], out_dtype, fast)
-
-
-def _match(node) -> _Match | None:
-    import torch
-
-    if node.op == "call_method":
-        name = node.target
-        args = list(node.args)
-    elif node.op == "call_function":
-        name, args = None, list(node.args)
-    else:
-        return None
-    linear, matmul, mm, addmm, bmm = _targets()
-    kwargs = dict(node.kwargs)
-    target = node.target
-    tensors = [_value(x) for x in args]
-    if not all(isinstance(t, torch.Tensor) for t in tensors[:2]) or len(args) < 2:
-        return None
-    if target in linear:
-        bias = args[2] if len(args) > 2 else kwargs.pop("bias", None)
-        if kwargs or (bias is not None and not isinstance(_value(bias), torch.Tensor)):
-            return None
-        x, w = tensors[0], tensors[1]
-        if w.dim() != 2 or x.dim() < 2:
-            return None
-        return _Match(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True)
-    if kwargs:
-        return None  # out=, alpha=, beta=: left to torch
-    if target is mm or name == "mm":
-        return _Match(args[0], args[1], None, None, False) if len(args) == 2 else None
-    if target is bmm or name == "bmm":
-        return _Match(args[0], args[1], None, None, False) if len(args) == 2 else None
-    if target is addmm or name == "addmm":
-        if len(args) != 3 or not isinstance(_value(args[2]), torch.Tensor):
-            return None
-        return _Match(args[1], args[2], args[0], None, False)
-    if target in matmul or name in ("matmul", "__matmul__"):
-        if len(args) != 2:
-            return None
-        x, y = tensors
-        if x.dim() == 2 and y.dim() == 2:
-            return _Match(args[0], args[1], None, None, False)
-        if x.dim() > 2 and y.dim() == 2:
-            return _Match(args[0], args[1], None, tuple(x.shape[:-1]), False)
-        if x.dim() == 3 and y.dim() == 3 and x.shape[0] == y.shape[0]:
-            return _Match(args[0], args[1], None, None, False)
-    return None
-
-
-def _static(*tensors) -> bool:
-    import torch
-
-    for t in tensors:
-        if t is None:
-            continue
-        if any(not isinstance(s, int) for s in (*t.shape, *t.stride())):
-            return False
-        if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
-            return False
-    return True
-
-
 # -- the backend ---------------------------------------------------------------------------------
 
 class routing_backend:
@@ -333,15 +202,15 @@ class routing_backend:
         graph = gm.graph
         changed = False
         for node in list(graph.nodes):
-            scaled = _match_scaled(node)
+            scaled = match_scaled(node)
             if scaled is not None:
                 changed |= self._rewrite_scaled(graph, node, scaled, pin_aten)
                 continue
-            match = _match(node)
+            match = match_matmul(node)
             if match is None:
                 continue
-            x, w, bias = _value(match.a), _value(match.b), _value(match.bias)
-            if not _static(x, w, bias):
+            x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
+            if not is_static(x, w, bias):
                 continue
             a = x.reshape(-1, x.shape[-1]) if match.fold is not None else x
             b = w.t() if match.transpose_b else w
@@ -368,12 +237,12 @@ class routing_backend:
             graph.lint()
             gm.recompile()
 
-    def _rewrite_scaled(self, graph, node, match: _ScaledMatch, pin_aten: bool) -> bool:
+    def _rewrite_scaled(self, graph, node, match: ScaledMatch, pin_aten: bool) -> bool:
         """Replace a torch._scaled_mm node by our op where its problem has a routed winner."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        values = [_value(x) for x in (match.a, match.b, match.scale_a, match.scale_b, match.bias)]
-        if not _static(*values):
+        values = [node_value(x) for x in (match.a, match.b, match.scale_a, match.scale_b, match.bias)]
+        if not is_static(*values):
             return False
         with unset_fake_temporarily(), warnings.catch_warnings():
             warnings.simplefilter("ignore", AutotuneFallbackWarning)  # unrouted: Inductor's

@@ -162,7 +162,7 @@ def test_scaled_winners_under_inductor(cli, cache_dir):
 
 def test_calls_the_route_does_not_take_are_left_to_the_compiler(cli, cache_dir):
     """A traced use_fast_accum, scale_result, or a problem with no entry: torch._scaled_mm stays."""
-    from autotune_cli.torch_compile import _match_scaled
+    from autotune_cli.graph_matmuls import match_scaled
 
     tune(cli, 64, "row", "triton::scaled_mm")
     model = Float8Linears()
@@ -181,15 +181,15 @@ def test_calls_the_route_does_not_take_are_left_to_the_compiler(cli, cache_dir):
     assert [r.uid for r in routes] == ["triton::scaled_mm"]  # the positional call is routed
     assert scaled_ops(graphs[0]) == [str(torch._scaled_mm), "autotune.scaled_gemm.default"]
 
-    class Node:  # what _match_scaled reads of an fx node
+    class Node:  # what match_scaled reads of an fx node
         op, target = "call_function", torch._scaled_mm
 
         def __init__(self, args, kwargs):
             self.args, self.kwargs = args, kwargs
 
     tensor = type("T", (), {"meta": {"example_value": torch.zeros(1)}})()
-    assert _match_scaled(Node((tensor,) * 4, {})) is not None
-    assert _match_scaled(Node((tensor,) * 4, {"scale_result": tensor})) is None
-    assert _match_scaled(Node((tensor,) * 4, {"use_fast_accum": tensor})) is None
-    assert _match_scaled(Node((tensor,) * 4, {"out": tensor})) is None
-    assert _match_scaled(Node((tensor,) * 3, {})) is None
+    assert match_scaled(Node((tensor,) * 4, {})) is not None
+    assert match_scaled(Node((tensor,) * 4, {"scale_result": tensor})) is None
+    assert match_scaled(Node((tensor,) * 4, {"use_fast_accum": tensor})) is None
+    assert match_scaled(Node((tensor,) * 4, {"out": tensor})) is None
+    assert match_scaled(Node((tensor,) * 3, {})) is None
