@@ -5,9 +5,7 @@ It emits events to a listener (report.py draws them) and never prints.
 
 from __future__ import annotations
 
-import math
 import os
-import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -25,7 +23,8 @@ from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutc
 from .phases import PhaseClock, worker_seconds
 from .plugins import load_plugins
 from .problem import GemmProblem
-from .results import SKIPPED, Candidate, pick_winner
+from .progress import TuneProgress, known_results
+from .results import Candidate, pick_winner
 from .search import SearchContext, get_strategy
 from .settings import TuneSettings
 
@@ -69,152 +68,6 @@ def _seconds(call: Callable, *args) -> float:
     began = time.perf_counter()
     call(*args)
     return time.perf_counter() - began
-
-
-def _known_results(stored: Entry | None, force: bool = False) -> dict[tuple, Candidate]:
-    """Results already measured under this fingerprint that need not be measured again:
-    everything measured by an interrupted (partial) run (never what it skipped: that includes
-    a failure of the environment and a screening result, both to be measured again); from a
-    finished run without a winner, only its deterministic failures (compile errors, wrong
-    results). `force` (--force) keeps nothing: everything is measured again."""
-    if stored is None or force:
-        return {}
-    keep = ("compile_error", "wrong_result")
-    known = {}
-    for candidate in stored.candidates:
-        if candidate.status in keep or (stored.partial and candidate.status != SKIPPED):
-            known[candidate.identity] = candidate
-    return known
-
-
-def screened(candidate: Candidate) -> Candidate:
-    """A screening result as it is kept: measured in a few runs, so it may rank a field but
-    never win; it is stored as skipped (and measured again by a resumed tune)."""
-    if not candidate.ok:
-        return candidate
-    return replace(candidate, status=SKIPPED,
-                   error=f"screened at {candidate.ms:.4f} ms in {candidate.runs} run(s); not timed fully")
-
-
-class _Progress:
-    """Collects results as they come, tells the listener, and saves a partial entry soon
-    after each result, so that an interrupted run (kill -9 included) resumes where it
-    stopped: from a timer thread, at once when the last save is SAVE_INTERVAL_S old or
-    older, else at that point. The interval grows to SAVE_COST_FACTOR times what a save takes, so that
-    saving a large entry costs a bounded share of the tune. A partial entry holds the
-    results that a resumed tune keeps (none that were skipped)."""
-
-    SAVE_INTERVAL_S = 0.5
-    SAVE_COST_FACTOR = 4.0
-
-    def __init__(self, tuner: "Tuner", problem: GemmProblem, fingerprint: Fingerprint, key: str,
-                 choice_set: ChoiceSet, reused: list[Candidate], started: float,
-                 clock: PhaseClock | None = None) -> None:
-        self.tuner = tuner
-        self.clock = clock or PhaseClock()
-        self.at_first_result: Callable[[], None] | None = None  # called once, at the first result
-        self.problem = problem
-        self.fingerprint = fingerprint
-        self.key = key
-        self.choice_set = choice_set
-        self.started = started
-        self.latest: dict[tuple, Candidate] = {c.identity: c for c in reused}
-        self.valid: dict[tuple, Candidate] = {k: c for k, c in self.latest.items() if c.ok}  # for the display
-        self.done = 0
-        self.reported: set[tuple] = set()
-        self.timeline: list[tuple[str, str, float]] = []  # (candidate, round, seconds since start)
-        self.last_save = -math.inf
-        self.interval = self.SAVE_INTERVAL_S
-        self.saved = 0  # results in the last partial entry written
-        self._lock = threading.RLock()  # the results
-        self._save_lock = threading.RLock()  # one save at a time, in the order of their snapshots
-        self._dirty = False
-        self._timer: threading.Timer | None = None
-        self._closed = False
-        self._error: BaseException | None = None  # a save from the timer failed: raised here next
-
-    def report(self, candidate: Candidate) -> None:
-        self.reported.add(candidate.identity)
-        self.done += 1
-        best = pick_winner(list(self.valid.values()), self.tuner.settings.measure)
-        total = max(len(self.choice_set.choices), self.done)
-        self.tuner.listener.candidate_done(self.problem, candidate, self.done, total, best)
-
-    def on_result(self, choice, candidate: Candidate, round_name: str) -> None:
-        if self.at_first_result is not None:
-            call, self.at_first_result = self.at_first_result, None
-            call()
-        ident = candidate.identity
-        if candidate.status != SKIPPED:
-            self.timeline.append((candidate.label(), round_name, round(time.perf_counter() - self.started, 3)))
-        with self._lock:
-            if round_name == "screen" or ident not in self.latest or candidate.ok:
-                self.latest[ident] = screened(candidate) if round_name == "screen" else candidate
-                self._dirty = True
-            if candidate.ok:
-                self.valid[ident] = candidate
-            elif round_name == "screen":
-                self.valid.pop(ident, None)
-        if ident not in self.reported:
-            self.report(candidate)
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        self._schedule()
-
-    def _schedule(self) -> None:
-        """Make sure a timer thread saves within the interval (at once when the last save is
-        that old): never on the tune's own thread, whose loop feeds the timing worker (in a
-        list of 14 problems the saves there held it 4.5 s in all on the H200, the cache
-        growing with every problem)."""
-        wait = max(0.0, self.last_save + self.interval - time.monotonic())
-        with self._lock:
-            if self._timer is None and not self._closed:
-                self._timer = threading.Timer(wait, self._timed_save)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _timed_save(self) -> None:
-        with self._lock:
-            self._timer = None
-        try:
-            self.save()
-        except Exception as exc:  # noqa: BLE001 - the tune's own thread raises it
-            self._error = exc
-
-    def save(self) -> int:
-        """Write the partial entry if anything changed since the last; returns how many
-        results the stored partial entry holds."""
-        with self._save_lock:
-            with self._lock:
-                if self._closed or not self._dirty:
-                    return self.saved
-                kept = [c for c in self.latest.values() if c.status != SKIPPED]
-                self._dirty = False
-            began = time.monotonic()
-            entry = replace(self.tuner._entry(self.problem, self.fingerprint, kept, self.choice_set,
-                                              time.perf_counter() - self.started),
-                            winner=None, partial=True)
-            try:
-                self.tuner.cache.put(self.key, entry)
-            except BaseException:
-                self._dirty = True
-                raise
-            self.saved = len(kept)
-            self.last_save = time.monotonic()
-            self.clock.add("partial_save", self.last_save - began)
-            self.interval = max(self.SAVE_INTERVAL_S, self.SAVE_COST_FACTOR * (self.last_save - began))
-            return self.saved
-
-    def close(self) -> None:
-        """No partial save after this (the finished entry is written next)."""
-        with self._lock:
-            self._closed = True
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-        with self._save_lock:  # a save under way finishes before the finished entry is written
-            pass
 
 
 class Tuner:
@@ -302,7 +155,7 @@ class Tuner:
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
-        known = _known_results(stored, force=self.settings.force)
+        known = known_results(stored, force=self.settings.force)
         todo = [c for c in choice_set.choices if c.identity not in known]
         reused = [known[c.identity] for c in choice_set.choices
                   if c.identity in known]
@@ -310,7 +163,10 @@ class Tuner:
             self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
-        progress = _Progress(self, problem, fingerprint, key, choice_set, reused, started, clock)
+        progress = TuneProgress(
+            self.listener, self.cache, self.settings.measure,
+            lambda kept: self._entry(problem, fingerprint, kept, choice_set, time.perf_counter() - started),
+            problem, key, choice_set, reused, started, clock)
         if upcoming:  # after this problem's compiles are asked for: at its first result
             progress.at_first_result = lambda: clock.add("prefetch", _seconds(self.prefetch, list(upcoming)))
         for candidate in reused:
@@ -370,7 +226,7 @@ class Tuner:
         )
 
     @staticmethod
-    def _interrupted(problem: GemmProblem, progress: _Progress, exc: KeyboardInterrupt) -> Interrupted:
+    def _interrupted(problem: GemmProblem, progress: TuneProgress, exc: KeyboardInterrupt) -> Interrupted:
         """Save what has finished, then say so: what to raise for a tune stopped by a signal."""
         terminated = isinstance(exc, Terminated)
         name, code = ("SIGTERM", 143) if terminated else ("SIGINT", 130)
