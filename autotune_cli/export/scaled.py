@@ -1,4 +1,5 @@
-"""Float8 winners (op scaled_mm) as Inductor lookup-table entries, for export.py.
+"""Float8 winners (op scaled_mm) as Inductor lookup-table entries, for the export package
+(keys.py, values.py, `inductor_table`).
 
 Read from torch 2.13 (torch/_inductor/kernel/mm.py `tuned_scaled_mm`,
 template_heuristics/triton.py's scaled mixins, lookup_table/choices.py), and checked on the
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .problem import FP8_DTYPES, OUT_DTYPES, GemmProblem
+from ..problem import FP8_DTYPES, OUT_DTYPES, GemmProblem
 
 # torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
 SCALING_TYPE = {"tensor": 0, "row": 1}

@@ -1,0 +1,161 @@
+"""Export cached winners as a PyTorch Inductor lookup table: `inductor_table` (here) builds
+it from cache entries; keys.py writes a key, values.py a config, scaled.py both for float8.
+
+Inductor (torch >= 2.10) can skip its own GEMM autotuning when a lookup table names the
+config to use:
+
+    torch._inductor.config.lookup_table.table = table      # {key: [config, ...]}
+    from torch._inductor.lookup_table import LookupTableChoices
+    from torch._inductor.virtualized import V
+    V.set_choices_handler(LookupTableChoices())
+
+What follows was read from torch 2.11 and 2.13 (torch/_inductor/lookup_table/choices.py,
+kernel/mm.py, kernel/bmm.py, template_heuristics/triton.py and aten.py).
+
+Float8 winners (op ``scaled_mm``: aten::_scaled_mm, the persistent TMA and the tiled
+Triton kernels) have keys and values of their own: see scaled.py.
+
+When a key's configs name only some of the templates an op offers, Inductor builds choices
+from those alone; one choice means no benchmarking at all. Triton entries apply only under
+max-autotune on a GPU with at least 68 SMs.
+
+This package imports torch only inside `values.installed_template_hash` and
+`values._installed_tma_flag`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..entry import Entry
+from .keys import inductor_key
+from .scaled import scaled_keys, scaled_value
+from .values import (INDUCTOR_TRITON_ARGS, TMA_TARGETS, as_int, convert, inductor_value,
+                     installed_template_hash)
+
+__all__ = [
+    "inductor_key",
+    "inductor_value",
+    "inductor_table",
+    "installed_template_hash",
+    "INDUCTOR_TRITON_ARGS",
+]
+
+
+def _describe(entry: Entry) -> str:
+    problem = entry.problem
+    dims = "x".join(str(getattr(problem, d)) for d in (("b", "m", "n", "k") if problem.op == "bmm" else ("m", "n", "k")))
+    text = f"{problem.op} {dims} {problem.dtype} {problem.layout}"
+    if problem.op == "scaled_mm":
+        text += f" {problem.scale}-scaled->{problem.result_dtype}"
+        if problem.fast_accum:
+            text += " fast-accum"
+    if problem.bias:
+        text += f" bias[{problem.bias}]"
+    if problem.fp32_mode is not None:
+        text += f" {problem.fp32_mode}"
+    if entry.winner is not None:
+        text += f" ({entry.winner.uid})"
+    return text
+
+
+def _base_version(version: str) -> str:
+    return str(version).split("+", 1)[0].strip()
+
+
+def _installed_torch_version() -> str | None:
+    try:
+        from importlib import metadata
+
+        return metadata.version("torch")
+    except Exception:
+        return None
+
+
+def _ms(entry: Entry) -> float:
+    return float(entry.winner.ms) if entry.winner is not None else math.inf
+
+
+def inductor_table(
+    entries: list[Entry | dict],
+    *,
+    allow_tf32: bool = False,
+    include_hash: bool = True,
+) -> tuple[dict[str, list[dict]], list[str]]:
+    """Build Inductor's lookup table from cache entries (or their JSON objects).
+
+    Returns (table, notes): `table` maps each key to a one-config list; `notes` says, one
+    line each, which entries were left out and why (CPU entries, winners without an Inductor
+    equivalent, float32 entries tuned under the other precision mode, entries that lost to
+    a faster one for the same key) and where a template hash was left out.
+
+    Inductor's key does not say whether TF32 is allowed: it decides that at compile time
+    from `torch.backends.cuda.matmul.fp32_precision`. Only float32 entries tuned with
+    `allow_tf32` equal to this function's `allow_tf32` are exported (default: IEEE, torch's
+    default).
+    """
+    notes: list[str] = []
+    chosen: dict[str, tuple[Entry, dict]] = {}  # key -> (entry, config)
+    installed = _installed_torch_version() if include_hash else None
+    for entry in entries:
+        if not isinstance(entry, Entry):
+            try:
+                entry = Entry.from_dict(entry)
+            except ValueError as exc:
+                notes.append(f"skipped, not a cache entry ({exc})")
+                continue
+        what = _describe(entry)
+        problem = entry.problem
+        device = problem.device
+        if device != "cuda" or entry.device_type != "cuda":
+            notes.append(f"{what}: skipped, tuned on {device} (Inductor's lookup table "
+                         "applies to CUDA devices only)")
+            continue
+        device_name = entry.device_name
+        if not device_name:
+            notes.append(f"{what}: skipped, its fingerprint has no device name")
+            continue
+        if problem.dtype == "float32" and problem.allow_tf32 != allow_tf32:
+            mode = "TF32" if problem.allow_tf32 else "IEEE float32"
+            notes.append(f"{what}: skipped, tuned for {mode}; export with "
+                         f"allow_tf32={not allow_tf32} for that precision mode")
+            continue
+        use_hash = include_hash
+        tuned_torch = entry.torch_version
+        if use_hash and tuned_torch and installed and _base_version(tuned_torch) != _base_version(installed):
+            use_hash = False
+            notes.append(f"{what}: template_hash left out, tuned with torch {tuned_torch} "
+                         f"but torch {installed} is installed here")
+        sm_count = entry.sm_count
+        config, why = convert(entry.winner, problem, use_hash, sm_count)
+        if config is None:
+            notes.append(f"{what}: skipped, {why}")
+            continue
+        if problem.op == "scaled_mm":
+            _, _, mapped = scaled_value(entry.winner.uid, entry.winner.params, problem, sm_count, lambda uid: None)
+            notes.extend(f"{what}: {note}" for note in mapped)
+        if config["template_id"] in TMA_TARGETS and as_int(entry.winner.params.get("FLATTEN")):
+            notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
+                         "in Inductor's persistent TMA template)")
+        if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
+                and 0 < sm_count < 68):
+            notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
+                         f"with at least 68 SMs ({device_name} has {sm_count})")
+        keyed = [(inductor_key(problem, device_name), config)]
+        if problem.op == "scaled_mm":  # every common form of the scales (scaled.py)
+            keyed = [(key, config) for key in scaled_keys(problem, device_name)]
+        if problem.op == "addmm" and problem.bias == "n" and config["template_id"] == "aten::addmm":
+            # see keys.py: cuBLAS's bias epilogue under both keys, no [m, n] expansion
+            keyed = [(keyed[0][0], {"template_id": "aten::bias_addmm"}),
+                     (inductor_key(problem, device_name, bias_expanded=False), config)]
+        for key, config in keyed:
+            previous = chosen.get(key)
+            if previous is None:
+                chosen[key] = (entry, config)
+            elif _ms(entry) < _ms(previous[0]):
+                notes.append(f"{_describe(previous[0])}: dropped, {what} is faster for the same key")
+                chosen[key] = (entry, config)
+            else:
+                notes.append(f"{what}: dropped, {_describe(previous[0])} is faster for the same key")
+    table = {key: [dict(config)] for key, (_, config) in chosen.items()}
+    return table, list(dict.fromkeys(notes))
