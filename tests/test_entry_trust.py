@@ -321,7 +321,8 @@ def test_show_prune_and_import_escape_control_characters(cli, tmp_path):
 def test_cached_winner_line_of_a_tune_is_escaped():
     from rich.console import Console
 
-    from autotune_cli.report import ProgressReporter, outcome_summary, outcome_table
+    from autotune_cli.report import ProgressReporter, outcome_summary
+    from autotune_cli.tables import outcome_table
 
     entry = make_entry()
     entry["winner"]["uid"] = HOSTILE

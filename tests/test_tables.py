@@ -13,8 +13,8 @@ from rich.console import Console
 from autotune_cli.entry import Entry
 from autotune_cli.hits import TuneOutcome
 from autotune_cli.problem import make_problem
-from autotune_cli.report import (FitTable, cache_table, fmt_ms, fmt_tflops, model_summary_table,
-                                 outcome_table, plan_table, tuned_text)
+from autotune_cli.report import fmt_ms, fmt_tflops, tuned_text
+from autotune_cli.tables import FitTable, cache_table, model_summary_table, outcome_table, plan_table
 from autotune_cli.results import params_str
 
 WIDTHS = (80, 120)

@@ -51,7 +51,8 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     from ..hits import look_up
     from ..fingerprint import probe_device
     from ..plugins import load_plugins
-    from ..report import ModelProgress, dumps, model_summary_table
+    from ..report import ModelProgress, dumps
+    from ..tables import model_summary_table
     from ..templates import check_template_names
 
     clock = clock or _Clock()

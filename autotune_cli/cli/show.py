@@ -82,7 +82,7 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
         else:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
-    from ..report import cache_table
+    from ..tables import cache_table
 
     cpu_machine = None  # this host's CPU digest, which only CPU entries are compared with
     if any(entry.fingerprint.get("device_type") == "cpu" for _, entry in items):

@@ -83,7 +83,8 @@ def mm(
     command.stages["process_age"] = process_age_s()  # the interpreter's start and the imports
     from ..hits import cached
     from ..problem import make_problem
-    from ..report import ProgressReporter, dumps, outcome_json, outcome_summary, outcome_table
+    from ..report import ProgressReporter, dumps, outcome_json, outcome_summary
+    from ..tables import outcome_table
 
     if from_file is not None:
         given = [flag for flag, value, default in (
@@ -199,7 +200,8 @@ def model(
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
     from ..model import check_model, find_gemms, parse_hints, parse_input_shape
-    from ..report import ModelProgress, dumps, model_summary_table, plan_table
+    from ..report import ModelProgress, dumps
+    from ..tables import model_summary_table, plan_table
     from ..scaleout import make_scaled_tuner
     from ..scaleout.local import local_devices
     from ..settings import Switches
