@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import autotune_cli.cache as cache_module
+import autotune_cli.cache_document as cache_document
 from autotune_cli.cache import CACHE_FILE, Cache, CacheUnavailable
 from autotune_cli.entry import Entry
 from helpers_cache_writer import make_entry
@@ -93,7 +94,7 @@ def test_file_larger_than_the_cap_is_refused(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     Cache(folder).put("mm/a@stress", make_entry())
     size = (folder / CACHE_FILE).stat().st_size
-    monkeypatch.setattr(cache_module, "MAX_FILE_BYTES", size - 1)
+    monkeypatch.setattr(cache_document, "MAX_FILE_BYTES", size - 1)
     with pytest.raises(CacheUnavailable, match=f"more than the {size - 1}"):
         Cache(folder).load()
     assert (folder / CACHE_FILE).stat().st_size == size  # refused, not moved aside or cut
@@ -120,9 +121,9 @@ def test_deeply_nested_import_is_one_line_exit_2(cli, tmp_path):
 
 
 def test_depth_limit_is_exact():
-    assert not cache_module._too_deep({"a": nested(cache_module.MAX_DEPTH - 2)})  # the dict and 63 lists
-    assert cache_module._too_deep({"a": nested(cache_module.MAX_DEPTH - 1)})
-    assert not cache_module._too_deep({}) and not cache_module._too_deep({"a": 1})
+    assert not cache_document.too_deep({"a": nested(cache_document.MAX_DEPTH - 2)})  # the dict and 63 lists
+    assert cache_document.too_deep({"a": nested(cache_document.MAX_DEPTH - 1)})
+    assert not cache_document.too_deep({}) and not cache_document.too_deep({"a": 1})
 
 
 def test_deeply_nested_cache_file_is_moved_aside(tmp_path):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache, parse_document
+from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache
+from autotune_cli.cache_document import parse_document
 from conftest import PLUGINS
 from helpers_cache_writer import make_entry
 

@@ -33,7 +33,7 @@ def autotune_document(items: Items) -> dict:
     """Our own export: a cache document holding the selected entries (`cache import` reads it,
     and so does autotune as a cache file)."""
     from ..version import __version__
-    from ..cache import SCHEMA
+    from ..cache_document import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -75,7 +75,8 @@ class ImportPlan:
 def read_export(path: Path) -> dict[str, Entry]:
     """The entries of an export (or of another machine's cache file), checked and migrated
     as a cache file is. Any problem is a UserError naming the file."""
-    from ..cache import DamagedCache, NotAFile, parse_document, read_regular_file
+    from ..cache_document import NotAFile, parse_document, read_regular_file
+    from ..entry import DamagedCache
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")

@@ -1,0 +1,178 @@
+"""The cache file's document: its bytes read safely (a regular file, at most MAX_FILE_BYTES),
+its JSON read strictly (finite numbers, at most MAX_DEPTH deep), its schema checked and older
+schemas migrated (parse_document), and the plain JSON an entry is stored as (json_value).
+cache.py reads and writes the file through these.
+
+Only a regular file is read (a FIFO would block, /dev/zero would never end), and at most
+MAX_FILE_BYTES of it; nesting deeper than MAX_DEPTH is damage (no entry we write is more than a
+few levels deep, and deeper documents overflow the recursion of the code that walks them).
+A cache file that is a symbolic link is written through it: the new file replaces the link's
+target, in the target's folder, where the lock is taken too, so the link stays a link.
+
+Schema 0 is the unversioned layout: {"entries": {problem key: entry}}, no "schema" field,
+entries keyed by the problem key alone and without "fingerprint_digest" and "machine". No
+released autotune wrote it; this module defines it so that such a file is brought forward
+instead of thrown away, and as the pattern later migrations follow. Migrating 0 -> 1
+rebuilds each entry's Fingerprint from its "fingerprint" object, sets "fingerprint_digest"
+and "machine" from it and re-keys the entry "<problem key>@<digest>" (the problem rebuilt
+from its "problem" object), which is the key the tuner looks up. An entry that lacks what
+that needs makes the whole file unusable (moved aside as above): nothing is dropped. A
+migrated file is first copied to "autotune-cache.json.schema-0[.N]", then rewritten as
+schema 1, and the user is told. An explicit "schema": 0 was never written by anyone and is
+refused like any other unknown older schema.
+
+This module imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import stat
+from typing import Any, Callable
+
+from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
+
+SCHEMA = 1
+MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
+MAX_DEPTH = 64  # containers within containers: our own entries need fewer than ten
+
+
+class NotAFile(OSError):
+    """What was to be read is not a regular file, or is larger than we read."""
+
+
+def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of `path`, following symbolic links, if it is a regular file of at most
+    `limit` bytes (default MAX_FILE_BYTES); NotAFile otherwise (OSError as open raises it).
+    Opened non-blocking, so a FIFO is refused rather than waited on."""
+    limit = MAX_FILE_BYTES if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise NotAFile(f"{path} is {info.st_size} bytes, more than the {limit} read")
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # grew while being read
+                raise NotAFile(f"{path} is more than the {limit} bytes read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether containers nest deeper than `limit` (the top one is depth 1), walked a level
+    at a time without recursion: a fifth of what parsing the text costs."""
+    level = [value]
+    for _ in range(limit):
+        below: list = []
+        add = below.append
+        for item in level:
+            for child in (item.values() if type(item) is dict else item):
+                if type(child) is dict or type(child) is list:
+                    add(child)
+        if not below:
+            return False
+        level = below
+    return True
+
+
+def json_value(value: Any, where: str) -> Any:
+    """A copy of value as plain JSON: tuples become lists, NaN and infinity become null."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy's too
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        _require(all(isinstance(k, str) for k in value), f"{where}: an object key is not a string")
+        return {k: json_value(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v, where) for v in value]
+    raise DamagedCache(f"{where}: a {type(value).__name__} cannot be stored in JSON")
+
+
+def _reject_constant(name: str) -> Any:
+    raise DamagedCache(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    _require(math.isfinite(value), f"the number {text[:20]} is out of range")
+    return value
+
+
+def _migrate_0(document: dict) -> dict:
+    from .fingerprint import Fingerprint  # plain Python: no torch
+
+    old = document.get("entries")
+    _require(isinstance(old, dict), "schema 0: 'entries' is not an object")
+    entries: dict[str, dict] = {}
+    for old_key, entry in old.items():
+        where = f"schema 0 entry {_show(old_key)} cannot be migrated"
+        _require(isinstance(entry, dict), f"{where}: not an object")
+        problem = check_problem(old_key, entry.get("problem"))
+        _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
+        missing = [name for name in Fingerprint.__dataclass_fields__
+                   if name != "templates" and name not in entry["fingerprint"]]
+        _require(not missing, f"{where}: its fingerprint lacks {', '.join(missing)}")
+        try:
+            fingerprint = Fingerprint.from_dict(entry["fingerprint"])
+            digest, machine = fingerprint.digest(), fingerprint.machine_digest()
+        except (TypeError, ValueError) as exc:
+            raise DamagedCache(f"{where}: its fingerprint is malformed ({_show(str(exc))})") from None
+        key = key_for(problem, digest)
+        _require(key not in entries, f"{where}: it and another entry both become {_show(key)}")
+        entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
+    return {**document, "schema": 1, "entries": entries}
+
+
+# Older schemas that can be brought forward: {version: function(document) -> document}.
+# The unversioned layout counts as schema 0 (see the module docstring).
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: _migrate_0}
+
+
+def parse_document(text: str) -> tuple[dict[str, Entry], int | None]:
+    """The entries of a cache document, typed, and the schema it was migrated from (None if
+    it was current). Raises DamagedCache with a one-line reason."""
+    try:
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise DamagedCache("not valid JSON (nested too deeply)") from None
+    except DamagedCache:
+        raise
+    except ValueError:  # an integer of more digits than Python converts
+        raise DamagedCache("not valid JSON (a number too long to read)") from None
+    _require(isinstance(document, dict), "the top level is not an object")
+    _require(not too_deep(document), f"nested more than {MAX_DEPTH} deep")
+    if "schema" not in document and "entries" in document:
+        schema, migrated_from = 0, 0
+    else:
+        schema, migrated_from = document.get("schema"), None
+        _require(isinstance(schema, int) and not isinstance(schema, bool), "no schema version")
+        if schema > SCHEMA:
+            raise DamagedCache(f"schema {_show(schema)} is newer than this autotune understands ({SCHEMA}); "
+                               "upgrade autotune to use it")
+        _require(schema == SCHEMA, f"schema {_show(schema)} is older than {SCHEMA} and cannot be migrated"
+                 + (" (only a file without a schema field is read as schema 0)" if schema == 0 else ""))
+    while schema < SCHEMA:
+        document = MIGRATIONS[schema](document)
+        schema = document["schema"]
+    entries = document.get("entries")
+    _require(isinstance(entries, dict), "'entries' is missing or not an object")
+    return {key: Entry.from_dict(entry, key) for key, entry in entries.items()}, migrated_from
