@@ -232,9 +232,9 @@ class MultiDeviceTuner:
 
         threads = [threading.Thread(target=drive, args=(slot,), daemon=True,
                                     name=f"autotune-device-{slot}") for slot in range(len(self.tuners))]
-        for thread in threads:
-            thread.start()
-        try:
+        try:  # a signal may arrive while the threads are still being started
+            for thread in threads:
+                thread.start()
             for thread in threads:
                 while thread.is_alive():
                     thread.join(timeout=0.5)
@@ -261,7 +261,8 @@ class MultiDeviceTuner:
         self.close()
         waited = time.monotonic() + STOP_WAIT_S
         for thread in threads:
-            thread.join(timeout=max(0.0, waited - time.monotonic()))
+            if thread.ident is not None:  # started
+                thread.join(timeout=max(0.0, waited - time.monotonic()))
 
     @staticmethod
     def _interrupted(results: list[ProblemResult], exc: KeyboardInterrupt) -> Interrupted:
