@@ -73,6 +73,27 @@ def _child() -> dict:
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
     scales = {"row": (torch.rand(M, 1, device="cuda") / 16 + 1e-3, torch.rand(1, N, device="cuda") / 16 + 1e-3),
               "tensor": (torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda"))}
+    seen_kwargs: dict = {}
+
+    class Recording(LookupTableChoices):
+        """Records the arguments this torch's own heuristics give each template offered (so
+        that a failing entry says what this version expects)."""
+
+        def _finalize_template_configs(self, *args, **kwargs):
+            try:
+                _, kernel_inputs, templates, op_name = args[:4]
+                overrides = (args[4] if len(args) > 4 else kwargs.get("kwarg_overrides")) or {}
+            except Exception as exc:  # another signature in this torch
+                seen_kwargs["?"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                templates = ()
+            for template in templates:
+                try:
+                    ktc = next(self.get_ktc(kernel_inputs, template, op_name, overrides.get(template.uid, {})))
+                    seen_kwargs[template.uid] = ktc.params.to_kwargs()
+                except Exception as exc:  # no config, or another signature in this torch
+                    seen_kwargs[template.uid] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return super()._finalize_template_configs(*args, **kwargs)
+
     results = {}
     for case, (uid, scale, with_bias) in CASES.items():
         problem = {"op": "scaled_mm", "m": M, "n": N, "k": K, "b": 1, "dtype": "float8_e4m3fn", "layout": "nt",
@@ -95,10 +116,11 @@ def _child() -> dict:
         torch._dynamo.reset()
         counters.clear()
         del messages[:]
+        seen_kwargs.clear()
         error = None
         try:
             with config.patch({"lookup_table.table": table, "force_disable_caches": True}), \
-                    V.set_choices_handler(LookupTableChoices()):
+                    V.set_choices_handler(Recording()):
                 compiled = torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)
                 out, codes = run_and_get_code(compiled, a, b, sa, sb, bias_arg)
             want = fn(a, b, sa, sb, bias_arg)
@@ -111,6 +133,8 @@ def _child() -> dict:
             "counters": {k: v for k, v in counters["inductor"].items() if "select_algorithm" in k},
             "triton_kernel": any("triton_tem_" in c for c in codes),
             "extern_scaled_mm": any("_scaled_mm" in c and "extern_kernels" in c for c in codes),
+            "inductor_kwargs": {k: v if isinstance(v, str) else {a: str(b) for a, b in v.items()}
+                                for k, v in seen_kwargs.items()},
         }
     return {"torch": torch.__version__, "results": results}
 
@@ -123,7 +147,7 @@ def test_float8_lookup_table_drives_inductor_max_autotune(case, tmp_path_factory
     if "skip" in res:
         pytest.skip(res["skip"])
     got = res["results"][case]
-    said = json.dumps(got, indent=1, default=str)[:6000]
+    said = json.dumps(got, default=str)[:8000]
     assert got["error"] is None, said
     log_text = "\n".join(got["messages"])
     assert "lookup hit for scaled_mm" in log_text, said
