@@ -64,7 +64,9 @@ def test_persistent_tma_winner_maps_to_inductors_epilogue_scaling_template():
     assert (tensor["SCALE_RECIPE_A"], tensor["USE_FAST_ACCUM"], tensor["EVEN_K"]) == (0, True, True)
     table, notes = inductor_table([entry(fp8(), "triton::scaled_mm_persistent_tma", params)])
     assert len(table) == 2
-    assert notes and all("mapped without FLATTEN=1, PROMOTE_IN_DOT=1" in n for n in notes)
+    assert any("mapped without FLATTEN=1, PROMOTE_IN_DOT=1" in n for n in notes)
+    # Inductor offers the TMA template (and so takes the entry) only with its switch on
+    assert any("enable_persistent_tma_matmul = True" in n for n in notes)
 
 
 def test_tiled_winner_maps_to_triton_mm_with_or_without_a_bias():

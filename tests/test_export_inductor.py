@@ -226,7 +226,9 @@ def test_persistent_tma_winner_is_mapped_with_its_tma_arguments():
     table, notes = inductor_table([entry(prob, tma_winner(FLATTEN=1), sm_count=78)], include_hash=False)
     (config,) = table[inductor_key(prob, H200)]
     assert config["NUM_SMS"] == 78
-    assert len(notes) == 1 and "FLATTEN=1" in notes[0]
+    assert len(notes) == 2 and "FLATTEN=1" in notes[0]
+    # Inductor offers its TMA templates (and so takes the entry) only with its switch on
+    assert "enable_persistent_tma_matmul = True" in notes[1]
 
 
 def test_persistent_tma_config_names_the_arguments_the_installed_heuristic_adds():

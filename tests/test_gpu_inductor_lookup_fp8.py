@@ -119,7 +119,10 @@ def _child() -> dict:
         seen_kwargs.clear()
         error = None
         try:
-            with config.patch({"lookup_table.table": table, "force_disable_caches": True}), \
+            # Inductor offers its TMA templates only with this switch on (export.TMA_SWITCH); seen on
+            # torch 2.11: without it the TMA entry's key is found and the entry is a miss
+            switches = {"triton.enable_persistent_tma_matmul": True} if case == "tma" else {}
+            with config.patch({"lookup_table.table": table, "force_disable_caches": True, **switches}), \
                     V.set_choices_handler(Recording()):
                 compiled = torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)
                 out, codes = run_and_get_code(compiled, a, b, sa, sb, bias_arg)

@@ -29,8 +29,8 @@ import math
 
 from ..entry import Entry
 from .keys import inductor_key
-from .scaled import scaled_keys, scaled_value
-from .values import (INDUCTOR_TRITON_ARGS, TMA_TARGETS, as_int, convert, inductor_value,
+from .scaled import TMA_EPILOGUE, scaled_keys, scaled_value
+from .values import (INDUCTOR_TRITON_ARGS, TMA_SWITCH, TMA_TARGETS, as_int, convert, inductor_value,
                      installed_template_hash)
 
 __all__ = [
@@ -137,6 +137,9 @@ def inductor_table(
         if config["template_id"] in TMA_TARGETS and as_int(entry.winner.params.get("FLATTEN")):
             notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
                          "in Inductor's persistent TMA template)")
+        if config["template_id"] in TMA_TARGETS | {TMA_EPILOGUE}:
+            notes.append(f"{what}: note, Inductor offers its persistent TMA templates only with "
+                         f"{TMA_SWITCH} = True (TORCHINDUCTOR_PERSISTENT_TMA_MATMUL=1)")
         if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
                 and 0 < sm_count < 68):
             notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "

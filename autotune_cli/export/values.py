@@ -62,6 +62,9 @@ _TRITON_EQUIVALENT = {
     ("triton::mm_persistent_tma", "addmm"): "triton::mm_persistent_tma",
 }
 TMA_TARGETS = frozenset({"triton::mm_persistent_tma"})
+# Inductor (2.11, 2.13) offers a TMA template, and so takes a lookup entry naming one, only
+# with this switch on (utils.use_triton_tma_template); off by default.
+TMA_SWITCH = "torch._inductor.config.triton.enable_persistent_tma_matmul"
 TMA_DESCRIPTOR_SIZE = 128  # bytes per descriptor: Inductor's TMA_SIZE
 # Flags Inductor's TMA heuristic adds after the fixed TMA arguments in some torch versions,
 # with the value each takes by default (a torch 2.10/2.11 config needs exactly its set).
