@@ -359,7 +359,8 @@ class routing_backend:
         def launch(a, b, out, bias) -> None:  # not bound: the compiled graph's strides are its own
             kernel(Operands(a, b, out, bias))
 
-        call = kernel_call(info.op, built.problem, built.how, launch, built.pitch, t.ops[info.op], t, device)
+        call = kernel_call(info.op, built.problem, built.how, launch, built.pitch, t.ops[info.op], t, device,
+                           built.whole_rows)
         real = [None if x is None else
                 torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
                 for x in (a, b, bias)]

@@ -238,3 +238,31 @@ def test_gpu_bound_calls_stay_right_and_see_weight_updates(cli, cache_dir, tmp_p
             with torch.no_grad():
                 w.mul_(-1)
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("uid", ["aten::mm_aligned", pytest.param("triton::mm_padded", marks=needs_interpreter)])
+def test_an_output_with_padded_rows_is_allocated_whole_only_where_the_kernel_writes_the_padding(cli, cache_dir,
+                                                                                                tmp_path, uid):
+    """triton::mm_padded stores whole padded rows (the last one's padding too); aten::mm_aligned
+    without ZERO_PAD writes only [M, N], so its output is one allocation without the last
+    row's padding. Values as torch.mm's either way."""
+    space = ONE_CONFIG if uid == "triton::mm_padded" else None
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 40, "--templates", uid, space=space)
+    a, b = operand(32, 40), operand(40, 50, seed=1)
+    out = autotune_cli.mm(a, b)
+    pitch = out.stride(0)
+    assert pitch > 50 and out.stride(1) == 1
+    whole = uid == "triton::mm_padded" or doc["winner"]["params"]["ZERO_PAD"] == 1
+    assert out.untyped_storage().nbytes() // 2 == (32 * pitch if whole else 31 * pitch + 50)
+    close(autotune_cli.mm(a, b), product(a, b))
+
+
+def test_out_allocator_leaves_out_the_last_rows_padding_only_when_asked():
+    from autotune_cli.templates.base import out_allocator
+
+    whole = out_allocator((3, 5), 8)(torch.float16, torch.device("cpu"))
+    short = out_allocator((3, 5), 8, whole_rows=False)(torch.float16, torch.device("cpu"))
+    batched = out_allocator((2, 3, 5), 8, whole_rows=False)(torch.float16, torch.device("cpu"))
+    assert whole.stride() == short.stride() == (8, 1) and batched.stride() == (24, 8, 1)
+    assert whole.untyped_storage().nbytes() // 2 == 24 and short.untyped_storage().nbytes() // 2 == 21
+    assert batched.untyped_storage().nbytes() // 2 == 24 + 21

@@ -138,7 +138,7 @@ def test_a_bound_launch_goes_direct_after_the_first_with_its_fixed_arguments(dir
     kind, call = kernel.calls[1]
     assert kind == "direct"
     assert call[:9] == (5, 2, 1, 1000, "fn-handle", "meta", None, None, None)
-    assert call[9:] == (b, a, c, 64, 32)
+    assert call[9:] == (b.data_ptr(), a.data_ptr(), c.data_ptr(), 64, 32)  # pointers as ints
     # another binding of the same arguments finds the binary the first one left
     other = launch.bind((5, 2), (64, 32))
     other(a, b, c)
@@ -224,9 +224,26 @@ def test_a_bound_launch_calls_the_c_launch_past_a_wrapper_that_only_adds_empty_s
         kind, call = calls[-1]
         assert kind == via
         if via == "c":
-            assert call == (3, 1, 1, 1000, "fn-handle", False, True, None, None, "meta", None, None, None, a, 7)
+            assert call == (3, 1, 1, 1000, "fn-handle", False, True, None, None, "meta", None, None, None, a.data_ptr(), 7)
         else:
-            assert call == (3, 1, 1, 1000, "fn-handle", "meta", None, None, None, a, 7)
+            assert call == (3, 1, 1, 1000, "fn-handle", "meta", None, None, None, a.data_ptr(), 7)
+
+
+def test_a_bound_launch_passes_tensors_to_a_launcher_that_refuses_int_pointers(direct):
+    kernel = Kernel(["A", "M"])
+
+    def strict(*call):
+        if isinstance(call[9], int):
+            raise TypeError("Pointer argument must have data_ptr method")
+        kernel.calls.append(("direct", call))
+
+    kernel.compiled.run = strict
+    go = Launcher(kernel, 4, 3).bind((2,), (5,))
+    (a,) = tensors(0)
+    for _ in range(3):
+        go(a)
+    assert [c[0] for c in kernel.calls] == ["jit", "direct", "direct"]
+    assert kernel.calls[-1][1][9:] == (a, 5)
 
 
 def test_without_direct_support_every_launch_is_jit(monkeypatch):

@@ -326,10 +326,11 @@ class Dispatcher:
 
         try:
             pitch = template.out_pitch(problem, params)
+            whole_rows = pitch is None or template.out_writes_padding(problem, params)
             kernel = build()
         except Exception as exc:  # a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner.uid} failed to build: {exc}")
-        self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers)
+        self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers, whole_rows)
         scaled = op == "scaled_mm"
         launch = kernel if scaled else lazily_bound(kernel, reuse_b=True)
         if template.keeps_buffers:
@@ -342,7 +343,7 @@ class Dispatcher:
             launch = per_caller(launch, make, stream_of)
         if scaled:
             return scaled_kernel_call(problem, launch, t, device), info
-        return kernel_call(op, problem, how, launch, pitch, torch_op, t, device), info
+        return kernel_call(op, problem, how, launch, pitch, torch_op, t, device, whole_rows), info
 
 
 # -- the default dispatcher: autotune_cli.mm and friends -------------------------------------------

@@ -29,6 +29,7 @@ class Built:
     kernel: Callable
     pitch: int | None
     keeps_buffers: bool
+    whole_rows: bool = True  # the output's last row padded too (Template.out_writes_padding)
 
 
 class Torch:
@@ -95,16 +96,17 @@ def per_caller(first: Callable, make: Callable[[], Callable], stream_of: Callabl
 
 
 def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any, Any, Any, Any], None],
-                pitch: int | None, torch_op, t: Torch, device) -> Callable:
+                pitch: int | None, torch_op, t: Torch, device, whole_rows: bool = True) -> Callable:
     """A function with torch's signature for `op` that runs `launch` (lazily_bound or
     per_caller), for operands on `device`, into an output with the row pitch its template
-    asked for (`pitch`; None: contiguous). Tensors that need gradients go to `torch_op`."""
+    asked for (`pitch`; None: contiguous; `whole_rows`: see out_allocator). Tensors that
+    need gradients go to `torch_op`."""
     from ..templates.base import out_allocator, torch_dtype
 
     torch = t.torch
     grad_enabled = torch.is_grad_enabled
     # the plan's tensors all have one dtype and device (both in its key)
-    new_out = out_allocator(problem.out_shape(), pitch)
+    new_out = out_allocator(problem.out_shape(), pitch, whole_rows)
     dtype, device = torch_dtype(problem.dtype), torch.device(device)
     copy_a, copy_b, bias_row = how.copy_a, how.copy_b, how.bias_row
     on_cuda = problem.device == "cuda"

@@ -89,6 +89,10 @@ class AtenAlignedTemplate(Template):
             return None
         return padded_sizes(problem, int(params.get("PAD_BYTES", ALIGN_BYTES)))["n"]
 
+    def out_writes_padding(self, problem: GemmProblem, params: dict[str, Any]) -> bool:
+        """Only ZERO_PAD's wider product lands in the output's padding."""
+        return bool(params.get("ZERO_PAD"))
+
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
         import torch
 

@@ -52,10 +52,12 @@ def empty_out_like(out):
     return torch.empty_like(out)  # dense: the same strides
 
 
-def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, Any], Any]:
+def out_allocator(shape: tuple[int, ...], pitch: int | None, whole_rows: bool = True) -> Callable[[Any, Any], Any]:
     """`empty_out` worked out once for an output shape and pitch: a function (dtype, device)
     -> output, for a caller that makes one per call (the Python API: a slice per call would
-    cost microseconds)."""
+    cost microseconds). `whole_rows` False (a kernel that never writes the padding,
+    `Template.out_writes_padding`): the last row's padding is not allocated, so the output
+    is one allocation (torch.empty_strided), not an allocation and a view."""
     import torch
 
     empty = torch.empty_strided  # torch.empty parses its arguments more slowly
@@ -73,6 +75,8 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None) -> Callable[[Any, A
     for size in reversed(shape[1:-1]):
         strides.append(strides[-1] * size)
     strides = tuple(reversed(strides))
+    if not whole_rows:
+        return lambda dtype, device: empty(shape, strides, dtype=dtype, device=device)
     elements, one = (strides[0] * shape[0],), (1,)  # the last row's padding included
     return lambda dtype, device: empty(elements, one, dtype=dtype, device=device).as_strided(shape, strides)
 
@@ -212,6 +216,12 @@ class Template(ABC):
         harness, the compile pool and the Python API make for this kernel has this pitch,
         so the kernel is timed, compiled and run with the same strides."""
         return None
+
+    def out_writes_padding(self, problem: GemmProblem, params: dict[str, Any]) -> bool:
+        """Whether the kernel may write the padding of an output made with `out_pitch` (then
+        every row, the last included, is allocated whole). A template that never does says
+        False, and the Python API makes its output with one allocation."""
+        return True
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str | None:
         """Source code of the kernel for these params, where the template has any."""

@@ -174,7 +174,10 @@ class Launcher:
         device has left the compiled kernel for those dtypes and 16-byte aligned pointers, `go`
         launches it directly; any other launch (a misaligned pointer, hooks, the interpreter)
         is the ordinary call. `trusted`: the positions of tensors the caller made itself,
-        aligned by their allocator (an output, a padded buffer), whose pointers are not read."""
+        aligned by their allocator (an output, a padded buffer), whose alignment is not checked.
+        A direct launch passes the pointers as ints: Triton's C launch takes an int as the
+        pointer itself, where for a tensor it calls data_ptr() and asks the driver whether the
+        pointer is a device's (a plan's key says the tensors are on this GPU)."""
         tail = tuple(tail)
         g0, g1, g2 = (*grid, 1, 1)[:3] if len(grid) < 3 else grid
         known: dict = {}  # device -> (launch, function, the arguments between it and the tensors)
@@ -194,17 +197,27 @@ class Launcher:
 
         checked: list[int] = []
 
+        as_ints = True  # pointers handed to the C launch as ints (it then asks nothing of the driver)
+
         def go(*tensors) -> None:
+            nonlocal as_ints
             if known:
                 current, stream, runtime = self._support
                 device = current()
                 entry = known.get(device)
                 if entry is not None and not _hooks_active(runtime):
+                    pointers = [t.data_ptr() for t in tensors]
                     for i in checked:
-                        if tensors[i].data_ptr() % ALIGN:
+                        if pointers[i] % ALIGN:
                             break
                     else:
                         run, function, lead = entry
+                        if as_ints:
+                            try:
+                                run(g0, g1, g2, stream(device), function, *lead, *pointers, *tail)
+                                return
+                            except TypeError:  # a launcher that takes only objects with data_ptr()
+                                as_ints = False
                         run(g0, g1, g2, stream(device), function, *lead, *tensors, *tail)
                         return
             jit(grid, *tensors, *tail)
