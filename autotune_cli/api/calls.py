@@ -115,32 +115,42 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
     device_guard = torch.cuda.device if on_cuda else None
     adapt = copy_a or copy_b or bias_row
 
-    def run(a, b, bias):
-        if adapt:
-            if copy_a:
-                a = a.contiguous()
-            if copy_b:
-                b = b.contiguous()
-            if bias_row:
-                bias = bias[0]
-        out = new_out(dtype, device)
-        if on_cuda and current_device() != index:
-            with device_guard(index):  # Triton launches on the current device
-                launch(a, b, out, bias)
-        else:
-            launch(a, b, out, bias)
-        return out
-
+    # mm/bmm and addmm spelled out alike, each one frame: a call is the key, the checks, an
+    # allocation and the launch
     if op == "addmm":
         def call(bias, a, b):
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and grad_enabled():
                 return torch_op(bias, a, b)
-            return run(a, b, bias)
+            if adapt:
+                if copy_a:
+                    a = a.contiguous()
+                if copy_b:
+                    b = b.contiguous()
+                if bias_row:
+                    bias = bias[0]
+            out = new_out(dtype, device)
+            if on_cuda and current_device() != index:
+                with device_guard(index):  # Triton launches on the current device
+                    launch(a, b, out, bias)
+            else:
+                launch(a, b, out, bias)
+            return out
     else:
         def call(a, b):
             if (a.requires_grad or b.requires_grad) and grad_enabled():
                 return torch_op(a, b)
-            return run(a, b, None)
+            if adapt:
+                if copy_a:
+                    a = a.contiguous()
+                if copy_b:
+                    b = b.contiguous()
+            out = new_out(dtype, device)
+            if on_cuda and current_device() != index:
+                with device_guard(index):  # Triton launches on the current device
+                    launch(a, b, out, None)
+            else:
+                launch(a, b, out, None)
+            return out
     return call
 
 
