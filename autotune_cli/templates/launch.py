@@ -70,23 +70,32 @@ def _unwrapped(run) -> tuple | None:
     whose `__call__` only works out two scratch buffers and passes them on (3.5 and 3.6),
     and this kernel needs neither (so both are None): calling its C launch directly saves a
     Python frame and two closures per launch. None otherwise (the wrapper is called)."""
-    import inspect
-
     try:
-        if run.global_scratch_size or run.profile_scratch_size:
+        if run.global_scratch_size or run.profile_scratch_size or not _plain_wrapper(type(run)):
             return None
-        source = inspect.getsource(type(run).__call__)
         launch, extra = run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
     except Exception:
         return None
-    lines = [line.strip() for line in source.splitlines()]
-    if not lines or lines[0] != "def __call__(self, gridX, gridY, gridZ, stream, function, *args):":
-        return None
-    if _WRAPPER_CALL not in " ".join(lines).replace("( ", "(").replace(" )", ")"):
-        return None
-    if not callable(launch):
-        return None
-    return launch, extra
+    return (launch, extra) if callable(launch) else None
+
+
+_WRAPPERS: dict[type, bool] = {}
+
+
+def _plain_wrapper(cls: type) -> bool:
+    """Whether `cls.__call__` is the wrapper `_unwrapped` knows (read once per class)."""
+    known = _WRAPPERS.get(cls)
+    if known is None:
+        import inspect
+
+        try:
+            lines = [line.strip() for line in inspect.getsource(cls.__call__).splitlines()]
+        except (OSError, TypeError):
+            lines = []
+        known = _WRAPPERS[cls] = bool(
+            lines and lines[0] == "def __call__(self, gridX, gridY, gridZ, stream, function, *args):"
+            and _WRAPPER_CALL in " ".join(lines).replace("( ", "(").replace(" )", ")"))
+    return known
 
 
 class Launcher:
