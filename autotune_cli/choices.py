@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import UserError
-from .fingerprint import DeviceInfo
+from .device import DeviceInfo
 from .heuristics import lookup_heuristic
 from .heuristics.spaces import load_space_file
 from .problem import GemmProblem

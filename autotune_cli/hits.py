@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from .cache import Cache
 from .entry import Entry, Winner, key_for
-from .fingerprint import DeviceInfo, Fingerprint, probe_device
+from .fingerprint import Fingerprint
+from .device import DeviceInfo, probe_device
 from .plugins import load_plugins
 from .problem import GemmProblem
 from .settings import TuneSettings

@@ -18,7 +18,8 @@ from .cache import Cache
 from .choices import ChoiceSet, get_choices
 from .entry import Entry, Winner
 from .errors import Interrupted, Terminated, UserError
-from .fingerprint import DeviceInfo, Fingerprint, probe_device
+from .fingerprint import Fingerprint
+from .device import DeviceInfo, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
 from .phases import PhaseClock, worker_seconds
 from .plugins import load_plugins

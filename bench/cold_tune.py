@@ -260,7 +260,7 @@ def truth(problem, limit_s: float, executor=None) -> tuple[list[dict], int]:
     does not describe first), until `limit_s` runs out: ([{uid, params, ms}] of those timed,
     fastest first; the size of the space)."""
     from autotune_cli.choices import get_choices
-    from autotune_cli.fingerprint import probe_device
+    from autotune_cli.device import probe_device
     from autotune_cli.runner.executor import LocalExecutor
     from autotune_cli.search.exhaustive import _modelled, rank_by_model
     from autotune_cli.settings import TuneSettings

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import POLICY, write_json  # noqa: E402
 from autotune_cli.runner.timing import CudaTimer  # noqa: E402
 from autotune_cli.runner.verify import check, make_operands, reference  # noqa: E402
-from autotune_cli.fingerprint import probe_device  # noqa: E402
+from autotune_cli.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem, parse_mnk  # noqa: E402
 from autotune_cli.settings import MeasurePolicy, TuneSettings  # noqa: E402
 from autotune_cli.templates import get_template  # noqa: E402

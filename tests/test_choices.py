@@ -1,5 +1,5 @@
 from autotune_cli.choices import KernelTemplateChoice, get_choices, interpreter_seconds
-from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template

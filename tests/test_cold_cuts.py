@@ -10,7 +10,7 @@ import torch
 
 from conftest import PLUGINS, ran_verified
 from autotune_cli.choices import get_choices
-from autotune_cli.fingerprint import probe_device
+from autotune_cli.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner

@@ -17,7 +17,7 @@ from autotune_cli import api
 from autotune_cli.cache import CACHE_FILE, Cache
 from autotune_cli.entry import CacheKey, Entry
 from autotune_cli.choices import get_choices
-from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import all_templates, get_template

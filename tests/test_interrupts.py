@@ -14,7 +14,7 @@ import pytest
 
 from autotune_cli.cache import Cache
 from autotune_cli.errors import Interrupted, Terminated
-from autotune_cli.fingerprint import probe_device
+from autotune_cli.device import probe_device
 from autotune_cli.problem import make_problem
 from autotune_cli.results import Candidate
 from autotune_cli.runner import Executor

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from autotune_cli.fingerprint import probe_device
+from autotune_cli.device import probe_device
 from autotune_cli.problem import make_problem
 from autotune_cli.roofline import floor_seconds
 from autotune_cli.settings import CPU_TIMING, MeasurePolicy, Switches, TimingPolicy, TuneSettings

@@ -15,7 +15,7 @@ import torch.nn as nn  # noqa: E402
 
 from conftest import PLUGINS  # noqa: E402
 from autotune_cli.cache import Cache  # noqa: E402
-from autotune_cli.fingerprint import probe_device  # noqa: E402
+from autotune_cli.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 

@@ -210,7 +210,8 @@ def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
 
 
 def test_schema_0_is_migrated_and_its_entries_are_cache_hits(tmp_path):
-    from autotune_cli.fingerprint import Fingerprint, probe_device
+    from autotune_cli.fingerprint import Fingerprint
+    from autotune_cli.device import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import templates_for
 
@@ -245,7 +246,8 @@ def test_schema_0_that_cannot_be_migrated_is_moved_aside(tmp_path):
 
 
 def test_schema_0_migration_refuses_two_entries_that_become_one(tmp_path):
-    from autotune_cli.fingerprint import Fingerprint, probe_device
+    from autotune_cli.fingerprint import Fingerprint
+    from autotune_cli.device import probe_device
 
     fp = Fingerprint.of(probe_device("cpu"), {}).to_dict()
     entry = {**make_entry(), "fingerprint": fp}

@@ -24,7 +24,7 @@ from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa
 from autotune_cli.cache import Cache
 from autotune_cli.entry import CacheKey  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
-from autotune_cli.fingerprint import probe_device  # noqa: E402
+from autotune_cli.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.scaleout.common import parse_gpus  # noqa: E402
 from autotune_cli.scaleout.local import MultiDeviceTuner, candidate_count, schedule_order  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import gemv, lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for

@@ -10,7 +10,7 @@ import torch
 
 from autotune_cli.runner.verify import check, make_operands, poison, reference
 from autotune_cli.choices import get_choices
-from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings

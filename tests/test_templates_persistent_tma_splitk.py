@@ -16,7 +16,7 @@ import torch
 from autotune_cli.runner.verify import check, make_operands, poison, reference
 from autotune_cli.choices import get_choices
 from autotune_cli.errors import UserError
-from autotune_cli.fingerprint import DeviceInfo
+from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics import spaces
 from autotune_cli.heuristics import triton_persistent_tma as tma_heuristics
@@ -544,7 +544,7 @@ def test_choices_prune_tma_with_a_reason():
     (SPLITK, dict(m=16, n=512, k=4096, dtype="float16", layout="nt", bias="mn")),
 ])
 def test_gpu_persistent_tma_and_splitk_verify(uid, spec, tmp_path):
-    from autotune_cli.fingerprint import probe_device
+    from autotune_cli.device import probe_device
 
     problem = make_problem(device="cuda", **spec)
     device = probe_device("cuda")

@@ -57,7 +57,7 @@ class WinnerLookup:
     def digest(self, problem: GemmProblem, templates: tuple[str, ...] | None) -> str:
         """The fingerprint digest a tune of `problem` with `templates` (uids or backends;
         None: all) stores its entry under; the device is probed once per device type."""
-        from ..fingerprint import probe_device
+        from ..device import probe_device
         from ..hits import fingerprint_for
 
         device = self._devices.get(problem.device)
@@ -74,7 +74,7 @@ class WinnerLookup:
         templates it was tuned with, and whose winner is registered here; the fastest wins.
         """
         if problem.device == "cuda":
-            from ..fingerprint import cuda_available
+            from ..device import cuda_available
 
             if not cuda_available():
                 return None  # no GPU here: no GPU winner can be this machine's

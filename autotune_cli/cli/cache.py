@@ -185,7 +185,8 @@ def parse_date(text: str) -> datetime:
 def this_machine_digests(device: Optional[str]) -> dict[str, set]:
     """{device type: machine digests of this machine}. `device` None: the CPU and, where a
     GPU is present, every visible GPU. Neither is probed through torch where the driver answers."""
-    from ..fingerprint import Fingerprint, cuda_device_count, probe_device
+    from ..fingerprint import Fingerprint
+    from ..device import cuda_device_count, probe_device
 
     kinds = [device] if device else (["cpu", "cuda"] if gpu_present() else ["cpu"])
     digests: dict[str, set] = {}

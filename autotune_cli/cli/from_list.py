@@ -49,7 +49,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     command's, whose stages the JSON document carries."""
     from ..cache import Cache
     from ..hits import look_up
-    from ..fingerprint import probe_device
+    from ..device import probe_device
     from ..plugins import load_plugins
     from ..report import ModelProgress, dumps
     from ..tables import model_summary_table

@@ -86,7 +86,8 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
 
     cpu_machine = None  # this host's CPU digest, which only CPU entries are compared with
     if any(entry.fingerprint.get("device_type") == "cpu" for _, entry in items):
-        from ..fingerprint import Fingerprint, probe_device
+        from ..fingerprint import Fingerprint
+        from ..device import probe_device
 
         cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))

@@ -247,7 +247,7 @@ def model(
     # processes start with the first problem that is not in the cache (none for a model
     # tuned before; starting them while the model was read gained nothing measurable and
     # cost ~2 s on cached runs and on models that fail to read).
-    from ..fingerprint import probe_device
+    from ..device import probe_device
     from ..plugins import load_plugins
     from ..templates import check_template_names
 

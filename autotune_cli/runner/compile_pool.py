@@ -30,7 +30,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any, Callable, Hashable, Sequence
 
-from ..fingerprint import DeviceInfo
+from ..device import DeviceInfo
 from ..results import COMPILE_ERROR, TIMEOUT
 from ..settings import Switches
 from .processes import WorkerProcess, stop_all

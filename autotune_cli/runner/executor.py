@@ -34,7 +34,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
 
 from ..choices import KernelTemplateChoice
-from ..fingerprint import DeviceInfo
+from ..device import DeviceInfo
 from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from . import Executor, ExecutorStats, ResultCallback

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fingerprint import DeviceInfo
+from ..device import DeviceInfo
 
 OPERAND_DEVICE = "meta"
 

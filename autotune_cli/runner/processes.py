@@ -11,7 +11,7 @@ import threading
 import time
 
 from ..errors import UserError
-from ..fingerprint import DeviceInfo
+from ..device import DeviceInfo
 from ..settings import START_METHODS, Switches
 from .worker import worker_main
 

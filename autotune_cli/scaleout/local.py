@@ -43,7 +43,7 @@ from ..runner.compile_pool import CompilePool
 from ..runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
 from ..runner.processes import worker_context
 from ..errors import Interrupted, Terminated, UserError
-from ..fingerprint import DeviceInfo, cuda_device_count, probe_device
+from ..device import DeviceInfo, cuda_device_count, probe_device
 from ..problem import GemmProblem
 from ..settings import TuneSettings
 from ..tuner import TuneListener, Tuner

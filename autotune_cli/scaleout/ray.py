@@ -32,7 +32,7 @@ from ..runner.executor import default_compile_workers
 from ..cache import Cache
 from ..errors import UserError
 from ..entry import CacheKey, Entry
-from ..fingerprint import probe_device
+from ..device import probe_device
 from ..problem import GemmProblem
 from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
 from ..settings import TuneSettings

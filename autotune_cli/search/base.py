@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..choices import KernelTemplateChoice
-from ..fingerprint import DeviceInfo
+from ..device import DeviceInfo
 from ..phases import PhaseClock
 from ..problem import GemmProblem
 from ..results import VENDOR_UIDS, Candidate, pick_winner
