@@ -50,17 +50,17 @@ def test_miss_still_tunes_after_the_lookup(cli, cache_dir):
 
 # A GPU as the driver would report it, read without torch: the fingerprint needs nothing else.
 FAKE_GPU = """
-from autotune_cli import cuda_probe, fingerprint
+from autotune_cli import cuda_probe, device, fingerprint
 from autotune_cli.cache import Cache
 from autotune_cli.hits import look_up
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import default_cache_dir
 report = cuda_probe.DriverReport((cuda_probe.DriverDevice(0, "NVIDIA H200", "9.0", 132, 232448,
                                   62914560, 150_000_000_000),), "12080", "12.8")
-fingerprint._driver_report = lambda: report
+device._driver_report = lambda: report
 problem = make_problem(m=1, n=4096, k=4096, batch=None, dtype="bfloat16", layout="nt", bias=None,
                        allow_tf32=False, device="cuda")
-found = look_up(Cache(default_cache_dir()), problem, fingerprint.probe_device("cuda"))
+found = look_up(Cache(default_cache_dir()), problem, device.probe_device("cuda"))
 from autotune_cli.templates import get_template
 params = get_template("triton::mm_swap_ab").full_params(problem, {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128,
                                                                   "num_stages": 4, "num_warps": 4})

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from autotune_cli import cuda_probe, fingerprint
+from autotune_cli import cuda_probe, device, fingerprint
 from autotune_cli.errors import UserError
 
 
@@ -66,22 +66,22 @@ A100 = {"name": "NVIDIA A100-SXM4-80GB", "memory": 85_000_000_000,
 @pytest.fixture
 def fake_driver(monkeypatch):
     """Install a stand-in driver and a CUDA build of torch for cuda_probe; returns a setter."""
-    fingerprint._driver_report.cache_clear()
+    device._driver_report.cache_clear()
     monkeypatch.setattr(cuda_probe, "torch_cuda_version", lambda: "12.8")
 
     def install(driver):
         monkeypatch.setattr(cuda_probe, "_load_driver", lambda: driver)
-        fingerprint._driver_report.cache_clear()
+        device._driver_report.cache_clear()
 
     yield install
-    fingerprint._driver_report.cache_clear()
+    device._driver_report.cache_clear()
 
 
 def test_driver_answers_become_device_infos(fake_driver):
     fake_driver(FakeDriver([H200, A100]))
-    assert fingerprint.cuda_device_count() == 2
-    first, second = fingerprint.probe_device("cuda", 0), fingerprint.probe_device("cuda", 1)
-    assert first == fingerprint.DeviceInfo(
+    assert device.cuda_device_count() == 2
+    first, second = device.probe_device("cuda", 0), device.probe_device("cuda", 1)
+    assert first == device.DeviceInfo(
         device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132, smem_per_block=232448,
         l2_bytes=52428800, total_memory=150_000_000_000, driver="12080", runtime="12.8", index=0)
     assert (second.name, second.capability, second.sm_count, second.index) == ("NVIDIA A100-SXM4-80GB", "8.0", 108, 1)
@@ -93,12 +93,12 @@ def test_driver_answers_become_device_infos(fake_driver):
 def test_driver_says_how_many_are_visible(fake_driver):
     fake_driver(FakeDriver([H200]))
     with pytest.raises(UserError, match="GPU 1 asked for, 1 visible"):
-        fingerprint.probe_device("cuda", 1)
+        device.probe_device("cuda", 1)
     fake_driver(FakeDriver([]))  # cuInit says CUDA_ERROR_NO_DEVICE: no GPU, no torch asked
     assert cuda_probe.read_devices().devices == ()
-    assert fingerprint.cuda_device_count() == 0
+    assert device.cuda_device_count() == 0
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
-        fingerprint.probe_device("cuda", 0)
+        device.probe_device("cuda", 0)
 
 
 @pytest.mark.parametrize("trouble", [
@@ -113,7 +113,7 @@ def test_driver_trouble_means_asking_torch(fake_driver, trouble):
     assert cuda_probe.read_devices() is None
     import torch
 
-    assert fingerprint.cuda_device_count() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert device.cuda_device_count() == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def test_no_driver_library_means_asking_torch(fake_driver):
@@ -126,7 +126,7 @@ def test_the_driver_version_is_read_alike_on_both_paths(fake_driver, monkeypatch
     """The torch path takes the driver's version from the driver library too (torch 2.11
     dropped the private call it came from): one GPU, one fingerprint."""
     fake_driver(FakeDriver([H200], version=13000))
-    assert cuda_probe.driver_version() == "13000" == fingerprint.probe_device("cuda").driver
+    assert cuda_probe.driver_version() == "13000" == device.probe_device("cuda").driver
     import types
 
     import torch
@@ -138,9 +138,9 @@ def test_the_driver_version_is_read_alike_on_both_paths(fake_driver, monkeypatch
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    by_torch = fingerprint.probe_device("cuda", via="torch")
+    by_torch = device.probe_device("cuda", via="torch")
     assert by_torch.driver == "13000"
-    assert by_torch == fingerprint.probe_device("cuda")  # the same GPU, the same fields
+    assert by_torch == device.probe_device("cuda")  # the same GPU, the same fields
 
 
 def test_torch_cuda_version_is_read_without_importing_torch():
@@ -155,13 +155,13 @@ def test_torch_cuda_version_is_read_without_importing_torch():
 
 def test_a_cpu_build_of_torch_reports_no_gpu_whatever_the_driver(monkeypatch):
     """torch built without CUDA cannot use a GPU the driver sees: no report, torch decides."""
-    fingerprint._driver_report.cache_clear()
+    device._driver_report.cache_clear()
     monkeypatch.setattr(cuda_probe, "torch_cuda_version", lambda: None)
     monkeypatch.setattr(cuda_probe, "_load_driver", lambda: FakeDriver([H200]))
     try:
         assert cuda_probe.read_devices() is None
     finally:
-        fingerprint._driver_report.cache_clear()
+        device._driver_report.cache_clear()
 
 
 @pytest.mark.gpu
@@ -170,11 +170,11 @@ def test_driver_and_torch_agree_on_every_gpu():
     torch's properties do."""
     import torch
 
-    fingerprint._driver_report.cache_clear()
+    device._driver_report.cache_clear()
     assert cuda_probe.read_devices() is not None
-    assert fingerprint.cuda_device_count() == torch.cuda.device_count() > 0
+    assert device.cuda_device_count() == torch.cuda.device_count() > 0
     for index in range(torch.cuda.device_count()):
-        assert fingerprint.probe_device("cuda", index) == fingerprint.probe_device("cuda", index, via="torch")
+        assert device.probe_device("cuda", index) == device.probe_device("cuda", index, via="torch")
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
