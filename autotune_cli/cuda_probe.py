@@ -35,7 +35,7 @@ _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 
 @dataclass(frozen=True)
 class DriverDevice:
-    """One GPU as the driver reports it (field names as in fingerprint.DeviceInfo)."""
+    """One GPU as the driver reports it (field names as in device.DeviceInfo)."""
 
     index: int
     name: str

@@ -3,7 +3,7 @@ and a hit's device read from the memo without the driver being brought up."""
 
 import pytest
 
-from autotune_cli import cuda_probe, fingerprint, gpu_memo
+from autotune_cli import device, cuda_probe, fingerprint, gpu_memo
 
 from test_cuda_probe import H200, FakeDriver
 
@@ -34,12 +34,12 @@ def driver(monkeypatch):
 
     def install(lib):
         monkeypatch.setattr(cuda_probe, "_load_driver", lambda: lib)
-        fingerprint._driver_report.cache_clear()
-        fingerprint._remembered_report.cache_clear()
+        device._driver_report.cache_clear()
+        device._remembered_report.cache_clear()
 
     yield install
-    fingerprint._driver_report.cache_clear()
-    fingerprint._remembered_report.cache_clear()
+    device._driver_report.cache_clear()
+    device._remembered_report.cache_clear()
 
 
 def test_the_signature_follows_what_identifies_the_gpus(tmp_path, driver, monkeypatch):
@@ -78,23 +78,23 @@ class NoDriver:
 def test_a_remembered_report_needs_no_driver(tmp_path, driver, monkeypatch):
     monkeypatch.setattr(gpu_memo, "gpu_signature", lambda: "sig-a")
     driver(FakeDriver([H200]))
-    first = fingerprint.probe_device("cuda", remembered_in=tmp_path)
+    first = device.probe_device("cuda", remembered_in=tmp_path)
     assert (tmp_path / gpu_memo.MEMO_FILE).is_file()
     driver(NoDriver())
-    again = fingerprint.probe_device("cuda", remembered_in=tmp_path)
+    again = device.probe_device("cuda", remembered_in=tmp_path)
     assert again == first and again.name == "NVIDIA H200" and again.sm_count == 132
-    assert fingerprint.cuda_device_count(tmp_path) == 1
+    assert device.cuda_device_count(tmp_path) == 1
     # another signature: the memo does not apply, the driver is asked
     monkeypatch.setattr(gpu_memo, "gpu_signature", lambda: "sig-b")
-    fingerprint._remembered_report.cache_clear()
+    device._remembered_report.cache_clear()
     with pytest.raises(AssertionError, match="the driver was asked"):
-        fingerprint.probe_device("cuda", remembered_in=tmp_path)
+        device.probe_device("cuda", remembered_in=tmp_path)
 
 
 def test_without_a_signature_nothing_is_remembered(tmp_path, driver, monkeypatch):
     monkeypatch.setattr(gpu_memo, "gpu_signature", lambda: None)
     driver(FakeDriver([H200]))
-    assert fingerprint.probe_device("cuda", remembered_in=tmp_path).name == "NVIDIA H200"
+    assert device.probe_device("cuda", remembered_in=tmp_path).name == "NVIDIA H200"
     assert not (tmp_path / gpu_memo.MEMO_FILE).exists()
 
 
@@ -103,5 +103,5 @@ def test_a_damaged_memo_is_as_none(tmp_path, driver, monkeypatch):
     (tmp_path / gpu_memo.MEMO_FILE).write_text('{"sig-a": {"devices": [{"name": 3}]}}')
     assert gpu_memo.recall(tmp_path, "sig-a") is None
     driver(FakeDriver([H200]))
-    assert fingerprint.probe_device("cuda", remembered_in=tmp_path).sm_count == 132
+    assert device.probe_device("cuda", remembered_in=tmp_path).sm_count == 132
     assert gpu_memo.recall(tmp_path, "sig-a").devices[0].name == "NVIDIA H200"  # rewritten
