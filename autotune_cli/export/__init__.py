@@ -30,7 +30,8 @@ import math
 from ..entry import Entry
 from .keys import inductor_key
 from .scaled import TMA_EPILOGUE, scaled_keys, scaled_value
-from .values import (INDUCTOR_TRITON_ARGS, TMA_SWITCH, TMA_TARGETS, as_int, convert, inductor_value,
+from .args import as_int
+from .values import (INDUCTOR_TRITON_ARGS, TMA_SWITCH, TMA_TARGETS, convert, inductor_value,
                      installed_template_hash)
 
 __all__ = [

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..problem import FP8_DTYPES, OUT_DTYPES, GemmProblem
+from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 
 # torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
 SCALING_TYPE = {"tensor": 0, "row": 1}
@@ -46,8 +47,6 @@ SCALED_TEMPLATES = {TMA_EPILOGUE: ("torch._inductor.kernel.mm", "scaled_mm_devic
 # our params Inductor derives itself or has no twin of (said in a note where it matters)
 _OURS_ONLY = frozenset({"EVEN_K", "ACC_TYPE", "ALLOW_TF32", "SCALE", "OUT_DTYPE", "FAST_ACCUM", "FLATTEN",
                         "PROMOTE_IN_DOT", "WARP_SPECIALIZE"})
-_TILE_ARGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
-TMA_DESCRIPTOR_SIZE = 128
 
 
 def check_scaled_problem(problem: GemmProblem) -> None:
@@ -89,16 +88,6 @@ def scaled_keys(problem: GemmProblem, device_name: str | None) -> list[str]:
     return keys
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
                  template_hash) -> tuple[dict | None, str, list[str]]:
     """(config, "", notes) or (None, why not, []) for a scaled_mm winner (its uid and params).
@@ -110,16 +99,16 @@ def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
         return {"template_id": target}, "", []
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict", []
-    unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in _TILE_ARGS and key != "GROUP_M")
+    unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in TILE_ARGS and key != "GROUP_M")
     if unknown:
         return None, f"winner {uid} has params Inductor's {target} does not take: {', '.join(unknown)}", []
     tiles = {}
-    for key in _TILE_ARGS:
-        value = _int(params.get(key))
+    for key in TILE_ARGS:
+        value = as_int(params.get(key))
         if value is None or value < 1 or (key != "num_stages" and value & (value - 1)):
             return None, f"winner {uid} lacks a valid {key}: {params.get(key)!r}", []
         tiles[key] = value
-    group_m = _int(params.get("GROUP_M", 8))
+    group_m = as_int(params.get("GROUP_M", 8))
     if group_m is None or group_m < 1:
         return None, f"winner {uid} has an invalid GROUP_M: {params.get('GROUP_M')!r}", []
     config: dict[str, Any] = {
@@ -138,14 +127,14 @@ def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
                           "only without one"), []
         if tiles["num_warps"] == 2:
             return None, f"winner {uid} has num_warps=2, which Inductor's TMA template refuses", []
-        sms = _int(sm_count)
+        sms = as_int(sm_count)
         if sms is None or sms < 1:
             return None, f"winner {uid}: its fingerprint has no SM count (Inductor's NUM_SMS)", []
         scaling = SCALING_TYPE[problem.scale]
         config.update(TMA_SIZE=TMA_DESCRIPTOR_SIZE, NUM_SMS=sms, TMA_EXPERIMENTAL_API=False,
                       SCALE_RECIPE_A=scaling, SCALE_RECIPE_B=scaling)
         ours = [f"{key}={params[key]}" for key in ("FLATTEN", "PROMOTE_IN_DOT", "WARP_SPECIALIZE")
-                if _int(params.get(key))]
+                if as_int(params.get(key))]
         if ours:
             notes.append(f"note, mapped without {', '.join(ours)} (no twin in Inductor's {target})")
     src_hash = template_hash(target)

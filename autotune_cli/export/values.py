@@ -27,6 +27,7 @@ from typing import Any
 
 from ..entry import Winner
 from ..problem import GemmProblem
+from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 from .keys import as_problem
 from .scaled import SCALED_TEMPLATES, scaled_value
 
@@ -38,7 +39,6 @@ INDUCTOR_TRITON_ARGS = (
     "EVEN_K", "USE_FAST_ACCUM", "ACC_TYPE", "num_stages", "num_warps",
     "BLOCK_M", "BLOCK_N", "BLOCK_K", "hint_override", "GROUP_M",
 )
-_TILE_ARGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
 # Params of our Triton templates that Inductor derives itself (or that only shape our own
 # rendering); they are dropped, not copied.
 _DERIVED_PARAMS = frozenset({
@@ -65,7 +65,6 @@ TMA_TARGETS = frozenset({"triton::mm_persistent_tma"})
 # Inductor (2.11, 2.13) offers a TMA template, and so takes a lookup entry naming one, only
 # with this switch on (utils.use_triton_tma_template); off by default.
 TMA_SWITCH = "torch._inductor.config.triton.enable_persistent_tma_matmul"
-TMA_DESCRIPTOR_SIZE = 128  # bytes per descriptor: Inductor's TMA_SIZE
 # Flags Inductor's TMA heuristic adds after the fixed TMA arguments in some torch versions,
 # with the value each takes by default (a torch 2.10/2.11 config needs exactly its set).
 _TMA_OPTIONAL = (
@@ -81,16 +80,6 @@ _INDUCTOR_TRITON_TEMPLATES = {
     "triton::mm_persistent_tma": ("torch._inductor.kernel.mm", "persistent_tma_mm_template"),
     **SCALED_TEMPLATES,
 }
-
-
-def as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _pow2(value: int) -> bool:
@@ -170,13 +159,13 @@ def convert(winner: Winner | dict | None, problem: GemmProblem | dict, include_h
         return None, f"winner {uid} has params that are not a dict"
     tma = target in TMA_TARGETS
     unknown = sorted(key for key in params if key not in _DERIVED_PARAMS
-                     and key not in _TILE_ARGS and key != "GROUP_M"
+                     and key not in TILE_ARGS and key != "GROUP_M"
                      and not (tma and key in _TMA_FIXED_PARAMS))
     if unknown:
         return None, (f"winner {uid} has params Inductor's {target} does not take: "
                       f"{', '.join(unknown)}")
     tiles: dict[str, int] = {}
-    for key in _TILE_ARGS:
+    for key in TILE_ARGS:
         value = as_int(params.get(key))
         if value is None or value < 1:
             return None, f"winner {uid} lacks a valid {key}: {params.get(key)!r}"
