@@ -85,11 +85,19 @@ def test_a_padded_winner_skips_the_copy_of_an_unchanged_weight_and_sees_an_in_pl
 def test_a_plain_tensor_b_is_copied_on_every_call(cli, cache_dir, tmp_path):
     """Only parameters are remembered: an activation refilled where torch does not see it
     (here through .data) is copied again."""
-    tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 40, "--templates", "aten::mm_aligned")
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 40, "--templates", "aten::mm_aligned")
+    assert doc["winner"]["uid"] == "aten::mm_aligned"
     a, b = operand(32, 40), operand(40, 50, seed=1)
+    assert autotune_cli.dispatch_info(a, b).uid == "aten::mm_aligned"  # the padded winner runs
+    previous = None
     for step in range(4):
         b.data.copy_(operand(40, 50, seed=10 + step))
-        close(autotune_cli.mm(a, b), product(a, b))
+        out = autotune_cli.mm(a, b)
+        # a B copy kept from the last call would give the last call's product
+        torch.testing.assert_close(out.float(), product(a, b).float(), rtol=2e-2, atol=5e-2)
+        if previous is not None:
+            assert not torch.allclose(out.float(), previous, rtol=2e-2, atol=5e-2)
+        previous = out.float().clone()
 
 
 def test_linear_with_a_parameter_weight_sees_an_optimizer_like_update(cli, cache_dir, tmp_path):
