@@ -3,7 +3,7 @@
     import autotune_cli
 
     compiled = autotune_cli.compile(model)        # torch.compile's kwargs pass through
-    compiled = autotune_cli.compile(model, mode="max-autotune", routes=log)
+    compiled = autotune_cli.compile(model, mode="default", routes=log)  # no CUDA graphs
 
 `compile` is `torch.compile(model, backend=<ours>, ...)`. Our backend gets each graph
 Dynamo captured (torch-level ops, fake tensors), replaces every matmul with a cached winner
@@ -389,14 +389,24 @@ def _contiguous(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
+
+
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
-    `routes` (a list) collects the Dispatch of each matmul routed, as graphs compile."""
+    `routes` (a list) collects the Dispatch of each matmul routed, as graphs compile.
+
+    With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
+    model, as under `mode="max-autotune"` (without them a small batch is bound by the
+    CPU's launches; bench/model_e2e.py). `mode="default"` (or `options` that set
+    "triton.cudagraphs") compiles without them."""
     import torch
 
+    if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
+        mode = DEFAULT_MODE
     dispatcher = _default if cache_dir is None else Dispatcher(cache_dir)
     routing = routing_backend(dispatcher, backend, mode, options, routes)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

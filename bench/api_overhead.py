@@ -49,6 +49,7 @@ KINDS = {
             ("aten::mm_aligned", "triton::mm_padded")),
     "odd2049": (dict(m=2049, n=2049, k=2049, dtype="bfloat16"), ("aten::mm_aligned", "triton::mm_padded"),
                 ("aten::mm_aligned", "triton::mm_padded")),
+    "gemv": (dict(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt"), ("triton::gemv",), ("triton::gemv",)),
 }
 
 
@@ -64,7 +65,8 @@ def loop(fn, a, b, calls: int, sync) -> tuple[float, float]:
     return (issued - start) / calls * 1e6, (done - start) / calls * 1e6
 
 
-def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, space: Path | None = None) -> dict:
+def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, space: Path | None = None,
+            parts: bool = False) -> dict:
     """Tune `kind`'s problem into a cache of its own (kinds that share a problem would
     otherwise see each other's winners), unless it is cached there, and time the sides."""
     import torch
@@ -91,8 +93,13 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
     dtype = getattr(torch, problem.dtype)
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(problem.m, problem.k, generator=g).to(device=device, dtype=dtype)
-    plain = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
-    weight = torch.nn.Parameter(plain.clone(), requires_grad=False)
+    if problem.b_transposed:  # a Linear's weight [n, k], read as B = weight.t()
+        stored = torch.randn(problem.n, problem.k, generator=g).to(device=device, dtype=dtype)
+        plain = stored.t()
+        weight = torch.nn.Parameter(stored.clone(), requires_grad=False).t()
+    else:
+        plain = torch.randn(problem.k, problem.n, generator=g).to(device=device, dtype=dtype)
+        weight = torch.nn.Parameter(plain.clone(), requires_grad=False)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     started = time.perf_counter()
     first = api.mm(a, weight)  # plans: reads the cache, fingerprints, builds
@@ -119,10 +126,57 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
             results[name]["cpu_us"].append(cpu)
             results[name]["wall_us"].append(wall)
     med = {name: {k: statistics.median(v) for k, v in figures.items()} for name, figures in results.items()}
-    return {"kind": kind, "problem": problem.describe(), "winner": winner["uid"],
-            "params": winner.get("params"), "winner_kernel_ms": winner.get("ms"),
-            "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": max(errors),
-            "median": med, "rounds": results}
+    row = {"kind": kind, "problem": problem.describe(), "winner": winner["uid"],
+           "params": winner.get("params"), "winner_kernel_ms": winner.get("ms"),
+           "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": max(errors),
+           "median": med, "rounds": results}
+    if parts and winner["uid"] == "aten::mm_aligned":
+        row["parts_cpu_us"] = aligned_parts(problem, winner.get("params") or {}, a, weight, calls, rounds, sync)
+    return row
+
+
+def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync) -> dict[str, float]:
+    """Where an aten::mm_aligned call's CPU time goes: each piece it runs, timed alone as the
+    whole call is (median CPU us per call of alternating rounds), beside torch.mm."""
+    import torch
+
+    from autotune_cli.templates.aten_aligned import padded_sizes
+    from autotune_cli.templates.base import operand_copier
+
+    lead = padded_sizes(problem, int(params.get("PAD_BYTES", 16)))
+    used = lead if params.get("ZERO_PAD") else {"m": problem.m, "n": problem.n, "k": problem.k}
+    a_pad = torch.zeros(used["m"], lead["k"], dtype=a.dtype, device=a.device)[:, :used["k"]]
+    b_pad = torch.zeros(used["k"], lead["n"], dtype=a.dtype, device=a.device)[:, :used["n"]]
+    pitch = lead["n"]
+    out = torch.empty(problem.m, pitch, dtype=a.dtype, device=a.device)[:, :problem.n]
+    # where cuBLAS's product lands: the output's padded rows, or a buffer of its size
+    wide = (out.as_strided((used["m"], used["n"]), (pitch, 1)) if used["m"] == problem.m
+            else torch.empty(used["m"], used["n"], dtype=a.dtype, device=a.device))
+    fill_a = operand_copier(a.device.type)(a_pad[:problem.m, :problem.k]).fixed(a)
+    shape, strides = (problem.m, problem.n), (pitch, 1)
+    capturing = torch._C._cuda_isCurrentStreamCapturing if a.is_cuda else (lambda: False)
+    mm, empty = torch.mm, torch.empty_strided
+    pieces = {
+        "torch.mm": lambda: mm(a, b),
+        "empty_strided (the output)": lambda: empty(shape, strides, dtype=a.dtype, device=a.device),
+        "copy of A (bound launch)": lambda: fill_a(a),
+        "mm(out=) on the padded views": lambda: mm(a_pad, b_pad, out=wide),
+        "mm() on the padded views": lambda: mm(a_pad, b_pad),
+        "copy of A (torch copy_)": lambda: a_pad[:problem.m, :problem.k].copy_(a),
+        "version check of B": lambda: (b._base, b.data_ptr(), b._version),
+        "stream capture check": lambda: capturing(),
+    }
+    figures: dict[str, list[float]] = {name: [] for name in pieces}
+    for r in range(rounds):
+        for name in (list(pieces) if r % 2 == 0 else list(reversed(pieces))):
+            fn = pieces[name]
+            sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            figures[name].append((time.perf_counter() - start) / calls * 1e6)
+            sync()
+    return {name: statistics.median(v) for name, v in figures.items()}
 
 
 def main() -> None:
@@ -131,6 +185,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--parts", action="store_true",
+                        help="aten::mm_aligned winners: also time each piece of the call alone")
     parser.add_argument("--space", type=Path, default=None,
                         help="a space file for the Triton kinds' tunes (not split-K's), as autotune mm --space")
     parser.add_argument("--cache-dir", type=Path, default=None,
@@ -155,7 +211,7 @@ def main() -> None:
           f"{'wall ours':>9} {'plain':>6} {'torch':>6} {'err':>7}  (us per call)")
     rows = []
     for kind in kinds:
-        row = measure(kind, device, cache_dir, args.calls, args.rounds, args.space)
+        row = measure(kind, device, cache_dir, args.calls, args.rounds, args.space, args.parts)
         rows.append(row)
         if "skipped" in row:
             print(f"{kind:8} {row['problem']:34} skipped: {row['skipped']}")
@@ -164,6 +220,8 @@ def main() -> None:
         print(f"{kind:8} {row['problem']:34} {row['winner']:18} {ours['cpu_us']:8.2f} {plain['cpu_us']:6.2f} "
               f"{theirs['cpu_us']:6.2f} {ours['cpu_us'] - theirs['cpu_us']:5.1f} {ours['wall_us']:9.2f} "
               f"{plain['wall_us']:6.2f} {theirs['wall_us']:6.2f} {row['max_rel_error']:7.1e}")
+        for piece, us in row.get("parts_cpu_us", {}).items():
+            print(f"{'':8}   {piece:40} {us:6.2f} us")
     out_dir = Path(os.environ.get("OUT", "bench_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "api_overhead.json").write_text(json.dumps({

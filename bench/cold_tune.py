@@ -193,7 +193,8 @@ def run_each(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
         print(f"{'':34} {detail(doc)}; command {doc.get('command_s')}", flush=True)
         rows.append({"shape": name, "wall_s": wall, "winner": winner, "phases": doc.get("phases"),
                      "worker_s": doc.get("worker_s"), "command_s": doc.get("command_s"),
-                     "startups": doc.get("startups"), "compile_pool_s": doc.get("compile_pool_s")})
+                     "startups": doc.get("startups"), "compile_pool_s": doc.get("compile_pool_s"),
+                     "candidates": doc.get("candidates")})
     walls = [r["wall_s"] for r in rows]
     print(f"[{label}] sum of walls {sum(walls):.1f} s, max {max(walls):.1f} s, "
           f"{sum(1 for w in walls if w > 8.0)} of {len(walls)} over 8 s")

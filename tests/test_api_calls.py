@@ -221,7 +221,8 @@ def test_copy_when_changed_does_not_take_a_new_weight_at_a_freed_address_for_the
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("uid,m,n,k", [("triton::mm", 128, 256, 128), ("aten::mm_aligned", 200, 1001, 777),
-                                       ("triton::mm_padded", 200, 1001, 777), ("triton::mm_splitk", 16, 64, 4096)])
+                                       ("triton::mm_padded", 200, 1001, 777), ("triton::mm_splitk", 16, 64, 4096),
+                                       ("triton::gemv", 8, 4096, 4096)])
 def test_gpu_bound_calls_stay_right_and_see_weight_updates(cli, cache_dir, tmp_path, uid, m, n, k):
     """Each kind tuned on the GPU, then called through its bound path (direct launches after
     the first call) on fresh activations, with an nn.Parameter weight updated in place

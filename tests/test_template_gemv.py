@@ -157,6 +157,40 @@ def test_computes_the_product(spec, config, tmp_path):
 
 
 @in_process
+@pytest.mark.parametrize("spec, config", [
+    (dict(m=1, n=33, k=70, dtype="float32", layout="nt"), tile(1)),                       # one launch, no bias
+    (dict(m=4, n=45, k=96, dtype="float32", layout="nn", bias="n"), tile(4, split=3)),     # two launches
+    (dict(m=2, n=33, k=128, dtype="float32", layout="nt", bias="mn"), tile(2, 16, 16, 2, fused=1)),
+    (dict(m=3, n=40, k=64, dtype="float32", layout="nt"), tile(4, 16, 16, 4, fused=1)),    # fused, no bias
+], ids=["one", "split-bias-n", "fused-bias-mn", "fused-no-bias"])
+def test_bound_launches_stay_right_on_new_operands(spec, config, tmp_path):
+    """The API binds a decode kernel once (its own bind: the workspace and counters are the
+    runnable's, not the call's) and calls it with new operands of the same layout: right
+    every time, and the fused form's counters left at zero."""
+    import torch
+
+    from autotune_cli.runner.verify import make_operands
+    from autotune_cli.templates.base import Operands, bound
+
+    problem = make_problem(device="cpu", **spec)
+    template = get_template(GEMV)
+    run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+    assert callable(getattr(run, "bind", None))
+    sample = make_operands(problem, seed=0, device="cpu")
+    go = bound(run, sample)
+    for seed in range(1, 4):
+        ops = make_operands(problem, seed=seed, device="cpu")
+        ops.out.fill_(float("nan"))
+        go(ops.a, ops.b, ops.out, ops.bias)
+        want = ops.a.double() @ ops.b.double()
+        if ops.bias is not None:
+            want = want + ops.bias.double()
+        torch.testing.assert_close(ops.out.double(), want, rtol=1e-4, atol=1e-4)
+    for workspace, counters in run.workspaces.values():
+        assert counters is None or not counters.any()
+
+
+@in_process
 def test_the_split_sum_is_deterministic(tmp_path):
     import torch
 

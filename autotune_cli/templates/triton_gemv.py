@@ -185,7 +185,35 @@ class TritonGemvTemplate(TritonTemplate):
                 kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1))
             return kernels
 
+        def bind(sample: Operands, reuse_b: bool = False):
+            """run, for operands laid out as `sample` (see base.bound): the arguments after
+            the tensors worked out once, each launch bound (the workspace and counters are
+            the runnable's own, fixed per device). Decode GEMMs take a few microseconds on
+            the GPU: an unbound launch costs more than the kernel."""
+            first, second = arguments(sample)
+            no_bias = sample.bias is None
+            if split == 1:
+                go = launch_partial.bind(grid, first[4:], trusted=(2,))  # the output
+                if no_bias:
+                    return lambda a, b, out, bias: go(a, b, out, out)
+                return lambda a, b, out, bias: go(a, b, out, bias)
+            ws, counters = workspace(sample.out.device)
+            if fused:
+                go = launch_partial.bind(grid, first[6:], trusted=(2, 3, 5))
+                if no_bias:
+                    return lambda a, b, out, bias: go(a, b, ws, out, out, counters)
+                return lambda a, b, out, bias: go(a, b, ws, out, bias, counters)
+            go_partial = launch_partial.bind(grid, first[3:], trusted=(2,))
+            go_reduce = launch_reduce.bind(reduce_grid, second[3:], trusted=(0, 1))
+
+            def go_split(a, b, out, bias) -> None:
+                go_partial(a, b, ws)
+                go_reduce(ws, out, out if no_bias else bias)
+
+            return go_split
+
         run.warmup = warmup  # type: ignore[attr-defined]
+        run.bind = bind  # type: ignore[attr-defined]
         run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> (workspace, counters): tests)
         return run
 
