@@ -179,9 +179,28 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
             for c in prunable if modelled[id(c)] >= TILE_MODEL_OVER * best]
 
 
+DECODE_M = 16  # rows at or below which a problem is decode for decode_stage (triton::gemv's too)
+SWAP_AB = "triton::mm_swap_ab"
+
+
+def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
+    """Of a decode problem's (M <= DECODE_M) default search on a GPU, the configs of templates
+    whose tiles put A's rows in the matrix instruction's M slot (`Template.rows_in_m_slot`:
+    plain tiled and persistent GEMMs), where triton::mm_swap_ab serves the problem: on Hopper
+    that slot is 64 rows a warpgroup, so a 16-row tile leaves most of it idle, and swap-AB runs
+    the same product with the rows in the narrow slot. On the H200's decode shapes none of
+    them came within 1.6% of the winner, and they were 30 of 70 kernels compiled
+    (bench/README.md, cold tuning). A user's --space and the exhaustive search keep theirs."""
+    if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
+            or ctx.problem.m > DECODE_M or not any(c.template.uid == SWAP_AB for c in kept)):
+        return []
+    return [(c, f"{ctx.problem.m} rows fill a fraction of its tiles' M slot; {SWAP_AB} serves this problem")
+            for c in kept if getattr(c.template, "rows_in_m_slot", False)]
+
+
 # Stages over the whole list of kept choices, after the per-choice ones: (name, stage), each
 # returning the (choice, reason) pairs it removes.
-SET_STAGES = [("tile_model", tile_model_stage)]
+SET_STAGES = [("tile_model", tile_model_stage), ("decode", decode_stage)]
 
 
 PRUNE_STAGES: list[tuple[str, PruneStage]] = [

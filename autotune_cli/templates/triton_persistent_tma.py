@@ -147,6 +147,7 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 
 class TritonPersistentTMATemplate(TritonTemplate):
     model_prunable = True  # choices.tile_model_stage
+    rows_in_m_slot = True  # choices.decode_stage
     template_file = TEMPLATE_FILE
     defaults = DEFAULTS
     params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE}
