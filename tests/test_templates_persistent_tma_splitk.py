@@ -510,7 +510,9 @@ def uids(result):
 
 def test_choices_on_h200_decode_shape_include_both():
     problem = make_problem(m=16, n=4096, k=16384, dtype="bfloat16")
-    result = get_choices(problem, H200, TuneSettings(device="cuda"))
+    # without swap-AB, which would leave the plain and persistent tiles out (choices.decode_stage)
+    selection = (TMA, SPLITK, "triton::mm", "aten::mm")
+    result = get_choices(problem, H200, TuneSettings(device="cuda", templates=selection))
     assert {TMA, SPLITK, "triton::mm", "aten::mm"} <= uids(result)
     assert result.pruned == []
     for choice in result.choices:
