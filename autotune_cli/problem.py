@@ -9,8 +9,10 @@ Semantics (matching aten):
   addmm  C[m, n]    = bias + A[m, k] @ B[k, n]      (bias broadcast from [n] or [m, n])
   bmm    C[b, m, n] = A[b, m, k] @ B[b, k, n]
   scaled_mm  C[m, n] = (A[m, k] @ B[k, n]) * scale_a * scale_b (+ bias[n]), as torch._scaled_mm:
-         A and B in float8_e4m3fn, fp32 scales per tensor (`scale` "tensor": two scalars) or
-         per row of A and column of B ("row": [m, 1] and [1, n]); C in `out_dtype`.
+         A and B in float8_e4m3fn, fp32 scales per tensor (`scale` "tensor": two scalars),
+         per row of A and column of B ("row": [m, 1] and [1, n]), or per block ("block":
+         A's 1x128 blocks along K, [m, k/128], and B's 128x128 blocks, [k/128, n/128], as
+         DeepSeek-style models quantize; K and N multiples of 128); C in `out_dtype`.
          `fast_accum`: torch's use_fast_accum (the FP8 matrix units' own accumulation over
          the whole K, not promoted to fp32 every K step).
 
@@ -37,8 +39,10 @@ DEVICES = ("cuda", "cpu")
 BIAS_SHAPES = ("n", "mn")
 # scaled_mm: the scale kinds served, the output dtypes, and the one layout the FP8 matrix
 # units (cuBLASLt, and torch._scaled_mm on CUDA) take: A row-major, B column-major.
-SCALES = ("tensor", "row")
-BLOCK_SCALES = ("block", "blockwise")  # named so that the refusal says what is missing
+SCALES = ("tensor", "row", "block")
+EPILOGUE_SCALES = ("tensor", "row")  # one factor per output element: applied after the K loop
+SCALE_ALIASES = {"tensorwise": "tensor", "rowwise": "row", "blockwise": "block"}
+SCALE_BLOCK = 128  # a "block" scale covers 1x128 of A and 128x128 of B
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 FP8_LAYOUT = "nt"
 FP8_MAX = {"float8_e4m3fn": 448.0}  # the largest finite value: where quantizing scales to
@@ -78,7 +82,7 @@ class GemmProblem:
     bias: str | None = None  # addmm only: "n" (a row vector, as nn.Linear) or "mn"
     allow_tf32: bool = False  # float32 only: whether the matrix units may round to tf32
     device: str = "cuda"
-    scale: str | None = None  # scaled_mm only: "tensor" or "row"
+    scale: str | None = None  # scaled_mm only: "tensor", "row" or "block"
     out_dtype: str | None = None  # scaled_mm only: the output's dtype (bfloat16 by default)
     fast_accum: bool = False  # scaled_mm only: torch._scaled_mm's use_fast_accum
 
@@ -108,7 +112,7 @@ class GemmProblem:
         if self.op == "scaled_mm":
             self._validate_scaled()
         elif self.dtype in FP8_DTYPES:
-            raise UserError(f"{self.dtype} operands need scales: --scale tensor or --scale row")
+            raise UserError(f"{self.dtype} operands need scales: --scale {', '.join(SCALES)}")
         elif self.scale is not None or self.out_dtype is not None or self.fast_accum is not False:
             raise UserError("--scale, --out-dtype and --fast-accum only apply to float8 operands "
                             f"(--dtype {FP8_DTYPES[0]}); the dtype is {self.dtype}")
@@ -125,11 +129,15 @@ class GemmProblem:
     def _validate_scaled(self) -> None:
         if self.dtype not in FP8_DTYPES:
             raise UserError(f"scaled_mm takes float8 operands ({', '.join(FP8_DTYPES)}), not {self.dtype}")
-        if self.scale in BLOCK_SCALES:
-            raise UserError("blockwise scales (1x128 for A, 128x128 for B) are not supported; "
-                            f"choose --scale {' or '.join(SCALES)}")
         if self.scale not in SCALES:
             raise UserError(f"--scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.scale == "block":
+            if self.k % SCALE_BLOCK or self.n % SCALE_BLOCK:
+                raise UserError(f"blockwise scales (1x{SCALE_BLOCK} blocks of A, {SCALE_BLOCK}x{SCALE_BLOCK} of B) "
+                                f"need K and N multiples of {SCALE_BLOCK}, got K={self.k}, N={self.n}")
+            if self.fast_accum:
+                raise UserError("--fast-accum does not apply to blockwise scales: every "
+                                f"{SCALE_BLOCK}-long block of K is summed and scaled apart")
         if self.out_dtype not in OUT_DTYPES:
             raise UserError(f"--out-dtype must be one of {', '.join(OUT_DTYPES)}, got {self.out_dtype!r}")
         if self.layout != FP8_LAYOUT:
@@ -190,7 +198,8 @@ class GemmProblem:
     def min_bytes(self) -> int:
         """Fewest bytes a kernel must move: each operand read once, the output written once."""
         if self.op == "scaled_mm":
-            scales = 2 if self.scale == "tensor" else self.m + self.n
+            shape_a, shape_b = self.scale_shapes()
+            scales = max(1, _count(shape_a)) + max(1, _count(shape_b))
             out = DTYPE_SIZE[self.result_dtype]
             return (self.m * self.k + self.k * self.n) * self.dtype_size + 4 * scales \
                 + (self.m * self.n + (self.n if self.bias else 0)) * out
@@ -214,10 +223,16 @@ class GemmProblem:
         return (self.n,) if self.bias == "n" else (self.m, self.n)
 
     def scale_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """A scaled_mm's scale_a and scale_b shapes: () each per tensor, [m, 1] and [1, n] per row."""
+        """A scaled_mm's scale_a and scale_b shapes: () each per tensor, [m, 1] and [1, n] per
+        row, [m, k/128] and [k/128, n/128] per block (torch._scaled_mm's)."""
         if self.op != "scaled_mm":
             return None
-        return ((), ()) if self.scale == "tensor" else ((self.m, 1), (1, self.n))
+        if self.scale == "tensor":
+            return (), ()
+        if self.scale == "row":
+            return (self.m, 1), (1, self.n)
+        k_blocks = -(-self.k // SCALE_BLOCK)
+        return (self.m, k_blocks), (k_blocks, -(-self.n // SCALE_BLOCK))
 
     def tflops(self, ms: float) -> float:
         return self.flops / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
@@ -302,7 +317,8 @@ def make_problem(
     if op == "scaled_mm":
         scale = str(scale).strip().lower() if scale is not None else None
         if scale is None:
-            raise UserError(f"{dtype} operands need scales: --scale tensor or --scale row")
+            raise UserError(f"{dtype} operands need scales: --scale {', '.join(SCALES)}")
+        scale = SCALE_ALIASES.get(scale, scale)
         out_dtype = _out_dtype(out_dtype) if out_dtype is not None else "bfloat16"
     elif out_dtype is not None:
         out_dtype = normalize_dtype(out_dtype)
@@ -313,6 +329,13 @@ def make_problem(
         layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
         scale=scale, out_dtype=out_dtype, fast_accum=fast_accum,
     )
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count if shape else 0
 
 
 def _out_dtype(name: str) -> str:

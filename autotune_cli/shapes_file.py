@@ -10,7 +10,7 @@ object is one problem, with the fields of `autotune mm`'s flags:
     bias         true: the problem is an addmm
     bias_shape   "n" (default: a row vector, as nn.Linear) or "mn" (a full matrix)
     allow_tf32   true: float32 may use tf32
-    scale        float8 only: "tensor" or "row" (dtype "float8_e4m3fn": a scaled_mm)
+    scale        float8 only: "tensor", "row" or "block" (dtype "float8_e4m3fn": a scaled_mm)
     out_dtype    float8 only: "bfloat16" (default), "float16" or "float32"
     fast_accum   float8 only: true as torch._scaled_mm(use_fast_accum=True)
 

@@ -1,11 +1,12 @@
 """The FP8 suite: float8 (e4m3) GEMMs from LLM prefill and decode, rowwise and tensorwise
-scales, output bf16. Per case: our tuned winner, torch._scaled_mm and Inductor max-autotune of
-the same torch._scaled_mm call, all timed in this process by one method, a CUDA graph of calls
-over rotating operand copies larger than the L2 (the tuner times its candidates the same
-way here), in interleaved passes whose order is reversed every other pass. Each output is
+scales (blockwise, 1x128 x 128x128, with --scales block), output bf16. Per case: our tuned
+winner, torch._scaled_mm and Inductor max-autotune of the same torch._scaled_mm call, all
+timed in this process by one method, a CUDA graph of calls over rotating operand copies
+larger than the L2 (the tuner times its candidates the same way here), in interleaved
+passes whose order is reversed every other pass. Each output is
 verified against the float64 product of the dequantized operands.
 
-PYTHONPATH=. python3 bench/fp8_suite.py [--shapes 2048x4096x4096,8192x8192x8192] [--scales row,tensor]
+PYTHONPATH=. python3 bench/fp8_suite.py [--shapes 2048x4096x4096,8192x8192x8192] [--scales row,tensor,block]
                                         [--fast-accum] [--skip-inductor] [--search exhaustive] [--rounds 6]
 
 --fast-accum tunes and times the use_fast_accum=True call instead (torch's default is False).
@@ -120,7 +121,7 @@ def chosen_shapes(text: str | None):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the suite's six)")
-    parser.add_argument("--scales", default=",".join(SCALES), help="comma-separated: row, tensor")
+    parser.add_argument("--scales", default=",".join(SCALES), help="comma-separated: row, tensor, block")
     parser.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True for every call")
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--search", default="default", choices=("default", "exhaustive"))

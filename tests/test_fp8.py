@@ -62,10 +62,10 @@ def test_scaled_problem_round_trips_through_json():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(dtype="fp8"), "need scales: --scale tensor or --scale row"),
-    (dict(dtype="fp8", scale="block"), "blockwise scales"),
-    (dict(dtype="fp8", scale="blockwise"), "blockwise scales"),
-    (dict(dtype="fp8", scale="col"), "--scale must be one of tensor, row"),
+    (dict(dtype="fp8"), "need scales: --scale tensor, row, block"),
+    (dict(dtype="fp8", scale="block"), "need K and N multiples of 128, got K=16, N=16"),
+    (dict(dtype="fp8", scale="blockwise"), "need K and N multiples of 128"),
+    (dict(dtype="fp8", scale="col"), "--scale must be one of tensor, row, block"),
     (dict(dtype="fp8", scale="row", layout="nn"), "--layout nt (the only layout accepted)"),
     (dict(dtype="fp8", scale="row", layout="tt"), "B column-major"),
     (dict(dtype="fp8", scale="row", batch=2), "--batch does not apply"),
@@ -89,8 +89,8 @@ def test_float8_dtype_needs_the_scaled_op_and_back():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--dtype", "float8_e4m3fn"], "--scale tensor or --scale row"),
-    (["--dtype", "float8_e4m3fn", "--scale", "block"], "blockwise scales"),
+    (["--dtype", "float8_e4m3fn"], "--scale tensor, row, block"),
+    (["--dtype", "float8_e4m3fn", "--scale", "block"], "need K and N multiples of 128"),
     (["--dtype", "float8_e4m3fn", "--scale", "row", "--layout", "nn"], "--layout nt"),
     (["--dtype", "bfloat16", "--scale", "tensor"], "only apply to float8"),
 ])
@@ -206,7 +206,7 @@ def test_a_problems_file_carries_float8_fields(tmp_path):
     assert scaled.key() == "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_tensor/out_float16/cpu"
     assert plain.key() == "mm/m16/n64/k64/bfloat16/nn/cpu"
     path.write_text(json.dumps([{"m": 16, "n": 64, "k": 64, "dtype": "fp8"}]))
-    with pytest.raises(UserError, match="entry 1: .*--scale tensor or --scale row"):
+    with pytest.raises(UserError, match="entry 1: .*--scale tensor, row, block"):
         read_problems(path, "cpu")
 
 
@@ -274,7 +274,9 @@ def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
     row = classify_call("aten::_scaled_mm", [a, b, t((256, 1), "float32"), t((1, 384), "float32")], out)
     assert (row.op, row.scale, row.out_dtype, row.layout) == ("scaled_mm", "row", "bfloat16", "nt")
     blockwise = classify_call("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 3), "float32")], out)
-    assert blockwise == "float8_e4m3fn with blockwise scales"
+    assert (blockwise.op, blockwise.scale, blockwise.k, blockwise.n) == ("scaled_mm", "block", 512, 384)
+    other_blocks = classify_call("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 384), "float32")], out)
+    assert other_blocks == "float8_e4m3fn with scales of shapes [256, 4] and [4, 384]"
     scales = [t((), "float32"), t((), "float32")]
     assert classify_call("aten::_scaled_mm", [a, b, *scales], t((256, 384), "float8_e4m3fn")) \
         == "float8_e4m3fn to float8_e4m3fn"

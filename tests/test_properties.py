@@ -53,9 +53,13 @@ def valid_problems(draw):
     op = draw(st.sampled_from(OPS))
     if op == "scaled_mm":
         out_dtype = draw(st.sampled_from(OUT_DTYPES))
+        scale = draw(st.sampled_from(SCALES))
+        # blockwise scales tile K and N in blocks of 128
+        n, k = ((128 * draw(st.integers(1, MAX_DIM // 128)), 128 * draw(st.integers(1, MAX_DIM // 128)))
+                if scale == "block" else (draw(st.integers(1, MAX_DIM)), draw(st.integers(1, MAX_DIM))))
         return GemmProblem(
-            op=op, m=draw(st.integers(1, MAX_DIM)), n=draw(st.integers(1, MAX_DIM)), k=draw(st.integers(1, MAX_DIM)),
-            dtype=draw(st.sampled_from(FP8_DTYPES)), layout=FP8_LAYOUT, scale=draw(st.sampled_from(SCALES)),
+            op=op, m=draw(st.integers(1, MAX_DIM)), n=n, k=k,
+            dtype=draw(st.sampled_from(FP8_DTYPES)), layout=FP8_LAYOUT, scale=scale,
             out_dtype=out_dtype, bias=None if out_dtype == "float32" else draw(st.sampled_from((None, "n"))),
             device=draw(st.sampled_from(DEVICES)))
     dtype = draw(st.sampled_from([d for d in DTYPES if d not in FP8_DTYPES]))

@@ -54,7 +54,7 @@ def mm(
     dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: needs --scale)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t); default nn (float8: nt, its only layout)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, or per row of A and column of B (tensor|row)."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, per row of A and column of B, or per block (1x128 of A, 128x128 of B) (tensor|row|block)."),
     out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default bfloat16)."),
     fast_accum: bool = typer.Option(False, "--fast-accum", help="float8 only: as torch._scaled_mm(use_fast_accum=True), the matrix units' own accumulation (faster, less precise)."),
     device: Optional[Device] = DeviceOpt,

@@ -1,5 +1,7 @@
-"""Heuristics for the float8 GEMMs with epilogue scaling: triton::scaled_mm_persistent_tma
-and triton::scaled_mm (the tiled one takes the same tiles, FLATTEN aside).
+"""Heuristics for the float8 GEMMs: with epilogue scaling, triton::scaled_mm_persistent_tma
+and triton::scaled_mm (the tiled one takes the same tiles, FLATTEN aside), and split-K for
+decode shapes; with blockwise scales in the main loop, triton::scaled_mm_blockwise (BLOCK_K
+one block of scales, BLOCK_N dividing it: configs/triton_scaled_mm_block_{cuda,cpu}.json).
 
 Float8 tiles have configs of their own (configs/triton_scaled_mm_{cuda,cpu}.json): an
 element is one byte, so a stage holds twice the K of a 16-bit tile in the same shared
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
-from ..problem import GemmProblem
+from ..problem import SCALE_BLOCK, GemmProblem
 from .spaces import shipped_configs
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space
@@ -29,6 +31,7 @@ TILED = "triton::scaled_mm"
 MIN_EXHAUSTIVE_BLOCK_K = 64
 PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
 SPLITK = "triton::scaled_mm_splitk"
+BLOCKWISE = "triton::scaled_mm_blockwise"
 MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
 # Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128 led
 # the persistent kernel on an H200 (bench/fp8_sweep.py), where 128x256 spilled and came last.
@@ -45,12 +48,17 @@ class _ScaledMM(Heuristic):
     shipped = ""
     flatten = True  # whether the template takes FLATTEN (the persistent one)
 
+    @staticmethod
+    def exhaustive_keeps(config: dict[str, Any]) -> bool:
+        """Which configs of the exhaustive space the template's search takes."""
+        return config["BLOCK_K"] >= MIN_EXHAUSTIVE_BLOCK_K
+
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         configs: Iterable[dict[str, Any]]
         if space is not None:
             configs = space
         elif search == "exhaustive":
-            configs = (c for c in exhaustive_space() if c["BLOCK_K"] >= MIN_EXHAUSTIVE_BLOCK_K)
+            configs = (c for c in exhaustive_space() if self.exhaustive_keeps(c))
         else:
             configs = shipped_configs(self.shipped)  # carries FLATTEN, checked there
         if not self.flatten:
@@ -105,3 +113,25 @@ class ScaledMMSplitKCuda(_ScaledMMSplitK):
 @register_heuristic(SPLITK, "cpu")
 class ScaledMMSplitKCpu(_ScaledMMSplitK):
     shipped = "triton_scaled_mm_splitk_cpu"
+
+
+class _ScaledMMBlock(_ScaledMM):
+    """The shipped list, or the exhaustive space's tiles that take K one block of scales at
+    a time with a column block inside one block of B's scales; a user's --space as given
+    (a config the template refuses is recorded as such)."""
+
+    flatten = False
+
+    @staticmethod
+    def exhaustive_keeps(config: dict[str, Any]) -> bool:
+        return config["BLOCK_K"] == SCALE_BLOCK and SCALE_BLOCK % config["BLOCK_N"] == 0
+
+
+@register_heuristic(BLOCKWISE, "cuda")
+class ScaledMMBlockCuda(_ScaledMMBlock):
+    shipped = "triton_scaled_mm_block_cuda"
+
+
+@register_heuristic(BLOCKWISE, "cpu")
+class ScaledMMBlockCpu(_ScaledMMBlock):
+    shipped = "triton_scaled_mm_block_cpu"

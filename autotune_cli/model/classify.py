@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES
+from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 MATMUL_OPS = {
@@ -184,8 +184,8 @@ def _bias_kind(bias: Operand | None) -> str:
 def _classify_scaled(args: Sequence[Any], out: Operand | None, source: str,
                      fast_accum: bool) -> MatmulCall | str:
     """A torch._scaled_mm call (self, mat2, scale_a, scale_b, bias, ...) whose output is
-    `out`: a MatmulCall, or a str saying what is not tuned (other float8 kinds, blockwise
-    scales, an output dtype or a layout the problem does not take)."""
+    `out`: a MatmulCall, or a str saying what is not tuned (other float8 kinds, scales of
+    other shapes, an output dtype or a layout the problem does not take)."""
     a, b, scale_a, scale_b, bias = (list(args) + [None] * 5)[:5]
     if not all(isinstance(t, Operand) and len(t.sizes) == 2 for t in (a, b)) \
             or not all(isinstance(t, Operand) for t in (scale_a, scale_b)):
@@ -199,8 +199,14 @@ def _classify_scaled(args: Sequence[Any], out: Operand | None, source: str,
           and len(scale_b.sizes) == 2 and sym_eq(scale_b.sizes[0], 1)
           and sym_eq(scale_b.sizes[1], n)):
         scale = "row"
+    elif (len(scale_a.sizes) == 2 and len(scale_b.sizes) == 2 and sym_eq(scale_a.sizes[0], m)
+          and sym_eq(scale_a.sizes[1], (k + SCALE_BLOCK - 1) // SCALE_BLOCK)
+          and sym_eq(scale_b.sizes[0], (k + SCALE_BLOCK - 1) // SCALE_BLOCK)
+          and sym_eq(scale_b.sizes[1], (n + SCALE_BLOCK - 1) // SCALE_BLOCK)):
+        scale = "block"  # 1x128 blocks of A, 128x128 of B
     else:
-        return "float8_e4m3fn with blockwise scales"
+        shapes = [f"[{', '.join(map(str, t.sizes))}]" for t in (scale_a, scale_b)]
+        return f"float8_e4m3fn with scales of shapes {shapes[0]} and {shapes[1]}"
     if out is None or out.dtype not in OUT_DTYPES:
         return f"float8_e4m3fn to {out.dtype if out else 'an unknown dtype'}"
     layout = _mat_layout(a) + _mat_layout(b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..problem import FP8_MAX, GemmProblem
+from ..problem import FP8_MAX, SCALE_BLOCK, GemmProblem
 from ..templates.base import Operands, empty_out, torch_dtype
 
 # Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
@@ -62,10 +62,39 @@ def _quantize(values, rows_scaled: bool, fp8, fp8_max: float):
     return (values / scale).clamp(-fp8_max, fp8_max).to(fp8), scale
 
 
+def _quantize_blocks(values, block_rows: int, fp8, fp8_max: float):
+    """(values / scale in float8, fp32 scales [rows / block_rows, cols / 128]): one scale per
+    block of block_rows x 128 (rows and columns multiples of the block), mapping the block's
+    largest magnitude onto float8's largest."""
+    import torch
+
+    rows, cols = values.shape
+    blocks = values.reshape(rows // block_rows, block_rows, cols // SCALE_BLOCK, SCALE_BLOCK)
+    scale = (blocks.abs().amax(dim=(1, 3)).to(torch.float32) / fp8_max).clamp_min(1e-12)
+    quantized = (blocks / scale[:, None, :, None]).clamp(-fp8_max, fp8_max).reshape(rows, cols).to(fp8)
+    return quantized, scale
+
+
+def block_scale_storage(problem: GemmProblem, device: str, scale_a=None, scale_b=None):
+    """(scale_a [m, k/128], scale_b [k/128, n/128]) stored column-major, the layout cuBLASLt's
+    blockwise scaling takes through torch._scaled_mm (a contiguous one is refused): given
+    values ([m, k/128] and B's as computed, [n/128, k/128]) copied in, else empty."""
+    import torch
+
+    (m, k_blocks), (_, n_blocks) = problem.scale_shapes()
+    a_store = torch.empty((k_blocks, m), dtype=torch.float32, device=device)
+    b_store = torch.empty((n_blocks, k_blocks), dtype=torch.float32, device=device)
+    if scale_a is not None:
+        a_store.copy_(scale_a.t())
+        b_store.copy_(scale_b)
+    return a_store.t(), b_store.t()
+
+
 def _scaled_operands(problem: GemmProblem, generator, device: str, pitch: int | None) -> Operands:
     """float8 A [m, k] (row-major) and B [k, n] (column-major: stored [n, k]), quantized from
     random floats whose rows (A) and columns (B) differ in magnitude by up to 2^8, so that a
-    kernel applying a row's or column's scale to the wrong one is far off; fp32 scales."""
+    kernel applying a row's or column's scale to the wrong one is far off; fp32 scales (per
+    tensor, row, or block: A's 1x128 and B's 128x128 blocks, whose magnitudes differ too)."""
     import torch
 
     fp8, fp8_max = torch_dtype(problem.dtype), FP8_MAX[problem.dtype]
@@ -77,15 +106,38 @@ def _scaled_operands(problem: GemmProblem, generator, device: str, pitch: int | 
         spread = torch.rand((rows, 1), generator=generator, device=device) * 8 - 4
         return values * torch.exp2(spread)
 
-    a, scale_a = _quantize(floats(problem.m, problem.k), rowwise, fp8, fp8_max)  # [m, 1] per row
-    b_stored, scale_b = _quantize(floats(problem.n, problem.k), rowwise, fp8, fp8_max)  # [n, 1]
-    bias = None
+    if problem.scale == "block":
+        a, block_a = _quantize_blocks(floats(problem.m, problem.k), 1, fp8, fp8_max)
+        # B's columns (rows as stored) vary by block of K too, so that a kernel that reads a
+        # block's scale for the wrong K step is far off
+        b_values = floats(problem.n, problem.k) * torch.exp2(
+            torch.rand((1, problem.k // SCALE_BLOCK), generator=generator, device=device) * 6 - 3
+        ).repeat_interleave(SCALE_BLOCK, dim=1)
+        b_stored, block_b = _quantize_blocks(b_values, SCALE_BLOCK, fp8, fp8_max)
+        scale_a, scale_b = block_scale_storage(problem, device, block_a, block_b)
+    else:
+        a, scale_a = _quantize(floats(problem.m, problem.k), rowwise, fp8, fp8_max)  # [m, 1] per row
+        b_stored, scale_b = _quantize(floats(problem.n, problem.k), rowwise, fp8, fp8_max)  # [n, 1]
+        scale_b = scale_b.reshape(1, -1) if rowwise else scale_b
+    ops = Operands(a=a, b=b_stored.t(), out=empty_out(problem, pitch, out_dtype, device), bias=None,
+                   scale_a=scale_a, scale_b=scale_b)
     if problem.bias:  # as large as a typical output entry, so that a bias left out shows
-        typical = (problem.k * (a.float() * scale_a).square().mean()
-                   * (b_stored.float() * scale_b).square().mean()).sqrt()
+        a_real, b_real = dequantized(problem, ops)
+        typical = (problem.k * a_real.square().mean() * b_real.square().mean()).sqrt()
         bias = (torch.randn((problem.n,), generator=generator, device=device) * typical).to(out_dtype)
-    return Operands(a=a, b=b_stored.t(), out=empty_out(problem, pitch, out_dtype, device), bias=bias,
-                    scale_a=scale_a, scale_b=scale_b.reshape(1, -1) if rowwise else scale_b)
+        ops = Operands(a=ops.a, b=ops.b, out=ops.out, bias=bias, scale_a=scale_a, scale_b=scale_b)
+    return ops
+
+
+def dequantized(problem: GemmProblem, ops: Operands):
+    """A [m, k] and B [k, n] of a scaled_mm in float64, each times its scales."""
+    a, b = ops.a.double(), ops.b.double()
+    scale_a, scale_b = ops.scale_a.double(), ops.scale_b.double()
+    if problem.scale == "block":  # each scale over its block
+        scale_a = scale_a.repeat_interleave(SCALE_BLOCK, dim=1)[:, :problem.k]
+        scale_b = scale_b.repeat_interleave(SCALE_BLOCK, dim=0).repeat_interleave(SCALE_BLOCK, dim=1)
+        scale_b = scale_b[:problem.k, :problem.n]
+    return a * scale_a, b * scale_b
 
 
 def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) -> Operands:
@@ -97,11 +149,15 @@ def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) 
         fp8, out_dtype = torch_dtype(problem.dtype), torch_dtype(problem.result_dtype)
         shape_a, shape_b = problem.scale_shapes()
         bias = torch.empty((problem.n,), dtype=out_dtype, device=device) if problem.bias else None
+        if problem.scale == "block":  # the layout make_operands gives them
+            scale_a, scale_b = block_scale_storage(problem, device)
+        else:
+            scale_a = torch.empty(shape_a, dtype=torch.float32, device=device)
+            scale_b = torch.empty(shape_b, dtype=torch.float32, device=device)
         return Operands(a=torch.empty((problem.m, problem.k), dtype=fp8, device=device),
                         b=torch.empty((problem.n, problem.k), dtype=fp8, device=device).t(),
                         out=empty_out(problem, pitch, out_dtype, device), bias=bias,
-                        scale_a=torch.empty(shape_a, dtype=torch.float32, device=device),
-                        scale_b=torch.empty(shape_b, dtype=torch.float32, device=device))
+                        scale_a=scale_a, scale_b=scale_b)
     dtype = torch_dtype(problem.dtype)
 
     def operand(shape, transposed):
@@ -121,9 +177,10 @@ def reference(problem: GemmProblem, ops: Operands):
     dequantized operands (each times its scales)."""
     import torch
 
-    a, b = ops.a.double(), ops.b.double()
     if problem.op == "scaled_mm":
-        a, b = a * ops.scale_a.double(), b * ops.scale_b.double()
+        a, b = dequantized(problem, ops)
+    else:
+        a, b = ops.a.double(), ops.b.double()
     ref = torch.matmul(a, b)
     if ops.bias is not None:
         ref = ref + ops.bias.double()

@@ -27,6 +27,8 @@ class AtenScaledMMTemplate(Template):
         return "aten::_scaled_mm v1"
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        if problem.scale == "block":
+            return self._blockwise_unavailable(device)
         if device.device_type != "cuda":
             return None
         if problem.k % CUDA_ALIGN or problem.n % CUDA_ALIGN:
@@ -34,6 +36,18 @@ class AtenScaledMMTemplate(Template):
                     f"(K={problem.k}, N={problem.n})")
         if problem.scale == "row" and problem.out_dtype != "bfloat16":
             return "torch._scaled_mm's rowwise scaling on CUDA writes bfloat16 only"
+        return None
+
+    @staticmethod
+    def _blockwise_unavailable(device) -> str | None:
+        """torch._scaled_mm takes 1x128 x 128x128 scales through cuBLASLt on Hopper (sm_90,
+        CUDA 12.9 and later); torch's CPU kernel takes tensorwise and rowwise scales only."""
+        if device.device_type != "cuda":
+            return "torch._scaled_mm on the CPU takes tensorwise and rowwise scales only"
+        capability = str(device.capability or "")
+        if not capability.startswith("9."):
+            return (f"torch._scaled_mm's 1x128/128x128 blockwise scaling is cuBLASLt's on Hopper "
+                    f"(compute capability 9.x), the device has {capability or 'an unknown one'}")
         return None
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:

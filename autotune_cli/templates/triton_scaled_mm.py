@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..problem import DTYPE_SIZE, OUT_DTYPES, SCALES, GemmProblem
+from ..problem import DTYPE_SIZE, EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
 from .base import Operands, Runnable
 from .launch import Launcher
 from .params import Bool, Choice
@@ -67,12 +67,28 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
     return [f"{name} rows are {size} B" for name, size in rows.items() if size % TMA_ALIGN]
 
 
+def pointer_operands(ops: Operands) -> tuple:
+    """(a, b, out, bias) as the float8 kernels with pointer loads take them: A row-major, B
+    column-major, a row-major output, a contiguous bias (no bias: the output stands in,
+    never read); ValueError for other layouts."""
+    a, b, c = ops.a, ops.b, ops.out
+    if a.stride(1) != 1 or b.stride(0) != 1 or c.stride(1) != 1:
+        raise ValueError("this kernel takes A row-major, B column-major and a row-major output")
+    if ops.bias is not None and ops.bias.stride(0) != 1:
+        raise ValueError("the bias must be contiguous for this kernel")
+    return a, b, c, (ops.bias if ops.bias is not None else c)
+
+
 class TritonScaledMMTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
     defaults = {"FLATTEN": 1, "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0}
     params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "WARP_SPECIALIZE": Choice(WARP_SPECIALIZE),
-                     "PROMOTE_IN_DOT": ZERO_ONE, "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
+                     "PROMOTE_IN_DOT": ZERO_ONE, "SCALE": Choice(EPILOGUE_SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
                      "FAST_ACCUM": Bool()}
+
+    def supports(self, problem: GemmProblem) -> bool:
+        """Tensorwise and rowwise scales (blockwise: templates/triton_scaled_mm_block.py)."""
+        return problem.op in self.ops and problem.scale in EPILOGUE_SCALES
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         why = tma_device_problem(device)
@@ -144,8 +160,12 @@ class TritonScaledMMTemplate(TritonTemplate):
 
 class TritonScaledMMTiledTemplate(TritonTemplate):
     template_file = TILED_FILE
-    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool(), "SCALE": Choice(SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
+    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool(), "SCALE": Choice(EPILOGUE_SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
                      "FAST_ACCUM": Bool()}
+
+    def supports(self, problem: GemmProblem) -> bool:
+        """Tensorwise and rowwise scales (blockwise: templates/triton_scaled_mm_block.py)."""
+        return problem.op in self.ops and problem.scale in EPILOGUE_SCALES
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         if device.device_type == "cpu":
@@ -179,12 +199,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
         rowwise = problem.scale == "row"
 
         def arguments(ops: Operands) -> tuple:
-            a, b, c = ops.a, ops.b, ops.out
-            if a.stride(1) != 1 or b.stride(0) != 1 or c.stride(1) != 1:
-                raise ValueError("this kernel takes A row-major, B column-major and a row-major output")
-            bias = ops.bias if ops.bias is not None else c  # no bias: never read
-            if ops.bias is not None and ops.bias.stride(0) != 1:
-                raise ValueError("the bias must be contiguous for this kernel")
+            a, b, c, bias = pointer_operands(ops)
             sa, sb = ops.scale_a, ops.scale_b
             strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
             return (a, b, c, bias, sa, sb, m, n, k, a.stride(0), b.stride(1), c.stride(0), *strides)

@@ -22,13 +22,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..problem import OUT_DTYPES, SCALES, GemmProblem
+from ..problem import EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
 from .base import Operands, Runnable
 from .launch import Launcher
 from .params import Bool, Choice, Int
 from .registry import register_template
 from .triton_base import TILE_KEYS, TILE_SCHEMA, jinja_template, load_kernel, output_tiles
-from .triton_scaled_mm import TritonScaledMMTiledTemplate
+from .triton_scaled_mm import TritonScaledMMTiledTemplate, pointer_operands
 from .triton_splitk import MAX_WORKSPACE_ELEMENTS, k_per_split
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_splitk.py.jinja")
@@ -38,7 +38,7 @@ UID = "triton::scaled_mm_splitk"
 class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
     template_file = TEMPLATE_FILE
     config_keys = TILE_KEYS + ("SPLIT_K",)
-    params_schema = {**TILE_SCHEMA, "SPLIT_K": Int(2, 64), "EVEN_K": Bool(), "SCALE": Choice(SCALES),
+    params_schema = {**TILE_SCHEMA, "SPLIT_K": Int(2, 64), "EVEN_K": Bool(), "SCALE": Choice(EPILOGUE_SCALES),
                      "OUT_DTYPE": Choice(OUT_DTYPES), "FAST_ACCUM": Bool()}
     keeps_buffers = True  # the workspace and the arrival counters are written by every call
 
@@ -81,12 +81,7 @@ class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
             return kept
 
         def arguments(ops: Operands) -> tuple:
-            a, b, c = ops.a, ops.b, ops.out
-            if a.stride(1) != 1 or b.stride(0) != 1 or c.stride(1) != 1:
-                raise ValueError("this kernel takes A row-major, B column-major and a row-major output")
-            bias = ops.bias if ops.bias is not None else c  # no bias: never read
-            if ops.bias is not None and ops.bias.stride(0) != 1:
-                raise ValueError("the bias must be contiguous for this kernel")
+            a, b, c, bias = pointer_operands(ops)
             ws, counters = workspace(c.device)
             sa, sb = ops.scale_a, ops.scale_b
             strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
