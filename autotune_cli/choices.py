@@ -180,19 +180,23 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
 
 
 DECODE_M = 16  # rows at or below which a problem is decode for decode_stage (triton::gemv's too)
+WGMMA_CAPABILITY = (9, 0)  # Hopper's warp-group MMA: 64 rows in the M slot (mma.sync before it: 16)
 SWAP_AB = "triton::mm_swap_ab"
 
 
 def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
     """Of a decode problem's (M <= DECODE_M) default search on a GPU, the configs of templates
     whose tiles put A's rows in the matrix instruction's M slot (`Template.rows_in_m_slot`:
-    plain tiled and persistent GEMMs), where triton::mm_swap_ab serves the problem: on Hopper
-    that slot is 64 rows a warpgroup, so a 16-row tile leaves most of it idle, and swap-AB runs
-    the same product with the rows in the narrow slot. On the H200's decode shapes none of
-    them came within 1.6% of the winner, and they were 30 of 70 kernels compiled
-    (bench/README.md, cold tuning). A user's --space and the exhaustive search keep theirs."""
+    plain tiled, persistent and split-K GEMMs), where triton::mm_swap_ab serves the problem:
+    on Hopper that slot is 64 rows a warpgroup (before it, 16: the stage applies from
+    compute capability 9.0), so a 16-row tile leaves most of it idle;
+    swap-AB runs the same product with the rows in the narrow slot, and triton::gemv splits
+    K where the columns alone leave the GPU idle. On the H200's decode shapes none of them
+    came within 1.6% of the winner, and they were 54 of 70 kernels compiled (bench/README.md,
+    cold tuning). A user's --space and the exhaustive search keep theirs."""
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
-            or ctx.problem.m > DECODE_M or not any(c.template.uid == SWAP_AB for c in kept)):
+            or ctx.problem.m > DECODE_M or (ctx.device.compute_capability or (0, 0)) < WGMMA_CAPABILITY
+            or not any(c.template.uid == SWAP_AB for c in kept)):
         return []
     return [(c, f"{ctx.problem.m} rows fill a fraction of its tiles' M slot; {SWAP_AB} serves this problem")
             for c in kept if getattr(c.template, "rows_in_m_slot", False)]

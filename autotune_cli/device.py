@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +28,12 @@ class DeviceInfo:
     driver: str = ""
     runtime: str = ""
     index: int = 0
+
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        """(major, minor) of a CUDA device's capability ("9.0" -> (9, 0)); None if unknown."""
+        match = re.match(r"^\s*(\d+)\.(\d+)", self.capability or "")
+        return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def package_version(package: str) -> str:

@@ -91,18 +91,18 @@ def test_default_cuda_space_of_a_square_problem_loses_only_its_small_tiles():
 
 
 def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
-    """M <= 16 on a GPU, default search: triton::mm and the persistent TMA tiles (rows in the
-    M slot) are not compiled when triton::mm_swap_ab is offered; swap-AB, GEMV, split-K and
-    aten stay. Not at M = 17, not without swap-AB, not for the exhaustive search or a
-    --space, not on the CPU."""
+    """M <= 16 on a GPU, default search: triton::mm, the persistent TMA tiles and split-K
+    (rows in the M slot) are not compiled when triton::mm_swap_ab is offered; swap-AB, GEMV
+    and aten stay. Not at M = 17, not without swap-AB, not for the exhaustive search or a
+    --space, not before Hopper, not on the CPU."""
     everything = ("aten::mm", "triton::mm", "triton::mm_persistent_tma", "triton::mm_swap_ab", "triton::gemv",
                   "triton::mm_splitk")
     decode = make_problem(m=16, n=4096, k=4096, dtype="bfloat16", layout="nt")
     result = get_choices(decode, H200, TuneSettings(device="cuda", templates=everything))
-    assert result.pruned_counts() == {"decode": 30}  # 20 tiled + 10 persistent configs
-    assert {p.choice.uid for p in result.pruned} == {"triton::mm", "triton::mm_persistent_tma"}
+    assert result.pruned_counts() == {"decode": 54}  # 20 tiled + 10 persistent + 24 split-K configs
+    assert {p.choice.uid for p in result.pruned} == {"triton::mm", "triton::mm_persistent_tma", "triton::mm_splitk"}
     assert "triton::mm_swap_ab serves this problem" in result.pruned[0].reason
-    assert {c.uid for c in result.choices} == {"aten::mm", "triton::mm_swap_ab", "triton::gemv", "triton::mm_splitk"}
+    assert {c.uid for c in result.choices} == {"aten::mm", "triton::mm_swap_ab", "triton::gemv"}
     assert len(result.choices) + len(result.pruned) == result.considered
     wider = make_problem(m=17, n=4096, k=4096, dtype="bfloat16", layout="nt")
     assert "decode" not in get_choices(wider, H200, TuneSettings(device="cuda", templates=everything)).pruned_counts()
@@ -110,6 +110,10 @@ def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
     assert "decode" not in no_swap.pruned_counts() and any(c.uid == "triton::mm" for c in no_swap.choices)
     exhaustive = get_choices(decode, H200, TuneSettings(device="cuda", templates=everything, search="exhaustive"))
     assert "decode" not in exhaustive.pruned_counts()
+    a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100", capability="8.0", sm_count=108,
+                      smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
+    ampere = get_choices(decode, a100, TuneSettings(device="cuda", templates=everything))
+    assert "decode" not in ampere.pruned_counts()  # mma.sync's M slot is 16 rows: a decode tile fills it
     on_cpu = make_problem(m=16, n=64, k=64, device="cpu")
     assert "decode" not in get_choices(on_cpu, CPU, TuneSettings(device="cpu", templates=everything)).pruned_counts()
 

@@ -105,11 +105,6 @@ def interpreter_descriptor_problem() -> str | None:
     return None
 
 
-def _capability(text: str) -> tuple[int, int] | None:
-    match = re.match(r"^\s*(\d+)\.(\d+)", text or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def tma_device_problem(device) -> str | None:
     """Why TMA descriptors cannot run on this device (Triton's API, the interpreter, an
     NVIDIA GPU of compute capability 9.0 or later), or None: every TMA template asks this."""
@@ -122,7 +117,7 @@ def tma_device_problem(device) -> str | None:
         return f"no TMA on device type {device.device_type!r}"
     if "AMD" in (device.name or "").upper().split():
         return "TMA descriptors are an NVIDIA feature"
-    capability = _capability(device.capability)
+    capability = device.compute_capability
     if capability is None:
         return "TMA needs compute capability >= 9.0; the device's is unknown"
     if capability < (9, 0):

@@ -42,7 +42,6 @@ from .triton_base import (
 )
 from .triton_persistent_tma import (
     TMA_ALIGN,
-    _capability,
     _row_stride,
     _scratch_allocator,
     device_sm_count,
@@ -172,7 +171,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
             return None
         if device.device_type != "cuda" or "AMD" in (device.name or "").upper().split():
             return "the float8 tiled kernel is written for NVIDIA's float8 MMA"
-        capability = _capability(device.capability)
+        capability = device.compute_capability
         if capability is None or capability < MIN_TILED_CAPABILITY:
             return (f"float8 MMA needs compute capability >= 8.9, the device has "
                     f"{device.capability or 'an unknown one'}")

@@ -65,6 +65,9 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
 
 
 class TritonSplitKTemplate(TritonTemplate):
+    # plain tiles over slices of K: a decode problem's rows sit in the M slot
+    # (choices.decode_stage; triton::gemv splits K for those)
+    rows_in_m_slot = True
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
     defaults = DEFAULTS
