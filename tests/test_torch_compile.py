@@ -230,3 +230,22 @@ def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
     assert route.parts is not None  # the triton_op, not the opaque op
     want = x.double() @ lin.weight.double().t() + lin.bias.double()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatch):
+    """With Inductor and no mode, autotune_cli.compile asks for reduce-overhead (CUDA graphs);
+    mode="default", options that set the graphs, or another backend leave them as given."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kwargs: seen.append(backend) or model)
+    model = torch.nn.Linear(4, 4)
+    autotune_cli.compile(model)
+    autotune_cli.compile(model, mode="default")
+    autotune_cli.compile(model, options={"triton.cudagraphs": False})
+    autotune_cli.compile(model, backend="eager")
+    autotune_cli.compile(model, mode="max-autotune")
+    default, plain, own, eager, autotuned = seen
+    assert default.mode == "reduce-overhead" and default._config()["triton.cudagraphs"] is True
+    assert plain._config().get("triton.cudagraphs") is None
+    assert own.mode is None and own._config() == {"triton.cudagraphs": False}
+    assert eager.mode is None and eager._config() == {}
+    assert autotuned._config()["triton.cudagraphs"] is True and autotuned._config()["max_autotune"] is True
