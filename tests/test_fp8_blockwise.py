@@ -195,6 +195,33 @@ def test_tuned_through_the_cli_and_used_by_the_api_and_torch_compile(cli, cache_
     assert [r.uid for r in routes] == [BLOCK]
 
 
+class _BlockwiseLinear(torch.nn.Module):
+    """A Linear layer quantized DeepSeek-style: x with 1x128 scales, W [n, k] with 128x128."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(256, 384).to(torch.float8_e4m3fn), requires_grad=False)
+        self.sw = torch.nn.Parameter(torch.rand(2, 3).t(), requires_grad=False)  # [k/128, n/128]
+
+    def forward(self, x, sx):
+        return torch._scaled_mm(x, self.w.t(), scale_a=sx, scale_b=self.sw, out_dtype=torch.bfloat16)
+
+
+def test_autotune_model_finds_a_blockwise_scaled_mm_in_an_exported_program(tmp_path, cli, cache_dir):
+    """torch.export traces the call (torch's meta kernel takes blockwise scales); `autotune
+    model --plan` lists it as a blockwise problem."""
+    x = torch.randn(16, 384).to(torch.float8_e4m3fn)
+    program = torch.export.export(_BlockwiseLinear(), (x, torch.rand(3, 16).t()))
+    path = tmp_path / "blockwise.pt2"
+    torch.export.save(program, path)
+    code, out, err = cli("model", path, "--plan", "--json", "--device", "cpu")
+    assert code == 0, err
+    (planned,) = json.loads(out)["plan"]
+    problem = GemmProblem.from_dict(planned["problem"])
+    assert problem == make_problem(m=16, n=256, k=384, dtype="fp8", scale="block", device="cpu")
+    assert planned["count"] == 1
+
+
 # -- on the GPU --------------------------------------------------------------------------------
 
 @pytest.mark.gpu
