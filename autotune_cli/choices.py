@@ -180,7 +180,9 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
 
 
 DECODE_M = 16  # rows at or below which a problem is decode for decode_stage (triton::gemv's too)
-WGMMA_CAPABILITY = (9, 0)  # Hopper's warp-group MMA: 64 rows in the M slot (mma.sync before it: 16)
+# NVIDIA majors whose matrix instructions take 64 rows or more in the M slot: Hopper's
+# warp-group MMA (9), datacenter Blackwell's (10); mma.sync before and beside them takes 16
+WIDE_M_SLOT_MAJORS = (9, 10)
 SWAP_AB = "triton::mm_swap_ab"
 
 
@@ -188,14 +190,18 @@ def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tu
     """Of a decode problem's (M <= DECODE_M) default search on a GPU, the configs of templates
     whose tiles put A's rows in the matrix instruction's M slot (`Template.rows_in_m_slot`:
     plain tiled, persistent and split-K GEMMs), where triton::mm_swap_ab serves the problem:
-    on Hopper that slot is 64 rows a warpgroup (before it, 16: the stage applies from
-    compute capability 9.0), so a 16-row tile leaves most of it idle;
+    on Hopper (and datacenter Blackwell) that slot is 64 rows or more (mma.sync's, on other
+    NVIDIA GPUs, is 16: the stage applies to WIDE_M_SLOT_MAJORS, and not to float32 without
+    tf32, which takes no matrix instruction), so a 16-row tile leaves most of it idle;
     swap-AB runs the same product with the rows in the narrow slot, and triton::gemv splits
     K where the columns alone leave the GPU idle. On the H200's decode shapes none of them
-    came within 1.6% of the winner, and they were 54 of 70 kernels compiled (bench/README.md,
-    cold tuning). A user's --space and the exhaustive search keep theirs."""
-    if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
-            or ctx.problem.m > DECODE_M or (ctx.device.compute_capability or (0, 0)) < WGMMA_CAPABILITY
+    came within 1.6% of the winner, and they were 54 of 70 configs (bench/README.md, cold
+    tuning). A user's --space and the exhaustive search keep theirs."""
+    device, problem = ctx.device, ctx.problem
+    if (device.device_type != "cuda" or device.is_amd or ctx.settings.search != "default"
+            or ctx.settings.space_file or problem.m > DECODE_M
+            or (device.compute_capability or (0, 0))[0] not in WIDE_M_SLOT_MAJORS
+            or problem.fp32_mode == "ieee"  # float32 without tf32: no matrix instruction at all
             or not any(c.template.uid == SWAP_AB for c in kept)):
         return []
     return [(c, f"{ctx.problem.m} rows fill a fraction of its tiles' M slot; {SWAP_AB} serves this problem")

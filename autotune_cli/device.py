@@ -30,6 +30,11 @@ class DeviceInfo:
     index: int = 0
 
     @property
+    def is_amd(self) -> bool:
+        """An AMD GPU, which torch also calls "cuda" (ROCm): NVIDIA-only kernels skip it."""
+        return "AMD" in (self.name or "").upper().split()
+
+    @property
     def compute_capability(self) -> tuple[int, int] | None:
         """(major, minor) of a CUDA device's capability ("9.0" -> (9, 0)); None if unknown."""
         match = re.match(r"^\s*(\d+)\.(\d+)", self.capability or "")

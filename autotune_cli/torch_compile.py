@@ -31,9 +31,9 @@ B = W.T), mm, addmm (alpha = beta = 1), bmm, and matmul / @ of 2-D by 2-D, N-D b
 3-D by 3-D operands, with static shapes. Tensors that need gradients under grad mode stay
 on torch's ops (the kernels have no backward).
 
-torch._scaled_mm calls (float8, scales per tensor or per row, a [n] bias, out_dtype and
-use_fast_accum constants) are routed alike, to `autotune::triton_scaled_gemm` (the tiled
-float8 kernel, a triton_op) or `autotune::scaled_gemm` (the opaque op: the persistent TMA
+torch._scaled_mm calls (float8, scales per tensor, row or block, a [n] bias, out_dtype and
+use_fast_accum constants) are routed alike, to `autotune::triton_scaled_gemm` (the tiled or
+blockwise float8 kernel, a triton_op) or `autotune::scaled_gemm` (the opaque op: the persistent TMA
 kernel, split-K, every Triton winner under the interpreter, and aten::_scaled_mm pinned
 under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
 """

@@ -94,7 +94,8 @@ def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
     """M <= 16 on a GPU, default search: triton::mm, the persistent TMA tiles and split-K
     (rows in the M slot) are not compiled when triton::mm_swap_ab is offered; swap-AB, GEMV
     and aten stay. Not at M = 17, not without swap-AB, not for the exhaustive search or a
-    --space, not before Hopper, not on the CPU."""
+    --space, not before Hopper or on a consumer Blackwell (mma.sync), not on AMD, not for
+    float32 without tf32, not on the CPU."""
     everything = ("aten::mm", "triton::mm", "triton::mm_persistent_tma", "triton::mm_swap_ab", "triton::gemv",
                   "triton::mm_splitk")
     decode = make_problem(m=16, n=4096, k=4096, dtype="bfloat16", layout="nt")
@@ -114,6 +115,16 @@ def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
                       smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
     ampere = get_choices(decode, a100, TuneSettings(device="cuda", templates=everything))
     assert "decode" not in ampere.pruned_counts()  # mma.sync's M slot is 16 rows: a decode tile fills it
+    rtx = DeviceInfo(device_type="cuda", name="NVIDIA GeForce RTX 5090", capability="12.0", sm_count=170,
+                     smem_per_block=101376, l2_bytes=96 << 20, total_memory=32 << 30)
+    assert "decode" not in get_choices(decode, rtx, TuneSettings(device="cuda", templates=everything)).pruned_counts()
+    mi300 = DeviceInfo(device_type="cuda", name="AMD Instinct MI300X", capability="9.4", sm_count=304,
+                       smem_per_block=65536, l2_bytes=256 << 20, total_memory=192 << 30)
+    assert "decode" not in get_choices(decode, mi300, TuneSettings(device="cuda", templates=everything)).pruned_counts()
+    ieee = make_problem(m=16, n=4096, k=4096, dtype="float32", layout="nt")  # no matrix instruction
+    assert "decode" not in get_choices(ieee, H200, TuneSettings(device="cuda", templates=everything)).pruned_counts()
+    tf32 = make_problem(m=16, n=4096, k=4096, dtype="float32", layout="nt", allow_tf32=True)
+    assert "decode" in get_choices(tf32, H200, TuneSettings(device="cuda", templates=everything)).pruned_counts()
     on_cpu = make_problem(m=16, n=64, k=64, device="cpu")
     assert "decode" not in get_choices(on_cpu, CPU, TuneSettings(device="cpu", templates=everything)).pruned_counts()
 

@@ -277,6 +277,12 @@ def test_scaled_calls_the_problem_does_not_take_are_left_untuned():
     assert (blockwise.op, blockwise.scale, blockwise.k, blockwise.n) == ("scaled_mm", "block", 512, 384)
     other_blocks = classify_call("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 384), "float32")], out)
     assert other_blocks == "float8_e4m3fn with scales of shapes [256, 4] and [4, 384]"
+    fast_blocks = classify_call("aten::_scaled_mm", [a, b, t((256, 4), "float32"), t((4, 3), "float32")], out,
+                                fast_accum=True)
+    assert fast_blocks == "float8_e4m3fn with blockwise scales and use_fast_accum"  # left, not a failed model
+    b200, out200 = t((512, 200), transposed=True), t((256, 200), "bfloat16")
+    odd_blocks = classify_call("aten::_scaled_mm", [a, b200, t((256, 4), "float32"), t((4, 2), "float32")], out200)
+    assert odd_blocks == "float8_e4m3fn with blockwise scales, K or N not a multiple of 128"
     scales = [t((), "float32"), t((), "float32")]
     assert classify_call("aten::_scaled_mm", [a, b, *scales], t((256, 384), "float8_e4m3fn")) \
         == "float8_e4m3fn to float8_e4m3fn"

@@ -137,6 +137,9 @@ def test_aten_serves_it_on_hopper_only():
     assert "CPU takes tensorwise and rowwise scales only" in aten.unavailable_reason(block(), CPU)
     assert aten.unavailable_reason(block(device="cuda"), H200) is None
     assert "Hopper" in aten.unavailable_reason(block(device="cuda"), B200)
+    mi300 = DeviceInfo(device_type="cuda", name="AMD Instinct MI300X", capability="9.4", sm_count=304,
+                       smem_per_block=65536, l2_bytes=256 << 20, total_memory=192 << 30)
+    assert "not ROCm's" in aten.unavailable_reason(block(device="cuda"), mi300)
 
 
 def test_choices_on_an_h200():

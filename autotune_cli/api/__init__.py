@@ -191,8 +191,9 @@ class Dispatcher:
     def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
         """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's
         cached winner: float8_e4m3fn A (row-major) and B (column-major), fp32 scales per
-        tensor or per row of A ([m, 1]) and column of B ([1, n]); use_fast_accum picks the
-        problem tuned with --fast-accum. Anything else goes to torch._scaled_mm."""
+        tensor, per row of A ([m, 1]) and column of B ([1, n]), or per block ([m, k/128] and
+        [k/128, n/128]); use_fast_accum picks the problem tuned with --fast-accum. Anything
+        else goes to torch._scaled_mm."""
         fast = bool(use_fast_accum)
         key = self._scaled_key(a, b, scale_a, scale_b, bias, out_dtype, fast)
         run = self._scaled.get(key)

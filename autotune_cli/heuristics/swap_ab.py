@@ -10,7 +10,8 @@ all. The shared-memory prune stage (choices.py) drops those whose pipelined tile
   - default search: the shipped list, configs/triton_mm_swap_ab_cuda.json, 8 configs led by
     the two fastest on the H200's decode shapes (BN64 BK256 s5 w4, BN128 BK64 s5 w4) and
     then their neighbours. The default search times every choice it is given, and a decode
-    problem already gets triton::mm's and split-K's lists: a short list, not the product.
+    problem also gets GEMV's list (and, before Hopper, triton::mm's and split-K's: the decode
+    prune in choices.py): a short list, not the product.
   - exhaustive search: that list first, then the rest of the product. The search's tile
     model ranks them with every other template's configs; on decode shapes it puts most of
     them at the HBM floor, and ties go by each config's place in its own template's list

@@ -204,6 +204,10 @@ def _classify_scaled(args: Sequence[Any], out: Operand | None, source: str,
           and sym_eq(scale_b.sizes[0], (k + SCALE_BLOCK - 1) // SCALE_BLOCK)
           and sym_eq(scale_b.sizes[1], (n + SCALE_BLOCK - 1) // SCALE_BLOCK)):
         scale = "block"  # 1x128 blocks of A, 128x128 of B
+        if fast_accum:
+            return "float8_e4m3fn with blockwise scales and use_fast_accum"
+        if any(x.is_number and int(x) % SCALE_BLOCK for x in (sym(k), sym(n))):
+            return f"float8_e4m3fn with blockwise scales, K or N not a multiple of {SCALE_BLOCK}"
     else:
         shapes = [f"[{', '.join(map(str, t.sizes))}]" for t in (scale_a, scale_b)]
         return f"float8_e4m3fn with scales of shapes {shapes[0]} and {shapes[1]}"

@@ -40,10 +40,12 @@ class AtenScaledMMTemplate(Template):
 
     @staticmethod
     def _blockwise_unavailable(device) -> str | None:
-        """torch._scaled_mm takes 1x128 x 128x128 scales through cuBLASLt on Hopper (sm_90,
-        CUDA 12.9 and later); torch's CPU kernel takes tensorwise and rowwise scales only."""
+        """torch._scaled_mm takes 1x128 x 128x128 scales through cuBLASLt on Hopper (sm_90);
+        torch's CPU kernel takes tensorwise and rowwise scales only, its ROCm build none."""
         if device.device_type != "cuda":
             return "torch._scaled_mm on the CPU takes tensorwise and rowwise scales only"
+        if device.is_amd:
+            return "torch._scaled_mm's 1x128/128x128 blockwise scaling is cuBLASLt's, not ROCm's"
         capability = str(device.capability or "")
         if not capability.startswith("9."):
             return (f"torch._scaled_mm's 1x128/128x128 blockwise scaling is cuBLASLt's on Hopper "

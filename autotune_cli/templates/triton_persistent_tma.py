@@ -115,7 +115,7 @@ def tma_device_problem(device) -> str | None:
         return interpreter_descriptor_problem()
     if device.device_type != "cuda":
         return f"no TMA on device type {device.device_type!r}"
-    if "AMD" in (device.name or "").upper().split():
+    if device.is_amd:
         return "TMA descriptors are an NVIDIA feature"
     capability = device.compute_capability
     if capability is None:

@@ -169,7 +169,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
         if device.device_type == "cpu":
             return None
-        if device.device_type != "cuda" or "AMD" in (device.name or "").upper().split():
+        if device.device_type != "cuda" or device.is_amd:
             return "the float8 tiled kernel is written for NVIDIA's float8 MMA"
         capability = device.compute_capability
         if capability is None or capability < MIN_TILED_CAPABILITY:
