@@ -196,10 +196,10 @@ def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tu
     swap-AB runs the same product with the rows in the narrow slot, and triton::gemv splits
     K where the columns alone leave the GPU idle. On the H200's decode shapes none of them
     came within 1.6% of the winner, and they were 54 of 70 configs (bench/README.md, cold
-    tuning). A user's --space and the exhaustive search keep theirs."""
+    tuning). A user's --space or --templates and the exhaustive search keep theirs."""
     device, problem = ctx.device, ctx.problem
     if (device.device_type != "cuda" or device.is_amd or ctx.settings.search != "default"
-            or ctx.settings.space_file or problem.m > DECODE_M
+            or ctx.settings.space_file or ctx.settings.templates is not None or problem.m > DECODE_M
             or (device.compute_capability or (0, 0))[0] not in WIDE_M_SLOT_MAJORS
             or problem.fp32_mode == "ieee"  # float32 without tf32: no matrix instruction at all
             or not any(c.template.uid == SWAP_AB for c in kept)):

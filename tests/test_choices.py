@@ -93,11 +93,10 @@ def test_default_cuda_space_of_a_square_problem_loses_only_its_small_tiles():
 def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
     """M <= 16 on a GPU, default search: triton::mm, the persistent TMA tiles and split-K
     (rows in the M slot) are not compiled when triton::mm_swap_ab is offered; swap-AB, GEMV
-    and aten stay. Not at M = 17, not without swap-AB, not for the exhaustive search or a
-    --space, not before Hopper or on a consumer Blackwell (mma.sync), not on AMD, not for
+    and aten stay. Not at M = 17, not for the exhaustive search, a --space or a --templates
+    selection, not before Hopper or on a consumer Blackwell (mma.sync), not on AMD, not for
     float32 without tf32, not on the CPU."""
-    everything = ("aten::mm", "triton::mm", "triton::mm_persistent_tma", "triton::mm_swap_ab", "triton::gemv",
-                  "triton::mm_splitk")
+    everything = None  # every template: a --templates selection is the user's, kept whole
     decode = make_problem(m=16, n=4096, k=4096, dtype="bfloat16", layout="nt")
     result = get_choices(decode, H200, TuneSettings(device="cuda", templates=everything))
     assert result.pruned_counts() == {"decode": 54}  # 20 tiled + 10 persistent + 24 split-K configs
@@ -107,8 +106,8 @@ def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
     assert len(result.choices) + len(result.pruned) == result.considered
     wider = make_problem(m=17, n=4096, k=4096, dtype="bfloat16", layout="nt")
     assert "decode" not in get_choices(wider, H200, TuneSettings(device="cuda", templates=everything)).pruned_counts()
-    no_swap = get_choices(decode, H200, TuneSettings(device="cuda", templates=("aten::mm", "triton::mm")))
-    assert "decode" not in no_swap.pruned_counts() and any(c.uid == "triton::mm" for c in no_swap.choices)
+    chosen = get_choices(decode, H200, TuneSettings(device="cuda", templates=("triton::mm", "triton::mm_swap_ab")))
+    assert "decode" not in chosen.pruned_counts() and any(c.uid == "triton::mm" for c in chosen.choices)
     exhaustive = get_choices(decode, H200, TuneSettings(device="cuda", templates=everything, search="exhaustive"))
     assert "decode" not in exhaustive.pruned_counts()
     a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100", capability="8.0", sm_count=108,
