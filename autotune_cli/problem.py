@@ -22,6 +22,7 @@ Semantics (matching aten):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -43,6 +44,11 @@ SCALES = ("tensor", "row", "block")
 EPILOGUE_SCALES = ("tensor", "row")  # one factor per output element: applied after the K loop
 SCALE_ALIASES = {"tensorwise": "tensor", "rowwise": "row", "blockwise": "block"}
 SCALE_BLOCK = 128  # a "block" scale covers 1x128 of A and 128x128 of B
+
+
+def scale_blocks(size):
+    """How many blocks of SCALE_BLOCK cover `size` (an int, or a sympy size of a model's)."""
+    return (size + SCALE_BLOCK - 1) // SCALE_BLOCK
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 FP8_LAYOUT = "nt"
 FP8_MAX = {"float8_e4m3fn": 448.0}  # the largest finite value: where quantizing scales to
@@ -199,7 +205,7 @@ class GemmProblem:
         """Fewest bytes a kernel must move: each operand read once, the output written once."""
         if self.op == "scaled_mm":
             shape_a, shape_b = self.scale_shapes()
-            scales = max(1, _count(shape_a)) + max(1, _count(shape_b))
+            scales = math.prod(shape_a) + math.prod(shape_b)  # a per-tensor scale's () is 1
             out = DTYPE_SIZE[self.result_dtype]
             return (self.m * self.k + self.k * self.n) * self.dtype_size + 4 * scales \
                 + (self.m * self.n + (self.n if self.bias else 0)) * out
@@ -231,8 +237,7 @@ class GemmProblem:
             return (), ()
         if self.scale == "row":
             return (self.m, 1), (1, self.n)
-        k_blocks = -(-self.k // SCALE_BLOCK)
-        return (self.m, k_blocks), (k_blocks, -(-self.n // SCALE_BLOCK))
+        return (self.m, scale_blocks(self.k)), (scale_blocks(self.k), scale_blocks(self.n))
 
     def tflops(self, ms: float) -> float:
         return self.flops / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
@@ -329,13 +334,6 @@ def make_problem(
         layout=str(layout).lower(), bias=bias, allow_tf32=allow_tf32, device=device,
         scale=scale, out_dtype=out_dtype, fast_accum=fast_accum,
     )
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count if shape else 0
 
 
 def _out_dtype(name: str) -> str:

@@ -94,7 +94,7 @@ def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
 
 def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool) -> GemmProblem:
     """The scaled_mm problem a torch._scaled_mm call poses (UserError: one not tuned)."""
-    from ..problem import FP8_DTYPES, FP8_LAYOUT, SCALE_BLOCK
+    from ..problem import FP8_DTYPES, FP8_LAYOUT, scale_blocks
 
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise TorchDecides("the operands' shapes do not match")
@@ -112,8 +112,7 @@ def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool)
         scale = "tensor"
     elif tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
         scale = "row"
-    elif (tuple(scale_a.shape) == (m, -(-k // SCALE_BLOCK))
-          and tuple(scale_b.shape) == (-(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK))):
+    elif tuple(scale_a.shape) == (m, scale_blocks(k)) and tuple(scale_b.shape) == (scale_blocks(k), scale_blocks(n)):
         scale = "block"  # 1x128 blocks of A, 128x128 of B
     else:
         raise UserError(f"scales of shapes {list(scale_a.shape)} and {list(scale_b.shape)} are not tuned "

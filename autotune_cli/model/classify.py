@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK
+from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, scale_blocks
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 MATMUL_OPS = {
@@ -200,9 +200,8 @@ def _classify_scaled(args: Sequence[Any], out: Operand | None, source: str,
           and sym_eq(scale_b.sizes[1], n)):
         scale = "row"
     elif (len(scale_a.sizes) == 2 and len(scale_b.sizes) == 2 and sym_eq(scale_a.sizes[0], m)
-          and sym_eq(scale_a.sizes[1], (k + SCALE_BLOCK - 1) // SCALE_BLOCK)
-          and sym_eq(scale_b.sizes[0], (k + SCALE_BLOCK - 1) // SCALE_BLOCK)
-          and sym_eq(scale_b.sizes[1], (n + SCALE_BLOCK - 1) // SCALE_BLOCK)):
+          and sym_eq(scale_a.sizes[1], scale_blocks(k)) and sym_eq(scale_b.sizes[0], scale_blocks(k))
+          and sym_eq(scale_b.sizes[1], scale_blocks(n))):
         scale = "block"  # 1x128 blocks of A, 128x128 of B
         if fast_accum:
             return "float8_e4m3fn with blockwise scales and use_fast_accum"

@@ -46,10 +46,9 @@ class AtenScaledMMTemplate(Template):
             return "torch._scaled_mm on the CPU takes tensorwise and rowwise scales only"
         if device.is_amd:
             return "torch._scaled_mm's 1x128/128x128 blockwise scaling is cuBLASLt's, not ROCm's"
-        capability = str(device.capability or "")
-        if not capability.startswith("9."):
+        if (device.compute_capability or (0, 0))[0] != 9:
             return (f"torch._scaled_mm's 1x128/128x128 blockwise scaling is cuBLASLt's on Hopper "
-                    f"(compute capability 9.x), the device has {capability or 'an unknown one'}")
+                    f"(compute capability 9.x), the device has {device.capability or 'an unknown one'}")
         return None
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:

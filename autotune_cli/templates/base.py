@@ -176,8 +176,8 @@ class Template(ABC):
     # The tile model (roofline.tile_seconds) describes this template's kernel closely enough
     # that a config it puts far behind the best is not compiled (choices.tile_model_stage).
     model_prunable: bool = False
-    # Its tiles put A's rows in the matrix instruction's M slot (plain tiled and persistent
-    # GEMMs): for a decode problem swap-AB serves it better (choices.decode_stage).
+    # Its tiles put A's rows in the matrix instruction's M slot (plain tiled, persistent and
+    # split-K GEMMs): for a decode problem swap-AB serves it better (choices.decode_stage).
     rows_in_m_slot: bool = False
     # Whether a built kernel writes buffers of its own on every call (the alignment
     # templates' padded copies of operands): two threads must not share one (the API builds

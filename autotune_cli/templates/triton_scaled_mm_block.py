@@ -36,6 +36,7 @@ class TritonScaledMMBlockTemplate(TritonScaledMMTiledTemplate):
         return problem.op in self.ops and problem.scale == "block"
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
+        # TritonTemplate's: the tiled template's EVEN_K and FAST_ACCUM have no place here
         params = super(TritonScaledMMTiledTemplate, self).full_params(problem, config)
         if params["BLOCK_K"] != SCALE_BLOCK:
             raise ValueError(f"{self.uid}: BLOCK_K must be {SCALE_BLOCK} (one block of scales a step), "
