@@ -208,9 +208,25 @@ def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tu
             for c in kept if getattr(c.template, "rows_in_m_slot", False)]
 
 
+def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
+    """Of a GPU problem's default search, the configs of a template whose padded twin also
+    serves it (`Template.padded_twin`: triton::mm beside triton::mm_padded, offered where K
+    or N is not a multiple of 16): the twin runs the same tiles on copies with aligned rows,
+    loaded 16 bytes at a time, where this one loads the misaligned rows element by element
+    and takes the longest compiles of the problem. On the H200's odd and lm_head problems
+    no plain tile came within 3.4x of the best padded one (bench/README.md, cold tuning). A
+    user's --space or --templates and the exhaustive search keep theirs."""
+    if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
+            or ctx.settings.templates is not None):
+        return []
+    offered = {c.template.uid for c in kept}
+    return [(c, f"its rows are misaligned; {c.template.padded_twin} runs its tiles on aligned copies")
+            for c in kept if getattr(c.template, "padded_twin", None) in offered]
+
+
 # Stages over the whole list of kept choices, after the per-choice ones: (name, stage), each
 # returning the (choice, reason) pairs it removes.
-SET_STAGES = [("tile_model", tile_model_stage), ("decode", decode_stage)]
+SET_STAGES = [("tile_model", tile_model_stage), ("decode", decode_stage), ("misaligned", misaligned_stage)]
 
 
 PRUNE_STAGES: list[tuple[str, PruneStage]] = [

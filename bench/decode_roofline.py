@@ -5,7 +5,9 @@ For each decode shape, in one process with the tuner's timer and policy (bench/c
   - triton::mm at the tuned winner's config and at configs around it (more programs: BLOCK_N
     32 gives 128 programs on 4096 columns, wider BLOCK_K, stages, warps), each verified;
   - a read-only Triton kernel over B alone (each program sums a contiguous share of B into one
-    float), at several program counts and block sizes: no matmul, only B's bytes read once.
+    float), at several program counts and block sizes, also launched as a programmatic
+    dependent launch (PDL), and one whose tiles come through TMA in a pipelined loop: no
+    matmul, only B's bytes read once.
     Its best time is what any kernel that must read B takes here, and so the practical
     floor; "x floor" divides by bytes / 4.3 TB/s (the H200's HBM bandwidth).
 
@@ -61,14 +63,63 @@ def read_sum(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(OUT + pid, tl.sum(acc, axis=0))
 
 
-def reader(programs: int, block: int, warps: int):
-    """A runnable (ops -> None) that reads ops.b once with `programs` programs."""
+@triton.jit
+def read_sum_pdl(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
+    """read_sum launched as a programmatic dependent launch: the grid may be scheduled while
+    the previous kernel drains, and waits for it (gdc_wait) before reading anything."""
+    tl.extra.cuda.gdc_wait()
+    tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * PER_PROGRAM
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for offset in range(0, PER_PROGRAM, BLOCK):
+        idx = start + offset + tl.arange(0, BLOCK)
+        acc += tl.load(B + idx, mask=idx < total, other=0.0).to(tl.float32)
+    tl.store(OUT + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def read_tma(desc, OUT, ROWS_PER_PROGRAM: tl.constexpr, BLOCK_ROWS: tl.constexpr, COLS: tl.constexpr,
+             STAGES: tl.constexpr):
+    """Program p sums rows [p*ROWS_PER_PROGRAM, ...) of B viewed as [rows, COLS], tiles of
+    [BLOCK_ROWS, COLS] loaded by TMA in a loop pipelined STAGES deep."""
+    pid = tl.program_id(0)
+    first = pid * ROWS_PER_PROGRAM
+    acc = tl.zeros((BLOCK_ROWS, COLS), dtype=tl.float32)
+    for step in tl.range(0, ROWS_PER_PROGRAM, BLOCK_ROWS, num_stages=STAGES):
+        acc += desc.load([first + step, 0]).to(tl.float32)
+    tl.store(OUT + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
+def reader(programs: int, block: int, warps: int, pdl: bool = False):
+    """A runnable (ops -> None) that reads ops.b once with `programs` programs (`pdl`: as a
+    programmatic dependent launch)."""
     sums = torch.empty(programs, device="cuda", dtype=torch.float32)
+    kernel = read_sum_pdl if pdl else read_sum
+    extra = {"launch_pdl": True} if pdl else {}
 
     def run(ops):
         total = ops.b.numel()
         per_program = triton.cdiv(triton.cdiv(total, programs), block) * block
-        read_sum[(programs,)](ops.b, sums, total, PER_PROGRAM=per_program, BLOCK=block, num_warps=warps)
+        kernel[(programs,)](ops.b, sums, total, PER_PROGRAM=per_program, BLOCK=block, num_warps=warps, **extra)
+
+    return run
+
+
+def tma_reader(programs: int, block_rows: int, cols: int, stages: int, warps: int = 4):
+    """A runnable that reads ops.b once through TMA (B's elements a multiple of
+    programs x block_rows x cols)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    sums = torch.empty(programs, device="cuda", dtype=torch.float32)
+
+    def run(ops):
+        rows = ops.b.numel() // cols
+        if rows % (programs * block_rows):
+            raise ValueError(f"{rows} rows of {cols} do not split into {programs} x {block_rows}")
+        desc = TensorDescriptor(ops.b.view(rows, cols), [rows, cols], [cols, 1], [block_rows, cols])
+        read_tma[(programs,)](desc, sums, ROWS_PER_PROGRAM=rows // programs, BLOCK_ROWS=block_rows, COLS=cols,
+                              STAGES=stages, num_warps=warps)
 
     return run
 
@@ -109,9 +160,15 @@ def main() -> None:
             runs.append(bench.runnable(problem, {"uid": "triton::mm", "params": params}, kernel_dir))
             labels.append("triton::mm BN{BLOCK_N} BK{BLOCK_K} s{num_stages} w{num_warps}".format(**config))
         for programs in (132, 264, 528, 1056, 2112):
-            for block, warps in ((2048, 4), (4096, 8)):
+            for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
                 runs.append(reader(programs, block, warps))
                 labels.append(f"read B only: {programs} programs, block {block}, {warps} warps")
+        for programs in (1056, 2112):
+            runs.append(reader(programs, 4096, 8, pdl=True))
+            labels.append(f"read B only, PDL: {programs} programs, block 4096, 8 warps")
+        for programs, block_rows, stages in ((128, 16, 4), (256, 16, 4), (256, 16, 6), (512, 8, 4), (512, 16, 3)):
+            runs.append(tma_reader(programs, block_rows, 256, stages))
+            labels.append(f"read B only, TMA: {programs} programs, [{block_rows}, 256] x {stages} stages")
         runs, labels = launchable(problem, runs, labels)
         times, verdicts = bench.time_many(problem, runs, rounds=4)
         print(f"== {name} bf16: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)

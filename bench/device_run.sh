@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Run one benchmark on a GPU machine, from the repository root of a checkout:
+# Run benchmarks on a GPU machine, from the repository root of a checkout:
 #
-#   bash bench/device_run.sh [--tests] SCRIPT [ARGS...]
+#   bash bench/device_run.sh [--tests[=PATHS]] SCRIPT [ARGS...] [--- SCRIPT [ARGS...]]...
 #   bash bench/device_run.sh --tests bench/gpu_llm_suite.py --only decode
+#   bash bench/device_run.sh --tests=tests/test_fp8.py bench/fp8_suite.py --- bench/cold_tune.py --mode each
 #
-# --tests   run the GPU tests (pytest -m gpu) first; the benchmark runs either way.
+# --tests   run the GPU tests (pytest -m gpu) first, all of them or those under the
+#           comma-separated PATHS; the benchmarks run either way, one after another
+#           (separated by ---), each one's output appended to $OUT/bench.log.
 # Wheels in .whl/ (for a machine without a package index) are installed under
 # /tmp/site and put on PYTHONPATH after the checkout. Bytecode is kept under
 # /tmp/pycache: an image that sets PYTHONDONTWRITEBYTECODE=1 would otherwise compile
@@ -12,10 +15,13 @@
 # Logs and the scripts' JSON go to $OUT (default bench_out/).
 set -uo pipefail
 
-tests=0
-if [ "${1:-}" = --tests ]; then tests=1; shift; fi
+tests=""
+case "${1:-}" in
+  --tests) tests=tests; shift ;;
+  --tests=*) tests=${1#--tests=}; tests=${tests//,/ }; shift ;;
+esac
 if [ $# -lt 1 ]; then
-  echo "usage: bash bench/device_run.sh [--tests] SCRIPT [ARGS...]" >&2
+  echo "usage: bash bench/device_run.sh [--tests[=PATHS]] SCRIPT [ARGS...] [--- SCRIPT [ARGS...]]..." >&2
   exit 2
 fi
 
@@ -28,19 +34,35 @@ unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=/tmp/pycache
 export OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
+: > "$OUT/bench.log"
 
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu \
     --format=csv,noheader | tee "$OUT/gpu.txt"
 fi
 status=0
-if [ "$tests" = 1 ]; then
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 \
+if [ -n "$tests" ]; then
+  # shellcheck disable=SC2086  # PATHS split on spaces on purpose
+  python3 -m pytest -q -m gpu -p no:cacheprovider $tests 2>&1 \
     | tee "$OUT/pytest_gpu.log" | tail -25
   status=${PIPESTATUS[0]}
 fi
-echo "=== $*"
-python3 "$@" 2>&1 | tee "$OUT/bench.log"
-bench=${PIPESTATUS[0]}
-[ "$bench" -ne 0 ] && status=$bench
+
+run_one() {
+  echo "=== $*" | tee -a "$OUT/bench.log"
+  python3 "$@" 2>&1 | tee -a "$OUT/bench.log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -ne 0 ] && status=$rc
+}
+
+args=()
+for word in "$@"; do
+  if [ "$word" = --- ]; then
+    [ ${#args[@]} -gt 0 ] && run_one "${args[@]}"
+    args=()
+  else
+    args+=("$word")
+  fi
+done
+[ ${#args[@]} -gt 0 ] && run_one "${args[@]}"
 exit "$status"

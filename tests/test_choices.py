@@ -172,3 +172,28 @@ def test_a_choice_its_result_and_its_compile_request_share_one_identity():
     assert compile_key(choice)[0] == choice.identity
     again = get_choices(problem, device, TuneSettings(device="cpu", templates=("triton::mm",))).choices[0]
     assert compile_key(again) == compile_key(choice)
+
+
+def test_a_misaligned_problem_leaves_out_the_plain_tiles_where_the_padded_twin_serves_it():
+    """K or N off 16 elements on a GPU, default search: triton::mm's tiles are not compiled
+    where triton::mm_padded (the same tiles on aligned copies) is offered; the padded tiles
+    and the aten candidates stay. Not for an aligned problem, bmm (no padded twin), the
+    exhaustive search, a --templates selection or the CPU."""
+    odd = make_problem(m=1000, n=3000, k=777, dtype="float16")
+    result = get_choices(odd, H200, TuneSettings(device="cuda"))
+    dropped = [p for p in result.pruned if p.stage == "misaligned"]
+    assert dropped and {p.choice.uid for p in dropped} == {"triton::mm"}
+    assert "triton::mm_padded runs its tiles on aligned copies" in dropped[0].reason
+    assert {c.uid for c in result.choices} == {"aten::mm", "aten::mm_aligned", "triton::mm_padded"}
+    padded = {tuple(sorted(c.config_dict.items())) for c in result.choices if c.uid == "triton::mm_padded"}
+    assert {tuple(sorted(p.choice.config_dict.items())) for p in dropped} <= padded  # the same tiles
+    aligned = make_problem(m=1024, n=3072, k=768, dtype="float16")
+    assert "misaligned" not in get_choices(aligned, H200, TuneSettings(device="cuda")).pruned_counts()
+    bmm = make_problem(m=100, n=300, k=77, batch=4, dtype="float16")
+    assert "misaligned" not in get_choices(bmm, H200, TuneSettings(device="cuda")).pruned_counts()
+    exhaustive = get_choices(odd, H200, TuneSettings(device="cuda", search="exhaustive"))
+    assert "misaligned" not in exhaustive.pruned_counts()
+    chosen = get_choices(odd, H200, TuneSettings(device="cuda", templates=("triton::mm", "triton::mm_padded")))
+    assert "misaligned" not in chosen.pruned_counts() and any(c.uid == "triton::mm" for c in chosen.choices)
+    on_cpu = make_problem(m=10, n=30, k=7, device="cpu")
+    assert "misaligned" not in get_choices(on_cpu, CPU, TuneSettings(device="cpu")).pruned_counts()

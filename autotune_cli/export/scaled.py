@@ -23,7 +23,7 @@ The choices Inductor offers a scaled_mm, each with its template uid:
     TMA_EXPERIMENTAL_API, SCALE_RECIPE_A/B as ScalingType values). Our FLATTEN,
     PROMOTE_IN_DOT and WARP_SPECIALIZE have no twin there and are said in a note.
   * ``triton::mm`` with the scaling epilogue: our tiled triton::scaled_mm maps to it.
-  Our triton::scaled_mm_splitk has none.
+  Our triton::scaled_mm_splitk and triton::scaled_gemv have none.
 """
 
 from __future__ import annotations

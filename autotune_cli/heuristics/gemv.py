@@ -1,4 +1,5 @@
-"""Heuristics for triton::gemv, the decode GEMM bound by reading B (templates/triton_gemv.py).
+"""Heuristics for triton::gemv, the decode GEMM bound by reading B (templates/triton_gemv.py),
+and for its float8 form triton::scaled_gemv (the same tiles with BLOCK_K doubled: FP8_TILES).
 
 Where it is offered: M <= 16, decided by the template's `supports`.
 
@@ -34,11 +35,14 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from ..problem import GemmProblem
+from ..problem import FP8_DTYPES, GemmProblem
 from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
 from .registry import Heuristic, register_heuristic
 
 GEMV = "triton::gemv"
+SCALED_GEMV = "triton::scaled_gemv"  # the same kernel for float8 operands (templates/triton_scaled_gemv.py)
+DOT_SERVED = DOT_DTYPES + FP8_DTYPES  # what DOT serves across the two templates (each serves one kind)
+FP8_DOT_LEAST_K = 32  # the float8 MMA's K step
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
 TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE")
 FMA, EACH, DOT = "fma", "each", "dot"
@@ -90,6 +94,15 @@ EXHAUSTIVE = {
 }
 MAX_EXHAUSTIVE = 160
 CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
+# Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the tiles above
+# with BLOCK_K doubled, the same bytes a step at one byte an element. Not swept yet.
+FP8_TILES = {
+    True: (Tile(EACH, 4, 8192, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 4096, 4), Tile(FMA, 8, 1024, 4),
+           Tile(DOT, 32, 1024, 4, 3, 1), Tile(DOT, 16, 1024, 2, 3, 1)),
+    False: (Tile(DOT, 32, 1024, 4, 3, 1), Tile(DOT, 32, 1024, 4, 4, 1), Tile(DOT, 16, 1024, 2, 3, 1),
+            Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 32, 2048, 4, 2, 1), Tile(DOT, 64, 512, 4, 3, 1),
+            Tile(DOT, 32, 512, 4, 3, None, 1), Tile(DOT, 64, 512, 4, 3, None, 1)),
+}
 
 
 def fit_tile(form: str, block_m: int, block_n: int, block_k: int, warps: int, k_fast: bool) -> tuple[int, int]:
@@ -147,14 +160,14 @@ def _scaled(problem: GemmProblem, form: str, block_n: int, block_k: int) -> tupl
 def cuda_cores(problem: GemmProblem) -> bool:
     """Whether the CUDA-core forms are offered: up to CUDA_CORE_MAX_M rows, or where DOT
     cannot serve (float32)."""
-    return problem.m <= CUDA_CORE_MAX_M or problem.dtype not in DOT_DTYPES
+    return problem.m <= CUDA_CORE_MAX_M or problem.dtype not in DOT_SERVED
 
 
 def forms_for(problem: GemmProblem) -> tuple[str, ...]:
     """The forms worth offering: the CUDA-core ones (`cuda_cores`), DOT for the 16-bit
     dtypes."""
     forms = (FMA, EACH) if cuda_cores(problem) else ()
-    return forms + ((DOT,) if problem.dtype in DOT_DTYPES else ())
+    return forms + ((DOT,) if problem.dtype in DOT_SERVED else ())
 
 
 def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = False) -> Iterator[dict[str, Any]]:
@@ -163,7 +176,7 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
     for a dtype it does not serve, and duplicates, dropped."""
     seen: set[tuple] = set()
     for tile in tiles:
-        if tile.form == DOT and problem.dtype not in DOT_DTYPES:
+        if tile.form == DOT and problem.dtype not in DOT_SERVED:
             continue
         block_m = DOT_M if tile.form == DOT else gemv_block_m(problem.m)
         block_n, block_k = fit_tile(tile.form, block_m, *_scaled(problem, tile.form, tile.block_n, tile.block_k),
@@ -176,6 +189,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                 splits = [split]
             else:
                 splits = [1, split] if tile.form == DOT else [split, split * 2]
+        if tile.form == DOT and problem.dtype in FP8_DTYPES and block_k < FP8_DOT_LEAST_K:
+            continue
         for split in splits:
             if not slice_fits(problem, block_k, split):
                 continue
@@ -251,3 +266,14 @@ class GemvCpu(_Gemv):
 
     def tiles(self, problem: GemmProblem) -> tuple:
         return CPU_TILES
+
+
+@register_heuristic(SCALED_GEMV, "cuda")
+class ScaledGemvCuda(_Gemv):
+    def tiles(self, problem: GemmProblem) -> tuple:
+        return FP8_TILES[cuda_cores(problem)]
+
+
+@register_heuristic(SCALED_GEMV, "cpu")
+class ScaledGemvCpu(GemvCpu):
+    pass

@@ -69,6 +69,7 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
 
 class TritonGemvTemplate(TritonTemplate):
     template_file = TEMPLATE_FILE
+    dot_dtypes = DOT_DTYPES  # the dtypes DOT serves
     config_keys = CONFIG_KEYS
     defaults = DEFAULTS
     # No GROUP_M; blocks below 16 (but for DOT); the rows one tile of M.
@@ -104,15 +105,24 @@ class TritonGemvTemplate(TritonTemplate):
         if params["DOT"]:
             if block_m != DOT_M or params["BLOCK_N"] < DOT_M or params["BLOCK_K"] < DOT_M:
                 raise ValueError(f"{self.uid}: DOT needs BLOCK_M={DOT_M} and BLOCK_N, BLOCK_K >= {DOT_M}")
-            if problem.dtype not in DOT_DTYPES:
-                raise ValueError(f"{self.uid}: DOT serves {' and '.join(DOT_DTYPES)}, not {problem.dtype}")
+            if problem.dtype not in self.dot_dtypes:
+                raise ValueError(f"{self.uid}: DOT serves {' and '.join(self.dot_dtypes)}, not {problem.dtype}")
             params["REDUCE_EACH"] = 0
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
         params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
         params["EVEN_M"] = problem.m == block_m
 
+    def scale_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
+        """The float8 variables of the source (triton::scaled_gemv): none here."""
+        return {"SCALE": "", "FAST_ACCUM": False}
+
+    def scale_arguments(self, problem: GemmProblem, ops: Operands) -> tuple[tuple, tuple]:
+        """(tensors, numbers) the kernels that write C take after their other tensors and
+        after their other numbers (the float8 scales and their strides): none here."""
+        return (), ()
+
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
-        context = self.render_context(problem, params)
+        context = {**self.render_context(problem, params), **self.scale_context(problem, params)}
         return self.finish(jinja_template(self.template_file).render(
             **context,
             reduce_name=f"gemv_reduce_{context['digest']}",
@@ -138,7 +148,7 @@ class TritonGemvTemplate(TritonTemplate):
         blocks = -(-n // params["BLOCK_N"])
         grid = (blocks, split)
         reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
-        bias_strides_n = problem.op == "addmm" and problem.bias == "n"
+        bias_strides_n = problem.bias == "n"  # a row vector (addmm's [n], scaled_mm's bias)
         workspaces: dict[Any, Any] = {}
 
         def workspace(device):
@@ -156,14 +166,16 @@ class TritonGemvTemplate(TritonTemplate):
         def arguments(ops: Operands) -> tuple[tuple, tuple]:
             a, b, c = ops.a, ops.b, ops.out
             bias, bias_args = bias_arguments(ops, bias_strides_n)
+            scales, scale_strides = self.scale_arguments(problem, ops)
             if split == 1:
-                return (a, b, c, bias, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args), ()
+                return (a, b, c, bias, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args,
+                        *scale_strides), ()
             ws, counters = workspace(c.device)
             if fused:
-                return (a, b, ws, c, bias, counters, m, n, k, *a.stride(), *b.stride(), *c.stride(),
-                        *bias_args), ()
+                return (a, b, ws, c, bias, counters, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(),
+                        *bias_args, *scale_strides), ()
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
-                    (ws, c, bias, m, n, *c.stride(), *bias_args))
+                    (ws, c, bias, *scales, m, n, *c.stride(), *bias_args, *scale_strides))
 
         launch_partial = Launcher(partial, num_warps, num_stages)
         launch_reduce = Launcher(reduce, REDUCE_WARPS, 1) if reduce is not None else None
@@ -190,6 +202,8 @@ class TritonGemvTemplate(TritonTemplate):
             the tensors worked out once, each launch bound (the workspace and counters are
             the runnable's own, fixed per device). Decode GEMMs take a few microseconds on
             the GPU: an unbound launch costs more than the kernel."""
+            if self.scale_arguments(problem, sample)[0]:
+                return None  # scaled_mm's calls are not bound (api/calls.scaled_kernel_call)
             first, second = arguments(sample)
             no_bias = sample.bias is None
             if split == 1:

@@ -23,6 +23,7 @@ TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 class TritonMMTemplate(TritonTemplate):
     model_prunable = True  # choices.tile_model_stage
     rows_in_m_slot = True  # choices.decode_stage
+    padded_twin = "triton::mm_padded"  # choices.misaligned_stage
     template_file = TEMPLATE_FILE
     params_schema = {**TILE_SCHEMA, "EVEN_K": Bool()}
 

@@ -47,6 +47,7 @@ def padded_n(problem: GemmProblem) -> int:
 
 class TritonMMPaddedTemplate(TritonMMTemplate):
     keeps_buffers = True  # the padded copies of the operands
+    padded_twin = None  # it is the twin
 
     def __init__(self) -> None:
         super().__init__("triton::mm_padded", ("mm", "addmm"))

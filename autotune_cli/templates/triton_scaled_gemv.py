@@ -1,0 +1,73 @@
+"""triton::scaled_gemv (scaled_mm, M <= 16): the float8 decode GEMM as a stream over B.
+
+A decode GEMM reads B once and does little else; in float8 B is half the bytes of bf16, so
+the kernel that keeps the most loads in flight wins, as for triton::gemv. This is that
+template (templates/triton_gemv.py: the forms, the split over K, the fused sum of the
+slices) for torch._scaled_mm's operands: A [m, k] row-major and B [k, n] column-major
+(stored [n, k], the decode weight's layout) in float8, the float32 sum multiplied by the
+tensorwise or rowwise scales and then the [n] bias added where C is written (by the one
+kernel, by the last slice with FUSED_REDUCE, or by the second kernel), rounded to the
+output dtype. DOT takes float8 into the matrix units; without fast accumulation (torch's
+default) each K step's products are summed apart and added in float32. The scale kind, the
+output dtype and the accumulation are params, as in the other float8 templates, so that two
+problems differing in them never share a compile or a cached config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..problem import EPILOGUE_SCALES, FP8_DTYPES, OUT_DTYPES, GemmProblem
+from .base import Operands
+from .params import Bool, Choice
+from .registry import register_template
+from .triton_gemv import MAX_M, TritonGemvTemplate
+from .triton_scaled_mm import MIN_TILED_CAPABILITY
+
+UID = "triton::scaled_gemv"
+
+
+class TritonScaledGemvTemplate(TritonGemvTemplate):
+    dot_dtypes = FP8_DTYPES
+    params_schema = {**TritonGemvTemplate.params_schema, "SCALE": Choice(EPILOGUE_SCALES),
+                     "OUT_DTYPE": Choice(OUT_DTYPES), "FAST_ACCUM": Bool()}
+
+    def supports(self, problem: GemmProblem) -> bool:
+        """Decode shapes with tensorwise or rowwise scales (blockwise ones are applied per
+        K block: templates/triton_scaled_mm_block.py)."""
+        return problem.op in self.ops and problem.scale in EPILOGUE_SCALES and problem.m <= MAX_M
+
+    def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
+        if device.device_type == "cpu":
+            return None
+        if device.device_type != "cuda" or device.is_amd:
+            return "the float8 GEMV is written for NVIDIA's float8 conversions and MMA"
+        capability = device.compute_capability
+        if capability is None or capability < MIN_TILED_CAPABILITY:
+            return (f"float8 needs compute capability >= 8.9, the device has "
+                    f"{device.capability or 'an unknown one'}")
+        return None
+
+    def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
+        super().extra_params(problem, params)
+        params["SCALE"] = problem.scale
+        params["OUT_DTYPE"] = problem.result_dtype
+        params["FAST_ACCUM"] = problem.fast_accum
+
+    def render_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
+        context = super().render_context(problem, params)
+        context["HAS_BIAS"] = bool(problem.bias)  # scaled_mm's bias, a row vector [n]
+        return context
+
+    def scale_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
+        return {"SCALE": params["SCALE"], "FAST_ACCUM": bool(params["FAST_ACCUM"])}
+
+    def scale_arguments(self, problem: GemmProblem, ops: Operands) -> tuple[tuple, tuple]:
+        """The two scales, then their strides along M and N (rowwise: [m, 1] and [1, n];
+        tensorwise: one value each, strides unused)."""
+        sa, sb = ops.scale_a, ops.scale_b
+        strides = (sa.stride(0), sb.stride(1)) if problem.scale == "row" else (0, 0)
+        return (sa, sb), strides
+
+
+register_template(TritonScaledGemvTemplate(UID, ("scaled_mm",)))

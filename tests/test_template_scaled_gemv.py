@@ -1,0 +1,138 @@
+"""triton::scaled_gemv: triton::gemv's decode stream over B for torch._scaled_mm's float8
+operands. Under Triton's interpreter each form (FMA, REDUCE_EACH, DOT with and without fast
+accumulation) and each way of summing a split of K (one kernel, a second kernel, the fused
+last slice) runs against the float64 product of the dequantized operands, tensorwise and
+rowwise, with and without the bias; the source says which scales it applies; its configs
+are float8's own; the CLI tunes it on the CPU. A GPU test runs every default config."""
+
+import ast
+import json
+
+import pytest
+
+from autotune_cli.device import DeviceInfo
+from autotune_cli.heuristics import lookup_heuristic
+from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K
+from autotune_cli.problem import make_problem
+from autotune_cli.templates import get_template, templates_for
+from helpers_kernels import run_kernel
+
+UID = "triton::scaled_gemv"
+H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
+                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
+A100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
+                  smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
+CPU = DeviceInfo(device_type="cpu", name="cpu")
+
+
+def fp8(scale="row", device="cpu", **kwargs):
+    args = dict(m=5, n=48, k=256, dtype="float8_e4m3fn", scale=scale, device=device)
+    args.update(kwargs)
+    return make_problem(**args)
+
+
+def tile(block_m, split=1, dot=0, each=0, fused=0, block_n=16, block_k=32):
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
+            "num_stages": 1, "num_warps": 4, "DOT": dot, "REDUCE_EACH": each, "FUSED_REDUCE": fused}
+
+
+def test_offered_for_tensorwise_and_rowwise_decode_only():
+    assert UID in {t.uid for t in templates_for(fp8(m=16))}
+    assert UID in {t.uid for t in templates_for(fp8("tensor", m=1))}
+    assert UID not in {t.uid for t in templates_for(fp8(m=17))}
+    assert UID not in {t.uid for t in templates_for(fp8("block", m=8, n=128, k=256))}
+    assert UID not in {t.uid for t in templates_for(make_problem(m=8, n=48, k=256, dtype="bfloat16"))}
+    template = get_template(UID)
+    assert template.unavailable_reason(fp8(device="cuda"), H200) is None
+    assert template.unavailable_reason(fp8(), CPU) is None
+    assert "compute capability >= 8.9" in template.unavailable_reason(fp8(device="cuda"), A100)
+
+
+@pytest.mark.parametrize("scale, bias, m, k, config", [
+    ("row", "n", 5, 256, tile(8)),                                   # FMA, one kernel
+    ("tensor", None, 3, 200, tile(4, split=2, each=1)),              # per-step sums, the second kernel
+    ("row", None, 8, 256, tile(8, split=2, fused=1)),                # the fused last slice
+    ("tensor", "n", 16, 256, tile(16, dot=1)),                       # DOT, M = BLOCK_M
+    ("row", "n", 9, 96, tile(16, split=2, dot=1, fused=1)),          # DOT, rows past M, a short slice
+], ids=["fma-row-bias", "each-split-tensor", "fused-row", "dot-tensor-bias", "dot-fused-row-bias"])
+def test_computes_the_scaled_product(scale, bias, m, k, config, tmp_path):
+    problem = fp8(scale, m=m, k=k, bias=bias)
+    template = get_template(UID)
+    params = template.full_params(problem, config)
+    assert (params["SCALE"], params["OUT_DTYPE"], params["FAST_ACCUM"]) == (scale, "bfloat16", False)
+    result = run_kernel(problem, template, config, tmp_path, calls=2)  # workspace, counters reused
+    assert result.correct, result.reasons
+    assert result.discriminating
+    if config["FUSED_REDUCE"]:
+        (_, counters), = result.run.workspaces.values()
+        assert int(counters.abs().sum()) == 0
+
+
+def test_the_source_applies_the_scales_once_where_c_is_written():
+    template = get_template(UID)
+    row = template.render(fp8("row"), template.full_params(fp8("row"), tile(8, split=2)))
+    ast.parse(row)
+    # the partial kernel writes float32 planes; the second kernel scales, once per element
+    assert row.count("SCALE_A + row * stride_scale_a") == 1 and row.count("SCALE_B + col * stride_scale_b") == 1
+    tensor = template.render(fp8("tensor"), template.full_params(fp8("tensor"), tile(8)))
+    assert "tl.load(SCALE_A) * tl.load(SCALE_B)" in tensor and "stride_scale_a" in tensor
+    dot = fp8("row", m=16)
+    slow = template.render(dot, template.full_params(dot, tile(16, dot=1)))
+    fast_problem = fp8("row", m=16, fast_accum=True)
+    fast = template.render(fast_problem, template.full_params(fast_problem, tile(16, dot=1)))
+    assert "acc += tl.dot(b, a, out_dtype=tl.float32)" in slow and "acc += tl.dot" not in fast
+    # triton::gemv's own source carries none of it
+    plain = make_problem(m=5, n=48, k=256, dtype="bfloat16", layout="nt")
+    gemv = get_template("triton::gemv")
+    assert "SCALE" not in gemv.render(plain, gemv.full_params(plain, tile(8)))
+
+
+def test_fast_accumulation_is_computed_too(tmp_path):
+    problem = fp8("row", m=16, fast_accum=True)
+    result = run_kernel(problem, get_template(UID), tile(16, dot=1), tmp_path)
+    assert result.correct, result.reasons
+
+
+def test_float8_configs_of_their_own():
+    heuristic = lookup_heuristic(UID, "cuda", "scaled_mm")
+    decode = list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda")))
+    plain = list(lookup_heuristic("triton::gemv", "cuda", "mm").get_configs(
+        make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt", device="cuda")))
+    assert decode and all(c["DOT"] for c in decode)  # M = 8: the matrix units
+    assert max(c["BLOCK_K"] for c in decode) == 2 * max(c["BLOCK_K"] for c in plain)
+    one = list(heuristic.get_configs(fp8("tensor", m=1, n=4096, k=4096, device="cuda")))
+    assert any(c["REDUCE_EACH"] for c in one) and any(c["DOT"] for c in one)
+    short = list(heuristic.get_configs(fp8("row", m=8, n=64, k=16, device="cuda")))
+    assert all(c["BLOCK_K"] >= FP8_DOT_LEAST_K for c in short if c["DOT"])
+    assert len(list(lookup_heuristic(UID, "cpu", "scaled_mm").get_configs(fp8()))) == 2
+
+
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", UID, "--m", 3, "--n", 40,
+                         "--k", 64, "--dtype", "float8_e4m3fn", "--scale", scale, "--bias")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {c["uid"] for c in doc["candidates"]} == {UID}
+    assert all(c["status"] == "ok" and c["max_rel_error"] is not None for c in doc["candidates"])
+    assert doc["winner"]["uid"] == UID and doc["winner"]["params"]["SCALE"] == scale
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+@pytest.mark.parametrize("m, n, k, bias", [(8, 4096, 4096, None), (1, 4096, 4096, "n"), (16, 1000, 4096, "n")])
+def test_gpu_every_default_config_verifies(scale, m, n, k, bias, tmp_path):
+    from autotune_cli.runner.verify import check, make_operands, reference
+
+    problem = fp8(scale, m=m, n=n, k=k, bias=bias, device="cuda")
+    template = get_template(UID)
+    configs = list(lookup_heuristic(UID, "cuda", "scaled_mm").get_configs(problem))
+    assert configs
+    for config in configs:
+        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+        for seed in (1, 2):
+            ops = make_operands(problem, seed=seed, device="cuda")
+            ops.out.fill_(float("nan"))
+            run(ops)
+            verdict = check(problem, ops.out, reference(problem, ops))
+            assert verdict.ok, (config, verdict.reason)
