@@ -52,23 +52,13 @@ def mm_configs() -> list[dict]:
 
 
 @triton.jit
-def read_sum(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
-    """Program p sums B's elements [p*PER_PROGRAM, (p+1)*PER_PROGRAM) into OUT[p]."""
-    pid = tl.program_id(0)
-    start = pid.to(tl.int64) * PER_PROGRAM
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for offset in range(0, PER_PROGRAM, BLOCK):
-        idx = start + offset + tl.arange(0, BLOCK)
-        acc += tl.load(B + idx, mask=idx < total, other=0.0).to(tl.float32)
-    tl.store(OUT + pid, tl.sum(acc, axis=0))
-
-
-@triton.jit
-def read_sum_pdl(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
-    """read_sum launched as a programmatic dependent launch: the grid may be scheduled while
-    the previous kernel drains, and waits for it (gdc_wait) before reading anything."""
-    tl.extra.cuda.gdc_wait()
-    tl.extra.cuda.gdc_launch_dependents()
+def read_sum(B, OUT, total, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """Program p sums B's elements [p*PER_PROGRAM, (p+1)*PER_PROGRAM) into OUT[p]. PDL: launched
+    as a programmatic dependent launch, the grid may be scheduled while the previous kernel
+    drains, and waits for it (gdc_wait) before reading anything."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     start = pid.to(tl.int64) * PER_PROGRAM
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -95,13 +85,12 @@ def reader(programs: int, block: int, warps: int, pdl: bool = False):
     """A runnable (ops -> None) that reads ops.b once with `programs` programs (`pdl`: as a
     programmatic dependent launch)."""
     sums = torch.empty(programs, device="cuda", dtype=torch.float32)
-    kernel = read_sum_pdl if pdl else read_sum
-    extra = {"launch_pdl": True} if pdl else {}
+    extra = {"PDL": True, "launch_pdl": True} if pdl else {}
 
     def run(ops):
         total = ops.b.numel()
         per_program = triton.cdiv(triton.cdiv(total, programs), block) * block
-        kernel[(programs,)](ops.b, sums, total, PER_PROGRAM=per_program, BLOCK=block, num_warps=warps, **extra)
+        read_sum[(programs,)](ops.b, sums, total, PER_PROGRAM=per_program, BLOCK=block, num_warps=warps, **extra)
 
     return run
 

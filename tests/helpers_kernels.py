@@ -48,6 +48,20 @@ def run_kernel(problem, template, config, tmp_path, seed=1, calls=1) -> KernelRu
     return result
 
 
+def verify_configs_on_gpu(problem, template, configs, tmp_path, seeds=(1, 2)) -> None:
+    """Each config built for the GPU and run on fresh operands for every seed (a kept
+    workspace reused), its NaN-poisoned output checked against float64."""
+    assert configs
+    for config in configs:
+        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
+        for seed in seeds:
+            ops = make_operands(problem, seed=seed, device="cuda")
+            ops.out.fill_(float("nan"))
+            run(ops)
+            verdict = check(problem, ops.out, reference(problem, ops))
+            assert verdict.ok, (config, verdict.reason)
+
+
 # Configs the compile-pool tests build: one per Triton template family.
 POOL_CONFIGS = {
     "triton::mm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 4},

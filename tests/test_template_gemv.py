@@ -22,7 +22,7 @@ from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates.params import BadParams, check_winner
 from autotune_cli.templates.triton_gemv import k_per_split
-from helpers_kernels import compile_through_pool, run_kernel
+from helpers_kernels import compile_through_pool, run_kernel, verify_configs_on_gpu
 
 GEMV = "triton::gemv"
 in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
@@ -392,17 +392,5 @@ def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
 def test_gpu_every_default_config_verifies(spec, tmp_path):
     """Each default config of the heuristic compiles for the GPU and is right, twice (the
     split's workspace reused)."""
-    from autotune_cli.runner.verify import check, make_operands, reference
-
     problem = make_problem(device="cuda", **spec)
-    template = get_template(GEMV)
-    found = configs(problem)
-    assert found
-    for config in found:
-        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
-        for seed in (1, 2):
-            ops = make_operands(problem, seed=seed, device="cuda")
-            ops.out.fill_(float("nan"))
-            run(ops)
-            verdict = check(problem, ops.out, reference(problem, ops))
-            assert verdict.ok, (config, verdict.reason)
+    verify_configs_on_gpu(problem, get_template(GEMV), configs(problem), tmp_path)

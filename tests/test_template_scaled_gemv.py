@@ -15,7 +15,7 @@ from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
-from helpers_kernels import run_kernel
+from helpers_kernels import run_kernel, verify_configs_on_gpu
 
 UID = "triton::scaled_gemv"
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
@@ -122,17 +122,6 @@ def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
 @pytest.mark.parametrize("scale", ["tensor", "row"])
 @pytest.mark.parametrize("m, n, k, bias", [(8, 4096, 4096, None), (1, 4096, 4096, "n"), (16, 1000, 4096, "n")])
 def test_gpu_every_default_config_verifies(scale, m, n, k, bias, tmp_path):
-    from autotune_cli.runner.verify import check, make_operands, reference
-
     problem = fp8(scale, m=m, n=n, k=k, bias=bias, device="cuda")
-    template = get_template(UID)
     configs = list(lookup_heuristic(UID, "cuda", "scaled_mm").get_configs(problem))
-    assert configs
-    for config in configs:
-        run = template.build(problem, template.full_params(problem, config), str(tmp_path))
-        for seed in (1, 2):
-            ops = make_operands(problem, seed=seed, device="cuda")
-            ops.out.fill_(float("nan"))
-            run(ops)
-            verdict = check(problem, ops.out, reference(problem, ops))
-            assert verdict.ok, (config, verdict.reason)
+    verify_configs_on_gpu(problem, get_template(UID), configs, tmp_path)

@@ -22,7 +22,7 @@ from .base import Operands
 from .params import Bool, Choice
 from .registry import register_template
 from .triton_gemv import MAX_M, TritonGemvTemplate
-from .triton_scaled_mm import MIN_TILED_CAPABILITY
+from .triton_scaled_mm import float8_mma_unavailable
 
 UID = "triton::scaled_gemv"
 
@@ -38,15 +38,7 @@ class TritonScaledGemvTemplate(TritonGemvTemplate):
         return problem.op in self.ops and problem.scale in EPILOGUE_SCALES and problem.m <= MAX_M
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
-        if device.device_type == "cpu":
-            return None
-        if device.device_type != "cuda" or device.is_amd:
-            return "the float8 GEMV is written for NVIDIA's float8 conversions and MMA"
-        capability = device.compute_capability
-        if capability is None or capability < MIN_TILED_CAPABILITY:
-            return (f"float8 needs compute capability >= 8.9, the device has "
-                    f"{device.capability or 'an unknown one'}")
-        return None
+        return float8_mma_unavailable(device, "the float8 GEMV")
 
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         super().extra_params(problem, params)

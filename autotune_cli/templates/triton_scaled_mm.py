@@ -66,6 +66,20 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
     return [f"{name} rows are {size} B" for name, size in rows.items() if size % TMA_ALIGN]
 
 
+def float8_mma_unavailable(device, kernel: str) -> str | None:
+    """Why `kernel`, written for NVIDIA's float8 conversions and MMA (Ada, compute capability
+    8.9, and later), cannot run on `device`; None where it can (the CPU: the interpreter)."""
+    if device.device_type == "cpu":
+        return None
+    if device.device_type != "cuda" or device.is_amd:
+        return f"{kernel} is written for NVIDIA's float8 MMA"
+    capability = device.compute_capability
+    if capability is None or capability < MIN_TILED_CAPABILITY:
+        return (f"float8 MMA needs compute capability >= 8.9, the device has "
+                f"{device.capability or 'an unknown one'}")
+    return None
+
+
 def pointer_operands(ops: Operands) -> tuple:
     """(a, b, out, bias) as the float8 kernels with pointer loads take them: A row-major, B
     column-major, a row-major output, a contiguous bias (no bias: the output stands in,
@@ -167,15 +181,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
         return problem.op in self.ops and problem.scale in EPILOGUE_SCALES
 
     def unavailable_reason(self, problem: GemmProblem, device) -> str | None:
-        if device.device_type == "cpu":
-            return None
-        if device.device_type != "cuda" or device.is_amd:
-            return "the float8 tiled kernel is written for NVIDIA's float8 MMA"
-        capability = device.compute_capability
-        if capability is None or capability < MIN_TILED_CAPABILITY:
-            return (f"float8 MMA needs compute capability >= 8.9, the device has "
-                    f"{device.capability or 'an unknown one'}")
-        return None
+        return float8_mma_unavailable(device, "the float8 tiled kernel")
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         params = super().full_params(problem, config)
