@@ -295,7 +295,7 @@ def get_choices(
                 cut_short = True
                 break
             considered += 1
-            choice = KernelTemplateChoice.make(template, problem, config)
+            choice = KernelTemplateChoice.make(template, problem, template.fit_to_device(config, device))
             for stage_name, stage in stages or PRUNE_STAGES:
                 reason = stage(choice, ctx)
                 if reason:

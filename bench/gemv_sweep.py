@@ -4,7 +4,8 @@ rotating operand copies larger than the L2 (bench/common.py), every config verif
 The configs are compiled first by a pool of processes (one per core), then timed in this one.
 
 PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
-    [--families fma,each,dot] [--top 12]
+    [--families fma,each,dot] [--top 12] [--pdl 0,1]
+--pdl 0,1 times every config as a plain launch and as a programmatic dependent launch.
 Prints, per problem, every config's time (sorted), x floor (bytes / 4.3 TB/s) and x torch.mm.
 """
 
@@ -125,7 +126,8 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
 def label(c: dict) -> str:
     family = "dot" if c["DOT"] else ("each" if c["REDUCE_EACH"] else "fma")
     return (f"{family:4} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']}"
-            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict") + (" fused" if c.get("FUSED_REDUCE") else ""))
+            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict") + (" fused" if c.get("FUSED_REDUCE") else "")
+            + (" pdl" if c.get("PDL") else ""))
 
 
 def compile_case(args) -> str | None:
@@ -154,7 +156,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--focus", action="store_true", help="the focused list (focus_configs) instead")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    parser.add_argument("--pdl", default="0", help="PDL values each config is timed with: 0, 1 or 0,1")
     args = parser.parse_args()
+    pdls = [int(v) for v in args.pdl.split(",")]
 
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import get_template
@@ -168,7 +172,8 @@ def main() -> None:
         for layout in args.layouts.split(","):
             problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout=layout, device="cuda")
             kept = []
-            for c in (focus_configs(m, n, k, layout) if args.focus else configs(m, n, k, layout, families)):
+            listed = focus_configs(m, n, k, layout) if args.focus else configs(m, n, k, layout, families)
+            for c in ({**c, "PDL": pdl} for c in listed for pdl in pdls):
                 try:
                     template.full_params(problem, c)
                     kept.append(c)
@@ -192,6 +197,10 @@ def main() -> None:
         floor_us = hbm_seconds(problem.min_bytes) * 1e6
         runs, labels, cfgs = [bench.anchor(problem), reader(2112, 4096, 8), reader(1056, 4096, 8)], \
             ["torch.mm", "read B only 2112p", "read B only 1056p"], [None, None, None]
+        if 1 in pdls:
+            runs.append(reader(2112, 4096, 8, pdl=True))
+            labels.append("read B only 2112p pdl")
+            cfgs.append(None)
         pkey = json.dumps(problem.to_dict(), sort_keys=True)
         for c in kept:
             error = failed.get((pkey, json.dumps(c, sort_keys=True)))
@@ -213,7 +222,7 @@ def main() -> None:
             ok = verdict.ok or lab.startswith("read")
             rows.append((ms * 1e3, lab, ok, c, verdict.reason))
         print(f"== {problem.describe()}: floor {floor_us:.2f} us, torch.mm {torch_us:.2f} us, "
-              f"{len(rows) - 3} configs", flush=True)
+              f"{sum(r[3] is not None for r in rows)} configs", flush=True)
         rows.sort(key=lambda r: r[0])
         shown = 0
         for us, lab, ok, c, reason in rows:

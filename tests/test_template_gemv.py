@@ -234,7 +234,8 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
     assert 2 <= len(found) <= 8 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
     template = get_template(GEMV)
     for config in found:
-        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH", "FUSED_REDUCE"}  # EVICT: default
+        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH", "FUSED_REDUCE", "PDL"}  # EVICT: default
+        assert config["PDL"] == 1  # on the GPU; Template.fit_to_device turns it off before Hopper
         assert config["FUSED_REDUCE"] == 0 or config["SPLIT_K"] > 1
         assert config["BLOCK_M"] == (16 if config["DOT"] else {1: 1, 2: 2, 4: 4, 5: 8, 8: 8, 16: 16}[m])
         # the CUDA cores' M multiply-adds per element of B: DOT alone past a few rows
@@ -379,6 +380,31 @@ def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
     # 16-byte loads, B's marked evict_first (EVICT): ld.global.L1::evict_first.L2::cache_hint.v4.b32
     assert len(each) == 1 and re.search(r"ld\.global\.L1::evict_first[\w.:]*\.v4\.b32", each[0])
     assert len(dot) == 1 and ("cp.async.cg.shared.global" in dot[0] or "cp.async.bulk" in dot[0])
+    # launched as programmatic dependent launches: the wait before the first load
+    assert all("griddepcontrol.wait" in text and "griddepcontrol.launch_dependents" in text for text in ptx)
+
+
+def test_programmatic_dependent_launch_on_hopper_only():
+    """PDL=1 renders the wait for the kernel before (ahead of every load) and the early
+    signal to the next, in each kernel of a split; it is fitted away before Hopper, on AMD
+    and on the CPU, where the config runs as a plain launch; the interpreter refuses it."""
+    template = get_template(GEMV)
+    problem = make_problem(m=4, n=4096, k=4096, dtype="bfloat16", layout="nt", device="cuda")
+    source = template.render(problem, template.full_params(problem, {**tile(4, split=4), "PDL": 1}))
+    ast.parse(source)
+    assert source.count("tl.extra.cuda.gdc_wait()") == 2 == source.count("tl.extra.cuda.gdc_launch_dependents()")
+    body = source.split("def gemv_")[1]
+    assert body.index("gdc_wait()") < body.index("tl.load(")
+    assert "gdc_wait" not in template.render(problem, template.full_params(problem, tile(4, split=4)))
+    config = {**tile(4), "PDL": 1}
+    h200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132)
+    a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100", capability="8.0", sm_count=108)
+    mi300 = DeviceInfo(device_type="cuda", name="AMD Instinct MI300X", capability="9.4", sm_count=304)
+    assert template.fit_to_device(config, h200)["PDL"] == 1
+    for device in (a100, mi300, DeviceInfo(device_type="cpu", name="cpu")):
+        assert template.fit_to_device(config, device) == {**config, "PDL": 0}
+    with pytest.raises(ValueError, match="PDL is a GPU launch"):
+        template.full_params(make_problem(m=4, n=64, k=64, device="cpu"), config)
 
 
 # -- on a GPU ---------------------------------------------------------------------------------

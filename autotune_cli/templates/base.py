@@ -210,6 +210,12 @@ class Template(ABC):
             self._source_hash = hashlib.sha256(self.source_text().encode()).hexdigest()[:16]
         return self._source_hash
 
+    def fit_to_device(self, config: dict[str, Any], device) -> dict[str, Any]:
+        """`config` as this device can run it: the heuristics are not told the device, so a
+        config may ask for a feature the device lacks that the template can do without
+        (triton::gemv's programmatic dependent launch before Hopper). As given here."""
+        return config
+
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         """Every argument the kernel takes: the tuned config plus values fixed by the problem."""
         return dict(config)

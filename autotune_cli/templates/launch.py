@@ -106,9 +106,11 @@ class Launcher:
     __slots__ = ("kernel", "options", "_support", "_tensors", "_fast")
     # _tensors: how many leading arguments are tensors (None: not known yet)
 
-    def __init__(self, kernel, num_warps: int, num_stages: int) -> None:
+    def __init__(self, kernel, num_warps: int, num_stages: int, launch_pdl: bool = False) -> None:
         self.kernel = kernel
         self.options = {"num_warps": num_warps, "num_stages": num_stages}
+        if launch_pdl:  # a programmatic dependent launch: compiled into the kernel's metadata
+            self.options["launch_pdl"] = True
         self._support: Any = False  # False: not looked at yet; None: direct launch unavailable
         self._tensors: int | None = None
         # (device, grid, non-tensor args) -> (run, function, packed metadata, tensor dtypes)

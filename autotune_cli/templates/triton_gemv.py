@@ -30,7 +30,11 @@ What the problem fixes is written into the source: EVEN_K (K a multiple of
 SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of
 B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. EVICT (default 1) marks B's loads
 evict_first and A's evict_last: B is read once, A by every program. The workspace is
-allocated on the first run and kept by the runnable (`keeps_buffers`).
+allocated on the first run and kept by the runnable (`keeps_buffers`). PDL=1 launches each
+kernel as a programmatic dependent launch (Hopper and later; `fit_to_device` turns it off
+elsewhere): the grid may be scheduled while the kernel before it drains, waits for that
+kernel to finish (griddepcontrol.wait) before its first load, and lets the next be
+scheduled at once; the same memory order as plain launches, the launch's latency hidden.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
-DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0}
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0}
+PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
 REDUCE_BLOCK = 1024
@@ -77,7 +82,7 @@ class TritonGemvTemplate(TritonTemplate):
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
         "BLOCK_K": Int(16, 4096, power_of_two=True), "SPLIT_K": Int(1, 128),
-        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE,
+        "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE, "PDL": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -91,8 +96,17 @@ class TritonGemvTemplate(TritonTemplate):
         fingerprint does not carry this template's hash)."""
         return problem.op in self.ops and problem.m <= MAX_M
 
+    def fit_to_device(self, config: dict[str, Any], device) -> dict[str, Any]:
+        """Without PDL where the device cannot launch so (before Hopper, AMD, the CPU)."""
+        capability = device.compute_capability if device.device_type == "cuda" and not device.is_amd else None
+        if config.get("PDL") and (capability is None or capability < PDL_CAPABILITY):
+            return {**config, "PDL": 0}
+        return config
+
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         block_m, split = params["BLOCK_M"], params["SPLIT_K"]
+        if params["PDL"] and problem.device != "cuda":
+            raise ValueError(f"{self.uid}: PDL is a GPU launch (Hopper and later), not {problem.device}'s")
         if not params["DOT"] and block_m != gemv_block_m(problem.m):
             raise ValueError(f"{self.uid}: BLOCK_M={block_m} must be M={problem.m} rounded up to a power of two")
         for key in ("BLOCK_N", "BLOCK_K"):
@@ -131,7 +145,7 @@ class TritonGemvTemplate(TritonTemplate):
             EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
-            FUSED_REDUCE=bool(params["FUSED_REDUCE"]),
+            FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
@@ -142,6 +156,8 @@ class TritonGemvTemplate(TritonTemplate):
         else:
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
         num_warps, num_stages = params["num_warps"], params["num_stages"]
+        pdl = bool(params["PDL"])
+        options = {"launch_pdl": True} if pdl else {}
         m, n, k = problem.m, problem.n, problem.k
         if split * m * n > MAX_WORKSPACE_ELEMENTS:
             raise ValueError(f"a {split}x{m}x{n} workspace is too large for 32-bit offsets")
@@ -177,8 +193,8 @@ class TritonGemvTemplate(TritonTemplate):
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
                     (ws, c, bias, *scales, m, n, *c.stride(), *bias_args, *scale_strides))
 
-        launch_partial = Launcher(partial, num_warps, num_stages)
-        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1) if reduce is not None else None
+        launch_partial = Launcher(partial, num_warps, num_stages, pdl)
+        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1, pdl) if reduce is not None else None
 
         def run(ops: Operands) -> None:
             first, second = arguments(ops)
@@ -192,9 +208,10 @@ class TritonGemvTemplate(TritonTemplate):
             if not hasattr(partial, "warmup"):
                 return []
             first, second = arguments(ops)
-            kernels = [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages)]
+            kernels = [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages, **options)]
             if reduce is not None:
-                kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1))
+                kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1,
+                                             **options))
             return kernels
 
         def bind(sample: Operands, reuse_b: bool = False):
