@@ -49,10 +49,14 @@ def run_kernel(problem, template, config, tmp_path, seed=1, calls=1) -> KernelRu
 
 
 def verify_configs_on_gpu(problem, template, configs, tmp_path, seeds=(1, 2)) -> None:
-    """Each config built for the GPU and run on fresh operands for every seed (a kept
-    workspace reused), its NaN-poisoned output checked against float64."""
+    """Each config, fitted to this GPU as the tuner fits it, built and run on fresh
+    operands for every seed (a kept workspace reused), its NaN-poisoned output checked
+    against float64."""
+    from autotune_cli.device import probe_device
+
     assert configs
-    for config in configs:
+    device = probe_device("cuda")
+    for config in (template.fit_to_device(c, device) for c in configs):
         run = template.build(problem, template.full_params(problem, config), str(tmp_path))
         for seed in seeds:
             ops = make_operands(problem, seed=seed, device="cuda")

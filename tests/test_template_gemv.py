@@ -21,6 +21,7 @@ from autotune_cli.heuristics import gemv, lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates.params import BadParams, check_winner
+from autotune_cli.templates import triton_gemv as gemv_module
 from autotune_cli.templates.triton_gemv import k_per_split
 from helpers_kernels import compile_through_pool, run_kernel, verify_configs_on_gpu
 
@@ -234,8 +235,7 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
     assert 2 <= len(found) <= 8 and len({json.dumps(c, sort_keys=True) for c in found}) == len(found)
     template = get_template(GEMV)
     for config in found:
-        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH", "FUSED_REDUCE", "PDL"}  # EVICT: default
-        assert config["PDL"] == 1  # on the GPU; Template.fit_to_device turns it off before Hopper
+        assert set(config) == set(template.config_keys) | {"DOT", "REDUCE_EACH", "FUSED_REDUCE"}  # EVICT, PDL: default
         assert config["FUSED_REDUCE"] == 0 or config["SPLIT_K"] > 1
         assert config["BLOCK_M"] == (16 if config["DOT"] else {1: 1, 2: 2, 4: 4, 5: 8, 8: 8, 16: 16}[m])
         # the CUDA cores' M multiply-adds per element of B: DOT alone past a few rows
@@ -371,23 +371,28 @@ def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
         problem = make_problem(m=m, n=4096, k=4096, dtype="bfloat16", layout="nt")
         config = next(c for c in configs(problem) if c[form] and c["num_stages"] == (1 if m == 1 else 3))
         cases.append((GEMV, problem, config))
+    pdl_problem = make_problem(m=4, n=4096, k=4096, dtype="bfloat16", layout="nt")
+    cases.append((GEMV, pdl_problem, {**tile(4, split=4), "PDL": 1}))  # a --space choice
     answers, _ = compile_through_pool(described, cases, tmp_path / "kernels", by_index=True)
     assert all(payload["ok"] for payload in answers.values()), answers
     ptx = [p.read_text() for p in triton_cache.rglob("gemv_*.ptx") if "reduce" not in p.name]
-    assert len(ptx) == 2
+    assert len(ptx) == 3
+    pdl = [text for text in ptx if "griddepcontrol" in text]
+    # as a PDL: the wait before the first load, the early signal to the next kernel
+    assert len(pdl) == 1 and "griddepcontrol.wait" in pdl[0] and "griddepcontrol.launch_dependents" in pdl[0]
+    ptx = [text for text in ptx if "griddepcontrol" not in text]
     each = [text for text in ptx if "mma" not in text]
     dot = [text for text in ptx if "mma" in text]
     # 16-byte loads, B's marked evict_first (EVICT): ld.global.L1::evict_first.L2::cache_hint.v4.b32
     assert len(each) == 1 and re.search(r"ld\.global\.L1::evict_first[\w.:]*\.v4\.b32", each[0])
     assert len(dot) == 1 and ("cp.async.cg.shared.global" in dot[0] or "cp.async.bulk" in dot[0])
-    # launched as programmatic dependent launches: the wait before the first load
-    assert all("griddepcontrol.wait" in text and "griddepcontrol.launch_dependents" in text for text in ptx)
 
 
-def test_programmatic_dependent_launch_on_hopper_only():
-    """PDL=1 renders the wait for the kernel before (ahead of every load) and the early
-    signal to the next, in each kernel of a split; it is fitted away before Hopper, on AMD
-    and on the CPU, where the config runs as a plain launch; the interpreter refuses it."""
+def test_programmatic_dependent_launch_on_hopper_only(monkeypatch):
+    """PDL=1 (a --space choice; the shipped lists leave it off) renders the wait for the
+    kernel before (ahead of every load) and the early signal to the next, in each kernel of
+    a split; it is fitted away before Hopper, on AMD, on the CPU and with a Triton older
+    than 3.4, where the config runs as a plain launch; the interpreter refuses it."""
     template = get_template(GEMV)
     problem = make_problem(m=4, n=4096, k=4096, dtype="bfloat16", layout="nt", device="cuda")
     source = template.render(problem, template.full_params(problem, {**tile(4, split=4), "PDL": 1}))
@@ -403,6 +408,11 @@ def test_programmatic_dependent_launch_on_hopper_only():
     assert template.fit_to_device(config, h200)["PDL"] == 1
     for device in (a100, mi300, DeviceInfo(device_type="cpu", name="cpu")):
         assert template.fit_to_device(config, device) == {**config, "PDL": 0}
+    monkeypatch.setattr(gemv_module, "_installed_triton_version", lambda: (3, 3))
+    assert template.fit_to_device(config, h200)["PDL"] == 0
+    space = configs(problem, space=[{**tile(4), "PDL": 1}, tile(4)])
+    assert [c.get("PDL", 0) for c in space] == [1, 0]
+    assert not any(c.get("PDL") for c in configs(problem))
     with pytest.raises(ValueError, match="PDL is a GPU launch"):
         template.full_params(make_problem(m=4, n=64, k=64, device="cpu"), config)
 

@@ -12,7 +12,7 @@ import pytest
 
 from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
-from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K
+from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K, FP8_DOT_MOST_K
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
 from helpers_kernels import run_kernel, verify_configs_on_gpu
@@ -99,11 +99,24 @@ def test_float8_configs_of_their_own():
     plain = list(lookup_heuristic("triton::gemv", "cuda", "mm").get_configs(
         make_problem(m=8, n=4096, k=4096, dtype="bfloat16", layout="nt", device="cuda")))
     assert decode and all(c["DOT"] for c in decode)  # M = 8: the matrix units
-    assert max(c["BLOCK_K"] for c in decode) == 2 * max(c["BLOCK_K"] for c in plain)
+    tiles = {(c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["num_warps"], c["SPLIT_K"]) for c in decode}
+    assert {(64, 512, 3, 4, 1), (64, 256, 3, 4, 1)} <= tiles  # the H200's rowwise decode winners
+    assert any(c["SPLIT_K"] > 1 and c["FUSED_REDUCE"] for c in decode)
+    assert len(decode) == len(plain) == 8
     one = list(heuristic.get_configs(fp8("tensor", m=1, n=4096, k=4096, device="cuda")))
     assert any(c["REDUCE_EACH"] for c in one) and any(c["DOT"] for c in one)
-    short = list(heuristic.get_configs(fp8("row", m=8, n=64, k=16, device="cuda")))
-    assert all(c["BLOCK_K"] >= FP8_DOT_LEAST_K for c in short if c["DOT"])
+    short = list(heuristic.get_configs(fp8("row", m=8, n=64, k=32, device="cuda")))
+    assert short and all(c["DOT"] and c["BLOCK_K"] == FP8_DOT_LEAST_K for c in short)
+    # the DOT steps without fast accumulation: at most FP8_DOT_MOST_K products in the unit
+    assert all(c["BLOCK_K"] <= FP8_DOT_MOST_K for c in decode)
+    exhaustive = list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda"), "exhaustive"))
+    assert all(c["BLOCK_K"] <= FP8_DOT_MOST_K for c in exhaustive if c["DOT"])
+    # a whole row of a long K in one CUDA-core step (14336: 8192 and a masked rest)
+    long = list(heuristic.get_configs(fp8("row", m=1, n=4096, k=14336, device="cuda")))
+    template = get_template(UID)
+    for config in long:
+        template.full_params(fp8("row", m=1, n=4096, k=14336, device="cuda"), config)
+    assert max(c["BLOCK_K"] for c in long) == 8192
     assert len(list(lookup_heuristic(UID, "cpu", "scaled_mm").get_configs(fp8()))) == 2
 
 

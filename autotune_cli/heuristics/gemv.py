@@ -43,6 +43,10 @@ GEMV = "triton::gemv"
 SCALED_GEMV = "triton::scaled_gemv"  # the same kernel for float8 operands (templates/triton_scaled_gemv.py)
 DOT_SERVED = DOT_DTYPES + FP8_DTYPES  # what DOT serves across the two templates (each serves one kind)
 FP8_DOT_LEAST_K = 32  # the float8 MMA's K step
+# Without fast accumulation each BLOCK_K step's float8 products are summed in the matrix
+# unit's own accumulator before the float32 add: at most this many, as in the other float8
+# templates' lists (triton::scaled_mm_splitk's longest step).
+FP8_DOT_MOST_K = 512
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
 TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE")
 FMA, EACH, DOT = "fma", "each", "dot"
@@ -61,6 +65,7 @@ class Tile(NamedTuple):
     stages: int = 1
     split: int | None = None  # None: chosen from the programs it makes
     fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
+    pdl: int = 0  # PDL (a --space choice: templates/triton_gemv.py says why it is off here)
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
@@ -94,14 +99,16 @@ EXHAUSTIVE = {
 }
 MAX_EXHAUSTIVE = 160
 CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
-# Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the tiles above
-# with BLOCK_K doubled, the same bytes a step at one byte an element. Not swept yet.
+# Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the CUDA-core
+# tiles above with BLOCK_K doubled (the same bytes a step at one byte an element), the DOT
+# tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8) the DOT tiles 64x512
+# and 64x256 (3 stages, 4 warps) won the rowwise decode shapes.
 FP8_TILES = {
     True: (Tile(EACH, 4, 8192, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 4096, 4), Tile(FMA, 8, 1024, 4),
-           Tile(DOT, 32, 1024, 4, 3, 1), Tile(DOT, 16, 1024, 2, 3, 1)),
-    False: (Tile(DOT, 32, 1024, 4, 3, 1), Tile(DOT, 32, 1024, 4, 4, 1), Tile(DOT, 16, 1024, 2, 3, 1),
-            Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 32, 2048, 4, 2, 1), Tile(DOT, 64, 512, 4, 3, 1),
-            Tile(DOT, 32, 512, 4, 3, None, 1), Tile(DOT, 64, 512, 4, 3, None, 1)),
+           Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1)),
+    False: (Tile(DOT, 64, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 32, 512, 4, 3, 1),
+            Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 256, 4, 4, 1),
+            Tile(DOT, 32, 128, 2, 4, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1)),
 }
 
 
@@ -189,7 +196,7 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                 splits = [split]
             else:
                 splits = [1, split] if tile.form == DOT else [split, split * 2]
-        if tile.form == DOT and problem.dtype in FP8_DTYPES and block_k < FP8_DOT_LEAST_K:
+        if tile.form == DOT and problem.dtype in FP8_DTYPES and not FP8_DOT_LEAST_K <= block_k <= FP8_DOT_MOST_K:
             continue
         for split in splits:
             if not slice_fits(problem, block_k, split):
@@ -198,6 +205,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                       "num_stages": tile.stages, "num_warps": tile.warps,
                       "DOT": int(tile.form == DOT), "REDUCE_EACH": int(tile.form == EACH),
                       "FUSED_REDUCE": int(bool(tile.fused) and split > 1)}
+            if tile.pdl:
+                config["PDL"] = 1
             ident = tuple(sorted(config.items()))
             if ident not in seen:
                 seen.add(ident)
@@ -220,7 +229,8 @@ def space_tiles(space: list[dict[str, Any]]) -> list[Tile]:
             continue
         form = DOT if config.get("DOT") else EACH if config.get("REDUCE_EACH") else FMA
         tiles.append(Tile(form, config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
-                          config.get("num_stages") or 1, config.get("SPLIT_K"), config.get("FUSED_REDUCE", 0)))
+                          config.get("num_stages") or 1, config.get("SPLIT_K"), config.get("FUSED_REDUCE", 0),
+                          config.get("PDL", 0)))
     return tiles
 
 
@@ -240,16 +250,10 @@ def _unique(configs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 class _Gemv(Heuristic):
-    pdl = 0  # every config a programmatic dependent launch (PDL; Template.fit_to_device drops it)
-
     def tiles(self, problem: GemmProblem) -> tuple:
         return DEFAULT_TILES[(problem.b_transposed, cuda_cores(problem))]
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        for config in self._configs(problem, search, space):
-            yield {**config, "PDL": self.pdl} if self.pdl else config
-
-    def _configs(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         if space is not None:
             yield from configs_for(problem, space_tiles(space))
         elif search == "exhaustive":  # the default list first, then the rest
@@ -263,11 +267,7 @@ class _Gemv(Heuristic):
 
 @register_heuristic(GEMV, "cuda")
 class GemvCuda(_Gemv):
-    """Every config launched as a PDL: the grid is scheduled while the kernel before it
-    drains (an H200 read B 0.6 us sooner so, 9.26 against 9.84 us on 32 MB:
-    bench/decode_roofline.py); it waits for that kernel before its first load."""
-
-    pdl = 1
+    pass
 
 
 @register_heuristic(GEMV, "cpu")

@@ -31,10 +31,13 @@ SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAS
 B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. EVICT (default 1) marks B's loads
 evict_first and A's evict_last: B is read once, A by every program. The workspace is
 allocated on the first run and kept by the runnable (`keeps_buffers`). PDL=1 launches each
-kernel as a programmatic dependent launch (Hopper and later; `fit_to_device` turns it off
-elsewhere): the grid may be scheduled while the kernel before it drains, waits for that
-kernel to finish (griddepcontrol.wait) before its first load, and lets the next be
-scheduled at once; the same memory order as plain launches, the launch's latency hidden.
+kernel as a programmatic dependent launch (Hopper and later, Triton 3.4 and later;
+`fit_to_device` turns it off elsewhere): the grid may be scheduled while the kernel before
+it drains, waits for that kernel to finish (griddepcontrol.wait) before its first load, and
+lets the next be scheduled at once; the same memory order as plain launches. It is a
+--space choice, off in the shipped lists: it gains only after a kernel that signals its
+dependents early (another PDL kernel), which back-to-back timing of one kernel always has
+and a model's GEMV, after a norm or an activation, rarely has (bench/README.md).
 """
 
 from __future__ import annotations
@@ -48,12 +51,14 @@ from .launch import Launcher
 from .params import Bool, Choice, Int
 from .registry import register_template
 from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template, load_kernels
+from .triton_persistent_tma import _installed_triton_version
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
 DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0}
 PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
+PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
 REDUCE_BLOCK = 1024
@@ -81,7 +86,7 @@ class TritonGemvTemplate(TritonTemplate):
     params_schema = {
         **{key: spec for key, spec in TILE_SCHEMA.items() if key != "GROUP_M"},
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
-        "BLOCK_K": Int(16, 4096, power_of_two=True), "SPLIT_K": Int(1, 128),
+        "BLOCK_K": Int(16, 8192, power_of_two=True), "SPLIT_K": Int(1, 128),
         "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE, "PDL": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
@@ -97,9 +102,13 @@ class TritonGemvTemplate(TritonTemplate):
         return problem.op in self.ops and problem.m <= MAX_M
 
     def fit_to_device(self, config: dict[str, Any], device) -> dict[str, Any]:
-        """Without PDL where the device cannot launch so (before Hopper, AMD, the CPU)."""
+        """Without PDL where the device cannot launch so (before Hopper, AMD, the CPU) or
+        the installed Triton cannot (before PDL_TRITON)."""
+        if not config.get("PDL"):
+            return config
         capability = device.compute_capability if device.device_type == "cuda" and not device.is_amd else None
-        if config.get("PDL") and (capability is None or capability < PDL_CAPABILITY):
+        triton = _installed_triton_version()
+        if capability is None or capability < PDL_CAPABILITY or triton is None or triton < PDL_TRITON:
             return {**config, "PDL": 0}
         return config
 
