@@ -62,7 +62,7 @@ class ProgressReporter:
             printable(f"cached: {problem.describe()} -> {winner.uid} {params_str(winner.params)} "
                       f"{fmt_ms(winner.ms)} ms (tuned {entry.tuned_at if entry.tuned_at is not None else '?'}; "
                       "--force to re-tune)"),
-            highlight=False, markup=False)
+            highlight=False, markup=False, soft_wrap=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
         if not self.enabled:
@@ -71,7 +71,8 @@ class ProgressReporter:
         pruned_text = ", ".join(f"{n} by {stage}" for stage, n in pruned.items()) or "none"
         self.console.print(
             f"tuning {problem.describe()} on {problem.device}: {len(choices.choices)} candidates "
-            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False, markup=False)
+            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False, markup=False,
+            soft_wrap=False)
         self.progress = _progress(self.console)
         self.progress.start()
         self.task = self.progress.add_task("benchmarking", total=len(choices.choices))
@@ -103,7 +104,7 @@ class ModelProgress(ProgressReporter):
     def cache_hit(self, problem: GemmProblem, entry: Entry) -> None:
         winner = entry.winner
         self.console.print(printable(f"cached: {problem.describe()} -> {winner.uid} "
-                                     f"{fmt_ms(winner.ms)} ms"), highlight=False, markup=False)
+                                     f"{fmt_ms(winner.ms)} ms"), highlight=False, markup=False, soft_wrap=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
         self.overall.update(self.overall_task, description=escape(f"tuning {problem.describe()}"))
@@ -119,7 +120,7 @@ class ModelProgress(ProgressReporter):
         self.overall.update(self.overall_task, completed=self.done, description="problems")
         if not outcome.from_cache:
             self.console.print(f"tuned: {outcome.problem.describe()} -> {outcome_summary(outcome)}",
-                               highlight=False, markup=False)
+                               highlight=False, markup=False, soft_wrap=False)
 
     def close(self) -> None:
         self.overall.stop()

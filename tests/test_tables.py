@@ -185,8 +185,9 @@ def test_a_table_narrower_than_its_least_folds_text_not_numbers():
     assert isinstance(model_summary_table(rows), FitTable)
 
 
-def run_on_terminal(args, columns: int, env: dict) -> str:
-    """The CLI on a pseudo-terminal `columns` wide (as a user's terminal), its screen text."""
+def run_on_terminal(args, columns: int, env: dict, frames: bool = False) -> str:
+    """The CLI on a pseudo-terminal `columns` wide (as a user's terminal), its screen text
+    (`frames`: each redraw of a line, a progress bar's, on a line of its own)."""
     import fcntl
     import os
     import pty
@@ -214,8 +215,9 @@ def run_on_terminal(args, columns: int, env: dict) -> str:
         assert proc.wait(timeout=120) == 0, b"".join(chunks).decode(errors="replace")
     finally:
         os.close(leader)
-    text = b"".join(chunks).decode()
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text).replace("\r", "")
+    text = b"".join(chunks).decode().replace("\r\n", "\n")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
+    return text.replace("\r", "\n" if frames else "")
 
 
 def test_cache_show_on_an_80_column_terminal(tmp_path):
@@ -235,3 +237,17 @@ def test_cache_show_on_an_80_column_terminal(tmp_path):
     assert all(len(line.rstrip()) <= 80 for line in prose.splitlines()), prose
     words = " ".join(prose.split())
     assert "templates triton::mm_persistent_tma=" in words or "templates aten::mm=" in words, words
+
+
+def test_a_tune_on_an_80_column_terminal(tmp_path):
+    """`autotune mm` of a float8 decode problem (the longest description there is) on a real
+    80-column terminal: the progress lines wrap at words, the candidates table and the
+    winner fit, nothing cut mid-uid."""
+    screen = run_on_terminal(["mm", "--m", "8", "--n", "64", "--k", "64", "--dtype", "float8_e4m3fn",
+                              "--scale", "row", "--device", "cpu", "--templates", "aten,triton::scaled_gemv"],
+                             80, {"AUTOTUNE_CACHE_DIR": str(tmp_path)}, frames=True)
+    lines = [line.rstrip() for line in screen.splitlines()]
+    assert all(cell_len(line) <= 80 for line in lines), "\n".join(line for line in lines if cell_len(line) > 80)
+    words = " ".join(screen.split())
+    assert "tuning scaled_mm 8x64x64 float8_e4m3fn row-scaled->bfloat16 nt on cpu: 3 candidates" in words, words
+    assert "triton::scaled_gemv" in words and "winner: aten::_scaled_mm" in words
