@@ -48,7 +48,7 @@ def run_kernel(problem, template, config, tmp_path, seed=1, calls=1) -> KernelRu
     return result
 
 
-def verify_configs_on_gpu(problem, template, configs, tmp_path, seeds=(1, 2)) -> None:
+def check_configs_on_gpu(problem, template, configs, tmp_path, seeds=(1, 2)) -> None:
     """Each config, fitted to this GPU as the tuner fits it, built and run on fresh
     operands for every seed (a kept workspace reused), its NaN-poisoned output checked
     against float64."""

@@ -23,7 +23,7 @@ from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates.params import BadParams, check_winner
 from autotune_cli.templates import triton_gemv as gemv_module
 from autotune_cli.templates.triton_gemv import k_per_split
-from helpers_kernels import compile_through_pool, run_kernel, verify_configs_on_gpu
+from helpers_kernels import compile_through_pool, run_kernel, check_configs_on_gpu
 
 GEMV = "triton::gemv"
 in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
@@ -408,7 +408,7 @@ def test_programmatic_dependent_launch_on_hopper_only(monkeypatch):
     assert template.fit_to_device(config, h200)["PDL"] == 1
     for device in (a100, mi300, DeviceInfo(device_type="cpu", name="cpu")):
         assert template.fit_to_device(config, device) == {**config, "PDL": 0}
-    monkeypatch.setattr(gemv_module, "_installed_triton_version", lambda: (3, 3))
+    monkeypatch.setattr(gemv_module, "installed_triton_version", lambda: (3, 3))
     assert template.fit_to_device(config, h200)["PDL"] == 0
     space = configs(problem, space=[{**tile(4), "PDL": 1}, tile(4)])
     assert [c.get("PDL", 0) for c in space] == [1, 0]
@@ -429,4 +429,4 @@ def test_gpu_every_default_config_verifies(spec, tmp_path):
     """Each default config of the heuristic compiles for the GPU and is right, twice (the
     split's workspace reused)."""
     problem = make_problem(device="cuda", **spec)
-    verify_configs_on_gpu(problem, get_template(GEMV), configs(problem), tmp_path)
+    check_configs_on_gpu(problem, get_template(GEMV), configs(problem), tmp_path)

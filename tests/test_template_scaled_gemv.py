@@ -15,7 +15,7 @@ from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K, FP8_DOT_MOST_K
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
-from helpers_kernels import run_kernel, verify_configs_on_gpu
+from helpers_kernels import run_kernel, check_configs_on_gpu
 
 UID = "triton::scaled_gemv"
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
@@ -137,4 +137,4 @@ def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
 def test_gpu_every_default_config_verifies(scale, m, n, k, bias, tmp_path):
     problem = fp8(scale, m=m, n=n, k=k, bias=bias, device="cuda")
     configs = list(lookup_heuristic(UID, "cuda", "scaled_mm").get_configs(problem))
-    verify_configs_on_gpu(problem, get_template(UID), configs, tmp_path)
+    check_configs_on_gpu(problem, get_template(UID), configs, tmp_path)

@@ -347,10 +347,10 @@ def test_tma_api_probe_reads_the_installed_version(monkeypatch):
     tma_module.descriptor_api_problem.cache_clear()
     try:
         monkeypatch.setattr(tma_module, "_imported", lambda name: None)  # as in a parent process
-        monkeypatch.setattr(tma_module, "_installed_triton_version", lambda: (3, 3))
+        monkeypatch.setattr(tma_module, "installed_triton_version", lambda: (3, 3))
         assert "3.3" in tma_module.descriptor_api_problem()
         tma_module.descriptor_api_problem.cache_clear()
-        monkeypatch.setattr(tma_module, "_installed_triton_version", lambda: (3, 6))
+        monkeypatch.setattr(tma_module, "installed_triton_version", lambda: (3, 6))
         assert tma_module.descriptor_api_problem() is None
     finally:
         tma_module.descriptor_api_problem.cache_clear()

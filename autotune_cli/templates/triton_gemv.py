@@ -51,7 +51,7 @@ from .launch import Launcher
 from .params import Bool, Choice, Int
 from .registry import register_template
 from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template, load_kernels
-from .triton_persistent_tma import _installed_triton_version
+from .triton_persistent_tma import installed_triton_version
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
@@ -107,7 +107,7 @@ class TritonGemvTemplate(TritonTemplate):
         if not config.get("PDL"):
             return config
         capability = device.compute_capability if device.device_type == "cuda" and not device.is_amd else None
-        triton = _installed_triton_version()
+        triton = installed_triton_version()
         if capability is None or capability < PDL_CAPABILITY or triton is None or triton < PDL_TRITON:
             return {**config, "PDL": 0}
         return config

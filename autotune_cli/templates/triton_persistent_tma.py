@@ -57,7 +57,9 @@ def _imported(name: str):
     return sys.modules.get(name)
 
 
-def _installed_triton_version() -> tuple[int, int] | None:
+def installed_triton_version() -> tuple[int, int] | None:
+    """The installed Triton's (major, minor), read from the package's metadata without
+    importing it; None where none is installed."""
     for name in ("triton", "pytorch-triton"):
         try:
             text = metadata.version(name)
@@ -83,7 +85,7 @@ def descriptor_api_problem() -> str | None:
         return f"triton {version} lacks tl.make_tensor_descriptor / triton.set_allocator (needs >= 3.4)"
     if importlib.util.find_spec("triton") is None:
         return "triton is not installed"
-    version = _installed_triton_version()
+    version = installed_triton_version()
     if version is not None and version < MIN_TRITON:
         return (f"triton {version[0]}.{version[1]} lacks tl.make_tensor_descriptor "
                 f"(needs >= {MIN_TRITON[0]}.{MIN_TRITON[1]})")
