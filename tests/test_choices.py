@@ -4,10 +4,8 @@ from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template
 from autotune_cli.templates.base import Template
+from helpers_devices import H200, CPU
 
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 
 
 class CountingTemplate(Template):

@@ -17,18 +17,15 @@ from autotune_cli import api
 from autotune_cli.cache import CACHE_FILE, Cache
 from autotune_cli.entry import CacheKey, Entry
 from autotune_cli.choices import get_choices
-from autotune_cli.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import all_templates, get_template
 from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_params, check_winner, entry_problem
 from autotune_cli.tuner import Tuner
 from helpers_cache_writer import make_entry
+from helpers_devices import H200, CPU
 
 PLUGINS = Path(__file__).parent / "plugins"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}
 PROBLEM = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
 

@@ -20,14 +20,12 @@ from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template, templates_for
 from conftest import INTERPRETING, ran_verified
 from helpers_kernels import run_kernel
+from helpers_devices import H200, CPU
 
 BLOCK = "triton::scaled_mm_blockwise"
 ATEN = "aten::_scaled_mm"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
 B200 = DeviceInfo(device_type="cuda", name="NVIDIA B200", capability="10.0", sm_count=148,
                   smem_per_block=232448, l2_bytes=126 << 20, total_memory=180 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 needs_interpreter = pytest.mark.skipif(not INTERPRETING, reason="runs Triton on CPU tensors: needs TRITON_INTERPRET=1")
 

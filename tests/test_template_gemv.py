@@ -23,7 +23,8 @@ from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates.params import BadParams, check_winner
 from autotune_cli.templates import triton_gemv as gemv_module
 from autotune_cli.templates.triton_gemv import k_per_split
-from helpers_kernels import compile_through_pool, run_kernel, check_configs_on_gpu
+from helpers_devices import A100, CPU, H200
+from helpers_kernels import check_configs_on_gpu, compile_through_pool, run_kernel
 
 GEMV = "triton::gemv"
 in_process = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") in ("", "0"),
@@ -402,14 +403,12 @@ def test_programmatic_dependent_launch_on_hopper_only(monkeypatch):
     assert body.index("gdc_wait()") < body.index("tl.load(")
     assert "gdc_wait" not in template.render(problem, template.full_params(problem, tile(4, split=4)))
     config = {**tile(4), "PDL": 1}
-    h200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132)
-    a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100", capability="8.0", sm_count=108)
     mi300 = DeviceInfo(device_type="cuda", name="AMD Instinct MI300X", capability="9.4", sm_count=304)
-    assert template.fit_to_device(config, h200)["PDL"] == 1
-    for device in (a100, mi300, DeviceInfo(device_type="cpu", name="cpu")):
+    assert template.fit_to_device(config, H200)["PDL"] == 1
+    for device in (A100, mi300, CPU):
         assert template.fit_to_device(config, device) == {**config, "PDL": 0}
     monkeypatch.setattr(gemv_module, "installed_triton_version", lambda: (3, 3))
-    assert template.fit_to_device(config, h200)["PDL"] == 0
+    assert template.fit_to_device(config, H200)["PDL"] == 0
     space = configs(problem, space=[{**tile(4), "PDL": 1}, tile(4)])
     assert [c.get("PDL", 0) for c in space] == [1, 0]
     assert not any(c.get("PDL") for c in configs(problem))

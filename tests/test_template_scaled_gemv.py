@@ -10,19 +10,14 @@ import json
 
 import pytest
 
-from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics.gemv import FP8_DOT_LEAST_K, FP8_DOT_MOST_K
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
 from helpers_kernels import run_kernel, check_configs_on_gpu
+from helpers_devices import H200, A100, CPU
 
 UID = "triton::scaled_gemv"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
-A100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
-                  smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 
 
 def fp8(scale="row", device="cpu", **kwargs):

@@ -25,10 +25,9 @@ from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_swap_ab as swap_module
 from conftest import ran_verified
 from helpers_kernels import compile_through_pool, run_kernel
+from helpers_devices import H200
 
 SWAP = "triton::mm_swap_ab"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
 TILE = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "num_stages": 3, "num_warps": 4}
 BEST_4096 = {"BLOCK_N": 64, "BLOCK_K": 256, "num_stages": 5, "num_warps": 4}  # H200, 16x4096x{4096,14336}
 BEST_14336 = {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 5, "num_warps": 4}  # H200, 8x14336x4096

@@ -10,23 +10,18 @@ import torch
 
 from autotune_cli.runner.verify import check, make_operands, poison, reference
 from autotune_cli.choices import get_choices
-from autotune_cli.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_persistent_tma as tma_module
 from helpers_kernels import run_kernel
+from helpers_devices import A100, CPU, H200, L40S
 
 TRITON = "triton::scaled_mm_persistent_tma"
 TILED = "triton::scaled_mm"
 SPLITK = "triton::scaled_mm_splitk"
 ATEN = "aten::_scaled_mm"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
-L40S = DeviceInfo(device_type="cuda", name="NVIDIA L40S", capability="8.9", sm_count=142,
-                  smem_per_block=101376, l2_bytes=96 << 20, total_memory=48 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 
 
@@ -307,10 +302,8 @@ def test_tiled_scaled_mm_computes_the_scaled_product(scale, bias, fast, k, tmp_p
 
 
 def test_tiled_scaled_mm_needs_the_float8_mma():
-    a100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
-                      smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
     template = get_template(TILED)
-    assert "compute capability >= 8.9" in template.unavailable_reason(fp8(device="cuda"), a100)
+    assert "compute capability >= 8.9" in template.unavailable_reason(fp8(device="cuda"), A100)
     assert template.unavailable_reason(fp8(device="cuda"), L40S) is None
     configs = list(lookup_heuristic(TILED, "cuda", "scaled_mm").get_configs(fp8("row", m=4096, n=4096, k=4096)))
     assert configs and all("FLATTEN" not in c for c in configs)

@@ -28,14 +28,10 @@ from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_persistent_tma as tma_module
 from autotune_cli.templates.triton_splitk import k_per_split
 from helpers_kernels import run_kernel
+from helpers_devices import H200, A100, CPU
 
 TMA = "triton::mm_persistent_tma"
 SPLITK = "triton::mm_splitk"
-H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
-                  smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)
-A100 = DeviceInfo(device_type="cuda", name="NVIDIA A100-SXM4-80GB", capability="8.0", sm_count=108,
-                  smem_per_block=166912, l2_bytes=40 << 20, total_memory=80 << 30)
-CPU = DeviceInfo(device_type="cpu", name="cpu")
 TILE = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 1, "num_warps": 4}
 LAYOUTS = ["nn", "nt", "tn", "tt"]
 DTYPE_OF_LAYOUT = {"nn": "float16", "nt": "bfloat16", "tn": "float32", "tt": "float16"}  # each dtype in turn
