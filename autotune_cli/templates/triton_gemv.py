@@ -164,9 +164,7 @@ class TritonGemvTemplate(TritonTemplate):
             partial, reduce = load_kernels(source, kernel_dir, count=2)
         else:
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
         pdl = bool(params["PDL"])
-        options = {"launch_pdl": True} if pdl else {}
         m, n, k = problem.m, problem.n, problem.k
         if split * m * n > MAX_WORKSPACE_ELEMENTS:
             raise ValueError(f"a {split}x{m}x{n} workspace is too large for 32-bit offsets")
@@ -202,7 +200,7 @@ class TritonGemvTemplate(TritonTemplate):
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
                     (ws, c, bias, *scales, m, n, *c.stride(), *bias_args, *scale_strides))
 
-        launch_partial = Launcher(partial, num_warps, num_stages, pdl)
+        launch_partial = Launcher(partial, params["num_warps"], params["num_stages"], pdl)
         launch_reduce = Launcher(reduce, REDUCE_WARPS, 1, pdl) if reduce is not None else None
 
         def run(ops: Operands) -> None:
@@ -217,10 +215,9 @@ class TritonGemvTemplate(TritonTemplate):
             if not hasattr(partial, "warmup"):
                 return []
             first, second = arguments(ops)
-            kernels = [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages, **options)]
+            kernels = [partial.warmup(*first, grid=grid, **launch_partial.options)]  # the launches' own options
             if reduce is not None:
-                kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1,
-                                             **options))
+                kernels.append(reduce.warmup(*second, grid=reduce_grid, **launch_reduce.options))
             return kernels
 
         def bind(sample: Operands, reuse_b: bool = False):
