@@ -76,6 +76,25 @@ def test_tiled_winner_maps_to_triton_mm_with_or_without_a_bias():
     assert (value["BLOCK_K"], value["USE_FAST_ACCUM"]) == (128, False)
 
 
+def test_a_blockwise_winner_is_written_under_the_column_major_scales_aten_only():
+    """Blockwise (1x128 of A, 128x128 of B): one key, the scales column-major as cuBLASLt
+    takes them; cuBLASLt's winner is written, a tiled Triton winner is skipped with a note
+    (Inductor's blockwise template is another kernel)."""
+    prob = fp8(m=256, n=512, k=1024, scale="block", bias="n")
+    assert inductor_key(prob, H200) == (
+        "NVIDIA H200+((torch.float8_e4m3fn, [256, 1024], [1024, 1]), (torch.float8_e4m3fn, [1024, 512], [1, 1024]), "
+        "(torch.float32, [256, 8], [1, 256]), (torch.float32, [8, 4], [1, 8]), (torch.bfloat16, [512], [1]))"
+        "+scaled_mm")
+    table, notes = inductor_table([entry(prob, "aten::_scaled_mm")])
+    assert notes == [] and list(table.values()) == [[{"template_id": "aten::_scaled_mm"}]]
+    params = {**TILE, "SCALE": "block"}
+    table, notes = inductor_table([entry(fp8(m=256, n=512, k=1024, scale="block"), "triton::scaled_mm_blockwise",
+                                         params)])
+    assert table == {}
+    (note,) = notes
+    assert "triton::scaled_mm_blockwise" in note and "skipped" in note
+
+
 @pytest.mark.parametrize("uid, prob, why", [
     ("triton::scaled_mm_splitk", fp8(m=8), "no Inductor lookup-table equivalent"),
     ("triton::scaled_mm_persistent_tma", fp8(bias="n"), "only without one"),

@@ -1,7 +1,7 @@
 """On a GPU: an exported lookup table of float8 winners makes Inductor's max-autotune of
 torch._scaled_mm use our choice without autotuning (the aten call, the TMA epilogue-scaling
-template, triton::mm with the scaling epilogue), with torch._scaled_mm's results. Written
-against torch 2.11 (the GPU host's) and 2.13.
+template, triton::mm with the scaling epilogue; the aten call for blockwise scales too), with
+torch._scaled_mm's results. Written against torch 2.11 (the GPU host's) and 2.13.
 
 As tests/test_gpu_inductor_lookup.py: the compiles run in a child process (the test session
 sets TRITON_INTERPRET=1; the child gets empty Inductor and Triton caches of its own).
@@ -26,6 +26,7 @@ CASES = {  # name: (our uid, scale, bias)
     "aten": ("aten::_scaled_mm", "row", True),
     "tma": ("triton::scaled_mm_persistent_tma", "tensor", False),
     "tiled": ("triton::scaled_mm", "row", True),
+    "block": ("aten::_scaled_mm", "block", False),  # 1x128 / 128x128 scales, column-major
 }
 RESULT_MARK = "AUTOTUNE-RESULT "
 
@@ -72,7 +73,10 @@ def _child() -> dict:
     b = (torch.randn(N, K, device="cuda") * 4).to(torch.float8_e4m3fn).t()
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
     scales = {"row": (torch.rand(M, 1, device="cuda") / 16 + 1e-3, torch.rand(1, N, device="cuda") / 16 + 1e-3),
-              "tensor": (torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda"))}
+              "tensor": (torch.tensor(0.05, device="cuda"), torch.tensor(0.02, device="cuda")),
+              # stored transposed: the column-major [M, K/128] and [K/128, N/128] cuBLASLt takes
+              "block": ((torch.rand(K // 128, M, device="cuda") / 16 + 1e-3).t(),
+                        (torch.rand(N // 128, K // 128, device="cuda") / 16 + 1e-3).t())}
     seen_kwargs: dict = {}
 
     class Recording(LookupTableChoices):

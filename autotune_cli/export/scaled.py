@@ -12,7 +12,9 @@ output dtype, stride [1]) when there is one; no scalars. A scale's shape and str
 caller's tensor's, which the problem does not fix, so each winner is written under every
 common form: per tensor a 0-d, a [1] or a [1, 1] scale (the same form for both); per row
 scale_a [m, 1] stride [1, 1] and scale_b [1, n] with stride [n, 1] (a contiguous [1, n]) or
-[1, 1] (the transpose of an [n, 1] column).
+[1, 1] (the transpose of an [n, 1] column); per block scale_a [m, k/128] and scale_b
+[k/128, n/128], both column-major (strides [1, m] and [1, k/128]), the one layout cuBLASLt's
+blockwise scaling takes.
 
 The choices Inductor offers a scaled_mm, each with its template uid:
   * ``aten::_scaled_mm`` (cuBLASLt): takes no config arguments (out_dtype and
@@ -24,13 +26,16 @@ The choices Inductor offers a scaled_mm, each with its template uid:
     PROMOTE_IN_DOT and WARP_SPECIALIZE have no twin there and are said in a note.
   * ``triton::mm`` with the scaling epilogue: our tiled triton::scaled_mm maps to it.
   Our triton::scaled_mm_splitk and triton::scaled_gemv have none.
+Blockwise scales: only the aten::_scaled_mm winner is written. Inductor's blockwise choice
+(``triton::scaled_mm_device_tma_main_loop_scaling``) is a persistent TMA kernel and our
+triton::scaled_mm_blockwise a tiled one: a tile of ours would name a kernel never timed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..problem import FP8_DTYPES, OUT_DTYPES, GemmProblem
+from ..problem import FP8_DTYPES, OUT_DTYPES, SCALES, GemmProblem
 from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 
 # torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
@@ -55,10 +60,7 @@ def check_scaled_problem(problem: GemmProblem) -> None:
         raise ValueError(f"unsupported float8 dtype {problem.dtype!r}")
     if problem.layout != "nt":
         raise ValueError(f"float8 layout {problem.layout!r} (A row-major, B column-major only)")
-    if problem.scale == "block":
-        raise ValueError("blockwise scales: no lookup-table mapping for them yet (autotune_cli.compile "
-                         "carries such winners)")
-    if problem.scale not in SCALING_TYPE:
+    if problem.scale not in SCALES:
         raise ValueError(f"unsupported scale kind {problem.scale!r}")
     if problem.result_dtype not in OUT_DTYPES:
         raise ValueError(f"unsupported output dtype {problem.out_dtype!r}")
@@ -71,6 +73,9 @@ def scale_forms(problem: GemmProblem) -> list[tuple[tuple, tuple]]:
     if problem.scale == "tensor":
         return [(((), ()), ((), ())), (((1,), (1,)), ((1,), (1,))), (((1, 1), (1, 1)), ((1, 1), (1, 1)))]
     m, n = problem.m, problem.n
+    if problem.scale == "block":  # column-major, as runner/verify.block_scale_storage makes them
+        (_, k_blocks), (_, n_blocks) = problem.scale_shapes()
+        return [(((m, k_blocks), (1, m)), ((k_blocks, n_blocks), (1, k_blocks)))]
     return [(((m, 1), (1, 1)), ((1, n), (n, 1))), (((m, 1), (1, 1)), ((1, n), (1, 1)))]
 
 
@@ -100,6 +105,9 @@ def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
         return None, f"winner {uid} for scaled_mm has no Inductor lookup-table equivalent", []
     if target.startswith("aten::"):
         return {"template_id": target}, "", []
+    if problem.scale == "block":
+        return None, (f"winner {uid} for blockwise scales has no Inductor lookup-table equivalent "
+                      "(Inductor's is a persistent TMA kernel)"), []
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict", []
     unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in TILE_ARGS and key != "GROUP_M")
