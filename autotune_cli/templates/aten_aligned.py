@@ -185,26 +185,27 @@ class AtenAlignedTemplate(Template):
                 fill_b = copy_when_changed(fill_b, capturing)
             mm, add, narrow = torch.mm, torch.addmm, torch.narrow
             a_in, b_in = a_view, b_view
+
+            def filled(a, b) -> tuple:
+                """The operands cuBLAS is given: the padded copies, filled, where there are."""
+                if fill_a is not None:
+                    fill_a(a)
+                    a = a_in
+                if fill_b is not None:
+                    fill_b(b)
+                    b = b_in
+                return a, b
+
             if not grown:
                 def go(a, b, out, bias) -> None:
-                    if fill_a is not None:
-                        fill_a(a)
-                        a = a_in
-                    if fill_b is not None:
-                        fill_b(b)
-                        b = b_in
+                    a, b = filled(a, b)
                     if addmm:
                         add(bias, a, b, out=out)
                     else:
                         mm(a, b, out=out)
 
                 def returning(a, b, bias):
-                    if fill_a is not None:
-                        fill_a(a)
-                        a = a_in
-                    if fill_b is not None:
-                        fill_b(b)
-                        b = b_in
+                    a, b = filled(a, b)
                     return add(bias, a, b) if addmm else mm(a, b)
 
                 if pitch is None:  # a contiguous output: torch's own is the planned one
@@ -214,24 +215,14 @@ class AtenAlignedTemplate(Template):
             shape = (m, used["n"])
 
             def go_wide(a, b, out, bias) -> None:
-                if fill_a is not None:
-                    fill_a(a)
-                    a = a_in
-                if fill_b is not None:
-                    fill_b(b)
-                    b = b_in
+                a, b = filled(a, b)
                 mm(a, b, out=out.as_strided(shape, strides))
                 if addmm:
                     out.add_(bias)
 
             if used["n"] == pitch:  # ZERO_PAD: cuBLAS's [M, pitch] product is the output's storage
                 def returning_wide(a, b, bias):
-                    if fill_a is not None:
-                        fill_a(a)
-                        a = a_in
-                    if fill_b is not None:
-                        fill_b(b)
-                        b = b_in
+                    a, b = filled(a, b)
                     out = narrow(mm(a, b), 1, 0, n)
                     if addmm:
                         out.add_(bias)
