@@ -131,17 +131,19 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
            "tune_s": tune_s, "first_call_ms": first_ms, "max_rel_error": max(errors),
            "median": med, "rounds": results}
     if parts and winner["uid"] == "aten::mm_aligned":
-        row["parts_cpu_us"] = aligned_parts(problem, winner.get("params") or {}, a, weight, calls, rounds, sync)
+        row["parts_cpu_us"] = aligned_parts(problem, winner.get("params") or {}, a, weight, calls, rounds, sync, api)
     return row
 
 
-def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync) -> dict[str, float]:
+def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync, api) -> dict[str, float]:
     """Where an aten::mm_aligned call's CPU time goes: each piece it runs, timed alone as the
-    whole call is (median CPU us per call of alternating rounds), beside torch.mm."""
+    whole call is (median CPU us per call of alternating rounds), beside torch.mm; and the
+    API's layers: the whole call, the plan's lookup, the kernel's bound call alone."""
     import torch
 
+    from autotune_cli.api.problems import call_key
     from autotune_cli.templates.aten_aligned import padded_sizes
-    from autotune_cli.templates.base import operand_copier
+    from autotune_cli.templates.base import Operands, bound, operand_copier
 
     lead = padded_sizes(problem, int(params.get("PAD_BYTES", 16)))
     used = lead if params.get("ZERO_PAD") else {"m": problem.m, "n": problem.n, "k": problem.k}
@@ -156,8 +158,18 @@ def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync) -> dict[
     shape, strides = (problem.m, problem.n), (pitch, 1)
     capturing = torch._C._cuda_isCurrentStreamCapturing if a.is_cuda else (lambda: False)
     mm, empty = torch.mm, torch.empty_strided
+    t = api._torch()
+    plans = api._mm
+    built = next(iter(api._built.values())).kernel
+    own_out = empty(shape, strides, dtype=a.dtype, device=a.device)
+    go = bound(built, Operands(a, b, own_out, None), reuse_b=True)
+    go(a, b, own_out, None)  # B copied once: later calls skip it, as the API's do
+    returning = getattr(go, "returning", None)
     pieces = {
         "torch.mm": lambda: mm(a, b),
+        "the API's whole call": lambda: api.mm(a, b),
+        "the API's plan lookup (key, dict)": lambda: plans.get(call_key(t.float32, t.allow_tf32, a, b)),
+        "the bound call, into an output": lambda: go(a, b, own_out, None),
         "empty_strided (the output)": lambda: empty(shape, strides, dtype=a.dtype, device=a.device),
         "copy of A (bound launch)": lambda: fill_a(a),
         "mm(out=) on the padded views": lambda: mm(a_pad, b_pad, out=wide),
@@ -166,6 +178,8 @@ def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync) -> dict[
         "version check of B": lambda: (b._base, b.data_ptr(), b._version),
         "stream capture check": lambda: capturing(),
     }
+    if returning is not None:  # the plan's output is cuBLAS's own (templates/aten_aligned.py)
+        pieces["the bound call, returning its own"] = lambda: returning(a, b, None)
     figures: dict[str, list[float]] = {name: [] for name in pieces}
     for r in range(rounds):
         for name in (list(pieces) if r % 2 == 0 else list(reversed(pieces))):
