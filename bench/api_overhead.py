@@ -138,7 +138,8 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
 def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync, api) -> dict[str, float]:
     """Where an aten::mm_aligned call's CPU time goes: each piece it runs, timed alone as the
     whole call is (median CPU us per call of alternating rounds), beside torch.mm; and the
-    API's layers: the whole call, the plan's lookup, the kernel's bound call alone."""
+    API's layers: the whole call, the plan's lookup, the kernel's bound call alone (into an
+    output made beforehand, as the API's)."""
     import torch
 
     from autotune_cli.api.problems import call_key
@@ -164,12 +165,11 @@ def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync, api) -> 
     own_out = out  # whole padded rows: what the plan allocates where the kernel writes them
     go = bound(built, Operands(a, b, own_out, None), reuse_b=True)
     go(a, b, own_out, None)  # B copied once: later calls skip it, as the API's do
-    returning = getattr(go, "returning", None)
     pieces = {
         "torch.mm": lambda: mm(a, b),
         "the API's whole call": lambda: api.mm(a, b),
         "the API's plan lookup (key, dict)": lambda: plans.get(call_key(t.float32, t.allow_tf32, a, b)),
-        "the bound call, into an output": lambda: go(a, b, own_out, None),
+        "the bound call (no allocation)": lambda: go(a, b, own_out, None),
         "empty_strided (the output)": lambda: empty(shape, strides, dtype=a.dtype, device=a.device),
         "copy of A (bound launch)": lambda: fill_a(a),
         "mm(out=) on the padded views": lambda: mm(a_pad, b_pad, out=wide),
@@ -178,8 +178,6 @@ def aligned_parts(problem, params, a, b, calls: int, rounds: int, sync, api) -> 
         "version check of B": lambda: (b._base, b.data_ptr(), b._version),
         "stream capture check": lambda: capturing(),
     }
-    if returning is not None:  # the plan's output is cuBLAS's own (templates/aten_aligned.py)
-        pieces["the bound call, returning its own"] = lambda: returning(a, b, None)
     figures: dict[str, list[float]] = {name: [] for name in pieces}
     for r in range(rounds):
         for name in (list(pieces) if r % 2 == 0 else list(reversed(pieces))):

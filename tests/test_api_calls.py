@@ -277,46 +277,10 @@ def test_out_allocator_leaves_out_the_last_rows_padding_only_when_asked():
     assert batched.untyped_storage().nbytes() // 2 == 24 + 21
 
 
-@pytest.mark.parametrize("zero_pad,n,returns", [(0, 48, True), (1, 48, True), (1, 50, True), (0, 50, False)])
-@pytest.mark.parametrize("op", ["mm", "addmm"])
-def test_an_aligned_winner_hands_back_cublass_own_output_where_it_is_the_planned_one(zero_pad, n, returns, op):
-    """aten::mm_aligned's bound call: where cuBLAS's own output is laid out as the plan's
-    (N aligned: contiguous; ZERO_PAD with N padded: [M, pitch] rows) it is returned as made
-    (`returning`, no output allocated first), with the values and layout of the call into an
-    allocated output; ZERO_PAD=0 with N padded writes into the pitched output only."""
-    from autotune_cli.problem import GemmProblem
-    from autotune_cli.templates import get_template
-    from autotune_cli.templates.base import Operands, bound, out_allocator
-
-    template = get_template("aten::mm_aligned")
-    problem = GemmProblem(m=32, n=n, k=44, dtype="float16", device="cpu", op=op,
-                          bias="n" if op == "addmm" else None)
-    params = template.full_params(problem, {"ZERO_PAD": zero_pad, "PAD_BYTES": 16})
-    pitch = template.out_pitch(problem, params)
-    new_out = out_allocator((32, n), pitch, pitch is None or template.out_writes_padding(problem, params))
-    run = template.build(problem, params, "")
-    a, b = operand(32, 44), operand(44, n, seed=1)
-    bias = operand(1, n, seed=2)[0] if op == "addmm" else None
-    out = new_out(torch.float16, torch.device("cpu"))
-    run(Operands(a, b, out, bias))
-    go = bound(run, Operands(a, b, new_out(torch.float16, torch.device("cpu")), bias))
-    assert hasattr(go, "returning") == returns
-    want = product(a, b) + (bias if bias is not None else 0)
-    into = new_out(torch.float16, torch.device("cpu"))
-    go(a, b, into, bias)
-    close(into, want)
-    if returns:
-        made = go.returning(a, b, bias)
-        assert made.shape == into.shape and made.stride() == into.stride()
-        assert made.untyped_storage().nbytes() == into.untyped_storage().nbytes()
-        torch.testing.assert_close(made, into, rtol=0, atol=0)
-
-
 def test_the_api_runs_an_aligned_winner_call_after_call_into_the_planned_layout(cli, cache_dir, tmp_path):
     """An aten::mm_aligned winner (whichever ZERO_PAD and width the tune picked) called again
-    and again (the first call plain, then bound, through cuBLAS's own output where the plan
-    allows): right for fresh activations and a weight updated in place, every output with
-    the winner's pitch."""
+    and again (the first call plain, then bound): right for fresh activations and a weight
+    updated in place, every output with the winner's pitch."""
     from autotune_cli.templates import get_template
 
     doc = tune(cli, tmp_path, "--m", 32, "--n", 50, "--k", 44, "--templates", "aten::mm_aligned")

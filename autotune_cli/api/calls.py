@@ -57,14 +57,10 @@ def _alias(t):
 
 def lazily_bound(kernel: Callable, reuse_b: bool) -> Callable[[Any, Any, Any, Any], None]:
     """`launch(a, b, out, bias)`: the first call runs `kernel` on its Operands, then binds it
-    to that call's layout (templates/base.bound); later calls run the bound launch. For a
-    kernel marked `returns_output`, `launch.returning(a, b, bias)` is the bound launch's
-    `returning` (the output made by the kernel's own torch op), or None where there is none
-    yet (the first call) or none at all: the caller then allocates and calls `launch`."""
+    to that call's layout (templates/base.bound); later calls run the bound launch."""
     from ..templates.base import Operands, bound
 
     go = None
-    made: list = [None]  # the bound launch's `returning`, once bound
 
     def launch(a, b, out, bias) -> None:
         nonlocal go
@@ -73,14 +69,7 @@ def lazily_bound(kernel: Callable, reuse_b: bool) -> Callable[[Any, Any, Any, An
             return
         kernel(Operands(a, b, out, bias))
         go = bound(kernel, Operands(_alias(a), _alias(b), _alias(out), _alias(bias)), reuse_b=reuse_b)
-        made[0] = getattr(go, "returning", None)
 
-    if getattr(kernel, "returns_output", False):
-        def returning(a, b, bias):
-            make = made[0]
-            return None if make is None else make(a, b, bias)
-
-        launch.returning = returning  # type: ignore[attr-defined]
     return launch
 
 
@@ -93,7 +82,7 @@ def per_caller(first: Callable, make: Callable[[], Callable], stream_of: Callabl
     local = threading.local()
     local.calls = {stream_of(): first}
 
-    def mine() -> Callable:
+    def call(*args) -> None:
         calls = getattr(local, "calls", None)
         if calls is None:
             calls = local.calls = {}
@@ -101,16 +90,8 @@ def per_caller(first: Callable, make: Callable[[], Callable], stream_of: Callabl
         go = calls.get(stream)
         if go is None:
             go = calls[stream] = make()
-        return go
+        go(*args)
 
-    def call(*args) -> None:
-        mine()(*args)
-
-    if hasattr(first, "returning"):  # lazily_bound's, made alike by `make`
-        def returning(*args):
-            return mine().returning(*args)
-
-        call.returning = returning  # type: ignore[attr-defined]
     return call
 
 
@@ -133,7 +114,6 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
     index = device.index if on_cuda else None
     device_guard = torch.cuda.device if on_cuda else None
     adapt = copy_a or copy_b or bias_row
-    returning = getattr(launch, "returning", None)  # the kernel's own output (lazily_bound)
 
     # mm/bmm and addmm spelled out alike, each one frame: a call is the key, the checks, an
     # allocation and the launch
@@ -148,10 +128,6 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
                     b = b.contiguous()
                 if bias_row:
                     bias = bias[0]
-            if returning is not None and (not on_cuda or current_device() == index):
-                out = returning(a, b, bias)
-                if out is not None:
-                    return out
             out = new_out(dtype, device)
             if on_cuda and current_device() != index:
                 with device_guard(index):  # Triton launches on the current device
@@ -168,10 +144,6 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
                     a = a.contiguous()
                 if copy_b:
                     b = b.contiguous()
-            if returning is not None and (not on_cuda or current_device() == index):
-                out = returning(a, b, None)
-                if out is not None:
-                    return out
             out = new_out(dtype, device)
             if on_cuda and current_device() != index:
                 with device_guard(index):  # Triton launches on the current device

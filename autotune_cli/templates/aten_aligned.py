@@ -173,69 +173,47 @@ class AtenAlignedTemplate(Template):
         def bind(sample: Operands, reuse_b: bool = False):
             """run, for operands laid out as `sample` (see base.bound): each copy's launch
             bound, the branch for the output's strides chosen once; with `reuse_b`, B's copy
-            skipped while B is an unchanged weight (base.copy_when_changed). Where cuBLAS's
-            own output is the planned one (contiguous, or ZERO_PAD's rows of `pitch`), `go`
-            carries `returning(a, b, bias) -> out`: the same cuBLAS call, without an output
-            made beforehand (base.bound)."""
+            skipped while B is an unchanged weight (base.copy_when_changed)."""
             if set_tf32 or (grown and padded_rows(sample.out) is None):
                 return None  # float32's TF32 switch, or a scratch output: run as it is
             fill_a = copy_a.fixed(sample.a) if copy_a is not None else None
             fill_b = copy_b.fixed(sample.b) if copy_b is not None else None
             if fill_b is not None and reuse_b:
                 fill_b = copy_when_changed(fill_b, capturing)
-            mm, add, narrow = torch.mm, torch.addmm, torch.narrow
+            mm, add = torch.mm, torch.addmm
             a_in, b_in = a_view, b_view
+            if not grown:
+                def go(a, b, out, bias) -> None:
+                    if fill_a is not None:
+                        fill_a(a)
+                        a = a_in
+                    if fill_b is not None:
+                        fill_b(b)
+                        b = b_in
+                    if addmm:
+                        add(bias, a, b, out=out)
+                    else:
+                        mm(a, b, out=out)
+                return go
+            strides = (pitch, 1)
+            shape = (m, used["n"])
 
-            def filled(a, b) -> tuple:
-                """The operands cuBLAS is given: the padded copies, filled, where there are."""
+            def go_wide(a, b, out, bias) -> None:
                 if fill_a is not None:
                     fill_a(a)
                     a = a_in
                 if fill_b is not None:
                     fill_b(b)
                     b = b_in
-                return a, b
-
-            if not grown:
-                def go(a, b, out, bias) -> None:
-                    a, b = filled(a, b)
-                    if addmm:
-                        add(bias, a, b, out=out)
-                    else:
-                        mm(a, b, out=out)
-
-                def returning(a, b, bias):
-                    a, b = filled(a, b)
-                    return add(bias, a, b) if addmm else mm(a, b)
-
-                if pitch is None:  # a contiguous output: torch's own is the planned one
-                    go.returning = returning  # type: ignore[attr-defined]
-                return go
-            strides = (pitch, 1)
-            shape = (m, used["n"])
-
-            def go_wide(a, b, out, bias) -> None:
-                a, b = filled(a, b)
                 mm(a, b, out=out.as_strided(shape, strides))
                 if addmm:
                     out.add_(bias)
-
-            if used["n"] == pitch:  # ZERO_PAD: cuBLAS's [M, pitch] product is the output's storage
-                def returning_wide(a, b, bias):
-                    a, b = filled(a, b)
-                    out = narrow(mm(a, b), 1, 0, n)
-                    if addmm:
-                        out.add_(bias)
-                    return out
-
-                go_wide.returning = returning_wide  # type: ignore[attr-defined]
             return go_wide
 
         capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if device == "cuda" else None
         if capturing is None:
             capturing = lambda: False  # noqa: E731
         run.bind = bind  # type: ignore[attr-defined]
-        run.returns_output = True  # type: ignore[attr-defined]  # its bound calls may carry `returning`
         return run
 
 

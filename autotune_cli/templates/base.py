@@ -112,10 +112,7 @@ def bound(runnable: Runnable, sample: Operands, *, reuse_b: bool = False) -> Lau
     shapes, strides, dtypes and device of `sample` (a plan's: only their addresses change),
     through the runnable's own `bind` where it has one (arguments worked out once, launches
     bound), else with an Operands per call. `reuse_b`: a template that copies B into a
-    buffer of its own may skip the copy while B is unchanged (`copy_when_changed`).
-    A runnable marked `returns_output` may give a `go` that carries `go.returning(a, b,
-    bias) -> out`: the same work into an output it makes itself, laid out as the plan's
-    (a torch op's own output: the caller's allocation, a Python call, is saved)."""
+    buffer of its own may skip the copy while B is unchanged (`copy_when_changed`)."""
     bind = getattr(runnable, "bind", None)
     go = bind(sample, reuse_b=reuse_b) if bind is not None else None
     if go is not None:
