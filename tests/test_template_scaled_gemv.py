@@ -1,9 +1,10 @@
 """triton::scaled_gemv: triton::gemv's decode stream over B for torch._scaled_mm's float8
 operands. Under Triton's interpreter each form (FMA, REDUCE_EACH, DOT with and without fast
 accumulation) and each way of summing a split of K (one kernel, a second kernel, the fused
-last slice) runs against the float64 product of the dequantized operands, tensorwise and
-rowwise, with and without the bias; the source says which scales it applies; its configs
-are float8's own; the CLI tunes it on the CPU. A GPU test runs every default config."""
+last slice) runs against the float64 product of the dequantized operands, tensorwise,
+rowwise and blockwise (scaled at every step), with and without the bias; the source says
+which scales it applies; its configs are float8's own; the CLI tunes it on the CPU. A GPU
+test runs every default config."""
 
 import ast
 import json
@@ -31,11 +32,11 @@ def tile(block_m, split=1, dot=0, each=0, fused=0, block_n=16, block_k=32):
             "num_stages": 1, "num_warps": 4, "DOT": dot, "REDUCE_EACH": each, "FUSED_REDUCE": fused}
 
 
-def test_offered_for_tensorwise_and_rowwise_decode_only():
+def test_offered_for_decode_shapes_of_every_scale_kind():
     assert UID in {t.uid for t in templates_for(fp8(m=16))}
     assert UID in {t.uid for t in templates_for(fp8("tensor", m=1))}
+    assert UID in {t.uid for t in templates_for(fp8("block", m=8, n=128, k=256))}
     assert UID not in {t.uid for t in templates_for(fp8(m=17))}
-    assert UID not in {t.uid for t in templates_for(fp8("block", m=8, n=128, k=256))}
     assert UID not in {t.uid for t in templates_for(make_problem(m=8, n=48, k=256, dtype="bfloat16"))}
     template = get_template(UID)
     assert template.unavailable_reason(fp8(device="cuda"), H200) is None
@@ -63,6 +64,32 @@ def test_computes_the_scaled_product(scale, bias, m, k, config, tmp_path):
         assert int(counters.abs().sum()) == 0
 
 
+@pytest.mark.parametrize("bias, m, n, k, config", [
+    ("n", 5, 256, 256, tile(8, each=1)),                              # per-step sums, one kernel
+    (None, 3, 128, 384, tile(4, split=2, each=1)),                    # the second kernel sums
+    ("n", 16, 256, 256, tile(16, dot=1)),                             # DOT, M = BLOCK_M
+    (None, 9, 256, 512, tile(16, split=2, dot=1, fused=1)),           # the fused last slice
+    ("n", 9, 256, 512, tile(16, split=3, dot=1, block_k=64)),         # uneven slices, 64-long steps
+    (None, 2, 128, 256, tile(2, each=1, block_n=8, block_k=128)),     # a step a whole block
+], ids=["each-bias", "each-split", "dot-bias", "dot-fused", "dot-split3-bias", "each-bk128"])
+def test_computes_the_blockwise_scaled_product(bias, m, n, k, config, tmp_path):
+    """Each step's sum times A's scale for its block of K (per row) and B's (per 128
+    columns): against the float64 product of the blockwise-dequantized operands."""
+    problem = fp8("block", m=m, n=n, k=k, bias=bias)
+    result = run_kernel(problem, get_template(UID), config, tmp_path, calls=2)
+    assert result.correct, result.reasons
+    assert result.discriminating
+
+
+@pytest.mark.parametrize("config, message", [
+    (tile(8), "blockwise scales need a form that sums each step"),        # FMA
+    (tile(8, each=1, block_k=256), "BLOCK_K must divide 128"),
+])
+def test_blockwise_scales_refuse_tiles_that_cannot_scale_each_step(config, message):
+    with pytest.raises(ValueError, match=message):
+        get_template(UID).full_params(fp8("block", m=5, n=256, k=512), config)
+
+
 def test_the_source_applies_the_scales_once_where_c_is_written():
     template = get_template(UID)
     row = template.render(fp8("row"), template.full_params(fp8("row"), tile(8, split=2)))
@@ -76,6 +103,13 @@ def test_the_source_applies_the_scales_once_where_c_is_written():
     fast_problem = fp8("row", m=16, fast_accum=True)
     fast = template.render(fast_problem, template.full_params(fast_problem, tile(16, dot=1)))
     assert "acc += tl.dot(b, a, out_dtype=tl.float32)" in slow and "acc += tl.dot" not in fast
+    # blockwise: in the loop, the first kernel of a split takes the scales, the second none
+    block = fp8("block", m=5, n=256, k=512)
+    split = template.render(block, template.full_params(block, tile(8, split=2, each=1)))
+    ast.parse(split)
+    assert split.count("k_block * stride_sak") == 1 and "tl.load(SCALE_A) * tl.load(SCALE_B)" not in split
+    partial, second = split.split("def gemv_reduce_")
+    assert "SCALE_A, SCALE_B," in partial and "SCALE_A" not in second
     # triton::gemv's own source carries none of it
     plain = make_problem(m=5, n=48, k=256, dtype="bfloat16", layout="nt")
     gemv = get_template("triton::gemv")
@@ -115,10 +149,33 @@ def test_float8_configs_of_their_own():
     assert len(list(lookup_heuristic(UID, "cpu", "scaled_mm").get_configs(fp8()))) == 2
 
 
-@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_blockwise_configs_step_at_most_one_block():
+    """Blockwise: DOT and per-step-sum tiles only, each step dividing a scale's block of K,
+    in the default, exhaustive and CPU lists and from a user's --space."""
+    heuristic = lookup_heuristic(UID, "cuda", "scaled_mm")
+    template = get_template(UID)
+    for m in (1, 8, 16):
+        problem = fp8("block", m=m, n=4096, k=4096, device="cuda")
+        default = list(heuristic.get_configs(problem))
+        exhaustive = list(heuristic.get_configs(problem, "exhaustive"))
+        assert default and len(exhaustive) > len(default)
+        for config in default + exhaustive:
+            template.full_params(problem, config)  # every one is a config the template takes
+            assert 128 % config["BLOCK_K"] == 0 and (config["DOT"] or config["REDUCE_EACH"])
+        assert any(c["SPLIT_K"] > 1 for c in default)
+    space = [{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "DOT": 1}, {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4},
+             {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "DOT": 1}]
+    kept = list(heuristic.get_configs(fp8("block", m=8, n=4096, k=4096, device="cuda"), space=space))
+    assert [(c["BLOCK_K"], c["DOT"]) for c in kept] == [(64, 1)]  # BLOCK_K 256 and FMA left out
+    cpu = list(lookup_heuristic(UID, "cpu", "scaled_mm").get_configs(fp8("block", m=5, n=256, k=512)))
+    assert len(cpu) == 2 and all(c["REDUCE_EACH"] for c in cpu)
+
+
+@pytest.mark.parametrize("scale", ["tensor", "row", "block"])
 def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
-    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", UID, "--m", 3, "--n", 40,
-                         "--k", 64, "--dtype", "float8_e4m3fn", "--scale", scale, "--bias")
+    n, k = (128, 256) if scale == "block" else (40, 64)
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", UID, "--m", 3, "--n", n,
+                         "--k", k, "--dtype", "float8_e4m3fn", "--scale", scale, "--bias")
     assert code == 0, err
     doc = json.loads(out)
     assert {c["uid"] for c in doc["candidates"]} == {UID}
@@ -127,9 +184,11 @@ def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scale", ["tensor", "row"])
-@pytest.mark.parametrize("m, n, k, bias", [(8, 4096, 4096, None), (1, 4096, 4096, "n"), (16, 1000, 4096, "n")])
+@pytest.mark.parametrize("scale", ["tensor", "row", "block"])
+@pytest.mark.parametrize("m, n, k, bias", [(8, 4096, 4096, None), (1, 4096, 4096, "n"), (16, 1024, 4096, "n")])
 def test_gpu_every_default_config_verifies(scale, m, n, k, bias, tmp_path):
+    if scale != "block" and n == 1024:
+        n = 1000  # rows of C off the tile (blockwise needs N a multiple of 128)
     problem = fp8(scale, m=m, n=n, k=k, bias=bias, device="cuda")
     configs = list(lookup_heuristic(UID, "cuda", "scaled_mm").get_configs(problem))
     check_configs_on_gpu(problem, get_template(UID), configs, tmp_path)

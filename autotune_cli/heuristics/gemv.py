@@ -1,5 +1,6 @@
 """Heuristics for triton::gemv, the decode GEMM bound by reading B (templates/triton_gemv.py),
-and for its float8 form triton::scaled_gemv (the same tiles with BLOCK_K doubled: FP8_TILES).
+and for its float8 form triton::scaled_gemv (the same tiles with BLOCK_K doubled: FP8_TILES;
+with blockwise scales, steps no longer than a scale's block of K: FP8_BLOCK_TILES).
 
 Where it is offered: M <= 16, decided by the template's `supports`.
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from ..problem import FP8_DTYPES, GemmProblem
+from ..problem import FP8_DTYPES, SCALE_BLOCK, GemmProblem
 from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
 from .registry import Heuristic, register_heuristic
 
@@ -99,6 +100,7 @@ EXHAUSTIVE = {
 }
 MAX_EXHAUSTIVE = 160
 CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
+CPU_BLOCK_TILES = (Tile(EACH, 16, 32, 4, 1, 1), Tile(EACH, 16, 32, 4, 1, 2))  # blockwise: a form that sums each step
 # Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the CUDA-core
 # tiles above with BLOCK_K doubled (the same bytes a step at one byte an element), the DOT
 # tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8) the DOT tiles 64x512
@@ -109,6 +111,16 @@ FP8_TILES = {
     False: (Tile(DOT, 64, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 32, 512, 4, 3, 1),
             Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 256, 4, 4, 1),
             Tile(DOT, 32, 128, 2, 4, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1)),
+}
+# Blockwise scales (triton::scaled_gemv scales each step's sum: a step at most one block of K,
+# SCALE_BLOCK) take the per-step forms alone, DOT and REDUCE_EACH, at BLOCK_K = SCALE_BLOCK:
+# FP8_TILES' shapes at that length, with more programs where the step is shorter.
+FP8_BLOCK_TILES = {
+    True: (Tile(EACH, 4, 128, 4), Tile(EACH, 8, 128, 4), Tile(EACH, 16, 128, 4, 1, None, 1),
+           Tile(DOT, 32, 128, 4, 3, 1), Tile(DOT, 16, 128, 2, 3, 1), Tile(DOT, 32, 128, 2, 4, None, 1)),
+    False: (Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 32, 128, 4, 3, 1), Tile(DOT, 32, 128, 4, 4, 1),
+            Tile(DOT, 16, 128, 2, 3, 1), Tile(DOT, 128, 128, 4, 3, 1), Tile(DOT, 32, 128, 2, 4, None, 1),
+            Tile(DOT, 64, 128, 4, 3, None, 1), Tile(DOT, 64, 128, 4, 4, None, 1)),
 }
 
 
@@ -180,10 +192,12 @@ def forms_for(problem: GemmProblem) -> tuple[str, ...]:
 def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = False) -> Iterator[dict[str, Any]]:
     """Each tile as configs for the problem: blocks scaled down and fitted to the registers,
     SPLIT_K chosen where not given (and twice it with `doubled`), slices checked; DOT tiles
-    for a dtype it does not serve, and duplicates, dropped."""
+    for a dtype it does not serve, tiles blockwise scales cannot take (FMA, or a step that is
+    not a divisor of SCALE_BLOCK), and duplicates, dropped."""
     seen: set[tuple] = set()
+    blockwise = problem.scale == "block"
     for tile in tiles:
-        if tile.form == DOT and problem.dtype not in DOT_SERVED:
+        if (tile.form == DOT and problem.dtype not in DOT_SERVED) or (blockwise and tile.form == FMA):
             continue
         block_m = DOT_M if tile.form == DOT else gemv_block_m(problem.m)
         block_n, block_k = fit_tile(tile.form, block_m, *_scaled(problem, tile.form, tile.block_n, tile.block_k),
@@ -197,6 +211,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
             else:
                 splits = [1, split] if tile.form == DOT else [split, split * 2]
         if tile.form == DOT and problem.dtype in FP8_DTYPES and not FP8_DOT_LEAST_K <= block_k <= FP8_DOT_MOST_K:
+            continue
+        if blockwise and SCALE_BLOCK % block_k:
             continue
         for split in splits:
             if not slice_fits(problem, block_k, split):
@@ -281,9 +297,10 @@ class GemvCpu(_Gemv):
 @register_heuristic(SCALED_GEMV, "cuda")
 class ScaledGemvCuda(GemvCuda):
     def tiles(self, problem: GemmProblem) -> tuple:
-        return FP8_TILES[cuda_cores(problem)]
+        return (FP8_BLOCK_TILES if problem.scale == "block" else FP8_TILES)[cuda_cores(problem)]
 
 
 @register_heuristic(SCALED_GEMV, "cpu")
 class ScaledGemvCpu(GemvCpu):
-    pass
+    def tiles(self, problem: GemmProblem) -> tuple:
+        return CPU_BLOCK_TILES if problem.scale == "block" else CPU_TILES

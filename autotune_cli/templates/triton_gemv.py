@@ -144,6 +144,11 @@ class TritonGemvTemplate(TritonTemplate):
         after their other numbers (the float8 scales and their strides): none here."""
         return (), ()
 
+    def scales_in_loop(self, problem: GemmProblem) -> bool:
+        """Whether the scales are applied at every step of K (then the first kernel of a
+        split takes them, not the second): never here."""
+        return False
+
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = {**self.render_context(problem, params), **self.scale_context(problem, params)}
         return self.finish(jinja_template(self.template_file).render(
@@ -172,6 +177,7 @@ class TritonGemvTemplate(TritonTemplate):
         grid = (blocks, split)
         reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
         bias_strides_n = problem.bias == "n"  # a row vector (addmm's [n], scaled_mm's bias)
+        in_loop = self.scales_in_loop(problem)
         workspaces: dict[Any, Any] = {}
 
         def workspace(device):
@@ -197,6 +203,9 @@ class TritonGemvTemplate(TritonTemplate):
             if fused:
                 return (a, b, ws, c, bias, counters, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(),
                         *bias_args, *scale_strides), ()
+            if in_loop:
+                return ((a, b, ws, *scales, m, n, k, *a.stride(), *b.stride(), *scale_strides),
+                        (ws, c, bias, m, n, *c.stride(), *bias_args))
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
                     (ws, c, bias, *scales, m, n, *c.stride(), *bias_args, *scale_strides))
 
