@@ -87,12 +87,17 @@ def test_a_blockwise_winner_is_written_under_the_column_major_scales_aten_only()
         "+scaled_mm")
     table, notes = inductor_table([entry(prob, "aten::_scaled_mm")])
     assert notes == [] and list(table.values()) == [[{"template_id": "aten::_scaled_mm"}]]
+    # one row of A (decode): torch takes its [1, k/128] scale contiguous too; both forms written
+    decode = inductor_table([entry(fp8(m=1, n=512, k=1024, scale="block"), "aten::_scaled_mm")])[0]
+    assert len(decode) == 2
+    assert any("(torch.float32, [1, 8], [1, 1])" in key for key in decode)
+    assert any("(torch.float32, [1, 8], [8, 1])" in key for key in decode)
     params = {**TILE, "SCALE": "block"}
     table, notes = inductor_table([entry(fp8(m=256, n=512, k=1024, scale="block"), "triton::scaled_mm_blockwise",
                                          params)])
     assert table == {}
     (note,) = notes
-    assert "triton::scaled_mm_blockwise" in note and "skipped" in note
+    assert "triton::scaled_mm_blockwise" in note and "skipped" in note and "no Inductor lookup-table" in note
 
 
 @pytest.mark.parametrize("uid, prob, why", [

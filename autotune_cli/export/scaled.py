@@ -13,8 +13,9 @@ caller's tensor's, which the problem does not fix, so each winner is written und
 common form: per tensor a 0-d, a [1] or a [1, 1] scale (the same form for both); per row
 scale_a [m, 1] stride [1, 1] and scale_b [1, n] with stride [n, 1] (a contiguous [1, n]) or
 [1, 1] (the transpose of an [n, 1] column); per block scale_a [m, k/128] and scale_b
-[k/128, n/128], both column-major (strides [1, m] and [1, k/128]), the one layout cuBLASLt's
-blockwise scaling takes.
+[k/128, n/128], both column-major (strides [1, m] and [1, k/128]), the layout cuBLASLt's
+blockwise scaling takes, and where a dimension is 1 (one row of A, one block column of B;
+torch checks no stride there) contiguous too.
 
 The choices Inductor offers a scaled_mm, each with its template uid:
   * ``aten::_scaled_mm`` (cuBLASLt): takes no config arguments (out_dtype and
@@ -27,8 +28,8 @@ The choices Inductor offers a scaled_mm, each with its template uid:
   * ``triton::mm`` with the scaling epilogue: our tiled triton::scaled_mm maps to it.
   Our triton::scaled_mm_splitk and triton::scaled_gemv have none.
 Blockwise scales: only the aten::_scaled_mm winner is written. Inductor's blockwise choice
-(``triton::scaled_mm_device_tma_main_loop_scaling``) is a persistent TMA kernel and our
-triton::scaled_mm_blockwise a tiled one: a tile of ours would name a kernel never timed.
+(``triton::scaled_mm_device_tma_main_loop_scaling``) is a persistent TMA kernel; ours
+(triton::scaled_mm_blockwise, tiled, and triton::scaled_gemv) have no twin there.
 """
 
 from __future__ import annotations
@@ -75,13 +76,18 @@ def scale_forms(problem: GemmProblem) -> list[tuple[tuple, tuple]]:
     m, n = problem.m, problem.n
     if problem.scale == "block":  # column-major, as runner/verify.block_scale_storage makes them
         (_, k_blocks), (_, n_blocks) = problem.scale_shapes()
-        return [(((m, k_blocks), (1, m)), ((k_blocks, n_blocks), (1, k_blocks)))]
+        # torch checks no stride of a size-1 dimension: one row of A (decode) or one block
+        # column of B also comes contiguous ([1, k/128] stride [k/128, 1], [k/128, 1] stride [1, 1])
+        forms_a = [((m, k_blocks), (1, m))] + ([((1, k_blocks), (k_blocks, 1))] if m == 1 else [])
+        forms_b = [((k_blocks, n_blocks), (1, k_blocks))] + ([((k_blocks, 1), (1, 1))] if n_blocks == 1 else [])
+        return list(dict.fromkeys((a, b) for a in forms_a for b in forms_b))  # [1, 1]: one form
     return [(((m, 1), (1, 1)), ((1, n), (n, 1))), (((m, 1), (1, 1)), ((1, n), (1, 1)))]
 
 
 def scaled_keys(problem: GemmProblem, device_name: str | None) -> list[str]:
     """Inductor's lookup keys for a scaled_mm problem, one per scale form (the first is the
-    contiguous one); `device_name` None gives the device-agnostic keys."""
+    common one: contiguous, or column-major for blockwise); `device_name` None gives the
+    device-agnostic keys."""
     check_scaled_problem(problem)
     fp8, out = f"torch.{problem.dtype}", f"torch.{problem.result_dtype}"  # as str() of the torch dtypes
     m, n, k = problem.m, problem.n, problem.k
@@ -105,9 +111,6 @@ def scaled_value(uid: str, params: Any, problem: GemmProblem, sm_count: Any,
         return None, f"winner {uid} for scaled_mm has no Inductor lookup-table equivalent", []
     if target.startswith("aten::"):
         return {"template_id": target}, "", []
-    if problem.scale == "block":
-        return None, (f"winner {uid} for blockwise scales has no Inductor lookup-table equivalent "
-                      "(Inductor's is a persistent TMA kernel)"), []
     if not isinstance(params, dict):
         return None, f"winner {uid} has params that are not a dict", []
     unknown = sorted(key for key in params if key not in _OURS_ONLY and key not in TILE_ARGS and key != "GROUP_M")

@@ -140,8 +140,9 @@ class TritonGemvTemplate(TritonTemplate):
         return {"SCALE": "", "FAST_ACCUM": False}
 
     def scale_arguments(self, problem: GemmProblem, ops: Operands) -> tuple[tuple, tuple]:
-        """(tensors, numbers) the kernels that write C take after their other tensors and
-        after their other numbers (the float8 scales and their strides): none here."""
+        """(tensors, numbers) the kernels that apply the scales take after their other tensors
+        and after their other numbers (the float8 scales and their strides: the kernels that
+        write C, or with `scales_in_loop` the first): none here."""
         return (), ()
 
     def scales_in_loop(self, problem: GemmProblem) -> bool:
