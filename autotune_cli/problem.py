@@ -44,14 +44,15 @@ SCALES = ("tensor", "row", "block")
 EPILOGUE_SCALES = ("tensor", "row")  # one factor per output element: applied after the K loop
 SCALE_ALIASES = {"tensorwise": "tensor", "rowwise": "row", "blockwise": "block"}
 SCALE_BLOCK = 128  # a "block" scale covers 1x128 of A and 128x128 of B
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+FP8_LAYOUT = "nt"
+FP8_MAX = {"float8_e4m3fn": 448.0}  # the largest finite value: where quantizing scales to
 
 
 def scale_blocks(size):
     """How many blocks of SCALE_BLOCK cover `size` (an int, or a sympy size of a model's)."""
     return (size + SCALE_BLOCK - 1) // SCALE_BLOCK
-OUT_DTYPES = ("bfloat16", "float16", "float32")
-FP8_LAYOUT = "nt"
-FP8_MAX = {"float8_e4m3fn": 448.0}  # the largest finite value: where quantizing scales to
+
 
 DTYPE_ALIASES = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",

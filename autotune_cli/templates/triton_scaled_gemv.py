@@ -25,7 +25,7 @@ from .base import Operands
 from .params import Bool, Choice
 from .registry import register_template
 from .triton_gemv import MAX_M, TritonGemvTemplate
-from .triton_scaled_mm import float8_mma_unavailable
+from .triton_scaled_mm import epilogue_scale_strides, float8_mma_unavailable
 
 UID = "triton::scaled_gemv"
 
@@ -73,8 +73,7 @@ class TritonScaledGemvTemplate(TritonGemvTemplate):
         sa, sb = ops.scale_a, ops.scale_b
         if problem.scale == "block":
             return (sa, sb), (*sa.stride(), *sb.stride())
-        strides = (sa.stride(0), sb.stride(1)) if problem.scale == "row" else (0, 0)
-        return (sa, sb), strides
+        return (sa, sb), epilogue_scale_strides(ops, problem.scale == "row")
 
 
 register_template(TritonScaledGemvTemplate(UID, ("scaled_mm",)))

@@ -80,6 +80,13 @@ def float8_mma_unavailable(device, kernel: str) -> str | None:
     return None
 
 
+def epilogue_scale_strides(ops: Operands, rowwise: bool) -> tuple[int, int]:
+    """The strides the epilogue-scaling kernels read the scales through: scale_a [m, 1]
+    along M and scale_b [1, n] along N when `rowwise`; (0, 0) for tensorwise's one value
+    each (never used)."""
+    return (ops.scale_a.stride(0), ops.scale_b.stride(1)) if rowwise else (0, 0)
+
+
 def pointer_operands(ops: Operands) -> tuple:
     """(a, b, out, bias) as the float8 kernels with pointer loads take them: A row-major, B
     column-major, a row-major output, a contiguous bias (no bias: the output stands in,
@@ -145,9 +152,8 @@ class TritonScaledMMTemplate(TritonTemplate):
             bias = ops.bias if ops.bias is not None else c  # no bias: never read
             if ops.bias is not None and ops.bias.stride(0) != 1:
                 raise ValueError("the bias must be contiguous for this kernel")
-            sa, sb = ops.scale_a, ops.scale_b
-            strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
-            return (a, b, c, bias, sa, sb, m, n, k, stride_a, stride_b, stride_c, *strides)
+            return (a, b, c, bias, ops.scale_a, ops.scale_b, m, n, k, stride_a, stride_b, stride_c,
+                    *epilogue_scale_strides(ops, rowwise))
 
         launch = Launcher(kernel, num_warps, num_stages)
 
@@ -205,9 +211,8 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
 
         def arguments(ops: Operands) -> tuple:
             a, b, c, bias = pointer_operands(ops)
-            sa, sb = ops.scale_a, ops.scale_b
-            strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
-            return (a, b, c, bias, sa, sb, m, n, k, a.stride(0), b.stride(1), c.stride(0), *strides)
+            return (a, b, c, bias, ops.scale_a, ops.scale_b, m, n, k, a.stride(0), b.stride(1), c.stride(0),
+                    *epilogue_scale_strides(ops, rowwise))
 
         return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
 

@@ -28,7 +28,7 @@ from .launch import Launcher
 from .params import Bool, Choice, Int
 from .registry import register_template
 from .triton_base import TILE_KEYS, TILE_SCHEMA, jinja_template, load_kernel, output_tiles
-from .triton_scaled_mm import TritonScaledMMTiledTemplate, pointer_operands
+from .triton_scaled_mm import TritonScaledMMTiledTemplate, epilogue_scale_strides, pointer_operands
 from .triton_splitk import MAX_WORKSPACE_ELEMENTS, k_per_split
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_splitk.py.jinja")
@@ -83,9 +83,8 @@ class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
         def arguments(ops: Operands) -> tuple:
             a, b, c, bias = pointer_operands(ops)
             ws, counters = workspace(c.device)
-            sa, sb = ops.scale_a, ops.scale_b
-            strides = (sa.stride(0), sb.stride(1)) if rowwise else (0, 0)
-            return (a, b, c, bias, sa, sb, ws, counters, m, n, k, a.stride(0), b.stride(1), c.stride(0), *strides)
+            return (a, b, c, bias, ops.scale_a, ops.scale_b, ws, counters, m, n, k, a.stride(0), b.stride(1),
+                    c.stride(0), *epilogue_scale_strides(ops, rowwise))
 
         launch = Launcher(kernel, num_warps, num_stages)
 
