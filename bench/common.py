@@ -45,6 +45,8 @@ class SideBySide:
     def anchor(self, problem):
         torch = self.torch
         torch.backends.cuda.matmul.allow_tf32 = problem.allow_tf32
+        if problem.op == "scaled_mm":
+            return scaled_mm_call(problem)
         if problem.op == "mm":
             return lambda ops: torch.mm(ops.a, ops.b, out=ops.out)
         if problem.op == "addmm":
@@ -87,6 +89,15 @@ class SideBySide:
         (ours, anchor), verdicts = self.time_many(
             problem, [self.runnable(problem, winner, kernel_dir), self.anchor(problem)], seed)
         return ours, anchor, verdicts[0]
+
+
+def scaled_mm_call(problem):
+    """torch._scaled_mm (cuBLASLt) of a scaled_mm problem, into ops.out."""
+    import torch
+
+    out_dtype, fast = getattr(torch, problem.result_dtype), problem.fast_accum
+    return lambda ops: torch._scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
+                                        out_dtype=out_dtype, use_fast_accum=fast, out=ops.out)
 
 
 def write_json(name: str, data) -> Path:

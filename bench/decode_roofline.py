@@ -11,7 +11,10 @@ For each decode shape, in one process with the tuner's timer and policy (bench/c
     Its best time is what any kernel that must read B takes here, and so the practical
     floor; "x floor" divides by bytes / 4.3 TB/s (the H200's HBM bandwidth).
 
-PYTHONPATH=. python3 bench/decode_roofline.py [--only 16x4096x4096]
+With --dtype float8_e4m3fn (and --scale row|tensor|block) the anchor is torch._scaled_mm
+(cuBLASLt) and the kernels triton::scaled_gemv at its shipped configs and at FP8_EXTRA.
+
+PYTHONPATH=. python3 bench/decode_roofline.py [--only 16x4096x4096] [--dtype float8_e4m3fn --scale row]
 Writes $OUT/decode_roofline.json (or bench_out/).
 """
 
@@ -34,6 +37,15 @@ from autotune_cli.templates import get_template  # noqa: E402
 from bench.common import SideBySide, write_json  # noqa: E402
 
 SHAPES = ((16, 4096, 4096), (16, 4096, 14336), (8, 14336, 4096))
+FP8_SHAPES = ((8, 4096, 4096), (16, 14336, 4096))
+# float8 GEMV tiles beside the shipped list (heuristics/gemv.FP8_TILES): deeper pipelines,
+# longer steps, wider blocks, B's loads without the evict_first hint (EVICT 0).
+FP8_EXTRA = tuple(
+    {"BLOCK_N": bn, "BLOCK_K": bk, "num_stages": st, "num_warps": w, "SPLIT_K": 1, "DOT": 1, "EVICT": evict}
+    for bn, bk, st, w, evict in [
+        (64, 256, 7, 4, 1), (64, 256, 8, 4, 1), (64, 512, 5, 4, 1), (64, 512, 3, 4, 1), (128, 256, 5, 4, 1),
+        (128, 256, 6, 4, 1), (128, 128, 8, 4, 1), (64, 256, 6, 4, 0), (64, 256, 4, 4, 0), (128, 256, 4, 4, 0),
+    ])
 WINNER = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8, "num_stages": 5, "num_warps": 2}
 
 
@@ -103,10 +115,11 @@ def tma_reader(programs: int, block_rows: int, cols: int, stages: int, warps: in
     sums = torch.empty(programs, device="cuda", dtype=torch.float32)
 
     def run(ops):
-        rows = ops.b.numel() // cols
+        stored = ops.b if ops.b.is_contiguous() else ops.b.t()  # B^T stored [n, k]: its own memory
+        rows = stored.numel() // cols
         if rows % (programs * block_rows):
             raise ValueError(f"{rows} rows of {cols} do not split into {programs} x {block_rows}")
-        desc = TensorDescriptor(ops.b.view(rows, cols), [rows, cols], [cols, 1], [block_rows, cols])
+        desc = TensorDescriptor(stored.view(rows, cols), [rows, cols], [cols, 1], [block_rows, cols])
         read_tma[(programs,)](desc, sums, ROWS_PER_PROGRAM=rows // programs, BLOCK_ROWS=block_rows, COLS=cols,
                               STAGES=stages, num_warps=warps)
 
@@ -130,24 +143,50 @@ def launchable(problem, runs, labels):
     return [r for r, _ in kept], [label for _, label in kept]
 
 
+def candidates(problem) -> list[tuple[str, dict, str]]:
+    """(uid, config, label) of the matmul kernels timed for the problem."""
+    if problem.op != "scaled_mm":
+        return [("triton::mm", config, "triton::mm BN{BLOCK_N} BK{BLOCK_K} s{num_stages} w{num_warps}".format(**config))
+                for config in mm_configs()]
+    from autotune_cli.heuristics.gemv import SCALED_GEMV
+    from autotune_cli.heuristics.registry import lookup_heuristic
+
+    shipped = list(lookup_heuristic(SCALED_GEMV, "cuda", problem.op).get_configs(problem))
+    extra = [{"BLOCK_M": 16, **config} for config in FP8_EXTRA] if problem.scale != "block" else []
+    out = []
+    for config in shipped + [c for c in extra if c not in shipped]:
+        form = "DOT" if config.get("DOT") else "EACH" if config.get("REDUCE_EACH") else "FMA"
+        label = ("scaled_gemv{} {form} BN{BLOCK_N} BK{BLOCK_K} s{num_stages} w{num_warps} sk{SPLIT_K}{}"
+                 .format("" if config in shipped else "+", "" if config.get("EVICT", 1) else " noevict",
+                         form=form, **config))
+        out.append((SCALED_GEMV, config, label))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default=None, help="comma-separated MxNxK shapes")
+    parser.add_argument("--dtype", default="bfloat16", help="bfloat16, float16 or float8_e4m3fn (scaled_mm)")
+    parser.add_argument("--scale", default="row", help="the float8 scales: row, tensor or block")
     args = parser.parse_args()
     bench = SideBySide()
     kernel_dir = tempfile.mkdtemp(prefix="decode-roofline-")
     rows = []
-    for m, n, k in SHAPES:
+    fp8 = args.dtype.startswith("float8")
+    for m, n, k in FP8_SHAPES if fp8 else SHAPES:
         name = f"{m}x{n}x{k}"
         if args.only and name not in args.only.split(","):
             continue
-        problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", device="cuda")
-        floor_ms = (m * k + k * n + m * n) * 2 / HBM_BYTES_PER_S * 1e3
-        runs, labels = [bench.anchor(problem)], ["torch.mm"]
-        for config in mm_configs():
-            params = get_template("triton::mm").full_params(problem, config)
-            runs.append(bench.runnable(problem, {"uid": "triton::mm", "params": params}, kernel_dir))
-            labels.append("triton::mm BN{BLOCK_N} BK{BLOCK_K} s{num_stages} w{num_warps}".format(**config))
+        problem = make_problem(m=m, n=n, k=k, dtype=args.dtype, device="cuda", scale=args.scale if fp8 else None)
+        floor_ms = problem.min_bytes / HBM_BYTES_PER_S * 1e3
+        runs, labels = [bench.anchor(problem)], ["torch._scaled_mm" if fp8 else "torch.mm"]
+        for uid, config, label in candidates(problem):
+            try:
+                params = get_template(uid).full_params(problem, config)
+                runs.append(bench.runnable(problem, {"uid": uid, "params": params}, kernel_dir))
+                labels.append(label)
+            except Exception as exc:  # noqa: BLE001 - a config the template refuses: said, left out
+                print(f"  {label}: left out ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})", flush=True)
         for programs in (132, 264, 528, 1056, 2112):
             for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
                 runs.append(reader(programs, block, warps))
@@ -160,7 +199,7 @@ def main() -> None:
             labels.append(f"read B only, TMA: {programs} programs, [{block_rows}, 256] x {stages} stages")
         runs, labels = launchable(problem, runs, labels)
         times, verdicts = bench.time_many(problem, runs, rounds=4)
-        print(f"== {name} bf16: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)
+        print(f"== {name} {args.dtype}{' ' + args.scale if fp8 else ''}: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)
         shape_rows = []
         for label, ms, verdict in zip(labels, times, verdicts):
             is_mm = not label.startswith("read")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import POLICY, write_json  # noqa: E402
+from bench.common import POLICY, scaled_mm_call, write_json  # noqa: E402
 from autotune_cli.runner.timing import CudaTimer  # noqa: E402
 from autotune_cli.runner.verify import check, make_operands, reference  # noqa: E402
 from autotune_cli.device import probe_device  # noqa: E402
@@ -69,14 +69,6 @@ def inductor_call(problem):
 
     fn = torch.compile(scaled, mode="max-autotune-no-cudagraphs", dynamic=False)
     return lambda ops: fn(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
-
-
-def aten_call(problem):
-    import torch
-
-    out_dtype, fast = getattr(torch, problem.result_dtype), problem.fast_accum
-    return lambda ops: torch._scaled_mm(ops.a, ops.b, scale_a=ops.scale_a, scale_b=ops.scale_b, bias=ops.bias,
-                                        out_dtype=out_dtype, use_fast_accum=fast, out=ops.out)
 
 
 def time_side_by_side(timer, problem, runs: dict, seed: int = 1234, rounds: int = ROUNDS) -> tuple[dict, dict]:
@@ -152,7 +144,7 @@ def main() -> None:
                 tune_s = time.perf_counter() - started
                 entry = outcome.entry.to_dict()
                 winner = entry["winner"]
-                runs = {"torch": aten_call(problem)}
+                runs = {"torch": scaled_mm_call(problem)}
                 if winner is not None:
                     runs["ours"] = get_template(winner["uid"]).build(problem, winner["params"],
                                                                      str(settings.kernel_dir))

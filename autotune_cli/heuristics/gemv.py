@@ -103,14 +103,16 @@ CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
 CPU_BLOCK_TILES = (Tile(EACH, 16, 32, 4, 1, 1), Tile(EACH, 16, 32, 4, 1, 2))  # blockwise: a form that sums each step
 # Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the CUDA-core
 # tiles above with BLOCK_K doubled (the same bytes a step at one byte an element), the DOT
-# tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8) the DOT tiles 64x512
-# and 64x256 (3 stages, 4 warps) won the rowwise decode shapes.
+# tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8 decode against the read
+# floor) the DOT tiles 64 columns wide (the float8 warp-group MMA's least M) with 4 to 6
+# stages in flight led; narrower ones ran 10-40% slower, and a split of K lost to its reduction
+# wherever 64-wide column blocks alone made 64 programs or more.
 FP8_TILES = {
     True: (Tile(EACH, 4, 8192, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 4096, 4), Tile(FMA, 8, 1024, 4),
-           Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1)),
-    False: (Tile(DOT, 64, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 32, 512, 4, 3, 1),
-            Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 64, 256, 4, 4, 1),
-            Tile(DOT, 32, 128, 2, 4, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1)),
+           Tile(DOT, 64, 256, 4, 6, 1), Tile(DOT, 64, 256, 4, 4, 1)),
+    False: (Tile(DOT, 64, 256, 4, 6, 1), Tile(DOT, 64, 512, 4, 4, 1), Tile(DOT, 64, 256, 4, 4, 1),
+            Tile(DOT, 128, 256, 4, 4, 1), Tile(DOT, 64, 128, 4, 6, 1), Tile(DOT, 64, 256, 4, 5, 1),
+            Tile(DOT, 64, 256, 4, 6, None, 1), Tile(DOT, 32, 128, 2, 4, None, 1)),
 }
 # Blockwise scales (triton::scaled_gemv scales each step's sum: a step at most one block of K,
 # SCALE_BLOCK) take the per-step forms alone, DOT and REDUCE_EACH, at BLOCK_K = SCALE_BLOCK:
@@ -118,8 +120,8 @@ FP8_TILES = {
 FP8_BLOCK_TILES = {
     True: (Tile(EACH, 4, 128, 4), Tile(EACH, 8, 128, 4), Tile(EACH, 16, 128, 4, 1, None, 1),
            Tile(DOT, 32, 128, 4, 3, 1), Tile(DOT, 16, 128, 2, 3, 1), Tile(DOT, 32, 128, 2, 4, None, 1)),
-    False: (Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 32, 128, 4, 3, 1), Tile(DOT, 32, 128, 4, 4, 1),
-            Tile(DOT, 16, 128, 2, 3, 1), Tile(DOT, 128, 128, 4, 3, 1), Tile(DOT, 32, 128, 2, 4, None, 1),
+    False: (Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 64, 128, 4, 6, 1), Tile(DOT, 64, 128, 4, 8, 1),
+            Tile(DOT, 32, 128, 4, 3, 1), Tile(DOT, 128, 128, 4, 3, 1), Tile(DOT, 32, 128, 2, 4, None, 1),
             Tile(DOT, 64, 128, 4, 3, None, 1), Tile(DOT, 64, 128, 4, 4, None, 1)),
 }
 
