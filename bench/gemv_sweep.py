@@ -59,7 +59,11 @@ def focus_configs(m: int, n: int, k: int, layout: str) -> list[dict]:
                 out.append(config(bm, bn, bk, warps, evict=evict))
     for bn, bk, warps, stages in ((32, 512, 4, 3), (16, 512, 2, 3), (16, 1024, 2, 3), (32, 1024, 4, 2),
                                   (16, 512, 1, 3), (16, 512, 2, 4), (32, 512, 4, 4), (32, 512, 2, 3),
-                                  (16, 1024, 1, 2), (64, 512, 4, 2)):
+                                  (16, 1024, 1, 2), (64, 512, 4, 2),
+                                  # 64 wide (the warp-group MMA's least M), deep pipelines: the
+                                  # float8 GEMV's leaders (decode_roofline.py --dtype float8_e4m3fn)
+                                  (64, 256, 4, 4), (64, 256, 4, 5), (64, 128, 4, 6), (64, 128, 4, 8),
+                                  (128, 128, 4, 4)):
         for evict in ((1, 0) if (bn, bk, warps, stages) == (32, 512, 4, 3) else (1,)):
             out.append(config(16, bn, bk, warps, stages, 1, dot=1, evict=evict))
     for bn, bk, warps, stages, split in ((32, 256, 4, 3, 4), (64, 256, 4, 3, 8), (16, 512, 2, 3, 2)):

@@ -71,12 +71,15 @@ class Tile(NamedTuple):
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
 # dimension for 16-byte loads, many programs. Most of DOT's tiles do not split K: a
-# split costs more than its programs gain on an H200 (bench/README.md); two split and sum in
-# their one launch.
-_DOT_NT = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1),
+# split costs more than its programs gain on an H200 (bench/README.md); one splits and sums
+# in its one launch. On B^T, tiles 64 and 128 wide (the warp-group MMA's least M and twice
+# it) with deep pipelines led at 8 and 16 rows (bench/README.md, decode GEMV).
+_DOT_NT = (Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 128, 128, 4, 4, 1), Tile(DOT, 64, 128, 4, 6, 1),
+           Tile(DOT, 64, 256, 4, 4, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 32, 512, 4, 3, 1),
+           Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 32, 256, 4, 3, None, 1))
+_DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1),
            Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 64, 256, 4, 3, 1),
            Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
-_DOT_NN = _DOT_NT
 # For M = 1 on B^T, the per-step sums over whole rows of K with one or two warps per row (the
 # sum then stays in a warp) won on an H200; the elementwise accumulator and DOT are there for
 # other shapes (bench/README.md).
