@@ -107,8 +107,8 @@ CPU_BLOCK_TILES = (Tile(EACH, 16, 32, 4, 1, 1), Tile(EACH, 16, 32, 4, 1, 2))  # 
 # Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the CUDA-core
 # tiles above with BLOCK_K doubled (the same bytes a step at one byte an element), the DOT
 # tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8 decode against the read
-# floor) the DOT tiles 64 columns wide (the float8 warp-group MMA's least M) with 4 to 6
-# stages in flight led; narrower ones ran 10-40% slower, and a split of K lost to its reduction
+# floor) the DOT tiles 64 columns wide (the float8 warp-group MMA's least M) with 4 to 7
+# stages in flight led; narrower ones ran 10-65% slower, and a split of K lost to its reduction
 # wherever 64-wide column blocks alone made 64 programs or more.
 FP8_TILES = {
     True: (Tile(EACH, 4, 8192, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 4096, 4), Tile(FMA, 8, 1024, 4),
