@@ -10,6 +10,10 @@ document or the new one, never a torn one, and a writer never drops what another
 between. Temporary files exist only while a writer holds the lock, so any that a writer
 holding it finds were left by a writer killed mid-write; it deletes them.
 
+An entry that does not agree with its key (another problem, another fingerprint: see
+Entry.disagreement) is not used: readers never see it, the user is told once, and the next
+write leaves it out; nothing is written under a key its entry does not agree with.
+
 A file that cannot be used (not JSON, not UTF-8, a schema it cannot read, an entry of the wrong
 shape) is moved aside under a name that is never reused (kept byte for byte), the
 user is told in one line, and work carries on with an empty cache. Numbers must be finite:
@@ -37,12 +41,16 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .cache_document import SCHEMA, NotAFile, json_value, parse_document, read_regular_file
-from .entry import DamagedCache, Entry, _show
+from .entry import DamagedCache, Entry, _require, _show
 from .errors import UserError
+from .text import printable
 
 CACHE_FILE = "autotune-cache.json"
 LOCK_FILE = ".autotune-cache.lock"
 TMP_PREFIX, TMP_SUFFIX = ".autotune-cache.", ".tmp"
+
+
+_TOLD: set[tuple[str, str, str]] = set()  # (cache file, key, why) of refusals told already
 
 
 class CacheUnavailable(UserError):
@@ -61,6 +69,16 @@ class Cache:
         self.directory = Path(directory)
         self.path = self.directory / CACHE_FILE
         self.notices: list[str] = []  # what the user must be told (a file moved aside, …)
+
+    def _refuse(self, refused: dict[str, str]) -> None:
+        """Tell of entries that do not belong under their keys, each once in this process
+        (a command reads the file several times, through several Cache objects)."""
+        for key, why in refused.items():
+            told = (str(self.path), key, why)
+            if told not in _TOLD:
+                _TOLD.add(told)
+                self.notices.append(printable(f"cache entry {key} is not used: {why}; "
+                                              "it is dropped at the next write"))
 
     def _target(self) -> Path:
         """The file written: the cache file, or the file it is a symbolic link to (a link
@@ -112,13 +130,14 @@ class Cache:
         if raw is None:
             return {}
         try:
-            entries, migrated_from = parse_document(raw.decode("utf-8"))
+            entries, migrated_from, refused = parse_document(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             self._move_aside(f"not UTF-8 text (byte {exc.start})")
             return {}
         except DamagedCache as exc:
             self._move_aside(str(exc))
             return {}
+        self._refuse(refused)
         if migrated_from is not None:
             kept = self._unused_name(f"{CACHE_FILE}.schema-{migrated_from}")
             try:
@@ -197,8 +216,9 @@ class Cache:
         if raw is None:
             return {}
         try:
-            entries, migrated_from = parse_document(raw.decode("utf-8"))
+            entries, migrated_from, refused = parse_document(raw.decode("utf-8"))
             if migrated_from is None:
+                self._refuse(refused)
                 return entries
         except (DamagedCache, UnicodeDecodeError):
             pass
@@ -227,6 +247,8 @@ class Cache:
             for key, entry in writes.items():
                 data = entry.to_dict(copy_=False) if isinstance(entry, Entry) else entry
                 clean[key] = Entry.from_dict(json_value(data, f"entry {_show(key)}"), key)
+                why = clean[key].disagreement(key)
+                _require(not why, f"entry {_show(key)} cannot be stored under its key: {why}")
             if clean:
                 current.update(clean)
                 self._write_unlocked(current)

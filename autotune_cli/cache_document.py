@@ -31,7 +31,7 @@ import math
 import numbers
 import os
 import stat
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
 
@@ -145,9 +145,19 @@ def _migrate_0(document: dict) -> dict:
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {0: _migrate_0}
 
 
-def parse_document(text: str) -> tuple[dict[str, Entry], int | None]:
+class Document(NamedTuple):
+    entries: dict[str, Entry]  # those that agree with their keys
+    migrated_from: int | None  # the schema it was migrated from; None if it was current
+    refused: dict[str, str]  # key -> why the entry under it does not belong there
+
+
+def parse_document(text: str) -> Document:
     """The entries of a cache document, typed, and the schema it was migrated from (None if
-    it was current). Raises DamagedCache with a one-line reason."""
+    it was current). Raises DamagedCache with a one-line reason.
+
+    Every reader of entries (a hit, the API, torch.compile's routing, show, export, import)
+    comes through here, so this is where an entry must agree with its key (Entry.disagreement):
+    one that does not is left out of `entries` and named in `refused`, never used."""
     try:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
@@ -175,4 +185,13 @@ def parse_document(text: str) -> tuple[dict[str, Entry], int | None]:
         schema = document["schema"]
     entries = document.get("entries")
     _require(isinstance(entries, dict), "'entries' is missing or not an object")
-    return {key: Entry.from_dict(entry, key) for key, entry in entries.items()}, migrated_from
+    kept: dict[str, Entry] = {}
+    refused: dict[str, str] = {}
+    for key, data in entries.items():
+        entry = Entry.from_dict(data, key)
+        why = entry.disagreement(key)
+        if why:
+            refused[key] = why
+        else:
+            kept[key] = entry
+    return Document(kept, migrated_from, refused)

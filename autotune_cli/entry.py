@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import UserError
+from .fingerprint import digest_of, machine_digest_of
 from .problem import GemmProblem
 from .results import STATUSES, Candidate, config_identity
 
@@ -258,6 +259,28 @@ class Entry:
     def key(self) -> CacheKey | None:
         """The key it belongs under, when it records its fingerprint's digest."""
         return None if self.fingerprint_digest is None else CacheKey.of(self.problem, self.fingerprint_digest)
+
+    def disagreement(self, key: str) -> str:
+        """Why this entry does not belong under `key` ("" when it does). The key must name the
+        entry's own problem and the digest of the fingerprint it holds, and the digests it
+        records must be that fingerprint's: a winner is built for the problem a lookup asks
+        about, so one tuned for another shape or machine would run where it was never checked."""
+        parsed = CacheKey.try_parse(key)
+        if parsed is None:
+            return "its key has no fingerprint part"
+        if parsed.problem != self.problem.key():
+            return f"it holds the problem {self.problem.key()}, not the key's"
+        digest = digest_of(self.fingerprint)
+        if parsed.fingerprint != digest:
+            return f"its fingerprint ({_show(self.device_name)}) has the digest {digest}, not the key's"
+        if self.fingerprint_digest not in (None, digest):
+            return f"its fingerprint_digest {_show(self.fingerprint_digest)} is not its fingerprint's {digest}"
+        machine = machine_digest_of(self.fingerprint)
+        if self.machine not in (None, machine):
+            return f"its machine {_show(self.machine)} is not its fingerprint's {machine}"
+        if self.fingerprint.get("device_type", self.problem.device) != self.problem.device:
+            return f"its fingerprint is a {_show(self.fingerprint['device_type'])} device's, its problem {self.problem.device}'s"
+        return ""
 
     # -- to and from JSON ------------------------------------------------------------------------
     def to_dict(self, copy_: bool = True) -> dict[str, Any]:

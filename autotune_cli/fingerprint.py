@@ -9,9 +9,22 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .device import DeviceInfo, package_version
+
+
+def digest_of(data: Mapping[str, Any]) -> str:
+    """The digest of a fingerprint's JSON object, as stored in an entry: Fingerprint.digest
+    of the fingerprint it holds, computed from the object itself so that an entry's key can
+    be checked against what the entry says (a field this version does not know counts too)."""
+    return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def machine_digest_of(data: Mapping[str, Any]) -> str:
+    """Fingerprint.machine_digest of a fingerprint's JSON object."""
+    machine = {k: v for k, v in data.items() if k != "templates"}
+    return hashlib.sha256(json.dumps(machine, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -37,12 +50,10 @@ class Fingerprint:
 
     def machine_digest(self) -> str:
         """The machine alone, without templates: entries from another machine never match."""
-        data = self.to_dict()
-        data.pop("templates")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        return machine_digest_of(self.to_dict())
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        return digest_of(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

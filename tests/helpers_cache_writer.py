@@ -1,13 +1,14 @@
 """A cache writer run as its own process by tests/test_reliability.py.
 
-    python helpers_cache_writer.py stress DIR NAME COUNT
-        put COUNT small entries, keys "<NAME>-<i>@stress", one put at a time.
+    python helpers_cache_writer.py stress DIR WRITER COUNT
+        put COUNT small entries, those of make_entry(m=i + 1, n=WRITER + 1) under their keys
+        (stress_keys), one put at a time.
     python helpers_cache_writer.py forever DIR SLOTS PAYLOAD
-        put large entries for ever, cycling over SLOTS keys "slot<j>@crash"; each entry
-        carries a sequence number (its "tuned_at"). After each put returns, print
+        put large entries for ever, cycling over SLOTS keys (those of m = 1 .. SLOTS); each
+        entry carries a sequence number (its "tuned_at"). After each put returns, print
         "<key> <seq>" and flush: a line on stdout means that put was committed.
 
-Importing this file (as tests do) only gives make_entry.
+Importing this file (as tests do) only gives make_entry, key_of and stress_keys.
 """
 
 from __future__ import annotations
@@ -16,31 +17,47 @@ import sys
 import time
 
 
-def make_entry(m: int = 64, *, uid: str = "aten::mm", ms: float = 1.0, candidates: int = 1,
+def make_entry(m: int = 64, *, n: int = 8, uid: str = "aten::mm", ms: float = 1.0, candidates: int = 1,
                tuned_at: str = "2026-11-29T00:00:00+00:00") -> dict:
-    """An entry of the shape the tuner writes; `candidates` pads it to make writes slow."""
+    """An entry of the shape the tuner writes, its digest its fingerprint's (so that it
+    belongs under key_of(entry)); `candidates` pads it to make writes slow."""
+    from autotune_cli.fingerprint import digest_of
+
+    fingerprint = {"device_name": "cpu", "templates": {}}
     cands = [{"uid": uid, "params": {}, "status": "ok", "ms": ms}]
     cands += [{"uid": "triton::mm", "params": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                                                "num_stages": 3, "num_warps": 4},
                "status": "timeout", "ms": None, "error": f"candidate {i} took longer than 120 s"}
               for i in range(candidates - 1)]
     return {
-        "problem": {"op": "mm", "m": m, "n": 8, "k": 8, "b": 1, "dtype": "float16", "layout": "nn",
+        "problem": {"op": "mm", "m": m, "n": n, "k": 8, "b": 1, "dtype": "float16", "layout": "nn",
                     "bias": None, "allow_tf32": False, "device": "cpu"},
-        "fingerprint": {"device_name": "cpu", "templates": {}},
-        "fingerprint_digest": "f" * 16,
+        "fingerprint": fingerprint,
+        "fingerprint_digest": digest_of(fingerprint),
         "winner": {"uid": uid, "params": {}, "ms": ms, "tflops": 0.1},
         "candidates": cands,
         "tuned_at": tuned_at,
     }
 
 
-def stress(directory: str, name: str, count: int) -> None:
+def key_of(entry: dict) -> str:
+    """The key an entry belongs under: its problem's key and its fingerprint's digest."""
+    from autotune_cli.problem import GemmProblem
+
+    return f"{GemmProblem.from_dict(entry['problem']).key()}@{entry['fingerprint_digest']}"
+
+
+def stress_keys(writer: int, count: int) -> list[str]:
+    return [key_of(make_entry(m=i + 1, n=writer + 1)) for i in range(count)]
+
+
+def stress(directory: str, writer: int, count: int) -> None:
     from autotune_cli.cache import Cache
 
     cache = Cache(directory)
     for i in range(count):
-        cache.put(f"{name}-{i}@stress", make_entry(m=i + 1))
+        entry = make_entry(m=i + 1, n=writer + 1)
+        cache.put(key_of(entry), entry)
 
 
 def forever(directory: str, slots: int, payload: int) -> None:
@@ -50,8 +67,9 @@ def forever(directory: str, slots: int, payload: int) -> None:
     seq = time.time_ns()  # grows across writer processes, so the newest put has the largest
     while True:
         seq += 1
-        key = f"slot{seq % slots}@crash"
-        cache.put(key, make_entry(m=seq % slots + 1, candidates=payload, tuned_at=str(seq)))
+        entry = make_entry(m=seq % slots + 1, candidates=payload, tuned_at=str(seq))
+        key = key_of(entry)
+        cache.put(key, entry)
         sys.stdout.write(f"{key} {seq}\n")
         sys.stdout.flush()
 
@@ -59,7 +77,7 @@ def forever(directory: str, slots: int, payload: int) -> None:
 if __name__ == "__main__":
     mode, directory, *rest = sys.argv[1:]
     if mode == "stress":
-        stress(directory, rest[0], int(rest[1]))
+        stress(directory, int(rest[0]), int(rest[1]))
     elif mode == "forever":
         forever(directory, int(rest[0]), int(rest[1]))
     else:

@@ -4,26 +4,18 @@ import pytest
 
 from autotune_cli.cache import SCHEMA, Cache, DamagedCache
 from autotune_cli.entry import CacheKey
+from helpers_cache_writer import key_of, make_entry
 
 
-def make_entry(m=64, uid="aten::mm", ms=1.0):
-    return {
-        "problem": {"op": "mm", "m": m, "n": 8, "k": 8, "b": 1, "dtype": "float16", "layout": "nn",
-                    "bias": None, "allow_tf32": False, "device": "cpu"},
-        "fingerprint": {"device_name": "cpu", "templates": {}},
-        "fingerprint_digest": "f" * 16,
-        "winner": {"uid": uid, "params": {}, "ms": ms, "tflops": 0.1},
-        "candidates": [{"uid": uid, "params": {}, "status": "ok", "ms": ms}],
-        "tuned_at": "2026-11-29T00:00:00+00:00",
-    }
+A, B, C = (key_of(make_entry(m)) for m in (1, 2, 3))
 
 
 def test_round_trip_and_schema(tmp_path):
     cache = Cache(tmp_path)
-    cache.put("a@1", make_entry())
+    cache.put(A, make_entry(1))
     document = json.loads(cache.path.read_text())
-    assert document["schema"] == SCHEMA and list(document["entries"]) == ["a@1"]
-    assert Cache(tmp_path).get("a@1").winner.uid == "aten::mm"
+    assert document["schema"] == SCHEMA and list(document["entries"]) == [A]
+    assert Cache(tmp_path).get(A).winner.uid == "aten::mm"
     assert not list(tmp_path.glob("*.tmp"))  # the temporary file was renamed, not left
 
 
@@ -31,9 +23,9 @@ def test_writers_merge_instead_of_overwriting(tmp_path):
     first, second = Cache(tmp_path), Cache(tmp_path)
     first.load()
     second.load()
-    first.put("a@1", make_entry(m=1))
-    second.put("b@1", make_entry(m=2))  # second never saw a@1 in memory
-    assert set(Cache(tmp_path).load()) == {"a@1", "b@1"}
+    first.put(A, make_entry(m=1))
+    second.put(B, make_entry(m=2))  # second never saw A in memory
+    assert set(Cache(tmp_path).load()) == {A, B}
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -53,8 +45,8 @@ def test_damaged_file_is_moved_aside_and_reported(tmp_path, text, reason):
     assert len(cache.notices) == 1 and reason in cache.notices[0]
     (aside,) = tmp_path.glob("autotune-cache.json.damaged-*")
     assert aside.read_text() == text  # kept byte for byte
-    cache.put("a@1", make_entry())
-    assert set(Cache(tmp_path).load()) == {"a@1"}
+    cache.put(A, make_entry(1))
+    assert set(Cache(tmp_path).load()) == {A}
 
 
 def test_invalid_entry_is_refused_on_write(tmp_path):
@@ -64,9 +56,9 @@ def test_invalid_entry_is_refused_on_write(tmp_path):
 
 def test_remove_and_clear(tmp_path):
     cache = Cache(tmp_path)
-    cache.update({"a@1": make_entry(m=1), "b@1": make_entry(m=2), "c@1": make_entry(m=3)})
+    cache.update({A: make_entry(m=1), B: make_entry(m=2), C: make_entry(m=3)})
     assert cache.remove(lambda key, entry: entry.problem.m == 2) == 1
-    assert set(cache.load()) == {"a@1", "c@1"}
+    assert set(cache.load()) == {A, C}
     assert cache.clear() == 2 and cache.load() == {}
 
 

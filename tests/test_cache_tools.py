@@ -27,19 +27,20 @@ H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
 
 def synthetic(op="mm", m=64, n=64, k=64, b=1, dtype="float16", layout="nn", bias=None,
               allow_tf32=False, device="cuda", device_name=H200, uid=None, params=None, ms=0.01,
-              tuned_at="2026-11-20T10:00:00+00:00", torch_version="2.13.0", machine=None):
-    """(key, entry) shaped as the tuner writes them, for a machine that need not exist."""
+              tuned_at="2026-11-20T10:00:00+00:00", torch_version="2.13.0", fingerprint=None):
+    """(key, entry) shaped as the tuner writes them, for a machine that need not exist
+    (`fingerprint`: this one, a Fingerprint)."""
     problem = GemmProblem(op=op, m=m, n=n, k=k, b=b, dtype=dtype, layout=layout, bias=bias,
                           allow_tf32=allow_tf32, device=device)
     uid = uid or f"aten::{op}"
-    fingerprint = Fingerprint(
+    fingerprint = fingerprint or Fingerprint(
         device_type=device, device_name=device_name, capability="9.0" if device == "cuda" else "",
         sm_count=132 if device == "cuda" else 0, driver="", runtime="12.8", torch=torch_version,
         triton="3.9.0", templates=((uid, "0" * 16),))
     winner = {"uid": uid, "params": params or {}, "ms": ms, "tflops": problem.tflops(ms)}
     entry = {
         "problem": problem.to_dict(), "fingerprint": fingerprint.to_dict(),
-        "fingerprint_digest": fingerprint.digest(), "machine": machine or fingerprint.machine_digest(),
+        "fingerprint_digest": fingerprint.digest(), "machine": fingerprint.machine_digest(),
         "winner": winner, "candidates": [{"uid": uid, "params": params or {}, "status": "ok", "ms": ms}],
         "tool_version": "0.1.0", "tuned_at": tuned_at,
     }
@@ -241,7 +242,7 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
 
     code, _, err = cli("cache", "import", export)
     assert code == 0 and "imported 2, replaced 1, skipped 1 of 4 entries" in err
-    assert f"skipped {bad_key}: key names" in err
+    assert f"skipped {bad_key}: it holds the problem" in err
     merged = entries_of(cache_dir)
     assert set(merged) == {key, older[0], foreign_key}
     assert merged[key] == newer
@@ -329,7 +330,7 @@ def test_prune_bad_input_is_one_line_exit_2(cli, cache_dir, dated, args, message
 def test_prune_not_this_machine(cli, cache_dir, tuned_here):
     here_cpu = Fingerprint.of(probe_device("cpu"), {}).machine_digest()
     assert {e["machine"] for e in tuned_here.values()} == {here_cpu}
-    old_here = synthetic(m=80, device="cpu", device_name=probe_device("cpu").name, machine=here_cpu,
+    old_here = synthetic(m=80, device="cpu", fingerprint=Fingerprint.of(probe_device("cpu"), {}),
                          tuned_at="2026-01-01T00:00:00+00:00")
     other_cpu = synthetic(m=96, device="cpu", device_name="Other CPU", tuned_at="2026-01-01T00:00:00+00:00")
     other_cpu_new = synthetic(m=112, device="cpu", device_name="Other CPU")

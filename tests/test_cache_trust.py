@@ -17,9 +17,10 @@ import autotune_cli.cache as cache_module
 import autotune_cli.cache_document as cache_document
 from autotune_cli.cache import CACHE_FILE, Cache, CacheUnavailable
 from autotune_cli.entry import Entry
-from helpers_cache_writer import make_entry
+from helpers_cache_writer import key_of, make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
+A, B = key_of(make_entry(m=1)), key_of(make_entry(m=2))  # where make_entry(m=1), (m=2) belong
 
 
 def one_error_line(err: str) -> str:
@@ -75,7 +76,7 @@ def test_planted_lock_file_is_refused_and_nothing_elsewhere_is_touched(tmp_path,
     else:
         os.mkfifo(folder / LOCK_FILE)
     with pytest.raises(CacheUnavailable, match="cannot lock the cache"):
-        Cache(folder).put("k", make_entry())
+        Cache(folder).put(A, make_entry(m=1))
     assert not victim.exists() and not (folder / CACHE_FILE).exists()
     proc = run_cli("cache", "clear", "--yes", "--cache-dir", folder)
     assert proc.returncode == 2 and "cannot lock the cache" in one_error_line(proc.stderr)
@@ -92,7 +93,7 @@ def test_fifo_as_import_file_is_refused_in_one_line(tmp_path):
 
 def test_file_larger_than_the_cap_is_refused(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
-    Cache(folder).put("mm/a@stress", make_entry())
+    Cache(folder).put(A, make_entry(m=1))
     size = (folder / CACHE_FILE).stat().st_size
     monkeypatch.setattr(cache_document, "MAX_FILE_BYTES", size - 1)
     with pytest.raises(CacheUnavailable, match=f"more than the {size - 1}"):
@@ -113,7 +114,7 @@ def test_deeply_nested_import_is_one_line_exit_2(cli, tmp_path):
     entry = make_entry()
     entry["extra"] = nested(900)
     export = tmp_path / "deep.json"
-    export.write_text(json.dumps({"schema": 1, "entries": {"mm/m64n8k8/float16/nn@" + "f" * 16: entry}}))
+    export.write_text(json.dumps({"schema": 1, "entries": {key_of(entry): entry}}))
     code, out, err = cli("cache", "import", export, "--cache-dir", tmp_path / "cache")
     assert code == 2 and out == ""
     assert "nested more than" in one_error_line(err)
@@ -135,8 +136,8 @@ def test_deeply_nested_cache_file_is_moved_aside(tmp_path):
     cache = Cache(folder)
     assert cache.load() == {}
     assert any("nested more than" in notice for notice in cache.notices)
-    cache.put("mm/b@stress", make_entry())  # and the cache works on
-    assert list(Cache(folder).load()) == ["mm/b@stress"]
+    cache.put(B, make_entry(m=2))  # and the cache works on
+    assert list(Cache(folder).load()) == [B]
 
 
 # -- symbolic links and empty folder names ------------------------------------------------------
@@ -144,14 +145,14 @@ def test_deeply_nested_cache_file_is_moved_aside(tmp_path):
 def test_symlinked_cache_is_written_through_to_its_target(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    Cache(shared).put("mm/a@stress", make_entry(m=1))
+    Cache(shared).put(A, make_entry(m=1))
     folder = tmp_path / "mine"
     folder.mkdir()
     link = folder / CACHE_FILE
     link.symlink_to(shared / CACHE_FILE)
-    Cache(folder).put("mm/b@stress", make_entry(m=2))
+    Cache(folder).put(B, make_entry(m=2))
     assert link.is_symlink() and os.readlink(link) == str(shared / CACHE_FILE)
-    assert set(Cache(shared).load()) == {"mm/a@stress", "mm/b@stress"}
+    assert set(Cache(shared).load()) == {A, B}
     # the lock and the temporary files are the target's folder's, shared with its writers
     assert (shared / cache_module.LOCK_FILE).exists()
     assert not list(folder.glob(f"{cache_module.TMP_PREFIX}*"))
@@ -162,16 +163,16 @@ def test_dangling_symlinked_cache_creates_its_target(tmp_path):
     folder.mkdir()
     target = tmp_path / "elsewhere.json"
     (folder / CACHE_FILE).symlink_to(target)
-    Cache(folder).put("mm/a@stress", make_entry())
+    Cache(folder).put(A, make_entry(m=1))
     assert (folder / CACHE_FILE).is_symlink() and target.is_file()
-    assert list(Cache(folder).load()) == ["mm/a@stress"]
+    assert list(Cache(folder).load()) == [A]
 
 
 def test_empty_cache_dir_is_refused_and_nothing_is_written(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     export = tmp_path / "export.json"
-    export.write_text(json.dumps({"schema": 1, "entries": {"mm/m64n8k8/float16/nn@" + "f" * 16: make_entry()}}))
+    export.write_text(json.dumps({"schema": 1, "entries": {key_of(make_entry()): make_entry()}}))
     proc = run_cli("cache", "import", export, "--cache-dir", "", cwd=work)
     assert proc.returncode == 2
     assert "--cache-dir" in one_error_line(proc.stderr)
@@ -191,7 +192,7 @@ def test_import_plans_under_the_lock_against_what_is_on_disk(tmp_path, monkeypat
     The test holds the lock, lets the import reach it, then writes the tune's entry."""
     from autotune_cli.cli import main
 
-    key = "mm/m64n8k8/float16/nn@" + "f" * 16
+    key = key_of(make_entry())
     folder = tmp_path / "cache"
     Cache(folder).put(key, make_entry(tuned_at="2026-11-01T00:00:00+00:00"))
     export = tmp_path / "export.json"

@@ -18,6 +18,7 @@ from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache
 from autotune_cli.cli import main
 from autotune_cli.cli.cache import plan_import
 from autotune_cli.entry import BadKey, CacheKey, Entry, Winner
+from autotune_cli.fingerprint import digest_of
 from autotune_cli.problem import GemmProblem
 from autotune_cli.results import Candidate
 
@@ -70,9 +71,10 @@ def test_a_file_rewritten_through_entries_is_byte_for_byte_the_same(tuned, tmp_p
     before = (tuned / CACHE_FILE).read_bytes()
     (tmp_path / CACHE_FILE).write_bytes(before)
     cache = Cache(tmp_path)
-    cache.put("mm/extra@fp", {"problem": GemmProblem("mm", 1, 1, 1).to_dict(),
-                              "fingerprint": {"device_name": "x"}, "winner": None, "candidates": []})
-    cache.remove(lambda key, entry: key == "mm/extra@fp")
+    extra = f"{GemmProblem('mm', 1, 1, 1).key()}@{digest_of({'device_name': 'x'})}"
+    cache.put(extra, {"problem": GemmProblem("mm", 1, 1, 1).to_dict(),
+                      "fingerprint": {"device_name": "x"}, "winner": None, "candidates": []})
+    cache.remove(lambda key, entry: key == extra)
     assert (tmp_path / CACHE_FILE).read_bytes() == before
 
 
@@ -124,9 +126,9 @@ def test_an_import_skips_keys_that_do_not_match_their_entry(tuned):
               f"{problem_key}@other": entry}
     skipped = dict(plan_import({}, theirs).skipped)
     assert skipped == {
-        problem_key: "key has no fingerprint part",
-        f"mm/m1/n1/k1/float16/nn/cpu@{digest}": f"key names mm/m1/n1/k1/float16/nn/cpu but the entry holds {problem_key}",
-        f"{problem_key}@other": f"key's fingerprint other differs from the entry's {digest}",
+        problem_key: "its key has no fingerprint part",
+        f"mm/m1/n1/k1/float16/nn/cpu@{digest}": f"it holds the problem {problem_key}, not the key's",
+        f"{problem_key}@other": f"its fingerprint ({entry.device_name!r}) has the digest {digest}, not the key's",
     }
 
 

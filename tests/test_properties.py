@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache
 from autotune_cli.entry import Entry
 from autotune_cli.errors import UserError
+from autotune_cli.fingerprint import digest_of, machine_digest_of
 from autotune_cli.heuristics.spaces import TRITON_KEYS, load_space_file, validate_config
 from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, FP8_DTYPES, FP8_LAYOUT, LAYOUTS,
                                   MAX_DIM, OPS, OUT_DTYPES, SCALES, GemmProblem, make_problem, parse_mnk)
@@ -96,11 +97,19 @@ def valid_entries(draw):
         "candidates": candidates,
     }
     entry.update(draw(st.fixed_dictionaries({}, optional={
-        "fingerprint_digest": names, "machine": names, "tuned_at": names, "extra": json_values})))
+        "fingerprint_digest": st.just(digest_of(entry["fingerprint"])),
+        "machine": st.just(machine_digest_of(entry["fingerprint"])), "tuned_at": names, "extra": json_values})))
     return entry
 
 
-entry_maps = st.dictionaries(names.map(lambda s: s + "@fp"), valid_entries(), min_size=1, max_size=3)
+def key_of(entry: dict) -> str:
+    """The key an entry belongs under: its problem's and its fingerprint's digest."""
+    return f"{GemmProblem.from_dict(entry['problem']).key()}@{digest_of(entry['fingerprint'])}"
+
+
+entry_maps = st.lists(valid_entries(), min_size=1, max_size=3).map(lambda es: {key_of(e): e for e in es})
+NEW = {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "x"},
+       "winner": None, "candidates": []}
 
 
 def cli_in_process(*args):
@@ -290,15 +299,14 @@ def test_any_cache_file_loads_or_is_moved_aside_intact(raw):
             assert asides[0].read_bytes() == raw and not cache.path.exists()
         elif kept:  # an unversioned document, migrated; the original kept
             assert kept[0].read_bytes() == raw and "migrated" in cache.notices[0]
-        else:
-            assert cache.path.read_bytes() == raw and not cache.notices  # untouched
+        else:  # untouched; an entry under a key that does not describe it is not used
+            assert cache.path.read_bytes() == raw and all("is not used" in n for n in cache.notices)
         for key, entry in entries.items():
             Entry.from_dict(entry.to_dict(), key)
         code, _, err = cli_in_process("cache", "show", "--cache-dir", folder)
         assert code == 0, err
-        cache.put("new@fp", {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "x"},
-                             "winner": None, "candidates": []})
-        assert set(Cache(folder).load()) == set(entries) | {"new@fp"}
+        cache.put(key_of(NEW), NEW)
+        assert set(Cache(folder).load()) == set(entries) | {key_of(NEW)}
 
 
 @FEWER
@@ -307,10 +315,10 @@ def test_non_finite_numbers_never_reach_the_file(entry, word):
     entry["candidates"].append({"uid": "x", "params": {}, "status": "wrong_result", "ms": None,
                                 "max_rel_error": float(word)})
     with tempfile.TemporaryDirectory() as folder:
-        Cache(folder).put("k@fp", entry)
+        Cache(folder).put(key_of(entry), entry)
         text = (Path(folder) / CACHE_FILE).read_text()
         json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the file"))
-        assert Cache(folder).load()["k@fp"].candidates[-1].max_rel_error is None
+        assert Cache(folder).load()[key_of(entry)].candidates[-1].max_rel_error is None
 
 
 def test_invalid_entries_are_refused_before_the_lock(tmp_path):
@@ -364,7 +372,7 @@ def test_deeply_nested_space_file_is_a_user_error(tmp_path):
 def test_cache_show_draws_brackets_in_names(tmp_path):
     entry = {"problem": GemmProblem("mm", 1, 1, 1).to_dict(), "fingerprint": {"device_name": "gpu [/]"},
              "winner": {"uid": "my[/]mm", "params": {}, "ms": 1.0, "tflops": 1.0}, "candidates": []}
-    Cache(tmp_path).put("k@fp", entry)
+    Cache(tmp_path).put(key_of(entry), entry)
     code, out, _ = cli_in_process("cache", "show", "--cache-dir", tmp_path)
     assert code == 0 and "my[/]mm" in out
 

@@ -18,9 +18,10 @@ import pytest
 from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache
 from autotune_cli.cache_document import parse_document
 from conftest import PLUGINS
-from helpers_cache_writer import make_entry
+from helpers_cache_writer import key_of, make_entry, stress_keys
 
 HELPER = Path(__file__).parent / "helpers_cache_writer.py"
+A, B = key_of(make_entry()), key_of(make_entry(m=2))  # where make_entry() and make_entry(m=2) belong
 ODD = "odd dir ü ñ 'single' \"double\" $HOME ;&|*? [x]"
 
 
@@ -69,12 +70,12 @@ def test_eight_cli_processes_tuning_into_one_cache_keep_every_entry(tmp_path):
 
 def test_eight_processes_putting_in_a_loop_lose_nothing(tmp_path):
     count = 25
-    procs = [subprocess.Popen([sys.executable, str(HELPER), "stress", str(tmp_path), f"w{i}", str(count)],
+    procs = [subprocess.Popen([sys.executable, str(HELPER), "stress", str(tmp_path), str(i), str(count)],
                               stderr=subprocess.PIPE, text=True) for i in range(8)]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-    expected = {f"w{i}-{j}@stress" for i in range(8) for j in range(count)}
+    expected = {key for i in range(8) for key in stress_keys(i, count)}
     assert set(document(tmp_path)["entries"]) == expected
     cache = Cache(tmp_path)
     assert set(cache.load()) == expected and not cache.notices and not temporaries(tmp_path)
@@ -124,20 +125,20 @@ def test_sigkill_at_random_moments_leaves_the_old_or_the_new_document(tmp_path):
         for key, seq in last_acked.items():  # every committed put is there (or a newer one)
             assert int(entries[key]["tuned_at"]) >= seq
     assert torn_writes >= 1, "no kill landed mid-write: the test proved nothing"
-    Cache(tmp_path).put("after@kills", make_entry())
+    Cache(tmp_path).put(key_of(make_entry()), make_entry())
     assert not temporaries(tmp_path)
     assert not list(tmp_path.glob(f"{CACHE_FILE}.damaged-*"))
 
 
 def test_stale_temporaries_are_deleted_by_the_next_writer_only(tmp_path):
     cache = Cache(tmp_path)
-    cache.put("a@1", make_entry())
+    cache.put(A, make_entry())
     stale = tmp_path / ".autotune-cache.abc123.tmp"
     stale.write_text('{"schema": 1, "entr')
     other = tmp_path / "notes.tmp"  # not ours: never touched
     other.write_text("keep")
-    assert set(cache.load()) == {"a@1"} and stale.exists()  # readers take no lock, delete nothing
-    cache.put("b@1", make_entry(m=2))
+    assert set(cache.load()) == {A} and stale.exists()  # readers take no lock, delete nothing
+    cache.put(B, make_entry(m=2))
     assert not stale.exists() and other.read_text() == "keep"
 
 
@@ -188,13 +189,13 @@ def test_non_finite_numbers_are_stored_as_null_and_never_break_a_write(tmp_path)
     entry["candidates"].append({"uid": "test::nan", "params": {}, "status": "wrong_result", "ms": 0.5,
                                 "max_rel_error": float("inf"), "p20": float("nan")})
     cache = Cache(tmp_path)
-    cache.put("a@1", entry)
-    stored = document(tmp_path)["entries"]["a@1"]["candidates"][-1]
+    cache.put(A, entry)
+    stored = document(tmp_path)["entries"][A]["candidates"][-1]
     assert stored["max_rel_error"] is None and stored["p20"] is None and stored["ms"] == 0.5
     assert entry["candidates"][-1]["max_rel_error"] == float("inf")  # the caller's copy untouched
     bad = make_entry(ms=float("inf"))
     with pytest.raises(ValueError, match="winner time"):
-        cache.put("b@1", bad)
+        cache.put(B, bad)
 
 
 def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
@@ -261,15 +262,15 @@ def test_schema_0_migration_refuses_two_entries_that_become_one(tmp_path):
 
 
 def test_parse_reads_exports_with_metadata(tmp_path):
-    text = json.dumps({"schema": SCHEMA, "exported_at": "now", "entries": {"a@1": make_entry()}})
-    assert list(parse_document(text)[0]) == ["a@1"]
+    text = json.dumps({"schema": SCHEMA, "exported_at": "now", "entries": {A: make_entry()}})
+    assert list(parse_document(text)[0]) == [A]
 
 
 def test_existing_file_mode_is_kept(tmp_path):
     cache = Cache(tmp_path)
-    cache.put("a@1", make_entry())
+    cache.put(A, make_entry())
     cache.path.chmod(0o644)
-    cache.put("b@1", make_entry(m=2))
+    cache.put(B, make_entry(m=2))
     assert cache.path.stat().st_mode & 0o777 == 0o644
 
 

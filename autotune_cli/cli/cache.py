@@ -21,7 +21,7 @@ from typing import Callable, List, Optional
 import typer
 
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
-from ..entry import BadKey, CacheKey, Entry
+from ..entry import Entry
 from ..errors import UserError
 from ..text import printable
 from .show import Items, entry_matches, open_cache, print_notices, select, show
@@ -72,9 +72,10 @@ class ImportPlan:
         return {**self.imported, **self.replaced}
 
 
-def read_export(path: Path) -> dict[str, Entry]:
+def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
     """The entries of an export (or of another machine's cache file), checked and migrated
-    as a cache file is. Any problem is a UserError naming the file."""
+    as a cache file is, and {key: why} of those that do not agree with their keys (never
+    imported). Any problem with the file itself is a UserError naming it."""
     from ..cache_document import NotAFile, parse_document, read_regular_file
     from ..entry import DamagedCache
 
@@ -89,7 +90,8 @@ def read_export(path: Path) -> dict[str, Entry]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from None
     try:
-        return parse_document(text)[0]
+        document = parse_document(text)
+        return document.entries, document.refused
     except DamagedCache as exc:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 
@@ -103,20 +105,6 @@ def _tuned_at(entry: Entry) -> datetime | None:
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-def _key_mismatch(key: str, entry: Entry) -> str:
-    """Why an entry's key does not describe its content ("" when it does)."""
-    try:
-        parsed = CacheKey.parse(key)
-    except BadKey as exc:
-        return str(exc)
-    if entry.problem.key() != parsed.problem:
-        return f"key names {parsed.problem} but the entry holds {entry.problem.key()}"
-    stored = entry.fingerprint_digest
-    if stored is not None and stored != parsed.fingerprint:
-        return f"key's fingerprint {parsed.fingerprint} differs from the entry's {stored}"
-    return ""
 
 
 def check_import(theirs: dict, path: Path) -> None:
@@ -143,13 +131,14 @@ def describe_import(verb: str, key: str, entry: Entry) -> str:
     return printable(f"{verb} {key}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
 
 
-def plan_import(ours: dict, theirs: dict) -> ImportPlan:
+def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
     """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
-    later; identical entries and older ones are skipped. Entries under another fingerprint
-    have other keys, so they are kept alongside ours (and never used on this machine)."""
-    plan = ImportPlan()
+    later; identical entries and older ones are skipped, and so are entries that do not
+    agree with their keys (`refused` by the reader, or found here). Entries under another
+    fingerprint have other keys, so they are kept alongside ours (and never used here)."""
+    plan = ImportPlan(skipped=list((refused or {}).items()))
     for key, entry in theirs.items():
-        why = _key_mismatch(key, entry)
+        why = entry.disagreement(key)
         if why:
             plan.skipped.append((key, why))
             continue
@@ -327,15 +316,15 @@ def cache_import(
 
     load_plugins(tuple(plugin or ()))  # their templates declare their params
     cache = open_cache(cache_dir)
-    theirs = read_export(path)
+    theirs, refused = read_export(path)
     check_import(theirs, path)
     if dry_run:
-        plan = plan_import(cache.load(), theirs)
+        plan = plan_import(cache.load(), theirs, refused)
     else:  # planned against the file as it is under the lock: a tune's newer entry stays
         plans: list[ImportPlan] = []
 
         def planned_writes(current: dict) -> dict:
-            plans.append(plan_import(current, theirs))
+            plans.append(plan_import(current, theirs, refused))
             return plans[-1].writes
 
         cache.merge(planned_writes)
@@ -351,7 +340,7 @@ def cache_import(
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
-              f"{len(plan.skipped)} of {len(theirs)} entries from {path}", markup=False)
+              f"{len(plan.skipped)} of {len(theirs) + len(refused)} entries from {path}", markup=False)
 
 
 @cache_app.command("prune")
