@@ -10,8 +10,9 @@ from .version import DISTRIBUTION, __version__
 
 _API = ("lookup", "mm", "addmm", "bmm", "linear", "scaled_mm", "dispatch_info", "AutotuneFallbackWarning")
 _COMPILE = ("compile",)
+_RECORD = ("record",)
 
-__all__ = ["__version__", "DISTRIBUTION", *_API, *_COMPILE]
+__all__ = ["__version__", "DISTRIBUTION", *_API, *_COMPILE, *_RECORD]
 
 
 def __getattr__(name: str):
@@ -27,8 +28,19 @@ def __getattr__(name: str):
         value = getattr(torch_compile, name)
         globals()[name] = value
         return value
+    if name in _RECORD:
+        from .api.recorder import record
+
+        globals()[name] = record
+        return record
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API) | set(_COMPILE))
+    return sorted(set(globals()) | set(_API) | set(_COMPILE) | set(_RECORD))
+
+
+if __import__("os").environ.get("AUTOTUNE_RECORD"):  # record this process's matmuls (api/recorder.py)
+    from .api.recorder import record_from_environment
+
+    record_from_environment()

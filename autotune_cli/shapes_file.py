@@ -13,11 +13,15 @@ object is one problem, with the fields of `autotune mm`'s flags:
     scale        float8 only: "tensor", "row" or "block" (dtype "float8_e4m3fn": a scaled_mm)
     out_dtype    float8 only: "bfloat16" (default), "float16" or "float32"
     fast_accum   float8 only: true as torch._scaled_mm(use_fast_accum=True)
+    count        integer >= 1 (default 1): how many calls ran it (`autotune_cli.record` writes
+                 it); the table shows it and weighs the problem's share of the flops by it
 
 e.g. [{"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt"},
       {"m": 4096, "n": 4096, "k": 1024, "bias": true}]
 
 Anything wrong is a UserError naming the file, the entry (counted from 1) and the field.
+Only a regular file of at most MAX_LIST_BYTES is read (cache_document.read_regular_file):
+a FIFO would block, /dev/zero would never end.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .cache_document import NotAFile, read_regular_file
 from .errors import UserError
 from .problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
 
-FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype", "fast_accum")
+MAX_LIST_BYTES = 64 << 20  # a list of 100,000 problems is about 10 MB
+FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype",
+          "fast_accum", "count")
 
 
 def _integer(value, field: str) -> int:
@@ -53,8 +60,37 @@ def _text(value, field: str, choices: tuple[str, ...] | None = None) -> str:
     return value.lower()
 
 
+def entry_of(problem: GemmProblem, count: int | None = None) -> dict:
+    """The entry that `problem_from_entry` reads back as `problem` (on any device): the
+    fields that differ from their defaults, and `count` when given."""
+    entry: dict = {"m": problem.m, "n": problem.n, "k": problem.k}
+    if problem.op == "bmm":
+        entry["batch"] = problem.b
+    entry["dtype"] = problem.dtype
+    entry["layout"] = problem.layout
+    if problem.bias:
+        entry["bias"] = True
+        if problem.bias != "n":
+            entry["bias_shape"] = problem.bias
+    if problem.allow_tf32:
+        entry["allow_tf32"] = True
+    if problem.op == "scaled_mm":
+        entry["scale"] = problem.scale
+        entry["out_dtype"] = problem.out_dtype
+        if problem.fast_accum:
+            entry["fast_accum"] = True
+    if count is not None:
+        entry["count"] = count
+    return entry
+
+
 def problem_from_entry(entry, device: str) -> GemmProblem:
     """One entry of the file as a problem; a ValueError "field 'x' ..." names what is wrong."""
+    return counted_from_entry(entry, device)[0]
+
+
+def counted_from_entry(entry, device: str) -> tuple[GemmProblem, int]:
+    """One entry of the file as (problem, count); a ValueError "field 'x' ..." names what is wrong."""
     if not isinstance(entry, dict):
         raise ValueError(f"must be an object with fields {', '.join(FIELDS)}, "
                          f"got {json.dumps(entry)[:40]}")
@@ -104,20 +140,32 @@ def problem_from_entry(entry, device: str) -> GemmProblem:
             args[name] = field(name, _text)
     if "fast_accum" in entry:
         args["fast_accum"] = field("fast_accum", _flag)
-    return make_problem(bias=shape if bias else None, allow_tf32=allow_tf32, device=device, **args)
+    count = field("count", _integer) if "count" in entry else 1
+    return make_problem(bias=shape if bias else None, allow_tf32=allow_tf32, device=device, **args), count
 
 
 def read_problems(path: Path, device: str) -> list[GemmProblem]:
     """Every problem of the file, in its order (a problem listed twice is kept twice: the
     second is answered from the cache)."""
+    return [problem for problem, _ in read_counted(path, device)]
+
+
+def read_counted(path: Path, device: str) -> list[tuple[GemmProblem, int]]:
+    """Every (problem, count) of the file, in its order."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular_file(path, MAX_LIST_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"--from: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--from: cannot read {path}: {exc}") from None
+    except NotAFile as exc:
+        raise UserError(f"--from: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"--from: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--from: cannot read {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise UserError(f"{path}: not JSON (nested too deeply)") from None
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc})") from None
     if isinstance(data, dict) and "problems" in data:
@@ -129,7 +177,7 @@ def read_problems(path: Path, device: str) -> list[GemmProblem]:
     problems = []
     for number, entry in enumerate(data, 1):
         try:
-            problems.append(problem_from_entry(entry, device))
+            problems.append(counted_from_entry(entry, device))
         except (ValueError, UserError) as exc:
             raise UserError(f"{path}: entry {number}: {exc}") from None
     return problems

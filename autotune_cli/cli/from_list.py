@@ -34,19 +34,20 @@ class Listed:
 
 
 def list_rows(listed: list[Listed]) -> list[dict]:
-    """The row of each problem before it is tuned (the fields of a model's plan row)."""
-    total = sum(item.problem.flops for item in listed) or 1
+    """The row of each problem before it is tuned (the fields of a model's plan row; the
+    share, as a model's, of sum(flops * count))."""
+    total = sum(item.problem.flops * item.count for item in listed) or 1
     return [{"problem": item.problem.to_dict(), "describe": item.problem.describe(),
              "count": item.count, "gflop": item.problem.flops / 1e9,
-             "share": item.problem.flops / total, "sources": [f"entry {item.entry}"], "hint": None}
+             "share": item.problem.flops * item.count / total, "sources": [f"entry {item.entry}"], "hint": None}
             for item in listed]
 
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
-              profile: bool = False, clock: _Clock | None = None) -> int:
+              profile: bool = False, clock: _Clock | None = None, counts: list[int] | None = None) -> int:
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
     `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
-    command's, whose stages the JSON document carries."""
+    command's, whose stages the JSON document carries; `counts`: each problem's (default 1)."""
     from ..cache import Cache
     from ..hits import look_up
     from ..device import probe_device
@@ -58,7 +59,8 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     clock = clock or _Clock()
     load_plugins(settings.plugins)  # bad tuning options fail before anything starts
     check_template_names(settings.templates)
-    listed = [Listed(problem, number) for number, problem in enumerate(problems, 1)]
+    counts = counts or [1] * len(problems)
+    listed = [Listed(problem, number, count) for number, (problem, count) in enumerate(zip(problems, counts), 1)]
     plan = list_rows(listed)
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
     cache = Cache(settings.cache_dir)

@@ -1,0 +1,287 @@
+"""Record the matmuls eager code runs, as a list `autotune mm --from FILE` tunes.
+
+    with autotune_cli.record("shapes.json"):
+        model(x)                      # every mm, addmm, bmm, torch._scaled_mm it runs
+    # or: AUTOTUNE_RECORD=shapes.json python app.py   (honoured when autotune_cli is imported)
+
+A torch dispatch mode sees each aten op below autograd, so linear and matmul arrive as the
+mm, addmm and bmm they run (4-d matmuls as a bmm of the folded batch) with their real
+strides, and a training step's backward matmuls are seen too. Every op runs untouched; the
+mode only reads shapes, strides and dtypes and counts each problem, as the API would pose it
+(api/problems.py). On the last exit for a path the counts are added to what the file holds
+(shapes_file.py's format, each entry with its `count`), written to a temporary file and
+`os.replace`d under a lock; one line on stderr says what was written and names the calls
+autotune cannot express (mv, baddbmm, float64, ...): they are counted, never dropped.
+
+Nesting and threads: a dispatch mode sees the ops of the thread that entered it only. All
+`record`s of one path share one tally, written once when the last of them exits; a thread
+that already records into that tally pushes no second mode, so no call is counted twice.
+Records of different paths nest: each file gets every call made inside it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import UserError
+from ..problem import GemmProblem
+from ..shapes_file import counted_from_entry, entry_of
+from .problems import problem_of, scaled_problem_of
+
+ENVIRONMENT = "AUTOTUNE_RECORD"
+RECORDED = ("mm", "addmm", "bmm", "_scaled_mm")
+# Matmuls autotune has no problem for: counted and named as skipped (those a torch lacks are
+# left out of the lookup).
+UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm")
+NAMED_SKIPS = 4  # the skipped problems named on the exit line; the rest are counted
+
+
+class _Tally:
+    """The problems counted for one path while any `record` of it is open."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.problems: Counter[GemmProblem] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.users = 0
+
+
+_tallies: dict[Path, _Tally] = {}  # resolved path -> its tally, while open
+_tallies_lock = threading.Lock()
+
+
+def _mode_class():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .calls import Torch
+
+    aten = torch.ops.aten
+    recorded = {getattr(aten, name): name for name in RECORDED}
+    unexpressed = {getattr(aten, name): name for name in UNEXPRESSED if hasattr(aten, name)}
+    t = Torch()
+
+    class RecordMode(TorchDispatchMode):
+        """Runs every op as given; counts the matmul problems into `tally`."""
+
+        def __init__(self, tally: _Tally) -> None:
+            super().__init__()
+            self.tally = tally
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func.overloadpacket
+            if packet in recorded or packet in unexpressed:
+                self._note(func, recorded.get(packet), unexpressed.get(packet), args, kwargs)
+            return out
+
+        def _note(self, func, op, other, args, kwargs) -> None:
+            named = dict(zip((arg.name for arg in func._schema.arguments), args), **kwargs)
+            problem, skipped = None, None
+            try:
+                if other is not None:
+                    skipped = _name(other, named)
+                else:
+                    problem = _problem(op, named, t)
+            except UserError:  # a call autotune does not tune
+                skipped = _name(op, named)
+            except Exception:  # a call read wrongly must never break the program
+                skipped = _name(op or other, named, known=False)
+            with self.tally.lock:
+                if problem is not None:
+                    self.tally.problems[problem] += 1
+                else:
+                    self.tally.skipped[skipped] += 1
+
+    return RecordMode
+
+
+_mode_cls = None
+
+
+def _mode(tally: _Tally):
+    global _mode_cls
+    if _mode_cls is None:
+        _mode_cls = _mode_class()
+    return _mode_cls(tally)
+
+
+def _problem(op: str, named: dict, t) -> GemmProblem:
+    """The problem an aten call with these (named) arguments poses; UserError: none."""
+    if op == "_scaled_mm":
+        if named.get("scale_result") is not None:
+            raise UserError("a scale_result is not tuned")
+        return scaled_problem_of(named["self"], named["mat2"], named["scale_a"], named["scale_b"],
+                                 named.get("bias"), named.get("out_dtype"), bool(named.get("use_fast_accum")))
+    a, b = named["mat1"] if op == "addmm" else named["self"], named["mat2"]
+    if op == "addmm" and (named.get("beta", 1) != 1 or named.get("alpha", 1) != 1):
+        raise UserError("addmm with beta or alpha other than 1 is not tuned")
+    tf32 = a.dtype is t.float32 and a.is_cuda and t.allow_tf32()
+    return problem_of(op, a, b, named["self"] if op == "addmm" else None, tf32=tf32)[0]
+
+
+def _name(op: str, named: dict, known: bool = True) -> str:
+    """A skipped call in a few words: the op, its operands' shapes and dtype."""
+    import torch
+
+    tensors = [value for name, value in named.items() if isinstance(value, torch.Tensor)
+               and name in ("self", "mat1", "mat2", "vec", "tensor", "batch1", "batch2")]
+    shapes = " x ".join("[" + ", ".join(map(str, value.shape)) + "]" for value in tensors)
+    dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else ""
+    return " ".join(part for part in (op.lstrip("_"), shapes, dtype, "" if known else "(unread)") if part)
+
+
+@contextlib.contextmanager
+def record(path: str | os.PathLike) -> Iterator[None]:
+    """Count every matmul problem run inside (this thread; see the module's doc) and, on the
+    last exit for `path`, add the counts to the `--from` list at `path`."""
+    tally = _open(path)
+    pushed = None
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        if not any(getattr(mode, "tally", None) is tally for mode in _get_current_dispatch_mode_stack()):
+            pushed = _mode(tally)
+            pushed.__enter__()
+        yield
+    finally:
+        if pushed is not None:
+            pushed.__exit__(None, None, None)
+        _close(tally)
+
+
+def _open(path: str | os.PathLike) -> _Tally:
+    if not str(os.fspath(path)).strip():
+        raise ValueError("record: the path is empty")
+    target = Path(path).expanduser().resolve()
+    with _tallies_lock:
+        tally = _tallies.setdefault(target, _Tally(target))
+        tally.users += 1
+    return tally
+
+
+def _close(tally: _Tally) -> None:
+    with _tallies_lock:
+        tally.users -= 1
+        if tally.users:
+            return
+        del _tallies[tally.path]
+    with tally.lock:
+        problems, skipped = dict(tally.problems), dict(tally.skipped)
+        tally.problems.clear()
+        tally.skipped.clear()
+    print(_write(tally.path, problems, skipped), file=sys.stderr)
+
+
+def record_from_environment() -> None:
+    """Record this thread's matmuls from now until the interpreter exits into the path in
+    $AUTOTUNE_RECORD. The variable is removed: the processes this one starts (autotune's own
+    tuning workers among them) do not record."""
+    path = os.environ.pop(ENVIRONMENT, "").strip()
+    if not path:
+        return
+    tally = _open(path)
+    # The mode stays pushed to the end: at exit it may not be on top of the stack, nor the
+    # exiting thread's; once the tally is written, what it still counts is dropped.
+    _mode(tally).__enter__()
+    atexit.register(_close, tally)
+
+
+# -- the file ------------------------------------------------------------------------------------
+
+def _write(path: Path, problems: dict[GemmProblem, int], skipped: dict[str, int]) -> str:
+    """Add `problems` to the list at `path`; the line that tells the user what happened."""
+    calls = sum(problems.values())
+    line = f"autotune record: {_count(len(problems), 'matmul problem')} ({_count(calls, 'call')})"
+    if problems:
+        try:
+            line += _merge(path, problems)
+        except OSError as exc:
+            line += f" NOT written: cannot write {path}: {exc.strerror or exc}"
+    else:
+        line += f", {path} left as it was"
+    if skipped:
+        names = sorted(skipped, key=lambda name: -skipped[name])
+        shown = ", ".join(f"{name} x{skipped[name]}" for name in names[:NAMED_SKIPS])
+        more = f" and {len(names) - NAMED_SKIPS} more" if len(names) > NAMED_SKIPS else ""
+        line += f"; skipped {_count(sum(skipped.values()), 'call')} autotune cannot tune: {shown}{more}"
+    return line
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _merge(path: Path, problems: dict[GemmProblem, int]) -> str:
+    """Under a lock beside the file: read it, add the counts, replace it atomically. A file
+    that is not a list this module can read is moved aside (kept) and a new one started."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        counts, note = _existing(path)
+        for problem, count in problems.items():
+            key = _key(entry_of(problem))
+            counts[key] = counts.get(key, 0) + count
+        entries = [dict(json.loads(key), count=count) for key, count in counts.items()]
+        _replace(path, '{"problems": [\n' + ",\n".join(json.dumps(entry) for entry in entries) + "\n]}\n")
+    finally:
+        os.close(fd)  # releases the lock
+    return f" written to {path} ({len(entries)} in all){note}"
+
+
+def _key(entry: dict) -> str:
+    return json.dumps({name: value for name, value in entry.items() if name != "count"})
+
+
+def _existing(path: Path) -> tuple[dict[str, int], str]:
+    """{entry key: count} of the list at `path`, in its order ({} when there is none), and a
+    note when a file there could not be read and was moved aside."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, ""
+    try:
+        data = json.loads(text)
+        data = data["problems"] if isinstance(data, dict) else data
+        if not isinstance(data, list):
+            raise ValueError("not a list of problems")
+        counts: dict[str, int] = {}
+        for entry in data:
+            problem, count = counted_from_entry(entry, "cpu")  # the file has no device
+            key = _key(entry_of(problem))
+            counts[key] = counts.get(key, 0) + count
+        return counts, ""
+    except (ValueError, KeyError, TypeError, UserError) as exc:
+        aside, n = path.with_name(f"{path.name}.unreadable"), 0
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.name}.unreadable.{n}")
+        os.replace(path, aside)
+        return {}, f"; the file there was not a list of problems ({exc}): moved to {aside}"
+
+
+def _replace(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

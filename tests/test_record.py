@@ -1,0 +1,234 @@
+"""autotune_cli.record: the matmuls eager code runs, written as a `--from` list with counts;
+that list tuned by `autotune mm --from` (then all hits, and the API finds the winners); the
+AUTOTUNE_RECORD form in a subprocess; results, autograd, nesting and threads untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import autotune_cli
+from autotune_cli import api
+from autotune_cli.errors import UserError
+from autotune_cli.shapes_file import read_counted
+
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+
+
+class Tiny(nn.Module):
+    """A linear with a bias, a 3-d by 2-d matmul, a bmm and an attention q @ k^T (4-d)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(16, 8)
+        self.w = nn.Parameter(torch.randn(8, 12))
+
+    def forward(self, x, a, b, q, k):
+        h = self.proj(x) @ self.w  # [2, 3, 16] -> [2, 3, 8] -> [2, 3, 12]
+        return h, torch.bmm(a, b), q @ k.transpose(-2, -1)
+
+
+def inputs():
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(2, 3, 16, generator=g), torch.randn(4, 5, 6, generator=g),
+            torch.randn(4, 6, 7, generator=g), torch.randn(2, 4, 5, 8, generator=g),
+            torch.randn(2, 4, 5, 8, generator=g))
+
+
+# What Tiny's forward poses at aten level: linear -> addmm of x folded to [6, 16] and B =
+# weight.T (nt); the 3-d matmul -> mm of the folded [6, 8]; 4-d q @ k^T -> bmm of 2 * 4 heads.
+FORWARD = [
+    {"m": 6, "n": 8, "k": 16, "dtype": "float32", "layout": "nt", "bias": True},
+    {"m": 6, "n": 12, "k": 8, "dtype": "float32", "layout": "nn"},
+    {"m": 5, "n": 7, "k": 6, "batch": 4, "dtype": "float32", "layout": "nn"},
+    {"m": 5, "n": 5, "k": 8, "batch": 8, "dtype": "float32", "layout": "nt"},
+]
+
+
+def listed(path):
+    return json.loads(path.read_text())["problems"]
+
+
+def test_a_model_run_twice_is_listed_with_counts_and_unchanged(tmp_path, capsys):
+    model, args = Tiny(), inputs()
+    with torch.no_grad():
+        plain = model(*args)
+        path = tmp_path / "shapes.json"
+        with autotune_cli.record(path):
+            first = model(*args)
+            second = model(*args)
+    for ours, theirs in zip(first + second, plain + plain):
+        assert torch.equal(ours, theirs)
+    assert listed(path) == [dict(entry, count=2) for entry in FORWARD]
+    err = capsys.readouterr().err
+    assert err.strip() == f"autotune record: 4 matmul problems (8 calls) written to {path} (4 in all)"
+    counted = read_counted(path, "cpu")  # what `autotune mm --from` reads
+    assert [(p.op, p.b, p.layout, p.bias, c) for p, c in counted] == [
+        ("addmm", 1, "nt", "n", 2), ("mm", 1, "nn", None, 2), ("bmm", 4, "nn", None, 2), ("bmm", 8, "nt", None, 2)]
+
+
+def test_training_keeps_its_gradients_and_records_the_backward(tmp_path):
+    args = inputs()
+
+    def step():
+        model = Tiny()
+        h, c, s = model(*args)
+        (h.sum() + c.sum() + s.sum()).backward()
+        return [p.grad for p in model.parameters()]
+
+    plain = step()
+    path = tmp_path / "train.json"
+    with autotune_cli.record(path):
+        recorded = step()
+    assert all(torch.equal(a, b) for a, b in zip(recorded, plain))
+    problems = {json.dumps({k: v for k, v in e.items() if k != "count"}): e["count"] for e in listed(path)}
+    for entry in FORWARD:
+        assert problems[json.dumps(entry)] == 1
+    # the weight gradient of the linear: grad [6, 8]^T @ x [6, 16]
+    assert any(e["m"] == 8 and e["n"] == 16 and e["k"] == 6 and "batch" not in e for e in listed(path))
+    assert len(problems) > len(FORWARD)
+
+
+def test_scaled_mm_and_what_cannot_be_tuned_is_named(tmp_path, capsys):
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 32).to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0)
+    path = tmp_path / "mixed.json"
+    with autotune_cli.record(path):
+        out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        torch.randn(3, 4, dtype=torch.float64) @ torch.randn(4, 5, dtype=torch.float64)
+        torch.randn(3, 4) @ torch.randn(4)
+        torch.randn(3, 4) @ torch.randn(4)
+        torch.baddbmm(torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    assert out.dtype == torch.bfloat16
+    assert listed(path) == [{"m": 16, "n": 16, "k": 32, "dtype": "float8_e4m3fn", "layout": "nt",
+                             "scale": "tensor", "out_dtype": "bfloat16", "count": 1}]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("; skipped 4 calls autotune cannot tune: mv [3, 4] x [4] float32 x2, "
+                             "mm [3, 4] x [4, 5] float64 x1, baddbmm [2, 3, 5] x [2, 3, 4] x [2, 4, 5] float32 x1")
+
+
+def test_nested_records_and_threads_count_each_call_once(tmp_path):
+    path, other = tmp_path / "one.json", tmp_path / "other.json"
+    a, b = torch.randn(4, 8), torch.randn(8, 2)
+    with autotune_cli.record(path):
+        a @ b
+        with autotune_cli.record(str(path)), autotune_cli.record(other):  # the same file, and another
+            a @ b
+    assert listed(path) == [{"m": 4, "n": 2, "k": 8, "dtype": "float32", "layout": "nn", "count": 2}]
+    assert listed(other) == [{"m": 4, "n": 2, "k": 8, "dtype": "float32", "layout": "nn", "count": 1}]
+
+    # Two threads recording into one file: each one's calls counted once, written once at the last exit.
+    threaded = tmp_path / "threads.json"
+    entered, first_left = threading.Barrier(2), threading.Event()
+    written_early = []
+
+    def worker(calls, leave_first):
+        with autotune_cli.record(threaded):
+            entered.wait()
+            for _ in range(calls):
+                a @ b
+            if not leave_first:
+                first_left.wait()
+                written_early.append(threaded.exists())  # the other has left; this one still records
+        if leave_first:
+            first_left.set()
+
+    threads = [threading.Thread(target=worker, args=(3, True)), threading.Thread(target=worker, args=(5, False))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert written_early == [False] and listed(threaded)[0]["count"] == 8
+    with autotune_cli.record(threaded):  # a later record adds to the file
+        a @ b
+    assert listed(threaded)[0]["count"] == 9
+
+
+def test_the_file_is_merged_or_moved_aside_never_lost(tmp_path, capsys):
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps([{"m": 4, "n": 2, "k": 8, "dtype": "fp32", "count": 3},
+                                {"m": 64, "n": 64, "k": 64}]))
+    with autotune_cli.record(path):
+        torch.randn(4, 8) @ torch.randn(8, 2)
+        torch.randn(3, 8) @ torch.randn(8, 2)
+    assert listed(path) == [{"m": 4, "n": 2, "k": 8, "dtype": "float32", "layout": "nn", "count": 4},
+                            {"m": 64, "n": 64, "k": 64, "dtype": "float16", "layout": "nn", "count": 1},
+                            {"m": 3, "n": 2, "k": 8, "dtype": "float32", "layout": "nn", "count": 1}]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["shapes.json"]
+    capsys.readouterr()
+
+    path.write_text("[{\"m\": 4,")  # not ours to overwrite: kept aside, byte for byte
+    with autotune_cli.record(path):
+        torch.randn(4, 8) @ torch.randn(8, 2)
+    assert listed(path)[0]["count"] == 1
+    assert (tmp_path / "shapes.json.unreadable").read_text() == "[{\"m\": 4,"
+    assert "moved to" in capsys.readouterr().err
+
+
+def test_a_bad_count_in_a_list_is_refused(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"m": 4, "n": 4, "k": 4, "count": 0}]))
+    with pytest.raises(UserError, match="entry 1: field 'count' must be between 1"):
+        read_counted(path, "cpu")
+
+
+def test_the_list_is_tuned_then_all_hits_and_the_api_finds_the_winners(tmp_path, cache_dir, cli, capsys):
+    api.reset()
+    model, args = Tiny(), inputs()
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        model(*args)
+        model(*args)
+    capsys.readouterr()
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(ONE_CONFIG))
+    tune = ("mm", "--from", path, "--device", "cpu", "--templates", "aten,triton::mm,triton::bmm",
+            "--space", space, "--workers", "1", "--json")
+    code, out, err = cli(*tune)
+    assert code == 0, err
+    rows = json.loads(out)["problems"]
+    assert [r["describe"] for r in rows] == ["addmm 6x8x16 float32 nt bias[n]", "mm 6x12x8 float32 nn",
+                                             "bmm 4x5x7x6 float32 nn", "bmm 8x5x5x8 float32 nt"]
+    assert [r["count"] for r in rows] == [2, 2, 2, 2]
+    assert [r["from_cache"] for r in rows] == [False] * 4 and all(r["winner"] for r in rows)
+    assert abs(sum(r["share"] for r in rows) - 1) < 1e-9
+    code, out, _ = cli(*tune)
+    assert code == 0 and [r["from_cache"] for r in json.loads(out)["problems"]] == [True] * 4
+
+    dispatcher = api.Dispatcher(cache_dir)
+    x2 = args[0].reshape(6, 16)
+    calls = [(x2, model.proj.weight.t(), model.proj.bias), (model.proj(args[0]).reshape(6, 8), model.w, None),
+             (args[1], args[2], None), (args[3].reshape(8, 5, 8), args[4].reshape(8, 5, 8).transpose(1, 2), None)]
+    with torch.no_grad():
+        for (a, b, bias), row in zip(calls, rows):
+            info = dispatcher.dispatch_info(a, b, bias)
+            assert not info.fallback and info.uid == row["winner"]["uid"], info
+
+
+def test_the_environment_variable_records_a_process(tmp_path):
+    path = tmp_path / "env.json"
+    code = ("import os, torch, autotune_cli\n"
+            "assert 'AUTOTUNE_RECORD' not in os.environ  # its children do not record\n"
+            "lin = torch.nn.Linear(16, 8)\n"
+            "for _ in range(3):\n"
+            "    lin(torch.randn(5, 16))\n")
+    env = dict(os.environ, AUTOTUNE_RECORD=str(path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert listed(path) == [{"m": 5, "n": 8, "k": 16, "dtype": "float32", "layout": "nt", "bias": True, "count": 3}]
+    assert f"written to {path}" in proc.stderr
+    # without the variable, importing autotune_cli imports no torch and records nothing
+    env.pop("AUTOTUNE_RECORD")
+    proc = subprocess.run([sys.executable, "-c", "import sys, autotune_cli; print('torch' in sys.modules)"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.strip() == "False"
