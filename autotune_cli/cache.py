@@ -19,7 +19,10 @@ shape) is moved aside under a name that is never reused (kept byte for byte), th
 user is told in one line, and work carries on with an empty cache. Numbers must be finite:
 JSON has no NaN or infinity, so a non-finite number in an entry being stored (a candidate's
 error of inf when it wrote NaN) is stored as null. A cache folder that cannot be read or
-written at all raises CacheUnavailable, a UserError: one line, exit 2.
+written at all raises CacheUnavailable, a UserError: one line, exit 2; so does a cache file
+that is a symbolic link or another user's. Every file this module writes, renames or deletes
+is in the cache folder (a link there is replaced, never followed): a link to a user's file
+must not get that file moved aside or overwritten.
 
 How the document is read (bounded, strict JSON, schema and migrations) is
 cache_document.py's.
@@ -80,14 +83,9 @@ class Cache:
                 self.notices.append(printable(f"cache entry {key} is not used: {why}; "
                                               "it is dropped at the next write"))
 
-    def _target(self) -> Path:
-        """The file written: the cache file, or the file it is a symbolic link to (a link
-        stays a link). Its folder holds the lock and the temporary files."""
-        return Path(os.path.realpath(self.path))
-
     @property
     def lock_path(self) -> Path:
-        return self._target().parent / LOCK_FILE
+        return self.directory / LOCK_FILE
 
     # -- locking and raw I/O ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -117,7 +115,7 @@ class Cache:
 
     def _read_bytes(self) -> bytes | None:
         try:
-            return read_regular_file(self.path)
+            return read_regular_file(self.path, ours=True)
         except FileNotFoundError:
             return None
         except NotAFile as exc:
@@ -140,8 +138,10 @@ class Cache:
         self._refuse(refused)
         if migrated_from is not None:
             kept = self._unused_name(f"{CACHE_FILE}.schema-{migrated_from}")
-            try:
-                kept.write_bytes(raw)
+            try:  # a new file (O_EXCL): never one planted at the name, nor a link's target
+                fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(raw)
             except OSError as exc:
                 raise _unavailable("write", kept, exc) from None
             self._write_unlocked(entries)
@@ -151,7 +151,7 @@ class Cache:
 
     def _unused_name(self, name: str) -> Path:
         """A path in the cache folder that does not exist yet (call under the lock)."""
-        folder = self._target().parent
+        folder = self.directory
         target, n = folder / name, 0
         while target.exists() or target.is_symlink():
             n += 1
@@ -162,7 +162,7 @@ class Cache:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = self._unused_name(f"{CACHE_FILE}.damaged-{stamp}-{os.getpid()}")
         try:
-            os.replace(self._target(), target)
+            os.replace(self.path, target)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -173,7 +173,7 @@ class Cache:
 
     def _remove_stale_temporaries(self) -> None:
         """Call under the lock: a temporary file present now was left by a killed writer."""
-        for stale in self._target().parent.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
+        for stale in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
             with contextlib.suppress(OSError):
                 stale.unlink()
 
@@ -181,14 +181,18 @@ class Cache:
         self._remove_stale_temporaries()
         document = {"schema": SCHEMA,
                     "entries": {key: entry.to_dict(copy_=False) for key, entry in sorted(entries.items())}}
-        target = self._target()
+        # The new file replaces the name in the cache folder (os.replace never follows a link
+        # there): a file elsewhere is never written, whatever was put at the name meanwhile.
+        target = self.path
         try:
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TMP_PREFIX, suffix=TMP_SUFFIX)
         except OSError as exc:
-            raise _unavailable("write", target.parent, exc) from None
+            raise _unavailable("write", self.directory, exc) from None
         try:
             with contextlib.suppress(FileNotFoundError):  # keep a mode the user gave the file
-                os.fchmod(fd, target.stat().st_mode & 0o7777)
+                mode = target.lstat().st_mode
+                if stat.S_ISREG(mode):
+                    os.fchmod(fd, mode & 0o7777)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(document, handle, indent=1, allow_nan=False)
                 handle.write("\n")
@@ -202,7 +206,7 @@ class Cache:
                 raise _unavailable("write", self.path, exc) from None
             raise
         with contextlib.suppress(OSError):
-            dir_fd = os.open(target.parent, os.O_RDONLY)
+            dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:

@@ -6,8 +6,9 @@ cache.py reads and writes the file through these.
 Only a regular file is read (a FIFO would block, /dev/zero would never end), and at most
 MAX_FILE_BYTES of it; nesting deeper than MAX_DEPTH is damage (no entry we write is more than a
 few levels deep, and deeper documents overflow the recursion of the code that walks them).
-A cache file that is a symbolic link is written through it: the new file replaces the link's
-target, in the target's folder, where the lock is taken too, so the link stays a link.
+The cache file itself must be a regular file of this user's, not a symbolic link
+(read_regular_file's `ours`): cache.py replaces and moves aside only the file in its folder, so
+a link to a file elsewhere is refused rather than followed to it.
 
 Schema 0 is the unversioned layout: {"entries": {problem key: entry}}, no "schema" field,
 entries keyed by the problem key alone and without "fingerprint_digest" and "machine". No
@@ -26,6 +27,7 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import numbers
@@ -44,16 +46,26 @@ class NotAFile(OSError):
     """What was to be read is not a regular file, or is larger than we read."""
 
 
-def read_regular_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+def read_regular_file(path: str | os.PathLike, limit: int | None = None, *, ours: bool = False) -> bytes:
     """The bytes of `path`, following symbolic links, if it is a regular file of at most
     `limit` bytes (default MAX_FILE_BYTES); NotAFile otherwise (OSError as open raises it).
-    Opened non-blocking, so a FIFO is refused rather than waited on."""
+    Opened non-blocking, so a FIFO is refused rather than waited on. `ours`: `path` itself
+    must be the regular file, not a link to one, and belong to this user (the cache file:
+    what is read is what is later replaced, and only in its own folder)."""
     limit = MAX_FILE_BYTES if limit is None else limit
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if ours else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if ours and exc.errno == errno.ELOOP:
+            raise NotAFile(f"{path} is a symbolic link, not a regular file") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotAFile(f"{path} is not a regular file")
+        if ours and info.st_uid != os.geteuid():
+            raise NotAFile(f"{path} belongs to another user (uid {info.st_uid})")
         if info.st_size > limit:
             raise NotAFile(f"{path} is {info.st_size} bytes, more than the {limit} read")
         os.set_blocking(fd, True)

@@ -142,30 +142,86 @@ def test_deeply_nested_cache_file_is_moved_aside(tmp_path):
 
 # -- symbolic links and empty folder names ------------------------------------------------------
 
-def test_symlinked_cache_is_written_through_to_its_target(tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    Cache(shared).put(A, make_entry(m=1))
-    folder = tmp_path / "mine"
-    folder.mkdir()
-    link = folder / CACHE_FILE
-    link.symlink_to(shared / CACHE_FILE)
-    Cache(folder).put(B, make_entry(m=2))
-    assert link.is_symlink() and os.readlink(link) == str(shared / CACHE_FILE)
-    assert set(Cache(shared).load()) == {A, B}
-    # the lock and the temporary files are the target's folder's, shared with its writers
-    assert (shared / cache_module.LOCK_FILE).exists()
-    assert not list(folder.glob(f"{cache_module.TMP_PREFIX}*"))
+NOTES = "my notes, not JSON\n"
 
 
-def test_dangling_symlinked_cache_creates_its_target(tmp_path):
+def linked_to_notes(tmp_path):
+    """(cache folder, the user's file): the cache file is a link to a file of the user's."""
+    folder, notes = tmp_path / "cache", tmp_path / "home" / "notes.txt"
+    folder.mkdir()
+    notes.parent.mkdir()
+    notes.write_text(NOTES)
+    (folder / CACHE_FILE).symlink_to(notes)
+    return folder, notes
+
+
+def nothing_moved_or_written(folder: Path, notes: Path) -> None:
+    assert notes.read_text() == NOTES and (folder / CACHE_FILE).is_symlink()
+    assert sorted(p.name for p in notes.parent.iterdir()) == ["notes.txt"]
+    assert not list(folder.glob(f"{CACHE_FILE}.*"))
+
+
+def test_symlinked_cache_file_is_refused_and_its_target_left_alone(tmp_path):
+    folder, notes = linked_to_notes(tmp_path)
+    for args in (["cache", "show"], ["cache", "clear", "--yes"],
+                 ["mm", "--device", "cpu", "--templates", "aten", "--m", 4, "--n", 4, "--k", 4]):
+        proc = run_cli(*args, "--cache-dir", folder)
+        assert proc.returncode == 2, proc.stderr
+        assert "is a symbolic link" in one_error_line(proc.stderr)
+    with pytest.raises(CacheUnavailable, match="symbolic link"):
+        Cache(folder).put(A, make_entry(m=1))
+    nothing_moved_or_written(folder, notes)
+
+
+@pytest.mark.parametrize("target", ["cache", "dangling"])
+def test_link_to_a_cache_elsewhere_is_refused_too(tmp_path, target):
+    elsewhere = tmp_path / "shared"
+    elsewhere.mkdir()
+    if target == "cache":
+        Cache(elsewhere).put(A, make_entry(m=1))
+    before = (elsewhere / CACHE_FILE).read_bytes() if target == "cache" else None
     folder = tmp_path / "mine"
     folder.mkdir()
-    target = tmp_path / "elsewhere.json"
-    (folder / CACHE_FILE).symlink_to(target)
+    (folder / CACHE_FILE).symlink_to(elsewhere / CACHE_FILE)
+    with pytest.raises(CacheUnavailable, match="symbolic link"):
+        Cache(folder).put(B, make_entry(m=2))
+    with pytest.raises(CacheUnavailable, match="symbolic link"):
+        Cache(folder).load()
+    if target == "cache":
+        assert (elsewhere / CACHE_FILE).read_bytes() == before
+    else:
+        assert not (elsewhere / CACHE_FILE).exists()
+    assert not list(folder.glob(f"{CACHE_FILE}.*"))  # nothing moved aside
+
+
+def test_a_link_swapped_in_mid_write_is_replaced_not_followed(tmp_path):
+    """Between the writer's read and its write (under the lock) the file becomes a link to
+    the user's file: the write replaces the link in the cache folder, never its target."""
+    folder, notes = tmp_path / "cache", tmp_path / "notes.txt"
+    notes.write_text(NOTES)
+    cache = Cache(folder)
+    cache.put(A, make_entry(m=1))
+
+    def swap(current):
+        (folder / CACHE_FILE).unlink()
+        (folder / CACHE_FILE).symlink_to(notes)
+        return {B: make_entry(m=2)}
+
+    cache.merge(swap)
+    assert notes.read_text() == NOTES
+    assert not (folder / CACHE_FILE).is_symlink() and set(Cache(folder).load()) == {A, B}
+
+
+def test_a_cache_file_of_another_user_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
     Cache(folder).put(A, make_entry(m=1))
-    assert (folder / CACHE_FILE).is_symlink() and target.is_file()
-    assert list(Cache(folder).load()) == [A]
+    before = (folder / CACHE_FILE).read_bytes()
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(folder / CACHE_FILE).st_uid + 1)
+    with pytest.raises(CacheUnavailable, match="belongs to another user"):
+        Cache(folder).load()
+    with pytest.raises(CacheUnavailable, match="belongs to another user"):
+        Cache(folder).put(B, make_entry(m=2))
+    assert (folder / CACHE_FILE).read_bytes() == before
 
 
 def test_empty_cache_dir_is_refused_and_nothing_is_written(tmp_path):
