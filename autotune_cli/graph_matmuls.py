@@ -11,7 +11,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MatmulMatch", "ScaledMatch", "is_static", "match_matmul", "match_scaled", "node_value"]
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "is_static", "match_matmul", "match_scaled", "matmul_sites",
+           "node_value"]
 
 
 @dataclass
@@ -23,6 +24,7 @@ class MatmulMatch:
     bias: Any
     fold: tuple[int, ...] | None  # A's leading dims, folded into M (None: A is the matrix)
     transpose_b: bool  # B is a linear's weight: the product takes W.T
+    batch: tuple[int, ...] | None = None  # both operands' leading dims, folded into a bmm's batch
 
 
 def _targets():
@@ -127,6 +129,9 @@ def match_matmul(node) -> MatmulMatch | None:
             return MatmulMatch(args[0], args[1], None, tuple(x.shape[:-1]), False)
         if x.dim() == 3 and y.dim() == 3 and x.shape[0] == y.shape[0]:
             return MatmulMatch(args[0], args[1], None, None, False)
+        if x.dim() == y.dim() > 3 and tuple(x.shape[:-2]) == tuple(y.shape[:-2]):
+            # attention's q @ k^T: the leading dims (no broadcast) are one bmm's batch
+            return MatmulMatch(args[0], args[1], None, None, False, tuple(x.shape[:-2]))
     return None
 
 
@@ -141,3 +146,60 @@ def is_static(*tensors) -> bool:
         if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
             return False
     return True
+
+
+@dataclass
+class Site:
+    """A matmul node of a graph, as a GEMM's operands (the values of the matrices it
+    multiplies: A folded, B transposed, leading dims batched), or why it is left alone."""
+
+    node: Any
+    op: str  # mm, addmm, bmm or scaled_mm
+    match: MatmulMatch | None
+    scaled: ScaledMatch | None
+    a: Any = None
+    b: Any = None
+    bias: Any = None
+    values: tuple = ()  # scaled_mm: a, b, scale_a, scale_b, bias
+    skip: str = ""  # why it stays the compiler's ("" where it may be routed)
+    static: bool = True
+
+
+def matmul_sites(graph):
+    """Every matmul node of `graph` (see the module) as a Site, in graph order."""
+    from .problem import MIN_GEMM_K
+
+    for node in graph.nodes:
+        scaled = match_scaled(node)
+        if scaled is not None:
+            values = tuple(node_value(x) for x in (scaled.a, scaled.b, scaled.scale_a, scaled.scale_b, scaled.bias))
+            static = is_static(*values)
+            yield Site(node, "scaled_mm", None, scaled, values=values, static=static,
+                       skip="" if static else "a dynamic shape")
+            continue
+        match = match_matmul(node)
+        if match is None:
+            continue
+        x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
+        op = "addmm" if match.bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
+            else "mm"
+        if not is_static(x, w, bias):
+            grad = any(t is not None and t.requires_grad for t in (x, w, bias))
+            yield Site(node, op, match, None, static=False,
+                       skip="needs gradients (our kernels have no backward)" if grad and _static_shapes(x, w, bias)
+                       else "a dynamic shape")
+            continue
+        a = x.reshape(-1, x.shape[-1]) if match.fold is not None else x
+        b = w.t() if match.transpose_b else w
+        if match.batch is not None:
+            a, b = x.reshape(-1, *x.shape[-2:]), w.reshape(-1, *w.shape[-2:])
+        skip = ""
+        if bias is not None and bias.dim() == 2 and match.fold is not None:
+            skip = "a linear's bias of two dims"
+        elif a.shape[-1] < MIN_GEMM_K:
+            skip = f"K = {a.shape[-1]} < {MIN_GEMM_K}: pointwise work the compiler fuses"
+        yield Site(node, op, match, None, a, b, bias, skip=skip)
+
+
+def _static_shapes(*tensors) -> bool:
+    return all(t is None or all(isinstance(s, int) for s in (*t.shape, *t.stride())) for t in tensors)

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
-from .graph_matmuls import ScaledMatch, is_static, match_matmul, match_scaled, node_value
+from .graph_matmuls import ScaledMatch, Site, matmul_sites, node_value
+from .problem import MIN_GEMM_K
 
 __all__ = ["compile", "routing_backend"]
 
@@ -166,12 +167,13 @@ class routing_backend:
     gets the Dispatch of every matmul routed."""
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
-                 options: dict | None = None, routes: list | None = None) -> None:
+                 options: dict | None = None, routes: list | None = None, tune: Any = None) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
         self.options = dict(options or {})
         self.routes = routes if routes is not None else []
+        self.tune = tune
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
@@ -187,7 +189,9 @@ class routing_backend:
 
         config = self._config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
-        self._rewrite(gm, pin_aten)
+        sites = list(matmul_sites(gm.graph))
+        self._tune_missing(sites)
+        self._rewrite(gm, pin_aten, sites)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -195,57 +199,91 @@ class routing_backend:
         inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
         return inner(gm, example_inputs)
 
-    def _rewrite(self, gm, pin_aten: bool) -> None:
+    def _problem(self, site: Site):
+        if site.scaled is not None:
+            return self.dispatcher.scaled_problem_for(*site.values, site.scaled.out_dtype, site.scaled.fast_accum)
+        return self.dispatcher.problem_for(site.a, site.b, site.bias)
+
+    def _tune_missing(self, sites: list[Site]) -> None:
+        """Tune, in one tuner, the problems of `sites` that have no winner here (see
+        compile_tune.py): `tune` True or a TuneSettings, or None where they are on a GPU."""
+        if self.tune is False:
+            return
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        from .compile_tune import settings_for, tune_missing
+
+        missing: dict = {}
+        for site in sites:
+            if site.skip:
+                continue
+            problem = self._problem(site)
+            if problem is None or problem in missing:
+                continue
+            if self.tune is None and problem.device != "cuda":
+                continue  # on the CPU, only when asked: Triton runs there under the interpreter alone
+            if self.dispatcher.lookup_entry(problem) is None:
+                missing[problem] = None
+        if not missing:
+            return
+        device = next(iter(missing)).device
+        with unset_fake_temporarily():
+            tune_missing(list(missing), settings_for(self.tune, device, self.dispatcher.cache_dir))
+        self.dispatcher.reset()  # plans made before the tune said "nothing cached"
+
+    def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None) -> None:
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         graph = gm.graph
+        sites = list(matmul_sites(graph)) if sites is None else sites
         changed = False
-        for node in list(graph.nodes):
-            scaled = match_scaled(node)
-            if scaled is not None:
-                changed |= self._rewrite_scaled(graph, node, scaled, pin_aten)
+        routed_before = len(self.routes)
+        for site in sites:
+            node, match = site.node, site.match
+            if site.skip:
+                self.routes.append(Dispatch(site.op, f"torch.{site.op}", self._problem(site) if site.static else None,
+                                            fallback=True, reason=site.skip))
                 continue
-            match = match_matmul(node)
-            if match is None:
+            if site.scaled is not None:
+                changed |= self._rewrite_scaled(graph, node, site.scaled, pin_aten)
                 continue
-            x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
-            if not is_static(x, w, bias):
-                continue
-            a = x.reshape(-1, x.shape[-1]) if match.fold is not None else x
-            b = w.t() if match.transpose_b else w
-            if (bias is not None and bias.dim() == 2 and match.fold is not None):
-                continue  # a linear's bias is [n]
+            a, b, bias = site.a, site.b, site.bias
             with unset_fake_temporarily(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", AutotuneFallbackWarning)  # unrouted: Inductor's
+                warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
                 route = self._route(a, b, bias, pin_aten)
             if route is None:
                 continue
             op, name = route
             with graph.inserting_before(node):
-                a_node = match.a
+                a_node, b_node = match.a, match.b
                 if match.fold is not None:
                     a_node = graph.call_function(torch.reshape, (a_node, (a.shape[0], a.shape[1])))
-                b_node = graph.call_function(torch.t, (match.b,)) if match.transpose_b else match.b
+                if match.batch is not None:
+                    a_node = graph.call_function(torch.reshape, (a_node, tuple(a.shape)))
+                    b_node = graph.call_function(torch.reshape, (b_node, tuple(b.shape)))
+                if match.transpose_b:
+                    b_node = graph.call_function(torch.t, (b_node,))
                 out = graph.call_function(op, (a_node, b_node, match.bias, name))
                 if match.fold is not None:
-                    out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[1])))
+                    out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[-1])))
+                if match.batch is not None:
+                    out = graph.call_function(torch.reshape, (out, (*match.batch, a.shape[-2], b.shape[-1])))
             node.replace_all_uses_with(out)
             graph.erase_node(node)
             changed = True
         if changed:
             graph.lint()
             gm.recompile()
+        _summary(self.routes[routed_before:])
 
     def _rewrite_scaled(self, graph, node, match: ScaledMatch, pin_aten: bool) -> bool:
         """Replace a torch._scaled_mm node by our op where its problem has a routed winner."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         values = [node_value(x) for x in (match.a, match.b, match.scale_a, match.scale_b, match.bias)]
-        if not is_static(*values):
-            return False
         with unset_fake_temporarily(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # unrouted: Inductor's
+            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
             route = self._route_scaled(*values, match.out_dtype, match.fast_accum, pin_aten)
         if route is None:
             return False
@@ -264,6 +302,7 @@ class routing_backend:
         left as torch's call (pinned through the opaque op under max-autotune)."""
         call, info, built = self.dispatcher.route_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast)
         if info.fallback or info.problem is None:
+            self.routes.append(info)
             return None
         if built is None and not pin_aten:
             self.routes.append(info)
@@ -312,6 +351,7 @@ class routing_backend:
         """(op, route name) for this matmul, or None to leave it to the compiler."""
         call, info, built = self.dispatcher.route(a, b, bias)
         if info.fallback or info.problem is None:
+            self.routes.append(info)
             return None
         ops = _register_ops()
         problem = info.problem
@@ -371,6 +411,31 @@ class routing_backend:
         return call
 
 
+def _summary(dispatches: list[Dispatch]) -> None:
+    """One line on stderr per graph: how many of its matmuls were routed, and why the others
+    were not (the `routes` list holds each one's Dispatch, its reason with it)."""
+    import sys
+    from collections import Counter
+
+    if not dispatches:
+        return
+    left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
+    routed = len(dispatches) - sum(left.values())
+    line = f"autotune: routed {routed} of {len(dispatches)} matmul{'s' if len(dispatches) != 1 else ''}"
+    if left:
+        line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
+    sys.stderr.write(line + "\n")
+
+
+def _reason_kind(reason: str) -> str:
+    """A fallback's reason, short (the `routes` list keeps the whole)."""
+    for start, short in (("nothing cached", "with nothing cached"), ("K = ", f"with K < {MIN_GEMM_K}"),
+                         ("a dynamic shape", "with a dynamic shape"), ("needs gradients", "needing gradients")):
+        if reason.startswith(start):
+            return short
+    return "other (see routes)"
+
+
 def _route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:
     import hashlib
     import json
@@ -393,11 +458,18 @@ DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotu
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
-            options: dict | None = None, routes: list | None = None, **torch_compile_kwargs):
+            options: dict | None = None, routes: list | None = None, tune: Any = None, **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
-    `routes` (a list) collects the Dispatch of each matmul routed, as graphs compile.
+    `routes` (a list) collects the Dispatch of each matmul met, as graphs compile: the
+    routed ones, and the others with `fallback` True and the reason.
+
+    `tune`: the problems a graph meets with no winner here are tuned as it compiles (all of
+    a graph in one tuner, progress on stderr, the winners cached): None (the default) where
+    they are on a GPU, True also on the CPU (Triton under its interpreter), False never (a
+    deployment with a filled cache), or a TuneSettings to tune with (its cache folder is the
+    one read: `cache_dir` where given).
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
@@ -405,8 +477,12 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     "triton.cudagraphs") compiles without them."""
     import torch
 
+    from .settings import TuneSettings
+
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
         mode = DEFAULT_MODE
+    if cache_dir is None and isinstance(tune, TuneSettings):
+        cache_dir = tune.cache_dir
     dispatcher = _default if cache_dir is None else Dispatcher(cache_dir)
-    routing = routing_backend(dispatcher, backend, mode, options, routes)
+    routing = routing_backend(dispatcher, backend, mode, options, routes, tune)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

@@ -196,7 +196,7 @@ def test_tuned_through_the_cli_and_used_by_the_api_and_torch_compile(cli, cache_
     routes: list = []
     compiled = autotune_cli.compile(Fp8Linear(), backend="aot_eager", routes=routes, fullgraph=True)
     assert check(problem, compiled(*args), want).ok
-    assert [r.uid for r in routes] == [winner]
+    assert [r.uid for r in routes if not r.fallback] == [winner]
 
 
 class _BlockwiseLinear(torch.nn.Module):

@@ -64,6 +64,11 @@ def reference(model, x):
     return double(x.double())
 
 
+def routed(routes) -> list:
+    """The matmuls routed to a winner (`routes` also lists those left to the compiler)."""
+    return [r for r in routes if not r.fallback]
+
+
 def ops_in(gm) -> list[str]:
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "autotune" in str(n.target)]
 
@@ -90,8 +95,10 @@ def test_routed_matmuls_run_their_winners_in_one_graph(cli, cache_dir, space):
         compiled = autotune_cli.compile(model, backend=inner, routes=routes, fullgraph=True)
         with torch.no_grad():
             got_head, got_mm = compiled(x)
-        assert sorted(r.uid for r in routes) == ["aten::mm", "triton::mm", "triton::mm"], inner
-        assert {r.key for r in routes} == {fc1["key"], fc2["key"], head["key"]}
+        assert sorted(r.uid for r in routed(routes)) == ["aten::mm", "triton::mm", "triton::mm"], inner
+        assert {r.key for r in routed(routes)} == {fc1["key"], fc2["key"], head["key"]}
+        (left,) = [r for r in routes if r.fallback]  # x @ W: reported, with why
+        assert left.uid == "torch.mm" and left.reason.startswith("nothing cached"), left
         torch.testing.assert_close(got_head.double(), want_head, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got_mm.double(), want_mm, rtol=1e-4, atol=1e-4)
 
@@ -127,7 +134,7 @@ def test_nothing_cached_leaves_the_graph_as_it_was(cache_dir):
     routes: list = []
     with torch.no_grad():
         out, _ = autotune_cli.compile(model, backend="eager", routes=routes)(x)
-    assert routes == []
+    assert len(routes) == 4 and all(r.fallback and r.reason.startswith("nothing cached") for r in routes)
     torch.testing.assert_close(out, model(x)[0])
 
 
@@ -151,7 +158,7 @@ def test_a_winner_of_another_fingerprint_is_not_used(cli, cache_dir, space):
     routes: list = []
     with torch.no_grad():
         autotune_cli.compile(Block(), backend="eager", routes=routes)(torch.randn(T, C))
-    assert routes == []
+    assert routed(routes) == []
 
 
 def test_padded_winner_under_inductor(cli, cache_dir, space):
@@ -168,10 +175,10 @@ def test_padded_winner_under_inductor(cli, cache_dir, space):
         with torch.no_grad():
             got, _ = autotune_cli.compile(model, routes=routes, fullgraph=True)(x)
     except Exception as exc:  # no C++ compiler, or an Inductor that cannot lower on the CPU
-        if routes:
+        if routed(routes):
             raise
         pytest.skip(f"Inductor could not compile on this CPU: {type(exc).__name__}: {exc}")
-    assert [r.uid for r in routes] == ["aten::mm_aligned"]
+    assert [r.uid for r in routed(routes)] == ["aten::mm_aligned"]
     torch.testing.assert_close(got.double(), reference(model, x)[0], rtol=2e-2, atol=2e-2)
 
 
@@ -204,7 +211,8 @@ def test_tensors_that_need_gradients_stay_on_torch(cli, cache_dir, space):
     routes: list = []
     x = torch.randn(T, C)
     out, _ = autotune_cli.compile(model, backend="aot_eager", routes=routes)(x)
-    assert routes == []
+    assert routed(routes) == []
+    assert any(r.reason.startswith("needs gradients") for r in routes)
     out.sum().backward()
     assert model.fc1.weight.grad is not None
 
@@ -225,8 +233,8 @@ def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
         got = autotune_cli.compile(lin, routes=routes, fullgraph=True)(x)
     from autotune_cli import torch_compile
 
-    assert [r.uid for r in routes] == ["triton::mm"]
-    route = next(r for r in torch_compile._ROUTES.values() if r.info.key == routes[0].key)
+    assert [r.uid for r in routed(routes)] == ["triton::mm"]
+    route = next(r for r in torch_compile._ROUTES.values() if r.info.key == routed(routes)[0].key)
     assert route.parts is not None  # the triton_op, not the opaque op
     want = x.double() @ lin.weight.double().t() + lin.bias.double()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
@@ -249,3 +257,87 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
     assert own.mode is None and own._config() == {"triton.cudagraphs": False}
     assert eager.mode is None and eager._config() == {}
     assert autotuned._config()["triton.cudagraphs"] is True and autotuned._config()["max_autotune"] is True
+
+
+def cpu_tuning(cache_dir, space):
+    """What a compile tunes with here: Triton's mm under the interpreter, one config."""
+    from autotune_cli.settings import TuneSettings
+
+    return TuneSettings(device="cpu", cache_dir=cache_dir, templates=("triton::mm", "triton::bmm"),
+                        space_file=str(space), workers=1)
+
+
+def test_a_compile_tunes_what_it_meets_and_the_next_one_hits(cache_dir, space, capfd):
+    """Nothing cached: the compile tunes the graph's four problems in one tuner (progress on
+    stderr), caches them and routes every matmul; a second compile in a fresh state (tune
+    off) finds them all in the cache and routes the same winners."""
+    from autotune_cli.cache import Cache
+
+    model = Block()
+    x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))
+    routes: list = []
+    with torch.no_grad():
+        got_head, got_mm = autotune_cli.compile(model, backend="eager", routes=routes, fullgraph=True,
+                                                tune=cpu_tuning(cache_dir, space))(x)
+    err = capfd.readouterr().err
+    assert "autotune: tuning 4 matmul problems" in err
+    assert "autotune: routed 4 of 4 matmuls" in err
+    assert sorted(r.uid for r in routes) == ["triton::mm"] * 4 and not any(r.fallback for r in routes)
+    assert len(Cache(cache_dir).load()) == 4
+    want_head, want_mm = reference(model, x)
+    torch.testing.assert_close(got_head.double(), want_head, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_mm.double(), want_mm, rtol=1e-4, atol=1e-4)
+
+    api.reset()
+    torch._dynamo.reset()
+    again: list = []
+    with torch.no_grad():
+        autotune_cli.compile(model, backend="eager", routes=again, fullgraph=True, tune=False)(x)
+    err = capfd.readouterr().err
+    assert "tuning" not in err and "routed 4 of 4" in err
+    assert [(r.key, r.uid) for r in again] == [(r.key, r.uid) for r in routes]
+
+
+def test_tune_false_tunes_nothing_and_says_what_was_left(cache_dir, capfd):
+    routes: list = []
+    with torch.no_grad():
+        autotune_cli.compile(Block(), backend="eager", routes=routes, tune=False)(torch.randn(T, C))
+    err = capfd.readouterr().err
+    assert "tuning" not in err
+    assert "routed 0 of 4 matmuls; left to the compiler: 4 with nothing cached" in err
+    assert not (cache_dir / "autotune-cache.json").exists() or not json.loads(
+        (cache_dir / "autotune-cache.json").read_text()).get("entries")
+
+
+class Attention(torch.nn.Module):
+    """Eager attention's 4-D q @ k^T and a rotary-like outer product (K = 1)."""
+
+    def forward(self, q, k, freqs, positions):
+        angles = freqs @ positions  # [1, 8, 1] x [1, 1, T]: K = 1
+        return torch.matmul(q, k.transpose(-1, -2)), angles
+
+
+def test_4d_matmuls_are_routed_and_an_outer_product_is_left_alone(cache_dir, space, capfd):
+    q = torch.randn(2, 3, T, C, generator=torch.Generator().manual_seed(2))
+    k = torch.randn(2, 3, T, C, generator=torch.Generator().manual_seed(3))
+    freqs, positions = torch.randn(1, 8, 1), torch.arange(T, dtype=torch.float32).reshape(1, 1, T)
+    routes: list = []
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():
+        scores, angles = autotune_cli.compile(Attention(), backend=capture, routes=routes, fullgraph=True,
+                                              tune=cpu_tuning(cache_dir, space))(q, k, freqs, positions)
+    (bmm,) = [r for r in routes if not r.fallback]
+    assert (bmm.op, bmm.uid, bmm.problem.b, bmm.problem.m, bmm.problem.n, bmm.problem.k) == \
+        ("bmm", "triton::bmm", 6, T, T, C)
+    assert bmm.problem.layout == "nt"  # k^T read through its strides, not copied
+    (outer,) = [r for r in routes if r.fallback]
+    assert outer.reason.startswith("K = 1 < 16")
+    assert "left to the compiler: 1 with K < 16" in capfd.readouterr().err
+    assert ops_in(graphs[0]) == ["autotune.gemm.default"]
+    torch.testing.assert_close(scores, q @ k.transpose(-1, -2), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(angles, freqs @ positions)

@@ -222,6 +222,24 @@ class Dispatcher:
             run = self._plan_scaled(key, a, b, scale_a, scale_b, bias, out_dtype, fast)
         return run, self._info[("scaled_mm", key)], self._built.get(("scaled_mm", key))
 
+    def problem_for(self, a, b, bias=None) -> GemmProblem | None:
+        """The problem mm(a, b) (bmm for 3-d tensors; addmm with a bias) poses, or None where
+        it is not one autotune tunes; plans nothing. The tensors may be fake."""
+        t = self._t or self._torch()
+        op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
+        try:
+            return problem_of(op, a, b, bias, tf32=call_key(t.float32, t.allow_tf32, a, b)[TF32_AT])[0]
+        except (TorchDecides, UserError):
+            return None
+
+    def scaled_problem_for(self, a, b, scale_a, scale_b, bias=None, out_dtype=None,
+                           use_fast_accum=False) -> GemmProblem | None:
+        """As `problem_for`, for torch._scaled_mm's operands."""
+        try:
+            return scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, bool(use_fast_accum))
+        except (TorchDecides, UserError):
+            return None
+
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
         it as a call would (a fallback warns here, then not again)."""

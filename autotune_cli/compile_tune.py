@@ -1,0 +1,84 @@
+"""Tuning at compile time: the matmul problems a compiled graph meets that have no winner
+on this machine, tuned all together before the graph is routed.
+
+One tuner serves the whole graph, as `autotune mm --from` serves a list: one worker pool,
+one compile pool (the next problems' kernels compiled while one is timed), one progress
+display on stderr, every winner written to the cache, so that the routing that follows, the
+next compile and the next process find it. A problem that cannot be tuned (it does not fit,
+every candidate failed) is named on stderr and left to the compiler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+from .errors import UserError
+from .problem import GemmProblem
+from .settings import TuneSettings
+
+__all__ = ["TuneReport", "settings_for", "tune_missing"]
+
+# The problems after the one being tuned whose kernels the compile pool builds meanwhile.
+PREFETCH = 2
+
+
+@dataclass
+class TuneReport:
+    """What one compile's tuning did: the problems tuned, and those that failed (why)."""
+
+    tuned: list[GemmProblem] = field(default_factory=list)
+    failed: dict[GemmProblem, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def settings_for(tune: TuneSettings | bool | None, device: str, cache_dir: Path) -> TuneSettings:
+    """The settings a compile tunes with: the caller's (its cache folder replaced by the one
+    the compile reads, so that what is tuned is what is routed), or the defaults for
+    `device`."""
+    if isinstance(tune, TuneSettings):
+        return replace(tune, cache_dir=Path(cache_dir))
+    return TuneSettings(device=device, cache_dir=Path(cache_dir))
+
+
+def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet: bool = False) -> TuneReport:
+    """Tune each of `problems` (distinct, none with a winner yet) in one tuner; a progress
+    display and a line per problem on stderr (none with `quiet`)."""
+    import time
+
+    from rich.console import Console
+
+    from .report import ModelProgress
+    from .runner.processes import prestart_workers
+    from .tuner import Tuner
+
+    report = TuneReport()
+    if not problems:
+        return report
+    started = time.perf_counter()
+    console = Console(stderr=True, quiet=quiet)
+    console.print(f"autotune: tuning {len(problems)} matmul problem{'s' if len(problems) != 1 else ''} "
+                  f"this graph meets (cached for later compiles)", markup=False, highlight=False)
+    prestart_workers(settings.device, settings.measure.switches.start_method)
+    progress = ModelProgress(console, total=len(problems))
+    try:
+        with Tuner(settings, progress) as tuner:
+            for number, problem in enumerate(problems):
+                upcoming = tuple(problems[number + 1:number + 1 + PREFETCH])
+                try:
+                    outcome = tuner.tune(problem, upcoming=upcoming)
+                except UserError as exc:  # this problem alone (it does not fit, say)
+                    report.failed[problem] = str(exc)
+                    continue
+                if outcome.entry.winner is None:
+                    report.failed[problem] = "no candidate gave a right result"
+                else:
+                    report.tuned.append(problem)
+    finally:
+        progress.close()
+    for problem, why in report.failed.items():
+        console.print(f"autotune: {problem.describe()} left to the compiler: {why}", markup=False,
+                      highlight=False)
+    report.seconds = time.perf_counter() - started
+    return report

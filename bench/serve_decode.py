@@ -1,0 +1,367 @@
+"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled five ways.
+
+The model: `LlamaForCausalLM` built from a config (random weights, no downloads) at
+Llama-3-8B widths (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocabulary 128256),
+`--layers` layers, bf16, SDPA attention, a `StaticCache` of `--cache-len` positions. The
+decode step `model(input_ids=tok, past_key_values=cache, cache_position=pos)` is compiled
+with `fullgraph=True` at each `--batches` size, and the prompt's forward (prefill) at
+`--prefill` tokens, by each of `--paths`:
+
+  eager            the model as it is;
+  reduce-overhead  torch.compile(mode="reduce-overhead"): Inductor with CUDA graphs;
+  max-autotune     torch.compile(mode="max-autotune"): Inductor's own GEMM tuning;
+  ours-cold        autotune_cli.compile(model) on an empty cache: its tuning is in its
+                   compile seconds;
+  ours             autotune_cli.compile(model) again, the cache filled (a warm compile).
+
+Per path and size: the compile seconds (the first call; Inductor's caches off), the step
+time (ms per step: `--steps` greedy steps enqueued back to back, each feeding its argmax to
+the next, between two CUDA events, as a serving loop runs), the kernel time per step from
+the profiler (every GPU kernel of `--profile-steps` steps, summed) and the kernels per step,
+the first step's logits against an fp32 copy of the model (relative Frobenius error), and
+how many of the greedy tokens match reduce-overhead's (random weights make near-tie logits:
+tokens flip between any two numerically different paths, so this is a report, not a check).
+`--kernels` also writes each path's per-kernel table to $OUT.
+
+GPU:        PYTHONPATH=. python3 bench/serve_decode.py [--batches 1,8,32] [--prefill 2048]
+CPU smoke:  PYTHONPATH=. python3 bench/serve_decode.py --smoke   (a tiny Llama through the
+            interpreter; checks that every path runs, times nothing useful)
+Writes $OUT/serve_decode.json (default ./bench_out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                 vocab_size=128256, head_dim=128)
+SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=100, head_dim=16)
+PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours")
+# kernel names that are GEMMs: cuBLAS/CUTLASS's, Inductor's templates, and ours (templates/)
+GEMM_KERNEL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|triton_tem_|^(mm|bmm|mm_swap_ab|splitk|persistent_tma)_")
+
+
+def build(config: dict, layers: int, device: str, dtype):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**config, num_hidden_layers=layers, max_position_embeddings=8192,
+                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    return cfg, model
+
+
+def new_cache(cfg, model, batch: int, length: int):
+    from transformers import StaticCache
+
+    param = next(model.parameters())
+    return StaticCache(config=cfg, max_batch_size=batch, max_cache_len=length, device=param.device,
+                       dtype=param.dtype)
+
+
+class Loop:
+    """One path's decode loop at one batch size: a cache filled by an eager prefill of
+    `prompt` tokens, then greedy steps from there."""
+
+    def __init__(self, cfg, model, step, batch: int, prompt: int, length: int, device: str) -> None:
+        import torch
+
+        self.torch, self.step, self.device = torch, step, device
+        self.cache = new_cache(cfg, model, batch, length)
+        g = torch.Generator().manual_seed(batch)
+        ids = torch.randint(0, cfg.vocab_size, (batch, prompt), generator=g).to(device)
+        with torch.no_grad():
+            out = model(input_ids=ids, past_key_values=self.cache, cache_position=torch.arange(prompt, device=device),
+                        use_cache=True)
+        self.tok = out.logits[:, -1:].argmax(-1)
+        self.pos = prompt
+        self.length = length
+
+    def once(self):
+        torch = self.torch
+        if self.pos >= self.length:
+            raise SystemExit("--cache-len is too short for the steps asked for")
+        torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad():
+            logits = self.step(input_ids=self.tok, past_key_values=self.cache,
+                               cache_position=torch.tensor([self.pos], device=self.device), use_cache=True).logits
+        self.tok = logits[:, -1:].argmax(-1)
+        self.pos += 1
+        return logits
+
+    def steps(self, count: int) -> list[int]:
+        tokens = []
+        for _ in range(count):
+            self.once()
+            tokens.append(self.tok[0, 0])
+        return [int(t) for t in tokens]
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(loop: Loop, count: int, device: str) -> float:
+    """ms per step, `count` steps enqueued back to back between two events."""
+    import torch
+
+    sync(device)
+    if device != "cuda":
+        started = time.perf_counter()
+        loop.steps(count)
+        return (time.perf_counter() - started) * 1e3 / count
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(count):
+        loop.once()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / count
+
+
+def profile_steps(fn, count: int, device: str) -> dict:
+    """The GPU kernels of `count` calls of fn: per call, their summed time, count, the GEMMs'
+    share, and the busy span; with the per-kernel table."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(count):
+            fn()
+        sync(device)
+    kernels = defaultdict(lambda: [0, 0.0])
+    cpu_ops = defaultdict(int)
+    for event in prof.events():
+        kind = str(getattr(event, "device_type", ""))
+        if kind.endswith("CUDA"):
+            us = float(getattr(event, "device_time", 0.0) or getattr(event, "cuda_time", 0.0) or 0.0)
+            kernels[event.name][0] += 1
+            kernels[event.name][1] += us
+        elif event.name.startswith(("autotune::", "cudaGraphLaunch", "cuLaunchKernel", "cudaLaunchKernel")):
+            cpu_ops[event.name] += 1
+    total = sum(us for _, us in kernels.values())
+    gemm = sum(us for name, (_, us) in kernels.items() if GEMM_KERNEL.search(name))
+    rows = sorted(((name, n / count, us / count) for name, (n, us) in kernels.items()), key=lambda r: -r[2])
+    return {"kernel_ms": total / count / 1e3, "gemm_ms": gemm / count / 1e3,
+            "kernels": sum(n for n, _ in kernels.values()) / count,
+            "cpu_per_step": {k: v / count for k, v in cpu_ops.items()},
+            "table": [{"kernel": name[:110], "per_step": n, "us": round(us, 2)} for name, n, us in rows]}
+
+
+def fp32_logits(cfg, model, batch: int, prompt: int, length: int, device: str):
+    """The first decode step's logits from an fp32 copy of the model, from the same prompt."""
+    import copy
+
+    import torch
+
+    twin = copy.deepcopy(model).float()
+    loop = Loop(cfg, twin, twin, batch, prompt, length, device)
+    want = loop.once().double()
+    del twin, loop
+    return want
+
+
+def rel_error(got, want) -> float:
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+def compiler(path: str, model, cache_dir: Path, routes: list):
+    import torch
+
+    import autotune_cli
+
+    if path == "eager":
+        return model
+    if path in ("reduce-overhead", "max-autotune"):
+        return torch.compile(model, mode=path, fullgraph=True, dynamic=False)
+    return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes)
+
+
+def fresh_compiler_state() -> None:
+    import torch
+
+    from autotune_cli import api
+
+    torch._dynamo.reset()
+    api.reset()
+
+
+def run_path(path: str, cfg, model, batch: int, args, cache_dir: Path, reference, device: str,
+             tokens_ref: dict) -> dict:
+    import torch
+
+    from torch._dynamo.utils import counters
+
+    fresh_compiler_state()
+    counters.clear()
+    routes: list = []
+    step = compiler(path, model, cache_dir, routes)
+    loop = Loop(cfg, model, step, batch, args.prompt, args.cache_len, device)
+    started = time.perf_counter()
+    logits = loop.once()
+    sync(device)
+    compile_s = time.perf_counter() - started
+    err = rel_error(logits[:, -1:], reference[:, -1:])
+    tokens = loop.steps(args.tokens)
+    for _ in range(3):
+        loop.once()
+    times = [time_steps(loop, args.steps, device) for _ in range(args.rounds)]
+    prof = profile_steps(loop.once, args.profile_steps, device)
+    row = {"path": path, "batch": batch, "compile_s": round(compile_s, 2),
+           "ms_per_step": round(statistics.median(times), 4), "rounds_ms": [round(t, 4) for t in times],
+           "kernel_ms": round(prof["kernel_ms"], 4), "gemm_ms": round(prof["gemm_ms"], 4),
+           "kernels": prof["kernels"], "cpu_per_step": prof["cpu_per_step"], "error": err, "tokens": tokens,
+           "routed": [f"{d.op} {d.problem.describe() if d.problem else '?'} -> {d.uid}" for d in routes],
+           "table": prof["table"],
+           "cudagraph_skips": {k: dict(v) for k, v in counters.items() if "graph" in k or k == "inductor"}}
+    if path == "reduce-overhead":
+        tokens_ref[batch] = tokens
+    if batch in tokens_ref:
+        row["tokens_same"] = sum(a == b for a, b in zip(tokens, tokens_ref[batch]))
+    del loop, step
+    torch.cuda.empty_cache() if device == "cuda" else None
+    return row
+
+
+def prefill_row(path: str, cfg, model, args, cache_dir: Path, device: str) -> dict:
+    """One forward of `--prefill` tokens (batch 1) into a fresh static cache."""
+    import torch
+
+    fresh_compiler_state()
+    routes: list = []
+    fn = compiler(path, model, cache_dir, routes)
+    ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=torch.Generator().manual_seed(7)).to(device)
+    positions = torch.arange(args.prefill, device=device)
+    cache = new_cache(cfg, model, 1, args.prefill + 8)
+
+    def call():  # the cache counts what it holds: each forward starts from an empty one
+        cache.reset()
+        torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad():
+            return fn(input_ids=ids, past_key_values=cache, cache_position=positions, use_cache=True).logits
+
+    started = time.perf_counter()
+    call()
+    sync(device)
+    compile_s = time.perf_counter() - started
+    for _ in range(2):
+        call()
+    sync(device)
+    times = []
+    for _ in range(args.rounds * 3):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
+    prof = profile_steps(call, 2, device)
+    return {"path": path, "batch": f"prefill {args.prefill}", "compile_s": round(compile_s, 2),
+            "ms_per_step": round(statistics.median(times), 4), "kernel_ms": round(prof["kernel_ms"], 4),
+            "gemm_ms": round(prof["gemm_ms"], 4), "kernels": prof["kernels"],
+            "routed": [f"{d.op} {d.problem.describe() if d.problem else '?'} -> {d.uid}" for d in routes],
+            "table": prof["table"]}
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'size':>13} {'path':<16} {'ms/step':>8} {'kern ms':>8} {'gemm ms':>8} {'kern':>5} "
+             f"{'compile s':>9} {'err':>8} {'tok':>4}"]
+    for r in rows:
+        err = f"{r['error']:.1e}" if "error" in r else ""
+        same = str(r.get("tokens_same", ""))
+        lines.append(f"{str(r['batch']):>13} {r['path']:<16} {r['ms_per_step']:>8.4f} {r['kernel_ms']:>8.4f} "
+                     f"{r['gemm_ms']:>8.4f} {r['kernels']:>5.0f} {r['compile_s']:>9.1f} {err:>8} {same:>4}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--prefill", type=int, default=2048, help="prompt tokens of the prefill row (0: none)")
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--prompt", type=int, default=32, help="tokens in the cache before decoding")
+    parser.add_argument("--cache-len", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=50, help="decode steps per timed round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=16, help="greedy tokens compared with reduce-overhead's")
+    parser.add_argument("--profile-steps", type=int, default=5)
+    parser.add_argument("--kernels", action="store_true", help="write each row's kernel table to $OUT")
+    parser.add_argument("--cache-dir", default=None, help="the winners' cache (default: a new empty one)")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+
+    if args.smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    from bench.common import out_dir, write_json
+
+    device = "cpu" if args.smoke else "cuda"
+    config = SMOKE if args.smoke else LLAMA3_8B
+    if args.smoke:
+        args.steps, args.rounds, args.tokens, args.profile_steps = 2, 1, 2, 1
+        args.prefill = min(args.prefill, 16)
+        args.cache_len = min(args.cache_len, 64)
+        args.prompt = min(args.prompt, 4)
+    torch._inductor.config.fx_graph_cache = False  # compile seconds as a first compile's
+    torch._inductor.config.autotune_local_cache = False
+    cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="serve_decode_cache_"))
+    cfg, model = build(config, args.layers, device, torch.bfloat16)
+    paths = [p for p in args.paths.split(",") if p]
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        raise SystemExit(f"unknown paths: {sorted(unknown)}")
+    rows: list[dict] = []
+    tokens_ref: dict = {}
+    for batch in [int(b) for b in args.batches.split(",") if b]:
+        reference = fp32_logits(cfg, model, batch, args.prompt, args.cache_len, device)
+        for path in sorted(paths, key=lambda p: p != "reduce-overhead"):
+            rows.append(run_path(path, cfg, model, batch, args, cache_dir, reference, device, tokens_ref))
+            print(table(rows[-1:]).splitlines()[1], flush=True)
+    if args.prefill:
+        for path in paths:
+            rows.append(prefill_row(path, cfg, model, args, cache_dir, device))
+            print(table(rows[-1:]).splitlines()[1], flush=True)
+    out = out_dir()
+    if args.kernels:
+        for r in rows:
+            name = f"kernels_{r['path']}_{str(r['batch']).replace(' ', '')}.txt"
+            (out / name).write_text("\n".join(f"{k['us']:>9.2f} {k['per_step']:>5.1f}  {k['kernel']}"
+                                              for k in r["table"]) + "\n")
+    write_json("serve_decode", {"args": vars(args), "rows": [{k: v for k, v in r.items() if k != "table"}
+                                                              for r in rows]})
+    print()
+    print(table(rows))
+    for r in rows:
+        if r["path"].startswith("ours"):
+            print(f"{r['path']} {r['batch']}: routed {len(r['routed'])}; cpu {r.get('cpu_per_step', {})}")
+            print("  " + "\n  ".join(r["routed"]))
+
+
+if __name__ == "__main__":
+    main()
