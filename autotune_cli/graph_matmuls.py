@@ -197,7 +197,7 @@ def matmul_sites(graph):
         if bias is not None and bias.dim() == 2 and match.fold is not None:
             skip = "a linear's bias of two dims"
         elif a.shape[-1] < MIN_GEMM_K:
-            skip = f"K = {a.shape[-1]} < {MIN_GEMM_K}: pointwise work the compiler fuses"
+            skip = f"K = {a.shape[-1]}: an outer product, pointwise work the compiler fuses"
         yield Site(node, op, match, None, a, b, bias, skip=skip)
 
 

@@ -68,10 +68,10 @@ SCALED_FIELDS = {"scale": None, "out_dtype": None, "fast_accum": False}
 
 # A problem whose operands would exceed this many bytes is refused before any allocation.
 MAX_DIM = 2**31 - 1
-# A product over fewer terms than this is pointwise work, not a GEMM (the rotary embedding's
-# [64, 1] x [1, T]): the compiler fuses it with its neighbours, and a GEMM kernel would only
-# add a launch. autotune_cli.compile and `autotune model` leave such a matmul alone.
-MIN_GEMM_K = 16
+# A product over fewer terms than this is an outer product, pointwise work and not a GEMM
+# (the rotary embedding's [64, 1] x [1, T]): the compiler fuses it with its neighbours, and a
+# GEMM kernel would only add a launch. autotune_cli.compile and `autotune model` leave it alone.
+MIN_GEMM_K = 2
 
 
 def normalize_dtype(name: str) -> str:

@@ -45,7 +45,6 @@ from typing import Any, Callable
 
 from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
 from .graph_matmuls import ScaledMatch, Site, matmul_sites, node_value
-from .problem import MIN_GEMM_K
 
 __all__ = ["compile", "routing_backend"]
 
@@ -429,7 +428,7 @@ def _summary(dispatches: list[Dispatch]) -> None:
 
 def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
-    for start, short in (("nothing cached", "with nothing cached"), ("K = ", f"with K < {MIN_GEMM_K}"),
+    for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
                          ("a dynamic shape", "with a dynamic shape"), ("needs gradients", "needing gradients")):
         if reason.startswith(start):
             return short

@@ -397,3 +397,37 @@ def test_parse_hints():
             parse_hints(bad)
     with pytest.raises(UserError, match="not a size from 1 to 2147483647"):
         parse_hints(["b=" + "9" * 5000])
+
+
+class Rotary(nn.Module):
+    """A rotary embedding's outer product (K = 1) beside a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 64, bias=False)
+        self.register_buffer("inv_freq", torch.arange(8, dtype=torch.float32).reshape(1, 8, 1))
+
+    def forward(self, x, positions):
+        angles = self.inv_freq @ positions  # [1, 8, 1] x [1, 1, T]
+        return self.proj(x), angles.cos()
+
+
+def test_an_outer_product_is_not_tuned(tmp_path):
+    """K = 1 is pointwise work the compiler fuses: not listed, and the note says so; a file
+    with nothing else is refused, naming why."""
+    x, positions = torch.randn(4, 32), torch.arange(6, dtype=torch.float32).reshape(1, 1, 6)
+    path = tmp_path / "rotary.pt2"
+    torch.export.save(torch.export.export(Rotary().eval(), (x, positions)), str(path))
+    notes: list[str] = []
+    found = find_gemms(path, device="cpu", notes=notes)
+    assert [(f.problem.op, f.problem.m, f.problem.n, f.problem.k) for f in found] == [("mm", 4, 64, 32)]
+    assert notes == ["1 matmul with K = 1 (an outer product, pointwise work the compiler fuses) not tuned"]
+
+    class OnlyRotary(nn.Module):
+        def forward(self, freqs, positions):
+            return freqs @ positions
+
+    alone = tmp_path / "only_rotary.pt2"
+    torch.export.save(torch.export.export(OnlyRotary(), (torch.randn(1, 8, 1), positions)), str(alone))
+    with pytest.raises(UserError, match="K = 1"):
+        find_gemms(alone, device="cpu")

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..problem import MIN_GEMM_K
 from .classify import MatmulCall
 from .dims import concretize, export_bindings
 from .export_archive import read_export
@@ -82,10 +83,18 @@ def find_gemms(
         raws, fused = read_torchscript(path, input_shapes)
         scenarios = [{}]
 
-    kept = [r for r in raws if isinstance(r, MatmulCall)]
+    calls = [r for r in raws if isinstance(r, MatmulCall)]
+    kept = [r for r in calls if not _outer_product(r)]
+    if len(kept) < len(calls) and notes is not None:
+        small = len(calls) - len(kept)
+        notes.append(f"{small} matmul{'s' if small != 1 else ''} with K = 1 (an outer product, pointwise "
+                     "work the compiler fuses) not tuned")
     way_out = ("save the model with torch.export.export and torch.export.save, or trace it "
                "in train mode (model.train() before torch.jit.trace)")
     if not kept:
+        if calls:
+            raise UserError(f"no GEMMs found in {path}: its matmuls all have K = 1, outer products "
+                            "(pointwise work the compiler fuses), which autotune does not tune")
         if fused:
             raise UserError(
                 f"no matmuls found in {path}: they run inside {', '.join(fused)}, a fused op "
@@ -98,6 +107,12 @@ def find_gemms(
         notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
                      f"to list them, {way_out}")
     return concretize(kept, scenarios, device=device, allow_tf32=allow_tf32)
+
+
+def _outer_product(call: MatmulCall) -> bool:
+    """K is a number below MIN_GEMM_K (a dynamic K is tuned at its values)."""
+    k = call.k
+    return bool(getattr(k, "is_Number", isinstance(k, int))) and int(k) < MIN_GEMM_K
 
 
 def check_model(path: Path, *, trust_torchscript: bool = False) -> str:
