@@ -110,6 +110,14 @@ def test_a_candidate_right_only_at_its_first_call_is_wrong(runner, tmp_path, uid
     assert run(runner, tmp_path, "test::good")["status"] == "ok"
 
 
+def test_a_kernel_wrong_on_a_random_half_of_its_calls_never_passes(runner, tmp_path):
+    """Each build flips its own seeded coin per call: with three checks about one build in
+    eight passed; with verify's 22, one in four million."""
+    verdicts = [run(runner, tmp_path, "test::coin_flip")["status"] for _ in range(40)]
+    assert verdicts == ["wrong_result"] * 40, verdicts
+    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+
+
 def test_a_build_the_file_system_failed_is_skipped_not_a_compile_error(runner, tmp_path):
     """A kernels folder that cannot be made (a file in its place) is the environment's
     failure: skipped (measured again by the next tune), never stored as the kernel's."""

@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from ..problem import FP8_MAX, SCALE_BLOCK, GemmProblem
 from ..templates.base import Operands, empty_out, torch_dtype
 
+# Outputs checked per candidate: its first launch, its last timed run, and CONFIRM_LAUNCHES
+# launches after the timing (outside it), each output NaN-filled before and checked after.
+# A kernel wrong at random on half of its calls (a race) passes all 2 + 20 = 22 checks with
+# odds 2^-22, about one in four million (one wrong on a quarter of its calls: 0.75^22, 0.2%).
+CONFIRM_LAUNCHES = 20
+
 # Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
 NORM_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2, "float32": 1e-4, "tf32": 3e-3}
 ELEMENT_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2, "float32": 1e-4, "tf32": 1.5e-2}

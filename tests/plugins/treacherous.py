@@ -1,8 +1,14 @@
 """Planted templates for tests of what is verified: each is right at its first call and not
 always after. `test::first_only` writes nothing after its first call, `test::garbage_after`
 writes garbage, `test::every_other` is right on odd calls only, `test::rebinds_out` points
-`ops.out` at a tensor of its own and writes the right product there. Each skips the matmul
-when it is wrong, so it is faster than any honest candidate."""
+`ops.out` at a tensor of its own and writes the right product there, `test::coin_flip` is
+wrong on a random half of its calls (its first included), as a kernel with a race is. Each
+skips the matmul when it is wrong, so it is faster than any honest candidate."""
+
+import itertools
+import random
+
+BUILDS = itertools.count()  # each build flips its own coin, seeded: a test sees the same flips
 
 from autotune_cli.heuristics import register_heuristic
 from autotune_cli.heuristics.registry import Heuristic
@@ -24,11 +30,17 @@ class Treacherous(Template):
 
         uid = self.uid
         calls = [0]
+        coin = random.Random(next(BUILDS))
 
         def run(ops):
             calls[0] += 1
             first = calls[0] == 1
-            if uid == "test::rebinds_out":
+            if uid == "test::coin_flip":
+                if coin.random() < 0.5:
+                    torch.mm(ops.a, ops.b, out=ops.out)
+                else:
+                    ops.out.fill_(1.0)
+            elif uid == "test::rebinds_out":
                 ops.out = torch.empty_like(ops.out)
                 torch.mm(ops.a, ops.b, out=ops.out)
             elif first or (uid == "test::every_other" and calls[0] % 2 == 1):
@@ -40,7 +52,8 @@ class Treacherous(Template):
         return run
 
 
-TREACHEROUS = ("test::first_only", "test::garbage_after", "test::every_other", "test::rebinds_out")
+TREACHEROUS = ("test::first_only", "test::garbage_after", "test::every_other", "test::rebinds_out",
+               "test::coin_flip")
 for _uid in TREACHEROUS:
     register_template(Treacherous(_uid))
 
@@ -49,6 +62,7 @@ for _uid in TREACHEROUS:
 @register_heuristic("test::garbage_after")
 @register_heuristic("test::every_other")
 @register_heuristic("test::rebinds_out")
+@register_heuristic("test::coin_flip")
 class OneConfig(Heuristic):
     def _impl(self, problem, search, space):
         yield {}
