@@ -14,13 +14,43 @@ MAX_WORKERS = 256
 MAX_SEED = 2**32 - 1
 
 
-def check_seconds(name: str, value: float) -> None:
-    """A duration must be a finite positive number: NaN compares false with every bound, so
-    a NaN timeout or budget would never run out."""
+# A candidate is built, checked and timed in no less than this on any device: a shorter
+# --timeout only times every candidate out.
+MIN_TIMEOUT_S = 0.01
+
+
+def check_seconds(name: str, value: float, minimum: float = 0.0) -> None:
+    """A duration must be a finite positive number (at least `minimum`): NaN compares false
+    with every bound, so a NaN timeout or budget would never run out."""
     from .errors import UserError
 
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise UserError(f"{name} must be a positive number of seconds, got {value}")
+    if value < minimum:
+        raise UserError(f"{name} must be at least {minimum:g} s, got {value:g}")
+
+
+def check_writable_folder(folder: Path) -> None:
+    """The cache folder must take a new file before a tune starts its workers: a tune that
+    could not save its winner would be work thrown away. Made if missing; probed with a
+    file created and removed (permissions alone do not tell: a read-only mount, root)."""
+    import tempfile
+
+    from .errors import UserError
+    from .text import printable
+
+    where = printable(str(folder))
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".autotune-write-check.")
+    except OSError as exc:
+        raise UserError(f"cannot write the cache folder {where}: {exc.strerror or exc}; "
+                        "choose another with --cache-dir or AUTOTUNE_CACHE_DIR") from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
 
 
 def default_cache_dir() -> Path:

@@ -27,7 +27,7 @@ from .problem import GemmProblem
 from .progress import TuneProgress, known_results
 from .results import Candidate, pick_winner
 from .search import SearchContext, get_strategy
-from .settings import TuneSettings
+from .settings import TuneSettings, check_writable_folder
 
 
 class TuneListener:
@@ -84,6 +84,8 @@ class Tuner:
         self.settings = settings
         self.listener = listener or TuneListener()
         self.cache = cache if cache is not None else Cache(settings.cache_dir)
+        # the cache file is written: its folder must take a file before workers start
+        self._check_folder = cache is None
         self.executor_factory = executor_factory or LocalExecutor
         self._device: DeviceInfo | None = device
         self._executor: Executor | None = None
@@ -143,6 +145,9 @@ class Tuner:
         check_fits(problem, self.device)
         strategy = get_strategy(self.settings.search)
         started = time.perf_counter()
+        if self._check_folder:
+            check_writable_folder(self.settings.cache_dir)
+            self._check_folder = False
         with clock.phase("start"):  # processes import torch while we do the rest
             self.executor.start()
         with clock.phase("choices"):

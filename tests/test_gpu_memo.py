@@ -69,13 +69,30 @@ def test_no_signature_without_the_module_files_or_with_mig(tmp_path, driver):
 
 
 class NoDriver:
-    """A driver library that must not be called."""
+    """A driver library that may tell its version (no cuInit: what a memo is checked by)
+    and must not be asked anything else."""
+
+    def __init__(self, version=12080):
+        self.version = version
+
+    def cuDriverGetVersion(self, out):
+        out._obj.value = self.version
+        return 0
 
     def __getattr__(self, name):
         raise AssertionError(f"the driver was asked ({name})")
 
 
-def test_a_remembered_report_needs_no_driver(tmp_path, driver, monkeypatch):
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """This process's /proc and /dev as on a host with one H200."""
+    proc, dev = fake_host(tmp_path / "host")
+    monkeypatch.setattr(gpu_memo, "PROC", proc)
+    monkeypatch.setattr(gpu_memo, "DEV", dev)
+    return proc, dev
+
+
+def test_a_remembered_report_needs_no_driver(tmp_path, driver, monkeypatch, host):
     monkeypatch.setattr(gpu_memo, "gpu_signature", lambda: "sig-a")
     driver(FakeDriver([H200]))
     first = device.probe_device("cuda", remembered_in=tmp_path)
@@ -98,7 +115,7 @@ def test_without_a_signature_nothing_is_remembered(tmp_path, driver, monkeypatch
     assert not (tmp_path / gpu_memo.MEMO_FILE).exists()
 
 
-def test_a_damaged_memo_is_as_none(tmp_path, driver, monkeypatch):
+def test_a_damaged_memo_is_as_none(tmp_path, driver, monkeypatch, host):
     monkeypatch.setattr(gpu_memo, "gpu_signature", lambda: "sig-a")
     (tmp_path / gpu_memo.MEMO_FILE).write_text('{"sig-a": {"devices": [{"name": 3}]}}')
     assert gpu_memo.recall(tmp_path, "sig-a") is None

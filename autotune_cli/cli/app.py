@@ -104,11 +104,12 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    executor: str = "local", ray_address: Optional[str] = None, switches=None):
     """The settings of a tune from the command's options, checked. `switches`: the
     environment's (settings.Switches) where the command has read them already, else read now."""
-    from ..settings import MAX_SEED, MAX_WORKERS, MeasurePolicy, TuneSettings, check_seconds, default_cache_dir
+    from ..settings import (MAX_SEED, MAX_WORKERS, MIN_TIMEOUT_S, MeasurePolicy, TuneSettings,
+                            check_seconds, default_cache_dir)
 
     if workers is not None and not 1 <= workers <= MAX_WORKERS:
         raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
-    check_seconds("--timeout", timeout)
+    check_seconds("--timeout", timeout, MIN_TIMEOUT_S)
     check_seconds("--interpreter-budget", interpreter_budget)
     if budget is not None:
         check_seconds("--budget", budget)

@@ -17,7 +17,7 @@ mapped to a GEMM by the same rules for both formats (classify.py); dynamic dims 
   export_archive.py -> export_program, export_expr, text
   export_program.py -> export_expr, classify
   torchscript.py    -> classify, text
-  dims.py           -> classify, export_expr, found
+  dims.py           -> classify, export_expr, found, text
   export_expr.py    -> classify
 
 text.py, found.py and classify.py import no sibling; no module here imports this package.

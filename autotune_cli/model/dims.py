@@ -27,10 +27,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UserError
-from ..problem import GemmProblem
+from ..problem import MAX_DIM, GemmProblem
 from .classify import MatmulCall, sym
 from .export_expr import IDENT_RE
 from .found import FoundGemm
+from .text import shown
 
 DEFAULT_HINT_CAP = 4096
 MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
@@ -174,11 +175,17 @@ def _evaluate(expr: Any, binding: dict[str, int]) -> int | None:
     import sympy
 
     subs = {s: sympy.Integer(binding[s.name]) for s in expr.free_symbols if s.name in binding}
-    value = expr.xreplace(subs) if subs else expr
-    if value.free_symbols:
-        value = value.subs(subs)
+    try:
+        value = expr.xreplace(subs) if subs else expr
+        if value.free_symbols:
+            value = value.subs(subs)
+    except ZeroDivisionError:  # export_expr's integer functions refuse a zero divisor
+        at = ", ".join(f"{s}={binding[s]}" for s in sorted(binding))
+        raise UserError(f"at {at} the size {shown(str(expr), 120)} divides by zero") from None
     if value.free_symbols or not value.is_number:
         return None
+    if not value.is_Integer:
+        raise UserError(f"the size {shown(str(expr), 120)} is {shown(str(value), 60)}, not an integer")
     return int(value)
 
 
@@ -199,6 +206,10 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                 value = _evaluate(expr, binding)
                 if value is None:
                     raise UserError(f"matmul size {field}={expr} depends on a symbol with no value")
+                if value > MAX_DIM:  # export_expr bounds it to a few thousand bits
+                    raise UserError(f"a {raw.op} size {field}={shown(str(expr), 120)} is more "
+                                    f"than {MAX_DIM} at " + ", ".join(
+                                        f"{s}={binding[s]}" for s in sorted(symbols)))
                 if value < 1:
                     shown = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
                     raise UserError(f"at {shown} a {raw.op} size {field}={expr} is {value}; "

@@ -104,7 +104,9 @@ def _range_bound(value: Any, unbounded: float) -> Any:
     if value is None or (isinstance(value, float) and value == unbounded):
         return unbounded  # torch: -int_oo / int_oo
     if type(value) is not int:
-        raise ArchiveUnreadable(f"range bound {value!r} not understood")
+        raise ArchiveUnreadable(f"range bound {value!r} not understood"[:200])
+    if abs(value) >= 2 ** 63:  # a size; export_expr's bounds count on it
+        raise ArchiveUnreadable("range bound out of range (2**63 or more)")
     return value
 
 

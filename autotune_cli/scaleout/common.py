@@ -74,16 +74,20 @@ class ProblemResult:
 
 
 def parse_gpus(text: str | int | None) -> int:
-    """`--gpus N|all`: a positive count, or 0 for all."""
+    """`--gpus N|all`: a count from 1 to MAX_WORKERS (each device is a tuner with its own
+    worker processes: more is a typo, not a machine), or 0 for all."""
+    from ..settings import MAX_WORKERS
+
     if text is None:
         return 1
     value = str(text).strip().lower()
     if value == "all":
         return 0
     try:
-        count = int(value)
+        count = int(value) if len(value) <= 20 else 0
     except ValueError:
         count = 0
-    if count < 1:
-        raise UserError(f"--gpus takes a positive count or 'all', got {text!r}")
+    if not 1 <= count <= MAX_WORKERS:
+        raise UserError(f"--gpus takes a positive count or 'all' (at most {MAX_WORKERS}), "
+                        f"got {value[:40]!r}")
     return count

@@ -58,6 +58,10 @@ def local_devices(settings: TuneSettings) -> list[DeviceInfo]:
     on its own; on the CPU, N worker groups (one device, N slots)."""
     if settings.device == "cpu":
         count = settings.gpus or 1
+        cores = os.cpu_count() or 1
+        if count > cores:  # each group is a tuner with its own workers: one per core at most
+            raise UserError(f"--gpus {count} on the CPU: at most {cores} worker groups "
+                            f"(one per core)")
         cpu = probe_device("cpu")
         return [replace(cpu, index=i) for i in range(count)]
     visible = cuda_device_count()
