@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 
@@ -173,22 +174,41 @@ def test_a_lost_device_hands_its_problem_to_the_survivor(tmp_path):
 
 
 class InterruptsAfterFirst(Executor):
-    """Measures nothing real: the first problem's candidates finish, then Ctrl-C reaches the
-    main thread (as a signal does) while the other device's tune is in flight."""
+    """Measures nothing real. The first run finishes; the next waits until the first problem
+    is reported tuned (and so saved), then Ctrl-C reaches the main thread (as a signal does),
+    and that run ends when the stop closes its workers, as a worker's closed pipe ends one.
+    Every step waits on the one before it: no sleep decides the order."""
 
+    lock = threading.Lock()
     calls = 0
+    first_reported = threading.Event()
+    interrupted_run_ended = threading.Event()
 
     def __init__(self, device, settings):
         self.device = device
+        self.closed = threading.Event()
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.calls = 0
+        cls.first_reported.clear()
+        cls.interrupted_run_ended.clear()
 
     def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
         import _thread
         from autotune_cli.results import Candidate
 
-        InterruptsAfterFirst.calls += 1
-        if InterruptsAfterFirst.calls > 1:
-            _thread.interrupt_main()
-            time.sleep(10)  # past the stop's wait: the thread is a daemon
+        with InterruptsAfterFirst.lock:
+            InterruptsAfterFirst.calls += 1
+            call = InterruptsAfterFirst.calls
+        if call > 1:
+            try:
+                assert InterruptsAfterFirst.first_reported.wait(timeout=120), "the first problem never finished"
+                _thread.interrupt_main()
+                assert self.closed.wait(timeout=120), "the stop never closed the workers"
+                raise EOFError("the workers were closed")
+            finally:
+                InterruptsAfterFirst.interrupted_run_ended.set()
         results = [Candidate(uid=c.uid, params=c.params, status="ok", ms=1.0 + i, p20=1.0 + i, p80=1.0 + i,
                              runs=5) for i, c in enumerate(choices)]
         for i, result in enumerate(results):
@@ -197,24 +217,41 @@ class InterruptsAfterFirst(Executor):
         return results
 
     def close(self):
-        pass
+        self.closed.set()
 
 
 def test_ctrl_c_over_several_devices_says_what_was_saved(tmp_path):
+    """Deterministic whichever device takes which problem and wherever the main thread is
+    when Ctrl-C lands (starting the threads or waiting on them): the interrupt comes only
+    once the first problem is reported, and the interrupted run ends at the stop."""
+    import signal
+
     from autotune_cli.errors import Interrupted
 
-    InterruptsAfterFirst.calls = 0
+    InterruptsAfterFirst.reset()
+    reported = []
+
+    def on_result(result):
+        if result.outcome is not None:
+            reported.append(result.outcome.key)
+            InterruptsAfterFirst.first_reported.set()
+
     cpu = probe_device("cpu")
     devices = [replace(cpu, index=0), replace(cpu, index=1)]
     settings = aten_settings(tmp_path)
-    with MultiDeviceTuner(settings, devices=devices, executor_factory=InterruptsAfterFirst) as tuner:
-        with pytest.raises(Interrupted) as raised:
-            tuner.tune_all(problems(1) + problems(2)[1:])
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python's own
+    try:
+        with MultiDeviceTuner(settings, devices=devices, executor_factory=InterruptsAfterFirst) as tuner:
+            with pytest.raises(Interrupted) as raised:
+                tuner.tune_all(problems(1) + problems(2)[1:], on_result=on_result)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert InterruptsAfterFirst.interrupted_run_ended.wait(timeout=120)
     assert raised.value.code == 130
     message = raised.value.message
     assert message.startswith("interrupted (SIGINT): 1 of 2 problem(s) tuned and saved"), message
     assert "run the same command again to resume" in message
-    assert len(Cache(tmp_path).load()) >= 1
+    assert len(reported) == 1 and set(Cache(tmp_path).load()) == set(reported)
 
 
 def test_every_device_lost_reports_every_problem_failed(tmp_path):
