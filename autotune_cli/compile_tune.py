@@ -10,6 +10,8 @@ every candidate failed) is named on stderr and left to the compiler.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -51,7 +53,6 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
 
     from .report import ModelProgress
     from .runner.processes import prestart_workers
-    from .tuner import Tuner
 
     report = TuneReport()
     if not problems:
@@ -60,21 +61,11 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
     console = Console(stderr=True, quiet=quiet)
     console.print(f"autotune: tuning {len(problems)} matmul problem{'s' if len(problems) != 1 else ''} "
                   f"this graph meets (cached for later compiles)", markup=False, highlight=False)
-    prestart_workers(settings.device, settings.measure.switches.start_method)
     progress = ModelProgress(console, total=len(problems))
     try:
-        with Tuner(settings, progress) as tuner:
-            for number, problem in enumerate(problems):
-                upcoming = tuple(problems[number + 1:number + 1 + PREFETCH])
-                try:
-                    outcome = tuner.tune(problem, upcoming=upcoming)
-                except UserError as exc:  # this problem alone (it does not fit, say)
-                    report.failed[problem] = str(exc)
-                    continue
-                if outcome.entry.winner is None:
-                    report.failed[problem] = "no candidate gave a right result"
-                else:
-                    report.tuned.append(problem)
+        with _main_not_imported():
+            prestart_workers(settings.device, settings.measure.switches.start_method)
+            _tune_each(problems, settings, progress, report)
     finally:
         progress.close()
     for problem, why in report.failed.items():
@@ -82,3 +73,37 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
                       highlight=False)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _tune_each(problems: Sequence[GemmProblem], settings: TuneSettings, progress, report: TuneReport) -> None:
+    from .tuner import Tuner
+
+    with Tuner(settings, progress) as tuner:
+        for number, problem in enumerate(problems):
+            upcoming = tuple(problems[number + 1:number + 1 + PREFETCH])
+            try:
+                outcome = tuner.tune(problem, upcoming=upcoming)
+            except UserError as exc:  # this problem alone (it does not fit, say)
+                report.failed[problem] = str(exc)
+                continue
+            if outcome.entry.winner is None:
+                report.failed[problem] = "no candidate gave a right result"
+            else:
+                report.tuned.append(problem)
+
+
+@contextlib.contextmanager
+def _main_not_imported():
+    """Workers started meanwhile do not import the program's main script: multiprocessing
+    runs it again in each child (as `__mp_main__`), and a script without an
+    `if __name__ == "__main__":` guard, as serving code often is, would compile (and tune)
+    again there. The workers need nothing from it."""
+    main = sys.modules.get("__main__")
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
+    for name in saved:
+        setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(main, name, value)

@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MatmulMatch", "ScaledMatch", "Site", "is_static", "match_matmul", "match_scaled", "matmul_sites",
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled", "matmul_sites",
            "node_value"]
 
 
@@ -163,6 +163,8 @@ class Site:
     values: tuple = ()  # scaled_mm: a, b, scale_a, scale_b, bias
     skip: str = ""  # why it stays the compiler's ("" where it may be routed)
     static: bool = True
+    dynamic_m: bool = False  # only A's rows (M) are dynamic: routed per call (compile_dynamic.py)
+    plan: Any = None  # a dynamic M's (problem at its hint, M values tuned), or why not
 
 
 def matmul_sites(graph):
@@ -185,9 +187,15 @@ def matmul_sites(graph):
             else "mm"
         if not is_static(x, w, bias):
             grad = any(t is not None and t.requires_grad for t in (x, w, bias))
-            yield Site(node, op, match, None, static=False,
-                       skip="needs gradients (our kernels have no backward)" if grad and _static_shapes(x, w, bias)
-                       else "a dynamic shape")
+            if grad and is_grad_enabled():
+                yield Site(node, op, match, None, static=False, skip="needs gradients (our kernels have no backward)")
+            elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
+                    and concrete(x.shape[-1]) is not None:
+                a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
+                yield Site(node, op, match, None, a, w.t() if match.transpose_b else w, bias, static=False,
+                           dynamic_m=True)
+            else:
+                yield Site(node, op, match, None, static=False, skip="a dynamic shape")
             continue
         a = x.reshape(-1, x.shape[-1]) if match.fold is not None else x
         b = w.t() if match.transpose_b else w
@@ -199,6 +207,21 @@ def matmul_sites(graph):
         elif a.shape[-1] < MIN_GEMM_K:
             skip = f"K = {a.shape[-1]}: an outer product, pointwise work the compiler fuses"
         yield Site(node, op, match, None, a, b, bias, skip=skip)
+
+
+def concrete(size) -> int | None:
+    """A size as an int: an int, or a symbolic size torch has fixed to one; else None."""
+    if isinstance(size, int):
+        return size
+    node = getattr(size, "node", None)
+    value = node.maybe_as_int() if node is not None and hasattr(node, "maybe_as_int") else None
+    return int(value) if value is not None else None
+
+
+def is_grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
 
 
 def _static_shapes(*tensors) -> bool:

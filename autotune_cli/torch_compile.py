@@ -40,10 +40,11 @@ under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
 
 import threading  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+from .compile_dynamic import DynamicCall, dynamic_problem
 from .graph_matmuls import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
@@ -56,7 +57,7 @@ class _Route:
 
     info: Dispatch
     call: Callable
-    out_shape: tuple[int, ...]
+    out_shape: tuple[int, ...] | None  # None: a dynamic M (compile_dynamic.py), A's rows
     out_strides: tuple[int, ...]
     built: Built | None
     parts: tuple | None
@@ -106,6 +107,8 @@ def _register_ops() -> dict[str, Any]:
         @gemm.register_fake
         def _(a, b, bias, route):
             r = _ROUTES[route]
+            if r.out_shape is None:  # a dynamic M: A's rows by B's columns, contiguous
+                return a.new_empty((*a.shape[:-1], b.shape[-1]))
             return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
 
         _OPS["gemm"] = torch.ops.autotune.gemm.default
@@ -189,6 +192,11 @@ class routing_backend:
         config = self._config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         sites = list(matmul_sites(gm.graph))
+        for site in sites:
+            if site.dynamic_m:
+                site.plan = dynamic_problem(self.dispatcher, site.a, site.b, site.bias)
+                if isinstance(site.plan, str):
+                    site.skip = site.plan
         self._tune_missing(sites)
         self._rewrite(gm, pin_aten, sites)
         if self.inner == "inductor":
@@ -216,13 +224,17 @@ class routing_backend:
         for site in sites:
             if site.skip:
                 continue
-            problem = self._problem(site)
-            if problem is None or problem in missing:
-                continue
-            if self.tune is None and problem.device != "cuda":
-                continue  # on the CPU, only when asked: Triton runs there under the interpreter alone
-            if self.dispatcher.lookup_entry(problem) is None:
-                missing[problem] = None
+            if site.dynamic_m:
+                problems = [replace(site.plan[0], m=m) for m in site.plan[1]] if isinstance(site.plan, tuple) else []
+            else:
+                problems = [self._problem(site)]
+            for problem in problems:
+                if problem is None or problem in missing:
+                    continue
+                if self.tune is None and problem.device != "cuda":
+                    continue  # on the CPU, only when asked: Triton runs there under the interpreter alone
+                if self.dispatcher.lookup_entry(problem) is None:
+                    missing[problem] = None
         if not missing:
             return
         device = next(iter(missing)).device
@@ -246,6 +258,9 @@ class routing_backend:
                 continue
             if site.scaled is not None:
                 changed |= self._rewrite_scaled(graph, node, site.scaled, pin_aten)
+                continue
+            if site.dynamic_m:
+                changed |= self._rewrite_dynamic(graph, site)
                 continue
             a, b, bias = site.a, site.b, site.bias
             with unset_fake_temporarily(), warnings.catch_warnings():
@@ -275,6 +290,46 @@ class routing_backend:
             graph.lint()
             gm.recompile()
         _summary(self.routes[routed_before:])
+
+    def _rewrite_dynamic(self, graph, site: Site) -> bool:
+        """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
+        compile_dynamic.py), where a winner is cached at one of its tuned M values at least."""
+        import operator
+
+        import torch
+
+        problem, m_values = site.plan
+        tuned = [m for m in m_values if self.dispatcher.lookup_entry(replace(problem, m=m)) is not None]
+        if not tuned:
+            self.routes.append(Dispatch(site.op, f"torch.{site.op}", problem, fallback=True,
+                                        reason=f"a dynamic M with nothing cached at M = {', '.join(map(str, m_values))}"))
+            return False
+        ops = _register_ops()
+        t = self.dispatcher._torch()
+        # the name says which cache it reads: its plans are made per call from that cache
+        where = {"m": list(m_values), "cache": str(self.dispatcher.cache_dir)}
+        name = _route_name(Dispatch(site.op, "dynamic", problem, None, where), (), "dynamic", None)
+        call = DynamicCall(self.dispatcher, site.op, problem, m_values, t.ops[site.op])
+        with _LOCK:  # a new compile plans anew (the cache may have changed since the last)
+            _ROUTES[name] = _Route(Dispatch(site.op, "dynamic", problem), call, None, None, None, None)
+        self.routes.append(Dispatch(site.op, "dynamic", problem, None, {"m": list(m_values)},
+                                    reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
+        match, node = site.match, site.node
+        with graph.inserting_before(node):
+            a_node, b_node = match.a, match.b
+            if match.fold is not None:
+                a_node = graph.call_function(torch.reshape, (a_node, (-1, problem.k)))
+            if match.transpose_b:
+                b_node = graph.call_function(torch.t, (b_node,))
+            out = graph.call_function(ops["gemm"], (a_node, b_node, match.bias, name))
+            if match.fold is not None:  # back to A's leading dims, whatever their sizes
+                sizes = graph.call_method("size", (match.a,))
+                lead = graph.call_function(operator.getitem, (sizes, slice(None, -1)))
+                shape = graph.call_function(operator.add, (lead, (problem.n,)))
+                out = graph.call_function(torch.reshape, (out, shape))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        return True
 
     def _rewrite_scaled(self, graph, node, match: ScaledMatch, pin_aten: bool) -> bool:
         """Replace a torch._scaled_mm node by our op where its problem has a routed winner."""
@@ -429,7 +484,8 @@ def _summary(dispatches: list[Dispatch]) -> None:
 def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
     for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
-                         ("a dynamic shape", "with a dynamic shape"), ("needs gradients", "needing gradients")):
+                         ("a dynamic shape", "with a dynamic shape"),
+                         ("a dynamic M with nothing cached", "dynamic with nothing cached"), ("needs gradients", "needing gradients")):
         if reason.startswith(start):
             return short
     return "other (see routes)"

@@ -341,3 +341,57 @@ def test_4d_matmuls_are_routed_and_an_outer_product_is_left_alone(cache_dir, spa
     assert ops_in(graphs[0]) == ["autotune.gemm.default"]
     torch.testing.assert_close(scores, q @ k.transpose(-1, -2), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(angles, freqs @ positions)
+
+
+def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
+    """compile(dynamic=True): the Linear's M is symbolic. Its problem is tuned at the powers
+    of two up to the trace's M rounded up (the trace's M among them) and each call picks its winner:
+    at a tuned M the tuned kernel, below one the config rebuilt for its M (checked), above
+    the largest torch's op; every output right."""
+    from autotune_cli import torch_compile
+    from autotune_cli.compile_dynamic import DYNAMIC_M_FLOOR, DynamicCall
+
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+    routes: list = []
+    compiled = autotune_cli.compile(lin, backend="aot_eager", routes=routes, dynamic=True, fullgraph=True,
+                                    tune=cpu_tuning(cache_dir, space))
+    for rows in (12, 5, 16, 3 * DYNAMIC_M_FLOOR):
+        x = torch.randn(2, rows, C, generator=torch.Generator().manual_seed(rows))
+        with torch.no_grad():
+            got = compiled(x)
+        torch.testing.assert_close(got, lin(x), rtol=1e-4, atol=1e-4)
+    (route,) = routes
+    # M = 2 x rows: torch's bounds start it at 4 (sizes 0 and 1 are specialised apart)
+    assert (route.uid, route.fallback, route.params["m"]) == ("dynamic", False, [4, 8, 16, 24, 32])
+    assert "tuning 5 matmul problems" in capfd.readouterr().err
+    (call,) = [r.call for r in torch_compile._ROUTES.values()
+               if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
+    assert call.chosen[24] == "triton::mm"  # traced at 2 x 12 rows: tuned there
+    assert call.chosen[10] == "triton::mm (tuned at M = 16)"
+    assert call.chosen[32] == "triton::mm"
+    assert call.chosen[96].startswith("M = 96 is above the largest tuned (32)")
+
+
+def test_a_config_that_is_wrong_at_another_m_is_not_used(cache_dir, space, monkeypatch):
+    """A winner rebuilt for an M it was not tuned at is checked against float64 first: one
+    that gives a wrong product there is recorded and torch's op runs that M."""
+    from autotune_cli import torch_compile
+    from autotune_cli.compile_dynamic import DynamicCall
+
+    real = api.Dispatcher.plan_borrowed
+
+    def wrong(self, a, b, bias, found):
+        run, info, built = real(self, a, b, bias, found)
+        return (lambda *args: run(*args) * 2), info, built  # twice the product: a wrong kernel
+
+    monkeypatch.setattr(api.Dispatcher, "plan_borrowed", wrong)
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+    compiled = autotune_cli.compile(lin, backend="aot_eager", dynamic=True, fullgraph=True,
+                                    tune=cpu_tuning(cache_dir, space))
+    for rows in (12, 5):
+        x = torch.randn(2, rows, C, generator=torch.Generator().manual_seed(rows))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
+    (call,) = [r.call for r in torch_compile._ROUTES.values()
+               if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
+    assert call.chosen[10].startswith("triton::mm tuned at M = 16 failed its check at M = 10: relative error")

@@ -240,6 +240,20 @@ class Dispatcher:
         except (TorchDecides, UserError):
             return None
 
+    def plan_borrowed(self, a, b, bias, found: tuple[str, Entry]) -> tuple[Callable, Dispatch, Built | None]:
+        """(the call, what it runs, the built kernel or None) for tensors whose problem is
+        `found`'s (key, entry) at another M: its winner's config rebuilt for these tensors'
+        problem (params derived anew; a config that does not fit them falls back to torch's
+        op, with the reason). Not remembered here: autotune_cli.compile's dynamic routes keep
+        their own plans per M and check each built kernel before it runs."""
+        with self._lock:
+            t = self._torch()
+            op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
+            problem, how = problem_of(op, a, b, bias, tf32=call_key(t.float32, t.allow_tf32, a, b)[TF32_AT])
+            slot = ("borrowed", op, problem)
+            run, info = self._plan_problem(op, problem, how, t.ops[op], a.device, slot, found=found)
+            return run, info, self._built.pop(slot, None)
+
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
         it as a call would (a fallback warns here, then not again)."""
@@ -310,15 +324,18 @@ class Dispatcher:
                           stacklevel=depth)
         return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
 
-    def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple):
+    def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple,
+                      found: tuple[str, Entry] | None = None):
         """What runs `problem` (its operands on `device`): torch's op or the winner's kernel
-        (then remembered in `_built[slot]`)."""
+        (then remembered in `_built[slot]`). `found`: the entry of this problem at another M
+        (plan_borrowed), in place of this problem's own."""
         from ..templates import get_template
         from ..templates.aten import AtenTemplate
         from ..templates.aten_scaled import AtenScaledMMTemplate
         from ..templates.triton_base import interpreting
 
-        found = self._lookup.find(problem)
+        borrowed = found is not None
+        found = found or self._lookup.find(problem)
         if found is None:
             return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine "
                                             f"({tune_hint(op, problem)})")
@@ -344,6 +361,8 @@ class Dispatcher:
                 return template.build(problem, params, kernel_dir)
 
         try:
+            if borrowed:  # the config tuned at another M, its derived params made for this one
+                params = template.full_params(problem, params)
             pitch = template.out_pitch(problem, params)
             whole_rows = pitch is None or template.out_writes_padding(problem, params)
             kernel = build()

@@ -1,0 +1,154 @@
+"""A matmul whose M (batch x sequence) is dynamic in a compiled graph: winners tuned at a
+set of M values, and the one to run chosen per call inside the compiled graph.
+
+The M values tuned (`tuned_m_values`): the powers of two from 1 up to the M the graph was
+traced at rounded up to a power of two (at least DYNAMIC_M_FLOOR), and that M itself, within
+the bounds torch knows for the size. A call with M rows runs the winner tuned at the least of
+them that is >= M: at that M itself, the tuned kernel; below it, the same config built for
+M rows (its derived params made anew) and checked once against float64 before it is used;
+above the largest, or where the config does not fit M or its check fails, torch's own op.
+The choice is made once per M and remembered: under CUDA graphs it is made while the graph
+of that size warms up, and the replays run the kernel alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any, Callable
+
+from .graph_matmuls import concrete
+from .problem import GemmProblem
+
+__all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "tuned_m_values"]
+
+# Tuned up to at least this many rows: a decode batch grows past the one it was traced at.
+DYNAMIC_M_FLOOR = 16
+
+
+def tuned_m_values(hint: int, lower: int = 1, upper: int | None = None) -> tuple[int, ...]:
+    """The M values a dynamic M is tuned at (see the module), within [lower, upper]."""
+    top = max(DYNAMIC_M_FLOOR, hint)
+    values, m = {hint}, 1
+    while True:
+        values.add(m)
+        if m >= top:
+            break
+        m *= 2
+    return tuple(sorted(v for v in values if v >= max(lower, 1) and (upper is None or v <= upper)))
+
+
+class DynamicCall:
+    """The function a dynamic-M route runs: (a, b) or (bias, a, b) as torch's op takes them,
+    planned once per M (see the module)."""
+
+    def __init__(self, dispatcher, op: str, problem: GemmProblem, m_values: tuple[int, ...], torch_op) -> None:
+        self.dispatcher, self.op, self.problem, self.m_values = dispatcher, op, problem, m_values
+        self.torch_op = torch_op
+        self.plans: dict[tuple, Callable] = {}
+        self.chosen: dict[int, str] = {}  # M -> what runs it (uid, or why torch's op)
+        self._lock = threading.Lock()
+
+    def __call__(self, *args):
+        a, b = args[-2], args[-1]
+        key = (tuple(a.shape), a.stride(), b.stride())
+        run = self.plans.get(key)
+        if run is None:
+            run = self._plan(key, *args)
+        return run(*args)
+
+    def _plan(self, key: tuple, *args) -> Callable:
+        import warnings
+
+        import torch
+
+        from .api import AutotuneFallbackWarning
+
+        bias = args[0] if len(args) == 3 else None
+        a, b = args[-2], args[-1]
+        m = a.shape[-2]
+        bucket = next((v for v in self.m_values if v >= m), None)
+        capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
+        with self._lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # said in `chosen`
+            run, why = self.torch_op, f"M = {m} is above the largest tuned ({self.m_values[-1]})"
+            found = self.dispatcher.lookup_entry(replace(self.problem, m=bucket)) if bucket else None
+            if bucket is not None and found is None:
+                why = f"nothing cached at M = {bucket}"
+            elif found is not None and bucket == m:
+                run, info, _ = self.dispatcher.route(a, b, bias)
+                why = info.reason if info.fallback else info.uid
+            elif found is not None and capturing:
+                # no check can run inside a capture: torch's op, planned again after it
+                return self.torch_op
+            elif found is not None:
+                run, info, built = self.dispatcher.plan_borrowed(a, b, bias, found)
+                why = info.reason if info.fallback else f"{info.uid} (tuned at M = {bucket})"
+                if built is not None:
+                    failed = self._check(run, replace(self.problem, m=m), a.device, bias is not None)
+                    if failed:
+                        run, why = self.torch_op, f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
+            self.plans[key] = run
+            self.chosen[m] = why
+            return run
+
+    @staticmethod
+    def _check(run: Callable, problem: GemmProblem, device, has_bias: bool) -> str:
+        """'' where `run` gives float64's product on random operands of `problem`, else why not."""
+        from .runner.verify import check, make_operands, reference
+
+        ops = make_operands(problem, seed=0, device=device.type if device.type == "cpu" else str(device))
+        out = run(ops.bias, ops.a, ops.b) if has_bias else run(ops.a, ops.b)
+        verdict = check(problem, out, reference(problem, ops))
+        return "" if verdict.ok else verdict.reason
+
+
+def m_hint(size: Any) -> tuple[int, int, int | None] | None:
+    """(hint, lower, upper) of a symbolic size: the value it was traced at and the bounds
+    torch knows (None: not one torch can hint)."""
+    import warnings
+
+    node = getattr(size, "node", None)
+    if node is None:
+        return None
+    hint = getattr(node, "hint", None)
+    if hint is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # the name changes across torch versions
+                hint = node.shape_env.size_hint(node.expr)
+        except Exception:  # noqa: BLE001 - a size with no hint is left to the compiler
+            return None
+    lower, upper = 1, None
+    try:
+        bounds = node.shape_env.bound_sympy(node.expr)
+        lower = max(1, int(bounds.lower))
+        top = int(bounds.upper)  # infinite: an error, or a number past any dim
+        upper = top if top < 2**31 else None
+    except Exception:  # noqa: BLE001 - unknown bounds: the defaults
+        pass
+    return int(hint), lower, upper
+
+
+def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...]] | str:
+    """The problem of a matmul whose M alone is dynamic (fake tensors: A [M, K] or
+    [batch, M, K] with M symbolic), at its hint, and the M values to tune; or why not."""
+    import torch
+
+    sizes = m_hint(a.shape[-2])
+    if sizes is None:
+        return "a dynamic shape torch gives no hint for"
+    hint, lower, upper = sizes
+    fixed = [concrete(s) for s in (*a.shape[:-2], a.shape[-1], *a.stride())]
+    if any(s is None for s in fixed):
+        return "a dynamic shape (other than M)"
+    fake_mode = getattr(a, "fake_mode", None)
+    if fake_mode is None:
+        return "a dynamic shape"
+    lead, k, strides = fixed[:a.dim() - 2], fixed[a.dim() - 2], fixed[a.dim() - 1:]
+    with fake_mode:
+        stand_in = torch.empty_strided((*lead, max(hint, 2), k), strides, dtype=a.dtype, device=a.device)
+    problem = dispatcher.problem_for(stand_in, b, bias)
+    if problem is None:
+        return "not a problem autotune tunes"
+    return problem, tuned_m_values(hint, lower, upper)
