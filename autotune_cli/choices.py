@@ -133,11 +133,23 @@ def register_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | Non
 def interpreter_seconds(problem: GemmProblem, config: dict[str, Any], runs: int) -> float:
     """Estimated interpreter time: ~4.3 ms per program per K step plus a term for tile
     volume (fitted to 128^3 with 32^3 tiles ~0.3 s and 64^3 tiles ~60 ms)."""
+    return _interpreter_seconds(problem.b, problem.m, problem.n, problem.k, config, runs)
+
+
+def _interpreter_seconds(b: int, m: int, n: int, k: int, config: dict[str, Any], runs: int) -> float:
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    programs = -(-problem.m // bm) * -(-problem.n // bn) * problem.b
-    k_steps = -(-problem.k // bk)
+    programs = -(-m // bm) * -(-n // bn) * b
+    k_steps = -(-k // bk)
     per_step_ms = 4.3 + 1.2e-5 * bm * bn * bk
     return programs * k_steps * per_step_ms * runs / 1000.0
+
+
+def interpreter_limit(settings: TuneSettings) -> tuple[float, str]:
+    """The most seconds a config may take under the interpreter, and the option that sets it:
+    --interpreter-budget, or --timeout where that is shorter (past it the candidate is killed)."""
+    if settings.timeout_s < settings.interpreter_budget_s:
+        return settings.timeout_s, "--timeout"
+    return settings.interpreter_budget_s, "--interpreter-budget"
 
 
 def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
@@ -145,10 +157,50 @@ def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | 
         return None
     runs = 1 + ctx.settings.measure.timing.min_runs
     seconds = interpreter_seconds(ctx.problem, choice.config_dict, runs)
-    if seconds > ctx.settings.interpreter_budget_s:
-        return (f"the interpreter would take ~{seconds:.0f} s (budget "
-                f"{ctx.settings.interpreter_budget_s:.0f} s; --interpreter-budget to raise)")
+    limit, option = interpreter_limit(ctx.settings)
+    if seconds > limit:
+        return f"the interpreter would take ~{seconds:.0f} s (over {option} {limit:g} s)"
     return None
+
+
+def check_interpretable(problem: GemmProblem, choice_set: ChoiceSet, settings: TuneSettings) -> None:
+    """On the CPU, refuse at once a problem whose every Triton config the interpreter cost
+    pruned, saying what size fits: its tune would time the BLAS call alone (or run until
+    --timeout trying), which ranks no kernel. --templates aten asks for that tune."""
+    if problem.device != "cpu" or any(_triton(c) for c in choice_set.choices):
+        return
+    over = [p.choice.config_dict for p in choice_set.pruned if p.stage == "interpreter_cost"]
+    if not over:
+        return
+    runs = 1 + settings.measure.timing.min_runs
+    limit, option = interpreter_limit(settings)
+    cheapest = min(over, key=lambda config: interpreter_seconds(problem, config, runs))
+    seconds = interpreter_seconds(problem, cheapest, runs)
+    fits = _fitting_size(problem, cheapest, runs, limit)
+    size = "no size fits" if fits is None else f"about {fits} fits"
+    raise UserError(f"{problem.describe()} is too large to time under Triton's interpreter on the CPU: "
+                    f"its fastest config would take ~{seconds:.0f} s, over {option} {limit:g} s; "
+                    f"{size} (--templates aten times the BLAS call alone)")
+
+
+def _fitting_size(problem: GemmProblem, config: dict[str, Any], runs: int, limit: float) -> str | None:
+    """A size at which `config` fits `limit` under the interpreter: a bmm's batch cut first,
+    else M, N and K shrunk alike (multiples of 16); None where even 16^3 does not fit. The
+    time goes with programs x K steps: the batch times the cube of the scale."""
+    dims = (problem.m, problem.n, problem.k)
+    if problem.b > 1:
+        batch = int(limit // _interpreter_seconds(1, *dims, config, runs))
+        if batch >= 1:
+            return f"{batch}x{dims[0]}x{dims[1]}x{dims[2]}"
+    scale = (limit / _interpreter_seconds(1, *dims, config, runs)) ** (1 / 3)
+    smallest = tuple(min(d, 16) for d in dims)
+    while True:
+        m, n, k = (min(d, max(16, int(d * scale) // 16 * 16)) for d in dims)
+        if _interpreter_seconds(1, m, n, k, config, runs) <= limit:
+            return f"1x{m}x{n}x{k}" if problem.b > 1 else f"{m}x{n}x{k}"
+        if (m, n, k) == smallest:
+            return None
+        scale *= 0.9
 
 
 # A config the tile model puts at this many times the problem's best modelled config or more

@@ -1,4 +1,5 @@
-"""Strings read from files others write, made safe to print.
+"""Text for the user: strings read from files others write, made safe to print, and
+counted nouns.
 
 A cache entry's key, uid, params or device name may hold anything JSON can: ESC, CR,
 backspace, a right-to-left override. Printed raw, they move the cursor, rewrite the line
@@ -21,3 +22,9 @@ def printable(value: Any) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """"1 candidate", "2 candidates", "0 candidates"; `many` where adding "s" is wrong
+    ("entry", "entries")."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"

@@ -15,7 +15,7 @@ from .version import __version__
 from .runner import Executor
 from .runner.executor import LocalExecutor
 from .cache import Cache
-from .choices import ChoiceSet, get_choices
+from .choices import ChoiceSet, check_interpretable, get_choices
 from .entry import Entry, Winner
 from .errors import Interrupted, Terminated, UserError
 from .fingerprint import Fingerprint
@@ -155,6 +155,7 @@ class Tuner:
         if choice_set.cut_short and not choice_set.choices:
             raise UserError(f"the tuning budget ({self.settings.budget_s:g} s) ran out before any config "
                             f"of {problem.describe()} was listed; raise --budget")
+        check_interpretable(problem, choice_set, self.settings)
         if choice_set.cut_short:
             self.listener.notice(f"the tuning budget ran out while listing configs: "
                                  f"{choice_set.considered} considered")

@@ -376,3 +376,29 @@ def test_cache_tools_on_the_cpu_import_neither_torch_nor_triton(cache_dir, tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout
     assert "imported 1" in proc.stderr and "removed 1 entries" in proc.stderr
+
+
+def test_an_entry_without_a_winner_is_never_shown_exported_or_imported_as_one(cli, cache_dir, tmp_path):
+    """A tune where every candidate failed leaves a record for the next tune, not a result:
+    `cache show`'s table, both exports and import leave it out, and say so."""
+    key, failed = synthetic(m=96, device="cpu", device_name="AMD EPYC")
+    failed = {**failed, "winner": None,
+              "candidates": [{"uid": "aten::mm", "params": {}, "status": "timeout", "error": "planted"}]}
+    good = synthetic(m=32, device="cpu", device_name="AMD EPYC")
+    write(cache_dir, (key, failed), good)
+    code, out, err = cli("cache", "show")
+    assert code == 0 and "(none)" not in out and "96x" not in out and "32x64x64" in out, out
+    assert "1 entry without a winner" in err and "not listed" in err
+    code, out, _ = cli("cache", "show", "--json")  # the record itself stays readable
+    assert key in json.loads(out)["entries"]
+    moved = tmp_path / "moved.json"
+    code, _, err = cli("cache", "export", "--format", "autotune", "-o", moved)
+    assert code == 0 and set(json.loads(moved.read_text())["entries"]) == {good[0]}
+    code, out, _ = cli("cache", "export", "--format", "inductor")
+    assert code == 0 and "96" not in out
+    whole = tmp_path / "whole-cache.json"  # another machine's cache file, as it is
+    shutil.copy(cache_dir / CACHE_FILE, whole)
+    other = tmp_path / "other"
+    code, out, err = cli("cache", "import", whole, "--cache-dir", other)
+    assert code == 0 and f"skipped {key}: no winner" in err, err
+    assert set(entries_of(other)) == {good[0]}

@@ -195,3 +195,44 @@ def test_a_misaligned_problem_leaves_out_the_plain_tiles_where_the_padded_twin_s
     assert "misaligned" not in chosen.pruned_counts() and any(c.uid == "triton::mm" for c in chosen.choices)
     on_cpu = make_problem(m=10, n=30, k=7, device="cpu")
     assert "misaligned" not in get_choices(on_cpu, CPU, TuneSettings(device="cpu")).pruned_counts()
+
+
+def test_a_problem_too_large_for_the_interpreter_is_refused_with_a_size_that_fits():
+    """On the CPU, a problem none of whose Triton configs the interpreter can time within the
+    bound is refused (the tune would time the BLAS call alone, or run into --timeout), and
+    the size it names keeps a Triton config; --templates aten is left alone."""
+    import re
+
+    import pytest
+
+    from autotune_cli.choices import check_interpretable
+    from autotune_cli.errors import UserError
+
+    settings = TuneSettings(device="cpu")
+    big = make_problem(m=1024, n=4096, k=4096, dtype="bfloat16", device="cpu")
+    with pytest.raises(UserError) as raised:
+        check_interpretable(big, get_choices(big, CPU, settings), settings)
+    message = str(raised.value)
+    assert "too large to time under Triton's interpreter" in message and "--interpreter-budget 30 s" in message
+    m, n, k = map(int, re.search(r"about (\d+)x(\d+)x(\d+) fits", message).groups())
+    fits = make_problem(m=m, n=n, k=k, dtype="bfloat16", device="cpu")
+    kept = get_choices(fits, CPU, settings)
+    assert any(c.template.backend == "triton" for c in kept.choices)
+    check_interpretable(fits, kept, settings)  # not refused
+    aten_only = TuneSettings(device="cpu", templates=("aten",))
+    check_interpretable(big, get_choices(big, CPU, aten_only), aten_only)
+    # --timeout under the budget is the bound: a config past it would only time out
+    short = TuneSettings(device="cpu", timeout_s=1.0)
+    mid = make_problem(m=256, n=256, k=256, device="cpu")
+    assert get_choices(mid, CPU, settings).choices != get_choices(mid, CPU, short).choices
+    batched = make_problem(m=64, n=64, k=64, batch=4096, device="cpu")
+    with pytest.raises(UserError, match=r"about \d+x64x64x64 fits"):
+        check_interpretable(batched, get_choices(batched, CPU, settings), settings)
+
+
+def test_the_readmes_gpu_example_on_the_cpu_is_refused_at_once(cli, cache_dir):
+    code, out, err = cli("mm", "--m", 1024, "--n", 4096, "--k", 4096, "--dtype", "bfloat16", "--device", "cpu")
+    assert code == 2 and out == "" and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: mm 1024x4096x4096 bfloat16 nn is too large")
+    assert not (cache_dir / "autotune-cache.json").exists()

@@ -24,7 +24,7 @@ from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_pr
 from ..entry import Entry
 from ..errors import UserError
 from ..text import printable
-from .show import Items, entry_matches, open_cache, print_notices, select, show
+from .show import Items, entry_matches, open_cache, print_notices, select, show, winners_only
 
 
 # -- exporting ---------------------------------------------------------------------------------
@@ -134,11 +134,12 @@ def describe_import(verb: str, key: str, entry: Entry) -> str:
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
     """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
     later; identical entries and older ones are skipped, and so are entries that do not
-    agree with their keys (`refused` by the reader, or found here). Entries under another
+    agree with their keys (`refused` by the reader, or found here) and entries without a
+    winner (a failed or interrupted tune: nothing to use). Entries under another
     fingerprint have other keys, so they are kept alongside ours (and never used here)."""
     plan = ImportPlan(skipped=list((refused or {}).items()))
     for key, entry in theirs.items():
-        why = entry.disagreement(key)
+        why = entry.disagreement(key) or ("" if entry.winner is not None else "no winner")
         if why:
             plan.skipped.append((key, why))
             continue
@@ -284,7 +285,7 @@ def cache_export(
 ) -> None:
     """Write the cached winners for torch.compile, or for another machine's cache."""
     cache = open_cache(cache_dir)
-    items = select(cache.items(), filter_text)
+    items = winners_only(select(cache.items(), filter_text))
     print_notices(cache)
     where = "stdout" if output in (None, "-") else output
     if format_ is ExportFormat.autotune:

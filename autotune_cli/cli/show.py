@@ -15,7 +15,7 @@ from typing import Iterable, List, Optional
 
 from ..entry import Entry
 from ..problem import DTYPE_ALIASES, OPS
-from ..text import printable
+from ..text import plural, printable
 from .console import err, out
 
 Items = List[tuple]  # [(key, Entry)]
@@ -51,6 +51,12 @@ def select(items: Iterable[tuple], filter_text: Optional[str]) -> Items:
     return [(k, e) for k, e in items if entry_matches(k, e, filter_text)]
 
 
+def winners_only(items: Items) -> Items:
+    """The entries that hold a winner: one without (every candidate failed, or a tune was
+    interrupted) is the next tune's record, never shown, exported or imported as a result."""
+    return [(k, e) for k, e in items if e.winner is not None]
+
+
 def open_cache(cache_dir: Optional[Path]):
     from ..cache import Cache
     from ..settings import default_cache_dir
@@ -76,10 +82,16 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
                          "entries": {key: entry.to_dict(copy_=False) for key, entry in items}}),
                   markup=False, soft_wrap=True)
         return
+    without = [key for key, entry in items if entry.winner is None]
+    items = winners_only(items)
+    if without:  # a failed or interrupted tune: a record for the next tune, not a result
+        err.print(f"note: {plural(len(without), 'entry', 'entries')} without a winner (a failed or "
+                  f"interrupted tune, tuned again by the next run) not listed; --json shows them",
+                  markup=False)
     if not items:
         if filter_text:
-            err.print(f"no entries in {cache.path} match {filter_text!r}", markup=False)
-        else:
+            err.print(f"no winners in {cache.path} match {filter_text!r}", markup=False)
+        elif not without:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
     from ..tables import cache_table
