@@ -72,6 +72,9 @@ class Cache:
         self.directory = Path(directory)
         self.path = self.directory / CACHE_FILE
         self.notices: list[str] = []  # what the user must be told (a file moved aside, …)
+        # (the file's stamp, its entries) as last read or written: a list of problems looks
+        # each one up, and parsing the whole file per lookup made a list of hits quadratic
+        self._memo: tuple[tuple, dict[str, Entry]] | None = None
 
     def _refuse(self, refused: dict[str, str]) -> None:
         """Tell of entries that do not belong under their keys, each once in this process
@@ -199,12 +202,15 @@ class Cache:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
+            self._memo = None
         except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             if isinstance(exc, OSError):
                 raise _unavailable("write", self.path, exc) from None
             raise
+        stamp = self._stamp()  # under the lock: what was just written, no other writer's
+        self._memo = None if stamp is None else (stamp, dict(entries))
         with contextlib.suppress(OSError):
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
@@ -212,10 +218,35 @@ class Cache:
             finally:
                 os.close(dir_fd)
 
+    def _stamp(self) -> tuple | None:
+        """What changes when the file is replaced or written (every write replaces it: a new
+        inode), or None where there is no regular file to remember."""
+        try:
+            info = os.lstat(self.path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def _entries(self) -> dict[str, Entry]:
+        """The file's entries (never to be changed: callers copy), read and parsed again only
+        when the file changed since the last read or write of this Cache."""
+        stamp = self._stamp()
+        if stamp is not None and self._memo is not None and self._memo[0] == stamp:
+            return self._memo[1]
+        entries = self._read()
+        # remembered only when nothing replaced the file while it was read
+        self._memo = (stamp, entries) if stamp is not None and self._stamp() == stamp else None
+        return entries
+
     # -- the API ------------------------------------------------------------------------------
     def load(self) -> dict[str, Entry]:
         """All entries. A damaged file is moved aside, an older one migrated, under the lock
         (see notices)."""
+        return dict(self._entries())
+
+    def _read(self) -> dict[str, Entry]:
         raw = self._read_bytes()
         if raw is None:
             return {}
@@ -230,7 +261,7 @@ class Cache:
             return self._read_unlocked()
 
     def get(self, key: str) -> Entry | None:
-        return self.load().get(key)
+        return self._entries().get(key)
 
     def put(self, key: str, entry: Entry | dict) -> None:
         self.update({key: entry})

@@ -6,12 +6,20 @@ and triton versions, read from device.py's DeviceInfo) and the hash of each temp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from .device import DeviceInfo, package_version
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(package: str) -> str:
+    """The installed version, read once per process: reading a package's metadata costs
+    ~1 ms, and every lookup of a list of thousands of problems makes a fingerprint."""
+    return package_version(package)
 
 
 def digest_of(data: Mapping[str, Any]) -> str:
@@ -44,7 +52,7 @@ class Fingerprint:
         return cls(
             device_type=info.device_type, device_name=info.name, capability=info.capability,
             sm_count=info.sm_count, driver=info.driver, runtime=info.runtime,
-            torch=package_version("torch"), triton=package_version("triton"),
+            torch=_installed("torch"), triton=_installed("triton"),
             templates=tuple(sorted(templates.items())),
         )
 

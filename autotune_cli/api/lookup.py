@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cache import Cache
-from ..entry import CacheKey, Entry, key_for
+from ..entry import Entry, key_for
 from ..errors import UserError
 from ..problem import GemmProblem
 
@@ -30,11 +30,15 @@ class WinnerLookup:
         self._cache_dir = cache_dir
         self._devices: dict[str, object] = {}  # device type -> DeviceInfo
         self._entries: tuple[tuple, dict[str, Entry]] | None = None
+        # problem key -> [(key, entry)] of the entries read: a model's thousands of problems
+        # are each found without a pass over every entry
+        self._by_problem: dict[str, list[tuple[str, Entry]]] = {}
         self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
 
     def reset(self) -> None:
         self._devices.clear()
         self._entries = None
+        self._by_problem = {}
         self._refused.clear()
 
     def entries(self) -> dict[str, Entry]:
@@ -51,6 +55,9 @@ class WinnerLookup:
         for notice in cache.notices:
             warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=4)
         self._entries = (stamp, entries)
+        self._by_problem = {}
+        for key, entry in entries.items():  # each agrees with its key (cache_document)
+            self._by_problem.setdefault(entry.problem.key(), []).append((key, entry))
         self._refused = {}
         return entries
 
@@ -84,10 +91,9 @@ class WinnerLookup:
             key = key_for(problem, self.digest(problem, only))
             entry = entries.get(key)
             return (key, entry) if entry is not None and self._usable(key, entry) else None
-        wanted = problem.key()
         best: tuple[str, Entry] | None = None
-        for key, entry in entries.items():
-            if getattr(CacheKey.try_parse(key), "problem", None) != wanted or not self._usable(key, entry):
+        for key, entry in self._by_problem.get(problem.key(), ()):
+            if not self._usable(key, entry):
                 continue
             uids = tuple(sorted(entry.templates))
             if not uids:
