@@ -514,3 +514,12 @@ def test_template_hash_is_sha256_of_the_installed_template_source():
     if torch.version.hip is None:
         source = load_kernel_template("triton_mm")
         assert installed_template_hash("triton::mm") == hashlib.sha256(source.encode()).hexdigest()
+
+
+def test_notes_escape_what_the_cache_file_holds():
+    # a uid and a device name with terminal escapes, as anyone who writes the file may put them
+    odd_uid = entry(problem(), triton_winner("triton::mm\x1b[2J\x1b[31m"))
+    odd_gpu = entry(problem(m=8), aten_winner(), device_name="GPU\x1b]0;owned\x07\r", sm_count=40)
+    table, notes = inductor_table([odd_uid, odd_gpu], include_hash=False)
+    assert any("triton::mm\\x1b[2J\\x1b[31m" in note for note in notes), notes
+    assert all(note.isprintable() for note in notes), notes

@@ -296,3 +296,77 @@ def test_the_budget_bounds_the_listing_of_configs(tmp_path):
     assert 0 < considered < 100_000
     assert any(n.startswith("the tuning budget ran out while listing configs") for n in notices), notices
     assert len(outcome.entry.candidates) == considered and outcome.winner is None
+
+
+DAEMONIZING = str(PLUGINS / "daemonizing.py")
+
+
+def test_what_a_kernel_leaves_outside_its_group_does_not_outlive_the_command(tmp_path):
+    """A kernel's processes in their own group, in a new session and orphaned by a double
+    fork all go with the command; none holds its output open after it exits."""
+    pids_file = tmp_path / "pids"
+    args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16", "--n", "16",
+            "--k", "16", "--plugin", DAEMONIZING, "--templates", "test::daemonizing", "--workers", "1"]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "AUTOTUNE_TEST_PIDS": str(pids_file)}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    left = []
+    try:
+        proc.wait(timeout=180)
+        left = [int(word) for word in pids_file.read_text().split()]
+        assert len(left) == 3
+        assert wait_for(lambda: not any(alive(p) for p in left), 20), [command_line(p) for p in left if alive(p)]
+        out, err = proc.communicate(timeout=30)  # nothing holds the pipes open
+    finally:
+        for pid in left:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out)["winner"]["uid"] == "test::daemonizing"
+
+
+def start_hung_list(tmp_path):
+    """`mm --from` over two problems whose first hangs in its second candidate, once the
+    first candidate's result is saved."""
+    listing = tmp_path / "list.json"
+    listing.write_text(json.dumps([{"m": 16, "n": 16, "k": 16, "dtype": "float32"},
+                                   {"m": 24, "n": 16, "k": 16, "dtype": "float32"}]))
+    cache_dir = tmp_path / "cache"
+    args = [sys.executable, "-m", "autotune_cli", "mm", "--from", str(listing), "--device", "cpu", "--json",
+            "--plugin", FAULTY, "--templates", "test::good,test::hang_child", "--workers", "1"]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache_file = cache_dir / "autotune-cache.json"
+
+    def hanging():
+        if not (cache_file.exists() and "test::good" in cache_file.read_text()):
+            return None
+        below = descendants(proc.pid)
+        return below if any(command_line(p).startswith("sleep 3600") for p in below) else None
+
+    below = wait_for(hanging, 120)
+    assert below, "the list never reached its hanging candidate"
+    return proc, below
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_list_says_what_it_saved_and_exits_by_its_signal(tmp_path, signum, code):
+    proc, below = start_hung_list(tmp_path)
+    try:
+        os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=60)
+        assert wait_for(lambda: not any(alive(p) for p in below), 20)
+    finally:
+        for pid in below:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == code, err
+    lines = [line for line in err.splitlines() if line.startswith("autotune:")]
+    name = signal.Signals(signum).name
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"autotune: interrupted ({name}): 0 of 2 problem(s) of the list done and saved; "
+                               "1 finished result(s) of mm 16x16x16 float32 nn saved"), lines[0]
+    assert "run the same command again to resume" in lines[0] and "Traceback" not in err
+    assert out == ""

@@ -9,12 +9,14 @@ already tuned is a hit, so an interrupted list resumes where it stopped.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .app import err, out
+from .app import Stopped, err, out
 from .rows import _Clock, result_row
-from ..errors import UserError
+from ..errors import Interrupted, Terminated, UserError
 from ..problem import GemmProblem
 
 
@@ -41,6 +43,23 @@ def list_rows(listed: list[Listed]) -> list[dict]:
              "count": item.count, "gflop": item.problem.flops / 1e9,
              "share": item.problem.flops * item.count / total, "sources": [f"entry {item.entry}"], "hint": None}
             for item in listed]
+
+
+@contextmanager
+def stopped_by_list_signal(done: Callable[[], int], total: int):
+    """Ctrl-C or SIGTERM while the list is tuned: Stopped (exit 130 or 143) with one line
+    saying how many problems are done and what the tune in progress saved (its own line,
+    tuner.Tuner._interrupted, after the signal's name)."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        terminated = exc.code == 143 if isinstance(exc, Interrupted) else isinstance(exc, Terminated)
+        name, code = ("SIGTERM", 143) if terminated else ("SIGINT", 130)
+        tail = "run the same command again to resume"
+        if isinstance(exc, Interrupted):  # "interrupted (NAME)[:;] what it saved"
+            tail = exc.message.split(")", 1)[-1].lstrip(":; ") or tail
+        raise Stopped(f"interrupted ({name}): {done()} of {total} problem(s) of the list done "
+                      f"and saved; {tail}", code) from None
 
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
@@ -76,7 +95,8 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     progress = ModelProgress(err, total=len(listed))
     rows = []
     try:
-        with Tuner(settings, progress, device=device) as tuner:
+        with stopped_by_list_signal(lambda: len(rows), len(listed)), \
+                Tuner(settings, progress, device=device) as tuner:
             for number, (item, planned) in enumerate(zip(listed, plan)):
                 began = time.perf_counter()
                 upcoming = tuple(later.problem for later in listed[number + 1:number + 1 + PREFETCH])

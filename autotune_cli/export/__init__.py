@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from ..entry import Entry
+from ..text import printable
 from .keys import inductor_key
 from .scaled import TMA_EPILOGUE, scaled_keys, scaled_value
 from .args import as_int
@@ -162,4 +163,5 @@ def inductor_table(
             else:
                 notes.append(f"{what}: dropped, {_describe(previous[0])} is faster for the same key")
     table = {key: [dict(config)] for key, (_, config) in chosen.items()}
-    return table, list(dict.fromkeys(notes))
+    # notes are printed and quote what the cache file holds (a uid, a device name): escaped
+    return table, [printable(note) for note in dict.fromkeys(notes)]

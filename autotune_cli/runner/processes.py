@@ -13,6 +13,7 @@ import time
 from ..errors import UserError
 from ..device import DeviceInfo
 from ..settings import START_METHODS, Switches
+from .descendants import kill_descendants
 from .worker import worker_main
 
 
@@ -128,8 +129,10 @@ class WorkerProcess:
 def kill_group(process) -> None:
     """SIGKILL to a worker's process group (a worker leads its own: worker._own_group), so
     that a candidate's children go with it; to the process alone where it has no group yet
-    (just started) or is not the group's leader."""
+    (just started) or is not the group's leader. First its descendants that left the
+    group (descendants.py): read while the worker, their subreaper, still holds them."""
     pid = process.pid
+    kill_descendants(pid, escaped_only=True)
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, signal.SIGKILL)

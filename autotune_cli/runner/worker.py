@@ -18,6 +18,7 @@ import traceback
 
 from ..settings import Switches
 from .candidate import CandidateRunner, short_error
+from .descendants import become_subreaper, kill_descendants
 
 # A compile process runs at this niceness: on a host whose cores all compile, the timing
 # process (which launches each timed run right after a ~50 µs GPU wait, runner/timing.py) and
@@ -49,9 +50,11 @@ def _own_group() -> None:
 
 
 def _kill_group() -> None:
-    """Kill this process and its group (what a candidate started) at once."""
+    """Kill this process, its group and whatever left the group (what a candidate
+    started) at once."""
     import signal
 
+    kill_descendants(os.getpid())
     try:
         if os.getpgrp() == os.getpid():
             os.killpg(0, signal.SIGKILL)
@@ -144,6 +147,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
     """A worker's life (runner/processes.WorkerProcess starts it). `switches`: the
     environment's switches as the command read them; this process never reads them itself."""
     _own_group()
+    become_subreaper()  # a candidate's daemons stay below this process (descendants.py)
     _die_with_parent()
     _watch_parent(lifeline)
     _quiet_stdout()
@@ -185,6 +189,14 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
     if role == "measure" and device_type == "cuda":
         if switches.warm_triton != "0":  # checked by the executor before it started this process
             _warm_triton(runner, switches.warm_triton)
+    try:
+        _serve(conn, runner)
+    finally:  # nothing a candidate started outlives the worker
+        kill_descendants(os.getpid())
+
+
+def _serve(conn, runner) -> None:
+    """The request loop: a task (one candidate's steps) at a time until told to stop."""
     while True:
         try:
             task = conn.recv()
@@ -206,6 +218,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
             if compile_only:
                 payload = {"ok": False, "error": payload["error"]}
             fatal = True
+        kill_descendants(os.getpid(), escaped_only=True)  # the group goes with the worker
         kind = "compiled" if compile_only else "result"
         conn.send({"kind": kind, "payload": payload, "fatal": fatal})
         if fatal:
