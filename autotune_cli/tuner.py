@@ -136,6 +136,10 @@ class Tuner:
         if found.refused:
             self.listener.notice(found.refused)
         fingerprint, key, stored, hit = found.fingerprint, found.key, found.stored, found.hit
+        if hit is not None and self.settings.space_file and not self._tuned_with_space(problem, hit.entry):
+            self.listener.notice(f"the cached entry of {problem.describe()} was tuned with other configs "
+                                 f"than {self.settings.space_file} lists: tuning those")
+            hit = None
         if hit is not None and not self.settings.force:
             self.listener.cache_hit(problem, hit.entry)
             self.listener.finished(hit)
@@ -213,6 +217,12 @@ class Tuner:
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
         return outcome
+
+    def _tuned_with_space(self, problem: GemmProblem, entry: Entry) -> bool:
+        """Whether `entry` measured exactly the configs --space lists for `problem` (after
+        pruning): an entry tuned over another space answers another question."""
+        listed = get_choices(problem, self.device, self.settings).choices
+        return {c.identity for c in listed} == {c.identity for c in entry.candidates}
 
     @staticmethod
     def _add_phases(entry: Entry, clock: PhaseClock, started: float,

@@ -236,3 +236,26 @@ def test_cache_clear_on_a_terminal_asks(cli, cache_dir):
         assert proc.returncode == code, proc.stderr
         assert "remove 1 entries" in proc.stdout
         assert len(json.loads(cli("cache", "show", "--json")[1])["entries"]) == left
+
+
+def test_a_space_file_is_checked_before_the_cache_and_a_new_space_is_tuned(cli, cache_dir, tmp_path):
+    """--space on a cached problem: a bad file is said (exit 2, nothing changed), a space
+    other than the one the entry was tuned with is tuned, the same space again is a hit."""
+    base = ("--m", 32, "--n", 32, "--k", 32, "--templates", "aten,triton::mm")
+    first, _ = tune_json(cli, *base)
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"BLOCK_M": 48, "BLOCK_N": 16, "BLOCK_K": 16, "num_stages": 1, "num_warps": 1}]')
+    before = (cache_dir / "autotune-cache.json").read_bytes()
+    code, out, err = cli("mm", "--device", "cpu", *base, "--space", bad)
+    assert code == 2 and out == "" and "BLOCK_M=48 must be a power of two" in err, err
+    assert (cache_dir / "autotune-cache.json").read_bytes() == before
+    space = tmp_path / "space.json"
+    space.write_text('[{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_stages": 1, "num_warps": 1}]')
+    tuned, err = tune_json(cli, *base, "--space", space)
+    assert not tuned["from_cache"] and "tuned with other configs" in err
+    triton = [c["params"] for c in tuned["candidates"] if c["uid"] == "triton::mm"]
+    assert [(p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"]) for p in triton] == [(16, 16, 16)]
+    assert (16, 16, 16) not in [(c["params"]["BLOCK_M"], c["params"]["BLOCK_N"], c["params"]["BLOCK_K"])
+                                for c in first["candidates"] if c["uid"] == "triton::mm"]
+    again, _ = tune_json(cli, *base, "--space", space)
+    assert again["from_cache"]

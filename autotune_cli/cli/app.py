@@ -117,8 +117,10 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         raise UserError(f"--compile-workers must be between 0 and {MAX_WORKERS}, got {compile_workers}")
     if not 0 <= seed <= MAX_SEED:
         raise UserError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
-    if space is not None and not space.is_file():
-        raise UserError(f"space file not found: {space}")
+    if space is not None:  # a bad file is said before anything, a cache hit included
+        from ..heuristics.spaces import load_space_file
+
+        load_space_file(space)
     uids = tuple(t.strip() for t in templates.split(",") if t.strip()) if templates else None
     return TuneSettings(
         device=device, search=search.value, space_file=str(space) if space else None,

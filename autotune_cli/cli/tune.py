@@ -124,8 +124,9 @@ def mm(
                               plugin=plugin, interpreter_budget=interpreter_budget,
                               budget=budget, compile_workers=compile_workers)
     reporter = ProgressReporter(err, enabled=True)
-    # A hit is answered from the cache alone: no worker started, torch not imported.
-    outcome = cached(settings, problem, reporter)
+    # A hit is answered from the cache alone: no worker started, torch not imported. With
+    # --space the tuner answers: it lists that space's configs to compare with the entry's.
+    outcome = cached(settings, problem, reporter) if settings.space_file is None else None
     command.mark("looked_up")
     if outcome is None:
         from ..runner.processes import prestart_workers
