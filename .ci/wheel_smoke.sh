@@ -5,11 +5,14 @@
 #   PYTHON       the interpreter for the venv (default python3)
 #   CONSTRAINTS  a pip constraints file (CI: .ci/constraints.txt); empty: none
 #   TORCH_VERSION  torch to install first (default 2.13.0; the local wheel where pip finds one)
+#   TORCH_INDEX  an extra index to find it on (the Makefile's: PyTorch's CPU wheels); empty: none
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 pip_c=()
+torch_index=()
+if [ -n "${TORCH_INDEX:-}" ]; then torch_index=(--extra-index-url "$TORCH_INDEX"); fi
 if [ -n "${CONSTRAINTS:-}" ]; then pip_c=(-c "$(cd "$(dirname "$CONSTRAINTS")" && pwd)/$(basename "$CONSTRAINTS")"); fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/wheel-smoke.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -30,7 +33,7 @@ vpy="$work/venv/bin/python"
 "$vpy" -m pip install -q --upgrade pip
 # torch first, so that the wheel's torch>=2.4 is already met (--no-compile: what runs is
 # byte-compiled as it is imported, not all of torch up front)
-"$vpy" -m pip install -q --no-compile "${pip_c[@]}" "torch==$TORCH_VERSION"
+"$vpy" -m pip install -q --no-compile "${pip_c[@]}" "${torch_index[@]}" "torch==$TORCH_VERSION"
 
 step "building the wheel (isolated, as pip does for a user)"
 "$vpy" -m pip wheel -q --no-deps -w "$work/dist" "$work/src"
