@@ -10,6 +10,12 @@ The cache file itself must be a regular file of this user's, not a symbolic link
 (read_regular_file's `ours`): cache.py replaces and moves aside only the file in its folder, so
 a link to a file elsewhere is refused rather than followed to it.
 
+Before the template set left the key, a key's digest was that of the entry's whole
+fingerprint, templates included, so each template selection made its own entry. An entry
+under such a key is re-keyed as it is read (its problem and its machine's digest): of several
+for one problem and machine, one under the current key stays, else the latest tuned; the
+others are refused like any entry that does not belong under its key.
+
 Schema 0 is the unversioned layout: {"entries": {problem key: entry}}, no "schema" field,
 entries keyed by the problem key alone and without "fingerprint_digest" and "machine". No
 released autotune wrote it; this module defines it so that such a file is brought forward
@@ -36,6 +42,7 @@ import stat
 from typing import Any, Callable, NamedTuple
 
 from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
+from .fingerprint import digest_of, legacy_digest_of
 
 SCHEMA = 1
 MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
@@ -199,11 +206,38 @@ def parse_document(text: str) -> Document:
     _require(isinstance(entries, dict), "'entries' is missing or not an object")
     kept: dict[str, Entry] = {}
     refused: dict[str, str] = {}
+    older: dict[str, list[tuple[str, Entry]]] = {}  # new key -> [(old key, re-keyed entry)]
     for key, data in entries.items():
         entry = Entry.from_dict(data, key)
         why = entry.disagreement(key)
-        if why:
+        if not why:
+            kept[key] = entry
+            continue
+        rekeyed = _rekeyed(key, data, entry)
+        if rekeyed is None:
             refused[key] = why
         else:
-            kept[key] = entry
+            older.setdefault(str(rekeyed.key()), []).append((key, rekeyed))
+    for new_key, found in older.items():
+        # One entry per problem and machine: one stored under the current key stays, else
+        # the latest tuned of those stored under the template-dependent keys of before.
+        found.sort(key=lambda item: (item[1].winner is not None, str(item[1].tuned_at or "")))
+        if new_key not in kept:
+            kept[new_key] = found.pop()[1]
+        for old_key, _ in found:
+            refused[old_key] = "another entry of its problem and machine, tuned later, is kept"
     return Document(kept, migrated_from, refused)
+
+
+def _rekeyed(key: str, data: dict, entry: Entry) -> Entry | None:
+    """The entry under its current key if `key` is the one it had before the template set
+    left the key (its problem and the digest of its whole fingerprint, templates included);
+    None otherwise. Such an entry is used again (hits.py still holds its winner to the
+    templates it records), not tuned again."""
+    legacy = legacy_digest_of(entry.fingerprint)
+    if key != key_for(entry.problem, legacy) or entry.fingerprint_digest not in (None, legacy):
+        return None
+    digest = digest_of(entry.fingerprint)
+    fields = dict(data, fingerprint_digest=digest) if "fingerprint_digest" in data else data
+    rekeyed = Entry.from_dict(fields, key_for(entry.problem, digest))
+    return None if rekeyed.disagreement(key_for(entry.problem, digest)) else rekeyed

@@ -3,7 +3,8 @@
 The cache file (cache.py) holds {key: entry} as JSON. This module is the one place that
 knows an entry's fields and the key's format; everything else reads them by attribute.
 
-- `CacheKey`: "<problem key>@<fingerprint digest>". `CacheKey.parse(text)` splits at the
+- `CacheKey`: "<problem key>@<fingerprint digest>" (the machine's: the templates a tune
+  considered are its entry's, in its fingerprint object's "templates"). `CacheKey.parse(text)` splits at the
   last "@" (a problem key holds none), `str(key)` formats it back.
 - `Winner`: the picked candidate as stored: uid, params, median ms, p20/p80, TFLOP/s.
 - `Entry`: the problem, the fingerprint it was measured under (kept as its JSON object: it

@@ -1,7 +1,10 @@
 """Fingerprint: what must be the same for a cached winner to be reused.
 
-The machine part (device name, compute capability, SM count, driver, CUDA runtime, torch
-and triton versions, read from device.py's DeviceInfo) and the hash of each template's source.
+The machine (device name, compute capability, SM count, driver, CUDA runtime, torch and
+triton versions, read from device.py's DeviceInfo), whose digest is the cache key's, and the
+hash of each template's source the tune considered: that set is the entry's (a tune with
+--templates stores no second entry for the problem), and hits.py holds a winner to it, so a
+template changed since still makes the winner stale.
 """
 
 from __future__ import annotations
@@ -22,17 +25,31 @@ def _installed(package: str) -> str:
     return package_version(package)
 
 
+def _sha(data: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()
+
+
+def _machine(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "templates"}
+
+
 def digest_of(data: Mapping[str, Any]) -> str:
     """The digest of a fingerprint's JSON object, as stored in an entry: Fingerprint.digest
-    of the fingerprint it holds, computed from the object itself so that an entry's key can
-    be checked against what the entry says (a field this version does not know counts too)."""
-    return hashlib.sha256(json.dumps(dict(data), sort_keys=True).encode()).hexdigest()[:16]
+    of the fingerprint it holds (the machine's fields: its templates are not part of it),
+    computed from the object itself so that an entry's key can be checked against what the
+    entry says (a field this version does not know counts too)."""
+    return _sha(_machine(data))[:16]
+
+
+def legacy_digest_of(data: Mapping[str, Any]) -> str:
+    """The digest keys had before the template set moved to the entry: every field,
+    templates included (cache_document re-keys entries stored under it)."""
+    return _sha(data)[:16]
 
 
 def machine_digest_of(data: Mapping[str, Any]) -> str:
     """Fingerprint.machine_digest of a fingerprint's JSON object."""
-    machine = {k: v for k, v in data.items() if k != "templates"}
-    return hashlib.sha256(json.dumps(machine, sort_keys=True).encode()).hexdigest()[:12]
+    return _sha(_machine(data))[:12]
 
 
 @dataclass(frozen=True)
@@ -45,7 +62,9 @@ class Fingerprint:
     runtime: str
     torch: str
     triton: str
-    templates: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (uid, source hash)
+    # (uid, source hash) of the templates a tune considers: recorded in its entry, not
+    # part of the digest
+    templates: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     @classmethod
     def of(cls, info: DeviceInfo, templates: dict[str, str]) -> "Fingerprint":
@@ -57,11 +76,16 @@ class Fingerprint:
         )
 
     def machine_digest(self) -> str:
-        """The machine alone, without templates: entries from another machine never match."""
+        """The machine, shorter (an entry's "machine", what `cache prune` compares)."""
         return machine_digest_of(self.to_dict())
 
     def digest(self) -> str:
+        """The machine's digest, the cache key's: entries from another machine never match."""
         return digest_of(self.to_dict())
+
+    @property
+    def template_hashes(self) -> dict[str, str]:
+        return dict(self.templates)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -8,6 +8,8 @@ search), so that a cached problem is answered for the cost of reading the cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
+
 from .cache import Cache
 from .entry import Entry, Winner, key_for
 from .fingerprint import Fingerprint
@@ -33,9 +35,27 @@ class TuneOutcome:
 def fingerprint_for(problem: GemmProblem, device: DeviceInfo,
                     only: tuple[str, ...] | None = None) -> Fingerprint:
     """The machine plus the source hash of every template that serves the problem (of those
-    in `only`, when given): change either and the cached winners of the problem expire."""
+    in `only`, when given). The machine makes the key; the templates are what a tune
+    considers, recorded in its entry and held against a stored one (`answers`)."""
     templates = {t.uid: t.source_hash() for t in templates_for(problem, only)}
     return Fingerprint.of(device, templates)
+
+
+def answers(entry: Entry, wanted: Mapping[str, str]) -> bool:
+    """Whether `entry`'s winner is the one a tune of the templates `wanted` ({uid: source
+    hash}) would pick: it was tuned with every one of them as its source is now (so no
+    template changed since, and none it never timed could beat it), and its winner is one
+    of them (a winner of a wider selection serves a narrower one that holds it)."""
+    recorded = entry.templates
+    return (entry.winner is not None and entry.winner.uid in wanted
+            and all(recorded.get(uid) == digest for uid, digest in wanted.items()))
+
+
+def reusable(entry: Entry, wanted: Mapping[str, str]) -> bool:
+    """Whether a tune of `wanted` may keep `entry`'s results (an interrupted run's, known
+    failures): no template the two share has changed its source since."""
+    recorded = entry.templates
+    return all(recorded.get(uid, digest) == digest for uid, digest in wanted.items())
 
 
 @dataclass(frozen=True)
@@ -43,14 +63,17 @@ class Lookup:
     problem: GemmProblem
     fingerprint: Fingerprint
     key: str
-    stored: Entry | None  # whatever is stored under the key: a winner, a failure, a partial run
+    # what is stored under the key (a winner, a failure, a partial run) unless a template
+    # it shares with this tune has changed since: its results are not reused then
+    stored: Entry | None
     refused: str = ""  # why what is stored there is not used (see look_up), if it is not
 
     @property
     def hit(self) -> TuneOutcome | None:
-        """The outcome to answer with; an entry without a winner (all failed, or an
-        interrupted run) is no hit: it is tuned again (resumed)."""
-        if self.stored is None or self.stored.winner is None:
+        """The outcome to answer with. An entry without a winner (all failed, or an
+        interrupted run), or not tuned with every template of this selection as it is now
+        (`answers`), is no hit: it is tuned again (resumed) and replaced."""
+        if self.stored is None or not answers(self.stored, self.fingerprint.template_hashes):
             return None
         return TuneOutcome(self.problem, self.key, self.stored, from_cache=True)
 
@@ -71,6 +94,8 @@ def look_up(cache, problem: GemmProblem, device: DeviceInfo,
     if why:
         return Lookup(problem, fingerprint, key, None,
                       refused=printable(f"cache entry {key} is not used: {why}; tuning it again"))
+    if stored is not None and not reusable(stored, fingerprint.template_hashes):
+        stored = None  # a template changed since: nothing of it stands, it is tuned afresh
     return Lookup(problem, fingerprint, key, stored)
 
 

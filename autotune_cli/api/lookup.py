@@ -1,9 +1,9 @@
 """Finding this machine's cached entry for a problem, for the Python API.
 
 The fingerprint that selects an entry is the tuner's own (hits.fingerprint_for, on the
-device as probe_device reads it), computed for the template selection the entry was tuned
-with; so an entry from another machine, or one whose template source has changed since, is
-never used. Nothing here starts a worker or builds a Tuner; torch is not imported.
+device as probe_device reads it): its digest, the machine's, makes the key, and the templates
+the entry was tuned with must be registered here with the source they had then; so an entry
+from another machine, or one whose template source has changed since, is never used. Nothing here starts a worker or builds a Tuner; torch is not imported.
 """
 
 from __future__ import annotations
@@ -61,25 +61,29 @@ class WinnerLookup:
         self._refused = {}
         return entries
 
-    def digest(self, problem: GemmProblem, templates: tuple[str, ...] | None) -> str:
-        """The fingerprint digest a tune of `problem` with `templates` (uids or backends;
-        None: all) stores its entry under; the device is probed once per device type."""
+    def fingerprint(self, problem: GemmProblem, templates: tuple[str, ...] | None):
+        """The Fingerprint a tune of `problem` with `templates` (uids or backends; None: all)
+        makes here: its digest is the key's, its templates what it considers. The device is
+        probed once per device type."""
         from ..device import probe_device
         from ..hits import fingerprint_for
 
         device = self._devices.get(problem.device)
         if device is None:
             device = self._devices[problem.device] = probe_device(problem.device)
-        return fingerprint_for(problem, device, templates).digest()
+        return fingerprint_for(problem, device, templates)
 
     def find(self, problem: GemmProblem, templates: str | tuple[str, ...] | None = None
              ) -> tuple[str, Entry] | None:
         """(key, entry) of the cached result for `problem` on this machine, or None.
 
-        `templates`: only the entry tuned with exactly this selection (as `--templates`).
-        Otherwise any entry for this problem whose fingerprint is this machine's, for the
-        templates it was tuned with, and whose winner is registered here; the fastest wins.
+        `templates`: only an entry whose winner a tune with this selection (as
+        `--templates`) would pick (hits.answers). Otherwise the entry of this machine for the
+        problem, if every template it was tuned with is registered here with the source it
+        had then, and its winner is registered here.
         """
+        from ..hits import answers
+
         if problem.device == "cuda":
             from ..device import cuda_available
 
@@ -88,9 +92,11 @@ class WinnerLookup:
         entries = self.entries()
         if templates is not None:
             only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
-            key = key_for(problem, self.digest(problem, only))
+            wanted = self.fingerprint(problem, only)
+            key = key_for(problem, wanted.digest())
             entry = entries.get(key)
-            return (key, entry) if entry is not None and self._usable(key, entry) else None
+            usable = entry is not None and answers(entry, wanted.template_hashes) and self._usable(key, entry)
+            return (key, entry) if usable else None
         best: tuple[str, Entry] | None = None
         for key, entry in self._by_problem.get(problem.key(), ()):
             if not self._usable(key, entry):
@@ -99,11 +105,11 @@ class WinnerLookup:
             if not uids:
                 continue
             try:
-                digest = self.digest(problem, uids)
+                here = self.fingerprint(problem, uids)
             except UserError:  # tuned with a template (a plugin's) not registered here
                 continue
-            if key != key_for(problem, digest):
-                continue  # another machine, or a template changed since
+            if key != key_for(problem, here.digest()) or here.template_hashes != dict(entry.templates):
+                continue  # another machine, or a template changed (or stopped serving) since
             if best is None or entry.winner.ms < best[1].winner.ms:
                 best = (key, entry)
         return best
