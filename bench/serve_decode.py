@@ -49,8 +49,15 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=100, head_dim=16)
 PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours")
-# kernel names that are GEMMs: cuBLAS/CUTLASS's, Inductor's templates, and ours (templates/)
-GEMM_KERNEL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|triton_tem_|^(mm|bmm|mm_swap_ab|splitk|persistent_tma)_")
+# kernel names that are GEMMs: cuBLAS/CUTLASS's (split-K's reduction too), Inductor's
+# templates, and ours (templates/); Inductor's fused pointwise and reduction kernels are not,
+# whatever their names hold (a fused kernel beside our op has "gemm" in its name)
+GEMM_KERNEL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|splitKreduce|^triton_tem_|^(mm|bmm|mm_swap_ab|splitk|persistent_tma)_")
+NOT_GEMM = ("triton_poi_", "triton_red_", "triton_per_")
+
+
+def is_gemm(name: str) -> bool:
+    return not name.startswith(NOT_GEMM) and GEMM_KERNEL.search(name) is not None
 
 
 def build(config: dict, layers: int, device: str, dtype):
@@ -75,7 +82,10 @@ def new_cache(cfg, model, batch: int, length: int):
 
 class Loop:
     """One path's decode loop at one batch size: a cache filled by an eager prefill of
-    `prompt` tokens, then greedy steps from there."""
+    `prompt` tokens, then greedy steps from there. The token and the position stay on the
+    GPU from step to step, as a serving loop keeps them: a position made from a host value
+    each step would be a pageable copy, which waits for the GPU to drain, and the step time
+    would then add the host's work to the GPU's."""
 
     def __init__(self, cfg, model, step, batch: int, prompt: int, length: int, device: str) -> None:
         import torch
@@ -89,6 +99,7 @@ class Loop:
                         use_cache=True)
         self.tok = out.logits[:, -1:].argmax(-1)
         self.pos = prompt
+        self.position = torch.tensor([prompt], device=device)
         self.length = length
 
     def once(self):
@@ -97,9 +108,10 @@ class Loop:
             raise SystemExit("--cache-len is too short for the steps asked for")
         torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
-            logits = self.step(input_ids=self.tok, past_key_values=self.cache,
-                               cache_position=torch.tensor([self.pos], device=self.device), use_cache=True).logits
-        self.tok = logits[:, -1:].argmax(-1)
+            logits = self.step(input_ids=self.tok, past_key_values=self.cache, cache_position=self.position,
+                               use_cache=True).logits
+            self.tok = logits[:, -1:].argmax(-1)
+            self.position = self.position + 1
         self.pos += 1
         return logits
 
@@ -116,6 +128,18 @@ def sync(device: str) -> None:
 
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def host_steps(loop: Loop, count: int, device: str) -> float:
+    """ms of host time per step: `count` steps enqueued after the GPU drained, timed on the
+    CPU without waiting for the GPU (the step time is the larger of this and the GPU's)."""
+    sync(device)
+    started = time.perf_counter()
+    for _ in range(count):
+        loop.once()
+    host = (time.perf_counter() - started) * 1e3 / count
+    sync(device)
+    return host
 
 
 def time_steps(loop: Loop, count: int, device: str) -> float:
@@ -159,7 +183,7 @@ def profile_steps(fn, count: int, device: str) -> dict:
         elif event.name.startswith(("autotune::", "cudaGraphLaunch", "cuLaunchKernel", "cudaLaunchKernel")):
             cpu_ops[event.name] += 1
     total = sum(us for _, us in kernels.values())
-    gemm = sum(us for name, (_, us) in kernels.items() if GEMM_KERNEL.search(name))
+    gemm = sum(us for name, (_, us) in kernels.items() if is_gemm(name))
     rows = sorted(((name, n / count, us / count) for name, (n, us) in kernels.items()), key=lambda r: -r[2])
     return {"kernel_ms": total / count / 1e3, "gemm_ms": gemm / count / 1e3,
             "kernels": sum(n for n, _ in kernels.values()) / count,
@@ -184,7 +208,10 @@ def rel_error(got, want) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
-def compiler(path: str, model, cache_dir: Path, routes: list):
+SMOKE_SPACE = [{"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+
+
+def compiler(path: str, model, cache_dir: Path, routes: list, smoke: bool):
     import torch
 
     import autotune_cli
@@ -193,7 +220,16 @@ def compiler(path: str, model, cache_dir: Path, routes: list):
         return model
     if path in ("reduce-overhead", "max-autotune"):
         return torch.compile(model, mode=path, fullgraph=True, dynamic=False)
-    return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes)
+    tune = None  # the default: what the graph meets is tuned on the GPU
+    if smoke:  # on the CPU: Triton's mm under the interpreter, one config
+        from autotune_cli.settings import TuneSettings
+
+        space = cache_dir / "smoke_space.json"
+        space.parent.mkdir(parents=True, exist_ok=True)
+        space.write_text(json.dumps(SMOKE_SPACE))
+        tune = TuneSettings(device="cpu", cache_dir=cache_dir, templates=("triton::mm",), space_file=str(space),
+                            workers=1)
+    return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes, tune=tune)
 
 
 def fresh_compiler_state() -> None:
@@ -214,7 +250,7 @@ def run_path(path: str, cfg, model, batch: int, args, cache_dir: Path, reference
     fresh_compiler_state()
     counters.clear()
     routes: list = []
-    step = compiler(path, model, cache_dir, routes)
+    step = compiler(path, model, cache_dir, routes, args.smoke)
     loop = Loop(cfg, model, step, batch, args.prompt, args.cache_len, device)
     started = time.perf_counter()
     logits = loop.once()
@@ -225,13 +261,14 @@ def run_path(path: str, cfg, model, batch: int, args, cache_dir: Path, reference
     for _ in range(3):
         loop.once()
     times = [time_steps(loop, args.steps, device) for _ in range(args.rounds)]
+    host = statistics.median(host_steps(loop, min(args.steps, 8), device) for _ in range(3))
     prof = profile_steps(loop.once, args.profile_steps, device)
     row = {"path": path, "batch": batch, "compile_s": round(compile_s, 2),
            "ms_per_step": round(statistics.median(times), 4), "rounds_ms": [round(t, 4) for t in times],
+           "host_ms": round(host, 4),
            "kernel_ms": round(prof["kernel_ms"], 4), "gemm_ms": round(prof["gemm_ms"], 4),
            "kernels": prof["kernels"], "cpu_per_step": prof["cpu_per_step"], "error": err, "tokens": tokens,
-           "routed": [f"{d.op} {d.problem.describe() if d.problem else '?'} -> {d.uid}" for d in routes],
-           "table": prof["table"],
+           "routed": routed_lines(routes), "table": prof["table"],
            "cudagraph_skips": {k: dict(v) for k, v in counters.items() if "graph" in k or k == "inductor"}}
     if path == "reduce-overhead":
         tokens_ref[batch] = tokens
@@ -248,7 +285,7 @@ def prefill_row(path: str, cfg, model, args, cache_dir: Path, device: str) -> di
 
     fresh_compiler_state()
     routes: list = []
-    fn = compiler(path, model, cache_dir, routes)
+    fn = compiler(path, model, cache_dir, routes, args.smoke)
     ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=torch.Generator().manual_seed(7)).to(device)
     positions = torch.arange(args.prefill, device=device)
     cache = new_cache(cfg, model, 1, args.prefill + 8)
@@ -283,18 +320,24 @@ def prefill_row(path: str, cfg, model, args, cache_dir: Path, device: str) -> di
     return {"path": path, "batch": f"prefill {args.prefill}", "compile_s": round(compile_s, 2),
             "ms_per_step": round(statistics.median(times), 4), "kernel_ms": round(prof["kernel_ms"], 4),
             "gemm_ms": round(prof["gemm_ms"], 4), "kernels": prof["kernels"],
-            "routed": [f"{d.op} {d.problem.describe() if d.problem else '?'} -> {d.uid}" for d in routes],
-            "table": prof["table"]}
+            "routed": routed_lines(routes), "table": prof["table"]}
+
+
+def routed_lines(routes: list) -> list[str]:
+    """Each matmul the compile met: what it runs, or why it was left to Inductor."""
+    return [f"{d.problem.describe() if d.problem else d.op} -> "
+            f"{(d.uid + ' (' + d.reason[:60] + ')') if d.fallback else d.uid}" for d in routes]
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'size':>13} {'path':<16} {'ms/step':>8} {'kern ms':>8} {'gemm ms':>8} {'kern':>5} "
-             f"{'compile s':>9} {'err':>8} {'tok':>4}"]
+    lines = [f"{'size':>12} {'path':<15} {'ms/step':>8} {'host ms':>7} {'kern ms':>7} {'gemm ms':>7} "
+             f"{'kern':>4} {'compile s':>9} {'err':>7} {'tok':>3}"]
     for r in rows:
-        err = f"{r['error']:.1e}" if "error" in r else ""
+        err = f"{r['error']:.0e}" if "error" in r else ""
         same = str(r.get("tokens_same", ""))
-        lines.append(f"{str(r['batch']):>13} {r['path']:<16} {r['ms_per_step']:>8.4f} {r['kernel_ms']:>8.4f} "
-                     f"{r['gemm_ms']:>8.4f} {r['kernels']:>5.0f} {r['compile_s']:>9.1f} {err:>8} {same:>4}")
+        host = f"{r['host_ms']:.3f}" if "host_ms" in r else ""
+        lines.append(f"{str(r['batch']):>12} {r['path']:<15} {r['ms_per_step']:>8.4f} {host:>7} {r['kernel_ms']:>7.3f} "
+                     f"{r['gemm_ms']:>7.3f} {r['kernels']:>4.0f} {r['compile_s']:>9.1f} {err:>7} {same:>3}")
     return "\n".join(lines)
 
 
@@ -359,8 +402,11 @@ def main() -> None:
     print(table(rows))
     for r in rows:
         if r["path"].startswith("ours"):
-            print(f"{r['path']} {r['batch']}: routed {len(r['routed'])}; cpu {r.get('cpu_per_step', {})}")
-            print("  " + "\n  ".join(r["routed"]))
+            kept = sum("(" in line for line in r["routed"])
+            print(f"{r['path']} {r['batch']}: routed {len(r['routed']) - kept} of {len(r['routed'])}; "
+                  f"host calls per step {r.get('cpu_per_step', {})}")
+            for line in sorted(set(r["routed"])):
+                print(f"  {r['routed'].count(line)}x {line}")
 
 
 if __name__ == "__main__":
