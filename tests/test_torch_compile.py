@@ -395,3 +395,33 @@ def test_a_config_that_is_wrong_at_another_m_is_not_used(cache_dir, space, monke
     (call,) = [r.call for r in torch_compile._ROUTES.values()
                if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
     assert call.chosen[10].startswith("triton::mm tuned at M = 16 failed its check at M = 10: relative error")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_compile_tunes_what_it_meets_and_routes_a_dynamic_batch(cache_dir, capfd):
+    """Nothing cached, the defaults: the first compile tunes the Linear (static, then with a
+    dynamic batch), the outputs match float64, a second process-state compile tunes nothing."""
+    lin = torch.nn.Linear(512, 1024, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    x = torch.randn(8, 512, device="cuda", dtype=torch.bfloat16)
+    want = lambda x: x.double() @ lin.weight.double().t() + lin.bias.double()  # noqa: E731
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(lin, routes=routes, fullgraph=True, dynamic=False)(x)
+    assert "autotune: tuning 1 matmul problem" in capfd.readouterr().err
+    assert len(routed(routes)) == 1
+    torch.testing.assert_close(got.double(), want(x), rtol=2e-2, atol=2e-2)
+
+    api.reset()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        autotune_cli.compile(lin, fullgraph=True, dynamic=False)(x)
+    assert "tuning" not in capfd.readouterr().err
+
+    torch._dynamo.reset()
+    dynamic: list = []
+    compiled = autotune_cli.compile(lin, routes=dynamic, fullgraph=True, dynamic=True, mode="default")
+    with torch.no_grad():
+        for rows in (8, 5, 13, 64):
+            x = torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(compiled(x).double(), want(x), rtol=2e-2, atol=2e-2)
+    assert [r.uid for r in routed(dynamic)] == ["dynamic"]
