@@ -9,17 +9,28 @@ own lookup picks the one that matches it, or resumes a partial one), receives th
 entry and key back, and alone writes the cache file. Each node compiles with its own
 compile pool into its own Triton cache.
 
-Faults: an actor that dies (ray.kill, a lost node) loses nothing it already returned
+An actor's `tune` is a Ray generator: it streams each partial entry its tuner saves (the
+results measured so far, as `progress.TuneProgress` writes them about every half second)
+and then the outcome; the driver writes each to the cache file as it arrives, as a local
+tune writes its own, so that a kill -9 of the driver loses nothing an actor reported.
+
+Faults: an actor that dies (ray.kill, a lost node) loses nothing it already reported
 (the driver stored it on arrival); its unfinished problem is re-queued on the survivors
-(at most MAX_ATTEMPTS tries per problem). The run ends with every problem tuned or
-reported failed. The package (and any --plugin file) must be importable on every node.
+(at most MAX_ATTEMPTS tries per problem), which resume from its partial entry. The run ends
+with every problem tuned or reported failed. The package (and any --plugin file) must be
+importable on every node.
+
+Nothing of Ray's reaches the command's stdout (--json is parsed from it): the cluster's error
+messages, which Ray's driver prints there whatever `log_to_driver` says, go to stderr.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import tempfile
+import threading
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +49,22 @@ from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
 from ..settings import TuneSettings
 from ..tuner import TuneListener, TuneOutcome, Tuner
 
+CONNECT_TIMEOUT_S = 5.0  # a cluster's head that does not accept a connection in this long is unreachable
+
+
+class ReportingCache(MemoryCache):
+    """An actor's cache: each entry its tuner puts (partial ones as results come, then the
+    finished one) is also queued for the driver, which alone writes the file."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outbox: queue.Queue | None = None
+
+    def put(self, key: str, entry: Entry) -> None:
+        super().put(key, entry)
+        if self.outbox is not None:
+            self.outbox.put((key, entry))
+
 
 class TuneActor:
     """One device of the cluster: tunes the problems it is given, writes no file."""
@@ -53,15 +80,41 @@ class TuneActor:
                 compile_workers = max(1, default_compile_workers(device) // max(1, gpus_on_node))
             local = replace(settings, compile_workers=compile_workers)
         self.settings = replace(local, cache_dir=node_dir, gpus=1, executor="local", ray_address=None)
-        self.cache = MemoryCache()
+        self.cache = ReportingCache()
         self.tuner = Tuner(self.settings, cache=self.cache, device=device)
         self.identity_ = {"host": socket.gethostname(), "pid": os.getpid(), "device": device.name}
 
-    def tune(self, problem: dict, entries: dict[str, dict]) -> dict:
+    def tune(self, problem: dict, entries: dict[str, Entry]):
+        """Yields {"partial": True, "key", "entry"} for each partial entry the tune saves, then
+        the outcome: {"key", "entry", "from_cache", "host", "pid", "device"}. The tune runs on
+        a thread of its own so that its partial entries stream out while it runs."""
         self.cache.entries = dict(entries)
-        outcome = self.tuner.tune(GemmProblem.from_dict(problem))
-        return {"key": outcome.key, "entry": outcome.entry, "from_cache": outcome.from_cache,
-                **self.identity_}
+        self.cache.outbox = outbox = queue.Queue()
+        ended: dict = {}
+
+        def run() -> None:
+            try:
+                ended["outcome"] = self.tuner.tune(GemmProblem.from_dict(problem))
+            except BaseException as exc:  # noqa: BLE001 - raised to the driver below
+                ended["error"] = exc
+            finally:
+                outbox.put(None)
+
+        thread = threading.Thread(target=run, name="autotune-ray-tune", daemon=True)
+        thread.start()
+        try:
+            while (item := outbox.get()) is not None:
+                key, entry = item
+                if entry.partial:  # the finished entry goes with the outcome
+                    yield {"partial": True, "key": key, "entry": entry}
+        finally:
+            self.cache.outbox = None
+        thread.join()
+        if "error" in ended:
+            raise ended["error"]
+        outcome = ended["outcome"]
+        yield {"key": outcome.key, "entry": outcome.entry, "from_cache": outcome.from_cache,
+               **self.identity_}
 
     def close(self) -> None:
         self.tuner.close()
@@ -82,6 +135,64 @@ def _cluster_count(settings: TuneSettings) -> int:
     return count
 
 
+def check_address(address: str) -> None:
+    """A Ray address the driver can join, or a UserError (one line) at once: "auto" and
+    "local" (Ray's own), else host:port or ray://host:port whose host accepts a TCP
+    connection within CONNECT_TIMEOUT_S. (Ray itself waits a minute or more on a head that
+    does not answer.) Another scheme is left to Ray, which refuses what it cannot use."""
+    text = address.strip()
+    if text in ("auto", "local"):
+        return
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    if scheme not in ("", "ray"):
+        return
+    shown = repr(address[:120])
+    host, colon, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--ray-address {shown}: not a Ray address (host:port of the cluster's head, "
+                        f"ray://host:port, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise UserError(f"--ray-address {shown}: cannot reach {host}:{port} ({why})") from None
+
+
+def _join(address: str | None) -> None:
+    """ray.init: a local cluster (None), or the one at `address`, checked first; an address
+    Ray refuses is a UserError (one line)."""
+    if address is not None:
+        check_address(address)
+    try:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    except (ConnectionError, ValueError) as exc:
+        if address is None:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--ray-address {address[:120]!r}: {first}") from None
+
+
+def _ray_messages_to_stderr() -> None:
+    """Ray's driver prints the cluster's error messages (a dead worker's yellow "(raylet)"
+    line) on sys.stdout from a thread of its own, log_to_driver or not; send them to stderr,
+    where the command's progress goes, so that stdout holds only the command's output. (Ray
+    calls ray._private.worker.print_to_stdstream by name for each.)"""
+    from ray._private import worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "to_stderr", False):
+        return
+
+    def print_to_stderr(data, *args, **kwargs):
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    print_to_stderr.to_stderr = True
+    ray_worker.print_to_stdstream = print_to_stderr
+
+
 def _gpus_per_node() -> int:
     counts = [int(node.get("Resources", {}).get("GPU", 0)) for node in ray.nodes() if node.get("Alive")]
     return max(counts or [1]) or 1
@@ -98,9 +209,9 @@ class RayTuner:
         self.listener = LockedListener(listener or TuneListener())
         self.owns_ray = False
         if not ray.is_initialized():
-            address = settings.ray_address or os.environ.get("RAY_ADDRESS") or None
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            _join(settings.ray_address or os.environ.get("RAY_ADDRESS") or None)
             self.owns_ray = True
+        _ray_messages_to_stderr()
         count = actors or _cluster_count(settings)
         if settings.device == "cuda":
             options = {"num_gpus": 1, "num_cpus": 0}
@@ -124,7 +235,7 @@ class RayTuner:
         pending = deque(range(len(problems)))
         idle = deque(range(len(self.actors)))
         alive = set(range(len(self.actors)))
-        in_flight: dict = {}  # object ref -> (actor slot, problem index)
+        in_flight: dict = {}  # an actor's tune (its stream of reports) -> (actor slot, problem index)
         self.in_flight = in_flight  # seen by tests, which kill a busy actor
         lost: dict[int, str] = {}
 
@@ -137,17 +248,18 @@ class RayTuner:
                 slot, index = idle.popleft(), pending.popleft()
                 result = results[index]
                 result.attempts += 1
-                ref = self.actors[slot].tune.remote(result.problem.to_dict(),
-                                                    self._entries_for(result.problem))
-                in_flight[ref] = (slot, index)
+                stream = self.actors[slot].tune.remote(result.problem.to_dict(),
+                                                       self._entries_for(result.problem))
+                in_flight[stream] = (slot, index)
             if not in_flight:
                 break  # no actor left
-            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
-            slot, index = in_flight.pop(ref)
+            (stream,), _ = ray.wait(list(in_flight), num_returns=1)
+            slot, index = in_flight[stream]
             result = results[index]
             try:
-                value = ray.get(ref)
+                value = ray.get(next(stream))
             except RayTaskError as exc:  # the problem failed on its own; the actor goes on
+                del in_flight[stream]
                 cause = getattr(exc, "cause", None) or exc
                 result.error = str(cause) if isinstance(cause, UserError) else \
                     f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
@@ -155,15 +267,23 @@ class RayTuner:
                 idle.append(slot)
                 finish(result)
                 continue
-            except Exception as exc:  # the actor died (RayActorError) or cannot be reached:
-                alive.discard(slot)  # its problem goes to a survivor
-                lost[slot] = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            except Exception as exc:  # the actor died (RayActorError) or cannot be reached
+                # (StopIteration: its stream ended without an outcome): its problem goes to a
+                # survivor, which resumes from the partial entry stored for it
+                del in_flight[stream]
+                alive.discard(slot)
+                text = str(exc).strip()
+                lost[slot] = text.splitlines()[0] if text else type(exc).__name__
                 if alive and result.attempts < MAX_ATTEMPTS:
                     pending.appendleft(index)
                 else:
                     result.error = f"actor {slot} lost: {lost[slot]}"
                     finish(result)
                 continue
+            if value.get("partial"):  # results measured so far: stored now, the tune goes on
+                self.cache.put(value["key"], value["entry"])
+                continue
+            del in_flight[stream]
             idle.append(slot)
             outcome = TuneOutcome(result.problem, value["key"], value["entry"], value["from_cache"])
             if not outcome.from_cache:
