@@ -95,9 +95,11 @@ class Loop:
         g = torch.Generator().manual_seed(batch)
         ids = torch.randint(0, cfg.vocab_size, (batch, prompt), generator=g).to(device)
         with torch.no_grad():
-            out = model(input_ids=ids, past_key_values=self.cache, cache_position=torch.arange(prompt, device=device),
-                        use_cache=True)
-        self.tok = out.logits[:, -1:].argmax(-1)
+            model(input_ids=ids, past_key_values=self.cache, cache_position=torch.arange(prompt, device=device),
+                  use_cache=True)
+        # the first token drawn, not the prefill's argmax: paths that differ in rounding would
+        # otherwise start from different tokens and their logits could not be compared
+        self.tok = torch.randint(0, cfg.vocab_size, (batch, 1), generator=g).to(device)
         self.pos = prompt
         self.position = torch.tensor([prompt], device=device)
         self.length = length
