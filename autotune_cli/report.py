@@ -17,7 +17,7 @@ from rich.markup import escape
 from .entry import Entry
 from .problem import GemmProblem
 from .results import Candidate, params_str
-from .text import printable
+from .text import plural, printable
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -70,8 +70,8 @@ class ProgressReporter:
         pruned = choices.pruned_counts()
         pruned_text = ", ".join(f"{n} by {stage}" for stage, n in pruned.items()) or "none"
         self.console.print(
-            f"tuning {problem.describe()} on {problem.device}: {len(choices.choices)} candidates "
-            f"of {choices.considered} configs (pruned: {pruned_text})", highlight=False, markup=False,
+            f"tuning {problem.describe()} on {problem.device}: {plural(len(choices.choices), 'candidate')} "
+            f"of {plural(choices.considered, 'config')} (pruned: {pruned_text})", highlight=False, markup=False,
             soft_wrap=False)
         self.progress = _progress(self.console)
         self.progress.start()

@@ -24,6 +24,11 @@ def printable(value: Any) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+def article(word: str) -> str:
+    """`word` after "a" or "an" as it is spoken by its first letter: "an int", "a float"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def plural(count: int, one: str, many: str | None = None) -> str:
     """"1 candidate", "2 candidates", "0 candidates"; `many` where adding "s" is wrong
     ("entry", "entries")."""

@@ -64,9 +64,15 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cli(capsys):
-    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+def cli(capsys, monkeypatch):
+    """Run the CLI in-process: returns (exit code, stdout, stderr). Its tables are drawn 160
+    columns wide, so that a row reads whole; the width a pipe gets is tested on its own
+    (test_cli_text.py)."""
     from autotune_cli.cli import main
+    from autotune_cli.cli import console
+
+    for stream in (console.out, console.err):
+        monkeypatch.setattr(stream, "width", 160)
 
     def run(*args):
         code = main([str(a) for a in args])

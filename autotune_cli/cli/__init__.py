@@ -42,6 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args is None:
         from .commands import main as typer_main
 
+        _note_namesakes()
         return typer_main(argv)
     from ..errors import UserError
     from .console import err
@@ -56,3 +57,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         err.print("interrupted")
         return 130
     return 0
+
+
+def _note_namesakes() -> None:
+    """One line naming an unrelated distribution installed here that ships the command
+    `autotune` or the package `autotune_cli` too: the likely cause of whatever goes wrong."""
+    from ..version import DISTRIBUTION, namesakes_installed
+    from .console import err
+
+    for found in namesakes_installed():
+        name = found.split()[0]
+        err.print(f"note: {found} is installed here too, an unrelated project that also ships the "
+                  f"command autotune and the package autotune_cli; if autotune misbehaves: pip "
+                  f"uninstall {name}, then reinstall {DISTRIBUTION}", markup=False, highlight=False)

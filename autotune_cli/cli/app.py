@@ -85,13 +85,16 @@ def likely_device(device: Optional[Device]) -> str:
     return "cuda" if driver_present() else "cpu"
 
 
-def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = None) -> str:
+def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = None, runs: bool = True) -> str:
+    """The device a command works for; `runs`: whether anything will run there (a plan only
+    lists problems, so it says nothing of how they would run)."""
     if device is not None:
         return device.value
     if gpu_present(remembered_in):
         return "cuda"
-    err.print("note: no GPU found; running on the CPU through Triton's interpreter "
-              "(--device cpu). Timings there only rank kernels for the interpreter.")
+    if runs:
+        err.print("note: no GPU found; running on the CPU through Triton's interpreter "
+                  "(--device cpu). Timings there only rank kernels for the interpreter.")
     return "cpu"
 
 

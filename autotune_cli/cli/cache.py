@@ -23,7 +23,7 @@ import typer
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
 from ..entry import Entry
 from ..errors import UserError
-from ..text import printable
+from ..text import plural, printable
 from .show import Items, entry_matches, open_cache, print_notices, select, show, winners_only
 
 
@@ -258,12 +258,12 @@ def cache_clear(
     count = len(cache.load())
     if count and not yes:
         if not sys.stdin.isatty():  # a pipe's "n" is no answer to a question never shown
-            raise UserError(f"cache clear would remove {count} entries from {cache.path}: "
+            raise UserError(f"cache clear would remove {plural(count, 'entry', 'entries')} from {cache.path}: "
                             "without a terminal to confirm on, pass --yes")
-        typer.confirm(f"remove {count} entries from {cache.path}?", abort=True)
+        typer.confirm(f"remove {plural(count, 'entry', 'entries')} from {cache.path}?", abort=True)
     removed = cache.clear()
     print_notices(cache)
-    err.print(f"removed {removed} entries from {cache.path}", markup=False)
+    err.print(f"removed {plural(removed, 'entry', 'entries')} from {cache.path}", markup=False)
 
 
 class ExportFormat(str, Enum):
@@ -290,7 +290,7 @@ def cache_export(
     where = "stdout" if output in (None, "-") else output
     if format_ is ExportFormat.autotune:
         write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
-        err.print(f"exported {len(items)} entries to {where}", markup=False)
+        err.print(f"exported {plural(len(items), 'entry', 'entries')} to {where}", markup=False)
         return
     from ..export import inductor_table
 
@@ -299,7 +299,8 @@ def cache_export(
     write_output(json.dumps(table, indent=1) + "\n", output)
     for note in notes:
         err.print(f"note: {note}", markup=False)
-    err.print(f"exported {len(table)} lookup-table keys from {len(items)} entries to {where}", markup=False)
+    err.print(f"exported {plural(len(table), 'lookup-table key')} from {plural(len(items), 'entry', 'entries')} to {where}",
+              markup=False)
 
 
 @cache_app.command("import")
@@ -341,7 +342,7 @@ def cache_import(
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
-              f"{len(plan.skipped)} of {len(theirs) + len(refused)} entries from {path}", markup=False)
+              f"{len(plan.skipped)} of {plural(len(theirs) + len(refused), 'entry', 'entries')} from {path}", markup=False)
 
 
 @cache_app.command("prune")
@@ -370,8 +371,8 @@ def cache_prune(
         print_notices(cache)
         for key in doomed:
             out.print(printable(key), markup=False, soft_wrap=True)
-        err.print(f"would remove {len(doomed)} of {len(items)} entries from {cache.path}", markup=False)
+        err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}", markup=False)
         return
     removed = cache.remove(predicate)
     print_notices(cache)
-    err.print(f"removed {removed} entries from {cache.path}", markup=False)
+    err.print(f"removed {plural(removed, 'entry', 'entries')} from {cache.path}", markup=False)

@@ -141,8 +141,14 @@ def mm(
     if profile:
         from ..phases import summary_line
 
-        err.print(summary_line(outcome.entry.phase_fields()) if not outcome.from_cache else "phases: a cache hit",
-                  markup=False, highlight=False)
+        fields = outcome.entry.phase_fields()
+        if not outcome.from_cache:
+            line = summary_line(fields)
+        else:  # this command only read the cache: the seconds of the tune that answers it
+            line = "phases: a cache hit"
+            if fields.get("phases"):
+                line += f"; when it was tuned, {summary_line(fields)}"
+        err.print(line, markup=False, highlight=False)
         err.print("command (s since its start): " + ", ".join(
             f"{name} {value:.2f}" for name, value in command.stages.items() if value is not None),
             markup=False, highlight=False)
@@ -218,7 +224,7 @@ def model(
         from ..runner.processes import prestart_workers
 
         prestart_workers(likely_device(device), switches.start_method)  # their imports run beside ours
-    dev = resolve_device(device)
+    dev = resolve_device(device, runs=not plan_only)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..text import article
 from .classify import MATMUL_OPS, Operand, classify_call, sym, sym_eq
 from .text import one_line
 
@@ -85,7 +86,7 @@ def _script_tensor_args(module: Any) -> tuple[list[str], int]:
         if not is_tensor:
             if has_default:
                 continue
-            raise UserError(f"forward argument {arg.name!r} is a {typ}, not a tensor; "
+            raise UserError(f"forward argument {arg.name!r} is {article(str(typ))}, not a tensor; "
                             "only models whose inputs are tensors can be read")
         names.append(arg.name)
         if not has_default:

@@ -1,0 +1,90 @@
+"""What the command says, read as a newcomer reads it: counts in the right number, no
+claim that something runs when nothing does, tables a pipe or a log can hold (80 columns
+unless COLUMNS says otherwise), and a namesake distribution named when it is installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+
+from autotune_cli.text import article, plural
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, cwd=None, env=None, **extra) -> subprocess.CompletedProcess:
+    """The command as a script runs it: stdout and stderr are pipes, not a terminal."""
+    return subprocess.run([sys.executable, "-m", "autotune_cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, cwd=cwd, env={**os.environ, **(env or {})}, **extra)
+
+
+def test_counted_nouns_and_articles():
+    assert [plural(n, "candidate") for n in (0, 1, 2)] == ["0 candidates", "1 candidate", "2 candidates"]
+    assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == "3 entries"
+    assert [article(w) for w in ("int", "float", "Optional[int]")] == ["an int", "a float", "an Optional[int]"]
+
+
+def test_one_candidate_and_one_entry_are_singular(cache_dir, tmp_path):
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "200"}
+    tuned = run("mm", "--m", 16, "--n", 16, "--k", 16, "--device", "cpu", "--templates", "aten", env=env)
+    assert tuned.returncode == 0, tuned.stderr
+    assert ": 1 candidate of 1 config (pruned: none)" in tuned.stderr, tuned.stderr
+    exported = run("cache", "export", "--format", "autotune", "-o", tmp_path / "one.json", env=env)
+    assert "exported 1 entry to" in exported.stderr, exported.stderr
+    imported = run("cache", "import", tmp_path / "one.json", "--cache-dir", tmp_path / "other", env=env)
+    assert "of 1 entry from" in imported.stderr, imported.stderr
+    pruned = run("cache", "prune", "--filter", "mm", "--dry-run", env=env)
+    assert "would remove 1 of 1 entry from" in pruned.stderr, pruned.stderr
+
+
+def test_tables_to_a_pipe_fit_80_columns_unless_columns_says(cache_dir):
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    tuned = run("mm", "--m", 24, "--n", 40, "--k", 16, "--device", "cpu", "--templates", "aten,triton::mm",
+                env={**env, "COLUMNS": ""})
+    assert tuned.returncode == 0, tuned.stderr
+    shown = run("cache", "show", env={**env, "COLUMNS": ""})
+    for text in (tuned.stdout, shown.stdout):
+        widths = [cell_len(line) for line in text.splitlines()]
+        assert widths and max(widths) <= 80, text
+        assert max(widths) >= 60  # drawn at 80, not squeezed
+    wide = run("cache", "show", env={**env, "COLUMNS": "200"})
+    assert max(cell_len(line) for line in wide.stdout.splitlines()) > 80
+
+
+def test_a_plan_does_not_say_anything_runs(cache_dir, tmp_path):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32)).eval()
+    path = tmp_path / "one.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(4, 16),)), str(path))
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "PATH": "/usr/bin:/bin"}  # no nvidia-smi: no GPU
+    planned = run("model", path, "--plan", env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert "running on the CPU" not in planned.stderr and "addmm 4x32x16" in planned.stdout + planned.stderr
+
+
+def test_a_namesake_distribution_is_named_when_installed(tmp_path):
+    site = tmp_path / "site"
+    info = site / "autotune_cli-0.3.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: autotune-cli\nVersion: 0.3.1\n")
+    plain = run("--version", cwd=tmp_path)
+    assert plain.returncode == 0 and "note:" not in plain.stderr
+    beside = run("--version", cwd=tmp_path, env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"})
+    assert beside.returncode == 0 and beside.stdout == plain.stdout
+    (line,) = [line for line in beside.stderr.splitlines() if line.strip()]
+    assert line.startswith("note: autotune-cli 0.3.1 is installed here too") and "pip uninstall autotune-cli" in line
+
+
+def test_profile_on_a_cache_hit_says_where_its_tune_went(cache_dir):
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    args = ("mm", "--m", 16, "--n", 16, "--k", 16, "--device", "cpu", "--templates", "aten", "--profile")
+    assert run(*args, env=env).returncode == 0
+    hit = run(*args, env=env)
+    assert hit.returncode == 0, hit.stderr
+    (line,) = [line for line in hit.stderr.splitlines() if line.startswith("phases:")]
+    assert line.startswith("phases: a cache hit; when it was tuned, phases (s): total "), line
