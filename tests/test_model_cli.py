@@ -333,13 +333,12 @@ def test_hint_by_dim_name_input_dim_or_symbol(cli, models):
     """Dim("batch") is saved as a symbol of torch's choosing: --hint batch=, x.0= and the
     symbol itself all name it (the program has that one dynamic dim)."""
     _, pt2, _ = models["dynamic"]
-    plans = [model_json(cli, pt2, "--plan", "--hint", f"{name}=1,16,128")[0]["plan"]
-             for name in ("batch", "x.0")]
-    (sym,) = plans[0][0]["hint"]
-    plans.append(model_json(cli, pt2, "--plan", "--hint", f"{sym}=1,16,128")[0]["plan"])
-    assert plans[0] == plans[1] == plans[2]
-    assert [(p["problem"]["m"], p["hint"]) for p in plans[0]] == [
-        (4, {sym: 1}), (8, None), (64, {sym: 16}), (512, {sym: 128})]
+    (sym,) = model_json(cli, pt2, "--plan")[0]["plan"][0]["hint"]  # unhinted: torch's symbol
+    plans = {name: model_json(cli, pt2, "--plan", "--hint", f"{name}=1,16,128")[0]["plan"]
+             for name in ("batch", "x.0", sym)}
+    for name, plan in plans.items():  # the same problems, the dim named as the user named it
+        assert [(p["problem"]["m"], p["hint"]) for p in plan] == [
+            (4, {name: 1}), (8, None), (64, {name: 16}), (512, {name: 128})]
 
 
 class TwoDims(nn.Module):

@@ -40,7 +40,7 @@ from .app import (
     WorkersOpt,
 )
 from ..errors import UserError
-from .rows import _Clock, plan_rows, result_row
+from .rows import _Clock, pass_estimates, plan_rows, result_row
 
 
 @app.command()
@@ -289,7 +289,7 @@ def model(
                          "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
-        out.print(f"estimated GEMM time per forward pass: aten {total_aten:.4f} ms, "
-                  f"tuned {total_aten - total_saved:.4f} ms (saves {total_saved:.4f} ms)")
+        for line in pass_estimates(rows):
+            out.print(line)
     if any(r["winner"] is None for r in rows):
         raise typer.Exit(code=1)

@@ -16,7 +16,7 @@ the sizes given (one combination) and are checked against the static sizes.
 Within one combination of values, identical problems (same GemmProblem, same hint) are
 merged with their counts summed; a problem already listed for an earlier combination
 (e.g. a static one, hint None) is not listed again. Order: combination by combination,
-then first appearance in the forward pass. `hint` keys are torch's symbol names.
+then first appearance in the forward pass. `hint` keys are the names --hint gave, else torch's symbols.
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
 
 def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
                     ranges: dict[str, Any], input_shapes,
-                    hints) -> list[dict[str, int]]:
+                    hints, names: dict[str, str] | None = None) -> list[dict[str, int]]:
     """The combinations of values an exported program's dims are read at: `raws` are its
     classified calls, `inputs` its user inputs (name, sizes), `ranges` its symbols' ranges
-    (.lower, .upper); `input_shapes` or `hints` as find_gemms takes them."""
+    (.lower, .upper); `input_shapes` or `hints` as find_gemms takes them. `names` receives
+    {symbol: the name --hint gave it} (batch, x.0), for what is shown to the user."""
 
     # aliases "<input>.<dim>" for plain symbols
     aliases: dict[str, str] = {}
@@ -77,6 +78,8 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
         if symbol in given:
             raise UserError(f"dynamic dim {symbol} is hinted twice (as {key!r} too)")
         given[symbol] = list(values)
+        if names is not None:
+            names[symbol] = key
     per_symbol = {s: given.get(s) or _default_values(ranges.get(s)) for s in used}
     return _combine(per_symbol)
 
@@ -191,7 +194,10 @@ def _evaluate(expr: Any, binding: dict[str, int]) -> int | None:
 
 
 def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, device: str,
-               allow_tf32: bool) -> list[FoundGemm]:
+               allow_tf32: bool, names: dict[str, str] | None = None) -> list[FoundGemm]:
+    """One FoundGemm per distinct problem (see the module); its `hint` names each dim as
+    `names` does (the user's --hint name), else by its symbol."""
+    names = names or {}
     out: list[FoundGemm] = []
     index: dict[tuple, int] = {}
     for binding in scenarios:
@@ -220,7 +226,7 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                 layout=raw.layout, bias=raw.bias,
                 allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
                 scale=raw.scale, out_dtype=raw.out_dtype, fast_accum=raw.fast_accum)
-            hint = {s: binding[s] for s in sorted(symbols)} or None
+            hint = {names.get(s, s): binding[s] for s in sorted(symbols)} or None
             key = (problem, tuple(sorted(hint.items())) if hint else None)
             if key in local:
                 prev = local[key]

@@ -14,6 +14,7 @@ inputs' sizes, the dynamic dims' ranges. What it does not understand is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,20 @@ class ExportGraph:
     raws: list[Any]  # classify_call's results for the graph's matmul-like nodes, in order
     inputs: list[tuple[str, tuple[Any, ...]]]  # user tensor inputs: placeholder name, sizes
     ranges: dict[str, Any]  # symbol name -> its range (.lower, .upper), as range_constraints
+    untuned: dict[str, int] = dataclasses.field(default_factory=dict)  # UNTUNED_KINDS kind -> how many
+
+
+# Ops that do much of a model's arithmetic but are no GEMM autotune tunes: the report names
+# them, so that a Linear's share of the GEMMs is not read as its share of the model.
+UNTUNED_KINDS = {
+    "convolution": ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                    "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution"),
+    "attention op": ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                     "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
+                     "_efficient_attention_forward"),
+}
+_UNTUNED_OPS = {op: kind for kind, ops in UNTUNED_KINDS.items() for op in ops}
 
 
 _EXPORT_SCHEMA_MAJOR = 8
@@ -152,6 +167,7 @@ def parse_exported_program(doc: Any) -> ExportGraph:
         raise ArchiveUnreadable(f"argument form {field!r} not handled")
 
     raws: list[Any] = []
+    untuned: dict[str, int] = {}
     for node in graph["nodes"]:
         target = node["target"]
         if not isinstance(target, str):
@@ -163,6 +179,8 @@ def parse_exported_program(doc: Any) -> ExportGraph:
             raise ArchiveUnreadable(f"target {target!r} not understood")
         op, overload = parts[3], parts[4]
         name = f"aten::{op}"
+        if op in _UNTUNED_OPS:
+            untuned[_UNTUNED_OPS[op]] = untuned.get(_UNTUNED_OPS[op], 0) + 1
         if name not in MATMUL_OPS:
             continue
         arg_names = _EXPORT_ARG_NAMES.get(op, {}).get(overload)
@@ -215,4 +233,4 @@ def parse_exported_program(doc: Any) -> ExportGraph:
         if key in present:
             ranges[key] = _Range(_range_bound(bounds["min_val"], -math.inf),
                                  _range_bound(bounds["max_val"], math.inf))
-    return ExportGraph(raws, inputs, ranges)
+    return ExportGraph(raws, inputs, ranges, untuned)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..problem import MIN_GEMM_K
+from ..text import plural
 from .classify import MatmulCall
 from .dims import concretize, export_bindings
 from .export_archive import read_export
@@ -72,10 +73,11 @@ def find_gemms(
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
     fused: list[str] = []
+    names: dict[str, str] = {}  # symbol -> the name --hint gave it
     if fmt == "export":
         graph = read_export(path)
         raws = graph.raws
-        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints)
+        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names)
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
@@ -103,10 +105,14 @@ def find_gemms(
         other = sorted({r for r in raws if isinstance(r, str)})
         extra = f" (only matmuls in {', '.join(other)}, which are not tuned)" if other else ""
         raise UserError(f"no matmuls found in {path}{extra}")
+    if fmt == "export" and graph.untuned and notes is not None:
+        ops = ", ".join(plural(n, kind) for kind, n in sorted(graph.untuned.items()))
+        notes.append(f"not tuned: {ops}, whose work is not a GEMM autotune tunes; each matmul's "
+                     "share is of the matmuls listed, not of the model")
     if fused and notes is not None:
         notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
                      f"to list them, {way_out}")
-    return concretize(kept, scenarios, device=device, allow_tf32=allow_tf32)
+    return concretize(kept, scenarios, device=device, allow_tf32=allow_tf32, names=names)
 
 
 def _outer_product(call: MatmulCall) -> bool:

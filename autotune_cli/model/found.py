@@ -13,7 +13,7 @@ class FoundGemm:
     problem: GemmProblem
     count: int  # how many times it occurs per forward pass
     sources: tuple[str, ...]  # aten op names that produced it, e.g. ("aten.linear",)
-    hint: dict[str, int] | None  # dynamic dims: the symbol values it was taken at, else None
+    hint: dict[str, int] | None  # dynamic dims (as --hint named them) at the values it was taken at
 
     def __hash__(self) -> int:  # a dict field would make the generated hash fail
         return hash((self.problem, self.count, self.sources,
