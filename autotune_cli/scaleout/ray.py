@@ -2,7 +2,7 @@
 owning one GPU of some node (`num_gpus=1`; with `--device cpu`, one CPU: `num_cpus=1`).
 
 An actor runs the ordinary `Tuner` with a `LocalExecutor` on its GPU (Ray has set
-CUDA_VISIBLE_DEVICES to it) and a `MemoryCache`: it probes its own device, so the entry
+CUDA_VISIBLE_DEVICES to it) and a `ReportingCache` (in memory): it probes its own device, so the entry
 it returns carries the fingerprint of the machine that measured it. The driver sends with
 each problem the cache entries it holds for that problem (any fingerprint: the actor's
 own lookup picks the one that matches it, or resumes a partial one), receives the
@@ -21,7 +21,8 @@ with every problem tuned or reported failed. The package (and any --plugin file)
 importable on every node.
 
 Nothing of Ray's reaches the command's stdout (--json is parsed from it): the cluster's error
-messages, which Ray's driver prints there whatever `log_to_driver` says, go to stderr.
+messages, which Ray's driver prints there whatever `log_to_driver` says, go to stderr. A
+--ray-address that cannot be joined (malformed, refused, unreachable) is one line at once.
 """
 
 from __future__ import annotations
