@@ -40,7 +40,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -234,6 +236,16 @@ def compiler(path: str, model, cache_dir: Path, routes: list, smoke: bool):
     return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes, tune=tune)
 
 
+def sync_free(device: str) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def fresh_compiler_state() -> None:
     import torch
 
@@ -243,14 +255,20 @@ def fresh_compiler_state() -> None:
     api.reset()
 
 
-def run_path(path: str, cfg, model, batch: int, args, cache_dir: Path, reference, device: str,
-             tokens_ref: dict) -> dict:
-    import torch
+@dataclass
+class Prepared:
+    """One path compiled at one size, ready to time: `tick` runs one timed round (ms per
+    step), `step` one untimed call (for the profiler and the host time)."""
 
-    from torch._dynamo.utils import counters
+    row: dict
+    tick: Callable[[], float]
+    step: Callable[[], object]
+    host: Callable[[], float] | None = None
+    times: list = field(default_factory=list)
 
-    fresh_compiler_state()
-    counters.clear()
+
+def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, reference, device: str,
+                   tokens_ref: dict) -> Prepared:
     routes: list = []
     step = compiler(path, model, cache_dir, routes, args.smoke)
     loop = Loop(cfg, model, step, batch, args.prompt, args.cache_len, device)
@@ -262,32 +280,20 @@ def run_path(path: str, cfg, model, batch: int, args, cache_dir: Path, reference
     tokens = loop.steps(args.tokens)
     for _ in range(3):
         loop.once()
-    times = [time_steps(loop, args.steps, device) for _ in range(args.rounds)]
-    host = statistics.median(host_steps(loop, min(args.steps, 8), device) for _ in range(3))
-    prof = profile_steps(loop.once, args.profile_steps, device)
-    row = {"path": path, "batch": batch, "compile_s": round(compile_s, 2),
-           "ms_per_step": round(statistics.median(times), 4), "rounds_ms": [round(t, 4) for t in times],
-           "host_ms": round(host, 4),
-           "kernel_ms": round(prof["kernel_ms"], 4), "gemm_ms": round(prof["gemm_ms"], 4),
-           "kernels": prof["kernels"], "cpu_per_step": prof["cpu_per_step"], "error": err, "tokens": tokens,
-           "routed": routed_lines(routes), "table": prof["table"],
-           "cudagraph_skips": {k: dict(v) for k, v in counters.items() if "graph" in k or k == "inductor"}}
+    row = {"path": path, "batch": batch, "compile_s": round(compile_s, 2), "error": err, "tokens": tokens,
+           "routed": routed_lines(routes)}
     if path == "reduce-overhead":
         tokens_ref[batch] = tokens
-    if batch in tokens_ref:
-        row["tokens_same"] = sum(a == b for a, b in zip(tokens, tokens_ref[batch]))
-    del loop, step
-    torch.cuda.empty_cache() if device == "cuda" else None
-    return row
+    return Prepared(row, lambda: time_steps(loop, args.steps, device), loop.once,
+                    lambda: host_steps(loop, min(args.steps, 8), device))
 
 
-def prefill_row(path: str, cfg, model, args, cache_dir: Path, device: str) -> dict:
+def prepare_prefill(path: str, cfg, model, args, cache_dir: Path, device: str) -> Prepared:
     """One forward of `--prefill` tokens (batch 1), no KV cache: the prompt's GEMMs at M =
     `--prefill`. (A static cache reset between forwards is an input the compiled graph
     mutates: Inductor then skips its CUDA graphs, and torch 2.11 crashed there.)"""
     import torch
 
-    fresh_compiler_state()
     routes: list = []
     fn = compiler(path, model, cache_dir, routes, args.smoke)
     ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=torch.Generator().manual_seed(7)).to(device)
@@ -297,31 +303,53 @@ def prefill_row(path: str, cfg, model, args, cache_dir: Path, device: str) -> di
         with torch.no_grad():
             return fn(input_ids=ids, use_cache=False).logits
 
+    def tick() -> float:  # the median of three forwards, each between two events
+        times = []
+        for _ in range(3):
+            sync(device)
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                call()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                started = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - started) * 1e3)
+        return statistics.median(times)
+
     started = time.perf_counter()
     call()
     sync(device)
     compile_s = time.perf_counter() - started
     for _ in range(2):
         call()
-    sync(device)
-    times = []
-    for _ in range(args.rounds * 3):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - t0) * 1e3)
-    prof = profile_steps(call, 2, device)
-    return {"path": path, "batch": f"prefill {args.prefill}", "compile_s": round(compile_s, 2),
-            "ms_per_step": round(statistics.median(times), 4), "kernel_ms": round(prof["kernel_ms"], 4),
-            "gemm_ms": round(prof["gemm_ms"], 4), "kernels": prof["kernels"],
-            "routed": routed_lines(routes), "table": prof["table"]}
+    row = {"path": path, "batch": f"prefill {args.prefill}", "compile_s": round(compile_s, 2),
+           "routed": routed_lines(routes)}
+    return Prepared(row, tick, call)
+
+
+def measure(prepared: list[Prepared], args, device: str, tokens_ref: dict) -> list[dict]:
+    """Time the paths of one size in interleaved rounds (a GPU's clocks drift between runs:
+    each round sees every path once), then profile each; their rows."""
+    for _ in range(args.rounds):
+        for p in prepared:
+            p.times.append(p.tick())
+    rows = []
+    for p in prepared:
+        prof = profile_steps(p.step, args.profile_steps, device)
+        row = {**p.row, "ms_per_step": round(statistics.median(p.times), 4),
+               "rounds_ms": [round(t, 4) for t in p.times], "kernel_ms": round(prof["kernel_ms"], 4),
+               "gemm_ms": round(prof["gemm_ms"], 4), "kernels": prof["kernels"],
+               "cpu_per_step": prof["cpu_per_step"], "table": prof["table"]}
+        if p.host is not None:
+            row["host_ms"] = round(statistics.median(p.host() for _ in range(3)), 4)
+        if "tokens" in row and row["batch"] in tokens_ref:
+            row["tokens_same"] = sum(a == b for a, b in zip(row["tokens"], tokens_ref[row["batch"]]))
+        rows.append(row)
+    return rows
 
 
 def routed_lines(routes: list) -> list[str]:
@@ -382,15 +410,21 @@ def main() -> None:
         raise SystemExit(f"unknown paths: {sorted(unknown)}")
     rows: list[dict] = []
     tokens_ref: dict = {}
+    order = sorted(paths, key=lambda p: p != "reduce-overhead")  # its tokens are the others' reference
     for batch in [int(b) for b in args.batches.split(",") if b]:
         reference = fp32_logits(cfg, model, batch, args.prompt, args.cache_len, device)
-        for path in sorted(paths, key=lambda p: p != "reduce-overhead"):
-            rows.append(run_path(path, cfg, model, batch, args, cache_dir, reference, device, tokens_ref))
-            print(table(rows[-1:]).splitlines()[1], flush=True)
+        fresh_compiler_state()
+        prepared = [prepare_decode(path, cfg, model, batch, args, cache_dir, reference, device, tokens_ref)
+                    for path in order]
+        rows += measure(prepared, args, device, tokens_ref)
+        print(table(rows[-len(prepared):]), flush=True)
+        del prepared
+        sync_free(device)
     if args.prefill:
-        for path in paths:
-            rows.append(prefill_row(path, cfg, model, args, cache_dir, device))
-            print(table(rows[-1:]).splitlines()[1], flush=True)
+        fresh_compiler_state()
+        prepared = [prepare_prefill(path, cfg, model, args, cache_dir, device) for path in paths]
+        rows += measure(prepared, args, device, tokens_ref)
+        print(table(rows[-len(prepared):]), flush=True)
     out = out_dir()
     if args.kernels:
         for r in rows:
