@@ -6,6 +6,9 @@ one compile pool (the next problems' kernels compiled while one is timed), one p
 display on stderr, every winner written to the cache, so that the routing that follows, the
 next compile and the next process find it. A problem that cannot be tuned (it does not fit,
 every candidate failed) is named on stderr and left to the compiler.
+
+In a torch.distributed job of several ranks the ranks share this work (`tune_graph`,
+scaleout/ranks.py): each problem is tuned once per job, and every rank gets every result.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import contextlib
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
+from .entry import Entry
 from .errors import UserError
 from .problem import GemmProblem
 from .settings import TuneSettings
 
-__all__ = ["TuneReport", "settings_for", "tune_missing"]
+__all__ = ["TuneReport", "settings_for", "tune_graph", "tune_missing"]
 
 # The problems after the one being tuned whose kernels the compile pool builds meanwhile.
 PREFETCH = 2
@@ -44,9 +48,34 @@ def settings_for(tune: TuneSettings | bool | None, device: str, cache_dir: Path)
     return TuneSettings(device=device, cache_dir=Path(cache_dir))
 
 
-def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet: bool = False) -> TuneReport:
+# What a tune tells of each problem as it ends: (problem, cache key, entry, None) when tuned,
+# (problem, None, None, why) when it failed.
+OnDone = Callable[[GemmProblem, "str | None", "Entry | None", "str | None"], None]
+
+
+def tune_graph(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], tuple[str, Entry] | None],
+               settings: TuneSettings) -> int:
+    """Tune the problems of one graph (`problems`: every one it routes, the same list on every
+    rank of a job) that have no winner here (`held(problem)`: the cached (key, entry), or
+    None). In a torch.distributed job of several ranks they share the work
+    (scaleout/ranks.py); otherwise `tune_missing` here. Returns how many had no winner here
+    before (0: nothing this rank routes can have changed)."""
+    from .scaleout.ranks import in_job, share_tuning
+
+    if in_job():
+        return share_tuning(problems, held, settings, tune_missing)
+    missing = [problem for problem in problems if held(problem) is None]
+    if missing:
+        tune_missing(missing, settings)
+    return len(missing)
+
+
+def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet: bool = False,
+                 device=None, on_done: OnDone | None = None) -> TuneReport:
     """Tune each of `problems` (distinct, none with a winner yet) in one tuner; a progress
-    display and a line per problem on stderr (none with `quiet`)."""
+    display and a line per problem on stderr (none with `quiet`). `device`: the DeviceInfo
+    to tune on (None: the settings' device, GPU 0); `on_done`: told of each problem as it
+    ends, so that what finished is known even if a later problem raises."""
     import time
 
     from rich.console import Console
@@ -65,7 +94,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
     try:
         with _main_not_imported():
             prestart_workers(settings.device, settings.measure.switches.start_method)
-            _tune_each(problems, settings, progress, report)
+            _tune_each(problems, settings, progress, report, device, on_done)
     finally:
         progress.close()
     for problem, why in report.failed.items():
@@ -75,21 +104,29 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
     return report
 
 
-def _tune_each(problems: Sequence[GemmProblem], settings: TuneSettings, progress, report: TuneReport) -> None:
+def _tune_each(problems: Sequence[GemmProblem], settings: TuneSettings, progress, report: TuneReport,
+               device=None, on_done: OnDone | None = None) -> None:
     from .tuner import Tuner
 
-    with Tuner(settings, progress) as tuner:
+    def failed(problem: GemmProblem, why: str) -> None:
+        report.failed[problem] = why
+        if on_done is not None:
+            on_done(problem, None, None, why)
+
+    with Tuner(settings, progress, device=device) as tuner:
         for number, problem in enumerate(problems):
             upcoming = tuple(problems[number + 1:number + 1 + PREFETCH])
             try:
                 outcome = tuner.tune(problem, upcoming=upcoming)
             except UserError as exc:  # this problem alone (it does not fit, say)
-                report.failed[problem] = str(exc)
+                failed(problem, str(exc))
                 continue
             if outcome.entry.winner is None:
-                report.failed[problem] = "no candidate gave a right result"
+                failed(problem, "no candidate gave a right result")
             else:
                 report.tuned.append(problem)
+                if on_done is not None:
+                    on_done(problem, outcome.key, outcome.entry, None)
 
 
 @contextlib.contextmanager

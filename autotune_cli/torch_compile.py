@@ -213,14 +213,16 @@ class routing_backend:
 
     def _tune_missing(self, sites: list[Site]) -> None:
         """Tune, in one tuner, the problems of `sites` that have no winner here (see
-        compile_tune.py): `tune` True or a TuneSettings, or None where they are on a GPU."""
+        compile_tune.py; in a torch.distributed job the ranks share them): `tune` True or a
+        TuneSettings, or None where they are on a GPU."""
         if self.tune is False:
             return
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        from .compile_tune import settings_for, tune_missing
+        from .compile_tune import settings_for, tune_graph
 
-        missing: dict = {}
+        # every problem the graph routes, cached or not: the same list on every rank of a job
+        wanted: dict = {}
         for site in sites:
             if site.skip:
                 continue
@@ -229,18 +231,19 @@ class routing_backend:
             else:
                 problems = [self._problem(site)]
             for problem in problems:
-                if problem is None or problem in missing:
+                if problem is None or problem in wanted:
                     continue
                 if self.tune is None and problem.device != "cuda":
                     continue  # on the CPU, only when asked: Triton runs there under the interpreter alone
-                if self.dispatcher.lookup_entry(problem) is None:
-                    missing[problem] = None
-        if not missing:
+                wanted[problem] = None
+        if not wanted:
             return
-        device = next(iter(missing)).device
+        device = next(iter(wanted)).device
         with unset_fake_temporarily():
-            tune_missing(list(missing), settings_for(self.tune, device, self.dispatcher.cache_dir))
-        self.dispatcher.reset()  # plans made before the tune said "nothing cached"
+            missing = tune_graph(list(wanted), self.dispatcher.lookup_entry,
+                                 settings_for(self.tune, device, self.dispatcher.cache_dir))
+        if missing:
+            self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
     def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None) -> None:
         import torch
