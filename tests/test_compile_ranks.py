@@ -21,6 +21,7 @@ from autotune_cli.scaleout import ranks
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 T, C, H, V = 16, 32, 64, 48  # tokens, width, hidden, vocabulary
 PROBLEMS = 4  # the model's distinct matmul problems
+SLOW_S = 12.0  # a stalled rank's stall: longer than rank 0's tune (~3 s) and the group's timeout
 
 
 class Model(torch.nn.Module):
@@ -119,8 +120,27 @@ def rank_main(rank: int, world: int, port: int, out: str, scenario: str) -> None
         report["tuned"] = []
         report["routes"] = compile_once(cache, space, report["tuned"])
         report["entries"] = entries(cache)
+    elif scenario == "slow":
+        # rank 1 stalls past the group's timeout: rank 0 gives up on the gather, alone
+        cache = out_dir / f"cache{rank}"
+        if rank == 1:
+            from autotune_cli.tuner import Tuner
+
+            def tune(self, problem, *args, **kwargs):
+                time.sleep(SLOW_S)
+                raise RuntimeError("stalled")
+
+            Tuner.tune = tune
+        report["tuned"] = []
+        report["routes"] = compile_once(cache, space, report["tuned"])
+        report["entries"] = entries(cache)
+        report["tuned_again"] = []
+        report["routes_again"] = compile_once(cache, space, report["tuned_again"])
     (out_dir / f"rank{rank}.json").write_text(json.dumps(report, default=str))
-    dist.destroy_process_group()
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - after a timed-out collective the other rank may be gone
+        pass
 
 
 def free_port() -> int:
@@ -129,13 +149,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(tmp_path: Path, scenario: str, world: int = 2) -> tuple[list[dict], list[str]]:
+def run_job(tmp_path: Path, scenario: str, world: int = 2, timeout_s: float | None = None) -> tuple[list[dict], list[str]]:
     """Run `scenario` on `world` spawned ranks: each rank's report and stderr."""
     import torch.multiprocessing as mp
 
     (tmp_path / "space.json").write_text(json.dumps(ONE_CONFIG))
+    if timeout_s is not None:  # the spawned ranks inherit it
+        os.environ[ranks.TIMEOUT_ENV] = str(timeout_s)
     context = mp.start_processes(rank_main, args=(world, free_port(), str(tmp_path), scenario), nprocs=world,
                                  join=False, start_method="spawn")
+    os.environ.pop(ranks.TIMEOUT_ENV, None)
     deadline = time.monotonic() + 300
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
@@ -187,6 +210,20 @@ def test_a_rank_whose_tuning_raises_leaves_the_other_finishing_and_nothing_saved
     assert left not in stored and set(r0["tuned"]) <= stored and sorted(r1["tuned"])[0] in stored
     assert normal(r0["routes"]) == normal(r1["routes"])
     assert sum(1 for route in r0["routes"] if not route[3]) == PROBLEMS - 1
+
+
+def test_a_gather_that_times_out_is_one_line_and_the_rank_routes_what_it_tuned(tmp_path):
+    """Rank 1 stalls past the group's timeout (2 s): rank 0's gather of results gives up with
+    one line, rank 0 routes the two problems it tuned and leaves rank 1's to the compiler;
+    its next compile tunes nothing and waits on no one (the job can no longer agree)."""
+    (r0, r1), (err0, err1) = run_job(tmp_path, "slow", timeout_s=2)
+    assert "rank 0: gathering the tuning results failed" in err0
+    assert len(r0["tuned"]) == 2 and len(r0["entries"]) == 2
+    assert sorted(route[0].split("@")[0] for route in r0["routes"] if not route[3]) == sorted(r0["tuned"])
+    assert sum(1 for route in r0["routes"] if route[3]) == PROBLEMS - 2
+    assert r0["tuned_again"] == [] and normal(r0["routes_again"]) == normal(r0["routes"])
+    assert err0.count("failed (") == 1  # the second compile made no collective
+    assert "rank 1:" in err1 and not r1["entries"]
 
 
 def test_a_job_of_one_rank_tunes_as_without_torch_distributed(tmp_path, capfd):

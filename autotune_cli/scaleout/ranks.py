@@ -36,6 +36,7 @@ the other ranks' for the problems it did not get.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass, replace
@@ -158,10 +159,17 @@ class _Collectives:
         return True
 
     def fail(self, what: str, exc: BaseException) -> None:
-        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        why = _short(exc)
         _BROKEN.append(why)
         _say(f"autotune: rank {self.rank}: {what} failed ({why}); what this rank's cache lacks is "
              "left to the compiler, and no more is tuned at compile time in this process")
+
+
+def _short(exc: BaseException) -> str:
+    """An exception's message on one short line, without the C++ source location gloo
+    puts in front ("[.../pair.cc:553] Connection closed by peer ...")."""
+    text = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(exc).split()))
+    return (text[:140] + "…" if len(text) > 140 else text) or type(exc).__name__
 
 
 def _say(line: str) -> None:
@@ -313,7 +321,7 @@ def _tune_share(share: list[GemmProblem], settings: TuneSettings, device, rank: 
         try:
             tune(share, settings, quiet=rank != 0, device=device, on_done=done)
         except Exception as exc:  # noqa: BLE001 - the job goes on; rank 0 tells of it
-            why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            why = f"{type(exc).__name__}: {_short(exc)}"
             unfinished = tuple(p.key() for p in share if p.key() not in tuned and p.key() not in failed)
             return tuned, RankResult(rank, {}, failed, why, unfinished)
     return tuned, RankResult(rank, {}, failed)
