@@ -179,7 +179,7 @@ def test_export_inductor_to_stdout(cli, cache_dir, gpu_entries, dash):
 def test_export_autotune_document(cli, cache_dir, gpu_entries, tmp_path):
     target = tmp_path / "moved.json"
     code, _, err = cli("cache", "export", "--format", "autotune", "--output", target, "--filter", "bf16")
-    assert code == 0 and "exported 1 entries" in err
+    assert code == 0 and "exported 1 entry" in err
     document = json.loads(target.read_text())
     assert document["schema"] == 1 and document["tool_version"]
     assert document["entries"] == {k: v for k, v in gpu_entries.items() if v["problem"]["dtype"] == "bfloat16"}
@@ -206,7 +206,7 @@ def test_export_import_round_trip_between_machines(cli, cache_dir, tuned_here, t
     assert cli("cache", "export", "--format", "autotune", "-o", moved)[0] == 0
     other = tmp_path / "other-cache"
     code, _, err = cli("cache", "import", moved, "--cache-dir", other)
-    assert code == 0 and "imported 1, replaced 0, skipped 0 of 1 entries" in err
+    assert code == 0 and "imported 1, replaced 0, skipped 0 of 1 entry" in err
     assert entries_of(other) == tuned_here
     winner = api.Dispatcher(other).lookup(m=32, n=32, k=32, dtype="float16", device="cpu")
     assert winner == next(iter(tuned_here.values()))["winner"]
@@ -296,7 +296,7 @@ def test_prune_older_than(cli, cache_dir, dated):
     assert {line.split("/")[1] for line in out.split()} == {"m16", "m48"}
     assert entries_of(cache_dir) == dated
     code, _, err = cli("cache", "prune", "--older-than", "2026-11-01", "--filter", "bf16")
-    assert code == 0 and "removed 1 entries" in err
+    assert code == 0 and "removed 1 entry" in err
     assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
     code, _, err = cli("cache", "prune", "--older-than", "2026-11-28T13:00:00")
     assert code == 0 and "removed 3 entries" in err and entries_of(cache_dir) == {}
@@ -310,7 +310,7 @@ def test_prune_filter_alone_removes_what_show_filter_lists(cli, cache_dir, dated
     assert code == 0 and "would remove 1 of 4 entries" in err
     assert out.split() == list(json.loads(shown)["entries"])
     code, _, err = cli("cache", "prune", "--filter", "bf16")
-    assert code == 0 and "removed 1 entries" in err
+    assert code == 0 and "removed 1 entry" in err
     assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
 
 
@@ -348,7 +348,7 @@ def test_prune_not_this_machine(cli, cache_dir, tuned_here):
     # the default judges every entry: no GPU here, so the H200 entry is another machine's
     if not _gpu_here():
         code, _, err = cli("cache", "prune", "--not-this-machine")
-        assert code == 0 and "removed 1 entries" in err
+        assert code == 0 and "removed 1 entry" in err
         assert ms() == [32, 80]
 
 
@@ -375,7 +375,7 @@ def test_cache_tools_on_the_cpu_import_neither_torch_nor_triton(cache_dir, tmp_p
                           env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
     assert proc.returncode == 0, proc.stderr
     assert "IMPORTED []" in proc.stdout
-    assert "imported 1" in proc.stderr and "removed 1 entries" in proc.stderr
+    assert "imported 1" in proc.stderr and "removed 1 entry" in proc.stderr
 
 
 def test_an_entry_without_a_winner_is_never_shown_exported_or_imported_as_one(cli, cache_dir, tmp_path):

@@ -192,7 +192,7 @@ def test_cache_path_and_clear(cli, cache_dir):
     code, out, _ = cli("cache", "path")
     assert out.strip() == str(cache_dir / "autotune-cache.json")
     code, _, err = cli("cache", "clear", "--yes")
-    assert code == 0 and "removed 1 entries" in err
+    assert code == 0 and "removed 1 entry" in err
     code, out, _ = cli("cache", "show", "--json")
     assert json.loads(out)["entries"] == {}
 
@@ -234,7 +234,7 @@ def test_cache_clear_on_a_terminal_asks(cli, cache_dir):
             os.close(leader)
             os.close(follower)
         assert proc.returncode == code, proc.stderr
-        assert "remove 1 entries" in proc.stdout
+        assert "remove 1 entry" in proc.stdout
         assert len(json.loads(cli("cache", "show", "--json")[1])["entries"]) == left
 
 
