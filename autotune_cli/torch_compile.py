@@ -488,7 +488,8 @@ def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
     for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
                          ("a dynamic shape", "with a dynamic shape"),
-                         ("a dynamic M with nothing cached", "dynamic with nothing cached"), ("needs gradients", "needing gradients")):
+                         ("a dynamic M with nothing cached", "dynamic with nothing cached"),
+                         ("its winner", "whose winner cannot run here (see routes)"), ("needs gradients", "needing gradients")):
         if reason.startswith(start):
             return short
     return "other (see routes)"

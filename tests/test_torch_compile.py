@@ -425,3 +425,18 @@ def test_on_a_gpu_a_compile_tunes_what_it_meets_and_routes_a_dynamic_batch(cache
             x = torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16)
             torch.testing.assert_close(compiled(x).double(), want(x), rtol=2e-2, atol=2e-2)
     assert [r.uid for r in routed(dynamic)] == ["dynamic"]
+
+
+def test_a_second_size_makes_m_dynamic_and_it_stays_routed(cache_dir, space, capfd):
+    """No `dynamic=`: torch compiles the first size static, then recompiles with M dynamic
+    when a second size comes; both graphs are routed (the second per call)."""
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+    routes: list = []
+    compiled = autotune_cli.compile(lin, backend="aot_eager", routes=routes, fullgraph=True,
+                                    tune=cpu_tuning(cache_dir, space))
+    for rows in (12, 20, 7):
+        x = torch.randn(rows, C, generator=torch.Generator().manual_seed(rows))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
+    assert [r.uid for r in routes] == ["triton::mm", "dynamic"]
+    assert capfd.readouterr().err.count("autotune: routed 1 of 1 matmul") == 2
