@@ -1,5 +1,6 @@
 """Scale out: one `Tuner` per device, on this host's GPUs (local.py) or on a Ray cluster
-(ray.py, imported only for `--executor ray`); common.py holds what both use.
+(ray.py, imported only for `--executor ray`); common.py holds what both use. ranks.py is
+the ranks of a torch.distributed job sharing autotune_cli.compile's tuning.
 
 Both are `ScaledTuner`s: they spread whole problems over devices, never one problem's
 candidates, and each device's candidates run through that device's own executor

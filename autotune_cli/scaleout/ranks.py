@@ -52,9 +52,10 @@ __all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "in_job", "plan", "share_tuning"]
 DEFAULT_TIMEOUT_S = 1800.0
 TIMEOUT_ENV = "AUTOTUNE_RANK_TIMEOUT_S"
 
-# The gloo group made beside the program's own, per default group (a program may tear its
-# group down and start another); and whether a collective of ours has failed in this process.
-_GROUPS: dict[int, Any] = {}
+# The gloo group made beside the program's own, with the default group it was made under (a
+# program may tear its group down and start another); and whether a collective of ours has
+# failed in this process.
+_GROUPS: list[tuple[Any, Any]] = []
 _BROKEN: list[str] = []
 
 
@@ -199,11 +200,10 @@ def _group() -> Any:
     import torch.distributed as dist
 
     world = dist.distributed_c10d._get_default_group()
-    group = _GROUPS.get(id(world))
-    if group is None:
-        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s()))
-        _GROUPS.clear()
-        _GROUPS[id(world)] = group
+    if _GROUPS and _GROUPS[0][0] is world:
+        return _GROUPS[0][1]
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s()))
+    _GROUPS[:] = [(world, group)]
     return group
 
 
@@ -288,10 +288,16 @@ def share_tuning(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], 
     writers: dict[tuple, int] = {}
     for s in states:
         writers.setdefault((s.host, s.folder, s.machine), s.rank)
+    error = None
     if writers[(state.host, state.folder, state.machine)] == rank:
-        _merge(cache, given)
+        try:
+            _merge(cache, given)
+        except Exception as exc:  # noqa: BLE001 - raised after the barrier: the others must not wait
+            error = exc
     if not coll.barrier():
         _merge(cache, given)  # its writer may not have written: the merge makes a second write safe
+    if error is not None:
+        raise error
     changed = sum(1 for key, (problem_key, entry) in given.items()
                   if state.held.get(problem_key) != (key, _identity(entry)))
     return lacking + changed
