@@ -18,6 +18,12 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
+def _outside_make() -> dict:
+    """This environment less what a make that runs pytest (`make test`, CI's) hands its
+    children: its command-line variables (TORCH_INDEX= in CI) would override the defaults."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+
+
 def torch_install(tmp_path: Path, *variables: str, gpu: bool = False) -> tuple[str, str]:
     """The pip line that installs torch in `make -n install`, and make's stderr. `gpu`: an
     nvidia-smi on PATH; without, PATH holds no nvidia-smi."""
@@ -33,7 +39,7 @@ def torch_install(tmp_path: Path, *variables: str, gpu: bool = False) -> tuple[s
     proc = subprocess.run([shutil.which("make"), "-n", "install", f"VENV={tmp_path / 'venv'}",
                            f"PYTHON={sys.executable}", *variables],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PATH": str(bin_dir)})
+                          env={**_outside_make(), "PATH": str(bin_dir)})
     assert proc.returncode == 0, proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if "pip install" in line and "torch==" in line]
     return line, proc.stdout + proc.stderr
