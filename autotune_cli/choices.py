@@ -213,8 +213,8 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     model describes (`Template.model_prunable`: plain tiled and persistent GEMMs, not swap-AB,
     split-K or GEMV, whose work the model does not see) that it puts at TILE_MODEL_OVER times
     the best of them or more: tiles far too small for the problem (16-64 wide on 4096^3),
-    which cannot come near cuBLAS. Compiling them was a third of such a problem's compile
-    pool (H200, bench/cold_tune.py). A memory-bound problem keeps every config: there the
+    which cannot come near cuBLAS, yet took much of such a problem's compile pool
+    (bench/README.md, "Cold tuning"). A memory-bound problem keeps every config: there the
     model's arithmetic term misjudges kernels that all wait on HBM. A user's --space and the
     exhaustive search (which ranks by the same model) keep theirs."""
     from .roofline import compute_bound, tile_seconds
@@ -246,9 +246,9 @@ def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tu
     NVIDIA GPUs, is 16: the stage applies to WIDE_M_SLOT_MAJORS, and not to float32 without
     tf32, which takes no matrix instruction), so a 16-row tile leaves most of it idle;
     swap-AB runs the same product with the rows in the narrow slot, and triton::gemv splits
-    K where the columns alone leave the GPU idle. On the H200's decode shapes none of them
-    came within 1.6% of the winner, and they were 54 of 70 configs (bench/README.md, cold
-    tuning). A user's --space or --templates and the exhaustive search keep theirs."""
+    K where the columns alone leave the GPU idle. On decode shapes none of them came near the
+    winner, and they were most of the configs (bench/README.md, "Cold tuning"). A user's
+    --space or --templates and the exhaustive search keep theirs."""
     device, problem = ctx.device, ctx.problem
     if (device.device_type != "cuda" or device.is_amd or ctx.settings.search != "default"
             or ctx.settings.space_file or ctx.settings.templates is not None or problem.m > DECODE_M
@@ -265,9 +265,9 @@ def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     serves it (`Template.padded_twin`: triton::mm beside triton::mm_padded, offered where K
     or N is not a multiple of 16): the twin runs the same tiles on copies with aligned rows,
     loaded 16 bytes at a time, where this one loads the misaligned rows element by element
-    and takes the longest compiles of the problem. On the H200's odd and lm_head problems
-    no plain tile came within 3.4x of the best padded one (bench/README.md, cold tuning). A
-    user's --space or --templates and the exhaustive search keep theirs."""
+    and takes the longest compiles of the problem; no plain tile came near the best padded
+    one (bench/README.md, "Cold tuning"). A user's --space or --templates and the exhaustive
+    search keep theirs."""
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
             or ctx.settings.templates is not None):
         return []

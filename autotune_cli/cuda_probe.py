@@ -2,8 +2,8 @@
 
 The command's main process needs only each GPU's identity and limits (the fingerprint, the
 prune stages); its workers do the CUDA work. Importing torch to read them held the main
-process for 1.3-1.6 s on the H200 host before any worker could start: the driver API
-answers the same questions in milliseconds.
+process for over a second before any worker could start; the driver API answers the same
+questions in milliseconds (bench/README.md, "Cold tuning").
 
 What is read, per device, is what `torch.cuda.get_device_properties` reports (both ask
 the same driver): name, compute capability, SM count, the shared memory a block may opt in

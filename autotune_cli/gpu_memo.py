@@ -1,6 +1,6 @@
 """The visible GPUs' facts remembered between commands, so that a cache hit on a GPU host
-answers without bringing the CUDA driver up (cuInit alone took 0.43 s on the H200 host,
-more than all the rest of a hit).
+answers without bringing the CUDA driver up (cuInit alone takes longer than all the rest
+of a hit: bench/README.md, "A cached command's cost").
 
 A report is remembered under a signature of what identifies the GPUs without the driver:
 the kernel module's version and each GPU's information file under /proc/driver/nvidia

@@ -118,9 +118,8 @@ class TuneProgress:
 
     def _schedule(self) -> None:
         """Make sure a timer thread saves within the interval (at once when the last save is
-        that old): never on the tune's own thread, whose loop feeds the timing worker (in a
-        list of 14 problems the saves there held it 4.5 s in all on the H200, the cache
-        growing with every problem)."""
+        that old): never on the tune's own thread, whose loop feeds the timing worker (a save
+        grows with the cache, problem by problem: bench/README.md, "Cold tuning")."""
         wait = max(0.0, self.last_save + self.interval - time.monotonic())
         with self._lock:
             if self._timer is None and not self._closed:

@@ -144,8 +144,7 @@ class MeasurePolicy:
     timing: TimingPolicy = TimingPolicy()
     # Time by CUDA graph when the problem's floor (roofline.floor_seconds) is below this. At
     # 10 us, 40-us decode kernels were timed by events and Triton's launch gap decided between
-    # near-equals (H200: the tuner's pick was 25% slower than torch.mm when re-timed in
-    # another process).
+    # near-equals (bench/README.md, "Kernel speed").
     graph_below_us: float = 50.0
     # Contenders this close to the best are re-timed (search/base.retime_contenders); so is the
     # best plain cuBLAS candidate, and any result a lent worker measured, within
@@ -163,18 +162,18 @@ class MeasurePolicy:
     confirm_at_once: int = 2
     confirm_rounds: int = 3
     # How much faster than the vendor library (the best plain cuBLAS candidate) another
-    # candidate must be to win (results.pick_winner). Timings of one kernel move by 2-3%
-    # between measurements on the H200, so a smaller lead is a tie, and a tie goes to cuBLAS:
-    # it needs no JIT and holds no kernel or buffer of ours (aten::mm_aligned, which runs our
-    # copy and keeps buffers, is not one of them). 3%, not 2%: leads of 2.5-2.8% in a tune came
-    # out 2-3% behind torch.mm side by side, while real wins led by 3.6% and more
-    # (bench/gpu_llm_suite.py times the picks).
+    # candidate must be to win (results.pick_winner). Timings of one kernel move by a few per
+    # cent between measurements, so a smaller lead is a tie, and a tie goes to cuBLAS: it
+    # needs no JIT and holds no kernel or buffer of ours (aten::mm_aligned, which runs our
+    # copy and keeps buffers, is not one of them). 3%, not 2%: smaller leads in a tune came
+    # out behind torch.mm side by side, while real wins led by more (bench/README.md,
+    # "Kernel speed").
     vendor_margin: float = 0.03
     # A lead over cuBLAS measured in the confirmation (both timed in the same sustained passes
     # of alternating order) needs only this much: the short bursts' misreads above are what
     # that confirmation removes, and with 3% there real wins (decode 8x14336x4096 bf16,
     # triton::mm_swap_ab) went to cuBLAS. 2%: side by side, in sustained passes, the same
-    # cuBLAS call read up to 1.9% apart, so a smaller lead may be noise.
+    # cuBLAS call reads nearly that far apart, so a smaller lead may be noise.
     confirmed_margin: float = 0.02
     # The rounds whose results may come from another device of the same GPU model (a lent
     # timing worker: the executor's `run(..., shareable=True)`): the first timing of every
@@ -184,14 +183,15 @@ class MeasurePolicy:
     # The first timing (and the screening) gives up on a candidate whose first runs are over
     # this many times the best of the problem so far (TimingPolicy.give_up_over; 0 on the CPU,
     # where the interpreter's Triton is hundreds of times slower than aten, and off in the
-    # re-timing and the confirmation). 1.5: the pick's margins are 2-3% and a short burst
-    # misreads by up to 7%; the estimate runs back to back on a warm L2, so it reads a kernel
-    # fast, never slow. On the H200 most of the first timing's seconds went to kernels
-    # several times slower than the best (bench/cold_tune.py: lm_head's 55 candidates, 12.8 s).
+    # re-timing and the confirmation). 1.5: far past the pick's margins (2-3%) and a short
+    # burst's misreads; the estimate runs back to back on a warm L2, so it reads a kernel
+    # fast, never slow. Most of a cold tune's first-timing seconds went to kernels several
+    # times slower than the best (bench/README.md, "Cold tuning").
     give_up_over: float = 1.5
     # A kernel whose lead over the best plain cuBLAS candidate, after the re-time, is this much
     # or more is not confirmed beside it in sustained passes (confirm_against_vendor): the
-    # short bursts' misreads the confirmation removes (up to 7%) cannot make such a lead.
+    # short bursts' misreads the confirmation removes (bench/README.md, "Kernel speed")
+    # cannot make such a lead.
     confirm_lead_below: float = 0.15
     switches: Switches = Switches()
 

@@ -21,8 +21,8 @@ from ..problem import GemmProblem
 
 
 # The problems after the one being tuned whose kernels the compile pool builds meanwhile
-# (Tuner.prefetch): on the H200 a problem's compiles took 1-5 s of its 2-19 s tune and the
-# pool idled for the rest.
+# (Tuner.prefetch): a problem's compiles take a fraction of its tune, and the pool idled
+# for the rest (bench/README.md, "Cold tuning").
 PREFETCH = 2
 
 

@@ -71,9 +71,9 @@ class Tile(NamedTuple):
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
 # dimension for 16-byte loads, many programs. Most of DOT's tiles do not split K: a
-# split costs more than its programs gain on an H200 (bench/README.md); one splits and sums
-# in its one launch. On B^T, tiles 64 and 128 wide (the warp-group MMA's least M and twice
-# it) with deep pipelines led at 8 and 16 rows (bench/README.md, decode GEMV).
+# split costs more than its programs gain; one splits and sums in its one launch. On B^T,
+# tiles 64 and 128 wide (the warp-group MMA's least M and twice it) with deep pipelines led
+# at 8 and 16 rows (bench/README.md, "Decode GEMV").
 _DOT_NT = (Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 128, 128, 4, 4, 1), Tile(DOT, 64, 128, 4, 6, 1),
            Tile(DOT, 64, 256, 4, 4, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 32, 512, 4, 3, 1),
            Tile(DOT, 16, 512, 2, 3, 1), Tile(DOT, 32, 256, 4, 3, None, 1))
@@ -81,8 +81,8 @@ _DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 1
            Tile(DOT, 64, 128, 4, 3, 1), Tile(DOT, 32, 1024, 4, 2, 1), Tile(DOT, 64, 256, 4, 3, 1),
            Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
 # For M = 1 on B^T, the per-step sums over whole rows of K with one or two warps per row (the
-# sum then stays in a warp) won on an H200; the elementwise accumulator and DOT are there for
-# other shapes (bench/README.md).
+# sum then stays in a warp) won; the elementwise accumulator and DOT are there for other
+# shapes (bench/README.md, "Decode GEMV").
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
                    Tile(EACH, 2, 2048, 2), Tile(EACH, 1, 4096, 2), Tile(FMA, 8, 512, 4),
@@ -106,10 +106,10 @@ CPU_TILES = (Tile(FMA, 16, 32, 4, 1, 1), Tile(FMA, 16, 32, 4, 1, 2))
 CPU_BLOCK_TILES = (Tile(EACH, 16, 32, 4, 1, 1), Tile(EACH, 16, 32, 4, 1, 2))  # blockwise: a form that sums each step
 # Float8 (triton::scaled_gemv; B always stored [n, k]), by CUDA cores or not: the CUDA-core
 # tiles above with BLOCK_K doubled (the same bytes a step at one byte an element), the DOT
-# tiles at most FP8_DOT_MOST_K long. On an H200 (bench/README.md, FP8 decode against the read
-# floor) the DOT tiles 64 columns wide (the float8 warp-group MMA's least M) with 4 to 7
-# stages in flight led; narrower ones ran 10-65% slower, and a split of K lost to its reduction
-# wherever 64-wide column blocks alone made 64 programs or more.
+# tiles at most FP8_DOT_MOST_K long. The DOT tiles 64 columns wide (the float8 warp-group
+# MMA's least M) with 4 to 7 stages in flight lead; narrower ones, and a split of K wherever
+# 64-wide column blocks alone make 64 programs or more, lose (bench/README.md, "The float8
+# GEMV against the read floor").
 FP8_TILES = {
     True: (Tile(EACH, 4, 8192, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 4096, 4), Tile(FMA, 8, 1024, 4),
            Tile(DOT, 64, 256, 4, 6, 1), Tile(DOT, 64, 256, 4, 4, 1)),

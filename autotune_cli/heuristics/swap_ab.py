@@ -8,10 +8,10 @@ tile); BLOCK_N {64, 128} x BLOCK_K {64, 128, 256} x stages {3, 4, 5, 6} x warps 
 all. The shared-memory prune stage (choices.py) drops those whose pipelined tiles,
 (BLOCK_N + BLOCK_M) * BLOCK_K * dtype size * stages, do not fit the device's block.
   - default search: the shipped list, configs/triton_mm_swap_ab_cuda.json, 8 configs led by
-    the two fastest on the H200's decode shapes (BN64 BK256 s5 w4, BN128 BK64 s5 w4) and
-    then their neighbours. The default search times every choice it is given, and a decode
-    problem also gets GEMV's list (and, before Hopper, triton::mm's and split-K's: the decode
-    prune in choices.py): a short list, not the product.
+    the two fastest on the decode shapes of bench/README.md's "Kernel speed" (BN64 BK256 s5
+    w4, BN128 BK64 s5 w4) and then their neighbours. The default search times every choice
+    it is given, and a decode problem also gets GEMV's list (and, before Hopper, triton::mm's
+    and split-K's: the decode prune in choices.py): a short list, not the product.
   - exhaustive search: that list first, then the rest of the product. The search's tile
     model ranks them with every other template's configs; on decode shapes it puts most of
     them at the HBM floor, and ties go by each config's place in its own template's list

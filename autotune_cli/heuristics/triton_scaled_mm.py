@@ -33,8 +33,8 @@ PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persis
 SPLITK = "triton::scaled_mm_splitk"
 BLOCKWISE = "triton::scaled_mm_blockwise"
 MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
-# Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128 led
-# the persistent kernel on an H200 (bench/fp8_sweep.py), where 128x256 spilled and came last.
+# Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128
+# leads the persistent kernel, where 128x256 spills and comes last (bench/README.md, "FP8").
 MAX_ACC_REGISTERS = 256
 
 

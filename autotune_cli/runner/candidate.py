@@ -69,8 +69,8 @@ class CandidateRunner:
     """Runs one candidate: build, verify against a float64 reference, time.
 
     The random inputs and the reference are made once per (problem, seed) and kept for the
-    next candidates (one problem's at a time: about 12 ms and a float64 matmul saved per
-    candidate of a 4096^3 problem on an H200); before each candidate the output is filled
+    next candidates (one problem's at a time: a float64 matmul saved per candidate;
+    bench/README.md, "Cold tuning"); before each candidate the output is filled
     with NaN again. Each candidate gets its output with the row pitch its template asks for
     (`Template.out_pitch`), made at the first ask and kept with the inputs: a kernel is timed
     on the strides it will run with. A faulty kernel may write out of bounds into the kept A,

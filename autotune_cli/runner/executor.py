@@ -46,7 +46,8 @@ class WorkerStartError(RuntimeError):
 
 
 def default_compile_workers(device: DeviceInfo) -> int:
-    """Measured on the 16-core H200 host: 8 warm compilers gave 6.3 configs/s, 16 only 2.1."""
+    """Half the cores, at most 8: more compilers contend and compile fewer configs a second
+    (bench/README.md, "Cold tuning")."""
     if device.device_type != "cuda":
         return 0
     return max(1, min(8, (os.cpu_count() or 2) // 2))

@@ -3,8 +3,8 @@
 A compile process only needs the binary to land in Triton's cache; it never launches. Yet
 Triton's JIT asks the active driver for the current device, stream and target on every call,
 and the operands made to compile for are GPU tensors: bringing CUDA up (a context on the GPU,
-hundreds of MB of its memory) took each of the pool's processes about a second on the H200
-hosts, eight or sixteen at once contending for the driver, before its first compile.
+hundreds of MB of its memory) delayed each of the pool's processes before its first compile,
+eight or sixteen at once contending for the driver (bench/README.md, "Cold tuning").
 
 Here the process instead
   - installs, as Triton's active driver, a stand-in that answers the target (backend "cuda",

@@ -242,8 +242,8 @@ def worker_environment(ctx, device_type: str) -> dict[str, str]:
 def prestart_workers(device_type: str, start_method: str | None = None) -> None:
     """Start the forkserver now, so that its imports of torch and triton run beside the
     caller's own (the CLI calls this before it imports torch) rather than after them. (The
-    CUDA driver is not brought up beside them: on the H200 host cuInit takes 0.43 s alone,
-    and done on a thread beside torch's import it slowed that import by as much.)"""
+    CUDA driver is not brought up beside them: cuInit on a thread beside torch's import
+    slowed that import by as long as cuInit takes; bench/README.md, "Cold tuning".)"""
     worker_context(start_method, device_type)
 
 

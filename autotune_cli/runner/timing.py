@@ -88,12 +88,11 @@ def _clone_operands(ops):
 class ClockWarmer:
     """Brings the GPU's clocks up before a measurement that follows idle time.
 
-    An idle H200 sits at 345 MHz and is at 1980 MHz after work (nvidia-smi): a kernel
-    timed straight after a pause is timed partly on the way up. That
-    happens to the first candidate of each problem (often aten::mm, timed while the Triton
-    candidates still compile) and to any candidate after a compile stall, and not to those
-    timed back to back; a tune on the H200 read a ~0.3 ms cuBLAS call 4-9% slower than the
-    same call timed afterwards beside torch.mm, enough to flip a pick.
+    An idle GPU's clocks are a fraction of their rate under work: a kernel timed straight
+    after a pause is timed partly on the way up. That happens to the first candidate of
+    each problem (often aten::mm, timed while the Triton candidates still compile) and to
+    any candidate after a compile stall, not to those timed back to back; such a reading
+    was slow enough to flip a pick (bench/README.md, "Kernel speed").
     So where the GPU has been idle `idle_s` or longer, the runnable is launched for about
     `warm_ms` first, as triton.testing.do_bench warms up for 25 ms before every measurement."""
 
@@ -128,9 +127,8 @@ class CudaTimer:
     before the start event; median of the runs. The wait is there so that the time between
     the events is the GPU's: a runnable whose host side is slow to launch (a Triton launch
     from Python is tens of µs, more with the host's cores busy compiling) would otherwise
-    leave the GPU idle after the start event and be charged for it. On the H200, with the host's
-    cores busy, events without this wait charged lm_head's aten::mm_aligned (a Triton row
-    copy, then cuBLAS) 0.40 ms where the same two kernels took 0.32.
+    leave the GPU idle after the start event and be charged for it (with the host's cores
+    busy, a two-kernel winner read a quarter slow: bench/README.md, "Kernel speed").
     graph: for tiny problems, one CUDA graph holds launches over several copies of the
     operands, together larger than the L2 (so each launch finds its data cold, as a
     flush would leave it), and the graph's time over the number of launches is one
@@ -138,7 +136,7 @@ class CudaTimer:
     """
 
     MAX_COPIES = 64
-    BUSY_CYCLES = 100_000  # about 50 µs at the H200's 1.98 GHz: covers a slow host launch
+    BUSY_CYCLES = 100_000  # about 50 µs at a 2 GHz clock: covers a slow host launch
 
     def __init__(self, l2_bytes: int) -> None:
         import torch

@@ -1,17 +1,17 @@
 """Triton's one-time work in a timing process, done right after it reports ready: while the
 compile pool builds the first problem's kernels, not at the first candidate's launch.
 
-A timing process's first Triton candidate pays Triton's once-per-process work (~0.4 s on
-the H200 host; later candidates ~5 ms), mostly `triton_key()`: a hash of its own compiler
-sources and of libtriton's shared library, computed once per process for the cache key of
-every compile or cache lookup. Two ways to take that off the first candidate
+A timing process's first Triton candidate pays Triton's once-per-process work (a hundred
+times a later candidate's; bench/README.md, "Cold tuning"), mostly `triton_key()`: a hash of
+its own compiler sources and of libtriton's shared library, computed once per process for
+the cache key of every compile or cache lookup. Two ways to take that off the first candidate
 (AUTOTUNE_WARM_TRITON chooses; 0 turns both off):
   steps   no kernel: that hash, Triton's compiler modules, the CUDA driver's utilities
           (loaded; on a Triton cache that has never had them, built: a small C module),
           the backend's hashes (`ptxas --version`, libdevice);
   kernel  launching a one-element kernel: everything a first launch does, but on a cold
-          Triton cache it compiles that kernel in the timing process, ~1.2 s with the pool
-          busy beside it, which delays the first results by as much.
+          Triton cache it compiles that kernel in the timing process, with the pool busy
+          beside it, which delays the first results by as much.
 
 Imported only on CUDA (and by a test under the interpreter): it imports triton.
 """

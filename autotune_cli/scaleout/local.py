@@ -87,7 +87,7 @@ def schedule_order(problems: Sequence[GemmProblem], devices: int,
 
 def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[GemmProblem], float]:
     """A problem's work, as the number of candidates it will time (what a tune's time goes
-    with on the H200: 63 candidates ~2.2 s, 37 ~1.0 s, whatever the sizes); 0 where its
+    with, whatever the sizes: bench/README.md, "Two GPUs against one"); 0 where its
     candidates cannot be listed (the tune will say why). A problem the cache answers counts
     its candidates all the same: it is handed out early and takes a moment. The exhaustive
     search times at most its compile cap of any space that large: each problem counts the
@@ -123,11 +123,10 @@ def shared_compile_pools(settings: TuneSettings, devices: Sequence[DeviceInfo]) 
     a kernel that several devices need is compiled once. Its size: `--compile-workers` if
     given, else one device's usual pool per GPU, as far as half the host's cores go. Its
     processes compile without bringing CUDA up (runner/offline_compile.py), so a larger pool
-    comes up as fast as a small one (on the 2-GPU H200 host 16 finished the first problem's 50
-    kernels 3.4-4.4 s into it, 8 in 4.3-5.8 s); when each process brought CUDA up, as it
-    still does where the stand-in is refused (see the pool's `offline_modes`), a pool of 16
-    came up 1.8 s later than one of 8 and finished no sooner. GPUs of different models never
-    share one (their binaries differ)."""
+    comes up as fast as a small one and finishes sooner; where each process brings CUDA up
+    (the stand-in refused: the pool's `offline_modes`), a larger pool comes up later and
+    finishes no sooner (bench/README.md, "Two GPUs against one"). GPUs of different models
+    never share one (their binaries differ)."""
     pools: dict[str, CompilePool] = {}
     by_name: dict[str, list[DeviceInfo]] = {}
     for device in devices:

@@ -66,8 +66,8 @@ def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice
     between near-equals rests on more than one short measurement; so is the fastest plain
     cuBLAS candidate (VENDOR_UIDS) within `vendor_retime_within` of the best, which the pick measures
     every other candidate against (results.pick_winner). It is often timed first, while the
-    compile pool keeps every core busy: on the H200 a tune read torch.mm's own call 4-9%
-    slow there and picked a Triton kernel that was slower side by side.
+    compile pool keeps every core busy, and read slow there, enough to pick a Triton kernel
+    that was slower side by side (bench/README.md, "Kernel speed").
 
     The re-time is `measure.retime_passes` passes (`measure.retiming()` runs each) over the
     contenders, the order reversed
@@ -107,12 +107,11 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
     unconfirmed one vendor_margin); while the pick is not a confirmed kernel, unconfirmed
     kernels that lead by that much (a third one, which led cuBLAS but trailed the two) are
     confirmed in turn, up to `confirm_rounds` rounds. Why: a tune's short bursts read
-    large compute-bound GEMMs several per cent apart from tune to tune (up to 7% on the
-    H200), enough to pick a kernel slower than cuBLAS side by side (bench/gpu_llm_suite.py
-    times the picks beside torch.mm). Fewer than 2 passes turn the confirmation off
-    (drift cancels over pairs). A pick that leads cuBLAS by `measure.confirm_lead_below` or
-    more (15%: aten::mm_aligned's 3-4x on misaligned sizes) is not confirmed: that lead is
-    far beyond the misreads the confirmation is there for."""
+    large compute-bound GEMMs several per cent apart from tune to tune, enough to pick a
+    kernel slower than cuBLAS side by side (bench/README.md, "Kernel speed"). Fewer than 2
+    passes turn the confirmation off (drift cancels over pairs). A pick that leads cuBLAS by
+    `measure.confirm_lead_below` or more (15%: aten::mm_aligned's 3-4x on misaligned sizes)
+    is not confirmed: that lead is far beyond the misreads the confirmation is there for."""
     measure = ctx.measure
     count = measure.confirm_passes
     if count < 2:

@@ -1,23 +1,23 @@
 """aten::mm_aligned (mm and addmm): cuBLAS on operands copied into aligned buffers.
 
-cuBLAS picks its fast kernels only when every matrix's leading dimension (the stride
-between rows as stored) is a multiple of 16 bytes. With K = 777 in fp16 (A row-major) or
-N = 50257 (B and the output), it falls back to slow unaligned kernels: torch.mm on
-1000x3000x777 fp16 runs at ~80 TFLOP/s on an H200. This template copies each input operand
-whose leading dimension is off into a buffer whose leading dimension is rounded up to
-PAD_BYTES and runs cuBLAS there. The output is not copied: where its rows are off, the
-template asks for it with rows padded the same way (`out_pitch`: a [M, N] view of [M, Np]
-storage, as Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary of 50257
-at 16 bytes) and cuBLAS writes into it directly. Configs:
+cuBLAS picks its fast kernels only when every matrix's leading dimension (the stride between
+rows as stored) is a multiple of 16 bytes. With K = 777 in fp16 (A row-major) or N = 50257
+(B and the output), it falls back to slow unaligned kernels (torch.mm on 1000x3000x777 fp16
+runs at a tenth of the GPU's rate: bench/README.md, "Kernel speed"). This template copies
+each input operand whose leading dimension is off into a buffer whose leading dimension is
+rounded up to PAD_BYTES and runs cuBLAS there. The output is not copied: where its rows are
+off, the template asks for it with rows padded the same way (`out_pitch`: a [M, N] view of
+[M, Np] storage, as Inductor's max-autotune returns it, stride [50264, 1] for a vocabulary
+of 50257 at 16 bytes) and cuBLAS writes into it directly. Configs:
 
   ZERO_PAD=0  only the leading dimensions grow; cuBLAS sees the true M, N, K;
   ZERO_PAD=1  the padded dimensions grow too, filled with zeros (zeros in K add nothing,
               extra columns of the output land in its row padding, extra rows in a
               buffer copied out): every size aligned.
   PAD_BYTES   what the padded sizes are rounded up to: 16 (the least cuBLAS needs), 128 or
-              512. The width is not only alignment: on lm_head (2048x50257x768 fp16, H200)
-              cuBLAS ran ~7% faster with a pitch of 50304 (whole 128-column tiles) than
-              of 50264, for the same copy. Which width a problem and a GPU run best is
+              512. The width is not only alignment: on lm_head cuBLAS ran faster with a
+              pitch of whole 128-column tiles than of 16 bytes, for the same copy
+              (bench/README.md, "Kernel speed"). Which width a problem and a GPU run best is
               the tune's to say.
 
 The copies are part of every call, so they are timed with it; whether it pays is for the

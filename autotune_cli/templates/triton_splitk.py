@@ -28,8 +28,8 @@ FUSED_REDUCE params):
      launches of one runnable overlapping (two streams, or one captured graph replayed on
      two) leave a counter off, and every later call of that runnable then sums its tile at
      the wrong arrival, wrong with no error; a candidate is only ever run on one stream, and
-     the API builds such a kernel per thread and stream. Measured on the H200: the fused
-     mode did not beat triton::mm on the suite's decode shapes (0.0127 ms against 0.0122).
+     the API builds such a kernel per thread and stream. The fused mode did not beat
+     triton::mm on the suite's decode shapes (bench/README.md, "Kernel speed").
 The workspace (and the counters) are allocated on the first run and kept by the runnable (it
 is at most SPLIT_K·M·N·4 bytes; the heuristic keeps that small): the runnable holds state that
 every call writes, so two threads or streams must not share one (`keeps_buffers`). Strides

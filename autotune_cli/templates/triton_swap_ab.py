@@ -10,7 +10,7 @@ of C and all BLOCK_M rows of its M tile, reads B's tile as [BLOCK_N, BLOCK_K] an
 acc[BLOCK_N, BLOCK_M] = dot(B^T, A^T) in float32 and stores it transposed (masked on M and
 N), the bias added for addmm. The grid covers every M tile (and, for bmm, every batch on
 axis 1), so the kernel is right for any M; it is offered for M <= 64 only (`supports`).
-On the H200 it wins the decode shapes of bench/gpu_llm_suite.py (bench/README.md).
+It wins the decode shapes of bench/gpu_llm_suite.py (bench/README.md, "Kernel speed").
 
 The values the problem fixes (EVEN_K, EVEN_N: no masks on K, or on B's columns; ACC_TYPE,
 the fp32 input precision, UPCAST under the interpreter, HAS_BIAS, BATCHED) are written into
