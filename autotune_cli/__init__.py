@@ -2,7 +2,7 @@
 
 `from autotune_cli import lookup, mm, addmm, bmm, linear, scaled_mm` uses the cached winners
 from Python (see `autotune_cli.api`); `autotune_cli.compile(model, ...)` is torch.compile with the
-model's matmuls routed to them (see `autotune_cli.torch_compile`). They load on first use:
+model's matmuls routed to them (see `autotune_cli.routing`). They load on first use:
 importing this package imports neither torch nor triton.
 """
 
@@ -23,9 +23,9 @@ def __getattr__(name: str):
         globals()[name] = value  # later accesses skip this function
         return value
     if name in _COMPILE:
-        from . import torch_compile
+        from . import routing
 
-        value = getattr(torch_compile, name)
+        value = getattr(routing, name)
         globals()[name] = value
         return value
     if name in _RECORD:

@@ -51,7 +51,7 @@ def settings(cache: Path, space: Path):
 def compile_once(cache: Path, space: Path, tuned: list) -> list:
     """Compile and run the model in a fresh state; `tuned` gets the problem keys this
     process tuned; returns the routes as (cache key, uid, params, fallback)."""
-    from autotune_cli import compile_tune
+    from autotune_cli.routing import tuning as compile_tune
 
     api.reset()
     torch._dynamo.reset()

@@ -186,7 +186,7 @@ def test_under_max_autotune_an_aten_winner_is_pinned(cli, cache_dir, monkeypatch
     """Inductor's max-autotune would tune an aten winner's matmul again: there the winner
     goes through our opaque op, which runs torch's own call."""
     tune(cli, "--m", T, "--n", V, "--k", C, "--layout", "nt", "--dtype", "float32", "--templates", "aten")
-    from autotune_cli.torch_compile import routing_backend
+    from autotune_cli.routing import routing_backend
 
     graphs = []
 
@@ -231,10 +231,10 @@ def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
     routes: list = []
     with torch.no_grad():
         got = autotune_cli.compile(lin, routes=routes, fullgraph=True)(x)
-    from autotune_cli import torch_compile
+    from autotune_cli.routing import ops
 
     assert [r.uid for r in routed(routes)] == ["triton::mm"]
-    route = next(r for r in torch_compile._ROUTES.values() if r.info.key == routed(routes)[0].key)
+    route = next(r for r in ops.ROUTES.values() if r.info.key == routed(routes)[0].key)
     assert route.parts is not None  # the triton_op, not the opaque op
     want = x.double() @ lin.weight.double().t() + lin.bias.double()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
@@ -348,8 +348,8 @@ def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
     of two up to the trace's M rounded up (the trace's M among them) and each call picks its winner:
     at a tuned M the tuned kernel, below one the config rebuilt for its M (checked), above
     the largest torch's op; every output right."""
-    from autotune_cli import torch_compile
-    from autotune_cli.compile_dynamic import DYNAMIC_M_FLOOR, DynamicCall
+    from autotune_cli.routing import ops
+    from autotune_cli.routing.dynamic import DYNAMIC_M_FLOOR, DynamicCall
 
     lin = torch.nn.Linear(C, H).requires_grad_(False)
     routes: list = []
@@ -364,7 +364,7 @@ def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
     # M = 2 x rows: torch's bounds start it at 4 (sizes 0 and 1 are specialised apart)
     assert (route.uid, route.fallback, route.params["m"]) == ("dynamic", False, [4, 8, 16, 24, 32])
     assert "tuning 5 matmul problems" in capfd.readouterr().err
-    (call,) = [r.call for r in torch_compile._ROUTES.values()
+    (call,) = [r.call for r in ops.ROUTES.values()
                if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
     assert call.chosen[24] == "triton::mm"  # traced at 2 x 12 rows: tuned there
     assert call.chosen[10] == "triton::mm (tuned at M = 16)"
@@ -375,8 +375,8 @@ def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
 def test_a_config_that_is_wrong_at_another_m_is_not_used(cache_dir, space, monkeypatch):
     """A winner rebuilt for an M it was not tuned at is checked against float64 first: one
     that gives a wrong product there is recorded and torch's op runs that M."""
-    from autotune_cli import torch_compile
-    from autotune_cli.compile_dynamic import DynamicCall
+    from autotune_cli.routing import ops
+    from autotune_cli.routing.dynamic import DynamicCall
 
     real = api.Dispatcher.plan_borrowed
 
@@ -392,7 +392,7 @@ def test_a_config_that_is_wrong_at_another_m_is_not_used(cache_dir, space, monke
         x = torch.randn(2, rows, C, generator=torch.Generator().manual_seed(rows))
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
-    (call,) = [r.call for r in torch_compile._ROUTES.values()
+    (call,) = [r.call for r in ops.ROUTES.values()
                if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
     assert call.chosen[10].startswith("triton::mm tuned at M = 16 failed its check at M = 10: relative error")
 

@@ -127,7 +127,7 @@ def test_scaled_mm_calls_run_their_winners_in_one_graph(cli, cache_dir, first, s
 def test_an_aten_winner_is_pinned_under_max_autotune(cli, cache_dir):
     """Under max-autotune Inductor would tune torch._scaled_mm again: the aten winner goes
     through our opaque op, which calls torch._scaled_mm itself."""
-    from autotune_cli.torch_compile import routing_backend
+    from autotune_cli.routing import routing_backend
 
     tune(cli, 48, "tensor", "aten::_scaled_mm", "--bias", "--out-dtype", "float16")
     model = Float8Linears()
@@ -162,7 +162,7 @@ def test_scaled_winners_under_inductor(cli, cache_dir):
 
 def test_calls_the_route_does_not_take_are_left_to_the_compiler(cli, cache_dir):
     """A traced use_fast_accum, scale_result, or a problem with no entry: torch._scaled_mm stays."""
-    from autotune_cli.graph_matmuls import match_scaled
+    from autotune_cli.routing.sites import match_scaled
 
     tune(cli, 64, "row", "triton::scaled_mm")
     model = Float8Linears()

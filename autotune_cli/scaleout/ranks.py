@@ -235,7 +235,7 @@ def share_tuning(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], 
                  settings: TuneSettings, tune: Callable) -> int:
     """Tune `problems` (every one a graph routes; the same on every rank) with the other ranks
     of the job (see the module). `held(problem)`: this rank's cached (key, entry), or None.
-    `tune`: compile_tune.tune_missing. Returns how many problems this rank's cache lacked or
+    `tune`: routing.tuning.tune_missing. Returns how many problems this rank's cache lacked or
     was given another winner for (0: its routes cannot have changed)."""
     import torch.distributed as dist
 

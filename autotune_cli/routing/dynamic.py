@@ -17,8 +17,8 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable
 
-from .graph_matmuls import concrete
-from .problem import GemmProblem
+from .sites import concrete
+from ..problem import GemmProblem
 
 __all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "tuned_m_values"]
 
@@ -62,7 +62,7 @@ class DynamicCall:
 
         import torch
 
-        from .api import AutotuneFallbackWarning
+        from ..api import AutotuneFallbackWarning
 
         bias = args[0] if len(args) == 3 else None
         a, b = args[-2], args[-1]
@@ -87,7 +87,8 @@ class DynamicCall:
                 if built is not None:
                     failed = self._check(run, replace(self.problem, m=m), a.device, bias is not None)
                     if failed:
-                        run, why = self.torch_op, f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
+                        why = f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
+                        run = self.torch_op
             self.plans[key] = run
             self.chosen[m] = why
             return run
@@ -95,7 +96,7 @@ class DynamicCall:
     @staticmethod
     def _check(run: Callable, problem: GemmProblem, device, has_bias: bool) -> str:
         """'' where `run` gives float64's product on random operands of `problem`, else why not."""
-        from .runner.verify import check, make_operands, reference
+        from ..runner.verify import check, make_operands, reference
 
         ops = make_operands(problem, seed=0, device=device.type if device.type == "cpu" else str(device))
         out = run(ops.bias, ops.a, ops.b) if has_bias else run(ops.a, ops.b)

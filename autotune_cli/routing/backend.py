@@ -1,163 +1,15 @@
-"""torch.compile with a model's matmuls routed to this machine's cached winners.
-
-    import autotune_cli
-
-    compiled = autotune_cli.compile(model)        # torch.compile's kwargs pass through
-    compiled = autotune_cli.compile(model, mode="default", routes=log)  # no CUDA graphs
-
-`compile` is `torch.compile(model, backend=<ours>, ...)`. Our backend gets each graph
-Dynamo captured (torch-level ops, fake tensors), replaces every matmul with a cached winner
-for this machine by a call of one of our ops, and hands the graph to Inductor (or to the
-backend named by `backend=`). Nothing breaks the graph: the replacement happens after Dynamo,
-and each op is one a compiler keeps in its graph:
-
-  * a one-kernel Triton winner (triton::mm, triton::bmm, triton::mm_swap_ab) becomes
-    `autotune::triton_gemm`, a `torch.library.triton_op` launching the kernel through
-    `wrap_triton`: AOT traces into it, so Inductor sees the kernel itself, launches it from
-    its own generated code and can capture it in a CUDA graph;
-  * any other winner (cuBLAS on padded copies, split-K's two kernels, the persistent TMA
-    kernel, and under Triton's interpreter every Triton winner, which wrap_triton cannot
-    trace) becomes `autotune::gemm`, an opaque custom op with a fake implementation that
-    runs the winner's kernel as `autotune_cli.mm` does in eager code (its buffers made at
-    compile time, so that CUDA graphs of the compiled model can be captured);
-  * an aten winner stays torch's op (Inductor's ATen choice is that same cuBLAS call),
-    except under max-autotune, where Inductor would tune it again: there it is pinned
-    through `autotune::gemm` too.
-
-A matmul with no cached winner for this machine's fingerprint (or one tuned on another
-machine, or with a template source that has changed since) is left as it was: Inductor
-handles it as it would without us. What is routed: linear (x [..., K] folded to [M, K],
-B = W.T), mm, addmm (alpha = beta = 1), bmm, and matmul / @ of 2-D by 2-D, N-D by 2-D and
-3-D by 3-D operands, with static shapes. Tensors that need gradients under grad mode stay
-on torch's ops (the kernels have no backward).
-
-torch._scaled_mm calls (float8, scales per tensor, row or block, a [n] bias, out_dtype and
-use_fast_accum constants) are routed alike, to `autotune::triton_scaled_gemm` (the tiled or
-blockwise float8 kernel, a triton_op) or `autotune::scaled_gemm` (the opaque op: the persistent TMA
-kernel, split-K, every Triton winner under the interpreter, and aten::_scaled_mm pinned
-under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
-"""
-
-import threading  # no `from __future__ import annotations`: torch.library reads the ops' annotations
-import warnings
-from dataclasses import dataclass, replace
+"""The torch.compile backend that routes a graph's matmuls (see the package), and
+`compile`, torch.compile with it."""
+import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
+from dataclasses import replace
 from typing import Any, Callable
 
-from .api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
-from .compile_dynamic import DynamicCall, dynamic_problem
-from .graph_matmuls import ScaledMatch, Site, matmul_sites, node_value
+from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+from .dynamic import DynamicCall, dynamic_problem
+from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
+from .sites import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
-
-
-@dataclass(frozen=True)
-class _Route:
-    """What one replaced matmul runs: `call` (torch's signature: (a, b) or (bias, a, b)) in
-    the opaque op; `parts` (kernel, grid, arguments, options) in the Triton op."""
-
-    info: Dispatch
-    call: Callable
-    out_shape: tuple[int, ...] | None  # None: a dynamic M (compile_dynamic.py), A's rows
-    out_strides: tuple[int, ...]
-    built: Built | None
-    parts: tuple | None
-    out_dtype: Any = None  # scaled_mm: the output's torch dtype (else the operands')
-
-
-# An op's `route` argument names an entry here. The name is a hash of what the route runs
-# (entry, winner, params, output strides, which op): Inductor caches compiled graphs on disk,
-# keyed by their text, so a name must never stand for another route in another process.
-_ROUTES: dict[str, _Route] = {}
-_LOCK = threading.Lock()
-_OPS: dict[str, Any] = {}
-
-
-def _interpreting() -> bool:
-    from .templates.triton_base import interpreting
-
-    return interpreting()
-
-
-def _operands(route: _Route, a, b, bias):
-    """The tensors as the kernel takes them (the copies and bias row the eager call makes)."""
-    how = route.built.how
-    if how.copy_a:
-        a = a.contiguous()
-    if how.copy_b:
-        b = b.contiguous()
-    if how.bias_row:
-        bias = bias[0]
-    return a, b, bias
-
-
-def _register_ops() -> dict[str, Any]:
-    """Define our ops once per process: `autotune::gemm` always, `autotune::triton_gemm`
-    where Triton compiles for a GPU."""
-    with _LOCK:
-        if _OPS:
-            return _OPS
-        import torch
-        from torch.library import custom_op
-
-        @custom_op("autotune::gemm", mutates_args=())
-        def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: str) -> torch.Tensor:
-            call = _ROUTES[route].call
-            return call(a, b) if bias is None else call(bias, a, b)
-
-        @gemm.register_fake
-        def _(a, b, bias, route):
-            r = _ROUTES[route]
-            if r.out_shape is None:  # a dynamic M: A's rows by B's columns, contiguous
-                return a.new_empty((*a.shape[:-1], b.shape[-1]))
-            return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
-
-        _OPS["gemm"] = torch.ops.autotune.gemm.default
-
-        @custom_op("autotune::scaled_gemm", mutates_args=())
-        def scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                        bias: torch.Tensor | None, route: str) -> torch.Tensor:
-            return _ROUTES[route].call(a, b, scale_a, scale_b, bias)
-
-        @scaled_gemm.register_fake
-        def _(a, b, scale_a, scale_b, bias, route):
-            r = _ROUTES[route]
-            return torch.empty_strided(r.out_shape, r.out_strides, dtype=r.out_dtype, device=a.device)
-
-        _OPS["scaled_gemm"] = torch.ops.autotune.scaled_gemm.default
-        if not _interpreting():
-            from torch.library import triton_op, wrap_triton
-
-            from .templates.base import Operands
-
-            @triton_op("autotune::triton_gemm", mutates_args={})
-            def triton_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                            route: str) -> torch.Tensor:
-                r = _ROUTES[route]
-                kernel, grid, arguments, options = r.parts
-                a, b, bias = _operands(r, a, b, bias)
-                out = torch.empty(r.out_shape, dtype=a.dtype, device=a.device)
-                args = list(arguments(Operands(a, b, out, bias)))
-                if bias is None:
-                    args[3] = a  # never read without a bias: an input, not a second alias of out
-                wrap_triton(kernel)[grid](*args, **options)
-                return out
-
-            _OPS["triton_gemm"] = torch.ops.autotune.triton_gemm.default
-
-            @triton_op("autotune::triton_scaled_gemm", mutates_args={})
-            def triton_scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                                   bias: torch.Tensor | None, route: str) -> torch.Tensor:
-                r = _ROUTES[route]
-                kernel, grid, arguments, options = r.parts
-                out = torch.empty(r.out_shape, dtype=r.out_dtype, device=a.device)
-                args = list(arguments(Operands(a, b, out, bias, scale_a, scale_b)))
-                if bias is None:
-                    args[3] = a  # never read without a bias: an input, not a second alias of out
-                wrap_triton(kernel)[grid](*args, **options)
-                return out
-
-            _OPS["triton_scaled_gemm"] = torch.ops.autotune.triton_scaled_gemm.default
-        return _OPS
 
 
 # -- the backend ---------------------------------------------------------------------------------
@@ -213,13 +65,13 @@ class routing_backend:
 
     def _tune_missing(self, sites: list[Site]) -> None:
         """Tune, in one tuner, the problems of `sites` that have no winner here (see
-        compile_tune.py; in a torch.distributed job the ranks share them): `tune` True or a
+        tuning.py; in a torch.distributed job the ranks share them): `tune` True or a
         TuneSettings, or None where they are on a GPU."""
         if self.tune is False:
             return
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        from .compile_tune import settings_for, tune_graph
+        from .tuning import settings_for, tune_graph
 
         # every problem the graph routes, cached or not: the same list on every rank of a job
         wanted: dict = {}
@@ -296,7 +148,7 @@ class routing_backend:
 
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
-        compile_dynamic.py), where a winner is cached at one of its tuned M values at least."""
+        dynamic.py), where a winner is cached at one of its tuned M values at least."""
         import operator
 
         import torch
@@ -307,14 +159,14 @@ class routing_backend:
             self.routes.append(Dispatch(site.op, f"torch.{site.op}", problem, fallback=True,
                                         reason=f"a dynamic M with nothing cached at M = {', '.join(map(str, m_values))}"))
             return False
-        ops = _register_ops()
+        ops = register_ops()
         t = self.dispatcher._torch()
         # the name says which cache it reads: its plans are made per call from that cache
         where = {"m": list(m_values), "cache": str(self.dispatcher.cache_dir)}
-        name = _route_name(Dispatch(site.op, "dynamic", problem, None, where), (), "dynamic", None)
+        name = route_name(Dispatch(site.op, "dynamic", problem, None, where), (), "dynamic", None)
         call = DynamicCall(self.dispatcher, site.op, problem, m_values, t.ops[site.op])
-        with _LOCK:  # a new compile plans anew (the cache may have changed since the last)
-            _ROUTES[name] = _Route(Dispatch(site.op, "dynamic", problem), call, None, None, None, None)
+        with LOCK:  # a new compile plans anew (the cache may have changed since the last)
+            ROUTES[name] = Route(Dispatch(site.op, "dynamic", problem), call, None, None, None, None)
         self.routes.append(Dispatch(site.op, "dynamic", problem, None, {"m": list(m_values)},
                                     reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
         match, node = site.match, site.node
@@ -364,29 +216,29 @@ class routing_backend:
         if built is None and not pin_aten:
             self.routes.append(info)
             return None
-        ops = _register_ops()
+        ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
         parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
         triton_ok = (parts is not None and "triton_scaled_gemm" in ops and not built.keeps_buffers
                      and built.pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:6]
                      == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
-        strides = _contiguous(shape)
-        name = _route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
-        with _LOCK:
-            known = name in _ROUTES
+        strides = contiguous(shape)
+        name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
+        with LOCK:
+            known = name in ROUTES
         if not known:
             if built is not None and not triton_ok:
                 call = self._stateful_scaled_call(info, built, (a, b, scale_a, scale_b, bias))
             import torch
 
-            from .templates.base import torch_dtype
+            from ..templates.base import torch_dtype
 
-            route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None,
+            route = Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None,
                            out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
             assert isinstance(route.out_dtype, torch.dtype)
-            with _LOCK:
-                _ROUTES.setdefault(name, route)
+            with LOCK:
+                ROUTES.setdefault(name, route)
         self.routes.append(info)
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
@@ -394,7 +246,7 @@ class routing_backend:
         """As `_stateful_call`, for torch._scaled_mm's operands (a, b, scale_a, scale_b, bias)."""
         import torch
 
-        from .api.calls import scaled_kernel_call
+        from ..api.calls import scaled_kernel_call
 
         device = tensors[0].device
         call = scaled_kernel_call(built.problem, built.kernel, self.dispatcher._torch(), device)
@@ -410,29 +262,29 @@ class routing_backend:
         if info.fallback or info.problem is None:
             self.routes.append(info)
             return None
-        ops = _register_ops()
+        ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
         pitch = built.pitch if built is not None else None
         if pitch is None:
-            strides = _contiguous(shape)
+            strides = contiguous(shape)
         else:
-            strides = _contiguous((*shape[:-1], pitch))[:-1] + (1,)
+            strides = contiguous((*shape[:-1], pitch))[:-1] + (1,)
         parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
         triton_ok = (parts is not None and "triton_gemm" in ops and not built.keeps_buffers and pitch is None
                      and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
         if built is None and not pin_aten:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it
-        name = _route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
-        with _LOCK:
-            known = name in _ROUTES
+        name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
+        with LOCK:
+            known = name in ROUTES
         if not known:
             if built is not None and not triton_ok:
                 call = self._stateful_call(info, built, a, b, bias)
-            route = _Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
-            with _LOCK:
-                _ROUTES.setdefault(name, route)
+            route = Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
+            with LOCK:
+                ROUTES.setdefault(name, route)
         self.routes.append(info)
         return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
 
@@ -446,8 +298,8 @@ class routing_backend:
         streams would share them."""
         import torch
 
-        from .api.calls import kernel_call
-        from .templates.base import Operands
+        from ..api.calls import kernel_call
+        from ..templates.base import Operands
 
         t = self.dispatcher._torch()
         device = a.device
@@ -495,24 +347,6 @@ def _reason_kind(reason: str) -> str:
     return "other (see routes)"
 
 
-def _route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:
-    import hashlib
-    import json
-
-    how = (built.how.copy_a, built.how.copy_b, built.how.bias_row) if built is not None else None
-    text = json.dumps([info.op, info.key, info.uid, info.params, info.problem.to_dict(), list(strides), kind, how],
-                      sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _contiguous(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
-
-
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
 
 
@@ -536,7 +370,7 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     "triton.cudagraphs") compiles without them."""
     import torch
 
-    from .settings import TuneSettings
+    from ..settings import TuneSettings
 
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
         mode = DEFAULT_MODE

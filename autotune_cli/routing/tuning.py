@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .entry import Entry
-from .errors import UserError
-from .problem import GemmProblem
-from .settings import TuneSettings
+from ..entry import Entry
+from ..errors import UserError
+from ..problem import GemmProblem
+from ..settings import TuneSettings
 
 __all__ = ["TuneReport", "settings_for", "tune_graph", "tune_missing"]
 
@@ -60,7 +60,7 @@ def tune_graph(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], tu
     None). In a torch.distributed job of several ranks they share the work
     (scaleout/ranks.py); otherwise `tune_missing` here. Returns how many had no winner here
     before (0: nothing this rank routes can have changed)."""
-    from .scaleout.ranks import in_job, share_tuning
+    from ..scaleout.ranks import in_job, share_tuning
 
     if in_job():
         return share_tuning(problems, held, settings, tune_missing)
@@ -80,8 +80,8 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
 
     from rich.console import Console
 
-    from .report import ModelProgress
-    from .runner.processes import prestart_workers
+    from ..report import ModelProgress
+    from ..runner.processes import prestart_workers
 
     report = TuneReport()
     if not problems:
@@ -106,7 +106,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
 
 def _tune_each(problems: Sequence[GemmProblem], settings: TuneSettings, progress, report: TuneReport,
                device=None, on_done: OnDone | None = None) -> None:
-    from .tuner import Tuner
+    from ..tuner import Tuner
 
     def failed(problem: GemmProblem, why: str) -> None:
         report.failed[problem] = why

@@ -1,4 +1,4 @@
-"""Which nodes of a Dynamo graph are matmuls that torch_compile.py routes: linear, mm,
+"""Which nodes of a Dynamo graph are matmuls that the routing backend (backend.py) routes: linear, mm,
 addmm, bmm and matmul / @ read as a GEMM (MatmulMatch: its operand nodes, how A is folded
 and whether B is a weight to transpose), and torch._scaled_mm with constant arguments
 (ScaledMatch). Anything else is left to the compiler. Reads node metadata only; imports
@@ -11,8 +11,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled", "matmul_sites",
-           "node_value"]
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
+           "matmul_sites", "node_value"]
 
 
 @dataclass
@@ -163,13 +163,13 @@ class Site:
     values: tuple = ()  # scaled_mm: a, b, scale_a, scale_b, bias
     skip: str = ""  # why it stays the compiler's ("" where it may be routed)
     static: bool = True
-    dynamic_m: bool = False  # only A's rows (M) are dynamic: routed per call (compile_dynamic.py)
+    dynamic_m: bool = False  # only A's rows (M) are dynamic: routed per call (dynamic.py)
     plan: Any = None  # a dynamic M's (problem at its hint, M values tuned), or why not
 
 
 def matmul_sites(graph):
     """Every matmul node of `graph` (see the module) as a Site, in graph order."""
-    from .problem import MIN_GEMM_K
+    from ..problem import MIN_GEMM_K
 
     for node in graph.nodes:
         scaled = match_scaled(node)

@@ -1,0 +1,144 @@
+"""The ops a routed matmul becomes in a compiled graph, and the routes they run.
+
+`autotune::gemm` (opaque: a custom op with a fake implementation, running a route's call),
+`autotune::scaled_gemm` (the same for torch._scaled_mm) and, where Triton compiles for a
+GPU, `autotune::triton_gemm` / `autotune::triton_scaled_gemm` (triton_ops: the compiler
+traces into them and launches the kernel itself). An op's `route` argument names a `Route`
+in ROUTES.
+"""
+
+import threading  # no `from __future__ import annotations`: torch.library reads the ops' annotations
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..api import Built, Dispatch
+
+__all__ = ["LOCK", "ROUTES", "Route", "contiguous", "register_ops", "route_name"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """What one replaced matmul runs: `call` (torch's signature: (a, b) or (bias, a, b)) in
+    the opaque op; `parts` (kernel, grid, arguments, options) in the Triton op."""
+
+    info: Dispatch
+    call: Callable
+    out_shape: tuple[int, ...] | None  # None: a dynamic M (dynamic.py), A's rows
+    out_strides: tuple[int, ...]
+    built: Built | None
+    parts: tuple | None
+    out_dtype: Any = None  # scaled_mm: the output's torch dtype (else the operands')
+
+
+# An op's `route` argument names an entry here. The name is a hash of what the route runs
+# (entry, winner, params, output strides, which op): Inductor caches compiled graphs on disk,
+# keyed by their text, so a name must never stand for another route in another process.
+ROUTES: dict[str, Route] = {}
+LOCK = threading.Lock()
+_OPS: dict[str, Any] = {}
+
+
+def _interpreting() -> bool:
+    from ..templates.triton_base import interpreting
+
+    return interpreting()
+
+
+def _operands(route: Route, a, b, bias):
+    """The tensors as the kernel takes them (the copies and bias row the eager call makes)."""
+    how = route.built.how
+    if how.copy_a:
+        a = a.contiguous()
+    if how.copy_b:
+        b = b.contiguous()
+    if how.bias_row:
+        bias = bias[0]
+    return a, b, bias
+
+
+def register_ops() -> dict[str, Any]:
+    """Define our ops once per process: `autotune::gemm` always, `autotune::triton_gemm`
+    where Triton compiles for a GPU."""
+    with LOCK:
+        if _OPS:
+            return _OPS
+        import torch
+        from torch.library import custom_op
+
+        @custom_op("autotune::gemm", mutates_args=())
+        def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: str) -> torch.Tensor:
+            call = ROUTES[route].call
+            return call(a, b) if bias is None else call(bias, a, b)
+
+        @gemm.register_fake
+        def _(a, b, bias, route):
+            r = ROUTES[route]
+            if r.out_shape is None:  # a dynamic M: A's rows by B's columns, contiguous
+                return a.new_empty((*a.shape[:-1], b.shape[-1]))
+            return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
+
+        _OPS["gemm"] = torch.ops.autotune.gemm.default
+
+        @custom_op("autotune::scaled_gemm", mutates_args=())
+        def scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                        bias: torch.Tensor | None, route: str) -> torch.Tensor:
+            return ROUTES[route].call(a, b, scale_a, scale_b, bias)
+
+        @scaled_gemm.register_fake
+        def _(a, b, scale_a, scale_b, bias, route):
+            r = ROUTES[route]
+            return torch.empty_strided(r.out_shape, r.out_strides, dtype=r.out_dtype, device=a.device)
+
+        _OPS["scaled_gemm"] = torch.ops.autotune.scaled_gemm.default
+        if not _interpreting():
+            from torch.library import triton_op, wrap_triton
+
+            from ..templates.base import Operands
+
+            @triton_op("autotune::triton_gemm", mutates_args={})
+            def triton_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                            route: str) -> torch.Tensor:
+                r = ROUTES[route]
+                kernel, grid, arguments, options = r.parts
+                a, b, bias = _operands(r, a, b, bias)
+                out = torch.empty(r.out_shape, dtype=a.dtype, device=a.device)
+                args = list(arguments(Operands(a, b, out, bias)))
+                if bias is None:
+                    args[3] = a  # never read without a bias: an input, not a second alias of out
+                wrap_triton(kernel)[grid](*args, **options)
+                return out
+
+            _OPS["triton_gemm"] = torch.ops.autotune.triton_gemm.default
+
+            @triton_op("autotune::triton_scaled_gemm", mutates_args={})
+            def triton_scaled_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                                   bias: torch.Tensor | None, route: str) -> torch.Tensor:
+                r = ROUTES[route]
+                kernel, grid, arguments, options = r.parts
+                out = torch.empty(r.out_shape, dtype=r.out_dtype, device=a.device)
+                args = list(arguments(Operands(a, b, out, bias, scale_a, scale_b)))
+                if bias is None:
+                    args[3] = a  # never read without a bias: an input, not a second alias of out
+                wrap_triton(kernel)[grid](*args, **options)
+                return out
+
+            _OPS["triton_scaled_gemm"] = torch.ops.autotune.triton_scaled_gemm.default
+        return _OPS
+
+
+def route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:
+    import hashlib
+    import json
+
+    how = (built.how.copy_a, built.how.copy_b, built.how.bias_row) if built is not None else None
+    text = json.dumps([info.op, info.key, info.uid, info.params, info.problem.to_dict(), list(strides), kind, how],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def contiguous(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
