@@ -67,7 +67,7 @@ class KernelTemplateChoice:
         if "built" not in self._memo:
             try:
                 self._memo["built"] = (True, self.template.build(self.problem, self.params, kernel_dir))
-            except Exception as exc:  # remembered, re-raised to each caller
+            except Exception as exc:  # noqa: BLE001 - remembered, re-raised to each caller
                 self._memo["built"] = (False, exc)
         ok, value = self._memo["built"]
         if not ok:

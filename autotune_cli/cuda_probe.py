@@ -152,7 +152,7 @@ def _query(lib, runtime: str) -> DriverReport:
         handle = ctypes.c_int()
         check(lib.cuDeviceGet(ctypes.byref(handle), ordinal))
 
-        def attribute(which: int) -> int:
+        def attribute(which: int, handle: ctypes.c_int = handle) -> int:
             value = ctypes.c_int()
             check(lib.cuDeviceGetAttribute(ctypes.byref(value), which, handle))
             return value.value

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from .cuda_probe import DriverReport, driver_version, read_devices
 from .errors import UserError
@@ -133,7 +132,7 @@ def probe_device(device_type: str, index: int = 0, via: str = "driver",
     if driver is None:
         try:
             driver = str(torch._C._cuda_getDriverVersion())
-        except Exception:  # private API (gone in torch 2.11): absence only loses a field
+        except Exception:  # noqa: BLE001 - private API (gone in torch 2.11): absence only loses a field
             driver = ""
     smem = getattr(props, "shared_memory_per_block_optin", 0) or 0
     return DeviceInfo(

@@ -280,7 +280,8 @@ class Entry:
         if self.machine not in (None, machine):
             return f"its machine {_show(self.machine)} is not its fingerprint's {machine}"
         if self.fingerprint.get("device_type", self.problem.device) != self.problem.device:
-            return f"its fingerprint is a {_show(self.fingerprint['device_type'])} device's, its problem {self.problem.device}'s"
+            return (f"its fingerprint is a {_show(self.fingerprint['device_type'])} device's, "
+                    f"its problem {self.problem.device}'s")
         return ""
 
     # -- to and from JSON ------------------------------------------------------------------------

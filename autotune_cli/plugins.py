@@ -36,7 +36,7 @@ def load_plugins(specs: tuple[str, ...] | list[str]) -> None:
                 module = importlib.util.module_from_spec(module_spec)
                 sys.modules[name] = module
                 module_spec.loader.exec_module(module)
-            except (Exception, SystemExit) as exc:
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the plugin raised is one line
                 sys.modules.pop(name, None)
                 raise UserError(f"plugin {spec} failed to load: {_first_line(exc)}") from None
         else:
@@ -44,7 +44,7 @@ def load_plugins(specs: tuple[str, ...] | list[str]) -> None:
                 importlib.import_module(spec)
             except ModuleNotFoundError as exc:
                 raise UserError(f"plugin module {spec!r} not found: {exc}") from None
-            except (Exception, SystemExit) as exc:  # '.', a relative name, or the module raised
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - '.', a relative name, or the module raised
                 raise UserError(f"plugin module {spec!r} failed to load: {_first_line(exc)}") from None
         _LOADED.add(spec)
 

@@ -2,8 +2,9 @@
 
 One home for the numbers: the tuner's choice of graph timing (settings.MeasurePolicy), the
 tile model (`tile_seconds`: the exhaustive search's ranking, the default search's
-tile_model prune in choices.py) and the benchmarks' floors read them here. They are an H200's (measured ~790 TFLOP/s dense bf16 against a 990 datasheet, ~4.3
-TB/s copy): on another GPU they rank and classify problems, they do not predict times.
+tile_model prune in choices.py) and the benchmarks' floors read them here. They are an H200's
+(measured ~790 TFLOP/s dense bf16 against a 990 datasheet, ~4.3 TB/s copy): on another GPU
+they rank and classify problems, they do not predict times.
 """
 
 from __future__ import annotations

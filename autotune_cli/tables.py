@@ -228,7 +228,7 @@ def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None 
     asks the GPU). Narrower, the device and "here" go under the problem, and params under
     the winner's uid."""
     rows = []
-    for key, entry in items:
+    for _key, entry in items:
         winner = entry.winner
         if entry.fingerprint.get("device_type") == "cpu" and current_machine:
             here = "yes" if entry.machine == current_machine else "no"

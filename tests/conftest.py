@@ -8,7 +8,8 @@ GPU_PRESENT = os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is 
 if not GPU_PRESENT:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-IN_PROCESS_CPU_KERNEL_MODULES = ("test_templates.py", "test_templates_persistent_tma_splitk.py", "test_templates_fp8.py")
+IN_PROCESS_CPU_KERNEL_MODULES = ("test_templates.py", "test_templates_persistent_tma_splitk.py",
+                                 "test_templates_fp8.py")
 
 from pathlib import Path  # noqa: E402
 
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(config, items):
         import torch
 
         has_gpu = torch.cuda.is_available()
-    except Exception:
+    except ImportError:
         has_gpu = False
     if has_gpu:
         return

@@ -104,10 +104,12 @@ def test_table_output(cli, cache_dir):
      "--workers must be between 1 and"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--compile-workers", "100000"],
      "--compile-workers must be between 0 and"),
-    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--seed", str(2**64)], "--seed must be between 0 and"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--seed", str(2**64)],
+     "--seed must be between 0 and"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--seed", "-1"], "--seed must be between 0 and"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", ""], "--plugin needs a module"),
-    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "."], "plugin module '.' failed to load"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "."],
+     "plugin module '.' failed to load"),
 ])
 def test_bad_input_is_one_line_exit_2(cache_dir, args, message):
     proc = subprocess.run([sys.executable, "-m", "autotune_cli", *args], capture_output=True, text=True,

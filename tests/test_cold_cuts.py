@@ -3,7 +3,7 @@ slower than the problem's best so far, a lead over cuBLAS too large for any misr
 confirmed, and a list's next problems are compiled while this one is timed."""
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import pytest
 import torch

@@ -45,7 +45,8 @@ class FakeDriver:
         return 0
 
     def cuDeviceGetName(self, buf, size, handle):
-        ctypes.memmove(buf, self.devices[handle.value]["name"].encode() + b"\0", len(self.devices[handle.value]["name"]) + 1)
+        name = self.devices[handle.value]["name"].encode() + b"\0"
+        ctypes.memmove(buf, name, len(name))
         return 0
 
     def cuDeviceGetAttribute(self, out, which, handle):

@@ -20,7 +20,7 @@ from autotune_cli.choices import get_choices
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import all_templates, get_template
-from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_params, check_winner, entry_problem
+from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_winner
 from autotune_cli.tuner import Tuner
 from helpers_cache_writer import key_of, make_entry
 from autotune_cli.fingerprint import digest_of

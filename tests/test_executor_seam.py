@@ -10,7 +10,8 @@ from autotune_cli.runner import Executor
 from autotune_cli.runner.executor import LocalExecutor
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune_cli"
-CALLERS = [PACKAGE / "tuner.py", *sorted((PACKAGE / "search").glob("*.py")), *sorted((PACKAGE / "scaleout").glob("*.py"))]
+CALLERS = [PACKAGE / "tuner.py", *sorted((PACKAGE / "search").glob("*.py")),
+           *sorted((PACKAGE / "scaleout").glob("*.py"))]
 # what LocalExecutor keeps for itself: its workers and their processes, its logs, its pool
 WORKERS = {"timers", "compilers", "compile_log", "process", "_shareable", "_borrowed"}
 OWN = {"compile_pool", "startups"}  # also ExecutorStats' fields: read on an executor, they are its insides
@@ -20,7 +21,8 @@ def test_callers_use_the_protocol_alone():
     found = []
     for path in CALLERS:
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr")
                     and node.args and "executor" in ast.unparse(node.args[0])):
                 found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
             if isinstance(node, ast.Attribute) and (node.attr in WORKERS or (

@@ -438,7 +438,7 @@ def inductor_run():
                            "max_autotune": True, "max_autotune_gemm_backends": "ATEN"}), \
                 V.set_choices_handler(CpuLookup()):
             compiled = torch.compile(fn, dynamic=False, fullgraph=True)(*flat)
-    except Exception as exc:  # no C++ compiler, or an Inductor that cannot lower on the CPU
+    except Exception as exc:  # noqa: BLE001 - no C++ compiler, or an Inductor that cannot lower on the CPU
         pytest.skip(f"Inductor could not compile on this CPU: {type(exc).__name__}: {exc}")
     finally:
         logger.removeHandler(handler)

@@ -40,7 +40,8 @@ def test_float8_makes_a_scaled_mm_with_its_defaults():
 
 def test_other_ops_keep_their_keys_and_dicts():
     """Caches written before float8 existed stay valid: the same keys, the same dicts."""
-    assert make_problem(m=1024, n=512, k=4096, dtype="bf16", layout="nt").key() == "mm/m1024/n512/k4096/bfloat16/nt/cuda"
+    assert (make_problem(m=1024, n=512, k=4096, dtype="bf16", layout="nt").key()
+            == "mm/m1024/n512/k4096/bfloat16/nt/cuda")
     assert make_problem(m=8, n=16, k=32, dtype="fp32", bias="n", allow_tf32=True, device="cpu").key() \
         == "addmm/m8/n16/k32/float32/nn/bias_n/tf32/cpu"
     assert make_problem(m=8, n=16, k=32, batch=3, dtype="fp16").key() == "bmm/b3/m8/n16/k32/float16/nn/cuda"
@@ -417,6 +418,7 @@ def test_cli_fast_accum_flag(cli, cache_dir):
     code, out, err = cli("mm", "--m", 16, "--n", 64, "--k", 64, "--dtype", "fp8", "--scale", "tensor", "--fast-accum",
                          "--device", "cpu", "--json", "--templates", "aten")
     assert code == 0, err
-    assert json.loads(out)["key"].startswith("scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_tensor/out_bfloat16/fast_accum/cpu@")
+    assert json.loads(out)["key"].startswith(
+        "scaled_mm/m16/n64/k64/float8_e4m3fn/nt/scale_tensor/out_bfloat16/fast_accum/cpu@")
     code, _, err = cli("mm", "--m", 16, "--n", 64, "--k", 64, "--fast-accum", "--device", "cpu")
     assert code == 2 and "only apply to float8" in err

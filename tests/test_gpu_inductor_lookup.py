@@ -30,7 +30,7 @@ def _cuda_available() -> bool:
         import torch
 
         return torch.cuda.is_available()
-    except Exception:
+    except ImportError:
         return False
 
 

@@ -36,7 +36,7 @@ def _cuda_available() -> bool:
         import torch
 
         return torch.cuda.is_available()
-    except Exception:
+    except ImportError:
         return False
 
 
@@ -87,14 +87,14 @@ def _child() -> dict:
             try:
                 _, kernel_inputs, templates, op_name = args[:4]
                 overrides = (args[4] if len(args) > 4 else kwargs.get("kwarg_overrides")) or {}
-            except Exception as exc:  # another signature in this torch
+            except Exception as exc:  # noqa: BLE001 - another signature in this torch
                 seen_kwargs["?"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 templates = ()
             for template in templates:
                 try:
                     ktc = next(self.get_ktc(kernel_inputs, template, op_name, overrides.get(template.uid, {})))
                     seen_kwargs[template.uid] = ktc.params.to_kwargs()
-                except Exception as exc:  # no config, or another signature in this torch
+                except Exception as exc:  # noqa: BLE001 - no config, or another signature in this torch
                     seen_kwargs[template.uid] = f"{type(exc).__name__}: {str(exc)[:200]}"
             return super()._finalize_template_configs(*args, **kwargs)
 
@@ -132,7 +132,7 @@ def _child() -> dict:
                 out, codes = run_and_get_code(compiled, a, b, sa, sb, bias_arg)
             want = fn(a, b, sa, sb, bias_arg)
             err = ((out.float() - want.float()).abs().max() / want.float().abs().max()).item()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the failure is recorded in the results
             error, codes, err = f"{type(exc).__name__}: {str(exc)[:1500]}", [], None
         results[case] = {
             "table": table, "notes": notes, "error": error, "rel_err_vs_torch": err,

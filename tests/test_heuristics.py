@@ -67,8 +67,10 @@ def test_space_file(tmp_path):
     path = tmp_path / "space.json"
     path.write_text(json.dumps([{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}]))
     space = load_space_file(path)
-    assert space == {"*": [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}]}
-    path.write_text(json.dumps({"triton::mm": [{"BLOCK_M": 48, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}]}))
+    assert space == {"*": [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1,
+                            "num_warps": 4}]}
+    odd = {"BLOCK_M": 48, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}
+    path.write_text(json.dumps({"triton::mm": [odd]}))
     with pytest.raises(UserError, match="power of two"):
         load_space_file(path)
     path.write_text("{not json")

@@ -160,7 +160,8 @@ BIG = "Integer(9223372036854775807)"
     ("Mul(" + ", ".join([power(BIG, 64)] * 5) + f", {S})", None, "more than 4096 bits"),
     (f"FloorDiv({S}, Integer(0))", None, "divides by zero"),
     (f"FloorDiv({S}, Add({S}, Integer(-4)))", [4], "divides by zero"),
-], ids=["tower", "symbol_tower", "big_products", "floordiv_0", "floordiv_0_at_a_hint"])
+    (f"Mul(Integer(2147483647), {S})", [4], "is more than 2147483647"),
+], ids=["tower", "symbol_tower", "big_products", "floordiv_0", "floordiv_0_at_a_hint", "over_max_dim_at_a_hint"])
 def test_symbolic_sizes_are_bounded_before_arithmetic(dynamic_archive, tmp_path, expr, hints, what):
     from autotune_cli.model import find_gemms
 

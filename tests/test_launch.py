@@ -224,7 +224,8 @@ def test_a_bound_launch_calls_the_c_launch_past_a_wrapper_that_only_adds_empty_s
         kind, call = calls[-1]
         assert kind == via
         if via == "c":
-            assert call == (3, 1, 1, 1000, "fn-handle", False, True, None, None, "meta", None, None, None, a.data_ptr(), 7)
+            assert call == (3, 1, 1, 1000, "fn-handle", False, True, None, None, "meta", None, None, None,
+                            a.data_ptr(), 7)
         else:
             assert call == (3, 1, 1, 1000, "fn-handle", "meta", None, None, None, a.data_ptr(), 7)
 

@@ -306,8 +306,8 @@ def test_find_gemms_same_both_ways(archives, name, monkeypatch):
     calls.append(dict(device="cpu", hints={"nope": [3]}))  # an error either way
     calls += [dict(device="cpu", **kw) for kw in EXTRA_CALLS.get(name, [])]
     for kwargs in calls:
-        direct = _outcome(lambda: find_gemms(path, **kwargs))
-        reference = _outcome(lambda: _via_torch(monkeypatch, path, **kwargs))
+        direct = _outcome(lambda kwargs=kwargs: find_gemms(path, **kwargs))
+        reference = _outcome(lambda kwargs=kwargs: _via_torch(monkeypatch, path, **kwargs))
         assert direct == reference, kwargs
 
 

@@ -94,7 +94,7 @@ def test_each_meaning_of_precision_has_one_home(fields, precision, operands, mod
 
 
 def test_dtype_names_are_torchs():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from autotune_cli.problem import DTYPES, FLOAT_DTYPES
     from autotune_cli.templates.base import torch_dtype
 

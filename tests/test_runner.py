@@ -368,7 +368,8 @@ def test_compile_keys_follow_the_binary(tmp_path):
         problem = make_problem(device="cpu", dtype="float16", **dims)
         return {c.config_dict.get("BLOCK_K"): compile_key(c) for c in get_choices(problem, device, settings).choices}
 
-    small, large = keys("triton::mm_persistent_tma", m=64, n=64, k=64), keys("triton::mm_persistent_tma", m=64, n=256, k=64)
+    small = keys("triton::mm_persistent_tma", m=64, n=64, k=64)
+    large = keys("triton::mm_persistent_tma", m=64, n=256, k=64)
     assert small and set(small.values()) == set(large.values())
     k64, k128 = keys("triton::mm_splitk", m=16, n=32, k=1024), keys("triton::mm_splitk", m=16, n=32, k=2048)
     assert k64 and not set(k64.values()) & set(k128.values())

@@ -22,7 +22,7 @@ import torch.nn as nn  # noqa: E402
 
 from autotune_cli.runner import Executor  # noqa: E402
 from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa: E402
-from autotune_cli.cache import Cache
+from autotune_cli.cache import Cache  # noqa: E402
 from autotune_cli.entry import CacheKey  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
 from autotune_cli.device import probe_device  # noqa: E402

@@ -172,7 +172,7 @@ def test_bound_launches_stay_right_on_new_operands(spec, config, tmp_path):
     import torch
 
     from autotune_cli.runner.verify import make_operands
-    from autotune_cli.templates.base import Operands, bound
+    from autotune_cli.templates.base import bound
 
     problem = make_problem(device="cpu", **spec)
     template = get_template(GEMV)
@@ -188,7 +188,7 @@ def test_bound_launches_stay_right_on_new_operands(spec, config, tmp_path):
         if ops.bias is not None:
             want = want + ops.bias.double()
         torch.testing.assert_close(ops.out.double(), want, rtol=1e-4, atol=1e-4)
-    for workspace, counters in run.workspaces.values():
+    for _workspace, counters in run.workspaces.values():
         assert counters is None or not counters.any()
 
 

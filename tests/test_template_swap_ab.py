@@ -143,7 +143,10 @@ def test_grid_and_warmup_match_the_launch(spec, grid, tmp_path, monkeypatch):
     (_, run_grid, run_args, run_kwargs), (_, warm_grid, warm_args, warm_kwargs) = log
     assert run_grid == warm_grid == grid
     assert run_kwargs == warm_kwargs == {"num_warps": 4, "num_stages": 3}
-    kinds = lambda args: [(a.dtype, a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
+
+    def kinds(args):
+        return [(a.dtype, a.data_ptr()) if isinstance(a, torch.Tensor) else a for a in args]
+
     assert kinds(run_args) == kinds(warm_args)
     assert run_args[4:7] == (problem.m, problem.n, problem.k)
 
@@ -253,7 +256,10 @@ def test_shared_memory_prune_drops_what_a_small_device_cannot_hold(m, dtype):
     small = DeviceInfo(device_type="cuda", name="small", capability="8.6", sm_count=46, smem_per_block=101376)
     problem = make_problem(m=m, n=4096, k=4096, dtype=dtype)
     size = problem.dtype_size
-    need = lambda c: (c["BLOCK_N"] + c["BLOCK_M"]) * c["BLOCK_K"] * size * c["num_stages"]
+
+    def need(c):
+        return (c["BLOCK_N"] + c["BLOCK_M"]) * c["BLOCK_K"] * size * c["num_stages"]
+
     for search in ("default", "exhaustive"):
         result = get_choices(problem, small, TuneSettings(device="cuda", search=search, templates=(SWAP,)))
         kept = [c.config_dict for c in result.choices]

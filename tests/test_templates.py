@@ -303,7 +303,7 @@ def test_triton_mm_writes_up_to_n_only_into_any_output(tmp_path):
     """triton::mm asks for no pitch: handed a view of wider rows it leaves the padding alone."""
     import torch
 
-    from autotune_cli.runner.verify import check, make_operands, poison, reference
+    from autotune_cli.runner.verify import check, make_operands, reference
 
     problem = make_problem(m=32, n=45, k=40, dtype="float16", device="cpu")
     template = get_template("triton::mm")

@@ -213,7 +213,10 @@ def test_splitk_warmup_compiles_what_run_launches(fused, tmp_path, monkeypatch):
     assert run.warmup(ops) == [name for name, *_ in launched]
     warmed = [entry[1:] for entry in log]
     assert [name for name, *_ in launched] == (["partial"] if fused else ["partial", "reduce"])
-    kinds = lambda args: [type(a) if not isinstance(a, torch.Tensor) else (a.dtype, a.data_ptr()) for a in args]
+
+    def kinds(args):
+        return [type(a) if not isinstance(a, torch.Tensor) else (a.dtype, a.data_ptr()) for a in args]
+
     for (name, grid, args, kwargs), (w_name, w_grid, w_args, w_kwargs) in zip(launched, warmed):
         assert (name, grid, kwargs) == (w_name, w_grid, w_kwargs)
         assert kinds(args) == kinds(w_args)

@@ -366,7 +366,7 @@ class Dispatcher:
             pitch = template.out_pitch(problem, params)
             whole_rows = pitch is None or template.out_writes_padding(problem, params)
             kernel = build()
-        except Exception as exc:  # a winner that no longer builds must not break the program
+        except Exception as exc:  # noqa: BLE001 - a winner that no longer builds must not break the program
             return torch_op, self._fallback(op, problem, f"its winner {winner.uid} failed to build: {exc}")
         self._built[slot] = Built(problem, how, kernel, pitch, template.keeps_buffers, whole_rows)
         scaled = op == "scaled_mm"

@@ -97,7 +97,7 @@ def _mode_class():
                     problem = _problem(op, named, t)
             except UserError:  # a call autotune does not tune
                 skipped = _name(op, named)
-            except Exception:  # a call read wrongly must never break the program
+            except Exception:  # noqa: BLE001 - a call read wrongly must never break the program
                 skipped = _name(op or other, named, known=False)
             with self.tally.lock:
                 if problem is not None:

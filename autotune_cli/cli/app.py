@@ -181,10 +181,13 @@ CacheDirOpt = typer.Option(None, "--cache-dir", parser=_cache_dir_arg,
 ForceOpt = typer.Option(False, "--force", help="Re-tune even if the cache has a winner.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
 PluginOpt = typer.Option(None, "--plugin", help="A module or .py file that registers more templates (repeatable).")
-BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would take longer than this (s).")
+BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would "
+                         "take longer than this (s).")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")
-TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds; what is left unmeasured is recorded as skipped.")
-CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool processes on CUDA (default: up to 8; 0 compiles in the timing worker).")
+TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds; what is left "
+                             "unmeasured is recorded as skipped.")
+CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool processes on CUDA (default: up to 8; 0 "
+                                 "compiles in the timing worker).")
 
 
 

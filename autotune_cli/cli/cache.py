@@ -299,8 +299,8 @@ def cache_export(
     write_output(json.dumps(table, indent=1) + "\n", output)
     for note in notes:
         err.print(f"note: {note}", markup=False)
-    err.print(f"exported {plural(len(table), 'lookup-table key')} from {plural(len(items), 'entry', 'entries')} to {where}",
-              markup=False)
+    err.print(f"exported {plural(len(table), 'lookup-table key')} from {plural(len(items), 'entry', 'entries')} "
+              f"to {where}", markup=False)
 
 
 @cache_app.command("import")
@@ -342,12 +342,14 @@ def cache_import(
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
-              f"{len(plan.skipped)} of {plural(len(theirs) + len(refused), 'entry', 'entries')} from {path}", markup=False)
+              f"{len(plan.skipped)} of {plural(len(theirs) + len(refused), 'entry', 'entries')} from {path}",
+              markup=False)
 
 
 @cache_app.command("prune")
 def cache_prune(
-    older_than: Optional[str] = typer.Option(None, "--older-than", help="Entries tuned before this ISO date (2026-11-01)."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", help="Entries tuned before this ISO date "
+                                             "(2026-11-01)."),
     not_this_machine: bool = typer.Option(False, "--not-this-machine", help="Entries whose machine "
                                           "(device, driver, runtime, torch, triton) is not this one's."),
     device: Optional[Device] = typer.Option(None, "--device", help="With --not-this-machine: judge only "
@@ -371,7 +373,8 @@ def cache_prune(
         print_notices(cache)
         for key in doomed:
             out.print(printable(key), markup=False, soft_wrap=True)
-        err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}", markup=False)
+        err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}",
+                  markup=False)
         return
     removed = cache.remove(predicate)
     print_notices(cache)

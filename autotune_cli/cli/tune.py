@@ -50,13 +50,21 @@ def mm(
     k: Optional[int] = typer.Option(None, "--k", help="The reduction dimension."),
     batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
     bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
-    bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a full matrix."),
-    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: needs --scale)."),
-    layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed (t); default nn (float8: nt, its only layout)."),
-    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to tf32."),
-    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, per row of A and column of B, or per block (1x128 of A, 128x128 of B) (tensor|row|block)."),
-    out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default bfloat16)."),
-    fast_accum: bool = typer.Option(False, "--fast-accum", help="float8 only: as torch._scaled_mm(use_fast_accum=True), the matrix units' own accumulation (faster, less precise)."),
+    bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a "
+                                         "full matrix."),
+    dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: "
+                              "needs --scale)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed "
+                                         "(t); default nn (float8: nt, its only layout)."),
+    allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 only: let the matrix units round inputs to "
+                                    "tf32."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="float8 only: fp32 scales per tensor, per row of A and "
+                                        "column of B, or per block (1x128 of A, 128x128 of B) (tensor|row|block)."),
+    out_dtype: Optional[str] = typer.Option(None, "--out-dtype", help="float8 only: the output's dtype (default "
+                                            "bfloat16)."),
+    fast_accum: bool = typer.Option(False, "--fast-accum", help="float8 only: as "
+                                    "torch._scaled_mm(use_fast_accum=True), the matrix units' own accumulation "
+                                    "(faster, less precise)."),
     device: Optional[Device] = DeviceOpt,
     search: Search = SearchOpt,
     space: Optional[Path] = SpaceOpt,
@@ -73,7 +81,8 @@ def mm(
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
     from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
-    profile: bool = typer.Option(False, "--profile", help="Say where each tune's seconds went (stderr; --json has them as 'phases')."),
+    profile: bool = typer.Option(False, "--profile", help="Say where each tune's seconds went (stderr; --json has them "
+                                 "as 'phases')."),
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias), bmm (--batch) or a float8 scaled_mm
     (--scale); or a list of them (--from FILE) in one process."""
@@ -182,9 +191,13 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: _Clock) -> l
 @app.command()
 def model(
     path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
-    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. 8x128x768:float16 (repeat, in order)."),
-    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 (input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is one dynamic dim); repeatable."),
-    trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and runs its code, so only for files you trust (a .pt2 never runs code)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. "
+                                                    "8x128x768:float16 (repeat, in order)."),
+    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 "
+                                             "(input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is "
+                                             "one dynamic dim); repeatable."),
+    trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and "
+                                           "runs its code, so only for files you trust (a .pt2 never runs code)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),
     plan_only: bool = typer.Option(False, "--plan", help="Only list the matmuls found; tune nothing."),
     device: Optional[Device] = DeviceOpt,
@@ -201,9 +214,13 @@ def model(
     seed: int = SeedOpt,
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over N GPUs of this host, or all (default 1; with --executor ray, all of the cluster's). On the CPU, N worker groups."),
-    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor per GPU of a Ray cluster; pip install 'gemm-autotune[ray]')."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to join (default: $RAY_ADDRESS, else a local one)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the problems over N GPUs of this host, or all "
+                                       "(default 1; with --executor ray, all of the cluster's). On the CPU, N worker "
+                                       "groups."),
+    executor: ExecutorKind = typer.Option(ExecutorKind.local, "--executor", help="local (this host) or ray (one actor "
+                                          "per GPU of a Ray cluster; pip install 'gemm-autotune[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", envvar="RAY_ADDRESS", help="The Ray cluster to "
+                                              "join (default: $RAY_ADDRESS, else a local one)."),
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
     from ..model import check_model, find_gemms, parse_hints, parse_input_shape

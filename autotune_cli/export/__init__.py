@@ -46,7 +46,8 @@ __all__ = [
 
 def _describe(entry: Entry) -> str:
     problem = entry.problem
-    dims = "x".join(str(getattr(problem, d)) for d in (("b", "m", "n", "k") if problem.op == "bmm" else ("m", "n", "k")))
+    names = ("b", "m", "n", "k") if problem.op == "bmm" else ("m", "n", "k")
+    dims = "x".join(str(getattr(problem, d)) for d in names)
     text = f"{problem.op} {dims} {problem.dtype} {problem.layout}"
     if problem.op == "scaled_mm":
         text += f" {problem.scale}-scaled->{problem.result_dtype}"
@@ -66,11 +67,11 @@ def _base_version(version: str) -> str:
 
 
 def _installed_torch_version() -> str | None:
-    try:
-        from importlib import metadata
+    from importlib import metadata
 
+    try:
         return metadata.version("torch")
-    except Exception:
+    except metadata.PackageNotFoundError:
         return None
 
 

@@ -117,7 +117,7 @@ def _installed_tma_flag(name: str, config_name: str | None) -> tuple[bool, Any]:
         from torch._inductor.template_heuristics import triton as heuristics
 
         source = inspect.getsource(heuristics.TMATemplateConfigMixin)
-    except Exception:
+    except Exception:  # noqa: BLE001 - another torch's layout: the value is left as it is
         return True, None
     if f'"{name}"' not in source:
         return False, None
@@ -233,6 +233,6 @@ def installed_template_hash(uid: str) -> str | None:
         module = importlib.import_module(module_name)
         template = getattr(module, attr, None)
         src_hash = getattr(template, "src_hash", None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - another torch's layout: no hash, the key leaves it out
         return None
     return src_hash if isinstance(src_hash, str) and src_hash else None

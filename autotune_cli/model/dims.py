@@ -217,8 +217,8 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                                     f"than {MAX_DIM} at " + ", ".join(
                                         f"{s}={binding[s]}" for s in sorted(symbols)))
                 if value < 1:
-                    shown = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
-                    raise UserError(f"at {shown} a {raw.op} size {field}={expr} is {value}; "
+                    at = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
+                    raise UserError(f"at {at} a {raw.op} size {field}={expr} is {value}; "
                                     "choose larger hint values")
                 dims[field] = value
             problem = GemmProblem(

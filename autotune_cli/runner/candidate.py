@@ -48,7 +48,7 @@ def _prepare_launcher(kernel) -> None:
         from triton.runtime.driver import driver
 
         driver.active.launcher_cls(kernel.src, kernel.metadata)
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: the first launch builds it anyway
         pass
 
 
@@ -191,7 +191,7 @@ class CandidateRunner:
             runnable = template.build(problem, params, task["kernel_dir"])
         except OSError as exc:  # the file system's doing, not the kernel's: measured again later
             return result(SKIPPED, error=ENVIRONMENT_FAILURE + short_error(exc)), False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a template that fails to build is reported
             return result(COMPILE_ERROR, error=short_error(exc)), False
         lap("build")
 
@@ -200,7 +200,7 @@ class CandidateRunner:
                 made = self.inputs(problem, task["seed"], pitch)
                 self.sync()
                 return made, None
-            except Exception as exc:  # the inputs did not fit, or the device failed
+            except Exception as exc:  # noqa: BLE001 - the inputs did not fit, or the device failed
                 fatal = self.device_type == "cuda"
                 return None, (result(RUNTIME_ERROR, error="preparing inputs: " + short_error(exc)), fatal)
 
@@ -211,7 +211,7 @@ class CandidateRunner:
                 return None
             except OSError as exc:  # a cache or kernel file that could not be written or read
                 return result(SKIPPED, error=ENVIRONMENT_FAILURE + short_error(exc)), False
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - what the first launch raised is reported
                 if _is_compile_error(exc):
                     return result(COMPILE_ERROR, error=short_error(exc)), False
                 return result(RUNTIME_ERROR, error=short_error(exc)), self.device_type == "cuda"
@@ -262,7 +262,7 @@ class CandidateRunner:
             else:
                 timing = self.timer(lambda: runnable(ops), policy, reset=reset, give_up_ms=give_up_ms)
             self.sync()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - what a timed run raised is reported
             return result(RUNTIME_ERROR, error="while timing: " + short_error(exc)), self.device_type == "cuda"
         lap("timing")
         # A kernel right at its first call only, or at random, may not win: the last timed
@@ -314,7 +314,7 @@ class CandidateRunner:
                 compiled = warmup(empty_operands(problem, self.compile_device, pitch))
         except OSError as exc:
             return {"ok": False, "status": "skipped", "error": ENVIRONMENT_FAILURE + short_error(exc)}, False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported
             return {"ok": False, "error": short_error(exc)}, False
         for kernel in compiled or ():
             _prepare_launcher(kernel)

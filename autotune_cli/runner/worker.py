@@ -125,7 +125,7 @@ def _prepare_compiler() -> None:
 
         driver.active.get_current_target()
         driver.active.get_current_device()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: the first candidate brings the driver up
         pass
 
 
@@ -137,7 +137,7 @@ def _warm_triton(runner, mode: str) -> None:
         from .warmup import warm
 
         warm(runner.torch, mode)
-    except (Exception, KeyboardInterrupt):  # Ctrl-C here: the task loop below ends quietly
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - Ctrl-C here: the task loop below ends quietly
         pass
 
 
@@ -179,7 +179,7 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
                 runner.compile_device = OPERAND_DEVICE
             else:
                 _prepare_compiler()
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the parent is told why this worker cannot start
         conn.send({"kind": "failed", "error": short_error(exc), "trace": traceback.format_exc()})
         return
     ready = {"kind": "ready", "pid": os.getpid()}
@@ -210,7 +210,7 @@ def _serve(conn, runner) -> None:
                 payload, fatal = runner.compile(task)
             else:
                 payload, fatal = runner.run(task)
-        except Exception:  # a bug in the runner itself: report it, keep the trace
+        except Exception:  # noqa: BLE001 - a bug in the runner itself: report it, keep the trace
             from ..results import RUNTIME_ERROR
 
             payload = {"uid": task.get("uid", "?"), "params": task.get("config", {}),

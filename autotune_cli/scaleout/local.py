@@ -221,7 +221,7 @@ class MultiDeviceTuner:
                         finish(result)
                     tuner.close()
                     return
-                except Exception as exc:  # the problem failed, not the device
+                except Exception as exc:  # noqa: BLE001 - the problem failed, not the device
                     result.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
                     result.slot, result.device = slot, self.devices[slot].name
                 else:
@@ -289,7 +289,7 @@ class MultiDeviceTuner:
                 continue
             borrower = tuner.started_executor
             back = threading.Event()
-            if borrower is not None and borrower.borrow(workers, lambda _: back.set()):
+            if borrower is not None and borrower.borrow(workers, lambda _, back=back: back.set()):
                 back.wait()
                 self.lent_rounds[slot] += 1
                 return True

@@ -268,7 +268,7 @@ class RayTuner:
                 idle.append(slot)
                 finish(result)
                 continue
-            except Exception as exc:  # the actor died (RayActorError) or cannot be reached
+            except Exception as exc:  # noqa: BLE001 - the actor died (RayActorError) or cannot be reached
                 # (StopIteration: its stream ended without an outcome): its problem goes to a
                 # survivor, which resumes from the partial entry stored for it
                 del in_flight[stream]
@@ -306,12 +306,12 @@ class RayTuner:
         try:  # stop the actors' worker processes cleanly, then the actors
             ray.wait([actor.close.remote() for actor in self.actors],
                      num_returns=len(self.actors), timeout=10)
-        except Exception:
+        except Exception:  # noqa: BLE001 - best effort: the actors are killed next
             pass
         for actor in self.actors:
             try:
                 ray.kill(actor)
-            except Exception:
+            except Exception:  # noqa: BLE001 - an actor already gone
                 pass
         self.actors = []
         if self.owns_ray:

@@ -45,7 +45,7 @@ def _direct_launch_support():
 
         version = tuple(int(part) for part in triton.__version__.split(".")[:2])
         stream = torch._C._cuda_getCurrentRawStream
-    except Exception:
+    except Exception:  # noqa: BLE001 - another torch or Triton: the plain launch
         return None
     if version < (3, 3):
         return None
@@ -74,7 +74,7 @@ def _unwrapped(run) -> tuple | None:
         if run.global_scratch_size or run.profile_scratch_size or not _plain_wrapper(type(run)):
             return None
         launch, extra = run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - another Triton's launcher: the wrapper is called
         return None
     return (launch, extra) if callable(launch) else None
 
@@ -167,7 +167,7 @@ class Launcher:
             run = compiled.run  # loads the binary (its function handle) on first access
             function = compiled.function
             metadata = compiled.packed_metadata
-        except Exception:
+        except Exception:  # noqa: BLE001 - not loaded here: the plain launch
             return
         current, _, _ = self._support
         key = (current(), grid, args[lead:])

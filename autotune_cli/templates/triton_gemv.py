@@ -23,8 +23,8 @@ planes in slice order, adds the bias and rounds: deterministic, no atomics in th
 FUSED_REDUCE=1 there is no second launch (each a few microseconds in a decode GEMM of ten):
 the last slice of a column block to arrive on its int32 counter (one acq_rel atomic per
 program, kept with the workspace and left at zero) sums the block's planes in the same
-order, so the same bits. With SPLIT_K = 1 the one kernel writes C itself. Every layout is read through the strides (A may be
-transposed too); M, N, K and the strides are runtime arguments.
+order, so the same bits. With SPLIT_K = 1 the one kernel writes C itself. Every layout is read
+through the strides (A may be transposed too); M, N, K and the strides are runtime arguments.
 
 What the problem fixes is written into the source: EVEN_K (K a multiple of
 SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of

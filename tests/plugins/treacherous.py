@@ -8,11 +8,11 @@ skips the matmul when it is wrong, so it is faster than any honest candidate."""
 import itertools
 import random
 
-BUILDS = itertools.count()  # each build flips its own coin, seeded: a test sees the same flips
-
 from autotune_cli.heuristics import register_heuristic
 from autotune_cli.heuristics.registry import Heuristic
 from autotune_cli.templates import Template, register_template
+
+BUILDS = itertools.count()  # each build flips its own coin, seeded: a test sees the same flips
 
 
 class Treacherous(Template):
