@@ -1,7 +1,7 @@
 # autotune: set-up, tests and benchmarks.
 #   make smoke   install (CPU torch where there is no GPU: TORCH_INDEX) and run a small tune
 #   make test    install, check the wheel (wheel-smoke), lint (ruff), and run the test suite
-#                (CPU; GPU tests skip without a GPU)
+#                in TEST_WORKERS processes (CPU; GPU tests skip without a GPU)
 #   make wheel-smoke  build the wheel, install it into a fresh venv, run it outside the checkout
 
 PYTHON ?= python3
@@ -24,6 +24,8 @@ INDEX_UP := import os, sys, urllib.parse as p, urllib.request as r; u = sys.argv
 	sys.exit(not os.path.exists(r.url2pathname(p.urlparse(u).path))) if u.startswith("file:") else r.urlopen(u, timeout=5)
 TORCH_INDEX_UP = $(if $(TORCH_INDEX),$(shell $(PYTHON) -c '$(INDEX_UP)' '$(TORCH_INDEX)' >/dev/null 2>&1 && echo '$(TORCH_INDEX)'),)
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
+# pytest-xdist processes; Ray's tests share one of them (--dist loadgroup, their xdist_group)
+TEST_WORKERS ?= 2
 # bench/ is not linted yet: its scripts have findings of their own to fix first
 LINTED := autotune_cli tests examples setup.py
 STAMP := $(VENV)/.installed
@@ -49,7 +51,7 @@ smoke: install
 # the smoke first, so that pytest's summary is the last thing printed
 test: install wheel-smoke
 	$(BIN)/ruff check $(LINTED)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 wheel-smoke:
 	PYTHON=$(PYTHON) CONSTRAINTS=$(CONSTRAINTS) TORCH_VERSION=$(TORCH_VERSION) TORCH_INDEX=$(TORCH_INDEX_UP) bash .ci/wheel_smoke.sh

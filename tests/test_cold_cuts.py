@@ -43,9 +43,9 @@ def test_a_candidate_far_slower_than_the_best_so_far_is_given_up_after_one_run(r
     first = run(runner, tmp_path, "test::sleepy", {"id": 0}, give_up_over=1.5)
     assert first["status"] == "ok" and first["runs"] == 3
     fast = run(runner, tmp_path, "aten::mm", give_up_over=1.5)
-    assert fast["status"] == "ok" and fast["ms"] < 1.0
+    assert fast["status"] == "ok" and fast["runs"] == 3
     kept = runner._inputs
-    assert kept.best_ms["events"] == fast["ms"]
+    assert kept.best_ms["events"] == fast["ms"]  # the best so far: what the next is held against
     slow = run(runner, tmp_path, "test::sleepy", {"id": 1}, give_up_over=1.5)
     assert slow["status"] == "skipped" and slow["error"].startswith(GAVE_UP)
     assert slow["runs"] == 1 and slow["ms"] >= 20.0  # its one run says how slow it is

@@ -31,6 +31,7 @@ def test_make_model_is_shipped_as_readme_shows_it():
     assert readme_block_after("`examples/make_model.py` writes") == (ROOT / "examples" / "make_model.py").read_text()
 
 
+@pytest.mark.slow
 def test_make_model_writes_what_readmes_commands_read(tmp_path):
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache")}
     made = subprocess.run([sys.executable, str(ROOT / "examples" / "make_model.py")], cwd=tmp_path,

@@ -168,6 +168,7 @@ def block_tensors(m, n, k, seed=0, bias=False):
     return problem, make_operands(problem, seed=seed, device="cpu")
 
 
+@pytest.mark.slow
 @needs_interpreter
 def test_tuned_through_the_cli_and_used_by_the_api_and_torch_compile(cli, cache_dir, fresh_api):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", "--m", 16, "--n", 128, "--k", 256,

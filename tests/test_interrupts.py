@@ -244,6 +244,7 @@ def test_kill_9_of_the_command_takes_every_process_it_started(tmp_path):
     assert entry["partial"] is True and [c["uid"] for c in entry["candidates"]] == ["test::good"]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_says_so_exits_143_and_the_same_command_resumes(tmp_path):
     cache_dir = tmp_path / "cache"
     proc, args, env, below = start_hung_tune(cache_dir, timeout=8)

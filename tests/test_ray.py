@@ -10,6 +10,8 @@ import os
 import pytest
 
 ray = pytest.importorskip("ray")
+# under xdist one process runs all the Ray tests (--dist loadgroup): one local cluster at a time
+pytestmark = pytest.mark.xdist_group("ray")
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
@@ -74,6 +76,7 @@ def test_model_on_ray_actors_into_the_drivers_cache(cli, cache_dir, cluster, tmp
     assert Cache(cache_dir).load() == before
 
 
+@pytest.mark.slow
 def test_an_actor_killed_mid_run_loses_nothing(tmp_path, cluster):
     from autotune_cli.scaleout.ray import RayTuner
 

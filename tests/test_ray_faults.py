@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
+# under xdist one process runs all the Ray tests (--dist loadgroup): one local cluster at a time
+pytestmark = pytest.mark.xdist_group("ray")
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
@@ -67,6 +69,7 @@ def actor_pids(tuner) -> list[int]:
     return ray.get([actor.__ray_call__.remote(lambda self: os.getpid()) for actor in tuner.actors])
 
 
+@pytest.mark.slow
 def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, cluster, model_path,
                                                             monkeypatch, capsys):
     from autotune_cli.scaleout.ray import RayTuner
@@ -107,6 +110,7 @@ def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, clus
     assert rows[killed["index"]]["slot"] != killed["slot"]  # the survivor tuned it
 
 
+@pytest.mark.slow
 def test_what_a_killed_actor_measured_is_kept_and_resumed(tmp_path, cluster):
     from autotune_cli.scaleout.ray import RayTuner
 

@@ -50,6 +50,7 @@ def temporaries(cache_dir):
 
 # -- 1. concurrent writers -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_eight_cli_processes_tuning_into_one_cache_keep_every_entry(tmp_path):
     cache_dir = tmp_path / "cache"
     sizes = [16 + 8 * i for i in range(8)]
@@ -97,6 +98,7 @@ class AckReader(threading.Thread):
             self.first.set()
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_the_old_or_the_new_document(tmp_path):
     rng = random.Random(5)
     last_acked: dict[str, int] = {}

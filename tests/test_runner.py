@@ -130,6 +130,7 @@ def test_exhaustive_search_on_cpu(cli, cache_dir):
     assert sum(doc["pruned"].values()) + len(doc["candidates"]) <= 1876
 
 
+@pytest.mark.slow
 def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "1.5")  # 8 configs x 2 runs x 1.5 s: far past the budget
     code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 16, "--n", 16, "--k", 16,
@@ -144,6 +145,7 @@ def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
     assert all(c["error"] == "the tuning budget ran out" for c in skipped)
 
 
+@pytest.mark.slow
 def test_interrupted_tune_resumes(cache_dir):
     args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16",
             "--n", "16", "--k", "16", "--plugin", str(PLUGINS / "sleepy.py"),

@@ -298,6 +298,7 @@ def test_several_devices_take_the_most_work_first(tmp_path):
     assert capped(small[0]) == capped(probs[1]) == COMPILE_CAP  # the cap, nothing listed
 
 
+@pytest.mark.slow
 def test_an_idle_device_lends_its_worker_to_anothers_first_round(tmp_path):
     """Two CPU worker groups, one long problem (many interpreter programs per candidate) and
     one short: the group done first lends its worker to the long problem's first round; some

@@ -172,7 +172,7 @@ def test_blockwise_configs_step_at_most_one_block():
     assert len(cpu) == 2 and all(c["REDUCE_EACH"] for c in cpu)
 
 
-@pytest.mark.parametrize("scale", ["tensor", "row", "block"])
+@pytest.mark.parametrize("scale", ["tensor", "row", pytest.param("block", marks=pytest.mark.slow)])
 def test_cli_tunes_it_on_the_cpu(cli, cache_dir, scale):
     n, k = (128, 256) if scale == "block" else (40, 64)
     code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", UID, "--m", 3, "--n", n,
