@@ -185,7 +185,7 @@ def test_tuned_through_the_cli_and_used_by_the_api_and_torch_compile(cli, cache_
     problem, ops = block_tensors(16, 128, 256, seed=7, bias=True)
     want = reference(problem, ops)
     args = (ops.a, ops.b, ops.scale_a, ops.scale_b, ops.bias)
-    info = api._default.route_scaled(*args, out_dtype=torch.bfloat16)[1]
+    info = api.Dispatcher().route_scaled(*args, out_dtype=torch.bfloat16)[1]  # planned as the default one plans
     assert info.uid == winner and not info.fallback
     got = autotune_cli.scaled_mm(*args, out_dtype=torch.bfloat16)
     assert check(problem, got, want).ok

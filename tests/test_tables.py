@@ -37,7 +37,7 @@ GPU = {"device_type": "cuda", "device_name": "NVIDIA H200", "capability": "9.0",
 
 
 def draw(renderable, width: int) -> str:
-    """As cli.app._console draws: soft wrap on, no highlighting."""
+    """As the command's consoles (cli.console.out, .err) draw: soft wrap on, no highlighting."""
     console = Console(width=width, file=io.StringIO(), soft_wrap=True, highlight=False,
                       color_system=None)
     console.print(renderable)
