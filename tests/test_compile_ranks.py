@@ -149,7 +149,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(tmp_path: Path, scenario: str, world: int = 2, timeout_s: float | None = None) -> tuple[list[dict], list[str]]:
+def run_job(tmp_path: Path, scenario: str, world: int = 2,
+            timeout_s: float | None = None) -> tuple[list[dict], list[str]]:
     """Run `scenario` on `world` spawned ranks: each rank's report and stderr."""
     import torch.multiprocessing as mp
 
@@ -173,6 +174,7 @@ def normal(routes: list) -> list:
     return [tuple(json.dumps(x, sort_keys=True) for x in route) for route in routes]
 
 
+@pytest.mark.slow
 def test_ranks_split_the_problems_share_every_entry_and_route_the_same_winners(tmp_path):
     """Two ranks with their own caches: each tunes a part of the four problems (no problem
     twice), each cache ends with all four entries, the same entry under each key (one
@@ -197,6 +199,7 @@ def test_ranks_split_the_problems_share_every_entry_and_route_the_same_winners(t
     assert f"{PROBLEMS} given from a rank's cache" in err0
 
 
+@pytest.mark.slow
 def test_a_rank_whose_tuning_raises_leaves_the_other_finishing_and_nothing_saved_lost(tmp_path):
     """Rank 1's tune raises on its second problem: rank 0 finishes its own share, names the
     problem left to the compiler, and both ranks route the same three winners; the entry
@@ -212,6 +215,7 @@ def test_a_rank_whose_tuning_raises_leaves_the_other_finishing_and_nothing_saved
     assert sum(1 for route in r0["routes"] if not route[3]) == PROBLEMS - 1
 
 
+@pytest.mark.slow
 def test_a_gather_that_times_out_is_one_line_and_the_rank_routes_what_it_tuned(tmp_path):
     """Rank 1 stalls past the group's timeout (2 s): rank 0's gather of results gives up with
     one line, rank 0 routes the two problems it tuned and leaves rank 1's to the compiler;

@@ -83,7 +83,8 @@ def test_routed_matmuls_run_their_winners_in_one_graph(cli, cache_dir, space):
                "--templates", "triton::mm", "--space", space)
     head = tune(cli, "--m", T, "--n", V, "--k", C, "--layout", "nt", "--dtype", "float32",
                 "--templates", "aten")
-    assert (fc1["winner"]["uid"], fc2["winner"]["uid"], head["winner"]["uid"]) == ("triton::mm", "triton::mm", "aten::mm")
+    winners = (fc1["winner"]["uid"], fc2["winner"]["uid"], head["winner"]["uid"])
+    assert winners == ("triton::mm", "triton::mm", "aten::mm")
     model = Block()
     x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))
     want_head, want_mm = reference(model, x)

@@ -157,7 +157,8 @@ class routing_backend:
         tuned = [m for m in m_values if self.dispatcher.lookup_entry(replace(problem, m=m)) is not None]
         if not tuned:
             self.routes.append(Dispatch(site.op, f"torch.{site.op}", problem, fallback=True,
-                                        reason=f"a dynamic M with nothing cached at M = {', '.join(map(str, m_values))}"))
+                                        reason="a dynamic M with nothing cached at M = "
+                                        + ", ".join(map(str, m_values))))
             return False
         ops = register_ops()
         t = self.dispatcher._torch()
@@ -341,7 +342,8 @@ def _reason_kind(reason: str) -> str:
     for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
-                         ("its winner", "whose winner cannot run here (see routes)"), ("needs gradients", "needing gradients")):
+                         ("its winner", "whose winner cannot run here (see routes)"),
+                         ("needs gradients", "needing gradients")):
         if reason.startswith(start):
             return short
     return "other (see routes)"
