@@ -177,6 +177,9 @@ def assert_tuned_and_cached(cli, cache_dir, doc):
         # aten is timed for every problem; the saving is per forward pass (x count)
         assert row["aten_ms"] > 0 and row["aten_ms"] >= winner["ms"]
         assert row["saved_ms"] == pytest.approx((row["aten_ms"] - winner["ms"]) * row["count"])
+    if len(doc["passes"]) > 1:  # a pass runs at one set of hint values: no single total
+        assert doc["saved_ms_per_pass"] is None and doc["aten_ms_per_pass"] is None
+        return entries
     assert doc["saved_ms_per_pass"] == pytest.approx(sum(r["saved_ms"] for r in doc["problems"]))
     assert doc["aten_ms_per_pass"] == pytest.approx(
         sum(r["aten_ms"] * r["count"] for r in doc["problems"]))

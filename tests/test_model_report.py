@@ -38,6 +38,20 @@ def test_each_pass_sums_its_own_problems():
     assert "aten 3.0000 ms" in pass_estimates(paired)[0]
 
 
+def test_the_json_totals_are_each_pass_s_never_their_sum(cli, cache_dir, saved):
+    """`model --json` with two hint values: a total per pass ("passes"), and no single
+    per-pass figure (it summed both passes)."""
+    code, out, err = cli("model", saved / "dyn.pt2", "--json", "--device", "cpu", "--hint", "batch=1,16",
+                         "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [p["at"] for p in doc["passes"]] == [{"batch": 1}, {"batch": 16}]
+    for one in doc["passes"]:
+        ran = [r for r in doc["problems"] if not r["hint"] or r["hint"].items() <= one["at"].items()]
+        assert one["aten_ms"] == pytest.approx(sum(r["aten_ms"] * r["count"] for r in ran))
+    assert doc["aten_ms_per_pass"] is None and doc["saved_ms_per_pass"] is None
+
+
 def test_without_cublas_timed_the_estimate_says_so_not_zero():
     (line,) = pass_estimates([row(None, 2.0, None, count=3), row(None, 1.0, None)])
     assert "0.0000" not in line and "tuned 7.0000 ms over 2 of 2 problem(s)" in line and "aten not timed" in line

@@ -70,30 +70,46 @@ def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=
     return row
 
 
-def pass_estimates(rows: list[dict]) -> list[str]:
-    """The GEMM time of one forward pass, aten's and the winners': one line per set of
+def pass_totals(rows: list[dict]) -> list[dict]:
+    """The GEMM time of one forward pass, aten's and the winners': one record per set of
     dynamic-dim values the model was read at (a pass runs at one of them, never all), each
-    summing the problems that run there (the static ones, and those hinted at those values).
-    Where cuBLAS was not timed (--templates left aten out) the line says so, not 0 ms."""
+    summing the problems that run there (the static ones, and those hinted at those values):
+    {"at": values, "problems": n, "aten_ms", "tuned_ms", "saved_ms"}; where cuBLAS was not
+    timed for some (--templates left aten out) aten_ms and saved_ms are None and
+    "aten_untimed" counts them."""
     # the values a pass runs at: each hint that no other hint extends (a problem that
     # depends on fewer dims runs in every pass its values agree with)
     hints = [dict(h) for h in {tuple(sorted(row["hint"].items())) for row in rows if row.get("hint")}]
     passes = [h for h in hints if not any(h != o and h.items() <= o.items() for o in hints)]
     passes = sorted(passes, key=lambda h: [h[name] for name in sorted(h)]) or [{}]
-    lines = []
+    totals = []
     for at in passes:
-        ran = [row for row in rows
-               if not row.get("hint") or row["hint"].items() <= at.items()]
-        where = f" at {', '.join(f'{name}={value}' for name, value in at.items())}" if at else ""
-        if not all(row["aten_ms"] for row in ran):  # no baseline to count the rest at
+        ran = [row for row in rows if not row.get("hint") or row["hint"].items() <= at.items()]
+        untimed = sum(1 for row in ran if not row["aten_ms"])
+        if untimed:  # no baseline to count the rest at
             tuned = [row["winner"]["ms"] * row["count"] for row in ran if row["winner"] and row["winner"].get("ms")]
-            lines.append(f"estimated GEMM time per forward pass{where}: tuned {sum(tuned):.4f} ms over "
-                         f"{len(tuned)} of {len(ran)} problem(s); aten not timed for "
-                         f"{sum(1 for row in ran if not row['aten_ms'])} (--templates without aten, or failed)")
+            totals.append({"at": at, "problems": len(ran), "tuned_problems": len(tuned), "aten_ms": None,
+                           "tuned_ms": sum(tuned), "saved_ms": None, "aten_untimed": untimed})
             continue
         total = sum(row["aten_ms"] * row["count"] for row in ran)
         saved = sum(row["saved_ms"] for row in ran if row["saved_ms"] is not None)  # none: aten runs
-        lines.append(f"estimated GEMM time per forward pass{where}: aten {total:.4f} ms, "
-                     f"tuned {total - saved:.4f} ms (saves {saved:.4f} ms)")
+        totals.append({"at": at, "problems": len(ran), "aten_ms": total, "tuned_ms": total - saved,
+                       "saved_ms": saved})
+    return totals
+
+
+def pass_estimates(rows: list[dict]) -> list[str]:
+    """`pass_totals` as lines."""
+    lines = []
+    for one in pass_totals(rows):
+        at = one["at"]
+        where = f" at {', '.join(f'{name}={value}' for name, value in at.items())}" if at else ""
+        if one["aten_ms"] is None:
+            lines.append(f"estimated GEMM time per forward pass{where}: tuned {one['tuned_ms']:.4f} ms over "
+                         f"{one['tuned_problems']} of {one['problems']} problem(s); aten not timed for "
+                         f"{one['aten_untimed']} (--templates without aten, or failed)")
+            continue
+        lines.append(f"estimated GEMM time per forward pass{where}: aten {one['aten_ms']:.4f} ms, "
+                     f"tuned {one['tuned_ms']:.4f} ms (saves {one['saved_ms']:.4f} ms)")
     return lines
 

@@ -40,7 +40,7 @@ from .app import (
     WorkersOpt,
 )
 from ..errors import UserError
-from .rows import _Clock, pass_estimates, plan_rows, result_row
+from .rows import _Clock, pass_estimates, pass_totals, plan_rows, result_row
 
 
 @app.command()
@@ -299,11 +299,14 @@ def model(
     for row in rows:
         if row.get("error"):
             err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
-    total_saved = sum(r["saved_ms"] for r in rows if r["saved_ms"] is not None)
-    total_aten = sum(r["aten_ms"] * r["count"] for r in rows if r["aten_ms"])
     if json_out:
-        out.print(dumps({"model": str(path), "problems": rows, "saved_ms_per_pass": total_saved,
-                         "aten_ms_per_pass": total_aten, "stages_s": clock.stages}), markup=False, soft_wrap=True)
+        # a pass runs at one set of hint values: one total each ("passes"); the single
+        # figures only where there is one pass
+        passes = pass_totals(rows)
+        one = passes[0] if len(passes) == 1 else {}
+        out.print(dumps({"model": str(path), "problems": rows, "passes": passes,
+                         "saved_ms_per_pass": one.get("saved_ms"), "aten_ms_per_pass": one.get("aten_ms"),
+                         "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
         for line in pass_estimates(rows):
