@@ -5,6 +5,7 @@ and where TORCH_INDEX is empty (CI). Read from `make -n`: nothing is installed."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 def _outside_make() -> dict:
     """This environment less what a make that runs pytest (`make test`, CI's) hands its
-    children: its command-line variables (TORCH_INDEX= in CI) would override the defaults."""
-    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    children: its flags, and its command-line variables, which reach them as environment
+    variables (TORCH_INDEX= in CI) and would stand in for the Makefile's `?=` defaults."""
+    defaults = set(re.findall(r"^(\w+) \?=", (ROOT / "Makefile").read_text(), re.M))
+    dropped = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", *defaults}
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def torch_install(tmp_path: Path, *variables: str, gpu: bool = False) -> tuple[str, str]:
