@@ -211,7 +211,7 @@ class MeasurePolicy:
         """A problem's first timing: CUDA-graph timing where its floor is under
         `graph_below_us` (launch overhead would otherwise pick the winner); one mode for
         every candidate of the problem, so all are timed alike."""
-        from .roofline import floor_seconds
+        from .hardware.roofline import floor_seconds
 
         timing = replace(self.timing, give_up_over=self.give_up_over)
         if device_type == "cuda" and timing.mode == "events":

@@ -74,7 +74,7 @@ def measure(kind: str, device: str, cache_dir: Path, calls: int, rounds: int, sp
     from autotune_cli.api import Dispatcher
     from autotune_cli.problem import make_problem
     from autotune_cli.settings import TuneSettings
-    from autotune_cli.tuner import Tuner
+    from autotune_cli.tune.tuner import Tuner
 
     fields, templates, uids = KINDS[kind]
     cache_dir = cache_dir / kind

@@ -3,7 +3,7 @@
 Modes (each with fresh autotune and Triton caches):
 
   list     the suite tuned in one `autotune mm --from shapes.json --json` process: the
-           command's wall, each problem's tune seconds and phases (autotune_cli/phases.py),
+           command's wall, each problem's tune seconds and phases (autotune_cli/store/phases.py),
            the phase totals.
   each     every problem of the suite as its own `autotune mm ... --json` process: the wall
            of each, and the phase totals.
@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.gpu_llm_suite import SHAPES  # noqa: E402
-from autotune_cli.results import params_str  # noqa: E402
+from autotune_cli.store.results import params_str  # noqa: E402
 
-# The suite as shapes-file entries (autotune_cli/shapes_file.py: the fields of mm's flags).
+# The suite as shapes-file entries (autotune_cli/model/shapes_file.py: the fields of mm's flags).
 EXTRA = [
     ("bmm 16x1024x1024x64 fp16", dict(m=1024, n=1024, k=64, batch=16, dtype="float16")),
     ("addmm 4096x4096x1024 bf16", dict(m=4096, n=4096, k=1024, dtype="bfloat16", bias="n")),
@@ -203,7 +203,7 @@ def run_each(tree: Path, shapes: list[tuple[str, dict]], extra: list[str], label
 
 
 def problem_of(entry: dict):
-    from autotune_cli.shapes_file import problem_from_entry
+    from autotune_cli.model.shapes_file import problem_from_entry
 
     return problem_from_entry(entry, DEVICE)
 
@@ -260,8 +260,8 @@ def truth(problem, limit_s: float, executor=None) -> tuple[list[dict], int]:
     tuner's own timing policy, in the exhaustive search's model order (templates the model
     does not describe first), until `limit_s` runs out: ([{uid, params, ms}] of those timed,
     fastest first; the size of the space)."""
-    from autotune_cli.choices import get_choices
-    from autotune_cli.device import probe_device
+    from autotune_cli.candidates.choices import get_choices
+    from autotune_cli.hardware.device import probe_device
     from autotune_cli.runner.executor import LocalExecutor
     from autotune_cli.search.exhaustive import _modelled, rank_by_model
     from autotune_cli.settings import TuneSettings
@@ -289,7 +289,7 @@ def truth(problem, limit_s: float, executor=None) -> tuple[list[dict], int]:
 def tuned(problem, search: str, keep: bool = False):
     """(the pick, tune seconds), and with `keep` the tuner, still open (its workers warm)."""
     from autotune_cli.settings import TuneSettings
-    from autotune_cli.tuner import Tuner
+    from autotune_cli.tune.tuner import Tuner
 
     settings = TuneSettings(device=DEVICE, search=search, cache_dir=Path(tempfile.mkdtemp()), force=True)
     began = time.perf_counter()

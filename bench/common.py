@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune_cli.runner.timing import CudaTimer
 from autotune_cli.runner.verify import check, make_operands, reference
-from autotune_cli.device import probe_device
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.settings import MeasurePolicy, TimingPolicy
 from autotune_cli.templates import get_template
 from autotune_cli.templates.base import empty_out

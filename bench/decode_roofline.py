@@ -32,7 +32,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.roofline import HBM_BYTES_PER_S  # noqa: E402
+from autotune_cli.hardware.roofline import HBM_BYTES_PER_S  # noqa: E402
 from autotune_cli.templates import get_template  # noqa: E402
 from bench.common import SideBySide, write_json  # noqa: E402
 

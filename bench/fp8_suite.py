@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import POLICY, scaled_mm_call, write_json  # noqa: E402
 from autotune_cli.runner.timing import CudaTimer  # noqa: E402
 from autotune_cli.runner.verify import check, make_operands, reference  # noqa: E402
-from autotune_cli.device import probe_device  # noqa: E402
+from autotune_cli.hardware.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem, parse_mnk  # noqa: E402
 from autotune_cli.settings import MeasurePolicy, TuneSettings  # noqa: E402
 from autotune_cli.templates import get_template  # noqa: E402
-from autotune_cli.tuner import Tuner  # noqa: E402
+from autotune_cli.tune.tuner import Tuner  # noqa: E402
 
 SHAPES = [  # (name, m, n, k)
     ("prefill qkv", 2048, 4096, 4096),

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotune_cli.heuristics import triton_scaled_mm as fp8_heuristics  # noqa: E402
 from autotune_cli.problem import make_problem, parse_mnk  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
-from autotune_cli.tuner import Tuner  # noqa: E402
+from autotune_cli.tune.tuner import Tuner  # noqa: E402
 
 DEFAULT_SHAPES = "8192x8192x8192,2048x4096x14336,8x4096x4096,16x14336x4096"
 

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune_cli.roofline import hbm_seconds  # noqa: E402
+from autotune_cli.hardware.roofline import hbm_seconds  # noqa: E402
 
 SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096,1x4096x14336,1x14336x4096,4x4096x4096,8x14336x4096"
 NN_SHAPES = "1x4096x4096,8x4096x4096"

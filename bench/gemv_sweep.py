@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune_cli.roofline import hbm_seconds  # noqa: E402
+from autotune_cli.hardware.roofline import hbm_seconds  # noqa: E402
 SHAPES = "1x4096x4096,8x4096x4096,16x14336x4096,1x4096x14336"
 TARGET_PROGRAMS = 4 * 132
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import SideBySide, now, write_json  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
-from autotune_cli.tuner import Tuner  # noqa: E402
+from autotune_cli.tune.tuner import Tuner  # noqa: E402
 
 PROBLEMS = [
     ("4096^3 bf16", dict(m=4096, n=4096, k=4096, dtype="bfloat16")),

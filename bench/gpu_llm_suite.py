@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import SideBySide, now, write_json  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
-from autotune_cli.roofline import hbm_seconds  # noqa: E402
+from autotune_cli.hardware.roofline import hbm_seconds  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
-from autotune_cli.tuner import Tuner  # noqa: E402
+from autotune_cli.tune.tuner import Tuner  # noqa: E402
 
 SHAPES = [
     ("prefill qkv 2048x4096x4096 bf16 nt", dict(m=2048, n=4096, k=4096, dtype="bfloat16", layout="nt")),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune_cli.results import Candidate  # noqa: E402
+from autotune_cli.store.results import Candidate  # noqa: E402
 from autotune_cli.settings import Switches  # noqa: E402
 from bench.common import write_json  # noqa: E402
 

@@ -42,7 +42,7 @@ def main() -> None:
     import torch._inductor.config as config
 
     from autotune_cli.runner.timing import CudaTimer
-    from autotune_cli.device import probe_device
+    from autotune_cli.hardware.device import probe_device
     from autotune_cli.problem import make_problem
     from bench.common import MEASURE
 

@@ -31,7 +31,7 @@ def ran_verified(candidate: dict) -> bool:
 def is_pick(winner: dict, candidates: list[dict]) -> bool:
     """Whether a stored entry's winner ({"uid", "params", ...}) is what results.pick_winner
     picks from its stored candidates (their times and `confirmed` flags as the tune left them)."""
-    from autotune_cli.results import Candidate, pick_winner
+    from autotune_cli.store.results import Candidate, pick_winner
 
     pick = pick_winner([Candidate.from_dict(c) for c in candidates])
     return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])

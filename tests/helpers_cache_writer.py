@@ -21,7 +21,7 @@ def make_entry(m: int = 64, *, n: int = 8, uid: str = "aten::mm", ms: float = 1.
                tuned_at: str = "2026-11-29T00:00:00+00:00") -> dict:
     """An entry of the shape the tuner writes, its digest its fingerprint's (so that it
     belongs under key_of(entry)); `candidates` pads it to make writes slow."""
-    from autotune_cli.fingerprint import digest_of
+    from autotune_cli.store.fingerprint import digest_of
 
     fingerprint = {"device_name": "cpu", "templates": {}}
     cands = [{"uid": uid, "params": {}, "status": "ok", "ms": ms}]
@@ -52,7 +52,7 @@ def stress_keys(writer: int, count: int) -> list[str]:
 
 
 def stress(directory: str, writer: int, count: int) -> None:
-    from autotune_cli.cache import Cache
+    from autotune_cli.store.cache import Cache
 
     cache = Cache(directory)
     for i in range(count):
@@ -61,7 +61,7 @@ def stress(directory: str, writer: int, count: int) -> None:
 
 
 def forever(directory: str, slots: int, payload: int) -> None:
-    from autotune_cli.cache import Cache
+    from autotune_cli.store.cache import Cache
 
     cache = Cache(directory)
     seq = time.time_ns()  # grows across writer processes, so the newest put has the largest

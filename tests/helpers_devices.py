@@ -1,7 +1,7 @@
 """Devices the tests describe without having them (DeviceInfo as the probe would fill it in):
 the choices, the templates' availability checks and the heuristics are decided by these."""
 
-from autotune_cli.device import DeviceInfo
+from autotune_cli.hardware.device import DeviceInfo
 
 H200 = DeviceInfo(device_type="cuda", name="NVIDIA H200", capability="9.0", sm_count=132,
                   smem_per_block=232448, l2_bytes=60 << 20, total_memory=140 << 30)

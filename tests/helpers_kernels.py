@@ -52,7 +52,7 @@ def check_configs_on_gpu(problem, template, configs, tmp_path, seeds=(1, 2)) -> 
     """Each config, fitted to this GPU as the tuner fits it, built and run on fresh
     operands for every seed (a kept workspace reused), its NaN-poisoned output checked
     against float64."""
-    from autotune_cli.device import probe_device
+    from autotune_cli.hardware.device import probe_device
 
     assert configs
     device = probe_device("cuda")
@@ -85,7 +85,7 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
 
     from autotune_cli.runner.compile_pool import CompilePool, compile_key
     from autotune_cli.runner.processes import worker_context
-    from autotune_cli.choices import KernelTemplateChoice
+    from autotune_cli.candidates.choices import KernelTemplateChoice
     from autotune_cli.settings import Switches
     from autotune_cli.templates import get_template
 

@@ -17,7 +17,7 @@ import autotune_cli
 from autotune_cli import api
 from autotune_cli.problem import GemmProblem
 from autotune_cli.settings import TuneSettings
-from autotune_cli.tuner import Tuner
+from autotune_cli.tune.tuner import Tuner
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 

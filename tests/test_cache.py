@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from autotune_cli.cache import SCHEMA, Cache, DamagedCache
-from autotune_cli.entry import CacheKey
+from autotune_cli.store.cache import SCHEMA, Cache, DamagedCache
+from autotune_cli.store.entry import CacheKey
 from helpers_cache_writer import key_of, make_entry
 
 

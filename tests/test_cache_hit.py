@@ -14,7 +14,7 @@ from autotune_cli.cli import main
 rc = main({argv!r})
 print(json.dumps({{"rc": rc,
     "imported": [m for m in ("torch", "triton", "jinja2", "autotune_cli.runner.processes",
-                             "autotune_cli.runner.executor", "autotune_cli.tuner")
+                             "autotune_cli.runner.executor", "autotune_cli.tune.tuner")
                  if m in sys.modules],
     "children": len(multiprocessing.active_children()),
     "forkserver": getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)}}))
@@ -50,9 +50,10 @@ def test_miss_still_tunes_after_the_lookup(cli, cache_dir):
 
 # A GPU as the driver would report it, read without torch: the fingerprint needs nothing else.
 FAKE_GPU = """
-from autotune_cli import cuda_probe, device, fingerprint
-from autotune_cli.cache import Cache
-from autotune_cli.hits import look_up
+from autotune_cli.hardware import cuda_probe, device
+from autotune_cli.store import fingerprint
+from autotune_cli.store.cache import Cache
+from autotune_cli.tune.hits import look_up
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import default_cache_dir
 report = cuda_probe.DriverReport((cuda_probe.DriverDevice(0, "NVIDIA H200", "9.0", 132, 232448,

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from autotune_cli import api
-from autotune_cli.cache import CACHE_FILE, Cache
-from autotune_cli.choices import get_choices
-from autotune_cli.device import probe_device
-from autotune_cli.entry import key_for
-from autotune_cli.hits import cached, fingerprint_for
+from autotune_cli.store.cache import CACHE_FILE, Cache
+from autotune_cli.candidates.choices import get_choices
+from autotune_cli.hardware.device import probe_device
+from autotune_cli.store.entry import key_for
+from autotune_cli.tune.hits import cached, fingerprint_for
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
-from autotune_cli.tuner import TuneListener
+from autotune_cli.tune.tuner import TuneListener
 
 
 @pytest.fixture(autouse=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-import autotune_cli.cache as cache_module
-from autotune_cli.cache import Cache
-from autotune_cli.device import probe_device
-from autotune_cli.entry import key_for
-from autotune_cli.hits import fingerprint_for
+import autotune_cli.store.cache as cache_module
+from autotune_cli.store.cache import Cache
+from autotune_cli.hardware.device import probe_device
+from autotune_cli.store.entry import key_for
+from autotune_cli.tune.hits import fingerprint_for
 from autotune_cli.problem import make_problem
 from helpers_cache_writer import key_of, make_entry
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 from autotune_cli import api
-from autotune_cli.cache import CACHE_FILE, Cache
-from autotune_cli.device import probe_device
-from autotune_cli.entry import key_for
-from autotune_cli.fingerprint import Fingerprint, legacy_digest_of
-from autotune_cli.hits import fingerprint_for, look_up
+from autotune_cli.store.cache import CACHE_FILE, Cache
+from autotune_cli.hardware.device import probe_device
+from autotune_cli.store.entry import key_for
+from autotune_cli.store.fingerprint import Fingerprint, legacy_digest_of
+from autotune_cli.tune.hits import fingerprint_for, look_up
 from autotune_cli.problem import make_problem
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}]

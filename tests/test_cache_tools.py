@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, Cache
-from autotune_cli.entry import CacheKey
+from autotune_cli.store.cache import CACHE_FILE, Cache
+from autotune_cli.store.entry import CacheKey
 from autotune_cli.export import inductor_table
-from autotune_cli.fingerprint import Fingerprint
-from autotune_cli.device import probe_device
+from autotune_cli.store.fingerprint import Fingerprint
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.problem import GemmProblem
 
 H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"

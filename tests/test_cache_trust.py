@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-import autotune_cli.cache as cache_module
-import autotune_cli.cache_document as cache_document
-from autotune_cli.cache import CACHE_FILE, Cache, CacheUnavailable
-from autotune_cli.entry import Entry
+import autotune_cli.store.cache as cache_module
+import autotune_cli.store.cache_document as cache_document
+from autotune_cli.safe_read import too_deep
+from autotune_cli.store.cache import CACHE_FILE, Cache, CacheUnavailable
+from autotune_cli.store.entry import Entry
 from helpers_cache_writer import key_of, make_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def test_cache_linked_to_dev_zero_is_refused_without_reading_it(tmp_path):
 def test_planted_lock_file_is_refused_and_nothing_elsewhere_is_touched(tmp_path, planted):
     """A link at the lock's name is not followed (it would create or open its target) and a
     FIFO there is not waited on: the write is refused in one line and nothing changes."""
-    from autotune_cli.cache import LOCK_FILE
+    from autotune_cli.store.cache import LOCK_FILE
 
     folder, victim = tmp_path / "cache", tmp_path / "victim"
     folder.mkdir()
@@ -122,9 +123,10 @@ def test_deeply_nested_import_is_one_line_exit_2(cli, tmp_path):
 
 
 def test_depth_limit_is_exact():
-    assert not cache_document.too_deep({"a": nested(cache_document.MAX_DEPTH - 2)})  # the dict and 63 lists
-    assert cache_document.too_deep({"a": nested(cache_document.MAX_DEPTH - 1)})
-    assert not cache_document.too_deep({}) and not cache_document.too_deep({"a": 1})
+    limit = cache_document.MAX_DEPTH
+    assert not too_deep({"a": nested(limit - 2)}, limit)  # the dict and 63 lists
+    assert too_deep({"a": nested(limit - 1)}, limit)
+    assert not too_deep({}, limit) and not too_deep({"a": 1}, limit)
 
 
 def test_deeply_nested_cache_file_is_moved_aside(tmp_path):

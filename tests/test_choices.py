@@ -1,5 +1,5 @@
-from autotune_cli.choices import KernelTemplateChoice, get_choices, interpreter_seconds
-from autotune_cli.device import DeviceInfo
+from autotune_cli.candidates.choices import KernelTemplateChoice, get_choices, interpreter_seconds
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template
@@ -155,8 +155,8 @@ def test_exhaustive_ranking_lets_every_template_into_the_compile_cap_on_decode()
 
 
 def test_a_choice_its_result_and_its_compile_request_share_one_identity():
-    from autotune_cli.entry import Winner
-    from autotune_cli.results import Candidate, config_identity
+    from autotune_cli.store.entry import Winner
+    from autotune_cli.store.results import Candidate, config_identity
     from autotune_cli.runner.compile_pool import compile_key
 
     problem = make_problem(m=64, n=64, k=64, dtype="float16", device="cpu")
@@ -205,7 +205,7 @@ def test_a_problem_too_large_for_the_interpreter_is_refused_with_a_size_that_fit
 
     import pytest
 
-    from autotune_cli.choices import check_interpretable
+    from autotune_cli.candidates.choices import check_interpretable
     from autotune_cli.errors import UserError
 
     settings = TuneSettings(device="cpu")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import PLUGINS, ran_verified
-from autotune_cli.choices import get_choices
-from autotune_cli.device import probe_device
+from autotune_cli.candidates.choices import get_choices
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner
@@ -65,7 +65,7 @@ def test_the_rounds_after_the_first_never_give_up():
 
 
 def test_a_tune_gives_up_on_hopeless_candidates_and_still_picks_the_best(tmp_path, monkeypatch):
-    from autotune_cli.tuner import Tuner
+    from autotune_cli.tune.tuner import Tuner
 
     monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "0.02")
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("aten::mm", "test::sleepy"),
@@ -84,7 +84,7 @@ def test_a_tune_gives_up_on_hopeless_candidates_and_still_picks_the_best(tmp_pat
 
 
 def confirm_asked(first: dict, sustained: dict) -> list:
-    from autotune_cli.results import Candidate
+    from autotune_cli.store.results import Candidate
     from autotune_cli.search.base import SearchContext, confirm_against_vendor
 
     class Choice:
@@ -160,7 +160,7 @@ def test_prefetched_kernels_come_after_asked_ones_and_are_answered_at_once(tmp_p
 
 
 def test_a_list_compiles_the_next_problem_while_this_one_is_timed(tmp_path):
-    from autotune_cli.tuner import Tuner
+    from autotune_cli.tune.tuner import Tuner
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("aten::mm", "triton::mm"),
                             compile_workers=1, workers=1)

@@ -74,7 +74,7 @@ def compile_once(cache: Path, space: Path, tuned: list) -> list:
 
 
 def entries(cache: Path) -> dict:
-    from autotune_cli.cache import Cache
+    from autotune_cli.store.cache import Cache
 
     return {key: entry.to_dict() for key, entry in Cache(cache).load().items()}
 
@@ -106,7 +106,7 @@ def rank_main(rank: int, world: int, port: int, out: str, scenario: str) -> None
     elif scenario == "crash":
         cache = out_dir / "cache"  # one folder for both ranks: one writer
         if rank == 1:
-            from autotune_cli.tuner import Tuner
+            from autotune_cli.tune.tuner import Tuner
 
             real, calls = Tuner.tune, []
 
@@ -124,7 +124,7 @@ def rank_main(rank: int, world: int, port: int, out: str, scenario: str) -> None
         # rank 1 stalls past the group's timeout: rank 0 gives up on the gather, alone
         cache = out_dir / f"cache{rank}"
         if rank == 1:
-            from autotune_cli.tuner import Tuner
+            from autotune_cli.tune.tuner import Tuner
 
             def tune(self, problem, *args, **kwargs):
                 time.sleep(SLOW_S)

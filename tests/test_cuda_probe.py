@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from autotune_cli import cuda_probe, device, fingerprint
+from autotune_cli.hardware import cuda_probe, device
+from autotune_cli.store import fingerprint
 from autotune_cli.errors import UserError
 
 
@@ -146,7 +147,7 @@ def test_the_driver_version_is_read_alike_on_both_paths(fake_driver, monkeypatch
 
 def test_torch_cuda_version_is_read_without_importing_torch():
     """torch.version.cuda from the file, in a process that never imports torch."""
-    code = ("import sys; from autotune_cli.cuda_probe import torch_cuda_version; "
+    code = ("import sys; from autotune_cli.hardware.cuda_probe import torch_cuda_version; "
             "print(repr(torch_cuda_version())); assert 'torch' not in sys.modules")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     import torch

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache
+from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache
 from autotune_cli.cli import main
 from autotune_cli.cli.cache import plan_import
-from autotune_cli.entry import BadKey, CacheKey, Entry, Winner
-from autotune_cli.fingerprint import digest_of
+from autotune_cli.store.entry import BadKey, CacheKey, Entry, Winner
+from autotune_cli.store.fingerprint import digest_of
 from autotune_cli.problem import GemmProblem
-from autotune_cli.results import Candidate
+from autotune_cli.store.results import Candidate
 
 REPO = Path(__file__).resolve().parents[1]
 # The fields of a finished entry, in the order the tuner has always written them.
@@ -165,7 +165,7 @@ def test_bad_entries_are_refused_naming_the_field(change, message):
 
 
 def test_entry_and_hits_import_neither_torch_nor_triton():
-    code = ("import sys, autotune_cli.hits, autotune_cli.entry, autotune_cli.report\n"
+    code = ("import sys, autotune_cli.tune.hits, autotune_cli.store.entry, autotune_cli.tune.report\n"
             "print([m for m in ('torch', 'triton') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)

@@ -14,16 +14,16 @@ import pytest
 import torch
 
 from autotune_cli import api
-from autotune_cli.cache import CACHE_FILE, Cache
-from autotune_cli.entry import CacheKey, Entry
-from autotune_cli.choices import get_choices
+from autotune_cli.store.cache import CACHE_FILE, Cache
+from autotune_cli.store.entry import CacheKey, Entry
+from autotune_cli.candidates.choices import get_choices
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import all_templates, get_template
 from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_winner
-from autotune_cli.tuner import Tuner
+from autotune_cli.tune.tuner import Tuner
 from helpers_cache_writer import key_of, make_entry
-from autotune_cli.fingerprint import digest_of
+from autotune_cli.store.fingerprint import digest_of
 from helpers_devices import H200, CPU
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -319,8 +319,8 @@ def test_show_prune_and_import_escape_control_characters(cli, tmp_path):
 def test_cached_winner_line_of_a_tune_is_escaped():
     from rich.console import Console
 
-    from autotune_cli.report import ProgressReporter, outcome_summary
-    from autotune_cli.tables import outcome_table
+    from autotune_cli.tune.report import ProgressReporter, outcome_summary
+    from autotune_cli.cli.tables import outcome_table
 
     entry = make_entry()
     entry["winner"]["uid"] = HOSTILE

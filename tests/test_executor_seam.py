@@ -10,7 +10,7 @@ from autotune_cli.runner import Executor
 from autotune_cli.runner.executor import LocalExecutor
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune_cli"
-CALLERS = [PACKAGE / "tuner.py", *sorted((PACKAGE / "search").glob("*.py")),
+CALLERS = [PACKAGE / "tune" / "tuner.py", *sorted((PACKAGE / "search").glob("*.py")),
            *sorted((PACKAGE / "scaleout").glob("*.py"))]
 # what LocalExecutor keeps for itself: its workers and their processes, its logs, its pool
 WORKERS = {"timers", "compilers", "compile_log", "process", "_shareable", "_borrowed"}

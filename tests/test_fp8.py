@@ -199,7 +199,7 @@ def test_cpu_tune_of_a_float8_problem_end_to_end(cli, cache_dir):
 
 
 def test_a_problems_file_carries_float8_fields(tmp_path):
-    from autotune_cli.shapes_file import read_problems
+    from autotune_cli.model.shapes_file import read_problems
 
     path = tmp_path / "shapes.json"
     path.write_text(json.dumps([{"m": 16, "n": 64, "k": 64, "dtype": "fp8", "scale": "tensor", "out_dtype": "fp16"},
@@ -213,7 +213,7 @@ def test_a_problems_file_carries_float8_fields(tmp_path):
 
 
 def test_torch_scaled_mm_is_the_vendor_baseline_a_kernel_must_beat():
-    from autotune_cli.results import OK, Candidate, pick_winner
+    from autotune_cli.store.results import OK, Candidate, pick_winner
 
     aten = Candidate(uid="aten::_scaled_mm", params={}, status=OK, ms=1.00)
     near = Candidate(uid="triton::scaled_mm_persistent_tma", params={"BLOCK_M": 128}, status=OK, ms=0.99)

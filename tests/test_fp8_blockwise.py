@@ -11,8 +11,8 @@ import torch
 
 import autotune_cli
 from autotune_cli import api
-from autotune_cli.choices import get_choices
-from autotune_cli.device import DeviceInfo
+from autotune_cli.candidates.choices import get_choices
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.errors import UserError
 from autotune_cli.problem import GemmProblem, make_problem
 from autotune_cli.runner.verify import check, dequantized, empty_operands, make_operands, poison, reference

@@ -3,7 +3,7 @@ and a hit's device read from the memo without the driver being brought up."""
 
 import pytest
 
-from autotune_cli import device, cuda_probe, gpu_memo
+from autotune_cli.hardware import cuda_probe, device, gpu_memo
 
 from test_cuda_probe import H200, FakeDriver
 

@@ -48,7 +48,7 @@ def test_cuda_timing_process_reuses_the_offline_binaries(tmp_path, monkeypatch):
     import torch
 
     from autotune_cli.runner.verify import make_operands
-    from autotune_cli.device import probe_device
+    from autotune_cli.hardware.device import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import get_template
     from helpers_kernels import POOL_CONFIGS, compile_through_pool

@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
-from autotune_cli import cuda_probe, device, gpu_memo
+from autotune_cli.hardware import cuda_probe, device, gpu_memo
 from autotune_cli.errors import UserError
-from autotune_cli.shapes_file import read_problems
+from autotune_cli.model.shapes_file import read_problems
 
 from test_cuda_probe import H200, FakeDriver
 from test_gpu_memo import fake_host

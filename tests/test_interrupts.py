@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import Cache
+from autotune_cli.store.cache import Cache
 from autotune_cli.errors import Interrupted, Terminated
-from autotune_cli.device import probe_device
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.problem import make_problem
-from autotune_cli.results import Candidate
+from autotune_cli.store.results import Candidate
 from autotune_cli.runner import Executor
 from autotune_cli.settings import TuneSettings
-from autotune_cli.tuner import Tuner
+from autotune_cli.tune.tuner import Tuner
 from conftest import PLUGINS
 
 PROBLEM = make_problem(m=16, n=16, k=16, device="cpu", dtype="float32")
@@ -273,7 +273,7 @@ def test_sigterm_saves_says_so_exits_143_and_the_same_command_resumes(tmp_path):
 def test_the_budget_bounds_the_listing_of_configs(tmp_path):
     """A heuristic that offers configs without end (plugins/endless.py: up to 100 000, a
     millisecond each): --budget ends the listing, and what it reached is accounted for."""
-    from autotune_cli.tuner import TuneListener
+    from autotune_cli.tune.tuner import TuneListener
 
     notices = []
 

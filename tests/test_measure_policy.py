@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from autotune_cli.device import probe_device
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.problem import make_problem
-from autotune_cli.roofline import floor_seconds
+from autotune_cli.hardware.roofline import floor_seconds
 from autotune_cli.settings import CPU_TIMING, MeasurePolicy, Switches, TimingPolicy, TuneSettings
 
 DECODE = make_problem(m=8, n=4096, k=4096, dtype="bfloat16", device="cuda")  # floor ~16 us
@@ -61,7 +61,7 @@ def test_the_executor_starts_its_workers_with_the_settings_switches(monkeypatch,
     """The start method, and the switches each worker process is handed, are the settings'
     (a GPU executor is only made here, nothing is started); a task sent without a timing gets
     the problem's own first timing, graph mode included."""
-    from autotune_cli.choices import get_choices
+    from autotune_cli.candidates.choices import get_choices
     from autotune_cli.runner.executor import LocalExecutor
 
     switches = Switches(warm_triton="0", offline_compile=False, start_method="spawn")

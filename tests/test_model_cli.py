@@ -18,10 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
-from autotune_cli.cache import Cache  # noqa: E402
+from autotune_cli.store.cache import Cache  # noqa: E402
 from autotune_cli.problem import GemmProblem  # noqa: E402
-from autotune_cli.report import fmt_ms  # noqa: E402
-from autotune_cli.results import VENDOR_UIDS  # noqa: E402
+from autotune_cli.tune.report import fmt_ms  # noqa: E402
+from autotune_cli.store.results import VENDOR_UIDS  # noqa: E402
 from conftest import is_pick  # noqa: E402
 
 ATEN = ("--templates", "aten", "--workers", "1")  # one candidate per problem: one worker
@@ -375,9 +375,9 @@ def test_saved_counts_against_plain_cublas(cli):
     from types import SimpleNamespace
 
     from autotune_cli.cli.rows import _Clock, aten_ms, result_row
-    from autotune_cli.entry import Entry, Winner
+    from autotune_cli.store.entry import Entry, Winner
     from autotune_cli.problem import GemmProblem
-    from autotune_cli.results import Candidate
+    from autotune_cli.store.results import Candidate
 
     def cand(uid, ms, status="ok"):
         return Candidate(uid, {}, status, ms)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cli.runner.offline_compile import CompileOnlyDriver, install, target_arch
-from autotune_cli.device import DeviceInfo
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from helpers_kernels import POOL_CONFIGS, compile_through_pool
 

@@ -16,7 +16,7 @@ from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import Template, get_template, register_template
 from autotune_cli.templates.base import empty_out, empty_out_like
-from autotune_cli.tuner import Tuner
+from autotune_cli.tune.tuner import Tuner
 
 FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
 ODD = make_problem(m=32, n=45, k=40, dtype="float32", device="cpu")  # rows of 180 bytes

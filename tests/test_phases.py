@@ -1,9 +1,9 @@
-"""Where a tune's seconds go (autotune_cli/phases.py): each phase measured where it happens,
+"""Where a tune's seconds go (autotune_cli/store/phases.py): each phase measured where it happens,
 shown by `autotune mm --profile` and carried in `--json`, for one problem and for a list."""
 
 import json
 
-from autotune_cli.phases import PhaseClock, process_age_s, summary_line, worker_seconds
+from autotune_cli.store.phases import PhaseClock, process_age_s, summary_line, worker_seconds
 
 
 def test_the_clock_sums_intervals_per_name_in_order():

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autotune_cli.cache import CACHE_FILE, Cache, DamagedCache
-from autotune_cli.entry import Entry
+from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache
+from autotune_cli.store.entry import Entry
 from autotune_cli.errors import UserError
-from autotune_cli.fingerprint import digest_of, machine_digest_of
+from autotune_cli.store.fingerprint import digest_of, machine_digest_of
 from autotune_cli.heuristics.spaces import TRITON_KEYS, load_space_file, validate_config
 from autotune_cli.problem import (BIAS_SHAPES, DEVICES, DTYPE_ALIASES, DTYPES, FP8_DTYPES, FP8_LAYOUT, LAYOUTS,
                                   MAX_DIM, OPS, OUT_DTYPES, SCALES, GemmProblem, make_problem, parse_mnk)

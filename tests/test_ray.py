@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 from conftest import PLUGINS  # noqa: E402
-from autotune_cli.cache import Cache  # noqa: E402
-from autotune_cli.device import probe_device  # noqa: E402
+from autotune_cli.store.cache import Cache  # noqa: E402
+from autotune_cli.hardware.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
 

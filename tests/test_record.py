@@ -17,7 +17,7 @@ from torch import nn
 import autotune_cli
 from autotune_cli import api
 from autotune_cli.errors import UserError
-from autotune_cli.shapes_file import read_counted
+from autotune_cli.model.shapes_file import read_counted
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 

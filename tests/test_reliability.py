@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.cache import CACHE_FILE, SCHEMA, Cache
-from autotune_cli.cache_document import parse_document
+from autotune_cli.store.cache import CACHE_FILE, SCHEMA, Cache
+from autotune_cli.store.cache_document import parse_document
 from conftest import PLUGINS
 from helpers_cache_writer import key_of, make_entry, stress_keys
 
@@ -213,8 +213,8 @@ def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
 
 
 def test_schema_0_is_migrated_and_its_entries_are_cache_hits(tmp_path):
-    from autotune_cli.fingerprint import Fingerprint
-    from autotune_cli.device import probe_device
+    from autotune_cli.store.fingerprint import Fingerprint
+    from autotune_cli.hardware.device import probe_device
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import templates_for
 
@@ -249,8 +249,8 @@ def test_schema_0_that_cannot_be_migrated_is_moved_aside(tmp_path):
 
 
 def test_schema_0_migration_refuses_two_entries_that_become_one(tmp_path):
-    from autotune_cli.fingerprint import Fingerprint
-    from autotune_cli.device import probe_device
+    from autotune_cli.store.fingerprint import Fingerprint
+    from autotune_cli.hardware.device import probe_device
 
     fp = Fingerprint.of(probe_device("cpu"), {}).to_dict()
     entry = {**make_entry(), "fingerprint": fp}

@@ -15,8 +15,8 @@ import time
 
 from conftest import PLUGINS, is_pick
 from autotune_cli.runner.executor import LocalExecutor
-from autotune_cli.choices import get_choices
-from autotune_cli.device import probe_device
+from autotune_cli.candidates.choices import get_choices
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import Switches, TuneSettings

@@ -22,10 +22,10 @@ import torch.nn as nn  # noqa: E402
 
 from autotune_cli.runner import Executor  # noqa: E402
 from autotune_cli.runner.executor import LocalExecutor, WorkerStartError  # noqa: E402
-from autotune_cli.cache import Cache  # noqa: E402
-from autotune_cli.entry import CacheKey  # noqa: E402
+from autotune_cli.store.cache import Cache  # noqa: E402
+from autotune_cli.store.entry import CacheKey  # noqa: E402
 from autotune_cli.errors import UserError  # noqa: E402
-from autotune_cli.device import probe_device  # noqa: E402
+from autotune_cli.hardware.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.scaleout.common import parse_gpus  # noqa: E402
 from autotune_cli.scaleout.local import MultiDeviceTuner, candidate_count, schedule_order  # noqa: E402
@@ -196,7 +196,7 @@ class InterruptsAfterFirst(Executor):
 
     def run(self, choices, on_result=None, policy=None, deadline=None, shareable=False):
         import _thread
-        from autotune_cli.results import Candidate
+        from autotune_cli.store.results import Candidate
 
         with InterruptsAfterFirst.lock:
             InterruptsAfterFirst.calls += 1

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from autotune_cli import tuner as tuner_module
+from autotune_cli.tune import tuner as tuner_module
 from autotune_cli.errors import UserError
-from autotune_cli.shapes_file import read_problems
+from autotune_cli.model.shapes_file import read_problems
 
 
 def write(tmp_path, data, name="shapes.json"):

@@ -10,12 +10,12 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from autotune_cli.entry import Entry
-from autotune_cli.hits import TuneOutcome
+from autotune_cli.store.entry import Entry
+from autotune_cli.tune.hits import TuneOutcome
 from autotune_cli.problem import make_problem
-from autotune_cli.report import fmt_ms, fmt_tflops, tuned_text
-from autotune_cli.tables import FitTable, cache_table, model_summary_table, outcome_table, plan_table
-from autotune_cli.results import params_str
+from autotune_cli.tune.report import fmt_ms, fmt_tflops, tuned_text
+from autotune_cli.cli.tables import FitTable, cache_table, model_summary_table, outcome_table, plan_table
+from autotune_cli.store.results import params_str
 
 WIDTHS = (80, 120)
 

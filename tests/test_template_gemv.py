@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.device import DeviceInfo
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.heuristics import gemv, lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.templates import get_template, templates_for
@@ -299,7 +299,7 @@ def test_exhaustive_holds_the_default_list_and_more():
         assert len(exhaustive) <= gemv.MAX_EXHAUSTIVE
         assert all(c["DOT"] for c in exhaustive) == (m > gemv.CUDA_CORE_MAX_M)
     # the tile model (dot tiles) does not rank them: every one is timed
-    from autotune_cli.choices import KernelTemplateChoice
+    from autotune_cli.candidates.choices import KernelTemplateChoice
     from autotune_cli.search.exhaustive import _modelled
 
     assert not _modelled(KernelTemplateChoice.make(get_template(GEMV), problem, exhaustive[0]))

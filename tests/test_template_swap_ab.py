@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune_cli.choices import get_choices
-from autotune_cli.device import DeviceInfo
+from autotune_cli.candidates.choices import get_choices
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics import swap_ab
 from autotune_cli.heuristics.spaces import shipped_space

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autotune_cli.runner.verify import check, make_operands, poison, reference
-from autotune_cli.choices import get_choices
+from autotune_cli.candidates.choices import get_choices
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings

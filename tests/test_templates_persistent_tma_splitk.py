@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from autotune_cli.runner.verify import check, make_operands, poison, reference
-from autotune_cli.choices import get_choices
+from autotune_cli.candidates.choices import get_choices
 from autotune_cli.errors import UserError
-from autotune_cli.device import DeviceInfo
+from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.heuristics import lookup_heuristic
 from autotune_cli.heuristics import spaces
 from autotune_cli.heuristics import triton_persistent_tma as tma_heuristics
 from autotune_cli.heuristics import triton_splitk as splitk_heuristics
 from autotune_cli.problem import make_problem
-from autotune_cli.results import params_str
+from autotune_cli.store.results import params_str
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template, templates_for
 from autotune_cli.templates import triton_persistent_tma as tma_module
@@ -545,7 +545,7 @@ def test_choices_prune_tma_with_a_reason():
     (SPLITK, dict(m=16, n=512, k=4096, dtype="float16", layout="nt", bias="mn")),
 ])
 def test_gpu_persistent_tma_and_splitk_verify(uid, spec, tmp_path):
-    from autotune_cli.device import probe_device
+    from autotune_cli.hardware.device import probe_device
 
     problem = make_problem(device="cuda", **spec)
     device = probe_device("cuda")

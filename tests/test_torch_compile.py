@@ -144,7 +144,7 @@ def test_a_winner_of_another_fingerprint_is_not_used(cli, cache_dir, space):
     changed since) is never routed to."""
     tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
          "--templates", "triton::mm", "--space", space)
-    from autotune_cli.cache import CACHE_FILE
+    from autotune_cli.store.cache import CACHE_FILE
 
     path = cache_dir / CACHE_FILE
     doc = json.loads(path.read_text())
@@ -272,7 +272,7 @@ def test_a_compile_tunes_what_it_meets_and_the_next_one_hits(cache_dir, space, c
     """Nothing cached: the compile tunes the graph's four problems in one tuner (progress on
     stderr), caches them and routes every matmul; a second compile in a fresh state (tune
     off) finds them all in the cache and routes the same winners."""
-    from autotune_cli.cache import Cache
+    from autotune_cli.store.cache import Cache
 
     model = Block()
     x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))

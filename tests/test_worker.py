@@ -11,8 +11,8 @@ from autotune_cli.runner import verify
 from autotune_cli.runner.executor import LocalExecutor
 from autotune_cli.runner.verify import make_operands as fresh_operands  # not counted below
 from autotune_cli.runner.candidate import CandidateRunner
-from autotune_cli.choices import KernelTemplateChoice
-from autotune_cli.device import probe_device
+from autotune_cli.candidates.choices import KernelTemplateChoice
+from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings

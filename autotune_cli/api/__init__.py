@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from ..cache import Cache
-from ..entry import Entry, key_for
+from ..store.cache import Cache
+from ..store.entry import Entry, key_for
 from ..errors import UserError
 from ..problem import GemmProblem
 
@@ -66,8 +66,8 @@ class WinnerLookup:
         """The Fingerprint a tune of `problem` with `templates` (uids or backends; None: all)
         makes here: its digest is the key's, its templates what it considers. The device is
         probed once per device type."""
-        from ..device import probe_device
-        from ..hits import fingerprint_for
+        from ..hardware.device import probe_device
+        from ..tune.hits import fingerprint_for
 
         device = self._devices.get(problem.device)
         if device is None:
@@ -83,10 +83,10 @@ class WinnerLookup:
         problem, if every template it was tuned with is registered here with the source it
         had then, and its winner is registered here.
         """
-        from ..hits import answers
+        from ..tune.hits import answers
 
         if problem.device == "cuda":
-            from ..device import cuda_available
+            from ..hardware.device import cuda_available
 
             if not cuda_available():
                 return None  # no GPU here: no GPU winner can be this machine's

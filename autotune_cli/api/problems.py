@@ -145,7 +145,7 @@ def as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
         raise TypeError(f"expected a GemmProblem or a dict, got {type(problem).__name__}")
     fields = dict(fields)
     if fields.get("device") is None:
-        from ..device import cuda_available
+        from ..hardware.device import cuda_available
 
         fields["device"] = "cuda" if cuda_available() else "cpu"
     return make_problem(**fields)

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from ..errors import UserError
 from ..problem import GemmProblem
-from ..shapes_file import counted_from_entry, entry_of
+from ..model.shapes_file import counted_from_entry, entry_of
 from .problems import problem_of, scaled_problem_of
 
 ENVIRONMENT = "AUTOTUNE_RECORD"

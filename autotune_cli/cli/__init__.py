@@ -3,9 +3,10 @@
 app.py holds the typer app and what the commands share; tune.py (mm, model), from_list.py
 (mm --from) and cache.py (the cache commands) register on it when commands.py imports
 them. A plain `cache show` is answered by show.py before typer is imported (typer and what
-it loads are most of that command's time). torch and triton are imported lazily inside the
-commands that need them; `autotune cache show` imports neither. User errors print one line
-and exit 2; data goes to stdout and progress to stderr, so `--json` pipes cleanly.
+it loads are most of that command's time); tables.py draws the commands' tables. torch and
+triton are imported lazily inside the commands that need them; `autotune cache show` imports
+neither. User errors print one line and exit 2; data goes to stdout and progress to stderr,
+so `--json` pipes cleanly.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def gpu_present(remembered_in: Optional[Path] = None) -> bool:
     driver cannot be read); `remembered_in`: where its answers may be remembered."""
     if not driver_present():
         return False
-    from ..device import cuda_device_count
+    from ..hardware.device import cuda_device_count
 
     return cuda_device_count(remembered_in) > 0
 

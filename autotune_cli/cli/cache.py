@@ -21,7 +21,7 @@ from typing import Callable, List, Optional
 import typer
 
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
-from ..entry import Entry
+from ..store.entry import Entry
 from ..errors import UserError
 from ..text import plural, printable
 from .show import Items, entry_matches, open_cache, print_notices, select, show, winners_only
@@ -33,7 +33,7 @@ def autotune_document(items: Items) -> dict:
     """Our own export: a cache document holding the selected entries (`cache import` reads it,
     and so does autotune as a cache file)."""
     from ..version import __version__
-    from ..cache_document import SCHEMA
+    from ..store.cache_document import SCHEMA
 
     return {
         "schema": SCHEMA,
@@ -76,15 +76,16 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
     """The entries of an export (or of another machine's cache file), checked and migrated
     as a cache file is, and {key: why} of those that do not agree with their keys (never
     imported). Any problem with the file itself is a UserError naming it."""
-    from ..cache_document import NotAFile, parse_document, read_regular_file
-    from ..entry import DamagedCache
+    from ..safe_read import NotAFile
+    from ..store.cache_document import parse_document, read_cache_file
+    from ..store.entry import DamagedCache
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")
     if path.is_dir():
         raise UserError(f"import file {path} is a directory")
     try:
-        text = read_regular_file(path).decode("utf-8")
+        text = read_cache_file(path).decode("utf-8")
     except NotAFile as exc:
         raise UserError(f"cannot import: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -122,7 +123,7 @@ def check_import(theirs: dict, path: Path) -> None:
 
 def describe_import(verb: str, key: str, entry: Entry) -> str:
     """One line for an entry an import adds: its key, winner, params and time."""
-    from ..report import fmt_ms
+    from ..tune.report import fmt_ms
 
     winner = entry.winner
     if winner is None:
@@ -175,8 +176,8 @@ def parse_date(text: str) -> datetime:
 def this_machine_digests(device: Optional[str]) -> dict[str, set]:
     """{device type: machine digests of this machine}. `device` None: the CPU and, where a
     GPU is present, every visible GPU. Neither is probed through torch where the driver answers."""
-    from ..fingerprint import Fingerprint
-    from ..device import cuda_device_count, probe_device
+    from ..store.fingerprint import Fingerprint
+    from ..hardware.device import cuda_device_count, probe_device
 
     kinds = [device] if device else (["cpu", "cuda"] if gpu_present() else ["cpu"])
     digests: dict[str, set] = {}
@@ -191,7 +192,7 @@ def this_machine_digests(device: Optional[str]) -> dict[str, set]:
 
 def entry_machine(entry: Entry) -> str | None:
     """The entry's machine digest, recomputed from its fingerprint when not stored."""
-    from ..fingerprint import Fingerprint
+    from ..store.fingerprint import Fingerprint
 
     if entry.machine is not None:
         return entry.machine

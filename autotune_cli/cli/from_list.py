@@ -67,12 +67,12 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
     `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
     command's, whose stages the JSON document carries; `counts`: each problem's (default 1)."""
-    from ..cache import Cache
-    from ..hits import look_up
-    from ..device import probe_device
+    from ..store.cache import Cache
+    from ..tune.hits import look_up
+    from ..hardware.device import probe_device
     from ..plugins import load_plugins
-    from ..report import ModelProgress, dumps
-    from ..tables import model_summary_table
+    from ..tune.report import ModelProgress, dumps
+    from .tables import model_summary_table
     from ..templates import check_template_names
 
     clock = clock or _Clock()
@@ -90,7 +90,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
         from ..runner.processes import prestart_workers
 
         prestart_workers(settings.device, settings.measure.switches.start_method)  # beside the first choices
-    from ..tuner import Tuner
+    from ..tune.tuner import Tuner
 
     progress = ModelProgress(err, total=len(listed))
     rows = []
@@ -109,7 +109,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
                 if not outcome.from_cache:
                     rows[-1].update(outcome.entry.phase_fields())  # where its seconds went (phases.py)
                     if profile:
-                        from ..phases import summary_line
+                        from ..store.phases import summary_line
 
                         err.print(f"{item.problem.describe()}: {summary_line(outcome.entry.phase_fields())}",
                                   markup=False, highlight=False)

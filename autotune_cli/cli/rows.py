@@ -7,13 +7,13 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..entry import Entry, Winner
+    from ..store.entry import Entry, Winner
 
 def aten_ms(entry: "Entry") -> float | None:
     """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
     given (results.VENDOR_UIDS), what the model runs untuned. Other aten candidates
     (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
-    from ..results import VENDOR_UIDS
+    from ..store.results import VENDOR_UIDS
 
     times = [c.ms for c in entry.candidates if c.status == "ok" and c.uid in VENDOR_UIDS and c.ms]
     return min(times) if times else None

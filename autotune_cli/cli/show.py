@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..problem import DTYPE_ALIASES, OPS
 from ..text import plural, printable
 from .console import err, out
@@ -58,7 +58,7 @@ def winners_only(items: Items) -> Items:
 
 
 def open_cache(cache_dir: Optional[Path]):
-    from ..cache import Cache
+    from ..store.cache import Cache
     from ..settings import default_cache_dir
 
     return Cache(cache_dir if cache_dir is not None else default_cache_dir())
@@ -76,7 +76,7 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     items = select(cache.items(), filter_text)
     print_notices(cache)
     if json_out:
-        from ..report import dumps
+        from ..tune.report import dumps
 
         out.print(dumps({"path": str(cache.path),
                          "entries": {key: entry.to_dict(copy_=False) for key, entry in items}}),
@@ -94,12 +94,12 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
         elif not without:
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
-    from ..tables import cache_table
+    from .tables import cache_table
 
     cpu_machine = None  # this host's CPU digest, which only CPU entries are compared with
     if any(entry.fingerprint.get("device_type") == "cpu" for _, entry in items):
-        from ..fingerprint import Fingerprint
-        from ..device import probe_device
+        from ..store.fingerprint import Fingerprint
+        from ..hardware.device import probe_device
 
         cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))

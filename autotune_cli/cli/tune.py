@@ -86,14 +86,14 @@ def mm(
 ) -> None:
     """Tune one matrix multiply: mm, addmm (--bias), bmm (--batch) or a float8 scaled_mm
     (--scale); or a list of them (--from FILE) in one process."""
-    from ..phases import process_age_s
+    from ..store.phases import process_age_s
 
     command = _Clock()
     command.stages["process_age"] = process_age_s()  # the interpreter's start and the imports
-    from ..hits import cached
+    from ..tune.hits import cached
     from ..problem import make_problem
-    from ..report import ProgressReporter, dumps, outcome_json, outcome_summary
-    from ..tables import outcome_table
+    from ..tune.report import ProgressReporter, dumps, outcome_json, outcome_summary
+    from .tables import outcome_table
 
     if from_file is not None:
         given = [flag for flag, value, default in (
@@ -105,7 +105,7 @@ def mm(
         if given:
             raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
         from .from_list import tune_list
-        from ..shapes_file import read_counted
+        from ..model.shapes_file import read_counted
 
         counted = read_counted(from_file, device.value if device else "cpu")  # bad file: said first
         dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
@@ -139,7 +139,7 @@ def mm(
     command.mark("looked_up")
     if outcome is None:
         from ..runner.processes import prestart_workers
-        from ..tuner import Tuner
+        from ..tune.tuner import Tuner
 
         prestart_workers(dev, settings.measure.switches.start_method)  # their imports run beside the choices
         with stopped_by_signal(reporter.finished), Tuner(settings, reporter) as tuner:
@@ -148,7 +148,7 @@ def mm(
             command.mark("tuned")
         command.mark("closed")
     if profile:
-        from ..phases import summary_line
+        from ..store.phases import summary_line
 
         fields = outcome.entry.phase_fields()
         if not outcome.from_cache:
@@ -224,12 +224,12 @@ def model(
 ) -> None:
     """Find every matmul in a saved model and tune each distinct problem."""
     from ..model import check_model, find_gemms, parse_hints, parse_input_shape
-    from ..report import ModelProgress, dumps
-    from ..tables import model_summary_table, plan_table
+    from ..tune.report import ModelProgress, dumps
+    from .tables import model_summary_table, plan_table
     from ..scaleout import make_scaled_tuner
     from ..scaleout.local import local_devices
     from ..settings import Switches
-    from ..tuner import Tuner
+    from ..tune.tuner import Tuner
 
     clock = _Clock()
     shapes = [parse_input_shape(text) for text in input_shape or []]
@@ -271,7 +271,7 @@ def model(
     # processes start with the first problem that is not in the cache (none for a model
     # tuned before; starting them while the model was read gained nothing measurable and
     # cost ~2 s on cached runs and on models that fail to read).
-    from ..device import probe_device
+    from ..hardware.device import probe_device
     from ..plugins import load_plugins
     from ..templates import check_template_names
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..text import printable
 from .keys import inductor_key
 from .scaled import TMA_EPILOGUE, scaled_keys, scaled_value

@@ -25,7 +25,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ..entry import Winner
+from ..store.entry import Winner
 from ..problem import GemmProblem
 from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 from .keys import as_problem

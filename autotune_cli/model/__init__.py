@@ -21,6 +21,9 @@ mapped to a GEMM by the same rules for both formats (classify.py); dynamic dims 
   export_expr.py    -> classify
 
 text.py, found.py and classify.py import no sibling; no module here imports this package.
+
+shapes_file.py reads and writes the other list of problems: `autotune mm --from`'s JSON
+file, which `autotune_cli.record` writes. It imports no sibling either.
 """
 
 from .find import check_model, find_gemms, model_format

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
 from ..settings import TuneSettings
@@ -80,7 +80,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
 
     from rich.console import Console
 
-    from ..report import ModelProgress
+    from ..tune.report import ModelProgress
     from ..runner.processes import prestart_workers
 
     report = TuneReport()
@@ -106,7 +106,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
 
 def _tune_each(problems: Sequence[GemmProblem], settings: TuneSettings, progress, report: TuneReport,
                device=None, on_done: OnDone | None = None) -> None:
-    from ..tuner import Tuner
+    from ..tune.tuner import Tuner
 
     def failed(problem: GemmProblem, why: str) -> None:
         report.failed[problem] = why

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from ..choices import KernelTemplateChoice
-    from ..results import Candidate
+    from ..candidates.choices import KernelTemplateChoice
+    from ..store.results import Candidate
     from ..settings import TimingPolicy
 
 ResultCallback = Callable[[int, "Candidate"], None]

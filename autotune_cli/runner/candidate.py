@@ -150,7 +150,7 @@ class CandidateRunner:
 
     def run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Returns (candidate dict, fatal): fatal means this process should not go on."""
-        from ..results import OK
+        from ..store.results import OK
 
         self._exposed = False  # set once the kept inputs are handed to this candidate
         self._verified = False  # set when it was given up on but checked like an OK one
@@ -166,7 +166,7 @@ class CandidateRunner:
     def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         from .verify import CONFIRM_LAUNCHES, check, poison_tensor
         from ..problem import GemmProblem
-        from ..results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
+        from ..store.results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
         from ..templates import get_template
 

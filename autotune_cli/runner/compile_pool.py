@@ -30,8 +30,8 @@ from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any, Callable, Hashable, Sequence
 
-from ..device import DeviceInfo
-from ..results import COMPILE_ERROR, TIMEOUT
+from ..hardware.device import DeviceInfo
+from ..store.results import COMPILE_ERROR, TIMEOUT
 from ..settings import Switches
 from .processes import WorkerProcess, stop_all
 

@@ -33,9 +33,9 @@ from dataclasses import asdict, replace
 from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
 
-from ..choices import KernelTemplateChoice
-from ..device import DeviceInfo
-from ..results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
+from ..candidates.choices import KernelTemplateChoice
+from ..hardware.device import DeviceInfo
+from ..store.results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from . import Executor, ExecutorStats, ResultCallback
 from .compile_pool import CompilePool, compile_key

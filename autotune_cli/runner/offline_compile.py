@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..device import DeviceInfo
+from ..hardware.device import DeviceInfo
 
 OPERAND_DEVICE = "meta"
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from ..errors import UserError
-from ..device import DeviceInfo
+from ..hardware.device import DeviceInfo
 from ..settings import START_METHODS, Switches
 from .descendants import kill_descendants
 from .worker import worker_main

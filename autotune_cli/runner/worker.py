@@ -211,7 +211,7 @@ def _serve(conn, runner) -> None:
             else:
                 payload, fatal = runner.run(task)
         except Exception:  # noqa: BLE001 - a bug in the runner itself: report it, keep the trace
-            from ..results import RUNTIME_ERROR
+            from ..store.results import RUNTIME_ERROR
 
             payload = {"uid": task.get("uid", "?"), "params": task.get("config", {}),
                        "status": RUNTIME_ERROR, "error": "worker: " + traceback.format_exc()[-600:]}

@@ -12,7 +12,7 @@ from typing import Callable, Protocol, Sequence
 
 from ..problem import GemmProblem
 from ..settings import TuneSettings
-from ..tuner import TuneListener
+from ..tune.tuner import TuneListener
 from .common import ProblemResult
 from .local import MultiDeviceTuner
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
-from ..tuner import TuneListener, TuneOutcome
+from ..tune.tuner import TuneListener, TuneOutcome
 
 MAX_ATTEMPTS = 3
 

@@ -43,10 +43,10 @@ from ..runner.compile_pool import CompilePool
 from ..runner.executor import LocalExecutor, WorkerStartError, default_compile_workers
 from ..runner.processes import worker_context
 from ..errors import Interrupted, Terminated, UserError
-from ..device import DeviceInfo, cuda_device_count, probe_device
+from ..hardware.device import DeviceInfo, cuda_device_count, probe_device
 from ..problem import GemmProblem
 from ..settings import TuneSettings
-from ..tuner import TuneListener, Tuner
+from ..tune.tuner import TuneListener, Tuner
 from .common import MAX_ATTEMPTS, LockedListener, ProblemResult
 
 STOP_WAIT_S = 5.0  # how long a stopped tune of several problems waits for the tunes in flight to save
@@ -93,7 +93,7 @@ def candidate_count(settings: TuneSettings, device: DeviceInfo) -> Callable[[Gem
     search times at most its compile cap of any space that large: each problem counts the
     cap, without listing its thousands of configs (0.5 s a problem on a slow host, which
     the tune lists again)."""
-    from ..choices import get_choices
+    from ..candidates.choices import get_choices
     from ..search.exhaustive import COMPILE_CAP
 
     if settings.search == "exhaustive":

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..entry import Entry
+from ..store.entry import Entry
 from ..problem import GemmProblem
 from ..settings import TuneSettings, check_seconds
 
@@ -209,7 +209,7 @@ def _group() -> Any:
 
 def _device(settings: TuneSettings):
     """This rank's device: the current CUDA device (as torchrun's ranks set it), or the CPU."""
-    from ..device import probe_device
+    from ..hardware.device import probe_device
 
     if settings.device != "cuda":
         return probe_device(settings.device)
@@ -239,8 +239,8 @@ def share_tuning(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], 
     was given another winner for (0: its routes cannot have changed)."""
     import torch.distributed as dist
 
-    from ..cache import Cache
-    from ..fingerprint import Fingerprint
+    from ..store.cache import Cache
+    from ..store.fingerprint import Fingerprint
 
     rank = dist.get_rank()
     by_key = {problem.key(): problem for problem in problems}
@@ -304,7 +304,7 @@ def share_tuning(problems: Sequence[GemmProblem], held: Callable[[GemmProblem], 
 
 
 def _identity(entry: dict) -> tuple:
-    from ..results import config_identity
+    from ..store.results import config_identity
 
     winner = entry.get("winner") or {}
     return config_identity(winner.get("uid", ""), winner.get("params") or {})

@@ -41,14 +41,14 @@ import ray
 from ray.exceptions import RayTaskError
 
 from ..runner.executor import default_compile_workers
-from ..cache import Cache
+from ..store.cache import Cache
 from ..errors import UserError
-from ..entry import CacheKey, Entry
-from ..device import probe_device
+from ..store.entry import CacheKey, Entry
+from ..hardware.device import probe_device
 from ..problem import GemmProblem
 from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
 from ..settings import TuneSettings
-from ..tuner import TuneListener, TuneOutcome, Tuner
+from ..tune.tuner import TuneListener, TuneOutcome, Tuner
 
 CONNECT_TIMEOUT_S = 5.0  # a cluster's head that does not accept a connection in this long is unreachable
 

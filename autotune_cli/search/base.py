@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..choices import KernelTemplateChoice
-from ..device import DeviceInfo
-from ..phases import PhaseClock
+from ..candidates.choices import KernelTemplateChoice
+from ..hardware.device import DeviceInfo
+from ..store.phases import PhaseClock
 from ..problem import GemmProblem
-from ..results import VENDOR_UIDS, Candidate, pick_winner
+from ..store.results import VENDOR_UIDS, Candidate, pick_winner
 from ..settings import MeasurePolicy, TimingPolicy
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ kernels that lead cuBLAS by more than MeasurePolicy.confirmed_margin in sustaine
 
 from __future__ import annotations
 
-from ..results import Candidate
+from ..store.results import Candidate
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 def search(ctx: SearchContext) -> list[Candidate]:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..choices import KernelTemplateChoice
+from ..candidates.choices import KernelTemplateChoice
 from ..problem import GemmProblem
-from ..results import SKIPPED, Candidate
-from ..roofline import tile_seconds as model_seconds
+from ..store.results import SKIPPED, Candidate
+from ..hardware.roofline import tile_seconds as model_seconds
 from .base import SearchContext, confirm_against_vendor, retime_contenders
 
 COMPILE_CAP = 160

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 from ..problem import GemmProblem
 
 if TYPE_CHECKING:
-    from ..entry import Entry
+    from ..store.entry import Entry
 
 _SAFE_TEXT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:+-")
 

@@ -72,7 +72,7 @@ def load_kernel(source: str, kernel_dir: str):
 def _holds(path: Path, source: str) -> bool:
     """Whether `path` is a regular file holding exactly `source` (a FIFO or a device put in
     its place is not read, nor more bytes than the source has)."""
-    from ..cache_document import read_regular_file
+    from ..safe_read import read_regular_file
 
     expected = source.encode()
     try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .cache import Cache
-from .entry import Entry, Winner, key_for
-from .fingerprint import Fingerprint
-from .device import DeviceInfo, probe_device
-from .plugins import load_plugins
-from .problem import GemmProblem
-from .settings import TuneSettings
-from .templates import templates_for
+from ..store.cache import Cache
+from ..store.entry import Entry, Winner, key_for
+from ..store.fingerprint import Fingerprint
+from ..hardware.device import DeviceInfo, probe_device
+from ..plugins import load_plugins
+from ..problem import GemmProblem
+from ..settings import TuneSettings
+from ..templates import templates_for
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ def look_up(cache, problem: GemmProblem, device: DeviceInfo,
     params are not what its templates declare (templates/params.py: anyone who can write the
     file could have put it there) is not used, neither as a hit nor to resume from: the
     problem is tuned again, and `refused` says why (the tuner tells its listener)."""
-    from .templates.params import entry_problem
-    from .text import printable
+    from ..templates.params import entry_problem
+    from ..text import printable
 
     fingerprint = fingerprint_for(problem, device, only)
     key = key_for(problem, fingerprint.digest())

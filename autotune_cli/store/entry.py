@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import UserError
+from ..errors import UserError
 from .fingerprint import digest_of, machine_digest_of
-from .problem import GemmProblem
+from ..problem import GemmProblem
 from .results import STATUSES, Candidate, config_identity
 
 KEY_SEPARATOR = "@"

@@ -16,10 +16,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .entry import Entry
-from .report import fmt_ms, fmt_tflops, tuned_text
-from .results import Candidate, params_str
-from .text import printable
+from ..store.entry import Entry
+from ..tune.report import fmt_ms, fmt_tflops, tuned_text
+from ..store.results import Candidate, params_str
+from ..text import printable
 
 
 # -- tables that fit the width they are drawn at ------------------------------------------

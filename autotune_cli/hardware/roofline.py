@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .problem import GemmProblem
+    from ..problem import GemmProblem
 
 # Dense matrix-unit rate per operand precision, FLOP/s ("tf32": float32 allowed to round).
 PEAK_FLOPS = {"float16": 7.9e14, "bfloat16": 7.9e14, "tf32": 3.9e14, "float32": 5.0e13,

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from .entry import Entry
-from .problem import GemmProblem
-from .results import Candidate, params_str
-from .text import plural, printable
+from ..store.entry import Entry
+from ..problem import GemmProblem
+from ..store.results import Candidate, params_str
+from ..text import plural, printable
 
 if TYPE_CHECKING:
     from rich.progress import Progress

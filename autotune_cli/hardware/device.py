@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .cuda_probe import DriverReport, driver_version, read_devices
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ e.g. [{"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt"},
       {"m": 4096, "n": 4096, "k": 1024, "bias": true}]
 
 Anything wrong is a UserError naming the file, the entry (counted from 1) and the field.
-Only a regular file of at most MAX_LIST_BYTES is read (cache_document.read_regular_file):
+Only a regular file of at most MAX_LIST_BYTES is read (safe_read.read_regular_file):
 a FIFO would block, /dev/zero would never end.
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .cache_document import NotAFile, read_regular_file
-from .errors import UserError
-from .problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
+from ..safe_read import NotAFile, read_regular_file
+from ..errors import UserError
+from ..problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
 
 MAX_LIST_BYTES = 64 << 20  # a list of 100,000 problems is about 10 MB
 FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype",

@@ -11,23 +11,23 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from .version import __version__
-from .runner import Executor
-from .runner.executor import LocalExecutor
-from .cache import Cache
-from .choices import ChoiceSet, check_interpretable, get_choices
-from .entry import Entry, Winner
-from .errors import Interrupted, Terminated, UserError
-from .fingerprint import Fingerprint
-from .device import DeviceInfo, probe_device
+from ..version import __version__
+from ..runner import Executor
+from ..runner.executor import LocalExecutor
+from ..store.cache import Cache
+from ..candidates.choices import ChoiceSet, check_interpretable, get_choices
+from ..store.entry import Entry, Winner
+from ..errors import Interrupted, Terminated, UserError
+from ..store.fingerprint import Fingerprint
+from ..hardware.device import DeviceInfo, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
-from .phases import PhaseClock, worker_seconds
-from .plugins import load_plugins
-from .problem import GemmProblem
+from ..store.phases import PhaseClock, worker_seconds
+from ..plugins import load_plugins
+from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
-from .results import Candidate, pick_winner
-from .search import SearchContext, get_strategy
-from .settings import TuneSettings, check_writable_folder
+from ..store.results import Candidate, pick_winner
+from ..search import SearchContext, get_strategy
+from ..settings import TuneSettings, check_writable_folder
 
 
 class TuneListener:

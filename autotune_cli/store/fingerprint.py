@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .device import DeviceInfo, package_version
+from ..hardware.device import DeviceInfo, package_version
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from .settings import MeasurePolicy
+from ..settings import MeasurePolicy
 
 # The margins every stored entry's pick was made with (the policy's defaults: no switch or
 # device changes them), for checks over entries that hold no policy of their own.

@@ -7,7 +7,7 @@ Only a regular file is read (a FIFO would block, /dev/zero would never end), and
 MAX_FILE_BYTES of it; nesting deeper than MAX_DEPTH is damage (no entry we write is more than a
 few levels deep, and deeper documents overflow the recursion of the code that walks them).
 The cache file itself must be a regular file of this user's, not a symbolic link
-(read_regular_file's `ours`): cache.py replaces and moves aside only the file in its folder, so
+(read_cache_file's `ours`): cache.py replaces and moves aside only the file in its folder, so
 a link to a file elsewhere is refused rather than followed to it.
 
 Before the template set left the key, a key's digest was that of the entry's whole
@@ -33,14 +33,13 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import numbers
 import os
-import stat
 from typing import Any, Callable, NamedTuple
 
+from ..safe_read import read_regular_file, too_deep
 from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
 from .fingerprint import digest_of, legacy_digest_of
 
@@ -49,62 +48,10 @@ MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
 MAX_DEPTH = 64  # containers within containers: our own entries need fewer than ten
 
 
-class NotAFile(OSError):
-    """What was to be read is not a regular file, or is larger than we read."""
-
-
-def read_regular_file(path: str | os.PathLike, limit: int | None = None, *, ours: bool = False) -> bytes:
-    """The bytes of `path`, following symbolic links, if it is a regular file of at most
-    `limit` bytes (default MAX_FILE_BYTES); NotAFile otherwise (OSError as open raises it).
-    Opened non-blocking, so a FIFO is refused rather than waited on. `ours`: `path` itself
-    must be the regular file, not a link to one, and belong to this user (the cache file:
-    what is read is what is later replaced, and only in its own folder)."""
-    limit = MAX_FILE_BYTES if limit is None else limit
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if ours else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if ours and exc.errno == errno.ELOOP:
-            raise NotAFile(f"{path} is a symbolic link, not a regular file") from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotAFile(f"{path} is not a regular file")
-        if ours and info.st_uid != os.geteuid():
-            raise NotAFile(f"{path} belongs to another user (uid {info.st_uid})")
-        if info.st_size > limit:
-            raise NotAFile(f"{path} is {info.st_size} bytes, more than the {limit} read")
-        os.set_blocking(fd, True)
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:  # grew while being read
-                raise NotAFile(f"{path} is more than the {limit} bytes read")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether containers nest deeper than `limit` (the top one is depth 1), walked a level
-    at a time without recursion: a fifth of what parsing the text costs."""
-    level = [value]
-    for _ in range(limit):
-        below: list = []
-        add = below.append
-        for item in level:
-            for child in (item.values() if type(item) is dict else item):
-                if type(child) is dict or type(child) is list:
-                    add(child)
-        if not below:
-            return False
-        level = below
-    return True
+def read_cache_file(path: str | os.PathLike, *, ours: bool = False) -> bytes:
+    """The bytes of a cache file or an export, read as safe_read.read_regular_file reads (a
+    regular file only; `ours`: not a link, and this user's), at most MAX_FILE_BYTES."""
+    return read_regular_file(path, MAX_FILE_BYTES, ours=ours)
 
 
 def json_value(value: Any, where: str) -> Any:
@@ -188,7 +135,7 @@ def parse_document(text: str) -> Document:
     except ValueError:  # an integer of more digits than Python converts
         raise DamagedCache("not valid JSON (a number too long to read)") from None
     _require(isinstance(document, dict), "the top level is not an object")
-    _require(not too_deep(document), f"nested more than {MAX_DEPTH} deep")
+    _require(not too_deep(document, MAX_DEPTH), f"nested more than {MAX_DEPTH} deep")
     if "schema" not in document and "entries" in document:
         schema, migrated_from = 0, 0
     else:

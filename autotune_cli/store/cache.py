@@ -43,10 +43,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .cache_document import SCHEMA, NotAFile, json_value, parse_document, read_regular_file
+from ..safe_read import NotAFile
+from .cache_document import SCHEMA, json_value, parse_document, read_cache_file
 from .entry import DamagedCache, Entry, _require, _show
-from .errors import UserError
-from .text import printable
+from ..errors import UserError
+from ..text import printable
 
 CACHE_FILE = "autotune-cache.json"
 LOCK_FILE = ".autotune-cache.lock"
@@ -118,7 +119,7 @@ class Cache:
 
     def _read_bytes(self) -> bytes | None:
         try:
-            return read_regular_file(self.path, ours=True)
+            return read_cache_file(self.path, ours=True)
         except FileNotFoundError:
             return None
         except NotAFile as exc:

@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .errors import UserError
-from .device import DeviceInfo
-from .heuristics import lookup_heuristic
-from .heuristics.spaces import load_space_file
-from .problem import GemmProblem
-from .results import config_identity, params_str
-from .settings import TuneSettings
-from .templates import Template, templates_for
+from ..errors import UserError
+from ..hardware.device import DeviceInfo
+from ..heuristics import lookup_heuristic
+from ..heuristics.spaces import load_space_file
+from ..problem import GemmProblem
+from ..store.results import config_identity, params_str
+from ..settings import TuneSettings
+from ..templates import Template, templates_for
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     (bench/README.md, "Cold tuning"). A memory-bound problem keeps every config: there the
     model's arithmetic term misjudges kernels that all wait on HBM. A user's --space and the
     exhaustive search (which ranks by the same model) keep theirs."""
-    from .roofline import compute_bound, tile_seconds
+    from ..hardware.roofline import compute_bound, tile_seconds
 
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
             or not compute_bound(ctx.problem)):
@@ -327,7 +327,7 @@ def get_choices(
         templates = templates_for(problem, settings.templates)
     user_space = load_space_file(settings.space_file) if settings.space_file else None
     if user_space is not None:
-        from .templates import all_templates
+        from ..templates import all_templates
 
         known = {t.uid for t in all_templates()}
         unknown = [uid for uid in user_space if uid != "*" and uid not in known]

@@ -12,12 +12,12 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from .choices import ChoiceSet
-from .entry import Entry
-from .phases import PhaseClock
-from .problem import GemmProblem
-from .results import SKIPPED, Candidate, pick_winner
-from .settings import MeasurePolicy
+from ..candidates.choices import ChoiceSet
+from ..store.entry import Entry
+from ..store.phases import PhaseClock
+from ..problem import GemmProblem
+from ..store.results import SKIPPED, Candidate, pick_winner
+from ..settings import MeasurePolicy
 
 
 def known_results(stored: Entry | None, force: bool = False) -> dict[tuple, Candidate]:

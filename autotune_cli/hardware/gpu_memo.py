@@ -12,7 +12,7 @@ not show) nothing is remembered. The file is a plain cache: unreadable means abs
 failing to write it loses nothing.
 
 Anyone who can write the cache folder can write this file, and it is read by every command
-on a GPU host, so it is read as the cache file is (cache_document.read_regular_file: a
+on a GPU host, so it is read as the cache file is (safe_read.read_regular_file: a
 regular file only, at most MAX_MEMO_BYTES, never waited on) and parsed only if it nests no
 deeper than a memo does. A remembered report stands for the real devices only where what
 can be read without cuInit agrees with it (`agrees`): torch built with CUDA, the driver
@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from .cache_document import read_regular_file, too_deep
+from ..safe_read import read_regular_file, too_deep
 from . import cuda_probe
 from .cuda_probe import DriverDevice, DriverReport
 
