@@ -133,7 +133,7 @@ class Switches:
 class MeasurePolicy:
     """Every choice of how candidates are timed and compared, in one place: built once (for a
     device, with the environment's switches), carried by TuneSettings.measure, read by the
-    tuner, the search steps (search/base.py), the pick (results.pick_winner) and the executor.
+    tuner, the search steps (search/base.py), the pick (search/pick.py) and the executor.
 
     The search's rounds: every candidate timed once (`timing`, `timing_for` a problem: CUDA-
     graph timing where the problem's floor is under `graph_below_us`), possibly screened
@@ -162,7 +162,7 @@ class MeasurePolicy:
     confirm_at_once: int = 2
     confirm_rounds: int = 3
     # How much faster than the vendor library (the best plain cuBLAS candidate) another
-    # candidate must be to win (results.pick_winner). Timings of one kernel move by a few per
+    # candidate must be to win (pick.pick_winner). Timings of one kernel move by a few per
     # cent between measurements, so a smaller lead is a tie, and a tie goes to cuBLAS: it
     # needs no JIT and holds no kernel or buffer of ours (aten::mm_aligned, which runs our
     # copy and keeps buffers, is not one of them). 3%, not 2%: smaller leads in a tune came

@@ -29,9 +29,10 @@ def ran_verified(candidate: dict) -> bool:
 
 
 def is_pick(winner: dict, candidates: list[dict]) -> bool:
-    """Whether a stored entry's winner ({"uid", "params", ...}) is what results.pick_winner
+    """Whether a stored entry's winner ({"uid", "params", ...}) is what pick.pick_winner
     picks from its stored candidates (their times and `confirmed` flags as the tune left them)."""
-    from autotune_cli.store.results import Candidate, pick_winner
+    from autotune_cli.search.pick import pick_winner
+    from autotune_cli.store.results import Candidate
 
     pick = pick_winner([Candidate.from_dict(c) for c in candidates])
     return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])

@@ -213,7 +213,8 @@ def test_a_problems_file_carries_float8_fields(tmp_path):
 
 
 def test_torch_scaled_mm_is_the_vendor_baseline_a_kernel_must_beat():
-    from autotune_cli.store.results import OK, Candidate, pick_winner
+    from autotune_cli.search.pick import pick_winner
+    from autotune_cli.store.results import OK, Candidate
 
     aten = Candidate(uid="aten::_scaled_mm", params={}, status=OK, ms=1.00)
     near = Candidate(uid="triton::scaled_mm_persistent_tma", params={"BLOCK_M": 128}, status=OK, ms=0.99)

@@ -21,7 +21,7 @@ import torch.nn as nn  # noqa: E402
 from autotune_cli.store.cache import Cache  # noqa: E402
 from autotune_cli.problem import GemmProblem  # noqa: E402
 from autotune_cli.tune.report import fmt_ms  # noqa: E402
-from autotune_cli.store.results import VENDOR_UIDS  # noqa: E402
+from autotune_cli.templates import vendor_uids  # noqa: E402
 from conftest import is_pick  # noqa: E402
 
 ATEN = ("--templates", "aten", "--workers", "1")  # one candidate per problem: one worker
@@ -471,7 +471,7 @@ def test_default_templates_end_to_end(cli, cache_dir, models):
         ok = [c for c in candidates if c["status"] == "ok"]
         assert any(c["uid"].startswith("triton::") for c in ok)
         assert is_pick(row["winner"], candidates)
-        assert row["aten_ms"] == min(c["ms"] for c in ok if c["uid"] in VENDOR_UIDS)
+        assert row["aten_ms"] == min(c["ms"] for c in ok if c["uid"] in vendor_uids())
 
 
 # -- bad input: one line, exit 2, no traceback --------------------------------------------------

@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from autotune_cli.store.results import OK, WRONG_RESULT, Candidate, pick_winner
+from autotune_cli.search.pick import pick_winner
+from autotune_cli.store.results import OK, WRONG_RESULT, Candidate
 from autotune_cli.runner import Executor
 from autotune_cli.settings import MeasurePolicy
 from conftest import is_pick

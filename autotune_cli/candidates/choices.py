@@ -19,6 +19,7 @@ from ..problem import GemmProblem
 from ..store.results import config_identity, params_str
 from ..settings import TuneSettings
 from ..templates import Template, templates_for
+from ..templates.triton_swap_ab import TritonSwapABTemplate
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ TILE_MODEL_OVER = 2.0
 
 def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
     """Of a compute-bound problem's default search on a GPU, the configs of templates the tile
-    model describes (`Template.model_prunable`: plain tiled and persistent GEMMs, not swap-AB,
+    model describes (`Template.tile_model == "prunes"`: plain tiled and persistent GEMMs, not swap-AB,
     split-K or GEMV, whose work the model does not see) that it puts at TILE_MODEL_OVER times
     the best of them or more: tiles far too small for the problem (16-64 wide on 4096^3),
     which cannot come near cuBLAS, yet took much of such a problem's compile pool
@@ -222,7 +223,7 @@ def tile_model_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
             or not compute_bound(ctx.problem)):
         return []
-    prunable = [c for c in kept if getattr(c.template, "model_prunable", False)]
+    prunable = [c for c in kept if c.template.tile_model == "prunes"]
     if len(prunable) < 2:
         return []
     modelled = {id(c): tile_seconds(ctx.problem, c.config_dict, ctx.device.sm_count) for c in prunable}
@@ -235,7 +236,7 @@ DECODE_M = 16  # rows at or below which a problem is decode for decode_stage (tr
 # NVIDIA majors whose matrix instructions take 64 rows or more in the M slot: Hopper's
 # warp-group MMA (9), datacenter Blackwell's (10); mma.sync before and beside them takes 16
 WIDE_M_SLOT_MAJORS = (9, 10)
-SWAP_AB = "triton::mm_swap_ab"
+SWAP_AB = TritonSwapABTemplate.uid
 
 
 def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:

@@ -11,11 +11,12 @@ if TYPE_CHECKING:
 
 def aten_ms(entry: "Entry") -> float | None:
     """The cuBLAS baseline of a tuned entry: the fastest plain vendor call on the operands as
-    given (results.VENDOR_UIDS), what the model runs untuned. Other aten candidates
+    given (`Template.vendor`), what the model runs untuned. Other aten candidates
     (aten::mm_aligned copies into padded buffers) are wins over it, not it."""
-    from ..store.results import VENDOR_UIDS
+    from ..templates import vendor_uids
 
-    times = [c.ms for c in entry.candidates if c.status == "ok" and c.uid in VENDOR_UIDS and c.ms]
+    vendors = vendor_uids()
+    times = [c.ms for c in entry.candidates if c.status == "ok" and c.uid in vendors and c.ms]
     return min(times) if times else None
 
 

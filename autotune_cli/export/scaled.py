@@ -37,6 +37,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..problem import FP8_DTYPES, OUT_DTYPES, SCALES, GemmProblem
+from ..templates.aten_scaled import AtenScaledMMTemplate
+from ..templates.triton_scaled_mm import TritonScaledMMTemplate, TritonScaledMMTiledTemplate
 from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 
 # torch.nn.functional.ScalingType's values (torch 2.10+), as Inductor passes them
@@ -44,9 +46,9 @@ SCALING_TYPE = {"tensor": 0, "row": 1}
 TMA_EPILOGUE = "triton::scaled_mm_device_tma_epilogue_scaling"
 # our uid -> Inductor's, for scaled_mm
 SCALED_EQUIVALENT = {
-    "aten::_scaled_mm": "aten::_scaled_mm",
-    "triton::scaled_mm_persistent_tma": TMA_EPILOGUE,
-    "triton::scaled_mm": "triton::mm",
+    AtenScaledMMTemplate.uid: "aten::_scaled_mm",
+    TritonScaledMMTemplate.uid: TMA_EPILOGUE,
+    TritonScaledMMTiledTemplate.uid: "triton::mm",
 }
 # Inductor template uid -> (module, attribute) holding its TritonTemplate
 SCALED_TEMPLATES = {TMA_EPILOGUE: ("torch._inductor.kernel.mm", "scaled_mm_device_tma_epilogue_scaling_template")}

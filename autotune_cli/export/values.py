@@ -30,6 +30,9 @@ from ..problem import GemmProblem
 from .args import TILE_ARGS, TMA_DESCRIPTOR_SIZE, as_int
 from .keys import as_problem
 from .scaled import SCALED_TEMPLATES, scaled_value
+from ..templates.aten import ATEN_TEMPLATES
+from ..templates.triton_mm import TritonBMMTemplate, TritonMMTemplate
+from ..templates.triton_persistent_tma import TritonPersistentTMATemplate
 
 __all__ = ["inductor_value", "installed_template_hash", "INDUCTOR_TRITON_ARGS"]
 
@@ -48,18 +51,18 @@ _DERIVED_PARAMS = frozenset({
 
 # (our uid, op) -> Inductor template uid for ATen choices, which take no arguments.
 _ATEN_EQUIVALENT = {
-    ("aten::mm", "mm"): "aten::mm",
-    ("aten::addmm", "addmm"): "aten::addmm",
-    ("aten::bias_addmm", "addmm"): "aten::bias_addmm",
-    ("aten::bmm", "bmm"): "aten::bmm",
+    (ATEN_TEMPLATES["mm"].uid, "mm"): "aten::mm",
+    (ATEN_TEMPLATES["addmm"].uid, "addmm"): "aten::addmm",
+    ("aten::bias_addmm", "addmm"): "aten::bias_addmm",  # Inductor's alone (export/__init__.py)
+    (ATEN_TEMPLATES["bmm"].uid, "bmm"): "aten::bmm",
 }
 # (our uid, op) -> Inductor Triton template uid.
 _TRITON_EQUIVALENT = {
-    ("triton::mm", "mm"): "triton::mm",
-    ("triton::mm", "addmm"): "triton::mm",
-    ("triton::bmm", "bmm"): "triton::bmm",
-    ("triton::mm_persistent_tma", "mm"): "triton::mm_persistent_tma",
-    ("triton::mm_persistent_tma", "addmm"): "triton::mm_persistent_tma",
+    (TritonMMTemplate.uid, "mm"): "triton::mm",
+    (TritonMMTemplate.uid, "addmm"): "triton::mm",
+    (TritonBMMTemplate.uid, "bmm"): "triton::bmm",
+    (TritonPersistentTMATemplate.uid, "mm"): "triton::mm_persistent_tma",
+    (TritonPersistentTMATemplate.uid, "addmm"): "triton::mm_persistent_tma",
 }
 TMA_TARGETS = frozenset({"triton::mm_persistent_tma"})
 # Inductor (2.11, 2.13) offers a TMA template, and so takes a lookup entry naming one, only

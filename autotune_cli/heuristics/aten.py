@@ -5,19 +5,22 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..problem import GemmProblem
+from ..templates.aten import ATEN_TEMPLATES
+from ..templates.aten_aligned import AtenAlignedTemplate
+from ..templates.aten_scaled import AtenScaledMMTemplate
 from .registry import Heuristic, register_heuristic
 
 
-@register_heuristic("aten::mm")
-@register_heuristic("aten::addmm")
-@register_heuristic("aten::bmm")
-@register_heuristic("aten::_scaled_mm")
 class AtenSingleConfig(Heuristic):
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         yield {}
 
 
-@register_heuristic("aten::mm_aligned")
+for _template in (*ATEN_TEMPLATES.values(), AtenScaledMMTemplate):
+    register_heuristic(_template.uid)(AtenSingleConfig)
+
+
+@register_heuristic(AtenAlignedTemplate.uid)
 class AtenAlignedConfigs(Heuristic):
     """Leading dimensions padded only, or every misaligned size zero-padded too; each to 16,
     128 or 512 bytes (templates/aten_aligned.py: the width changes cuBLAS's time)."""

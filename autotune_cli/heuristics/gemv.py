@@ -38,10 +38,9 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..problem import FP8_DTYPES, SCALE_BLOCK, GemmProblem
 from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
+from ..templates.triton_scaled_gemv import TritonScaledGemvTemplate
 from .registry import Heuristic, register_heuristic
 
-GEMV = "triton::gemv"
-SCALED_GEMV = "triton::scaled_gemv"  # the same kernel for float8 operands (templates/triton_scaled_gemv.py)
 DOT_SERVED = DOT_DTYPES + FP8_DTYPES  # what DOT serves across the two templates (each serves one kind)
 FP8_DOT_LEAST_K = 32  # the float8 MMA's K step
 # Without fast accumulation each BLOCK_K step's float8 products are summed in the matrix
@@ -286,12 +285,12 @@ class _Gemv(Heuristic):
             yield from configs_for(problem, self.tiles(problem))
 
 
-@register_heuristic(GEMV, "cuda")
+@register_heuristic(TritonGemvTemplate.uid, "cuda")
 class GemvCuda(_Gemv):
     pass
 
 
-@register_heuristic(GEMV, "cpu")
+@register_heuristic(TritonGemvTemplate.uid, "cpu")
 class GemvCpu(_Gemv):
     """Under the interpreter a config costs seconds: two small tiles."""
 
@@ -299,13 +298,13 @@ class GemvCpu(_Gemv):
         return CPU_TILES
 
 
-@register_heuristic(SCALED_GEMV, "cuda")
+@register_heuristic(TritonScaledGemvTemplate.uid, "cuda")
 class ScaledGemvCuda(GemvCuda):
     def tiles(self, problem: GemmProblem) -> tuple:
         return (FP8_BLOCK_TILES if problem.scale == "block" else FP8_TILES)[cuda_cores(problem)]
 
 
-@register_heuristic(SCALED_GEMV, "cpu")
+@register_heuristic(TritonScaledGemvTemplate.uid, "cpu")
 class ScaledGemvCpu(GemvCpu):
     def tiles(self, problem: GemmProblem) -> tuple:
         return CPU_BLOCK_TILES if problem.scale == "block" else CPU_TILES

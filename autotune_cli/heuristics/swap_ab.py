@@ -27,12 +27,11 @@ import itertools
 from typing import Any, Iterable, Iterator
 
 from ..problem import GemmProblem
-from ..templates.triton_swap_ab import MAX_M
+from ..templates.triton_swap_ab import MAX_M, TritonSwapABTemplate
 from .registry import Heuristic, register_heuristic
 from .spaces import shipped_space
 from .triton_mm import scaled_unique
 
-SWAP_AB = "triton::mm_swap_ab"
 BLOCK_M_CHOICES = (16, 32, 64)
 BLOCK_N_CHOICES = (64, 128)
 BLOCK_K_CHOICES = (64, 128, 256)
@@ -73,12 +72,12 @@ class _SwapAB(Heuristic):
         yield from scaled_unique((without_group(c) for c in configs), problem)
 
 
-@register_heuristic(SWAP_AB, "cuda")
+@register_heuristic(TritonSwapABTemplate.uid, "cuda")
 class SwapABCuda(_SwapAB):
     shipped = "triton_mm_swap_ab_cuda"
 
 
-@register_heuristic(SWAP_AB, "cpu")
+@register_heuristic(TritonSwapABTemplate.uid, "cpu")
 class SwapABCpu(_SwapAB):
     """Under the interpreter a config costs seconds: two tiles."""
 

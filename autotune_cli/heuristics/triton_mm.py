@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from ..problem import GemmProblem
+from ..templates.triton_mm import TritonBMMTemplate, TritonMMTemplate
+from ..templates.triton_mm_padded import TritonMMPaddedTemplate
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space, shipped_space
 
@@ -52,16 +54,16 @@ class TritonSpace(Heuristic):
         yield from scaled_unique(configs, problem)
 
 
-@register_heuristic("triton::mm", "cuda")
-@register_heuristic("triton::bmm", "cuda")
-@register_heuristic("triton::mm_padded", "cuda")
+@register_heuristic(TritonMMTemplate.uid, "cuda")
+@register_heuristic(TritonBMMTemplate.uid, "cuda")
+@register_heuristic(TritonMMPaddedTemplate.uid, "cuda")
 class TritonMMCuda(TritonSpace):
     shipped = "triton_mm_cuda"
 
 
-@register_heuristic("triton::mm", "cpu")
-@register_heuristic("triton::bmm", "cpu")
-@register_heuristic("triton::mm_padded", "cpu")
+@register_heuristic(TritonMMTemplate.uid, "cpu")
+@register_heuristic(TritonBMMTemplate.uid, "cpu")
+@register_heuristic(TritonMMPaddedTemplate.uid, "cpu")
 class TritonMMCpu(TritonSpace):
     """Under the interpreter a config costs seconds: a few small tiles."""
 

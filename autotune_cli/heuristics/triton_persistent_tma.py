@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..templates.triton_persistent_tma import TritonPersistentTMATemplate
 from .registry import register_heuristic
 from .spaces import shipped_configs
 from .triton_mm import TritonSpace
 
-PERSISTENT_TMA = "triton::mm_persistent_tma"
 
 
 class _PersistentTMA(TritonSpace):
@@ -22,12 +22,12 @@ class _PersistentTMA(TritonSpace):
         return shipped_configs(self.shipped)  # its lists carry FLATTEN
 
 
-@register_heuristic(PERSISTENT_TMA, "cuda")
+@register_heuristic(TritonPersistentTMATemplate.uid, "cuda")
 class PersistentTMACuda(_PersistentTMA):
     shipped = "triton_persistent_tma_cuda"
 
 
-@register_heuristic(PERSISTENT_TMA, "cpu")
+@register_heuristic(TritonPersistentTMATemplate.uid, "cpu")
 class PersistentTMACpu(_PersistentTMA):
     """Under the interpreter (which runs tensor descriptors since Triton 3.4): two tiles."""
 

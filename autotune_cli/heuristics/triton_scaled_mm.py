@@ -21,17 +21,16 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from ..problem import SCALE_BLOCK, GemmProblem
+from ..templates.triton_scaled_mm import TritonScaledMMTemplate, TritonScaledMMTiledTemplate
+from ..templates.triton_scaled_mm_block import TritonScaledMMBlockTemplate
+from ..templates.triton_scaled_mm_splitk import TritonScaledMMSplitKTemplate
 from .spaces import shipped_configs
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space
 from .triton_mm import scaled_unique
 
-SCALED_MM = "triton::scaled_mm_persistent_tma"
-TILED = "triton::scaled_mm"
 MIN_EXHAUSTIVE_BLOCK_K = 64
 PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
-SPLITK = "triton::scaled_mm_splitk"
-BLOCKWISE = "triton::scaled_mm_blockwise"
 MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
 # Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128
 # leads the persistent kernel, where 128x256 spills and comes last (bench/README.md, "FP8").
@@ -68,24 +67,24 @@ class _ScaledMM(Heuristic):
                 yield config
 
 
-@register_heuristic(SCALED_MM, "cuda")
+@register_heuristic(TritonScaledMMTemplate.uid, "cuda")
 class ScaledMMCuda(_ScaledMM):
     shipped = "triton_scaled_mm_cuda"
 
 
-@register_heuristic(SCALED_MM, "cpu")
+@register_heuristic(TritonScaledMMTemplate.uid, "cpu")
 class ScaledMMCpu(_ScaledMM):
     """Under the interpreter a config costs seconds: two small tiles."""
 
     shipped = "triton_scaled_mm_cpu"
 
 
-@register_heuristic(TILED, "cuda")
+@register_heuristic(TritonScaledMMTiledTemplate.uid, "cuda")
 class ScaledMMTiledCuda(ScaledMMCuda):
     flatten = False
 
 
-@register_heuristic(TILED, "cpu")
+@register_heuristic(TritonScaledMMTiledTemplate.uid, "cpu")
 class ScaledMMTiledCpu(ScaledMMCpu):
     flatten = False
 
@@ -105,12 +104,12 @@ class _ScaledMMSplitK(Heuristic):
                 yield config
 
 
-@register_heuristic(SPLITK, "cuda")
+@register_heuristic(TritonScaledMMSplitKTemplate.uid, "cuda")
 class ScaledMMSplitKCuda(_ScaledMMSplitK):
     shipped = "triton_scaled_mm_splitk_cuda"
 
 
-@register_heuristic(SPLITK, "cpu")
+@register_heuristic(TritonScaledMMSplitKTemplate.uid, "cpu")
 class ScaledMMSplitKCpu(_ScaledMMSplitK):
     shipped = "triton_scaled_mm_splitk_cpu"
 
@@ -127,11 +126,11 @@ class _ScaledMMBlock(_ScaledMM):
         return config["BLOCK_K"] == SCALE_BLOCK and SCALE_BLOCK % config["BLOCK_N"] == 0
 
 
-@register_heuristic(BLOCKWISE, "cuda")
+@register_heuristic(TritonScaledMMBlockTemplate.uid, "cuda")
 class ScaledMMBlockCuda(_ScaledMMBlock):
     shipped = "triton_scaled_mm_block_cuda"
 
 
-@register_heuristic(BLOCKWISE, "cpu")
+@register_heuristic(TritonScaledMMBlockTemplate.uid, "cpu")
 class ScaledMMBlockCpu(_ScaledMMBlock):
     shipped = "triton_scaled_mm_block_cpu"

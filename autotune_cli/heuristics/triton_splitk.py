@@ -22,12 +22,11 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..problem import GemmProblem
-from ..templates.triton_splitk import k_per_split
+from ..templates.triton_splitk import TritonSplitKTemplate, k_per_split
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space, shipped_configs
 from .triton_mm import scaled_unique
 
-SPLITK = "triton::mm_splitk"
 
 SPLITK_MAX_MN = 2**21
 SPLITK_MIN_K = 1024
@@ -83,11 +82,11 @@ class _SplitK(Heuristic):
                 yield config
 
 
-@register_heuristic(SPLITK, "cuda")
+@register_heuristic(TritonSplitKTemplate.uid, "cuda")
 class SplitKCuda(_SplitK):
     shipped = "triton_splitk_cuda"
 
 
-@register_heuristic(SPLITK, "cpu")
+@register_heuristic(TritonSplitKTemplate.uid, "cpu")
 class SplitKCpu(_SplitK):
     shipped = "triton_splitk_cpu"

@@ -11,7 +11,9 @@ from ..candidates.choices import KernelTemplateChoice
 from ..hardware.device import DeviceInfo
 from ..store.phases import PhaseClock
 from ..problem import GemmProblem
-from ..store.results import VENDOR_UIDS, Candidate, pick_winner
+from ..store.results import Candidate
+from ..templates import vendor_uids
+from .pick import pick_winner
 from ..settings import MeasurePolicy, TimingPolicy
 
 if TYPE_CHECKING:
@@ -57,15 +59,15 @@ class SearchContext:
 
 def _best_vendor(ok: list[tuple[KernelTemplateChoice, Candidate]]):
     """The fastest plain cuBLAS (choice, result) among `ok`, or None."""
-    return min(((c, r) for c, r in ok if r.uid in VENDOR_UIDS), key=lambda cr: cr[1].ms, default=None)
+    return min(((c, r) for c, r in ok if r.uid in vendor_uids()), key=lambda cr: cr[1].ms, default=None)
 
 
 def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]]
                       ) -> list[tuple[KernelTemplateChoice, Candidate]]:
     """Candidates within `measure.retime_within` of the best are timed again, so the pick
     between near-equals rests on more than one short measurement; so is the fastest plain
-    cuBLAS candidate (VENDOR_UIDS) within `vendor_retime_within` of the best, which the pick measures
-    every other candidate against (results.pick_winner). It is often timed first, while the
+    cuBLAS candidate (`Template.vendor`) within `vendor_retime_within` of the best, which the pick
+    measures every other candidate against (pick.pick_winner). It is often timed first, while the
     compile pool keeps every core busy, and read slow there, enough to pick a Triton kernel
     that was slower side by side (bench/README.md, "Kernel speed").
 
@@ -103,7 +105,7 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
     `measure.confirm_passes` passes of alternating order, each runnable's runs adding up to
     200 ms of kernel time or more (`MeasurePolicy.sustained`: up to 400 runs, against the
     tune's 10-100 in 40 ms; the side-by-side's are 50-300 in 200 ms), marked `confirmed`, and
-    the pick is made again (results.pick_winner: a confirmed lead needs confirmed_margin, an
+    the pick is made again (pick.pick_winner: a confirmed lead needs confirmed_margin, an
     unconfirmed one vendor_margin); while the pick is not a confirmed kernel, unconfirmed
     kernels that lead by that much (a third one, which led cuBLAS but trailed the two) are
     confirmed in turn, up to `confirm_rounds` rounds. Why: a tune's short bursts read
@@ -118,6 +120,7 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
         return pairs
     current = {id(c): r for c, r in pairs}
     confirmed: set[int] = set()
+    vendors = vendor_uids()
     for _ in range(measure.confirm_rounds):
         if ctx.out_of_time():
             break
@@ -126,11 +129,11 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
         winner = pick_winner([r for _, r in ok], measure)
         if vendor is None or winner is None:
             break
-        if winner.uid not in VENDOR_UIDS and winner.confirmed:
+        if winner.uid not in vendors and winner.confirmed:
             break  # the winner has been timed against cuBLAS the sustained way
-        if winner.uid not in VENDOR_UIDS and winner.ms <= vendor[1].ms * (1 - measure.confirm_lead_below):
+        if winner.uid not in vendors and winner.ms <= vendor[1].ms * (1 - measure.confirm_lead_below):
             break  # a lead no short burst's misread could make: nothing to confirm
-        leading = sorted(((c, r) for c, r in ok if r.uid not in VENDOR_UIDS and id(c) not in confirmed
+        leading = sorted(((c, r) for c, r in ok if r.uid not in vendors and id(c) not in confirmed
                           and r.ms < vendor[1].ms * (1 - measure.confirmed_margin)), key=lambda cr: cr[1].ms)
         if not leading:
             break

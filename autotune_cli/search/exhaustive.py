@@ -26,10 +26,10 @@ KEEP_MIN = 6
 
 
 def _modelled(choice: KernelTemplateChoice) -> bool:
-    """A Triton tile of a dot, which `model_seconds` describes (a template that is not one
-    says so with `tile_model = False`: its configs all go through)."""
+    """A Triton tile of a dot, which `model_seconds` ranks (a template that is not one says
+    so with `tile_model = "none"`: its configs all go through)."""
     config = choice.config_dict
-    return choice.template.backend == "triton" and getattr(choice.template, "tile_model", True) and all(
+    return choice.template.backend == "triton" and choice.template.tile_model != "none" and all(
         key in config for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"))
 
 

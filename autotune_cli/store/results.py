@@ -5,11 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from ..settings import MeasurePolicy
-
-# The margins every stored entry's pick was made with (the policy's defaults: no switch or
-# device changes them), for checks over entries that hold no policy of their own.
-DEFAULT_MEASURE = MeasurePolicy()
 
 OK = "ok"
 COMPILE_ERROR = "compile_error"
@@ -88,31 +83,3 @@ def params_str(params: dict[str, Any]) -> str:
     shown = [f"{short}{params[key]}" for key, short in SHORT_NAMES.items() if key in params]
     return " ".join(shown)
 
-
-# The plain cuBLAS candidates: what every other candidate must beat by a margin to win
-# (settings.MeasurePolicy.vendor_margin, confirmed_margin).
-VENDOR_UIDS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm")
-
-
-def pick_winner(candidates: list[Candidate], measure: MeasurePolicy = DEFAULT_MEASURE) -> Candidate | None:
-    """The fastest verified candidate, unless it leads the best verified plain cuBLAS
-    candidate (VENDOR_UIDS) by `measure.vendor_margin` or less (`confirmed_margin` where both
-    were timed in the confirmation's sustained passes): then that one. Ties broken by uid and
-    params for a stable pick. (The margins do not depend on the device: the default policy's
-    are every tune's unless a caller sets its own.)"""
-    valid = [c for c in candidates if c.ok]
-    if not valid:
-        return None
-
-    def order(c: Candidate):
-        return (c.ms, c.uid, sorted(c.params.items(), key=str))
-
-    fastest = min(valid, key=order)
-    vendor = [c for c in valid if c.uid in VENDOR_UIDS]
-    if vendor and fastest.uid not in VENDOR_UIDS:
-        best_vendor = min(vendor, key=order)
-        both_confirmed = fastest.confirmed and best_vendor.confirmed
-        margin = measure.confirmed_margin if both_confirmed else measure.vendor_margin
-        if fastest.ms >= best_vendor.ms * (1 - margin):  # a lead of `margin` or less: a tie, cuBLAS's
-            return best_vendor
-    return fastest

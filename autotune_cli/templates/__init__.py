@@ -13,9 +13,10 @@ from .registry import (
     register_template,
     templates_for,
     unregister_template,
+    vendor_uids,
 )
 
 __all__ = [
     "Operands", "Runnable", "Template", "all_templates", "check_template_names", "get_template",
-    "register_template", "templates_for", "unregister_template",
+    "register_template", "templates_for", "unregister_template", "vendor_uids",
 ]

@@ -11,6 +11,7 @@ from .registry import register_template
 
 class AtenTemplate(Template):
     backend = "aten"
+    vendor = True  # cuBLAS (search.pick)
     params_schema: dict = {}  # one config: torch's own call takes no params
 
     def __init__(self, op: str) -> None:
@@ -46,5 +47,5 @@ class AtenTemplate(Template):
         return run
 
 
-for _op in ("mm", "addmm", "bmm"):
-    register_template(AtenTemplate(_op))
+# One template per op: the library's call is the op's own.
+ATEN_TEMPLATES = {op: register_template(AtenTemplate(op)) for op in ("mm", "addmm", "bmm")}

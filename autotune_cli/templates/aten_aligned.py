@@ -58,13 +58,11 @@ def padded_sizes(problem: GemmProblem, pad_bytes: int) -> dict[str, int]:
 
 
 class AtenAlignedTemplate(Template):
+    uid = "aten::mm_aligned"
+    ops = ("mm", "addmm")
     backend = "aten"
     keeps_buffers = True  # the padded copies of the operands
     params_schema = {"ZERO_PAD": Choice((0, 1)), "PAD_BYTES": Choice(PAD_BYTES)}
-
-    def __init__(self) -> None:
-        self.uid = "aten::mm_aligned"
-        self.ops = ("mm", "addmm")
 
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops and bool(misaligned_dims(problem))

@@ -18,6 +18,7 @@ CUDA_ALIGN = 16
 
 class AtenScaledMMTemplate(Template):
     backend = "aten"
+    vendor = True  # cuBLAS (search.pick)
     uid = "aten::_scaled_mm"
     ops = ("scaled_mm",)
     params_schema: dict = {}  # one config: torch's own call takes no params

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from ..problem import DTYPES, GemmProblem
 
@@ -173,9 +173,15 @@ class Template(ABC):
     uid: str = ""
     ops: tuple[str, ...] = ()
     backend: str = ""  # "aten", "triton", or a plugin's own
-    # The tile model (roofline.tile_seconds) describes this template's kernel closely enough
-    # that a config it puts far behind the best is not compiled (choices.tile_model_stage).
-    model_prunable: bool = False
+    # A plain vendor library call (cuBLAS): every other candidate must beat it by a margin
+    # to win (search.pick), as its time is what the model runs untuned.
+    vendor: bool = False
+    # What the tile model (roofline.tile_seconds) may do with a Triton template's configs:
+    # "prunes" where it describes the kernel (the default search drops far-behind configs,
+    # choices.tile_model_stage), "ranks" where it sees the dot tile but misses other work
+    # (split-K, swapped operands, scales: only the exhaustive search orders by it), "none"
+    # where there is no dot tile (a GEMV). Default "ranks": a Triton tile is a dot.
+    tile_model: Literal["prunes", "ranks", "none"] = "ranks"
     # Its tiles put A's rows in the matrix instruction's M slot (plain tiled, persistent and
     # split-K GEMMs): for a decode problem swap-AB serves it better (choices.decode_stage).
     rows_in_m_slot: bool = False

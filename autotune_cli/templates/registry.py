@@ -35,6 +35,11 @@ def all_templates() -> list[Template]:
     return [_TEMPLATES[uid] for uid in sorted(_TEMPLATES)]
 
 
+def vendor_uids() -> frozenset[str]:
+    """The uids of the registered plain vendor-library templates (`Template.vendor`)."""
+    return frozenset(uid for uid, template in _TEMPLATES.items() if template.vendor)
+
+
 def check_template_names(only: tuple[str, ...] | None) -> None:
     """Every name in `only` is a registered uid or backend, else a UserError listing the uids."""
     for name in only or ():

@@ -175,10 +175,6 @@ class TritonTemplate(Template):
     defaults: dict[str, int] = {}  # tuned too, but optional in a config
     params_schema = TILE_SCHEMA
 
-    def __init__(self, uid: str, ops: tuple[str, ...]) -> None:
-        self.uid = uid
-        self.ops = ops
-
     def source_text(self) -> str:
         """The jinja file and the Python of every Triton template class this one is built
         from, so that a change to any of them expires the winners."""

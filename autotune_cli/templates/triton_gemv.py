@@ -78,6 +78,8 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
 
 
 class TritonGemvTemplate(TritonTemplate):
+    uid = "triton::gemv"
+    ops = ("mm", "addmm")
     template_file = TEMPLATE_FILE
     dot_dtypes = DOT_DTYPES  # the dtypes DOT serves
     config_keys = CONFIG_KEYS
@@ -94,7 +96,7 @@ class TritonGemvTemplate(TritonTemplate):
     keeps_buffers = True  # the split-K workspace is written by every call
     # The exhaustive search's tile model describes dot tiles, not this reduction: it would
     # rank every config of it behind them (search/exhaustive.py). Its configs all go through.
-    tile_model = False
+    tile_model = "none"
 
     def supports(self, problem: GemmProblem) -> bool:
         """Decode shapes only (here, not in the heuristic, so that a larger problem's
@@ -265,4 +267,4 @@ class TritonGemvTemplate(TritonTemplate):
         return run
 
 
-register_template(TritonGemvTemplate("triton::gemv", ("mm", "addmm")))
+register_template(TritonGemvTemplate())

@@ -21,7 +21,9 @@ TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
 
 class TritonMMTemplate(TritonTemplate):
-    model_prunable = True  # choices.tile_model_stage
+    uid = "triton::mm"
+    ops = ("mm", "addmm")
+    tile_model = "prunes"  # choices.tile_model_stage
     rows_in_m_slot = True  # choices.decode_stage
     padded_twin = "triton::mm_padded"  # choices.misaligned_stage
     template_file = TEMPLATE_FILE
@@ -68,5 +70,12 @@ class TritonMMTemplate(TritonTemplate):
         return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
 
 
-register_template(TritonMMTemplate("triton::mm", ("mm", "addmm")))
-register_template(TritonMMTemplate("triton::bmm", ("bmm",)))
+class TritonBMMTemplate(TritonMMTemplate):
+    """The same kernel over a batch of problems."""
+
+    uid = "triton::bmm"
+    ops = ("bmm",)
+
+
+register_template(TritonMMTemplate())
+register_template(TritonBMMTemplate())

@@ -49,8 +49,8 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
     keeps_buffers = True  # the padded copies of the operands
     padded_twin = None  # it is the twin
 
-    def __init__(self) -> None:
-        super().__init__("triton::mm_padded", ("mm", "addmm"))
+    uid = "triton::mm_padded"
+    ops = ("mm", "addmm")
 
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops and (problem.k % ALIGN_ELEMENTS != 0 or problem.n % ALIGN_ELEMENTS != 0)

@@ -143,7 +143,9 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
 # -- the template -----------------------------------------------------------------------------
 
 class TritonPersistentTMATemplate(TritonTemplate):
-    model_prunable = True  # choices.tile_model_stage
+    uid = "triton::mm_persistent_tma"
+    ops = ("mm", "addmm")
+    tile_model = "prunes"  # choices.tile_model_stage
     rows_in_m_slot = True  # choices.decode_stage
     template_file = TEMPLATE_FILE
     defaults = DEFAULTS
@@ -256,4 +258,4 @@ def _row_stride(tensor, transposed: bool, name: str) -> int:
     return stride
 
 
-register_template(TritonPersistentTMATemplate("triton::mm_persistent_tma", ("mm", "addmm")))
+register_template(TritonPersistentTMATemplate())

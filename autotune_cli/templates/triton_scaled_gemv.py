@@ -27,10 +27,11 @@ from .registry import register_template
 from .triton_gemv import MAX_M, TritonGemvTemplate
 from .triton_scaled_mm import epilogue_scale_strides, float8_mma_unavailable
 
-UID = "triton::scaled_gemv"
 
 
 class TritonScaledGemvTemplate(TritonGemvTemplate):
+    uid = "triton::scaled_gemv"
+    ops = ("scaled_mm",)
     dot_dtypes = FP8_DTYPES
     params_schema = {**TritonGemvTemplate.params_schema, "SCALE": Choice(SCALES),
                      "OUT_DTYPE": Choice(OUT_DTYPES), "FAST_ACCUM": Bool()}
@@ -76,4 +77,4 @@ class TritonScaledGemvTemplate(TritonGemvTemplate):
         return (sa, sb), epilogue_scale_strides(ops, problem.scale == "row")
 
 
-register_template(TritonScaledGemvTemplate(UID, ("scaled_mm",)))
+register_template(TritonScaledGemvTemplate())

@@ -50,8 +50,6 @@ from .triton_persistent_tma import (
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")
 TILED_FILE = Path(__file__).with_name("triton_scaled_mm_tiled.py.jinja")
-UID = "triton::scaled_mm_persistent_tma"
-TILED_UID = "triton::scaled_mm"
 MIN_TILED_CAPABILITY = (8, 9)  # the float8 MMA: Ada and later
 # WARP_SPECIALIZE: which loop Triton's automatic warp specialization is asked for on (0: none)
 WS_TILE_LOOP, WS_K_LOOP = 1, 2
@@ -100,6 +98,8 @@ def pointer_operands(ops: Operands) -> tuple:
 
 
 class TritonScaledMMTemplate(TritonTemplate):
+    uid = "triton::scaled_mm_persistent_tma"
+    ops = ("scaled_mm",)
     template_file = TEMPLATE_FILE
     defaults = {"FLATTEN": 1, "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0}
     params_schema = {**TILE_SCHEMA, "FLATTEN": ZERO_ONE, "WARP_SPECIALIZE": Choice(WARP_SPECIALIZE),
@@ -178,6 +178,8 @@ class TritonScaledMMTemplate(TritonTemplate):
 
 
 class TritonScaledMMTiledTemplate(TritonTemplate):
+    uid = "triton::scaled_mm"
+    ops = ("scaled_mm",)
     template_file = TILED_FILE
     params_schema = {**TILE_SCHEMA, "EVEN_K": Bool(), "SCALE": Choice(EPILOGUE_SCALES), "OUT_DTYPE": Choice(OUT_DTYPES),
                      "FAST_ACCUM": Bool()}
@@ -217,5 +219,5 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
         return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
 
 
-register_template(TritonScaledMMTemplate(UID, ("scaled_mm",)))
-register_template(TritonScaledMMTiledTemplate(TILED_UID, ("scaled_mm",)))
+register_template(TritonScaledMMTemplate())
+register_template(TritonScaledMMTiledTemplate())

@@ -25,10 +25,11 @@ from .triton_base import TILE_SCHEMA, jinja_template, load_kernel, one_kernel_ru
 from .triton_scaled_mm import TritonScaledMMTiledTemplate, pointer_operands
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_block.py.jinja")
-UID = "triton::scaled_mm_blockwise"
 
 
 class TritonScaledMMBlockTemplate(TritonScaledMMTiledTemplate):
+    uid = "triton::scaled_mm_blockwise"
+    ops = ("scaled_mm",)
     template_file = TEMPLATE_FILE
     params_schema = {**TILE_SCHEMA, "SCALE": Choice(("block",)), "OUT_DTYPE": Choice(OUT_DTYPES)}
 
@@ -69,4 +70,4 @@ class TritonScaledMMBlockTemplate(TritonScaledMMTiledTemplate):
         return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
 
 
-register_template(TritonScaledMMBlockTemplate(UID, ("scaled_mm",)))
+register_template(TritonScaledMMBlockTemplate())

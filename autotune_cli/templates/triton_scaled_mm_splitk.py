@@ -32,10 +32,11 @@ from .triton_scaled_mm import TritonScaledMMTiledTemplate, epilogue_scale_stride
 from .triton_splitk import MAX_WORKSPACE_ELEMENTS, k_per_split
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_splitk.py.jinja")
-UID = "triton::scaled_mm_splitk"
 
 
 class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
+    uid = "triton::scaled_mm_splitk"
+    ops = ("scaled_mm",)
     template_file = TEMPLATE_FILE
     config_keys = TILE_KEYS + ("SPLIT_K",)
     params_schema = {**TILE_SCHEMA, "SPLIT_K": Int(2, 64), "EVEN_K": Bool(), "SCALE": Choice(EPILOGUE_SCALES),
@@ -101,4 +102,4 @@ class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
         return run
 
 
-register_template(TritonScaledMMSplitKTemplate(UID, ("scaled_mm",)))
+register_template(TritonScaledMMSplitKTemplate())

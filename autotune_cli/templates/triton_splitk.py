@@ -65,6 +65,8 @@ def k_per_split(k: int, split_k: int, block_k: int) -> int:
 
 
 class TritonSplitKTemplate(TritonTemplate):
+    uid = "triton::mm_splitk"
+    ops = ("mm", "addmm")
     # plain tiles over slices of K: a decode problem's rows sit in the M slot
     # (choices.decode_stage; triton::gemv splits K for those)
     rows_in_m_slot = True
@@ -195,4 +197,4 @@ class TritonSplitKTemplate(TritonTemplate):
         return run
 
 
-register_template(TritonSplitKTemplate("triton::mm_splitk", ("mm", "addmm")))
+register_template(TritonSplitKTemplate())

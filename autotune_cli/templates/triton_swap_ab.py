@@ -36,6 +36,8 @@ MAX_M = 64  # offered up to here: BLOCK_M (the dot's N slot) is at most 64
 
 
 class TritonSwapABTemplate(TritonTemplate):
+    uid = "triton::mm_swap_ab"
+    ops = ("mm", "addmm", "bmm")
     template_file = TEMPLATE_FILE
     config_keys = CONFIG_KEYS
     params_schema = {**{k: v for k, v in TILE_SCHEMA.items() if k != "GROUP_M"},
@@ -75,4 +77,4 @@ class TritonSwapABTemplate(TritonTemplate):
         return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
 
 
-register_template(TritonSwapABTemplate("triton::mm_swap_ab", ("mm", "addmm", "bmm")))
+register_template(TritonSwapABTemplate())

@@ -16,7 +16,8 @@ from ..candidates.choices import ChoiceSet
 from ..store.entry import Entry
 from ..store.phases import PhaseClock
 from ..problem import GemmProblem
-from ..store.results import SKIPPED, Candidate, pick_winner
+from ..search.pick import pick_winner
+from ..store.results import SKIPPED, Candidate
 from ..settings import MeasurePolicy
 
 

@@ -25,7 +25,8 @@ from ..store.phases import PhaseClock, worker_seconds
 from ..plugins import load_plugins
 from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
-from ..store.results import Candidate, pick_winner
+from ..search.pick import pick_winner
+from ..store.results import Candidate
 from ..search import SearchContext, get_strategy
 from ..settings import TuneSettings, check_writable_folder
 
