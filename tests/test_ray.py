@@ -5,7 +5,6 @@ reported, and its unfinished problem is tuned by the survivor."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -16,6 +15,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 from conftest import PLUGINS  # noqa: E402
+from helpers_ray import local_ray  # noqa: E402
 from autotune_cli.store.cache import Cache  # noqa: E402
 from autotune_cli.hardware.device import probe_device  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
@@ -24,16 +24,8 @@ from autotune_cli.settings import TuneSettings  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    # the actors' worker processes inherit the environment of the cluster started here
-    saved = os.environ.get("AUTOTUNE_TEST_SLEEP")
-    os.environ["AUTOTUNE_TEST_SLEEP"] = "0.15"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if saved is None:
-        os.environ.pop("AUTOTUNE_TEST_SLEEP", None)
-    else:
-        os.environ["AUTOTUNE_TEST_SLEEP"] = saved
+    with local_ray("0.15"):
+        yield
 
 
 class ThreeLayers(nn.Module):

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 from conftest import PLUGINS  # noqa: E402
+from helpers_ray import local_ray  # noqa: E402
 from autotune_cli.store.cache import Cache  # noqa: E402
 from autotune_cli.problem import make_problem  # noqa: E402
 from autotune_cli.settings import TuneSettings  # noqa: E402
@@ -34,16 +35,8 @@ AUTOTUNE = [sys.executable, "-m", "autotune_cli"]
 
 @pytest.fixture(scope="module")
 def cluster():
-    # the actors' worker processes inherit the environment of the cluster started here
-    saved = os.environ.get("AUTOTUNE_TEST_SLEEP")
-    os.environ["AUTOTUNE_TEST_SLEEP"] = SLEEP
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if saved is None:
-        os.environ.pop("AUTOTUNE_TEST_SLEEP", None)
-    else:
-        os.environ["AUTOTUNE_TEST_SLEEP"] = saved
+    with local_ray(SLEEP):
+        yield
 
 
 class ThreeLinears(nn.Module):
