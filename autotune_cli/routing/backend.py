@@ -78,8 +78,8 @@ class routing_backend:
         for site in sites:
             if site.skip:
                 continue
-            if site.dynamic_m:
-                problems = [replace(site.plan[0], m=m) for m in site.plan[1]] if isinstance(site.plan, tuple) else []
+            if site.dynamic_m:  # its plan: (the problem at its hint, the M values to tune)
+                problems = [replace(site.plan[0], m=m) for m in site.plan[1]]
             else:
                 problems = [self._problem(site)]
             for problem in problems:
