@@ -4,7 +4,12 @@ same method (events + L2 flush, or CUDA graph over rotating copies for tiny prob
 Ours and torch.mm are timed side by side in this process; Inductor's pick beside its own
 torch.mm in a child process (caches off); ratios are taken to the anchor of each run.
 
-PYTHONPATH=. python3 bench/gpu_llm_suite.py [--skip-inductor] [--only TEXT]
+PYTHONPATH=. python3 bench/gpu_llm_suite.py [--suite llm,odd,small_m] [--skip-inductor]
+    [--only TEXT] [--inductor-only TEXT]
+
+--suite odd: output widths off 16 elements (vocabularies of 50257, 32001, 151936) at M from 1
+to 2048, weights stored [N, K] as an nn.Linear keeps them; small_m: 64-256-row prefill chunks.
+Each row also gives the best time of each template in our tune (plain, padded, swap-AB, ...).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +48,20 @@ SHAPES = [
     ("tf32 2048^3 fp32", dict(m=2048, n=2048, k=2048, dtype="float32", allow_tf32=True)),
 ]
 
+# nn.Linear heads with odd vocabularies (GPT-2; a Llama-2 vocabulary with one added token;
+# Qwen's), the weight stored [N, K]: only the output's rows are misaligned.
+ODD_SHAPES = [(f"odd {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
+              for n, k in ((50257, 768), (32001, 4096), (151936, 4096)) for m in (1, 16, 64, 256, 2048)]
+SMALL_M_SHAPES = [(f"chunk {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
+                  for m, n, k in ((64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096),
+                                  (128, 14336, 4096), (128, 4096, 14336))]
+SUITES = {"llm": SHAPES, "odd": ODD_SHAPES, "small_m": SMALL_M_SHAPES}
+
+
+def matches(name: str, filters: str | None) -> bool:
+    """Whether a shape's name holds one of the comma-separated substrings (_ for a space)."""
+    return filters is None or any(part in name or part.replace("_", " ") in name for part in filters.split(","))
+
 
 def inductor(problem) -> dict:
     op = problem.op
@@ -68,15 +88,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--only", default=None, help="comma-separated substrings of shape names (_ for a space)")
+    parser.add_argument("--suite", default="llm", help=f"comma-separated, of {', '.join(SUITES)}")
+    parser.add_argument("--inductor-only", default=None,
+                        help="time Inductor's pick only for shapes whose names hold one of these substrings")
     args = parser.parse_args()
+    shapes = [shape for suite in args.suite.split(",") for shape in SUITES[suite]]
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-suite-")
     side = SideBySide()
     settings = TuneSettings(device="cuda", cache_dir=Path(tempfile.mkdtemp()), force=True)
     rows = []
     with Tuner(settings) as tuner:
-        for name, spec in SHAPES:
-            if args.only and not any(part in name or part.replace("_", " ") in name
-                                     for part in args.only.split(",")):
+        for name, spec in shapes:
+            if not matches(name, args.only):
                 continue
             problem = make_problem(device="cuda", **spec)
             started = now()
@@ -84,9 +107,14 @@ def main() -> None:
             tune_s = now() - started
             entry = outcome.entry.to_dict()
             winner = entry["winner"]
-            ours, torch_ms, verdict = side.time_winner(problem, winner, str(settings.kernel_dir))
+            # torch.mm twice: the two readings' gap is this run's noise floor
+            (ours, torch_ms, torch_again), verdicts = side.time_many(
+                problem, [side.runnable(problem, winner, str(settings.kernel_dir)),
+                          side.anchor(problem), side.anchor(problem)])
+            verdict = verdicts[0]
             row = {"shape": name, "winner": winner["uid"], "params": winner["params"], "ours_ms": ours,
                    "torch_ms": torch_ms, "speedup": torch_ms / ours, "verified": verdict.ok,
+                   "noise": abs(torch_again / torch_ms - 1),
                    "tune_s": tune_s, "timing": side.policy(problem).mode,
                    "floor_ms": hbm_seconds(problem.min_bytes) * 1e3}
             by_uid = {}
@@ -94,7 +122,7 @@ def main() -> None:
                 if cand["status"] == "ok":
                     by_uid[cand["uid"]] = min(by_uid.get(cand["uid"], 1e9), cand["ms"])
             row["best_by_template"] = by_uid
-            if not args.skip_inductor:
+            if not args.skip_inductor and matches(name, args.inductor_only):
                 ind = inductor(problem)
                 row["inductor"] = ind
                 if "inductor_ms" in ind:
@@ -102,7 +130,7 @@ def main() -> None:
             rows.append(row)
             print(f"done {name}: {row['winner']} x{row['speedup']:.3f} vs torch.mm"
                   f" (inductor x{row.get('inductor_speedup', float('nan')):.3f}); tune {tune_s:.1f} s", flush=True)
-            write_json("gpu_llm_suite.json", rows)
+            write_json(f"gpu_llm_suite_{args.suite.replace(',', '_')}.json", rows)
     print()
     print(f"{'shape':36} {'winner':26} {'ours ms':>8} {'torch ms':>8} {'ours x':>7} {'ind. x':>7}"
           f" {'ours/best':>9} {'floor x':>7}")
@@ -111,6 +139,16 @@ def main() -> None:
         print(f"{r['shape']:36} {r['winner']:26} {r['ours_ms']:8.4f} {r['torch_ms']:8.4f} {r['speedup']:7.3f}"
               f" {r.get('inductor_speedup', float('nan')):7.3f} {r['speedup'] / best_other:9.3f}"
               f" {r['ours_ms'] / r['floor_ms']:7.2f}")
+    print()
+    uids = sorted({uid for r in rows for uid in r["best_by_template"]})
+    short = [uid[:14] for uid in uids]
+    print("best ms of each template in the tune:")
+    print(f"{'shape':30} " + " ".join(f"{s:>14}" for s in short))
+    for r in rows:
+        best = r["best_by_template"]
+        print(f"{r['shape']:30} " + " ".join(f"{best[u]:14.4f}" if u in best else f"{'-':>14}" for u in uids))
+    print(f"noise floor (torch.mm against itself, same passes): median "
+          f"{100 * statistics.median(r['noise'] for r in rows):.2f}%, max {100 * max(r['noise'] for r in rows):.2f}%")
     print(f"geomean speed-up vs torch.mm: ours {geomean([r['speedup'] for r in rows]):.3f}, inductor "
           f"{geomean([r.get('inductor_speedup') for r in rows]):.3f}")
 

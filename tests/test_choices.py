@@ -1,4 +1,4 @@
-from autotune_cli.candidates.choices import KernelTemplateChoice, get_choices, interpreter_seconds
+from autotune_cli.candidates.choices import KernelTemplateChoice, get_choices, interpreter_seconds, misaligned_loads
 from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TuneSettings
@@ -195,6 +195,24 @@ def test_a_misaligned_problem_leaves_out_the_plain_tiles_where_the_padded_twin_s
     assert "misaligned" not in chosen.pruned_counts() and any(c.uid == "triton::mm" for c in chosen.choices)
     on_cpu = make_problem(m=10, n=30, k=7, device="cpu")
     assert "misaligned" not in get_choices(on_cpu, CPU, TuneSettings(device="cpu")).pruned_counts()
+
+
+def test_an_odd_width_read_along_aligned_rows_keeps_the_plain_tiles():
+    """An nn.Linear's odd output width (B stored [N, K], K a multiple of 16): the plain
+    tiles load aligned rows and mask only their stores, so the default search keeps them
+    beside the padded twin. With B stored [K, N] the same N leaves B's rows misaligned, and
+    with A transposed an odd M leaves A's: there the plain tiles go."""
+    head = make_problem(m=64, n=50257, k=768, dtype="bfloat16", layout="nt")
+    assert not misaligned_loads(head)
+    kept = get_choices(head, H200, TuneSettings(device="cuda"))
+    assert "misaligned" not in kept.pruned_counts()
+    assert {"triton::mm", "triton::mm_padded"} <= {c.uid for c in kept.choices}
+    for odd in (make_problem(m=64, n=50257, k=768, dtype="bfloat16", layout="nn"),
+                make_problem(m=64, n=4096, k=777, dtype="bfloat16", layout="nt"),
+                make_problem(m=63, n=50257, k=768, dtype="bfloat16", layout="tt")):
+        assert misaligned_loads(odd)
+        pruned = get_choices(odd, H200, TuneSettings(device="cuda")).pruned
+        assert {p.choice.uid for p in pruned if p.stage == "misaligned"} == {"triton::mm"}
 
 
 def test_a_problem_too_large_for_the_interpreter_is_refused_with_a_size_that_fits():

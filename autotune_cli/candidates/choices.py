@@ -19,6 +19,7 @@ from ..problem import GemmProblem
 from ..store.results import config_identity, params_str
 from ..settings import TuneSettings
 from ..templates import Template, templates_for
+from ..templates.triton_mm_padded import ALIGN_ELEMENTS
 from ..templates.triton_swap_ab import TritonSwapABTemplate
 
 
@@ -261,16 +262,30 @@ def decode_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tu
             for c in kept if getattr(c.template, "rows_in_m_slot", False)]
 
 
+def misaligned_loads(problem: GemmProblem) -> bool:
+    """Whether a plain tile reads an operand along K with rows off 16 elements (Triton's
+    divisibility specialisation: such rows are loaded element by element). A's rows are K
+    long (M where A is transposed), B's N long (K where B is transposed, an nn.Linear's
+    weight): an odd N with B stored [N, K] leaves only the output's rows misaligned, which
+    a tile writes with masked stores."""
+    a_pitch = problem.m if problem.a_transposed else problem.k
+    b_pitch = problem.k if problem.b_transposed else problem.n
+    return a_pitch % ALIGN_ELEMENTS != 0 or b_pitch % ALIGN_ELEMENTS != 0
+
+
 def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
-    """Of a GPU problem's default search, the configs of a template whose padded twin also
-    serves it (`Template.padded_twin`: triton::mm beside triton::mm_padded, offered where K
-    or N is not a multiple of 16): the twin runs the same tiles on copies with aligned rows,
-    loaded 16 bytes at a time, where this one loads the misaligned rows element by element
-    and takes the longest compiles of the problem; no plain tile came near the best padded
-    one (bench/README.md, "Cold tuning"). A user's --space or --templates and the exhaustive
-    search keep theirs."""
+    """Of a GPU problem's default search whose plain tiles would load misaligned rows
+    (`misaligned_loads`), the configs of a template whose padded twin also serves it
+    (`Template.padded_twin`: triton::mm beside triton::mm_padded, offered where K or N is not
+    a multiple of 16): the twin runs the same tiles on copies with aligned rows, loaded 16
+    bytes at a time, where this one loads the misaligned rows element by element and takes
+    the longest compiles of the problem; no plain tile came near the best padded one
+    (bench/README.md, "Cold tuning"). Where only the output's rows are off (an odd N with B
+    stored [N, K]) the plain tiles stay: their loads are aligned, and the twin would copy all
+    of B to get what they have (bench/README.md, "Odd widths and small-M prefill"). A user's --space or
+    --templates and the exhaustive search keep theirs."""
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
-            or ctx.settings.templates is not None):
+            or ctx.settings.templates is not None or not misaligned_loads(ctx.problem)):
         return []
     offered = {c.template.uid for c in kept}
     return [(c, f"its rows are misaligned; {c.template.padded_twin} runs its tiles on aligned copies")
