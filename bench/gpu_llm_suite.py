@@ -51,7 +51,7 @@ SHAPES = [
 # nn.Linear heads with odd vocabularies (GPT-2; a Llama-2 vocabulary with one added token;
 # Qwen's), the weight stored [N, K]: only the output's rows are misaligned.
 ODD_SHAPES = [(f"odd {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
-              for n, k in ((50257, 768), (32001, 4096), (151936, 4096)) for m in (1, 16, 64, 256, 2048)]
+              for n, k in ((50257, 768), (32001, 4096), (151936, 4096)) for m in (1, 64, 256, 2048)]
 SMALL_M_SHAPES = [(f"chunk {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
                   for m, n, k in ((64, 4096, 4096), (128, 4096, 4096), (256, 4096, 4096),
                                   (128, 14336, 4096), (128, 4096, 14336))]
