@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, Template, copy_when_changed, operand_copier, torch_dtype
+from .base import Operands, PaddedOperands, Template, torch_dtype
+from .kernel import Kernel
 from .params import Choice
 from .registry import register_template
 
@@ -91,128 +92,113 @@ class AtenAlignedTemplate(Template):
         """Only ZERO_PAD's wider product lands in the output's padding."""
         return bool(params.get("ZERO_PAD"))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        import torch
-
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> AlignedMMKernel:
         if not self.supports(problem):
             raise ValueError(f"{self.uid} does not serve {problem.describe()}")
-        dtype = torch_dtype(problem.dtype)
-        device = "cuda" if problem.device == "cuda" else "cpu"
-        padded = misaligned_dims(problem)
-        zero_pad = bool(params["ZERO_PAD"])
-        m, n, k = problem.m, problem.n, problem.k
-        lead = padded_sizes(problem, int(params.get("PAD_BYTES", ALIGN_BYTES)))
-        used = lead if zero_pad else {"m": m, "n": n, "k": k}  # the sizes cuBLAS is given
+        return AlignedMMKernel(problem, bool(params["ZERO_PAD"]), int(params.get("PAD_BYTES", ALIGN_BYTES)),
+                               self.out_pitch(problem, params))
 
-        def buffer(rows: str, cols: str, transposed: bool):
-            """A logical [rows, cols] view of zeroed storage whose leading dimension is padded."""
-            if transposed:  # stored [cols, rows], rows contiguous
-                return torch.zeros(used[cols], lead[rows], dtype=dtype, device=device).t()[:used[rows], :]
-            return torch.zeros(used[rows], lead[cols], dtype=dtype, device=device)[:, :used[cols]]
+
+class AlignedMMKernel(Kernel):
+    """cuBLAS on copies of the misaligned operands (see the module), into the output as
+    given where cuBLAS's product has its shape, else into the output's padded rows or a
+    scratch buffer."""
+
+    def __init__(self, problem: GemmProblem, zero_pad: bool, pad_bytes: int, pitch: int | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.dtype = torch_dtype(problem.dtype)
+        self.device = "cuda" if problem.device == "cuda" else "cpu"
+        padded = misaligned_dims(problem)
+        self.m, self.n, k = problem.m, problem.n, problem.k
+        self.lead = padded_sizes(problem, pad_bytes)
+        self.used = used = self.lead if zero_pad else {"m": self.m, "n": self.n, "k": k}  # the sizes cuBLAS is given
 
         def needs_copy(dims: tuple[str, str], leading: str) -> bool:
             return leading in padded or (zero_pad and bool(padded & set(dims)))
 
         a_view = b_view = None
         if needs_copy(("m", "k"), "m" if problem.a_transposed else "k"):
-            a_view = buffer("m", "k", problem.a_transposed)
+            a_view = self.buffer("m", "k", problem.a_transposed)
         if needs_copy(("k", "n"), "k" if problem.b_transposed else "n"):
-            b_view = buffer("k", "n", problem.b_transposed)
-        addmm = problem.op == "addmm"
-        allow_tf32 = problem.allow_tf32
-        set_tf32 = device == "cuda" and problem.dtype == "float32"
-        pitch = self.out_pitch(problem, params)
-        grown = (used["m"], used["n"]) != (m, n)  # cuBLAS's output is larger than [M, N]
-        scratch: list = []  # a buffer for cuBLAS's output, made on the first call that needs it
+            b_view = self.buffer("k", "n", problem.b_transposed)
+        self.pads = PaddedOperands(a_view, a_view[:self.m, :k] if a_view is not None else None,
+                                   b_view, b_view[:k, :self.n] if b_view is not None else None, self.device)
+        self.addmm = problem.op == "addmm"
+        self.allow_tf32 = problem.allow_tf32
+        # float32 only: fp16/bf16 never read it, and the API's caller keeps theirs
+        self.set_tf32 = self.device == "cuda" and problem.dtype == "float32"
+        self.pitch = pitch
+        self.grown = (used["m"], used["n"]) != (self.m, self.n)  # cuBLAS's output is larger than [M, N]
+        self.scratch = None  # a buffer for cuBLAS's output, made on the first call that needs it
 
-        def padded_rows(out):
-            """Where ZERO_PAD's wider output goes without a copy: the padded rows of an output
-            made with `pitch` (the padding is the output's own), or None (then a buffer)."""
-            if used["m"] == m and out.stride() == (pitch, 1):
-                return out.as_strided((m, used["n"]), (pitch, 1))
-            return None
+    def buffer(self, rows: str, cols: str, transposed: bool):
+        """A logical [rows, cols] view of zeroed storage whose leading dimension is padded."""
+        torch, used, lead = self.torch, self.used, self.lead
+        if transposed:  # stored [cols, rows], rows contiguous
+            return torch.zeros(used[cols], lead[rows], dtype=self.dtype, device=self.device).t()[:used[rows], :]
+        return torch.zeros(used[rows], lead[cols], dtype=self.dtype, device=self.device)[:, :used[cols]]
 
-        copier = operand_copier(device)
-        # the padding stays zero (written as zeros, or not at all)
-        copy_a = copier(a_view[:m, :k]) if a_view is not None else None
-        copy_b = copier(b_view[:k, :n]) if b_view is not None else None
+    def padded_rows(self, out):
+        """Where ZERO_PAD's wider output goes without a copy: the padded rows of an output
+        made with `pitch` (the padding is the output's own), or None (then a buffer)."""
+        if self.used["m"] == self.m and out.stride() == (self.pitch, 1):
+            return out.as_strided((self.m, self.used["n"]), (self.pitch, 1))
+        return None
 
-        def run(ops: Operands) -> None:
-            if set_tf32:  # float32 only: fp16/bf16 never read it, and the API's caller keeps theirs
-                torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-            a, b = ops.a, ops.b
-            if copy_a is not None:
-                copy_a(a)
-                a = a_view
-            if copy_b is not None:
-                copy_b(b)
-                b = b_view
-            if not grown:  # straight into the output: with its padded pitch, aligned rows
-                if addmm:
-                    torch.addmm(ops.bias, a, b, out=ops.out)
-                else:
-                    torch.mm(a, b, out=ops.out)
-                return
-            wide = padded_rows(ops.out)
-            if wide is not None:
-                torch.mm(a, b, out=wide)
-                if addmm:
-                    ops.out.add_(ops.bias)
-                return
-            if not scratch:  # extra rows (M padded), or an output without the padded pitch
-                scratch.append(buffer("m", "n", False))
-            c_view = scratch[0]
-            torch.mm(a, b, out=c_view)
-            if addmm:  # the copy out and the bias in one pass
-                torch.add(c_view[:m, :n], ops.bias, out=ops.out)
+    def __call__(self, ops: Operands) -> None:
+        torch = self.torch
+        if self.set_tf32:
+            torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
+        a, b = self.pads(ops.a, ops.b)
+        if not self.grown:  # straight into the output: with its padded pitch, aligned rows
+            if self.addmm:
+                torch.addmm(ops.bias, a, b, out=ops.out)
             else:
-                ops.out.copy_(c_view[:m, :n])
+                torch.mm(a, b, out=ops.out)
+            return
+        wide = self.padded_rows(ops.out)
+        if wide is not None:
+            torch.mm(a, b, out=wide)
+            if self.addmm:
+                ops.out.add_(ops.bias)
+            return
+        if self.scratch is None:  # extra rows (M padded), or an output without the padded pitch
+            self.scratch = self.buffer("m", "n", False)
+        c_view = self.scratch
+        m, n = self.m, self.n
+        torch.mm(a, b, out=c_view)
+        if self.addmm:  # the copy out and the bias in one pass
+            torch.add(c_view[:m, :n], ops.bias, out=ops.out)
+        else:
+            ops.out.copy_(c_view[:m, :n])
 
-        def bind(sample: Operands, reuse_b: bool = False):
-            """run, for operands laid out as `sample` (see base.bound): each copy's launch
-            bound, the branch for the output's strides chosen once; with `reuse_b`, B's copy
-            skipped while B is an unchanged weight (base.copy_when_changed)."""
-            if set_tf32 or (grown and padded_rows(sample.out) is None):
-                return None  # float32's TF32 switch, or a scratch output: run as it is
-            fill_a = copy_a.fixed(sample.a) if copy_a is not None else None
-            fill_b = copy_b.fixed(sample.b) if copy_b is not None else None
-            if fill_b is not None and reuse_b:
-                fill_b = copy_when_changed(fill_b, capturing)
-            mm, add = torch.mm, torch.addmm
-            a_in, b_in = a_view, b_view
-            if not grown:
-                def go(a, b, out, bias) -> None:
-                    if fill_a is not None:
-                        fill_a(a)
-                        a = a_in
-                    if fill_b is not None:
-                        fill_b(b)
-                        b = b_in
-                    if addmm:
-                        add(bias, a, b, out=out)
-                    else:
-                        mm(a, b, out=out)
-                return go
-            strides = (pitch, 1)
-            shape = (m, used["n"])
-
-            def go_wide(a, b, out, bias) -> None:
-                if fill_a is not None:
-                    fill_a(a)
-                    a = a_in
-                if fill_b is not None:
-                    fill_b(b)
-                    b = b_in
-                mm(a, b, out=out.as_strided(shape, strides))
+    def bind(self, sample: Operands, reuse_b: bool = False):
+        """The call for operands laid out as `sample` (see base.bound): each copy's launch
+        bound, the branch for the output's strides chosen once; with `reuse_b`, B's copy
+        skipped while B is an unchanged weight (base.copy_when_changed)."""
+        if self.set_tf32 or (self.grown and self.padded_rows(sample.out) is None):
+            return None  # float32's TF32 switch, or a scratch output: run as it is
+        pad = self.pads.bind(sample.a, sample.b, reuse_b)
+        mm, add, addmm = self.torch.mm, self.torch.addmm, self.addmm
+        if not self.grown:
+            def go(a, b, out, bias) -> None:
+                a, b = pad(a, b)
                 if addmm:
-                    out.add_(bias)
-            return go_wide
+                    add(bias, a, b, out=out)
+                else:
+                    mm(a, b, out=out)
+            return go
+        strides = (self.pitch, 1)
+        shape = (self.m, self.used["n"])
 
-        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if device == "cuda" else None
-        if capturing is None:
-            capturing = lambda: False  # noqa: E731
-        run.bind = bind  # type: ignore[attr-defined]
-        return run
+        def go_wide(a, b, out, bias) -> None:
+            a, b = pad(a, b)
+            mm(a, b, out=out.as_strided(shape, strides))
+            if addmm:
+                out.add_(bias)
+        return go_wide
 
 
 register_template(AtenAlignedTemplate())

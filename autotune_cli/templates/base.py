@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from ..problem import DTYPES, GemmProblem
+from .kernel import Kernel, Launch
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Operands:
     scale_b: Any = None
 
 
+# What `build` returns: a Kernel (templates/kernel.py), or a plugin's plain callable.
 Runnable = Callable[[Operands], None]
 
 
@@ -81,40 +83,104 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None, whole_rows: bool = 
     return lambda dtype, device: empty(elements, one, dtype=dtype, device=device).as_strided(shape, strides)
 
 
-def operand_copier(device: str) -> Callable[[Any], Callable[[Any], None]]:
+class Copier(ABC):
+    """`copy(src)`: the copy of an operand into one destination (padded storage of an
+    alignment template's own), for sources of any layout; `copy.fixed(src)` the copy for
+    sources laid out as `src` alone (a bound plan's: their shapes and strides fixed)."""
+
+    @abstractmethod
+    def __call__(self, src) -> None: ...
+
+    @abstractmethod
+    def fixed(self, src) -> Callable[[Any], None]: ...
+
+
+class _TorchCopier(Copier):
+    def __init__(self, dst) -> None:
+        self.fixed_copy = dst.copy_
+
+    def __call__(self, src) -> None:
+        self.fixed_copy(src)
+
+    def fixed(self, src) -> Callable[[Any], None]:
+        return self.fixed_copy
+
+
+def operand_copier(device: str) -> Callable[[Any], Copier]:
     """How the alignment templates copy an operand into padded storage: `copier(dst)` gives
-    `copy(src)` into that one buffer, and `copy.fixed(src)` the copy for sources laid out
-    as `src` (a bound plan's). On CUDA a Triton kernel whose launch is worked out once
+    the Copier into that one buffer. On CUDA a Triton kernel whose launch is worked out once
     per source layout (templates/row_copy.py: torch's copy_ into a view with another row
     pitch runs at a third of the bandwidth), elsewhere torch's copy_. Call in `build`."""
     if device == "cuda":
-        from .row_copy import copier
+        from .row_copy import RowCopier
 
-        return lambda dst: copier(dst, owns_padding=True)  # dst: padded storage of its own
-
-    def torch_copier(dst):
-        copy = dst.copy_
-
-        def run(src) -> None:
-            copy(src)
-
-        run.fixed = lambda src: copy  # type: ignore[attr-defined]
-        return run
-
-    return torch_copier
+        return lambda dst: RowCopier(dst, owns_padding=True)  # dst: padded storage of its own
+    return _TorchCopier
 
 
-Launch = Callable[[Any, Any, Any, Any], None]  # (a, b, out, bias) -> None: a bound runnable
+def stream_capturing(device: str) -> Callable[[], bool]:
+    """Whether the current stream is capturing a CUDA graph (never off CUDA)."""
+    if device == "cuda":
+        import torch
+
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+        if capturing is not None:
+            return capturing
+    return lambda: False
+
+
+class PaddedOperands:
+    """A and B copied into buffers of an alignment template's kernel (rows padded to an
+    aligned pitch; the padding stays zero, written as zeros or not at all). `a_buffer` is
+    what the kernel is given in place of A, `a_into` its part the copy of A fills; None
+    where A is used as given. The same for B."""
+
+    def __init__(self, a_buffer, a_into, b_buffer, b_into, device: str) -> None:
+        copier = operand_copier(device)
+        self.a_buffer, self.b_buffer = a_buffer, b_buffer
+        self.copy_a = copier(a_into) if a_buffer is not None else None
+        self.copy_b = copier(b_into) if b_buffer is not None else None
+        self.capturing = stream_capturing(device)
+
+    def __call__(self, a, b) -> tuple[Any, Any]:
+        """(A, B) as the kernel takes them: each one that is copied, copied and replaced by its buffer."""
+        if self.copy_a is not None:
+            self.copy_a(a)
+            a = self.a_buffer
+        if self.copy_b is not None:
+            self.copy_b(b)
+            b = self.b_buffer
+        return a, b
+
+    def bind(self, sample_a, sample_b, reuse_b: bool) -> Callable[[Any, Any], tuple[Any, Any]]:
+        """This call for sources laid out as the samples: each copy's launch bound
+        (`Copier.fixed`); with `reuse_b`, B's copy skipped while B is an unchanged weight
+        (copy_when_changed)."""
+        fill_a = self.copy_a.fixed(sample_a) if self.copy_a is not None else None
+        fill_b = self.copy_b.fixed(sample_b) if self.copy_b is not None else None
+        if fill_b is not None and reuse_b:
+            fill_b = copy_when_changed(fill_b, self.capturing)
+        a_buffer, b_buffer = self.a_buffer, self.b_buffer
+
+        def pad(a, b) -> tuple[Any, Any]:
+            if fill_a is not None:
+                fill_a(a)
+                a = a_buffer
+            if fill_b is not None:
+                fill_b(b)
+                b = b_buffer
+            return a, b
+
+        return pad
 
 
 def bound(runnable: Runnable, sample: Operands, *, reuse_b: bool = False) -> Launch:
     """`go(a, b, out, bias)`: `runnable(Operands(a, b, out, bias))` for operands with the
     shapes, strides, dtypes and device of `sample` (a plan's: only their addresses change),
-    through the runnable's own `bind` where it has one (arguments worked out once, launches
+    through the kernel's own `bind` where it has one (arguments worked out once, launches
     bound), else with an Operands per call. `reuse_b`: a template that copies B into a
     buffer of its own may skip the copy while B is unchanged (`copy_when_changed`)."""
-    bind = getattr(runnable, "bind", None)
-    go = bind(sample, reuse_b=reuse_b) if bind is not None else None
+    go = runnable.bind(sample, reuse_b=reuse_b) if isinstance(runnable, Kernel) else None
     if go is not None:
         return go
 
@@ -248,7 +314,8 @@ class Template(ABC):
 
     @abstractmethod
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        """Return a callable that runs the kernel on operands (called in a worker)."""
+        """The kernel for these params (called in a worker): a Kernel (templates/kernel.py),
+        which declares what it offers besides the call, or a plain callable of Operands."""
 
     def __repr__(self) -> str:
         return f"<template {self.uid}>"

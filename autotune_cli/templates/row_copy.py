@@ -33,6 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .base import Copier
 from .launch import Launcher
 
 BLOCK = 1024
@@ -86,7 +87,7 @@ _LAUNCH_FLAT = Launcher(_copy_flat, 4, 3)
 _LAUNCH_ROWS = Launcher(_copy_rows, 4, 3)
 
 
-def copier(dst, owns_padding: bool = False):
+class RowCopier(Copier):
     """`copy(src)`: dst[...] = src for 2-D tensors of one shape and dtype on one GPU (any
     strides), the kernel, grid and arguments worked out once per source shape, strides and
     dtype (the alignment templates copy operands of one problem into the same buffers on
@@ -102,17 +103,23 @@ def copier(dst, owns_padding: bool = False):
     written. `copy.fixed(src)` is the copy for sources laid out as `src` alone (a plan whose
     operands' shapes and strides are fixed): no key to build, the launch bound
     (`Launcher.bind`)."""
-    plans: dict = {}
 
-    def copy(src) -> None:
+    def __init__(self, dst, owns_padding: bool = False) -> None:
+        self.dst, self.owns_padding = dst, owns_padding
+        self.plans: dict = {}
+
+    def __call__(self, src) -> None:
         key = (src.shape, src.stride(), src.dtype)
-        go = plans.get(key)
+        go = self.plans.get(key)
         if go is None:
-            go = plans[key] = fixed_copy(dst, src, owns_padding)
+            go = self.plans[key] = fixed_copy(self.dst, src, self.owns_padding)
         go(src)
 
-    copy.fixed = lambda src: fixed_copy(dst, src, owns_padding)  # type: ignore[attr-defined]
-    return copy
+    def fixed(self, src):
+        return fixed_copy(self.dst, src, self.owns_padding)
+
+
+copier = RowCopier  # copier(dst, owns_padding=False): a RowCopier
 
 
 def fixed_copy(dst, src, owns_padding: bool = False):

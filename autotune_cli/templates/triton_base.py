@@ -1,5 +1,7 @@
 """What every Triton template shares: the jinja environment, the kernel loader, the params
-every kernel takes, and the render context every template fills the same way.
+every kernel takes, the render context every template fills the same way, and the kernels
+they build (`TritonKernel`: the call and the warm-up; `OneLaunchKernel`: one function on
+one grid, its bound launch and its launch parts).
 
 A subclass names its `.jinja` file, its required config keys and optional defaults, adds
 the params it alone derives in `extra_params`, and passes its own variables to `render`.
@@ -13,12 +15,15 @@ import os
 import sys
 import tempfile
 import types
+from abc import abstractmethod
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from ..problem import GemmProblem
 from .base import Operands, Template
+from .kernel import Kernel
 from .launch import Launcher
 from .params import Bool, Choice, Int, check_params
 
@@ -117,34 +122,73 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
     return kernels
 
 
-def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stages: int):
-    """The runnable of a template that launches one kernel on a fixed grid: `run(ops)`
-    launches it with `arguments(ops)`; `run.warmup(ops)` compiles it for those arguments
-    without launching (a compile-pool process calls it, and the timing process then finds
-    the binary in Triton's cache) and returns the compiled kernels (none under the
-    interpreter, which has nothing to compile). Launches go through a `Launcher` (cheap
-    after the first); `run.launch_parts` (kernel, grid, arguments, options) lets a caller
-    launch the same kernel its own way (torch.compile's wrap_triton)."""
-    launch = Launcher(kernel, num_warps, num_stages)
+Step = tuple[Launcher, tuple, tuple]  # (launcher, grid, every argument): one launch
 
-    def run(ops: Operands) -> None:
-        launch(grid, *arguments(ops))
 
-    def warmup(ops: Operands) -> list:
-        if not hasattr(kernel, "warmup"):
+class TritonKernel(Kernel):
+    """What a Triton template builds: Triton functions launched in order on fixed grids,
+    each through a Launcher (cheap after the first launch). A subclass says what one call
+    launches (`steps`); the call and the warm-up are written here once, so that a warm-up
+    compiles exactly what a call launches."""
+
+    compiles = True
+    launcher: Launcher  # the first launch's
+    # device -> (workspace, counters or None) the kernel keeps and writes on every call
+    # (a split-K sum's): none by default
+    workspaces: Mapping[Any, tuple] = MappingProxyType({})
+
+    @abstractmethod
+    def steps(self, ops: Operands) -> tuple[Step, ...]:
+        """The launches of one call on `ops`, in order."""
+
+    def before_launch(self, ops: Operands) -> None:
+        """Done before a call's launches, after its arguments are worked out (not before a
+        warm-up, which launches nothing): nothing by default."""
+
+    def __call__(self, ops: Operands) -> None:
+        steps = self.steps(ops)
+        self.before_launch(ops)
+        for launcher, grid, args in steps:
+            launcher(grid, *args)
+
+    def warmup(self, ops: Operands) -> list:
+        """Compile what a call on `ops` launches, with its arguments and launch options,
+        without launching (a compile-pool process calls this; the timing process then finds
+        the binaries in Triton's cache). The compiled kernels; none under the interpreter,
+        which has nothing to compile."""
+        if not hasattr(self.launcher.kernel, "warmup"):
             return []
-        return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
+        return [launcher.kernel.warmup(*args, grid=grid, **launcher.options)
+                for launcher, grid, args in self.steps(ops)]
 
-    def bind(sample: Operands, reuse_b: bool = False):
+
+class OneLaunchKernel(TritonKernel):
+    """One Triton function on one grid, launched with `arguments(ops)`: every argument,
+    positionally. Its `launch_parts` let a caller launch it its own way (torch.compile's
+    wrap_triton); its `bind` works out the arguments after the tensors once."""
+
+    def __init__(self, kernel, params: dict[str, Any], grid: tuple, arguments: Callable[[Operands], tuple]) -> None:
+        self.launcher = Launcher(kernel, params["num_warps"], params["num_stages"], bool(params.get("PDL")))
+        self.grid = grid
+        self.arguments = arguments
+        self.launch_parts = (kernel, grid, arguments, dict(self.launcher.options))
+
+    def steps(self, ops: Operands) -> tuple[Step, ...]:
+        return ((self.launcher, self.grid, self.arguments(ops)),)
+
+    def __call__(self, ops: Operands) -> None:  # one launch: no steps to build
+        self.launcher(self.grid, *self.arguments(ops))
+
+    def bind(self, sample: Operands, reuse_b: bool = False):
         """(a, b, out, bias) -> launch, for operands laid out as `sample` (see base.bound):
         the arguments after the tensors worked out once, the launch bound. None where the
         arguments are not tensors of the call followed by plain numbers."""
-        args = arguments(sample)
+        args = self.arguments(sample)
         lead = 0
         while lead < len(args) and hasattr(args[lead], "data_ptr"):
             lead += 1
         tail = args[lead:]
-        if not all(type(x) in (int, float, bool) for x in tail):
+        if not plain_numbers(tail):
             return None
         fields = (sample.a, sample.b, sample.out, sample.bias)
         if len({id(f) for f in fields if f is not None}) < sum(f is not None for f in fields):
@@ -155,17 +199,17 @@ def one_kernel_runnable(kernel, grid: tuple, arguments, num_warps: int, num_stag
             if not found:
                 return None  # a tensor the arguments made (a view, a descriptor's base)
             picks.append(found[0])
-        go = launch.bind(grid, tail, trusted=tuple(i for i, pick in enumerate(picks) if pick == 2))  # the output
+        go = self.launcher.bind(self.grid, tail, trusted=tuple(i for i, pick in enumerate(picks) if pick == 2))
         if picks == [0, 1, 2, 3]:
             return go
         if picks == [0, 1, 2, 2]:  # no bias: the output stands in
             return lambda a, b, out, bias: go(a, b, out, out)
         return lambda a, b, out, bias: go(*[(a, b, out, bias)[i] for i in picks])
 
-    run.warmup = warmup  # type: ignore[attr-defined]
-    run.bind = bind  # type: ignore[attr-defined]
-    run.launch_parts = (kernel, grid, arguments, {"num_warps": num_warps, "num_stages": num_stages})  # type: ignore[attr-defined]
-    return run
+
+def plain_numbers(values: tuple) -> bool:
+    """Whether every value is an int, float or bool: what a bound launch's fixed tail may hold."""
+    return all(type(x) in (int, float, bool) for x in values)
 
 
 class TritonTemplate(Template):

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
+from .base import Operands
 from .params import Bool
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable
+from .triton_base import TILE_SCHEMA, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
@@ -36,7 +36,7 @@ class TritonMMTemplate(TritonTemplate):
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm")
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
-              load_n: int | None = None, store_pitch: int | None = None) -> Runnable:
+              load_n: int | None = None, store_pitch: int | None = None) -> OneLaunchKernel:
         """`load_n`: the width B's columns wrap at (N_LOAD), N unless B is copied into wider
         rows (triton::mm_padded). `store_pitch`: the padded row pitch the output is made with
         (`out_pitch`, triton::mm_padded); an output that has it is written over whole rows
@@ -44,8 +44,6 @@ class TritonMMTemplate(TritonTemplate):
         Any other output (one a caller made contiguous) is written up to N only."""
         source = self.render(problem, params)
         kernel = load_kernel(source, kernel_dir)
-        num_warps = params["num_warps"]
-        num_stages = params["num_stages"]
         bm, bn = params["BLOCK_M"], params["BLOCK_N"]
         m, n, k = problem.m, problem.n, problem.k
         n_load = n if load_n is None else load_n
@@ -67,7 +65,7 @@ class TritonMMTemplate(TritonTemplate):
             n_store = store_pitch if sc[-2] == store_pitch and sc[-1] == 1 else n
             return (a, b, c, bias, m, n, k, n_load, n_store, *a_args, *b_args, *c_args, *bias_args)
 
-        return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
+        return OneLaunchKernel(kernel, params, grid, arguments)
 
 
 class TritonBMMTemplate(TritonMMTemplate):

@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable, bound, copy_when_changed, operand_copier, torch_dtype
+from .base import Operands, PaddedOperands, bound, torch_dtype
+from .kernel import Kernel
 from .registry import register_template
+from .triton_base import OneLaunchKernel
 from .triton_mm import TritonMMTemplate
 
 ALIGN_ELEMENTS = 16  # what Triton's divisibility specialisation can see
@@ -69,87 +71,69 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return super().render(replace(problem, k=padded_k(problem), layout="nn"), params)
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
-        import torch
-
-        kp = padded_k(problem)
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> PaddedMMKernel:
         n_lead = padded_n(problem)  # B's row pitch
         # B's columns wrap at its padded width (zeros past N): wrapped vectors stay aligned;
         # an output made with the padded pitch is written over whole rows.
-        inner = super().build(replace(problem, k=kp, layout="nn"), params, kernel_dir,
+        inner = super().build(replace(problem, k=padded_k(problem), layout="nn"), params, kernel_dir,
                               load_n=n_lead if n_lead != problem.n else None,
                               store_pitch=self.out_pitch(problem, params))
-        dtype = torch_dtype(problem.dtype)
-        device = "cuda" if problem.device == "cuda" else "cpu"
-        k, n = problem.k, problem.n
-        buffers: dict = {}  # per device: made at the first call (a compile process's: "meta")
-        copier = operand_copier(device)
+        return PaddedMMKernel(problem, inner)
 
-        def pads(on):
-            """(A's padded buffer, B's, a copy into each) (None where no padding), on the
-            device of tensor `on`; keyed by its index (-1 off CUDA), cheaper than the device."""
-            key = on.get_device()
-            kept = buffers.get(key)
-            if kept is None:
-                a_pad = torch.zeros(problem.m, kp, dtype=dtype, device=on.device) if kp != k else None
-                b_pad = (torch.zeros(kp, n_lead, dtype=dtype, device=on.device)[:, :n]
-                         if (kp != k or n_lead != n) else None)
-                # the padding stays zero (written as zeros, or not at all)
-                kept = buffers[key] = (a_pad, b_pad,
-                                       copier(a_pad[:, :k]) if a_pad is not None else None,
-                                       copier(b_pad[:k, :]) if b_pad is not None else None)
-            return kept
 
-        def padded(ops: Operands) -> Operands:
-            a, b = ops.a, ops.b
-            a_pad, b_pad, copy_a, copy_b = pads(a)
-            if a_pad is not None:
-                copy_a(a)
-                a = a_pad
-            if b_pad is not None:
-                copy_b(b)
-                b = b_pad
-            return Operands(a=a, b=b, out=ops.out, bias=ops.bias)
+class PaddedMMKernel(Kernel):
+    """triton::mm's kernel (`inner`, built for K padded) on copies of A and B into buffers
+    with aligned rows, made per device at its first call (a compile process's: "meta")."""
 
-        def run(ops: Operands) -> None:
-            inner(padded(ops))
+    compiles = True
 
-        def warmup(ops: Operands) -> list:  # compiles only: the buffers' contents do not matter
-            a_pad, b_pad, _, _ = pads(ops.a)
-            return inner.warmup(Operands(a=ops.a if a_pad is None else a_pad,
-                                         b=ops.b if b_pad is None else b_pad, out=ops.out, bias=ops.bias))
+    def __init__(self, problem: GemmProblem, inner: OneLaunchKernel) -> None:
+        self.problem, self.inner = problem, inner
+        self.device = "cuda" if problem.device == "cuda" else "cpu"
+        self.pads: dict[int, PaddedOperands] = {}  # by the device's index (-1 off CUDA): cheaper than the device
 
-        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if device == "cuda" else None
-        if capturing is None:
-            capturing = lambda: False  # noqa: E731
+    def padded(self, on) -> PaddedOperands:
+        """The copies on the device of tensor `on`."""
+        key = on.get_device()
+        kept = self.pads.get(key)
+        if kept is None:
+            import torch
 
-        def bind(sample: Operands, reuse_b: bool = False):
-            """run, for operands laid out as `sample` (see base.bound): the copies' and the
-            kernel's launches bound; with `reuse_b`, B's copy skipped while B is an unchanged
-            weight (base.copy_when_changed)."""
-            a_pad, b_pad, copy_a, copy_b = pads(sample.a)
-            fill_a = copy_a.fixed(sample.a) if a_pad is not None else None
-            fill_b = copy_b.fixed(sample.b) if b_pad is not None else None
-            if fill_b is not None and reuse_b:
-                fill_b = copy_when_changed(fill_b, capturing)
-            inner_sample = Operands(a=sample.a if a_pad is None else a_pad, b=sample.b if b_pad is None else b_pad,
-                                    out=sample.out, bias=sample.bias)
-            launch = bound(inner, inner_sample)
+            problem, kp, n_lead = self.problem, padded_k(self.problem), padded_n(self.problem)
+            m, n, k = problem.m, problem.n, problem.k
+            dtype = torch_dtype(problem.dtype)
+            a_pad = torch.zeros(m, kp, dtype=dtype, device=on.device) if kp != k else None
+            b_pad = torch.zeros(kp, n_lead, dtype=dtype, device=on.device)[:, :n] if (kp != k or n_lead != n) else None
+            kept = self.pads[key] = PaddedOperands(a_pad, a_pad[:, :k] if a_pad is not None else None,
+                                                   b_pad, b_pad[:k, :] if b_pad is not None else None, self.device)
+        return kept
 
-            def go(a, b, out, bias) -> None:
-                if fill_a is not None:
-                    fill_a(a)
-                    a = a_pad
-                if fill_b is not None:
-                    fill_b(b)
-                    b = b_pad
-                launch(a, b, out, bias)
+    def __call__(self, ops: Operands) -> None:
+        a, b = self.padded(ops.a)(ops.a, ops.b)
+        self.inner(Operands(a=a, b=b, out=ops.out, bias=ops.bias))
 
-            return go
+    def warmup(self, ops: Operands) -> list:  # compiles only: the buffers' contents do not matter
+        pads = self.padded(ops.a)
+        return self.inner.warmup(Operands(a=ops.a if pads.a_buffer is None else pads.a_buffer,
+                                          b=ops.b if pads.b_buffer is None else pads.b_buffer,
+                                          out=ops.out, bias=ops.bias))
 
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.bind = bind  # type: ignore[attr-defined]
-        return run
+    def bind(self, sample: Operands, reuse_b: bool = False):
+        """The call for operands laid out as `sample` (see base.bound): the copies' and the
+        kernel's launches bound; with `reuse_b`, B's copy skipped while B is an unchanged
+        weight (base.copy_when_changed)."""
+        pads = self.padded(sample.a)
+        pad = pads.bind(sample.a, sample.b, reuse_b)
+        inner_sample = Operands(a=sample.a if pads.a_buffer is None else pads.a_buffer,
+                                b=sample.b if pads.b_buffer is None else pads.b_buffer,
+                                out=sample.out, bias=sample.bias)
+        launch = bound(self.inner, inner_sample)
+
+        def go(a, b, out, bias) -> None:
+            a, b = pad(a, b)
+            launch(a, b, out, bias)
+
+        return go
 
 
 register_template(TritonMMPaddedTemplate())

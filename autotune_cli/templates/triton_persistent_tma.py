@@ -8,7 +8,7 @@ host-side ones (`triton.tools.tensor_descriptor.TensorDescriptor`) since 3.4; 3.
 both run under 3.9's interpreter. We use the device-side form, as Inductor's persistent TMA
 template and Triton's persistent-matmul tutorial do: the kernel takes plain tensors, so one
 argument list serves launch and `warmup`, and nothing is encoded on the host per launch.
-The price is the allocator, which `run` installs before each launch (`set_allocator` sets a
+The price is the allocator, which the kernel sets before each launch (`set_allocator` sets a
 ContextVar, i.e. per thread). The interpreter needs no scratch memory.
 
 NUM_SMS. The grid is one program per SM (fewer when there are fewer tiles), and program p
@@ -35,13 +35,14 @@ import sys
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
-from .registry import register_template
+from .base import Operands
 from .launch import Launcher
-from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, interpreting, load_kernel, output_tiles
+from .registry import register_template
+from .triton_base import (TILE_SCHEMA, ZERO_ONE, Step, TritonKernel, TritonTemplate, bias_arguments, interpreting,
+                          load_kernel, output_tiles)
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config
@@ -167,17 +168,11 @@ class TritonPersistentTMATemplate(TritonTemplate):
             A_TRANSPOSED=problem.a_transposed, B_TRANSPOSED=problem.b_transposed,
         )
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> PersistentKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
-        tiles = output_tiles(problem, params)
-        sms = device_sm_count(problem.device)
-        programs = max(1, min(sms, tiles))
-        grid = (programs,)
         a_t, b_t = problem.a_transposed, problem.b_transposed
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
-        allocator = None if problem.device == "cpu" or interpreting() else _scratch_allocator()
 
         def arguments(ops: Operands) -> tuple:
             a, b, c = ops.a, ops.b, ops.out
@@ -187,27 +182,34 @@ class TritonPersistentTMATemplate(TritonTemplate):
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, stride_a, stride_b, stride_c, *bias_args)
 
-        launch = Launcher(kernel, num_warps, num_stages)
+        return PersistentKernel(kernel, params, problem.device, output_tiles(problem, params), arguments)
 
-        def run(ops: Operands) -> None:
-            args = arguments(ops)
-            if allocator is not None:
-                import triton
 
-                triton.set_allocator(allocator)
-            launch(grid, *args, sms)  # NUM_SMS: the last argument
+class PersistentKernel(TritonKernel):
+    """A persistent kernel with device-side TMA descriptors: one program per SM (`programs`,
+    fewer where there are fewer tiles), launched with `arguments(ops)` and then NUM_SMS, the
+    device's SM count (see the module). Triton's allocator (the descriptors' global scratch
+    memory) is set before every launch: `set_allocator` sets a ContextVar, so a thread that
+    did not build the kernel may launch it. No bound launch and no launch parts: a launch
+    that does not set the allocator would fail."""
 
-        def warmup(ops: Operands) -> list:
-            """Compile for these operands without launching (the compile pool calls this);
-            returns the compiled kernels (none under the interpreter)."""
-            if not hasattr(kernel, "warmup"):
-                return []
-            return [kernel.warmup(*arguments(ops), NUM_SMS=sms, grid=grid,
-                                  num_warps=num_warps, num_stages=num_stages)]
+    def __init__(self, kernel, params: dict[str, Any], device_type: str, tiles: int,
+                 arguments: Callable[[Operands], tuple]) -> None:
+        self.sms = device_sm_count(device_type)
+        self.programs = max(1, min(self.sms, tiles))
+        self.grid = (self.programs,)
+        self.launcher = Launcher(kernel, params["num_warps"], params["num_stages"])
+        self.arguments = arguments
+        self.allocator = None if device_type == "cpu" or interpreting() else _scratch_allocator()
 
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.programs = programs  # type: ignore[attr-defined]
-        return run
+    def steps(self, ops: Operands) -> tuple[Step, ...]:
+        return ((self.launcher, self.grid, (*self.arguments(ops), self.sms)),)  # NUM_SMS: the last argument
+
+    def before_launch(self, ops: Operands) -> None:
+        if self.allocator is not None:
+            import triton
+
+            triton.set_allocator(self.allocator)
 
 
 _assumed_sm_count: int | None = None  # set in a compile process that never brings CUDA up

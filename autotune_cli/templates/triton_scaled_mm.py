@@ -26,27 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import DTYPE_SIZE, EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
-from .base import Operands, Runnable
-from .launch import Launcher
+from .base import Operands
 from .params import Bool, Choice
 from .registry import register_template
-from .triton_base import (
-    TILE_SCHEMA,
-    ZERO_ONE,
-    TritonTemplate,
-    interpreting,
-    jinja_template,
-    load_kernel,
-    one_kernel_runnable,
-    output_tiles,
-)
-from .triton_persistent_tma import (
-    TMA_ALIGN,
-    _row_stride,
-    _scratch_allocator,
-    device_sm_count,
-    tma_device_problem,
-)
+from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, jinja_template, load_kernel,
+                          output_tiles)
+from .triton_persistent_tma import TMA_ALIGN, PersistentKernel, _row_stride, tma_device_problem
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")
 TILED_FILE = Path(__file__).with_name("triton_scaled_mm_tiled.py.jinja")
@@ -134,15 +119,10 @@ class TritonScaledMMTemplate(TritonTemplate):
                        WS_OUTER=ws == WS_TILE_LOOP, WS_INNER=ws == WS_K_LOOP)
         return self.finish(jinja_template(self.template_file).render(**context))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> PersistentKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
-        sms = device_sm_count(problem.device)
-        programs = max(1, min(sms, output_tiles(problem, params)))
-        grid = (programs,)
         rowwise = problem.scale == "row"
-        allocator = None if problem.device == "cpu" or interpreting() else _scratch_allocator()
 
         def arguments(ops: Operands) -> tuple:
             a, b, c = ops.a, ops.b, ops.out
@@ -155,26 +135,7 @@ class TritonScaledMMTemplate(TritonTemplate):
             return (a, b, c, bias, ops.scale_a, ops.scale_b, m, n, k, stride_a, stride_b, stride_c,
                     *epilogue_scale_strides(ops, rowwise))
 
-        launch = Launcher(kernel, num_warps, num_stages)
-
-        def run(ops: Operands) -> None:
-            args = arguments(ops)
-            if allocator is not None:
-                import triton
-
-                triton.set_allocator(allocator)
-            launch(grid, *args, sms)  # NUM_SMS: the last argument
-
-        def warmup(ops: Operands) -> list:
-            """Compile for these operands without launching (the compile pool calls this)."""
-            if not hasattr(kernel, "warmup"):
-                return []
-            return [kernel.warmup(*arguments(ops), NUM_SMS=sms, grid=grid,
-                                  num_warps=num_warps, num_stages=num_stages)]
-
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.programs = programs  # type: ignore[attr-defined]
-        return run
+        return PersistentKernel(kernel, params, problem.device, output_tiles(problem, params), arguments)
 
 
 class TritonScaledMMTiledTemplate(TritonTemplate):
@@ -205,7 +166,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
                        FAST_ACCUM=bool(params["FAST_ACCUM"]))
         return self.finish(jinja_template(self.template_file).render(**context))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> OneLaunchKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
         m, n, k = problem.m, problem.n, problem.k
         grid = (output_tiles(problem, params),)
@@ -216,7 +177,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
             return (a, b, c, bias, ops.scale_a, ops.scale_b, m, n, k, a.stride(0), b.stride(1), c.stride(0),
                     *epilogue_scale_strides(ops, rowwise))
 
-        return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
+        return OneLaunchKernel(kernel, params, grid, arguments)
 
 
 register_template(TritonScaledMMTemplate())

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import OUT_DTYPES, SCALE_BLOCK, GemmProblem
-from .base import Operands, Runnable
+from .base import Operands
 from .params import Choice
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, jinja_template, load_kernel, one_kernel_runnable, output_tiles
+from .triton_base import TILE_SCHEMA, OneLaunchKernel, jinja_template, load_kernel, output_tiles
 from .triton_scaled_mm import TritonScaledMMTiledTemplate, pointer_operands
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_block.py.jinja")
@@ -54,7 +54,7 @@ class TritonScaledMMBlockTemplate(TritonScaledMMTiledTemplate):
         context.update(HAS_BIAS=bool(problem.bias))
         return self.finish(jinja_template(self.template_file).render(**context))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> OneLaunchKernel:
         if not self.supports(problem):
             raise ValueError(f"{self.uid} serves float8 GEMMs with blockwise scales, not {problem.describe()}")
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
@@ -67,7 +67,7 @@ class TritonScaledMMBlockTemplate(TritonScaledMMTiledTemplate):
             return (a, b, c, bias, sa, sb, m, n, k, a.stride(0), b.stride(1), c.stride(0),
                     sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
 
-        return one_kernel_runnable(kernel, grid, arguments, params["num_warps"], params["num_stages"])
+        return OneLaunchKernel(kernel, params, grid, arguments)
 
 
 register_template(TritonScaledMMBlockTemplate())

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
+from .base import Operands
 from .params import Bool
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, TritonTemplate, bias_arguments, load_kernel, one_kernel_runnable, output_tiles
+from .triton_base import TILE_SCHEMA, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_swap_ab.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -57,9 +57,8 @@ class TritonSwapABTemplate(TritonTemplate):
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"],
                                 BATCHED=problem.op == "bmm")
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> OneLaunchKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
         tiles = output_tiles(problem, params)
         batched = problem.op == "bmm"
@@ -74,7 +73,7 @@ class TritonSwapABTemplate(TritonTemplate):
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             return (a, b, c, bias, m, n, k, *sa, *sb, *sc, *bias_args)
 
-        return one_kernel_runnable(kernel, grid, arguments, num_warps, num_stages)
+        return OneLaunchKernel(kernel, params, grid, arguments)
 
 
 register_template(TritonSwapABTemplate())
