@@ -235,5 +235,4 @@ class Launcher:
             if self._support and self._support[0]() not in known:
                 learn(tensors)
 
-        go.launcher = self  # type: ignore[attr-defined]
         return go

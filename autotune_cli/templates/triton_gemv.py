@@ -46,12 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
-from .launch import Launcher
+from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template, load_kernels
+from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonKernel, TritonTemplate, bias_arguments,
+                          jinja_template, load_kernels)
 from .triton_persistent_tma import installed_triton_version
+from .triton_splitk import REDUCE_BLOCK, SplitKKernel, check_workspace, k_per_split
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
@@ -61,20 +62,11 @@ PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
-REDUCE_BLOCK = 1024
-REDUCE_WARPS = 4
-MAX_WORKSPACE_ELEMENTS = 2**31 - 1  # the kernels index the workspace with 32-bit offsets
 
 
 def gemv_block_m(m: int) -> int:
     """The rows of the one M tile: M rounded up to a power of two."""
     return 1 << max(0, (m - 1).bit_length())
-
-
-def k_per_split(k: int, split_k: int, block_k: int) -> int:
-    """Each slice's length: K / SPLIT_K rounded up to a multiple of BLOCK_K."""
-    per = -(-k // split_k)
-    return -(-per // block_k) * block_k
 
 
 class TritonGemvTemplate(TritonTemplate):
@@ -165,44 +157,33 @@ class TritonGemvTemplate(TritonTemplate):
             FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
         ))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> TritonKernel:
         split, fused = params["SPLIT_K"], bool(params["FUSED_REDUCE"])
         source = self.source_for_build(problem, params)
         if split > 1 and not fused:
             partial, reduce = load_kernels(source, kernel_dir, count=2)
         else:
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
-        pdl = bool(params["PDL"])
         m, n, k = problem.m, problem.n, problem.k
-        if split * m * n > MAX_WORKSPACE_ELEMENTS:
-            raise ValueError(f"a {split}x{m}x{n} workspace is too large for 32-bit offsets")
+        check_workspace(split, m, n)
         blocks = -(-n // params["BLOCK_N"])
         grid = (blocks, split)
-        reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
         bias_strides_n = problem.bias == "n"  # a row vector (addmm's [n], scaled_mm's bias)
         in_loop = self.scales_in_loop(problem)
-        workspaces: dict[Any, Any] = {}
+        if split == 1:  # the one kernel writes C: no workspace
+            def direct(ops: Operands) -> tuple:
+                a, b, c = ops.a, ops.b, ops.out
+                bias, bias_args = bias_arguments(ops, bias_strides_n)
+                scales, scale_strides = self.scale_arguments(problem, ops)
+                return (a, b, c, bias, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args,
+                        *scale_strides)
 
-        def workspace(device):
-            """(workspace, arrival counters or None) for `device`, made on its first call; the
-            counters start at zero and the fused kernel leaves them at zero."""
-            kept = workspaces.get(device)
-            if kept is None:
-                import torch
+            return OneLaunchKernel(partial, params, grid, direct)
 
-                ws = torch.empty((split, m, n), dtype=torch.float32, device=device)
-                counters = torch.zeros((blocks,), dtype=torch.int32, device=device) if fused else None
-                kept = workspaces[device] = (ws, counters)
-            return kept
-
-        def arguments(ops: Operands) -> tuple[tuple, tuple]:
+        def arguments(ops: Operands, ws, counters) -> tuple[tuple, tuple]:
             a, b, c = ops.a, ops.b, ops.out
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             scales, scale_strides = self.scale_arguments(problem, ops)
-            if split == 1:
-                return (a, b, c, bias, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(), *bias_args,
-                        *scale_strides), ()
-            ws, counters = workspace(c.device)
             if fused:
                 return (a, b, ws, c, bias, counters, *scales, m, n, k, *a.stride(), *b.stride(), *c.stride(),
                         *bias_args, *scale_strides), ()
@@ -212,59 +193,8 @@ class TritonGemvTemplate(TritonTemplate):
             return ((a, b, ws, m, n, k, *a.stride(), *b.stride()),
                     (ws, c, bias, *scales, m, n, *c.stride(), *bias_args, *scale_strides))
 
-        launch_partial = Launcher(partial, params["num_warps"], params["num_stages"], pdl)
-        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1, pdl) if reduce is not None else None
-
-        def run(ops: Operands) -> None:
-            first, second = arguments(ops)
-            launch_partial(grid, *first)
-            if launch_reduce is not None:
-                launch_reduce(reduce_grid, *second)
-
-        def warmup(ops: Operands) -> list:
-            """Compile the kernel(s) `run` launches, with its arguments, without launching;
-            returns them (none under the interpreter)."""
-            if not hasattr(partial, "warmup"):
-                return []
-            first, second = arguments(ops)
-            kernels = [partial.warmup(*first, grid=grid, **launch_partial.options)]  # the launches' own options
-            if reduce is not None:
-                kernels.append(reduce.warmup(*second, grid=reduce_grid, **launch_reduce.options))
-            return kernels
-
-        def bind(sample: Operands, reuse_b: bool = False):
-            """run, for operands laid out as `sample` (see base.bound): the arguments after
-            the tensors worked out once, each launch bound (the workspace and counters are
-            the runnable's own, fixed per device). Decode GEMMs take a few microseconds on
-            the GPU: an unbound launch costs more than the kernel."""
-            if self.scale_arguments(problem, sample)[0]:
-                return None  # scaled_mm's calls are not bound (api/calls.scaled_kernel_call)
-            first, second = arguments(sample)
-            no_bias = sample.bias is None
-            if split == 1:
-                go = launch_partial.bind(grid, first[4:], trusted=(2,))  # the output
-                if no_bias:
-                    return lambda a, b, out, bias: go(a, b, out, out)
-                return lambda a, b, out, bias: go(a, b, out, bias)
-            ws, counters = workspace(sample.out.device)
-            if fused:
-                go = launch_partial.bind(grid, first[6:], trusted=(2, 3, 5))
-                if no_bias:
-                    return lambda a, b, out, bias: go(a, b, ws, out, out, counters)
-                return lambda a, b, out, bias: go(a, b, ws, out, bias, counters)
-            go_partial = launch_partial.bind(grid, first[3:], trusted=(2,))
-            go_reduce = launch_reduce.bind(reduce_grid, second[3:], trusted=(0, 1))
-
-            def go_split(a, b, out, bias) -> None:
-                go_partial(a, b, ws)
-                go_reduce(ws, out, out if no_bias else bias)
-
-            return go_split
-
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.bind = bind  # type: ignore[attr-defined]
-        run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> (workspace, counters): tests)
-        return run
+        return SplitKKernel(partial, reduce, params, grid, problem, planes=split, counters=blocks if fused else 0,
+                            arguments=arguments)
 
 
 register_template(TritonGemvTemplate())

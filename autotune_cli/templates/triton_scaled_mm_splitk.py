@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from ..problem import EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
-from .base import Operands, Runnable
-from .launch import Launcher
+from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
 from .triton_base import TILE_KEYS, TILE_SCHEMA, jinja_template, load_kernel, output_tiles
 from .triton_scaled_mm import TritonScaledMMTiledTemplate, epilogue_scale_strides, pointer_operands
-from .triton_splitk import MAX_WORKSPACE_ELEMENTS, k_per_split
+from .triton_splitk import SplitKKernel, k_per_split
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_splitk.py.jinja")
 
@@ -57,49 +56,20 @@ class TritonScaledMMSplitKTemplate(TritonScaledMMTiledTemplate):
                        K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]))
         return self.finish(jinja_template(self.template_file).render(**context))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> SplitKKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
         m, n, k = problem.m, problem.n, problem.k
-        split_k = params["SPLIT_K"]
-        if split_k * m * n > MAX_WORKSPACE_ELEMENTS:
-            raise ValueError(f"a {split_k}x{m}x{n} workspace is too large for 32-bit offsets")
         tiles = output_tiles(problem, params)
-        grid = (tiles, split_k)
         rowwise = problem.scale == "row"
-        workspaces: dict[Any, Any] = {}
 
-        def workspace(device):
-            """(workspace, arrival counters) for `device`, made on its first call; the
-            counters start at zero and the kernel leaves them at zero."""
-            kept = workspaces.get(device)
-            if kept is None:
-                import torch
-
-                kept = workspaces[device] = (
-                    torch.empty((split_k, m, n), dtype=torch.float32, device=device),
-                    torch.zeros((tiles,), dtype=torch.int32, device=device))
-            return kept
-
-        def arguments(ops: Operands) -> tuple:
+        def arguments(ops: Operands, ws, counters) -> tuple[tuple, tuple]:
             a, b, c, bias = pointer_operands(ops)
-            ws, counters = workspace(c.device)
             return (a, b, c, bias, ops.scale_a, ops.scale_b, ws, counters, m, n, k, a.stride(0), b.stride(1),
-                    c.stride(0), *epilogue_scale_strides(ops, rowwise))
+                    c.stride(0), *epilogue_scale_strides(ops, rowwise)), ()
 
-        launch = Launcher(kernel, num_warps, num_stages)
-
-        def run(ops: Operands) -> None:
-            launch(grid, *arguments(ops))
-
-        def warmup(ops: Operands) -> list:
-            if not hasattr(kernel, "warmup"):
-                return []
-            return [kernel.warmup(*arguments(ops), grid=grid, num_warps=num_warps, num_stages=num_stages)]
-
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.workspaces = workspaces  # type: ignore[attr-defined]  (for tests)
-        return run
+        # one kernel: the last slice of each tile sums the planes
+        return SplitKKernel(kernel, None, params, (tiles, params["SPLIT_K"]), problem, planes=params["SPLIT_K"],
+                            counters=tiles, arguments=arguments)
 
 
 register_template(TritonScaledMMSplitKTemplate())

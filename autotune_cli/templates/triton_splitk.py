@@ -39,15 +39,15 @@ are runtime arguments, so one kernel serves every layout; C may have any strides
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..problem import GemmProblem
-from .base import Operands, Runnable
+from .base import Operands
 from .launch import Launcher
 from .params import Bool, Int
 from .registry import register_template
-from .triton_base import (TILE_KEYS, TILE_SCHEMA, ZERO_ONE, TritonTemplate, bias_arguments, jinja_template,
-                          load_kernels, output_tiles)
+from .triton_base import (TILE_KEYS, TILE_SCHEMA, ZERO_ONE, Step, TritonKernel, TritonTemplate, bias_arguments,
+                          jinja_template, load_kernels, output_tiles, plain_numbers)
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)
@@ -102,41 +102,18 @@ class TritonSplitKTemplate(TritonTemplate):
             PARTS=1 if atomic else params["SPLIT_K"], REDUCE_BLOCK=REDUCE_BLOCK,
         ))
 
-    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> Runnable:
+    def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> SplitKKernel:
         source = self.source_for_build(problem, params)
         fused = bool(params["FUSED_REDUCE"])
         if fused:  # one kernel: the last slice of each tile reduces
             (partial,), reduce = load_kernels(source, kernel_dir, count=1), None
         else:
             partial, reduce = load_kernels(source, kernel_dir, count=2)
-        num_warps, num_stages = params["num_warps"], params["num_stages"]
-        split_k = params["SPLIT_K"]
-        atomic = bool(params["ATOMIC_ADD"])
         m, n, k = problem.m, problem.n, problem.k
-        planes = 1 if atomic else split_k
-        if planes * m * n > MAX_WORKSPACE_ELEMENTS:
-            raise ValueError(f"a {planes}x{m}x{n} workspace is too large for 32-bit offsets")
-        tiles = output_tiles(problem, params)
-        grid = (tiles, split_k)
-        reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
         bias_strides_n = problem.op == "addmm" and problem.bias == "n"
-        workspaces: dict[Any, Any] = {}
 
-        def workspace(device):
-            """(workspace, arrival counters) for `device`, made on its first call; the
-            counters start at zero and the fused kernel leaves them at zero."""
-            kept = workspaces.get(device)
-            if kept is None:
-                import torch
-
-                ws = torch.empty((planes, m, n), dtype=torch.float32, device=device)
-                counters = torch.zeros((tiles,), dtype=torch.int32, device=device) if fused else None
-                kept = workspaces[device] = (ws, counters)
-            return kept
-
-        def arguments(ops: Operands) -> tuple[tuple, tuple]:
+        def arguments(ops: Operands, ws, counters) -> tuple[tuple, tuple]:
             a, b, c = ops.a, ops.b, ops.out
-            ws, counters = workspace(c.device)
             bias, bias_args = bias_arguments(ops, bias_strides_n)
             if fused:
                 first = (a, b, ws, c, bias, counters, m, n, k, *a.stride(), *b.stride(),
@@ -146,55 +123,111 @@ class TritonSplitKTemplate(TritonTemplate):
             second = (ws, c, bias, m, n, *c.stride(), *bias_args)
             return first, second
 
-        launch_partial = Launcher(partial, num_warps, num_stages)
-        launch_reduce = Launcher(reduce, REDUCE_WARPS, 1) if reduce is not None else None
+        tiles = output_tiles(problem, params)
+        return SplitKKernel(partial, reduce, params, (tiles, params["SPLIT_K"]), problem,
+                            planes=1 if params["ATOMIC_ADD"] else params["SPLIT_K"], counters=tiles if fused else 0,
+                            arguments=arguments, zero_first=bool(params["ATOMIC_ADD"]))
 
-        def run(ops: Operands) -> None:
-            first, second = arguments(ops)
-            if atomic:
-                first[2].zero_()
-            launch_partial(grid, *first)
-            if not fused:
-                launch_reduce(reduce_grid, *second)
 
-        def warmup(ops: Operands) -> list:
-            """Compile the kernel(s) `run` launches, with the arguments it passes, without
-            launching; returns them (none under the interpreter)."""
-            if not hasattr(partial, "warmup"):
-                return []
-            first, second = arguments(ops)
-            kernels = [partial.warmup(*first, grid=grid, num_warps=num_warps, num_stages=num_stages)]
-            if not fused:
-                kernels.append(reduce.warmup(*second, grid=reduce_grid, num_warps=REDUCE_WARPS, num_stages=1))
-            return kernels
+def check_workspace(planes: int, m: int, n: int) -> None:
+    """ValueError for a [planes, m, n] workspace past the kernels' 32-bit offsets."""
+    if planes * m * n > MAX_WORKSPACE_ELEMENTS:
+        raise ValueError(f"a {planes}x{m}x{n} workspace is too large for 32-bit offsets")
 
-        def bind(sample: Operands, reuse_b: bool = False):
-            """run, for operands laid out as `sample` (see base.bound): both kernels'
-            arguments worked out once, their launches bound."""
-            first, second = arguments(sample)
-            ws, counters = workspace(sample.out.device)
-            if fused:
-                go = launch_partial.bind(grid, first[6:])
-                if sample.bias is None:
-                    return lambda a, b, out, bias: go(a, b, ws, out, out, counters)
-                return lambda a, b, out, bias: go(a, b, ws, out, bias, counters)
-            go_partial = launch_partial.bind(grid, first[3:])
-            go_reduce = launch_reduce.bind(reduce_grid, second[3:])
-            zero = ws.zero_ if atomic else None
-            no_bias = sample.bias is None
 
-            def go(a, b, out, bias) -> None:
-                if zero is not None:
-                    zero()
+class SplitKKernel(TritonKernel):
+    """Slices of K summed through a float32 [planes, M, N] workspace that the kernel keeps
+    per device (`workspaces`, made at the device's first call): the `partial` kernel (grid
+    (tiles or column blocks, slices)) writes each slice's plane, then the `reduce` kernel
+    sums the planes in slice order, adds the bias and rounds (`reduce_grid`: one program
+    per REDUCE_BLOCK outputs); or, with no `reduce` (fused), the last slice of each tile to
+    arrive on its int32 counter (`counters` of them, zeroed once, left at zero by every
+    call) does. `arguments(ops, workspace, counters)` gives the two launches' arguments
+    (the second () when fused). `zero_first`: the workspace is zeroed before every call
+    (atomic adds into one plane).
+
+    The bound launch takes the arguments in their usual order, the tensors first: fused
+    (a, b, workspace, out, bias, counters, numbers...), else (a, b, workspace, numbers...)
+    and (workspace, out, bias, numbers...); a kernel whose arguments are otherwise (scales
+    among them) is called with an Operands per call."""
+
+    def __init__(self, partial, reduce, params: dict[str, Any], grid: tuple, problem: GemmProblem, *,
+                 planes: int, counters: int, arguments: Callable, zero_first: bool = False) -> None:
+        m, n = problem.m, problem.n
+        check_workspace(planes, m, n)
+        pdl = bool(params.get("PDL"))
+        self.launcher = Launcher(partial, params["num_warps"], params["num_stages"], pdl)
+        self.reduce = Launcher(reduce, REDUCE_WARPS, 1, pdl) if reduce is not None else None
+        self.grid = grid
+        self.reduce_grid = (-(-(m * n) // REDUCE_BLOCK),)
+        self.shape, self.counters = (planes, m, n), counters
+        self.arguments = arguments
+        self.zero_first = zero_first
+        self.workspaces: dict[Any, tuple] = {}
+
+    def workspace(self, device) -> tuple:
+        """(workspace, arrival counters or None) for `device`, made on its first call."""
+        kept = self.workspaces.get(device)
+        if kept is None:
+            import torch
+
+            ws = torch.empty(self.shape, dtype=torch.float32, device=device)
+            counters = torch.zeros((self.counters,), dtype=torch.int32, device=device) if self.counters else None
+            kept = self.workspaces[device] = (ws, counters)
+        return kept
+
+    def steps(self, ops: Operands) -> tuple[Step, ...]:
+        first, second = self.arguments(ops, *self.workspace(ops.out.device))
+        if self.reduce is None:
+            return ((self.launcher, self.grid, first),)
+        return (self.launcher, self.grid, first), (self.reduce, self.reduce_grid, second)
+
+    def before_launch(self, ops: Operands) -> None:
+        if self.zero_first:
+            self.workspace(ops.out.device)[0].zero_()
+
+    def bind(self, sample: Operands, reuse_b: bool = False):
+        """The call for operands laid out as `sample` (see base.bound): the arguments after
+        the tensors worked out once, each launch bound (the workspace and counters are the
+        kernel's own, fixed per device). Decode GEMMs take a few microseconds on the GPU: an
+        unbound launch costs more than the kernel."""
+        ws, counters = self.workspace(sample.out.device)
+        first, second = self.arguments(sample, ws, counters)
+        a, b, out = sample.a, sample.b, sample.out
+        no_bias = sample.bias is None
+        bias = out if no_bias else sample.bias
+        if self.reduce is None:
+            if not (_same(first[:6], (a, b, ws, out, bias, counters)) and plain_numbers(first[6:])):
+                return None
+            go = self.launcher.bind(self.grid, first[6:], trusted=(2, 3, 5))
+            if no_bias:
+                return lambda a, b, out, bias: go(a, b, ws, out, out, counters)
+            return lambda a, b, out, bias: go(a, b, ws, out, bias, counters)
+        if not (_same(first[:3], (a, b, ws)) and _same(second[:3], (ws, out, bias))
+                and plain_numbers(first[3:]) and plain_numbers(second[3:])):
+            return None
+        go_partial = self.launcher.bind(self.grid, first[3:], trusted=(2,))
+        go_reduce = self.reduce.bind(self.reduce_grid, second[3:], trusted=(0, 1))
+        if self.zero_first:
+            zero = ws.zero_
+
+            def go_zeroed(a, b, out, bias) -> None:
+                zero()
                 go_partial(a, b, ws)
                 go_reduce(ws, out, out if no_bias else bias)
 
-            return go
+            return go_zeroed
 
-        run.warmup = warmup  # type: ignore[attr-defined]
-        run.bind = bind  # type: ignore[attr-defined]
-        run.workspaces = workspaces  # type: ignore[attr-defined]  (device -> (workspace, counters): for tests)
-        return run
+        def go_split(a, b, out, bias) -> None:
+            go_partial(a, b, ws)
+            go_reduce(ws, out, out if no_bias else bias)
+
+        return go_split
+
+
+def _same(tensors: tuple, expected: tuple) -> bool:
+    """Whether `tensors` are the `expected` objects, one for one."""
+    return len(tensors) == len(expected) and all(t is e for t, e in zip(tensors, expected))
 
 
 register_template(TritonSplitKTemplate())
