@@ -147,6 +147,11 @@ def main() -> None:
     for r in rows:
         best = r["best_by_template"]
         print(f"{r['shape']:30} " + " ".join(f"{best[u]:14.4f}" if u in best else f"{'-':>14}" for u in uids))
+    picks = [(r["shape"], r["inductor"]["pick"]) for r in rows if "pick" in r.get("inductor", {})]
+    if picks:
+        print("\nInductor's picks:")
+        for shape, pick in picks:
+            print(f"{shape:30} {pick}")
     print(f"noise floor (torch.mm against itself, same passes): median "
           f"{100 * statistics.median(r['noise'] for r in rows):.2f}%, max {100 * max(r['noise'] for r in rows):.2f}%")
     print(f"geomean speed-up vs torch.mm: ours {geomean([r['speedup'] for r in rows]):.3f}, inductor "

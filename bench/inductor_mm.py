@@ -68,7 +68,9 @@ def main() -> None:
         anchor = lambda o: torch.bmm(o.a, o.b, out=o.out)  # noqa: E731
     torch.cuda.synchronize()
     started = time.perf_counter()
-    out = call(ops)
+    from torch._inductor.utils import run_and_get_code
+
+    out, sources = run_and_get_code(call, ops)
     torch.cuda.synchronize()
     tune_s = time.perf_counter() - started
     process_s = process_age_s()  # from the interpreter's start to the tuned kernel
@@ -91,7 +93,20 @@ def main() -> None:
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
                       "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
-                      "timing": policy.mode}))
+                      "timing": policy.mode, "pick": describe_pick("\n".join(sources))}))
+
+
+def describe_pick(source: str) -> str:
+    """What Inductor's generated code runs for the matmul: an extern call (cuBLAS), or a
+    template kernel with its block sizes, stages and warps."""
+    import re
+
+    if re.search(r"extern_kernels\.(mm|addmm|bmm)\b", source):
+        return "extern " + ",".join(sorted(set(re.findall(r"extern_kernels\.(\w+)", source))))
+    names = sorted(set(re.findall(r"def (triton_tem_\w+)\(", source)))
+    blocks = dict(re.findall(r"\b(BLOCK_[MNK]|GROUP_M|NUM_SMS|EVEN_K)\s*:\s*tl\.constexpr\s*=\s*(\w+)", source))
+    launch = dict(re.findall(r"\b(num_stages|num_warps)=(\d+)", source))
+    return f"{','.join(names) or 'no template'} {blocks} {launch}"
 
 
 if __name__ == "__main__":
