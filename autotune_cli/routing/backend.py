@@ -5,6 +5,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+from ..templates.kernel import Kernel
 from .dynamic import DynamicCall, dynamic_problem
 from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
 from .sites import ScaledMatch, Site, matmul_sites, node_value
@@ -220,7 +221,7 @@ class routing_backend:
         ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
-        parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
+        parts = built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
         triton_ok = (parts is not None and "triton_scaled_gemm" in ops and not built.keeps_buffers
                      and built.pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:6]
                      == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
@@ -271,7 +272,7 @@ class routing_backend:
             strides = contiguous(shape)
         else:
             strides = contiguous((*shape[:-1], pitch))[:-1] + (1,)
-        parts = getattr(built.kernel, "launch_parts", None) if built is not None else None
+        parts = built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
         triton_ok = (parts is not None and "triton_gemm" in ops and not built.keeps_buffers and pitch is None
                      and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
         if built is None and not pin_aten:

@@ -297,6 +297,7 @@ class CandidateRunner:
         """Build and compile without launching anything: what a compile-pool process does.
         The binary lands in Triton's cache, where the timing process finds it."""
         from .verify import empty_operands
+        from ..templates.kernel import Kernel
         from ..problem import GemmProblem
         from ..templates import get_template
 
@@ -306,12 +307,12 @@ class CandidateRunner:
         try:
             params = template.full_params(problem, task["config"])
             runnable = template.build(problem, params, task["kernel_dir"])
-            warmup = getattr(runnable, "warmup", None)
             compiled = None
-            if warmup is not None:  # the output has the pitch the timed run gives it: its
-                # stride is specialized on, so another would compile another binary
+            if isinstance(runnable, Kernel) and runnable.compiles:
+                # the output has the pitch the timed run gives it: its stride is specialized
+                # on, so another would compile another binary
                 pitch = template.out_pitch(problem, params)
-                compiled = warmup(empty_operands(problem, self.compile_device, pitch))
+                compiled = runnable.warmup(empty_operands(problem, self.compile_device, pitch))
         except OSError as exc:
             return {"ok": False, "status": "skipped", "error": ENVIRONMENT_FAILURE + short_error(exc)}, False
         except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported
