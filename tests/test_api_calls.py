@@ -151,7 +151,7 @@ def test_split_k_kernels_stay_right_through_their_bound_launches(tmp_path, extra
                 empty_out(problem, None, torch.float32, "cpu"))
 
     a, b, out = operands(0)
-    assert callable(getattr(run, "bind", None))  # its own bind, not an Operands per call
+    assert run.bind(Operands(a, b, out, bias)) is not None  # its own bound launch, not an Operands per call
     go = bound(run, Operands(a, b, out, bias))
     for seed in range(1, 4):
         a, b, out = operands(seed)
@@ -171,6 +171,18 @@ def test_the_split_k_winner_through_the_api(cli, cache_dir, tmp_path):
 
 
 # -- the pieces ----------------------------------------------------------------------------------
+
+def test_bound_runs_a_plain_callable_with_an_operands_per_call():
+    """A plugin's build may return a plain function: bound() calls it with the call's tensors."""
+    from autotune_cli.templates.base import Operands, bound
+
+    seen = []
+    a, b, out = operand(4, 4), operand(4, 4, seed=1), operand(4, 4, seed=2)
+    go = bound(seen.append, Operands(a, b, out))
+    go(b, a, out, None)
+    (ops,) = seen
+    assert ops.a is b and ops.b is a and ops.out is out and ops.bias is None
+
 
 def test_copy_when_changed_remembers_parameters_only_and_never_while_capturing():
     copies = []

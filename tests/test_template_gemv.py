@@ -177,8 +177,8 @@ def test_bound_launches_stay_right_on_new_operands(spec, config, tmp_path):
     problem = make_problem(device="cpu", **spec)
     template = get_template(GEMV)
     run = template.build(problem, template.full_params(problem, config), str(tmp_path))
-    assert callable(getattr(run, "bind", None))
     sample = make_operands(problem, seed=0, device="cpu")
+    assert run.bind(sample) is not None  # its own bound launch, not an Operands per call
     go = bound(run, sample)
     for seed in range(1, 4):
         ops = make_operands(problem, seed=seed, device="cpu")

@@ -262,6 +262,22 @@ def test_persistent_tma_flatten_and_grid(flatten, tmp_path):
 
 
 @needs_interpreter_tma
+def test_persistent_tma_offers_neither_a_bound_launch_nor_launch_parts(tmp_path):
+    """Its allocator is set before every launch: a bound launch or torch.compile's own launch
+    (launch_parts) would skip it, so the API calls it with Operands and routing keeps it opaque."""
+    from autotune_cli.templates.base import bound
+
+    problem = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
+    template = get_template(TMA)
+    run = template.build(problem, template.full_params(problem, TILE), str(tmp_path))
+    ops = make_operands(problem, seed=1, device="cpu")
+    assert run.compiles and run.bind(ops) is None and run.launch_parts is None
+    ops.out.fill_(float("nan"))
+    bound(run, ops)(ops.a, ops.b, ops.out, None)  # through an Operands per call
+    assert check(problem, ops.out, reference(problem, ops)).ok
+
+
+@needs_interpreter_tma
 def test_persistent_tma_rejects_a_misaligned_base(tmp_path):
     problem = make_problem(m=32, n=32, k=32, dtype="float16", device="cpu")
     template = get_template(TMA)
