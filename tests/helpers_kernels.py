@@ -79,11 +79,13 @@ POOL_CONFIGS = {
 def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_s: float = 300,
                          by_index: bool = False):
     """Compile each (uid, problem, config) of `cases` in a real compile pool of `processes`
-    CUDA compile processes for `device`; returns ({uid: the pool's answer}, the pool, by then
-    closed). `by_index`: the answers by the case's index instead (several cases of one uid)."""
+    CUDA compile processes for `device`; returns ({uid: the pool's answer, a CompileAnswer as a
+    dict}, the pool, by then closed). `by_index`: the answers by the case's index instead (several cases of one uid)."""
     import threading
+    from dataclasses import asdict
 
     from autotune_cli.runner.compile_pool import CompilePool, compile_key
+    from autotune_cli.runner.messages import COMPILE, WorkerTask
     from autotune_cli.runner.processes import worker_context
     from autotune_cli.candidates.choices import KernelTemplateChoice
     from autotune_cli.settings import Switches
@@ -97,7 +99,7 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
 
     def answer(uid):
         def callback(payload):
-            answers[uid] = payload
+            answers[uid] = asdict(payload)
             if len(answers) == len(cases):
                 done.set()
         return callback
@@ -105,8 +107,7 @@ def compile_through_pool(device, cases, kernel_dir, processes: int = 2, timeout_
     try:
         for index, (uid, problem, config) in enumerate(cases):
             choice = KernelTemplateChoice.make(get_template(uid), problem, config)
-            task = {"mode": "compile", "uid": uid, "problem": problem.to_dict(), "config": config,
-                    "seed": 0, "kernel_dir": str(kernel_dir)}
+            task = WorkerTask.for_choice(choice, COMPILE, 0, str(kernel_dir), None)
             pool.submit(compile_key(choice), task, owner=None, callback=answer(index if by_index else uid))
         assert done.wait(timeout=timeout_s), f"answers so far: {answers}"
     finally:

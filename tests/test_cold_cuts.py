@@ -3,7 +3,6 @@ slower than the problem's best so far, a lead over cuBLAS too large for any misr
 confirmed, and a list's next problems are compiled while this one is timed."""
 
 import time
-from dataclasses import asdict
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner
+from autotune_cli.runner.messages import MEASURE, WorkerTask
 from autotune_cli.settings import MeasurePolicy, Switches, TimingPolicy, TuneSettings
 
 SLEEPY = str(PLUGINS / "sleepy.py")  # eight configs, each run sleeps $AUTOTUNE_TEST_SLEEP s
@@ -31,8 +31,7 @@ def runner(monkeypatch):
 
 def run(runner, tmp_path, uid, config=None, give_up_over=0.0):
     timing = TimingPolicy(warmup=0, min_runs=3, max_runs=3, budget_ms=0.0, give_up_over=give_up_over)
-    task = {"mode": "measure", "uid": uid, "problem": PROBLEM.to_dict(), "config": config or {}, "seed": 0,
-            "kernel_dir": str(tmp_path), "timing": asdict(timing)}
+    task = WorkerTask(MEASURE, uid, PROBLEM, config or {}, 0, str(tmp_path), timing)
     payload, fatal = runner.run(task)
     assert not fatal
     return payload
@@ -41,19 +40,19 @@ def run(runner, tmp_path, uid, config=None, give_up_over=0.0):
 def test_a_candidate_far_slower_than_the_best_so_far_is_given_up_after_one_run(runner, tmp_path):
     # nothing timed yet: nothing to hold it against
     first = run(runner, tmp_path, "test::sleepy", {"id": 0}, give_up_over=1.5)
-    assert first["status"] == "ok" and first["runs"] == 3
+    assert first.status == "ok" and first.runs == 3
     fast = run(runner, tmp_path, "aten::mm", give_up_over=1.5)
-    assert fast["status"] == "ok" and fast["runs"] == 3
+    assert fast.status == "ok" and fast.runs == 3
     kept = runner._inputs
-    assert kept.best_ms["events"] == fast["ms"]  # the best so far: what the next is held against
+    assert kept.best_ms["events"] == fast.ms  # the best so far: what the next is held against
     slow = run(runner, tmp_path, "test::sleepy", {"id": 1}, give_up_over=1.5)
-    assert slow["status"] == "skipped" and slow["error"].startswith(GAVE_UP)
-    assert slow["runs"] == 1 and slow["ms"] >= 20.0  # its one run says how slow it is
-    assert "timed_check" in slow["phases"] and ran_verified(slow)  # verified like an OK one ...
+    assert slow.status == "skipped" and slow.error.startswith(GAVE_UP)
+    assert slow.runs == 1 and slow.ms >= 20.0  # its one run says how slow it is
+    assert "timed_check" in slow.phases and ran_verified(slow.to_dict())  # verified like an OK one ...
     assert runner._inputs is kept  # ... so the inputs are kept
     # without the knob (the re-timing, the confirmation), it is timed fully
     again = run(runner, tmp_path, "test::sleepy", {"id": 1})
-    assert again["status"] == "ok" and again["runs"] == 3
+    assert again.status == "ok" and again.runs == 3
 
 
 def test_the_rounds_after_the_first_never_give_up():
@@ -147,12 +146,12 @@ def test_prefetched_kernels_come_after_asked_ones_and_are_answered_at_once(tmp_p
         pool.submit(keys[3], tasks[3], "owner", lambda payload: answers.setdefault(3, payload))
         pool.prefetch(keys[0], tasks[0])  # asked for already: nothing more
         assert wait_for(lambda: pool.compiled == 4 and 0 in answers and 3 in answers)
-        sent = {i: pool._built[k]["sent_at"] for i, k in enumerate(keys)}
+        sent = {i: pool._built[k].sent_at for i, k in enumerate(keys)}
         # the one process was free when the first prefetch came; after it, what is asked for
         # comes before what is only prefetched, each first come first served
         assert sent[0] < sent[3] < sent[2]
         pool.submit(keys[2], tasks[2], "owner", lambda payload: answers.setdefault(2, payload))
-        assert answers[2]["ok"] and answers[2]["reused"]  # at once, from the prefetch
+        assert answers[2].ok and answers[2].reused  # at once, from the prefetch
         assert pool.compiled == 4
     finally:
         executor.close()

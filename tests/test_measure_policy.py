@@ -73,4 +73,4 @@ def test_the_executor_starts_its_workers_with_the_settings_switches(monkeypatch,
     assert executor.ctx.get_start_method() == "spawn"
     assert {w.switches for w in executor.timers + executor.compilers} == {switches}
     (choice,) = get_choices(DECODE, gpu, settings).choices
-    assert executor._task(choice, 0, None, "measure")["timing"]["mode"] == "graph"
+    assert executor._task(choice, 0, None, "measure").timing.mode == "graph"

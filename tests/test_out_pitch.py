@@ -4,7 +4,6 @@ per pitch, kept by the timing copies, given to the compile pool, and checked on 
 problem whose N is misaligned, through the tuner, executor and compile pool."""
 
 import json
-from dataclasses import asdict
 
 import pytest
 import torch
@@ -12,13 +11,14 @@ import torch
 from autotune_cli.runner.timing import _clone_operands
 from autotune_cli.runner.verify import empty_operands, make_operands
 from autotune_cli.runner.candidate import CandidateRunner
+from autotune_cli.runner.messages import MEASURE, WorkerTask
 from autotune_cli.problem import make_problem
 from autotune_cli.settings import TimingPolicy, TuneSettings
 from autotune_cli.templates import Template, get_template, register_template
 from autotune_cli.templates.base import empty_out, empty_out_like
 from autotune_cli.tune.tuner import Tuner
 
-FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
+FAST = TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0)
 ODD = make_problem(m=32, n=45, k=40, dtype="float32", device="cpu")  # rows of 180 bytes
 PITCH = 56
 
@@ -61,8 +61,7 @@ def runner():
 
 
 def measure(runner, tmp_path, uid, problem=ODD):
-    task = {"mode": "measure", "uid": uid, "problem": problem.to_dict(), "config": {}, "seed": 0,
-            "kernel_dir": str(tmp_path), "timing": FAST}
+    task = WorkerTask(MEASURE, uid, problem, {}, 0, str(tmp_path), FAST)
     payload, fatal = runner.run(task)
     assert not fatal
     return payload
@@ -104,16 +103,16 @@ def test_each_candidate_gets_its_pitch_and_a_kernel_that_ignores_it_is_wrong(run
     right = register_template(Pitched("test::pitched"))
     wrong = register_template(Pitched("test::pitch_ignored", ignores_pitch=True))
     first = measure(runner, tmp_path, "test::pitched")
-    assert first["status"] == "ok", first
+    assert first.status == "ok", first
     assert set(right.seen) == {(PITCH, 1)}
     kept = runner._inputs
-    assert measure(runner, tmp_path, "aten::mm")["status"] == "ok"  # contiguous, same inputs
+    assert measure(runner, tmp_path, "aten::mm").status == "ok"  # contiguous, same inputs
     assert runner._inputs is kept and set(kept.outs) == {PITCH, None}
     assert kept.outs[None].is_contiguous()
     again = measure(runner, tmp_path, "test::pitched")  # the kept output, NaN-filled again
-    assert again["status"] == "ok" and runner._inputs is kept
+    assert again.status == "ok" and runner._inputs is kept
     bad = measure(runner, tmp_path, "test::pitch_ignored")
-    assert bad["status"] == "wrong_result", bad
+    assert bad.status == "wrong_result", bad
     assert set(wrong.seen) == {(PITCH, 1)}
 
 

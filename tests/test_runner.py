@@ -353,7 +353,7 @@ def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
     finally:
         executor.close()
         pool.close()
-    assert len(answers) == 1 and answers[0]["ok"]
+    assert len(answers) == 1 and answers[0].ok
     assert pool.compiled == 1
 
 
@@ -448,7 +448,7 @@ def test_closed_pools_answer_at_once(tmp_path):
     shared.close()
     answers = []
     shared.submit(compile_key(choices[0]), {}, object(), answers.append)
-    assert answers and answers[0].get("closed") and not answers[0]["ok"]
+    assert answers and answers[0].closed and not answers[0].ok
     with LocalExecutor(device, settings, compile_pool=shared) as executor:
         results = _run_within(executor, choices)["results"]
     assert len(results) == len(choices) and {r.status for r in results} == {"skipped"}
@@ -517,7 +517,7 @@ def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
         answers = _pool_answers(pool, choices)
     finally:
         pool.close()
-    assert len(answers) == len(choices) and all(a["ok"] for a in answers)
+    assert len(answers) == len(choices) and all(a.ok for a in answers)
     assert pool.failure is None
 
     def never(self, timeout):
@@ -529,8 +529,8 @@ def test_compile_processes_that_cannot_start(tmp_path, monkeypatch):
         answers = _pool_answers(pool, choices, seconds=60)
     finally:
         pool.close()
-    assert len(answers) == len(choices) and all(a.get("pool_failed") for a in answers)
-    assert "planted" in answers[0]["error"]
+    assert len(answers) == len(choices) and all(a.pool_failed for a in answers)
+    assert "planted" in answers[0].error
 
 
 def test_kernels_several_devices_wait_for_are_compiled_first(tmp_path):

@@ -2,7 +2,7 @@
 between candidates: reused while the problem and seed stay, made anew when they change or a
 candidate fails, and a candidate that fails on kept inputs is checked again on fresh ones."""
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from autotune_cli.runner import verify
 from autotune_cli.runner.executor import LocalExecutor
 from autotune_cli.runner.verify import make_operands as fresh_operands  # not counted below
 from autotune_cli.runner.candidate import CandidateRunner
+from autotune_cli.runner.messages import COMPILE, MEASURE, WorkerTask
 from autotune_cli.candidates.choices import KernelTemplateChoice
 from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
@@ -20,7 +21,7 @@ from autotune_cli.templates import get_template
 from conftest import INTERPRETING, PLUGINS
 
 PLANTED = tuple(str(PLUGINS / name) for name in ("faulty.py", "corrupting.py", "broken.py", "treacherous.py"))
-FAST = asdict(TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0))
+FAST = TimingPolicy(warmup=0, min_runs=2, max_runs=2, budget_ms=0.0)
 PROBLEM = make_problem(m=32, n=32, k=32, device="cpu", dtype="float32")
 
 
@@ -49,8 +50,7 @@ def runner(monkeypatch):
 
 
 def run(runner, tmp_path, uid, problem=PROBLEM, seed=0):
-    task = {"mode": "measure", "uid": uid, "problem": problem.to_dict(), "config": {}, "seed": seed,
-            "kernel_dir": str(tmp_path), "timing": FAST}
+    task = WorkerTask(MEASURE, uid, problem, {}, seed, str(tmp_path), FAST)
     payload, fatal = runner.run(task)
     assert not fatal
     return payload
@@ -61,10 +61,10 @@ def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner
     kept = runner._inputs
     second = run(runner, tmp_path, "aten::mm")
     third = run(runner, tmp_path, "test::good")
-    assert [c["status"] for c in (first, second, third)] == ["ok", "ok", "ok"]
+    assert [c.status for c in (first, second, third)] == ["ok", "ok", "ok"]
     assert runner.made == {"operands": 1, "reference": 1}
     assert runner._inputs is kept  # the same tensors, not equal copies
-    assert all("recheck" not in c["phases"] for c in (first, second, third))
+    assert all("recheck" not in c.phases for c in (first, second, third))
     # The reference is still that of the inputs: the kept A and B were not changed.
     fresh = fresh_operands(PROBLEM, 0, "cpu")
     assert torch.equal(kept.ops.a, fresh.a) and torch.equal(kept.ops.b, fresh.b)
@@ -72,29 +72,29 @@ def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner
 
 
 def test_the_output_is_poisoned_again_before_a_candidate_on_kept_inputs(runner, tmp_path):
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     # A kernel that writes nothing would find the last candidate's right product in a
     # reused output that was not filled with NaN again.
     lazy = run(runner, tmp_path, "test::writes_nothing")
-    assert lazy["status"] == "wrong_result" and "never written" in lazy["error"]
+    assert lazy.status == "wrong_result" and "never written" in lazy.error
     assert runner._inputs is None  # a failed candidate drops the kept inputs
 
 
 def test_a_correct_candidate_after_one_that_spoiled_the_inputs_is_still_ok(runner, tmp_path):
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     # Right output, then A and B spoiled: it passes, and the kept inputs are now wrong.
     spoiler = run(runner, tmp_path, "test::corrupt_after")
-    assert spoiler["status"] == "ok"
+    assert spoiler.status == "ok"
     assert runner.made["operands"] == 1
     fresh = fresh_operands(PROBLEM, 0, "cpu")
     assert not torch.equal(runner._inputs.ops.a, fresh.a)  # the corruption is real
     good = run(runner, tmp_path, "test::good")
-    assert good["status"] == "ok", good
-    assert "recheck" in good["phases"]  # it failed on the kept inputs, passed on fresh ones
+    assert good.status == "ok", good
+    assert "recheck" in good.phases  # it failed on the kept inputs, passed on fresh ones
     assert runner.made == {"operands": 2, "reference": 2}
     assert torch.equal(runner._inputs.ops.a, fresh.a)  # the fresh inputs are kept now
     after = run(runner, tmp_path, "aten::mm")
-    assert after["status"] == "ok" and "recheck" not in after["phases"]
+    assert after.status == "ok" and "recheck" not in after.phases
     assert runner.made["operands"] == 2
 
 
@@ -104,18 +104,18 @@ def test_a_candidate_right_only_at_its_first_call_is_wrong(runner, tmp_path, uid
     """The timed runs are verified too, on the output the caller owns: a kernel that writes
     nothing, garbage, or garbage every other call after its first, or that writes its own
     tensor in place of the caller's, is a wrong result."""
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     payload = run(runner, tmp_path, uid)
-    assert payload["status"] == "wrong_result", payload
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert payload.status == "wrong_result", payload
+    assert run(runner, tmp_path, "test::good").status == "ok"
 
 
 def test_a_kernel_wrong_on_a_random_half_of_its_calls_never_passes(runner, tmp_path):
     """Each build flips its own seeded coin per call: with three checks about one build in
     eight passed; with verify's 22, one in four million."""
-    verdicts = [run(runner, tmp_path, "test::coin_flip")["status"] for _ in range(40)]
+    verdicts = [run(runner, tmp_path, "test::coin_flip").status for _ in range(40)]
     assert verdicts == ["wrong_result"] * 40, verdicts
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
 
 
 def test_a_build_the_file_system_failed_is_skipped_not_a_compile_error(runner, tmp_path):
@@ -124,34 +124,33 @@ def test_a_build_the_file_system_failed_is_skipped_not_a_compile_error(runner, t
     blocked = tmp_path / "kernels"
     blocked.write_text("not a folder")
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 1, "num_stages": 1}
-    task = {"mode": "measure", "uid": "triton::mm", "problem": PROBLEM.to_dict(), "config": config, "seed": 0,
-            "kernel_dir": str(blocked / "sub"), "timing": FAST}
+    task = WorkerTask(MEASURE, "triton::mm", PROBLEM, config, 0, str(blocked / "sub"), FAST)
     payload, fatal = runner.run(task)
-    assert payload["status"] == "skipped" and "the environment, not the kernel" in payload["error"], payload
-    compiled, _ = runner.compile(dict(task, mode="compile"))
-    assert compiled["ok"] is False and compiled["status"] == "skipped"
+    assert payload.status == "skipped" and "the environment, not the kernel" in payload.error, payload
+    compiled, _ = runner.compile(replace(task, mode=COMPILE))
+    assert compiled.ok is False and compiled.status == "skipped"
 
 
 def test_a_wrong_candidate_stays_wrong_on_fresh_inputs_and_drops_them(runner, tmp_path):
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     wrong = run(runner, tmp_path, "test::corrupt_before")  # fails on kept, then on fresh inputs
-    assert wrong["status"] == "wrong_result"
+    assert wrong.status == "wrong_result"
     assert runner.made["operands"] == 2 and runner._inputs is None
     good = run(runner, tmp_path, "test::good")
-    assert good["status"] == "ok" and "recheck" not in good["phases"]  # fresh from the start
+    assert good.status == "ok" and "recheck" not in good.phases  # fresh from the start
     assert runner.made["operands"] == 3
 
 
 def test_failures_drop_the_kept_inputs_but_a_build_error_does_not(runner, tmp_path):
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     kept = runner._inputs
     broken = run(runner, tmp_path, "test::broken")  # fails before any input is handed over
-    assert broken["status"] == "compile_error"
+    assert broken.status == "compile_error"
     assert runner._inputs is kept
     raised = run(runner, tmp_path, "test::raise")  # raised with the inputs in hand
-    assert raised["status"] == "runtime_error" and "planted failure" in raised["error"]
+    assert raised.status == "runtime_error" and "planted failure" in raised.error
     assert runner._inputs is None
-    assert run(runner, tmp_path, "test::good")["status"] == "ok"
+    assert run(runner, tmp_path, "test::good").status == "ok"
     assert runner.made["operands"] == 2
 
 
@@ -159,7 +158,7 @@ def test_another_problem_or_seed_makes_new_inputs(runner, tmp_path):
     other = make_problem(m=48, n=32, k=16, device="cpu", dtype="float32")
     steps = [(PROBLEM, 0, 1), (PROBLEM, 0, 1), (other, 0, 2), (other, 0, 2), (PROBLEM, 0, 3), (PROBLEM, 7, 4)]
     for problem, seed, made in steps:
-        assert run(runner, tmp_path, "test::good", problem, seed)["status"] == "ok"
+        assert run(runner, tmp_path, "test::good", problem, seed).status == "ok"
         assert runner.made["operands"] == made
         assert runner._inputs.ops.a.shape == (problem.m, problem.k)
     assert runner.made["reference"] == 4
@@ -174,7 +173,7 @@ def test_the_timing_worker_reuses_inputs_across_the_executors_candidates(tmp_pat
     uids = ["test::good", "test::corrupt_after", "test::good", "aten::mm"]
     choices = [KernelTemplateChoice.make(get_template(uid), PROBLEM, {}) for uid in uids]
     with LocalExecutor(device, settings) as executor:
-        results = executor.run(choices, policy=TimingPolicy(**FAST))
+        results = executor.run(choices, policy=FAST)
     assert [r.status for r in results] == ["ok"] * 4, [r.error for r in results]
     assert ["recheck" in r.phases for r in results] == [False, False, True, False]
 

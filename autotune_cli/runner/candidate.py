@@ -1,9 +1,10 @@
 """One candidate's steps in a timing or compile process: build, inputs, first run, check,
 timing, the check after the timing (CandidateRunner), and the compile-only path of a
 compile-pool process. Consecutive candidates of one problem share its random inputs and
-float64 reference. A candidate that fails is a typed result (a candidate dict), never an
-exception; `fatal` says the process should not go on (a CUDA error). The process that runs
-these steps is worker.py's.
+float64 reference. A candidate that fails is a typed result (a `Candidate`, or a compile's
+`CompileAnswer`), never an exception; `fatal` says the process should not go on (a CUDA
+error). The process that runs these steps is worker.py's; its tasks are runner/messages.py's
+`WorkerTask`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import math
 import time
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..store.results import SKIPPED
+from .messages import CompileAnswer, WorkerTask
+
+if TYPE_CHECKING:
+    from ..store.results import Candidate
 
 COMPILE_ERROR_NAMES = ("CompilationError", "OutOfResources", "CompileTimeAssertionFailure")
 # A build that failed on the file system (a kernels folder that cannot be written, a full
@@ -148,35 +155,34 @@ class CandidateRunner:
         poison(ops)
         return ops, kept.ref, reused
 
-    def run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Returns (candidate dict, fatal): fatal means this process should not go on."""
+    def run(self, task: WorkerTask) -> tuple[Candidate, bool]:
+        """Returns (the candidate's result, fatal): fatal means this process should not go on."""
         from ..store.results import OK
 
         self._exposed = False  # set once the kept inputs are handed to this candidate
         self._verified = False  # set when it was given up on but checked like an OK one
         try:
-            payload, fatal = self._run(task)
+            candidate, fatal = self._run(task)
         except BaseException:
             self.drop_inputs()
             raise
-        if payload["status"] != OK and self._exposed and not self._verified:  # it may have
+        if candidate.status != OK and self._exposed and not self._verified:  # it may have
             self.drop_inputs()  # written where it should not
-        return payload, fatal
+        return candidate, fatal
 
-    def _run(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def _run(self, task: WorkerTask) -> tuple[Candidate, bool]:
         from .verify import CONFIRM_LAUNCHES, check, poison_tensor
-        from ..problem import GemmProblem
-        from ..store.results import COMPILE_ERROR, OK, RUNTIME_ERROR, SKIPPED, WRONG_RESULT, Candidate
+        from ..store.results import COMPILE_ERROR, OK, RUNTIME_ERROR, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
         from ..templates import get_template
 
-        problem = GemmProblem.from_dict(task["problem"])
-        template = get_template(task["uid"])
-        params = template.full_params(problem, task["config"])
+        problem = task.problem
+        template = get_template(task.uid)
+        params = template.full_params(problem, dict(task.config))
         pitch = template.out_pitch(problem, params)
 
-        def result(status: str, **fields) -> dict[str, Any]:
-            return Candidate(uid=template.uid, params=params, status=status, **fields).to_dict()
+        def result(status: str, **fields) -> Candidate:
+            return Candidate(uid=template.uid, params=params, status=status, **fields)
 
         started = time.perf_counter()
         phases: dict[str, float] = {}  # seconds per step: where a candidate's time goes
@@ -188,7 +194,7 @@ class CandidateRunner:
             mark[0] = now
 
         try:
-            runnable = template.build(problem, params, task["kernel_dir"])
+            runnable = template.build(problem, params, task.kernel_dir)
         except OSError as exc:  # the file system's doing, not the kernel's: measured again later
             return result(SKIPPED, error=ENVIRONMENT_FAILURE + short_error(exc)), False
         except Exception as exc:  # noqa: BLE001 - a template that fails to build is reported
@@ -197,7 +203,7 @@ class CandidateRunner:
 
         def prepare():
             try:
-                made = self.inputs(problem, task["seed"], pitch)
+                made = self.inputs(problem, task.seed, pitch)
                 self.sync()
                 return made, None
             except Exception as exc:  # noqa: BLE001 - the inputs did not fit, or the device failed
@@ -248,7 +254,7 @@ class CandidateRunner:
         if not verdict.ok:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
-        policy = TimingPolicy(**task["timing"])
+        policy = task.timing or TimingPolicy()
         kept = self._inputs
         best = kept.best_ms.get(policy.mode) if kept is not None else None
         give_up_ms = policy.give_up_over * best if policy.give_up_over > 0 and best else None
@@ -293,20 +299,19 @@ class CandidateRunner:
                       runs=timing.runs, max_rel_error=verdict.rel_error, compile_s=compile_s,
                       timing=timing.mode), False
 
-    def compile(self, task: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def compile(self, task: WorkerTask) -> tuple[CompileAnswer, bool]:
         """Build and compile without launching anything: what a compile-pool process does.
         The binary lands in Triton's cache, where the timing process finds it."""
         from .verify import empty_operands
         from ..templates.kernel import Kernel
-        from ..problem import GemmProblem
         from ..templates import get_template
 
-        problem = GemmProblem.from_dict(task["problem"])
-        template = get_template(task["uid"])
+        problem = task.problem
+        template = get_template(task.uid)
         started = time.perf_counter()
         try:
-            params = template.full_params(problem, task["config"])
-            runnable = template.build(problem, params, task["kernel_dir"])
+            params = template.full_params(problem, dict(task.config))
+            runnable = template.build(problem, params, task.kernel_dir)
             compiled = None
             if isinstance(runnable, Kernel) and runnable.compiles:
                 # the output has the pitch the timed run gives it: its stride is specialized
@@ -314,9 +319,9 @@ class CandidateRunner:
                 pitch = template.out_pitch(problem, params)
                 compiled = runnable.warmup(empty_operands(problem, self.compile_device, pitch))
         except OSError as exc:
-            return {"ok": False, "status": "skipped", "error": ENVIRONMENT_FAILURE + short_error(exc)}, False
+            return CompileAnswer.failure(ENVIRONMENT_FAILURE + short_error(exc), SKIPPED), False
         except Exception as exc:  # noqa: BLE001 - a config that does not compile is reported
-            return {"ok": False, "error": short_error(exc)}, False
+            return CompileAnswer.failure(short_error(exc)), False
         for kernel in compiled or ():
             _prepare_launcher(kernel)
-        return {"ok": True, "compile_s": time.perf_counter() - started}, False
+        return CompileAnswer.built(time.perf_counter() - started), False

@@ -13,11 +13,10 @@ size share their binaries, and otherwise a second device's first problem would w
 kernels behind the first device's whole list.
 
 Each request's answer comes through a callback, called from the pool's own thread, with a
-payload: {"ok": True, "compile_s", "sent_at", "done_at"} (perf_counter times of the compile
-that built it; "reused": True where it was built for an earlier request or ahead of need,
-`prefetch`), or {"ok": False,
-"status", "error"}, with "pool_failed": True when no compile can be had from the pool any more,
-or {"ok": False, "closed": True} when the pool was closed first (not the kernel's fault).
+`CompileAnswer` (runner/messages.py): built (with the perf_counter times of the compile that
+built it; `reused` where it was built for an earlier request or ahead of need, `prefetch`),
+or failed (`status`, `error`), `pool_failed` when no compile can be had from the pool any
+more, `closed` when the pool was closed first (not the kernel's fault).
 """
 
 from __future__ import annotations
@@ -26,16 +25,18 @@ import hashlib
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any, Callable, Hashable, Sequence
 
 from ..hardware.device import DeviceInfo
-from ..store.results import COMPILE_ERROR, TIMEOUT
+from ..store.results import TIMEOUT
 from ..settings import Switches
+from .messages import COMPILED, FAILED, READY, CompileAnswer, WorkerTask
 from .processes import WorkerProcess, stop_all
 
-Callback = Callable[[dict[str, Any]], None]
+Callback = Callable[[CompileAnswer], None]
 
 MAX_START_FAILURES = 3
 EARLY_DEATH_S = 5.0  # a process that dies this soon after coming up counts as a failed start
@@ -66,7 +67,7 @@ def compile_key(choice) -> tuple:
 class _Job:
     __slots__ = ("key", "task", "waiters")
 
-    def __init__(self, key: Hashable, task: dict[str, Any]) -> None:
+    def __init__(self, key: Hashable, task: WorkerTask) -> None:
         self.key = key
         self.task = task
         self.waiters: list[tuple[object, Callback]] = []  # (owner, callback)
@@ -101,7 +102,7 @@ class CompilePool:
         self._ahead: deque[_Job] = deque()  # asked for ahead of need (`prefetch`): compiled last
         self._jobs: dict[Hashable, _Job] = {}  # queued or being compiled
         self._running: dict[int, _Job] = {}  # id(worker) -> its job
-        self._built: dict[Hashable, dict[str, Any]] = {}  # key -> the payload that built it
+        self._built: dict[Hashable, CompileAnswer] = {}  # key -> the answer that built it
         self._wake_r, self._wake_w = Pipe(duplex=False)
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -137,18 +138,18 @@ class CompilePool:
             self._thread = threading.Thread(target=self._run, daemon=True, name="autotune-compile-pool")
             self._thread.start()
 
-    def submit(self, key: Hashable, task: dict[str, Any], owner: object, callback: Callback) -> None:
-        """Ask for the binary `key` (built from `task`); `callback(payload)` once it is there
+    def submit(self, key: Hashable, task: WorkerTask, owner: object, callback: Callback) -> None:
+        """Ask for the binary `key` (built from `task`); `callback(answer)` once it is there
         (at once, on the caller's thread, when it is known already or the pool is closed)."""
         self.start()
         answer = None
         with self._lock:
             if self._closed:
-                answer = {"ok": False, "closed": True, "error": "the compile pool was closed"}
+                answer = CompileAnswer.pool_closed()
             elif self.failure is not None:
-                answer = {"ok": False, "status": COMPILE_ERROR, "error": self.failure, "pool_failed": True}
+                answer = CompileAnswer.pool_failure(self.failure)
             elif key in self._built:
-                answer = {**self._built[key], "reused": True}
+                answer = replace(self._built[key], reused=True)
             else:
                 job = self._jobs.get(key)
                 if job is None:
@@ -166,7 +167,7 @@ class CompilePool:
         else:
             self._wake()
 
-    def prefetch(self, key: Hashable, task: dict[str, Any]) -> None:
+    def prefetch(self, key: Hashable, task: WorkerTask) -> None:
         """Compile `key` when nothing asked for is waiting: a list's next problem, while this
         one is timed (its binary is then in Triton's cache, and `_built`, when asked for)."""
         self.start()
@@ -201,7 +202,7 @@ class CompilePool:
         if thread is None or not thread.is_alive():  # else the thread stops them on its way out
             self._stopped_on_close = True
             stop_all(self.workers)
-        self._fail_all({"ok": False, "closed": True, "error": "the compile pool was closed"})
+        self._fail_all(CompileAnswer.pool_closed())
         for end in (self._wake_r, self._wake_w):
             end.close()
 
@@ -213,17 +214,17 @@ class CompilePool:
         except (OSError, ValueError):
             pass
 
-    def _finish(self, job: _Job, payload: dict[str, Any]) -> None:
+    def _finish(self, job: _Job, answer: CompileAnswer) -> None:
         with self._lock:
             if self._jobs.get(job.key) is job:
                 del self._jobs[job.key]
-            if payload.get("ok"):
-                self._built[job.key] = payload
+            if answer.ok:
+                self._built[job.key] = answer
             waiters, job.waiters = job.waiters, []
         for _, callback in waiters:
-            callback(payload)
+            callback(answer)
 
-    def _fail_all(self, payload: dict[str, Any]) -> None:
+    def _fail_all(self, answer: CompileAnswer) -> None:
         with self._lock:
             jobs = list(self._jobs.values())
             self._jobs.clear()
@@ -235,14 +236,14 @@ class CompilePool:
             for job in jobs:
                 job.waiters = []
         for callback in waiters:
-            callback(payload)
+            callback(answer)
 
     def _fail(self, reason: str) -> None:
         """No compile can be had from this pool any more: tell every waiter, now and later
         (first: nothing after this may keep them waiting), then stop the processes."""
         with self._lock:
             self.failure = reason
-        self._fail_all({"ok": False, "status": COMPILE_ERROR, "error": reason, "pool_failed": True})
+        self._fail_all(CompileAnswer.pool_failure(reason))
         for worker in self.workers:
             try:
                 worker.kill()
@@ -330,8 +331,8 @@ class CompilePool:
                         job = self._running.pop(id(worker), None)
                     worker.kill()
                     if job is not None:
-                        self._finish(job, {"ok": False, "status": TIMEOUT,
-                                           "error": f"no compile within {self.timeout_s:g} s; worker killed"})
+                        self._finish(job, CompileAnswer.failure(
+                            f"no compile within {self.timeout_s:g} s; worker killed", TIMEOUT))
                 elif worker.state == "starting" and now > worker.deadline:
                     worker.kill()
                     self._start_failed(worker, f"did not start within {self.startup_timeout_s:g} s")
@@ -356,32 +357,30 @@ class CompilePool:
             else:
                 self._died(worker, reason)
             if state == "busy" and job is not None:
-                self._finish(job, {"ok": False, "status": COMPILE_ERROR, "error": f"{reason} while compiling"})
-        elif message["kind"] == "ready":
+                self._finish(job, CompileAnswer.failure(f"{reason} while compiling"))
+        elif message.kind == READY:
             worker.state = "idle"
             self._failures[id(worker)] = 0
             self._ready_at[id(worker)] = time.monotonic()
             self.startups.append(round(time.monotonic() - worker.started_at, 3))
-            mode = message.get("compile_mode")
+            mode = message.compile_mode
             if mode is not None:
                 with self._lock:
                     self.offline_modes[mode] = self.offline_modes.get(mode, 0) + 1
-        elif message["kind"] == "failed":
+        elif message.kind == FAILED:
             worker.kill()
-            self._start_failed(worker, message["error"])
-        elif message["kind"] == "compiled":
+            self._start_failed(worker, message.error)
+        elif message.kind == COMPILED:
             with self._lock:
                 job = self._running.pop(id(worker), None)
             sent_at = worker.assigned_at
             worker.task_index = None
             worker.state = "idle"
-            if message.get("fatal"):
+            if message.fatal:
                 worker.kill()
-            payload = dict(message["payload"])
-            if payload.get("ok"):
+            answer = message.compiled
+            if answer.ok:
                 self.compiled += 1
-                payload.update(sent_at=sent_at, done_at=time.perf_counter())
-            else:
-                payload.setdefault("status", COMPILE_ERROR)
+                answer = replace(answer, sent_at=sent_at, done_at=time.perf_counter())
             if job is not None:
-                self._finish(job, payload)
+                self._finish(job, answer)

@@ -29,16 +29,17 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import replace
 from multiprocessing.connection import wait
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..candidates.choices import KernelTemplateChoice
 from ..hardware.device import DeviceInfo
-from ..store.results import COMPILE_ERROR, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
+from ..store.results import RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from . import Executor, ExecutorStats, ResultCallback
 from .compile_pool import CompilePool, compile_key
+from .messages import COMPILE, FAILED, MEASURE, READY, RESULT, CompileAnswer, WorkerTask
 from .processes import WorkerProcess, stop_all, worker_context
 
 class WorkerStartError(RuntimeError):
@@ -127,25 +128,17 @@ class LocalExecutor(Executor):
         asked = 0
         for choice in choices:
             if self._needs_compile(choice):
-                pool.prefetch(compile_key(choice), self._task(choice, self.settings.seed, None, "compile"))
+                pool.prefetch(compile_key(choice), self._task(choice, self.settings.seed, None, COMPILE))
                 asked += 1
         return asked
 
     def _task(self, choice: KernelTemplateChoice, seed: int, policy: TimingPolicy | None,
-              mode: str) -> dict[str, Any]:
+              mode: str) -> WorkerTask:
         """A worker's task. `policy` None: the first timing MeasurePolicy gives the choice's
         problem (graph timing where its floor is tiny), as the tuner's search would."""
         if policy is None:
             policy = self.settings.measure.timing_for(choice.problem, self.device.device_type)
-        return {
-            "mode": mode,
-            "uid": choice.uid,
-            "problem": choice.problem.to_dict(),
-            "config": choice.config_dict,
-            "seed": seed,
-            "kernel_dir": str(self.settings.kernel_dir),
-            "timing": asdict(policy),
-        }
+        return WorkerTask.for_choice(choice, mode, seed, str(self.settings.kernel_dir), policy)
 
     def _needs_compile(self, choice: KernelTemplateChoice) -> bool:
         return self.compile_pool is not None and choice.template.backend != "aten"
@@ -207,7 +200,7 @@ class LocalExecutor(Executor):
         measure_queue = deque(i for i, c in enumerate(choices) if not self._needs_compile(c))
         compiling = {i for i, c in enumerate(choices) if self._needs_compile(c)}
         compile_seconds: dict[int, float] = {}
-        answers: deque[tuple[int, dict]] = deque()  # (index, payload) from the pool's thread
+        answers: deque[tuple[int, CompileAnswer]] = deque()  # from the pool's thread
         owner = object()  # stands for this run's requests in the pool
 
         def record(index: int, candidate: Candidate) -> None:
@@ -225,8 +218,8 @@ class LocalExecutor(Executor):
         this_thread = threading.get_ident()
 
         def answered(index: int):
-            def callback(payload: dict) -> None:  # on the pool's thread, or on ours from submit
-                answers.append((index, payload))
+            def callback(answer: CompileAnswer) -> None:  # on the pool's thread, or on ours from submit
+                answers.append((index, answer))
                 if threading.get_ident() != this_thread:  # ours reads `answers` before it waits
                     try:
                         self._wake_w.send_bytes(b"\0")
@@ -238,28 +231,28 @@ class LocalExecutor(Executor):
             while self._wake_r.poll():
                 self._wake_r.recv_bytes()
             while answers:
-                index, payload = answers.popleft()
+                index, answer = answers.popleft()
                 if index not in compiling:
                     continue
                 compiling.discard(index)
-                if payload.get("pool_failed"):
-                    raise WorkerStartError(payload["error"])
-                if payload.get("closed"):  # not the kernel's fault: tried again another time
-                    record(index, failed(index, SKIPPED, payload["error"]))
-                elif payload.get("ok"):
-                    compile_seconds[index] = payload["compile_s"]
-                    if not payload.get("reused"):
-                        self.compile_log.append((payload["sent_at"], payload["done_at"], payload["compile_s"]))
+                if answer.pool_failed:
+                    raise WorkerStartError(answer.error)
+                if answer.closed:  # not the kernel's fault: tried again another time
+                    record(index, failed(index, SKIPPED, answer.error))
+                elif answer.ok:
+                    compile_seconds[index] = answer.compile_s
+                    if not answer.reused:
+                        self.compile_log.append((answer.sent_at, answer.done_at, answer.compile_s))
                     measure_queue.append(index)
                 else:
-                    record(index, failed(index, payload.get("status", COMPILE_ERROR), payload["error"]))
+                    record(index, failed(index, answer.status, answer.error))
 
         pool = self._pool()
         try:
             for index in sorted(compiling):
                 choice = choices[index]
                 pool.submit(compile_key(choice),
-                                         self._task(choice, settings.seed, policy, "compile"),
+                                         self._task(choice, settings.seed, policy, COMPILE),
                                          owner, answered(index))
             while True:
                 timers = self._timers_now()  # this executor's, and any lent to this run
@@ -283,7 +276,7 @@ class LocalExecutor(Executor):
                         # One seed for every candidate: the timing worker keeps one problem's
                         # inputs and reference between its candidates (candidate.CandidateRunner).
                         try:
-                            worker.assign(index, self._task(choices[index], settings.seed, policy, "measure"),
+                            worker.assign(index, self._task(choices[index], settings.seed, policy, MEASURE),
                                           settings.timeout_s)
                         except (OSError, ValueError):  # it died while idle: the task goes back;
                             worker.kill()  # an own worker starts again, a lent one is dropped
@@ -350,22 +343,22 @@ class LocalExecutor(Executor):
             else:
                 self._start_failed(reason)
             worker.kill()
-        elif message["kind"] == "ready":
+        elif message.kind == READY:
             worker.state = "idle"
             self.start_failures = 0  # they count in a row
             self.startups.append((worker.role, round(time.monotonic() - worker.started_at, 3)))
             self._ready_at.append(time.perf_counter())
-        elif message["kind"] == "failed":
+        elif message.kind == FAILED:
             worker.kill()
-            self._start_failed(message["error"], message.get("trace", ""))
-        elif message["kind"] == "result":
-            candidate = self._where(worker, Candidate.from_dict(message["payload"]))
+            self._start_failed(message.error, message.trace)
+        elif message.kind == RESULT:
+            candidate = self._where(worker, message.candidate)
             if candidate.measured_on is not None:
                 self.lent_results += 1
             record(worker.task_index, candidate)
             worker.task_index = None
             worker.state = "idle"
-            if message.get("fatal"):
+            if message.fatal:
                 worker.kill()
 
     def _start_failed(self, reason: str, trace: str = "") -> None:

@@ -14,6 +14,7 @@ from ..errors import UserError
 from ..hardware.device import DeviceInfo
 from ..settings import START_METHODS, Switches
 from .descendants import kill_descendants
+from .messages import WorkerAnswer, WorkerTask
 from .worker import worker_main
 
 
@@ -71,7 +72,7 @@ class WorkerProcess:
         self.state = "starting"
         self.deadline = time.monotonic() + startup_timeout
 
-    def assign(self, index: int, task: dict, timeout: float) -> None:
+    def assign(self, index: int, task: WorkerTask, timeout: float) -> None:
         self.conn.send(task)
         self.assigned_at = time.perf_counter()
         self.state = "busy"
@@ -94,7 +95,7 @@ class WorkerProcess:
         """Whether its process is running (a worker marked idle may have died since)."""
         return self.process is not None and self.process.is_alive()
 
-    def receive(self) -> tuple[dict | None, str | None]:
+    def receive(self) -> tuple[WorkerAnswer | None, str | None]:
         """(the next message, None), or (None, why) when the process has died: it is reaped
         and the reason read from its exit code. The caller decides what the death means."""
         try:

@@ -19,6 +19,7 @@ import traceback
 from ..settings import Switches
 from .candidate import CandidateRunner, short_error
 from .descendants import become_subreaper, kill_descendants
+from .messages import COMPILE, CompileAnswer, WorkerAnswer
 
 # A compile process runs at this niceness: on a host whose cores all compile, the timing
 # process (which launches each timed run right after a ~50 µs GPU wait, runner/timing.py) and
@@ -180,12 +181,12 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
             else:
                 _prepare_compiler()
     except BaseException as exc:  # noqa: BLE001 - the parent is told why this worker cannot start
-        conn.send({"kind": "failed", "error": short_error(exc), "trace": traceback.format_exc()})
+        conn.send(WorkerAnswer.start_failed(short_error(exc), traceback.format_exc()))
         return
-    ready = {"kind": "ready", "pid": os.getpid()}
+    compile_mode = None
     if role == "compile" and device_type == "cuda":  # how it compiles: without CUDA, or why not
-        ready["compile_mode"] = "offline" if offline is None else f"cuda: {offline}"
-    conn.send(ready)
+        compile_mode = "offline" if offline is None else f"cuda: {offline}"
+    conn.send(WorkerAnswer.ready(os.getpid(), compile_mode))
     if role == "measure" and device_type == "cuda":
         if switches.warm_triton != "0":  # checked by the executor before it started this process
             _warm_triton(runner, switches.warm_triton)
@@ -196,7 +197,8 @@ def worker_main(conn, device_type: str, device_index: int, plugins: tuple[str, .
 
 
 def _serve(conn, runner) -> None:
-    """The request loop: a task (one candidate's steps) at a time until told to stop."""
+    """The request loop: a WorkerTask (one candidate's steps) at a time, each answered by one
+    WorkerAnswer, until told to stop (None)."""
     while True:
         try:
             task = conn.recv()
@@ -204,22 +206,24 @@ def _serve(conn, runner) -> None:
             return
         if task is None:
             return
-        compile_only = task.get("mode") == "compile"
         try:
-            if compile_only:
-                payload, fatal = runner.compile(task)
+            if task.mode == COMPILE:
+                compiled, fatal = runner.compile(task)
+                answer = WorkerAnswer.compile_done(compiled, fatal)
             else:
-                payload, fatal = runner.run(task)
+                candidate, fatal = runner.run(task)
+                answer = WorkerAnswer.measured(candidate, fatal)
         except Exception:  # noqa: BLE001 - a bug in the runner itself: report it, keep the trace
-            from ..store.results import RUNTIME_ERROR
-
-            payload = {"uid": task.get("uid", "?"), "params": task.get("config", {}),
-                       "status": RUNTIME_ERROR, "error": "worker: " + traceback.format_exc()[-600:]}
-            if compile_only:
-                payload = {"ok": False, "error": payload["error"]}
+            error = "worker: " + traceback.format_exc()[-600:]
             fatal = True
+            if task.mode == COMPILE:
+                answer = WorkerAnswer.compile_done(CompileAnswer.failure(error), fatal)
+            else:
+                from ..store.results import RUNTIME_ERROR, Candidate
+
+                answer = WorkerAnswer.measured(
+                    Candidate(uid=task.uid, params=dict(task.config), status=RUNTIME_ERROR, error=error), fatal)
         kill_descendants(os.getpid(), escaped_only=True)  # the group goes with the worker
-        kind = "compiled" if compile_only else "result"
-        conn.send({"kind": kind, "payload": payload, "fatal": fatal})
+        conn.send(answer)
         if fatal:
             return

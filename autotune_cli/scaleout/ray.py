@@ -33,7 +33,7 @@ import socket
 import tempfile
 import threading
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -67,6 +67,21 @@ class ReportingCache(MemoryCache):
             self.outbox.put((key, entry))
 
 
+@dataclass(frozen=True, slots=True)
+class ActorReport:
+    """What an actor's tune streams to the driver: each partial entry its tuner saves
+    (`partial`), then the finished entry with the outcome (`from_cache`) and where it was
+    tuned (host, process, device name). Pickled by Ray between the driver and its actors."""
+
+    key: str
+    entry: Entry
+    partial: bool = False
+    from_cache: bool = False
+    host: str = ""
+    pid: int = 0
+    device: str = ""
+
+
 class TuneActor:
     """One device of the cluster: tunes the problems it is given, writes no file."""
 
@@ -83,19 +98,19 @@ class TuneActor:
         self.settings = replace(local, cache_dir=node_dir, gpus=1, executor="local", ray_address=None)
         self.cache = ReportingCache()
         self.tuner = Tuner(self.settings, cache=self.cache, device=device)
-        self.identity_ = {"host": socket.gethostname(), "pid": os.getpid(), "device": device.name}
+        self.device_name = device.name
 
-    def tune(self, problem: dict, entries: dict[str, Entry]):
-        """Yields {"partial": True, "key", "entry"} for each partial entry the tune saves, then
-        the outcome: {"key", "entry", "from_cache", "host", "pid", "device"}. The tune runs on
-        a thread of its own so that its partial entries stream out while it runs."""
+    def tune(self, problem: GemmProblem, entries: dict[str, Entry]):
+        """Yields an ActorReport for each partial entry the tune saves, then one of the
+        outcome. The tune runs on a thread of its own so that its partial entries stream out
+        while it runs."""
         self.cache.entries = dict(entries)
         self.cache.outbox = outbox = queue.Queue()
         ended: dict = {}
 
         def run() -> None:
             try:
-                ended["outcome"] = self.tuner.tune(GemmProblem.from_dict(problem))
+                ended["outcome"] = self.tuner.tune(problem)
             except BaseException as exc:  # noqa: BLE001 - raised to the driver below
                 ended["error"] = exc
             finally:
@@ -107,15 +122,15 @@ class TuneActor:
             while (item := outbox.get()) is not None:
                 key, entry = item
                 if entry.partial:  # the finished entry goes with the outcome
-                    yield {"partial": True, "key": key, "entry": entry}
+                    yield ActorReport(key, entry, partial=True)
         finally:
             self.cache.outbox = None
         thread.join()
         if "error" in ended:
             raise ended["error"]
         outcome = ended["outcome"]
-        yield {"key": outcome.key, "entry": outcome.entry, "from_cache": outcome.from_cache,
-               **self.identity_}
+        yield ActorReport(outcome.key, outcome.entry, from_cache=outcome.from_cache,
+                          host=socket.gethostname(), pid=os.getpid(), device=self.device_name)
 
     def close(self) -> None:
         self.tuner.close()
@@ -249,8 +264,7 @@ class RayTuner:
                 slot, index = idle.popleft(), pending.popleft()
                 result = results[index]
                 result.attempts += 1
-                stream = self.actors[slot].tune.remote(result.problem.to_dict(),
-                                                       self._entries_for(result.problem))
+                stream = self.actors[slot].tune.remote(result.problem, self._entries_for(result.problem))
                 in_flight[stream] = (slot, index)
             if not in_flight:
                 break  # no actor left
@@ -258,7 +272,7 @@ class RayTuner:
             slot, index = in_flight[stream]
             result = results[index]
             try:
-                value = ray.get(next(stream))
+                report: ActorReport = ray.get(next(stream))
             except RayTaskError as exc:  # the problem failed on its own; the actor goes on
                 del in_flight[stream]
                 cause = getattr(exc, "cause", None) or exc
@@ -281,19 +295,19 @@ class RayTuner:
                     result.error = f"actor {slot} lost: {lost[slot]}"
                     finish(result)
                 continue
-            if value.get("partial"):  # results measured so far: stored now, the tune goes on
-                self.cache.put(value["key"], value["entry"])
+            if report.partial:  # results measured so far: stored now, the tune goes on
+                self.cache.put(report.key, report.entry)
                 continue
             del in_flight[stream]
             idle.append(slot)
-            outcome = TuneOutcome(result.problem, value["key"], value["entry"], value["from_cache"])
+            outcome = TuneOutcome(result.problem, report.key, report.entry, report.from_cache)
             if not outcome.from_cache:
                 self.cache.put(outcome.key, outcome.entry)  # the driver alone writes
             else:
                 self.listener.cache_hit(result.problem, outcome.entry)
             self.listener.finished(outcome)
             result.outcome, result.slot = outcome, slot
-            result.device, result.host = value["device"], value["host"]
+            result.device, result.host = report.device, report.host
             finish(result)
         why = "; ".join(f"actor {s}: {e}" for s, e in sorted(lost.items())) or "none started"
         for result in results:
