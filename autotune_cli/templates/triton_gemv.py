@@ -30,7 +30,7 @@ What the problem fixes is written into the source: EVEN_K (K a multiple of
 SPLIT_K * BLOCK_K: no K masks), EVEN_N, EVEN_M (M == BLOCK_M: A unmasked), K_FAST (which of
 B's dimensions is contiguous), HAS_BIAS, K_PER_SPLIT. EVICT (default 1) marks B's loads
 evict_first and A's evict_last: B is read once, A by every program. The workspace is
-allocated on the first run and kept by the runnable (`keeps_buffers`). PDL=1 launches each
+allocated on the first run and kept by the kernel (`keeps_buffers`). PDL=1 launches each
 kernel as a programmatic dependent launch (Hopper and later, Triton 3.4 and later;
 `fit_to_device` turns it off elsewhere): the grid may be scheduled while the kernel before
 it drains, waits for that kernel to finish (griddepcontrol.wait) before its first load, and

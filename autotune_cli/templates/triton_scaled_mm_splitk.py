@@ -11,7 +11,7 @@ and writes C (triton::mm_splitk's FUSED_REDUCE mode, templates/triton_splitk.py,
 that is safe: a barrier and an acq_rel count before, L2 reads after, the counter set back
 to 0 for the next call). Deterministic: the same inputs give the same bits.
 
-The workspace and the counters are made on the first run and kept by the runnable
+The workspace and the counters are made on the first run and kept by the kernel
 (`keeps_buffers`: one per calling thread and stream). Layout: A row-major, B column-major
 (the float8 MMA's K-major operands), C row-major; the scales and the accumulation as
 triton::scaled_mm (templates/triton_scaled_mm.py).

@@ -25,13 +25,13 @@ FUSED_REDUCE params):
      planes through L2 (`.cg`), not through its SM's L1, which is not coherent with the
      other SMs' stores. It then sets its counter back to 0, so the next call needs no
      memset (and a CUDA graph of one call replays correctly). The price of no memset: two
-     launches of one runnable overlapping (two streams, or one captured graph replayed on
-     two) leave a counter off, and every later call of that runnable then sums its tile at
+     launches of one kernel overlapping (two streams, or one captured graph replayed on
+     two) leave a counter off, and every later call of that kernel then sums its tile at
      the wrong arrival, wrong with no error; a candidate is only ever run on one stream, and
      the API builds such a kernel per thread and stream. The fused mode did not beat
      triton::mm on the suite's decode shapes (bench/README.md, "Kernel speed").
-The workspace (and the counters) are allocated on the first run and kept by the runnable (it
-is at most SPLIT_K·M·N·4 bytes; the heuristic keeps that small): the runnable holds state that
+The workspace (and the counters) are allocated on the first run and kept by the kernel (it
+is at most SPLIT_K·M·N·4 bytes; the heuristic keeps that small): the kernel holds state that
 every call writes, so two threads or streams must not share one (`keeps_buffers`). Strides
 are runtime arguments, so one kernel serves every layout; C may have any strides.
 """
@@ -75,7 +75,7 @@ class TritonSplitKTemplate(TritonTemplate):
     defaults = DEFAULTS
     params_schema = {**TILE_SCHEMA, "SPLIT_K": Int(1, 1024), "ATOMIC_ADD": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE,
                      "EVEN_K": Bool()}
-    # The workspace and the arrival counters are written by every call: one runnable per
+    # The workspace and the arrival counters are written by every call: one kernel per
     # calling thread and stream (in every mode; the workspace alone is shared state).
     keeps_buffers = True
 
