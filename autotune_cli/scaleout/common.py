@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ..store import CacheStore
 from ..store.entry import Entry
 from ..errors import UserError
 from ..problem import GemmProblem
@@ -15,9 +16,9 @@ from ..tune.tuner import TuneListener, TuneOutcome
 MAX_ATTEMPTS = 3
 
 
-class MemoryCache:
-    """The cache interface the Tuner uses (get, put, notices), held in memory: a Ray actor
-    tunes into one and hands the entry to the driver, which alone writes the file."""
+class MemoryCache(CacheStore):
+    """A CacheStore held in memory: a Ray actor tunes into one and hands the entry to the
+    driver, which alone writes the file."""
 
     def __init__(self, entries: dict[str, Entry] | None = None) -> None:
         self.entries: dict[str, Entry] = dict(entries or {})

@@ -41,11 +41,14 @@ import socket
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..store.entry import Entry
 from ..problem import GemmProblem
 from ..settings import TuneSettings, check_seconds
+
+if TYPE_CHECKING:
+    from ..store.cache import Cache
 
 __all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "in_job", "plan", "share_tuning"]
 
@@ -333,7 +336,7 @@ def _tune_share(share: list[GemmProblem], settings: TuneSettings, device, rank: 
     return tuned, RankResult(rank, {}, failed)
 
 
-def _merge(cache, given: dict[str, tuple[str, dict]]) -> None:
+def _merge(cache: Cache, given: dict[str, tuple[str, dict]]) -> None:
     """Write into `cache` each given entry it does not already hold as it is."""
     def change(current: dict[str, Entry]) -> dict[str, dict]:
         return {key: entry for key, (_, entry) in given.items()

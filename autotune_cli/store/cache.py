@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..safe_read import NotAFile
+from . import CacheStore
 from .cache_document import SCHEMA, json_value, parse_document, read_cache_file
 from .entry import DamagedCache, Entry, _require, _show
 from ..errors import UserError
@@ -66,7 +67,10 @@ def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
     return CacheUnavailable(f"cannot {what} the cache at {path}: {exc.strerror or exc}")
 
 
-class Cache:
+class Cache(CacheStore):
+    """The cache file (see the module): a CacheStore, and what the cache commands use of
+    the file besides (merge, remove, clear, items)."""
+
     def __init__(self, directory: str | os.PathLike) -> None:
         if not str(os.fspath(directory)).strip():  # Path("") would be the current directory
             raise CacheUnavailable("the cache folder is an empty path; give a folder")

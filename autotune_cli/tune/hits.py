@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..store import CacheStore
 from ..store.cache import Cache
 from ..store.entry import Entry, Winner, key_for
 from ..store.fingerprint import Fingerprint
@@ -78,9 +79,9 @@ class Lookup:
         return TuneOutcome(self.problem, self.key, self.stored, from_cache=True)
 
 
-def look_up(cache, problem: GemmProblem, device: DeviceInfo,
+def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
             only: tuple[str, ...] | None = None) -> Lookup:
-    """`cache`: anything with `get` (the cache file, or a Ray actor's entries). An entry whose
+    """`cache`: the cache file, or a Ray actor's entries. An entry whose
     params are not what its templates declare (templates/params.py: anyone who can write the
     file could have put it there) is not used, neither as a hit nor to resume from: the
     problem is tuned again, and `refused` says why (the tuner tells its listener)."""

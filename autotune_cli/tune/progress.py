@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..candidates.choices import ChoiceSet
+from ..store import CacheStore
 from ..store.entry import Entry
 from ..store.phases import PhaseClock
 from ..problem import GemmProblem
@@ -57,9 +58,10 @@ class TuneProgress:
     SAVE_INTERVAL_S = 0.5
     SAVE_COST_FACTOR = 4.0
 
-    def __init__(self, listener, cache, measure: MeasurePolicy, make_entry: Callable[[list[Candidate]], Entry],
-                 problem: GemmProblem, key: str, choice_set: ChoiceSet, reused: list[Candidate],
-                 started: float, clock: PhaseClock | None = None) -> None:
+    def __init__(self, listener, cache: CacheStore, measure: MeasurePolicy,
+                 make_entry: Callable[[list[Candidate]], Entry], problem: GemmProblem, key: str,
+                 choice_set: ChoiceSet, reused: list[Candidate], started: float,
+                 clock: PhaseClock | None = None) -> None:
         """`listener`: the tuner's TuneListener; `cache`: where partial entries go (put);
         `make_entry(kept)`: the entry of these results (the tuner's, so that a partial entry
         has a finished one's shape)."""

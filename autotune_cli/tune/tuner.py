@@ -9,11 +9,12 @@ import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 from ..version import __version__
 from ..runner import Executor
 from ..runner.executor import LocalExecutor
+from ..store import CacheStore
 from ..store.cache import Cache
 from ..candidates.choices import ChoiceSet, check_interpretable, get_choices
 from ..store.entry import Entry, Winner
@@ -77,14 +78,14 @@ class Tuner:
 
     def __init__(self, settings: TuneSettings, listener: TuneListener | None = None,
                  executor_factory: Callable[[DeviceInfo, TuneSettings], Executor] | None = None,
-                 device: DeviceInfo | None = None, cache: Any = None) -> None:
+                 device: DeviceInfo | None = None, cache: CacheStore | None = None) -> None:
         """`device`: tune on this device (one GPU of several) instead of probing GPU 0.
-        `cache`: anything with get/put/notices in place of the cache file (a Ray actor
-        keeps its entries in memory and hands them to the driver, which alone writes)."""
+        `cache`: another CacheStore in place of the cache file (a Ray actor keeps its
+        entries in memory and hands them to the driver, which alone writes)."""
         load_plugins(settings.plugins)
         self.settings = settings
         self.listener = listener or TuneListener()
-        self.cache = cache if cache is not None else Cache(settings.cache_dir)
+        self.cache: CacheStore = cache if cache is not None else Cache(settings.cache_dir)
         # the cache file is written: its folder must take a file before workers start
         self._check_folder = cache is None
         self.executor_factory = executor_factory or LocalExecutor
