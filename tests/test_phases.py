@@ -3,7 +3,9 @@ shown by `autotune mm --profile` and carried in `--json`, for one problem and fo
 
 import json
 
-from autotune_cli.store.phases import PhaseClock, process_age_s, summary_line, worker_seconds
+from autotune_cli.store.entry import Entry
+from autotune_cli.store.phases import PhaseClock, TuneRecord, process_age_s, summary_line, worker_seconds
+from autotune_cli.problem import make_problem
 
 
 def test_the_clock_sums_intervals_per_name_in_order():
@@ -22,6 +24,28 @@ def test_the_clock_sums_intervals_per_name_in_order():
 def test_worker_steps_are_summed_over_candidates():
     steps = worker_seconds([{"timing": 0.5, "build": 0.125}, None, {"timing": 0.25, "first_run": 1.0}])
     assert steps == {"build": 0.125, "first_run": 1.0, "timing": 0.75}
+
+
+def test_a_tune_record_is_every_phase_field_of_an_entry_made_at_once():
+    clock = PhaseClock()
+    clock.add("full", 0.5, count=3)
+    started = clock.started
+    record = TuneRecord.of(clock, started, [{"timing": 0.25}, None, {"timing": 0.5, "build": 0.125}],
+                           resumed=1, timeline=[("aten::mm", "full", 0.1)],
+                           compiles=[(started + 0.5, started + 1.5, 0.75), (started + 1.0, started + 2.5, 1.25)],
+                           compile_pool={"processes": 2}, startups=[("measure", 1.5)])
+    assert record.compiles == [[0.5, 1.5, 0.75], [1.0, 2.5, 1.25]]  # seconds since the tune started
+    assert record.compile_pool_s == {"kernels": 2, "busy": 2.0, "span": 2.0}
+    assert record.worker_s == {"build": 0.125, "timing": 0.75} and record.rounds == {"full": 3}
+    assert record.phases["full"] == 0.5 and record.phases["total"] >= 0 and record.startups == [["measure", 1.5]]
+    fields = record.entry_fields()
+    entry = Entry(problem=make_problem(m=8, n=8, k=8, device="cpu"), fingerprint={"device_name": "x"},
+                  winner=None, **fields)
+    assert {name: getattr(entry, name) for name in fields} == fields  # each is an Entry field
+    assert set(entry.phase_fields()) <= set(fields)
+    idle = TuneRecord.of(PhaseClock(), started, [], resumed=0, timeline=[], compiles=None, compile_pool=None,
+                         startups=())
+    assert idle.compiles is None and idle.compile_pool_s is None and idle.startups is None
 
 
 def test_process_age_is_this_process():

@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 # The order phases are shown in; any other name follows, in the order it was first seen.
 ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "prefetch", "partial_save", "save")
@@ -61,6 +62,65 @@ class PhaseClock:
     def as_dict(self) -> dict[str, float]:
         names = [n for n in ORDER if n in self.seconds] + [n for n in self.seconds if n not in ORDER]
         return {name: round(self.seconds[name], 4) for name in names}
+
+    def with_total(self) -> dict[str, float]:
+        """`as_dict` and the "total": the seconds since the clock started."""
+        return {**self.as_dict(), "total": round(time.perf_counter() - self.started, 4)}
+
+
+@dataclass(frozen=True)
+class TuneRecord:
+    """What a finished tune records about itself, beside its results: the Entry fields of
+    the same names (entry.py), made in one place (`of`) and given to the Entry as it is built.
+
+    resumed         results kept from an interrupted run
+    timeline        [candidate, round, seconds since the start] per result
+    compiles        [sent, done, seconds compiling] per kernel the compile pool built for it
+                    (seconds since the start; None: no compile pool, [] none built)
+    compile_pool    the pool's description (CompilePool.describe)
+    phases          the clock's phases and the total (PhaseClock.with_total)
+    worker_s        the timing process's seconds per step, summed (worker_seconds)
+    rounds          candidates run per search round
+    compile_pool_s  the pool's kernels, busy seconds and span (None: it built none)
+    startups        [role, seconds to ready] per worker started for it (None: none)
+    """
+
+    resumed: int
+    timeline: list
+    compiles: list | None
+    compile_pool: Any
+    phases: dict[str, float]
+    worker_s: dict[str, float]
+    rounds: dict[str, int]
+    compile_pool_s: dict[str, Any] | None
+    startups: list | None
+
+    @classmethod
+    def of(cls, clock: PhaseClock, started: float, candidate_phases: Iterable[Mapping[str, float] | None],
+           resumed: int, timeline: list, compiles: Sequence[tuple[float, float, float]] | None,
+           compile_pool: Any, startups: Sequence[tuple[str, float]]) -> "TuneRecord":
+        """`started`: the tune's perf_counter start, which `compiles`' perf_counter times are
+        made relative to; `candidate_phases`: each result's `Candidate.phases`."""
+        kernels = None
+        if compiles is not None:
+            kernels = [[round(a - started, 3), round(d - started, 3), round(c, 3)] for a, d, c in compiles]
+        return cls(
+            resumed=resumed,
+            timeline=timeline,
+            compiles=kernels,
+            compile_pool=compile_pool,
+            phases=clock.with_total(),
+            worker_s=worker_seconds(candidate_phases),
+            rounds=dict(clock.counts),
+            compile_pool_s=None if not kernels else {
+                "kernels": len(kernels), "busy": round(sum(c for _, _, c in kernels), 3),
+                "span": round(max(d for _, d, _ in kernels) - min(a for a, _, _ in kernels), 3)},
+            startups=[list(item) for item in startups] or None,
+        )
+
+    def entry_fields(self) -> dict[str, Any]:
+        """{Entry field: value}."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def worker_seconds(steps: Iterable[Mapping[str, float] | None]) -> dict[str, float]:

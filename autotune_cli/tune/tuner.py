@@ -22,7 +22,7 @@ from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
 from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
-from ..store.phases import PhaseClock, worker_seconds
+from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
 from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
@@ -202,19 +202,17 @@ class Tuner:
             progress.close()
             raise
         progress.close()
-        entry = self._entry(problem, fingerprint, candidates, choice_set, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         stats = self.executor.take_stats(started)
-        compiles = None
-        if stats.compiles is not None:  # [sent, done, seconds compiling] per kernel built for this problem
-            compiles = [[round(a - started, 3), round(d - started, 3), round(c, 3)] for a, d, c in stats.compiles]
-        entry = replace(entry, resumed=len(reused), timeline=progress.timeline, compiles=compiles,
-                        compile_pool=stats.compile_pool)
-        entry = self._add_phases(entry, clock, started, list(stats.startups))
+        record = TuneRecord.of(clock, started, (c.phases for c in candidates), resumed=len(reused),
+                               timeline=progress.timeline, compiles=stats.compiles,
+                               compile_pool=stats.compile_pool, startups=stats.startups)
+        entry = self._entry(problem, fingerprint, candidates, choice_set, seconds, record)
         with clock.phase("save"):
             self.cache.put(key, entry)
         # the finished entry's own save is known only once it is written: the outcome's
         # copy has it, the stored one stops at the search
-        entry = replace(entry, phases={**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)})
+        entry = replace(entry, phases=clock.with_total())
         self._emit_notices()
         outcome = TuneOutcome(problem, key, entry, from_cache=False)
         self.listener.finished(outcome)
@@ -225,24 +223,6 @@ class Tuner:
         pruning): an entry tuned over another space answers another question."""
         listed = get_choices(problem, self.device, self.settings).choices
         return {c.identity for c in listed} == {c.identity for c in entry.candidates}
-
-    @staticmethod
-    def _add_phases(entry: Entry, clock: PhaseClock, started: float,
-                    startups: list[tuple[str, float]]) -> Entry:
-        """The entry with the tune's phases (phases.py), the timing process's steps summed
-        over its results, the compile pool's busy seconds and span, and the workers started
-        for this tune."""
-        compiles = entry.compiles or []
-        return replace(
-            entry,
-            phases={**clock.as_dict(), "total": round(time.perf_counter() - clock.started, 4)},
-            worker_s=worker_seconds(c.phases for c in entry.candidates),
-            rounds=dict(clock.counts),
-            compile_pool_s=None if not compiles else {
-                "kernels": len(compiles), "busy": round(sum(c for _, _, c in compiles), 3),
-                "span": round(max(d for _, d, _ in compiles) - min(a for a, _, _ in compiles), 3)},
-            startups=[list(item) for item in startups] or None,
-        )
 
     @staticmethod
     def _interrupted(problem: GemmProblem, progress: TuneProgress, exc: KeyboardInterrupt) -> Interrupted:
@@ -274,7 +254,9 @@ class Tuner:
         return self._executor
 
     def _entry(self, problem: GemmProblem, fingerprint: Fingerprint, candidates: list[Candidate],
-               choice_set: ChoiceSet, seconds: float) -> Entry:
+               choice_set: ChoiceSet, seconds: float, record: TuneRecord | None = None) -> Entry:
+        """The entry of these results; `record`: what the finished tune recorded about itself
+        (a partial entry has none)."""
         winner = pick_winner(candidates, self.settings.measure)
         ordered = sorted(candidates, key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0))
         return Entry(
@@ -290,6 +272,7 @@ class Tuner:
             tool_version=__version__,
             tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             tune_seconds=round(seconds, 3),
+            **(record.entry_fields() if record is not None else {}),
         )
 
     def close(self) -> None:
