@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import UserError
 from ..hardware.device import DeviceInfo
+from ..hardware.registers import register_budget
 from ..heuristics import lookup_heuristic
 from ..heuristics.spaces import load_space_file
 from ..problem import GemmProblem
@@ -121,13 +122,13 @@ def shared_memory_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str 
 
 
 def register_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
-    """The fp32 accumulator alone must fit in the registers of the block's threads
-    (255 per thread); beyond that the kernel spills and is never competitive."""
+    """The fp32 accumulator alone must fit the GPU model's accumulator budget
+    (hardware/registers.py); beyond that the kernel spills and is never competitive."""
     if not _triton(choice) or ctx.device.device_type != "cuda":
         return None
     p = choice.config_dict
     per_thread = p["BLOCK_M"] * p["BLOCK_N"] // (32 * p["num_warps"])
-    if per_thread > 192:
+    if per_thread > register_budget(ctx.device).accumulator:
         return f"accumulator needs {per_thread} registers per thread (spills)"
     return None
 

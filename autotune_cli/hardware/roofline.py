@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from .registers import RegisterBudget, register_budget
+
 if TYPE_CHECKING:
     from ..problem import GemmProblem
 
@@ -43,7 +45,8 @@ def compute_bound(problem: "GemmProblem") -> bool:
     return problem.flops / operand_rate(problem) > hbm_seconds(problem.min_bytes)
 
 
-def tile_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
+def tile_seconds(problem: GemmProblem, config: dict, sm_count: int,
+                 registers: RegisterBudget | None = None) -> float:
     """A rough roofline per tile config (the tile model), used only to rank configs before
     compiling (search/exhaustive.py) and to leave out, for a compute-bound problem, those far
     behind the best (choices.tile_model_stage).
@@ -52,6 +55,7 @@ def tile_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
     peak scaled by an efficiency for its shape (small tiles under-use the tensor cores,
     too many accumulators per thread spill, few stages expose load latency), and its
     operand traffic comes through L2; the whole problem is never faster than its HBM floor.
+    `registers`: the GPU model's budget (registers.py; None: the default one).
     """
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     warps, stages = config["num_warps"], config["num_stages"]
@@ -62,8 +66,9 @@ def tile_seconds(problem: GemmProblem, config: dict, sm_count: int) -> float:
     efficiency = 1.0
     efficiency *= min(1.0, bm / 64) ** 0.7 * min(1.0, bn / 64) ** 0.5
     per_thread = bm * bn / (32 * warps)
-    if per_thread > 128:
-        efficiency *= 128 / per_thread
+    knee = (registers or register_budget()).efficient_accumulator
+    if per_thread > knee:
+        efficiency *= knee / per_thread
     elif per_thread < 32:
         efficiency *= (per_thread / 32) ** 0.5
     efficiency *= {1: 0.45, 2: 0.75, 3: 0.95}.get(stages, 1.0)

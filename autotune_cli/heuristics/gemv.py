@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator, NamedTuple
 
+from ..hardware.registers import register_budget
 from ..problem import FP8_DTYPES, SCALE_BLOCK, GemmProblem
 from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
 from ..templates.triton_scaled_gemv import TritonScaledGemvTemplate
@@ -51,7 +52,8 @@ SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: t
 TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE")
 FMA, EACH, DOT = "fma", "each", "dot"
 FORMS = (FMA, EACH, DOT)
-PER_THREAD = {FMA: 64, EACH: 256}  # float32 values per thread (the accumulator, or the products)
+# float32 values per thread (the accumulator, or the products): hardware/registers.py's
+PER_THREAD = {FMA: register_budget().gemv_fma, EACH: register_budget().gemv_each}
 CUDA_CORE_MAX_M = 4
 TARGET_PROGRAMS = 512  # about four programs per SM of a 132-SM H200
 MAX_WORKSPACE = 2**24  # float32 elements

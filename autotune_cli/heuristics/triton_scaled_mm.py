@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
+from ..hardware.registers import register_budget
 from ..problem import SCALE_BLOCK, GemmProblem
 from ..templates.triton_scaled_mm import TritonScaledMMTemplate, TritonScaledMMTiledTemplate
 from ..templates.triton_scaled_mm_block import TritonScaledMMBlockTemplate
@@ -32,9 +33,8 @@ from .triton_mm import scaled_unique
 MIN_EXHAUSTIVE_BLOCK_K = 64
 PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
 MAX_SPLITK_M = 64  # split-K serves decode shapes: few rows of A, few output tiles
-# Two accumulators of 128 registers (256x128 or 128x256 tiles, 8 warps) are kept: 256x128
-# leads the persistent kernel, where 128x256 spills and comes last (bench/README.md, "FP8").
-MAX_ACC_REGISTERS = 256
+# at most this many accumulator registers per thread (hardware/registers.py says why)
+MAX_ACC_REGISTERS = register_budget().scaled_accumulators
 
 
 def accumulator_registers(problem: GemmProblem, config: dict[str, Any]) -> int:
