@@ -257,3 +257,28 @@ def test_an_executor_for_a_gpu_refuses_a_bad_warm_mode_before_any_worker(tmp_pat
     gpu = replace(probe_device("cpu"), device_type="cuda")
     with pytest.raises(UserError, match="AUTOTUNE_WARM_TRITON"):
         LocalExecutor(gpu, TuneSettings(device="cuda", cache_dir=tmp_path))
+
+
+def test_the_messages_cross_a_pipe_as_they_were_made():
+    """What a worker is sent and answers are frozen dataclasses pickled through the pipe (the
+    problem and the timing policy as themselves): each arrives equal to what was sent."""
+    import multiprocessing
+
+    from autotune_cli.runner.messages import CompileAnswer, WorkerAnswer
+    from autotune_cli.store.results import Candidate
+
+    sent = [WorkerTask(MEASURE, "triton::mm", PROBLEM, {"BLOCK_M": 16}, 3, "/k", FAST),
+            WorkerAnswer.ready(123, "offline"), WorkerAnswer.start_failed("no", "trace"),
+            WorkerAnswer.measured(Candidate(uid="aten::mm", params={}, status="ok", ms=0.5, phases={"timing": 0.1}),
+                                  fatal=False),
+            WorkerAnswer.compile_done(CompileAnswer.built(0.25), fatal=True), CompileAnswer.pool_closed()]
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    try:
+        for message in sent:
+            writer.send(message)
+            assert reader.recv() == message
+    finally:
+        reader.close()
+        writer.close()
+    assert sent[0].problem.key() == PROBLEM.key() and sent[3].candidate.ok and sent[4].compiled.ok
+    assert not sent[5].ok and sent[5].closed
