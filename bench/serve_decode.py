@@ -167,7 +167,6 @@ def time_steps(loop: Loop, count: int, device: str) -> float:
 def profile_steps(fn, count: int, device: str) -> dict:
     """The GPU kernels of `count` calls of fn: per call, their summed time, count, the GEMMs'
     share, and the busy span; with the per-kernel table."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     sync(device)
@@ -199,7 +198,6 @@ def fp32_logits(cfg, model, batch: int, prompt: int, length: int, device: str):
     """The first decode step's logits from an fp32 copy of the model, from the same prompt."""
     import copy
 
-    import torch
 
     twin = copy.deepcopy(model).float()
     loop = Loop(cfg, twin, twin, batch, prompt, length, device)
@@ -288,6 +286,9 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
                     lambda: host_steps(loop, min(args.steps, 8), device))
 
 
+PREFILL_BACK_TO_BACK = 4  # forwards per timed prefill round
+
+
 def prepare_prefill(path: str, cfg, model, args, cache_dir: Path, device: str) -> Prepared:
     """One forward of `--prefill` tokens (batch 1), no KV cache: the prompt's GEMMs at M =
     `--prefill`. (A static cache reset between forwards is an input the compiled graph
@@ -303,22 +304,23 @@ def prepare_prefill(path: str, cfg, model, args, cache_dir: Path, device: str) -
         with torch.no_grad():
             return fn(input_ids=ids, use_cache=False).logits
 
-    def tick() -> float:  # the median of three forwards, each between two events
-        times = []
-        for _ in range(3):
-            sync(device)
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
+    def tick() -> float:
+        """ms per forward of PREFILL_BACK_TO_BACK forwards enqueued between two events: the
+        host runs ahead as a server's does, so one forward's launch latency (host noise of
+        a millisecond or more) is not counted as GPU time."""
+        sync(device)
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(PREFILL_BACK_TO_BACK):
                 call()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                started = time.perf_counter()
-                call()
-                times.append((time.perf_counter() - started) * 1e3)
-        return statistics.median(times)
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / PREFILL_BACK_TO_BACK
+        started = time.perf_counter()
+        for _ in range(PREFILL_BACK_TO_BACK):
+            call()
+        return (time.perf_counter() - started) * 1e3 / PREFILL_BACK_TO_BACK
 
     started = time.perf_counter()
     call()
