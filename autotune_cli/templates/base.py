@@ -9,24 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from ..problem import DTYPES, GemmProblem
-from .kernel import Kernel, Launch
-
-
-@dataclass
-class Operands:
-    """The tensors of one call: `out` is written by the kernel. A scaled_mm's fp32 scales:
-    0-d tensors, or [m, 1] and [1, n] per row (GemmProblem.scale_shapes)."""
-
-    a: Any
-    b: Any
-    out: Any
-    bias: Any = None
-    scale_a: Any = None
-    scale_b: Any = None
+from .kernel import Copier, Kernel, Launch, Operands
 
 
 # What `build` returns: a Kernel (templates/kernel.py), or a plugin's plain callable.
@@ -81,18 +67,6 @@ def out_allocator(shape: tuple[int, ...], pitch: int | None, whole_rows: bool = 
         return lambda dtype, device: empty(shape, strides, dtype=dtype, device=device)
     elements, one = (strides[0] * shape[0],), (1,)  # the last row's padding included
     return lambda dtype, device: empty(elements, one, dtype=dtype, device=device).as_strided(shape, strides)
-
-
-class Copier(ABC):
-    """`copy(src)`: the copy of an operand into one destination (padded storage of an
-    alignment template's own), for sources of any layout; `copy.fixed(src)` the copy for
-    sources laid out as `src` alone (a bound plan's: their shapes and strides fixed)."""
-
-    @abstractmethod
-    def __call__(self, src) -> None: ...
-
-    @abstractmethod
-    def fixed(self, src) -> Callable[[Any], None]: ...
 
 
 class _TorchCopier(Copier):

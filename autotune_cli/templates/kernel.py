@@ -13,20 +13,33 @@ reads an attribute and never asks whether it is there:
                           launches the kernel its own way (torch.compile's wrap_triton), or None.
 
 A plugin's `build` may return a plain callable instead; it offers none of these, and the
-callers tell the two apart with isinstance.
+callers tell the two apart with isinstance. `Operands` (what a kernel is given) and `Copier`
+(an alignment template's copy of an operand into its own buffer) live here too, so that
+base.py and row_copy.py both import them from below.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from .base import Operands
+from dataclasses import dataclass
+from typing import Any, Callable
 
 Launch = Callable[[Any, Any, Any, Any], None]  # (a, b, out, bias) -> None: a bound kernel
 # (jit function, grid, arguments(ops) -> every argument, launch options)
 LaunchParts = tuple[Any, tuple, Callable[["Operands"], tuple], dict[str, Any]]
+
+
+@dataclass
+class Operands:
+    """The tensors of one call: `out` is written by the kernel. A scaled_mm's fp32 scales:
+    0-d tensors, or [m, 1] and [1, n] per row (GemmProblem.scale_shapes)."""
+
+    a: Any
+    b: Any
+    out: Any
+    bias: Any = None
+    scale_a: Any = None
+    scale_b: Any = None
 
 
 class Kernel(ABC):
@@ -49,3 +62,15 @@ class Kernel(ABC):
         where the kernel has none (then base.bound calls it with an Operands per call).
         `reuse_b`: a copy of B the kernel keeps may be skipped while B is unchanged."""
         return None
+
+
+class Copier(ABC):
+    """`copy(src)`: the copy of an operand into one destination (padded storage of an
+    alignment template's own), for sources of any layout; `copy.fixed(src)` the copy for
+    sources laid out as `src` alone (a bound plan's: their shapes and strides fixed)."""
+
+    @abstractmethod
+    def __call__(self, src) -> None: ...
+
+    @abstractmethod
+    def fixed(self, src) -> Callable[[Any], None]: ...

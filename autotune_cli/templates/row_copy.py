@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .base import Copier
+from .kernel import Copier
 from .launch import Launcher
 
 BLOCK = 1024
