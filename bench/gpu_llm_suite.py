@@ -48,8 +48,9 @@ SHAPES = [
     ("tf32 2048^3 fp32", dict(m=2048, n=2048, k=2048, dtype="float32", allow_tf32=True)),
 ]
 
-# nn.Linear heads with odd vocabularies (GPT-2; a Llama-2 vocabulary with one added token;
-# Qwen's), the weight stored [N, K]: only the output's rows are misaligned.
+# nn.Linear heads with odd vocabularies (GPT-2; a Llama-2 vocabulary with one added token)
+# and a wide one (Qwen's 151936, a multiple of 16), the weight stored [N, K]: where N is
+# odd only the output's rows are misaligned.
 ODD_SHAPES = [(f"odd {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
               for n, k in ((50257, 768), (32001, 4096), (151936, 4096)) for m in (1, 64, 256, 2048)]
 SMALL_M_SHAPES = [(f"chunk {m}x{n}x{k} bf16 nt", dict(m=m, n=n, k=k, dtype="bfloat16", layout="nt"))
