@@ -119,20 +119,41 @@ class ModelProgress(ProgressReporter):
         self.done += 1
         self.overall.update(self.overall_task, completed=self.done, description="problems")
         if not outcome.from_cache:
-            self.console.print(f"tuned: {outcome.problem.describe()} -> {outcome_summary(outcome)}",
-                               highlight=False, markup=False, soft_wrap=False)
+            for line in tuned_lines(outcome):
+                self.console.print(line, highlight=False, markup=False, soft_wrap=False)
 
     def close(self) -> None:
         self.overall.stop()
 
 
-def outcome_summary(outcome) -> str:
+def tuned_lines(outcome) -> list[str]:
+    """A fresh tune as lines that each fit an 80-column terminal: the problem and its
+    winner's uid and time, then (indented) the winner's params and the candidates' counts."""
     entry: Entry = outcome.entry
+    head = f"tuned: {outcome.problem.describe()} -> "
     winner = entry.winner
+    if winner is None:
+        return [head + outcome_summary(outcome)]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(_status_counts(entry).items()))
+    lines = [printable(f"{head}{winner.uid} {fmt_ms(winner.ms)} ms, {fmt_tflops(winner.tflops)} TFLOP/s")]
+    shown = params_str(winner.params)
+    if shown:
+        lines.append(printable(f"  {shown}"))
+    lines.append(printable(f"  [{counts}; tuned in {entry.tune_seconds or 0:.1f} s]"))
+    return lines
+
+
+def _status_counts(entry: Entry) -> dict[str, int]:
     statuses: dict[str, int] = {}
     for cand in entry.candidates:
         statuses[cand.status] = statuses.get(cand.status, 0) + 1
-    counts = printable(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    return statuses
+
+
+def outcome_summary(outcome) -> str:
+    entry: Entry = outcome.entry
+    winner = entry.winner
+    counts = printable(", ".join(f"{n} {s}" for s, n in sorted(_status_counts(entry).items())))
     if winner is None:
         return f"no valid candidate ({counts})"
     shown = printable(f"{winner.uid} {params_str(winner.params)}")
