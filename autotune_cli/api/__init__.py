@@ -129,7 +129,7 @@ class Dispatcher:
         Otherwise any entry for this problem whose fingerprint is this machine's, for the
         templates it was tuned with, and whose winner is registered here; the fastest wins.
         """
-        return self._lookup.find(problem, templates)
+        return self._lookup.find(problem, templates, current_gpu(problem))
 
     def lookup(self, problem: GemmProblem | dict | None = None, /, *,
                templates: str | tuple[str, ...] | None = None, **fields) -> dict | None:
@@ -140,7 +140,7 @@ class Dispatcher:
         cuda where a GPU is present, else cpu).
         """
         problem = as_problem(problem, fields)
-        found = self._lookup.find(problem, templates)
+        found = self._lookup.find(problem, templates, current_gpu(problem))
         return copy.deepcopy(found[1].winner.to_dict()) if found else None
 
     # -- dispatching -------------------------------------------------------------------------
@@ -335,7 +335,7 @@ class Dispatcher:
         from ..templates.triton_base import interpreting
 
         borrowed = found is not None
-        found = found or self._lookup.find(problem)
+        found = found or self._lookup.find(problem, index=gpu_index(device))
         if found is None:
             return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine "
                                             f"({tune_hint(op, problem)})")
@@ -396,3 +396,27 @@ lookup = _default.lookup
 lookup_entry = _default.lookup_entry
 dispatch_info = _default.dispatch_info
 reset = _default.reset
+
+
+def gpu_index(device) -> int:
+    """The GPU a torch device names (its index, or the current GPU for a bare "cuda"); 0 for
+    any other device. Each GPU's winners are looked up under its own fingerprint."""
+    if getattr(device, "type", None) != "cuda":
+        return 0
+    if device.index is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def current_gpu(problem: GemmProblem) -> int:
+    """The current GPU where torch has started CUDA (a rank's own, after set_device), else 0:
+    a lookup without operands is for the device the caller's tensors would be on."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if problem.device != "cuda" or torch is None or not torch.cuda.is_initialized():
+        return 0
+    return torch.cuda.current_device()
+

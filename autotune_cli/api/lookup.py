@@ -1,7 +1,7 @@
 """Finding this machine's cached entry for a problem, for the Python API.
 
 The fingerprint that selects an entry is the tuner's own (hits.fingerprint_for, on the
-device as probe_device reads it): its digest, the machine's, makes the key, and the templates
+device the operands are on, as probe_device reads it): its digest, the machine's, makes the key, and the templates
 the entry was tuned with must be registered here with the source they had then; so an entry
 from another machine, or one whose template source has changed since, is never used. Nothing
 here starts a worker or builds a Tuner; torch is not imported.
@@ -29,7 +29,7 @@ class WinnerLookup:
 
     def __init__(self, cache_dir: Callable[[], Path]) -> None:
         self._cache_dir = cache_dir
-        self._devices: dict[str, object] = {}  # device type -> DeviceInfo
+        self._devices: dict[tuple[str, int], object] = {}  # (device type, index) -> DeviceInfo
         self._entries: tuple[tuple, dict[str, Entry]] | None = None
         # problem key -> [(key, entry)] of the entries read: a model's thousands of problems
         # are each found without a pass over every entry
@@ -62,21 +62,23 @@ class WinnerLookup:
         self._refused = {}
         return entries
 
-    def fingerprint(self, problem: GemmProblem, templates: tuple[str, ...] | None):
+    def fingerprint(self, problem: GemmProblem, templates: tuple[str, ...] | None, index: int = 0):
         """The Fingerprint a tune of `problem` with `templates` (uids or backends; None: all)
-        makes here: its digest is the key's, its templates what it considers. The device is
-        probed once per device type."""
+        makes on GPU `index` here: its digest is the key's, its templates what it considers.
+        Each device is probed once: a host with two GPU models has a key for each."""
         from ..hardware.device import probe_device
         from ..tune.hits import fingerprint_for
 
-        device = self._devices.get(problem.device)
+        slot = (problem.device, index if problem.device == "cuda" else 0)
+        device = self._devices.get(slot)
         if device is None:
-            device = self._devices[problem.device] = probe_device(problem.device)
+            device = self._devices[slot] = probe_device(problem.device, index=slot[1])
         return fingerprint_for(problem, device, templates)
 
-    def find(self, problem: GemmProblem, templates: str | tuple[str, ...] | None = None
+    def find(self, problem: GemmProblem, templates: str | tuple[str, ...] | None = None, index: int = 0
              ) -> tuple[str, Entry] | None:
-        """(key, entry) of the cached result for `problem` on this machine, or None.
+        """(key, entry) of the cached result for `problem` on this machine's GPU `index` (the
+        operands' device), or None.
 
         `templates`: only an entry whose winner a tune with this selection (as
         `--templates`) would pick (hits.answers). Otherwise the entry of this machine for the
@@ -93,7 +95,7 @@ class WinnerLookup:
         entries = self.entries()
         if templates is not None:
             only = tuple(t.strip() for t in templates.split(",")) if isinstance(templates, str) else tuple(templates)
-            wanted = self.fingerprint(problem, only)
+            wanted = self.fingerprint(problem, only, index)
             key = key_for(problem, wanted.digest())
             entry = entries.get(key)
             usable = entry is not None and answers(entry, wanted.template_hashes) and self._usable(key, entry)
@@ -106,7 +108,7 @@ class WinnerLookup:
             if not uids:
                 continue
             try:
-                here = self.fingerprint(problem, uids)
+                here = self.fingerprint(problem, uids, index)
             except UserError:  # tuned with a template (a plugin's) not registered here
                 continue
             if key != key_for(problem, here.digest()) or here.template_hashes != dict(entry.templates):
