@@ -377,6 +377,10 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
         mode = DEFAULT_MODE
+    if backend == "inductor":
+        # as torch.compile(backend="inductor") does as it wraps: a backend given as a callable
+        # would import Inductor at the first call, inside the compile it times
+        import torch._inductor.compile_fx  # noqa: F401
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = _default if cache_dir is None else Dispatcher(cache_dir)
