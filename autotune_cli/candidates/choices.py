@@ -277,8 +277,8 @@ def misaligned_loads(problem: GemmProblem) -> bool:
 def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> list[tuple[KernelTemplateChoice, str]]:
     """Of a GPU problem's default search whose plain tiles would load misaligned rows
     (`misaligned_loads`), the configs of a template whose padded twin also serves it
-    (`Template.padded_twin`: triton::mm beside triton::mm_padded, offered where K or N is not
-    a multiple of 16): the twin runs the same tiles on copies with aligned rows, loaded 16
+    (the twin's `Template.pads`: triton::mm_padded pads triton::mm, offered where K or N is
+    not a multiple of 16): the twin runs the same tiles on copies with aligned rows, loaded 16
     bytes at a time, where this one loads the misaligned rows element by element and takes
     the longest compiles of the problem; no plain tile came near the best padded one
     (bench/README.md, "Cold tuning"). Where only the output's rows are off (an odd N with B
@@ -288,9 +288,9 @@ def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
             or ctx.settings.templates is not None or not misaligned_loads(ctx.problem)):
         return []
-    offered = {c.template.uid for c in kept}
-    return [(c, f"its rows are misaligned; {c.template.padded_twin} runs its tiles on aligned copies")
-            for c in kept if getattr(c.template, "padded_twin", None) in offered]
+    twins = {c.template.pads: c.template.uid for c in kept if getattr(c.template, "pads", None)}
+    return [(c, f"its rows are misaligned; {twins[c.template.uid]} runs its tiles on aligned copies")
+            for c in kept if c.template.uid in twins]
 
 
 # Stages over the whole list of kept choices, after the per-choice ones: (name, stage), each

@@ -225,10 +225,10 @@ class Template(ABC):
     # Its tiles put A's rows in the matrix instruction's M slot (plain tiled, persistent and
     # split-K GEMMs): for a decode problem swap-AB serves it better (choices.decode_stage).
     rows_in_m_slot: bool = False
-    # The template that runs this one's kernel on copies of the operands with aligned rows
-    # (triton::mm -> triton::mm_padded): where both serve a problem, this one reads
-    # misaligned rows without wide loads (choices.misaligned_stage).
-    padded_twin: str | None = None
+    # The uid of the template whose kernel this one runs on copies of the operands with
+    # aligned rows (triton::mm_padded pads triton::mm): where both serve a problem whose
+    # loads are misaligned, the one it pads is left out (choices.misaligned_stage).
+    pads: str | None = None
     # Whether a built kernel writes buffers of its own on every call (the alignment
     # templates' padded copies of operands): two threads must not share one (the API builds
     # one per thread).

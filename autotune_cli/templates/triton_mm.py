@@ -25,7 +25,6 @@ class TritonMMTemplate(TritonTemplate):
     ops = ("mm", "addmm")
     tile_model = "prunes"  # choices.tile_model_stage
     rows_in_m_slot = True  # choices.decode_stage
-    padded_twin = "triton::mm_padded"  # choices.misaligned_stage
     template_file = TEMPLATE_FILE
     params_schema = {**TILE_SCHEMA, "EVEN_K": Bool()}
 

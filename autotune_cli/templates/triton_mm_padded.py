@@ -49,7 +49,7 @@ def padded_n(problem: GemmProblem) -> int:
 
 class TritonMMPaddedTemplate(TritonMMTemplate):
     keeps_buffers = True  # the padded copies of the operands
-    padded_twin = None  # it is the twin
+    pads = TritonMMTemplate.uid  # choices.misaligned_stage
 
     uid = "triton::mm_padded"
     ops = ("mm", "addmm")
