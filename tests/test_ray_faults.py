@@ -232,3 +232,11 @@ def test_a_ray_address_that_cannot_be_joined_is_one_line(address, tmp_path, mode
     assert len(lines) == 1 and lines[0].startswith("autotune: error: --ray-address"), lines[-5:]
     assert proc.stdout == ""
     assert not (tmp_path / "cache" / "autotune-cache.json").exists()
+
+
+def test_a_running_ray_heads_address_passes_the_check(cluster):
+    """The check before joining (scaleout/ray.check_address: the port answers as gRPC)
+    passes a real Ray head's address."""
+    from autotune_cli.scaleout.ray import check_address
+
+    check_address(ray.get_runtime_context().gcs_address)

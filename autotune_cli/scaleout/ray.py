@@ -22,7 +22,8 @@ importable on every node.
 
 Nothing of Ray's reaches the command's stdout (--json is parsed from it): the cluster's error
 messages, which Ray's driver prints there whatever `log_to_driver` says, go to stderr. A
---ray-address that cannot be joined (malformed, refused, unreachable) is one line at once.
+--ray-address that cannot be joined (malformed, refused, unreachable, or a port that is not a
+Ray head's) is one line at once.
 """
 
 from __future__ import annotations
@@ -171,10 +172,37 @@ def check_address(address: str) -> None:
         raise UserError(f"--ray-address {shown}: not a Ray address (host:port of the cluster's head, "
                         f"ray://host:port, or auto)")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
+            speaks_grpc = answers_http2(conn)
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
         raise UserError(f"--ray-address {shown}: cannot reach {host}:{port} ({why})") from None
+    if not speaks_grpc:
+        raise UserError(f"--ray-address {shown}: {host}:{port} answers, but not as a Ray head "
+                        f"(no gRPC there: is the port the head's?)")
+
+
+# An HTTP/2 client's opening (its preface and an empty SETTINGS frame): a gRPC server, as a
+# Ray head's GCS and its client server are, answers with a SETTINGS frame of its own.
+HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+SETTINGS_FRAME = 4  # the frame type, the fourth byte of a frame's 9-byte header
+
+
+def answers_http2(conn: socket.socket) -> bool:
+    """Whether the server on `conn` answers an HTTP/2 opening with a SETTINGS frame within
+    CONNECT_TIMEOUT_S: what Ray's own join would otherwise wait tens of seconds to find out
+    of a port that takes connections but speaks something else."""
+    conn.sendall(HTTP2_OPENING)
+    header = b""
+    try:
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
+    except TimeoutError:  # took the connection, said nothing
+        return False
+    return len(header) == 9 and header[3] == SETTINGS_FRAME
 
 
 def _join(address: str | None) -> None:
