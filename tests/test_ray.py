@@ -24,7 +24,7 @@ from autotune_cli.settings import TuneSettings  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    with local_ray("0.15"):
+    with local_ray("0.05"):
         yield
 
 

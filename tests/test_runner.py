@@ -132,7 +132,8 @@ def test_exhaustive_search_on_cpu(cli, cache_dir):
 
 @pytest.mark.slow
 def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
-    monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "1.5")  # 8 configs x 2 runs x 1.5 s: far past the budget
+    # each config's first calls sleep 1 s (plugins/sleepy.py): eight configs are far past the budget
+    monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "1.0")
     code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 16, "--n", 16, "--k", 16,
                          "--plugin", PLUGINS / "sleepy.py", "--templates", "test::sleepy,aten",
                          "--workers", 1, "--budget", 12)
@@ -146,21 +147,32 @@ def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
 
 
 @pytest.mark.slow
-def test_interrupted_tune_resumes(cache_dir):
+def test_interrupted_tune_resumes(cache_dir, tmp_path):
     args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16",
             "--n", "16", "--k", "16", "--plugin", str(PLUGINS / "sleepy.py"),
             "--templates", "test::sleepy", "--workers", "1"]
-    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    # a candidate takes about a second (plugins/sleepy.py): the kill comes before all eight are done
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "AUTOTUNE_TEST_SLEEP": "0.2"}
     cache_file = cache_dir / "autotune-cache.json"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if cache_file.exists() and '"partial": true' in cache_file.read_text():
-            break
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # its output goes to files: a pipe nobody reads could block it once full
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=err, start_new_session=True)
+    # until the first partial entry is saved, or the process ends (its stderr then says why);
+    # the bound only keeps a hung run from hanging the suite
+    bound = time.monotonic() + 600
+    try:
+        while proc.poll() is None and time.monotonic() < bound:
+            if cache_file.exists() and '"partial": true' in cache_file.read_text():
+                break
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "err").read_text()[-2000:]
+    assert cache_file.exists(), "no partial entry was saved"
     partial = json.loads(cache_file.read_text())["entries"]
     (entry,) = partial.values()
     assert entry["partial"] is True and entry["winner"] is None

@@ -1,6 +1,9 @@
-"""A planted slow template for tests: eight configs, each run takes 0.4 s (or $AUTOTUNE_TEST_SLEEP); config 5 is
-the fastest (it sleeps least)."""
+"""A planted slow template for tests: eight configs; config 5 is the fastest (it sleeps least).
+A built kernel's first SLOW_CALLS calls, its first run and its timed runs (CPU timing: at most
+five), each sleep 0.4 s (or $AUTOTUNE_TEST_SLEEP); later calls, the confirmation launches after
+the timing (runner/verify.CONFIRM_LAUNCHES), do not, so that a candidate takes a few sleeps."""
 
+import itertools
 import os
 import time
 
@@ -8,6 +11,8 @@ from autotune_cli.heuristics import register_heuristic
 from autotune_cli.heuristics.registry import Heuristic
 from autotune_cli.templates import Template, register_template
 from autotune_cli.templates.params import Int
+
+SLOW_CALLS = 6
 
 
 class Sleepy(Template):
@@ -24,9 +29,11 @@ class Sleepy(Template):
 
         base = float(os.environ.get("AUTOTUNE_TEST_SLEEP", "0.4"))
         delay = base - (base / 2 if params["id"] == 5 else 0.0)
+        calls = itertools.count()
 
         def run(ops):
-            time.sleep(delay)
+            if next(calls) < SLOW_CALLS:
+                time.sleep(delay)
             torch.mm(ops.a, ops.b, out=ops.out)
 
         return run
