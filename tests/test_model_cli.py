@@ -374,7 +374,7 @@ def test_saved_counts_against_plain_cublas(cli):
     aten::mm_aligned (cuBLAS on padded copies) saves its lead over aten::mm."""
     from types import SimpleNamespace
 
-    from autotune_cli.cli.rows import _Clock, aten_ms, result_row
+    from autotune_cli.cli.rows import StageClock, aten_ms, result_row
     from autotune_cli.store.entry import Entry, Winner
     from autotune_cli.problem import GemmProblem
     from autotune_cli.store.results import Candidate
@@ -392,15 +392,15 @@ def test_saved_counts_against_plain_cublas(cli):
     item = SimpleNamespace(count=3)
     outcome = SimpleNamespace(winner=Winner("aten::mm_aligned", {}, 0.10, 1.0), entry=entry,
                               key="k", from_cache=True)
-    row = result_row(item, {"describe": "d", "count": 3}, outcome, _Clock())
+    row = result_row(item, {"describe": "d", "count": 3}, outcome, StageClock())
     assert row["aten_ms"] == 0.40
     assert row["saved_ms"] == pytest.approx((0.40 - 0.10) * 3)
     # a plain cuBLAS winner saves nothing; without a plain cuBLAS time, nothing is claimed
     outcome.winner = Winner("aten::mm", {}, 0.40, 1.0)
-    assert result_row(item, {}, outcome, _Clock())["saved_ms"] == 0
+    assert result_row(item, {}, outcome, StageClock())["saved_ms"] == 0
     outcome.entry = entry_of(cand("aten::mm_aligned", 0.1), cand("triton::mm", 0.2))
     outcome.winner = Winner("aten::mm_aligned", {}, 0.1, 1.0)
-    assert result_row(item, {}, outcome, _Clock())["saved_ms"] is None
+    assert result_row(item, {}, outcome, StageClock())["saved_ms"] is None
 
 
 # -- the plan, the summary, the cache on a second run ------------------------------------------

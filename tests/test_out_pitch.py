@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from autotune_cli.runner.timing import _clone_operands
+from autotune_cli.runner.timing import clone_operands
 from autotune_cli.runner.verify import empty_operands, make_operands
 from autotune_cli.runner.candidate import CandidateRunner
 from autotune_cli.runner.messages import MEASURE, WorkerTask
@@ -89,7 +89,7 @@ def test_the_timing_copies_keep_the_pitch():
     ops = make_operands(problem, seed=1, device="cpu", pitch=48)
     ops.out.copy_(torch.mm(ops.a, ops.b))
     assert ops.out.clone().is_contiguous()  # the trap
-    copy = _clone_operands(ops)
+    copy = clone_operands(ops)
     assert copy.out.stride() == ops.out.stride() == (48, 1)
     assert copy.out.untyped_storage().nbytes() == 32 * 48 * 2
     assert copy.out.data_ptr() != ops.out.data_ptr() and torch.equal(copy.out, ops.out)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .app import Stopped, err, out
-from .rows import _Clock, result_row
+from .rows import StageClock, result_row
 from ..errors import Interrupted, Terminated, UserError
 from ..problem import GemmProblem
 
@@ -63,7 +63,7 @@ def stopped_by_list_signal(done: Callable[[], int], total: int):
 
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
-              profile: bool = False, clock: _Clock | None = None, counts: list[int] | None = None) -> int:
+              profile: bool = False, clock: StageClock | None = None, counts: list[int] | None = None) -> int:
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
     `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
     command's, whose stages the JSON document carries; `counts`: each problem's (default 1)."""
@@ -75,7 +75,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     from .tables import model_summary_table
     from ..templates import check_template_names
 
-    clock = clock or _Clock()
+    clock = clock or StageClock()
     load_plugins(settings.plugins)  # bad tuning options fail before anything starts
     check_template_names(settings.templates)
     counts = counts or [1] * len(problems)

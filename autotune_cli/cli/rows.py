@@ -28,7 +28,7 @@ def saved_ms(baseline_ms: float | None, winner: "Winner | None", count: int) -> 
     return (baseline_ms - winner.ms) * count
 
 
-class _Clock:
+class StageClock:
     """Seconds since the command started at which each stage ended (for --json readers)."""
 
     def __init__(self) -> None:
@@ -49,7 +49,7 @@ def plan_rows(found) -> list[dict]:
              "hint": f.hint} for f, share in zip(found, shares)]
 
 
-def result_row(item, planned: dict, outcome, clock: _Clock, slot=0, device_name=None, host=None,
+def result_row(item, planned: dict, outcome, clock: StageClock, slot=0, device_name=None, host=None,
                error=None, span=None) -> dict:
     """A plan row with what tuning its problem gave (or why it failed)."""
     winner = outcome.winner if outcome else None

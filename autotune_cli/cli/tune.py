@@ -40,7 +40,7 @@ from .app import (
     WorkersOpt,
 )
 from ..errors import UserError
-from .rows import _Clock, pass_estimates, pass_totals, plan_rows, result_row
+from .rows import StageClock, pass_estimates, pass_totals, plan_rows, result_row
 
 
 @app.command()
@@ -88,7 +88,7 @@ def mm(
     (--scale); or a list of them (--from FILE) in one process."""
     from ..store.phases import process_age_s
 
-    command = _Clock()
+    command = StageClock()
     command.stages["process_age"] = process_age_s()  # the interpreter's start and the imports
     from ..tune.hits import cached
     from ..problem import make_problem
@@ -172,7 +172,7 @@ def mm(
         raise typer.Exit(code=1)
 
 
-def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: _Clock) -> list[dict]:
+def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) -> list[dict]:
     """Tune every problem found: one after another on one device, or spread by a scaled
     tuner (`tune_all`) over several."""
     if scaled:
@@ -231,7 +231,7 @@ def model(
     from ..settings import Switches
     from ..tune.tuner import Tuner
 
-    clock = _Clock()
+    clock = StageClock()
     shapes = [parse_input_shape(text) for text in input_shape or []]
     hints = parse_hints(hint or [])
     # not a saved model, or untrusted TorchScript: said now, before anything starts

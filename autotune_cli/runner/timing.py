@@ -72,7 +72,7 @@ def _operand_bytes(ops) -> int:
     return total
 
 
-def _clone_operands(ops):
+def clone_operands(ops):
     """A copy of the operands with the same strides: clone keeps those of a dense tensor
     (A, B and the bias, row- or column-major), but makes a view of padded rows (an output
     with a template's `out_pitch`) contiguous, so the output is made with its pitch."""
@@ -203,7 +203,7 @@ class CudaTimer:
               give_up_ms: float | None = None) -> Timing:
         torch = self.torch
         copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(_operand_bytes(ops), 1))))
-        sets = [ops] + [_clone_operands(ops) for _ in range(copies - 1)]
+        sets = [ops] + [clone_operands(ops) for _ in range(copies - 1)]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up off the default stream, as capture needs
