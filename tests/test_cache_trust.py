@@ -270,15 +270,15 @@ def test_import_plans_under_the_lock_against_what_is_on_disk(tmp_path, monkeypat
 
     monkeypatch.setattr(cache_module, "fcntl", Flock)
     codes = []
-    tuner_cache = Cache(folder)
-    with tuner_cache.locked():
-        importer = threading.Thread(name="importer", target=lambda: codes.append(
-            main(["cache", "import", str(export), "--cache-dir", str(folder)])))
+    importer = threading.Thread(name="importer", target=lambda: codes.append(
+        main(["cache", "import", str(export), "--cache-dir", str(folder)])))
+
+    def tune_writes(current):  # called under the lock, which the import then waits for
         importer.start()
         assert waiting.wait(60)
-        entries = tuner_cache._read_unlocked()
-        entries[key] = Entry.from_dict(make_entry(tuned_at="2026-11-20T00:00:00+00:00"), key)  # the tune's, newest
-        tuner_cache._write_unlocked(entries)
+        return {key: Entry.from_dict(make_entry(tuned_at="2026-11-20T00:00:00+00:00"), key)}  # the tune's, newest
+
+    Cache(folder).merge(tune_writes)
     importer.join(60)
     assert codes == [0]
     assert Cache(folder).load()[key].tuned_at == "2026-11-20T00:00:00+00:00"

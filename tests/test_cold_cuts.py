@@ -13,7 +13,7 @@ from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
 from autotune_cli.problem import make_problem
 from autotune_cli.runner.candidate import GAVE_UP, CandidateRunner
-from autotune_cli.runner.messages import MEASURE, WorkerTask
+from autotune_cli.runner.messages import COMPILE, MEASURE, WorkerTask
 from autotune_cli.settings import MeasurePolicy, Switches, TimingPolicy, TuneSettings
 
 SLEEPY = str(PLUGINS / "sleepy.py")  # eight configs, each run sleeps $AUTOTUNE_TEST_SLEEP s
@@ -125,7 +125,6 @@ def wait_for(condition, seconds=120.0):
 
 def test_prefetched_kernels_come_after_asked_ones_and_are_answered_at_once(tmp_path):
     from autotune_cli.runner.compile_pool import CompilePool, compile_key
-    from autotune_cli.runner.executor import LocalExecutor
     from autotune_cli.runner.processes import worker_context
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",), compile_workers=0)
@@ -134,8 +133,8 @@ def test_prefetched_kernels_come_after_asked_ones_and_are_answered_at_once(tmp_p
                           settings).choices[:4]
     assert len({compile_key(c) for c in choices}) == 4
     pool = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0, Switches())
-    executor = LocalExecutor(device, settings)
-    tasks = [executor._task(c, 0, None, "compile") for c in choices]
+    tasks = [WorkerTask.for_choice(c, COMPILE, 0, str(settings.kernel_dir),
+                                   settings.measure.timing_for(c.problem, device.device_type)) for c in choices]
     keys = [compile_key(c) for c in choices]
     answers = {}
     try:
@@ -154,7 +153,6 @@ def test_prefetched_kernels_come_after_asked_ones_and_are_answered_at_once(tmp_p
         assert answers[2].ok and answers[2].reused  # at once, from the prefetch
         assert pool.compiled == 4
     finally:
-        executor.close()
         pool.close()
 
 

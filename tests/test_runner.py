@@ -3,7 +3,6 @@ forkserver, and through the tuner the search strategies, the time budget and res
 interrupted tune."""
 
 import json
-from dataclasses import replace
 
 import pytest
 import os
@@ -15,6 +14,7 @@ import time
 
 from conftest import PLUGINS, is_pick
 from autotune_cli.runner.executor import LocalExecutor
+from autotune_cli.runner.messages import COMPILE, WorkerTask
 from autotune_cli.candidates.choices import get_choices
 from autotune_cli.hardware.device import probe_device
 from autotune_cli.plugins import load_plugins
@@ -350,12 +350,11 @@ def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
     problem = make_problem(m=64, n=64, k=64, device="cpu", dtype="float16")
     choices = get_choices(problem, device, settings).choices[:3]
     pool = CompilePool(worker_context(None, "cpu"), [device], 1, (), 60.0, 180.0, Switches())
-    executor = LocalExecutor(device, replace(settings, compile_workers=0))
     answers = []
     keep, drop = object(), object()
     try:
         for i, choice in enumerate(choices):
-            task = executor._task(choice, 0, settings.measure.timing, "compile")
+            task = WorkerTask.for_choice(choice, COMPILE, 0, str(settings.kernel_dir), settings.measure.timing)
             pool.submit(compile_key(choice), task, keep if i == 0 else drop, answers.append)
         pool.withdraw(drop)
         deadline = time.monotonic() + 120
@@ -363,7 +362,6 @@ def test_compile_pool_withdraw_drops_unwanted_work(tmp_path):
             time.sleep(0.05)
         time.sleep(0.5)
     finally:
-        executor.close()
         pool.close()
     assert len(answers) == 1 and answers[0].ok
     assert pool.compiled == 1
@@ -493,15 +491,13 @@ def _pool_answers(pool, choices, seconds=120):
     from autotune_cli.runner.compile_pool import compile_key
 
     settings = TuneSettings(device="cpu")
-    executor = LocalExecutor(probe_device("cpu"), replace(settings, compile_workers=0))
     answers = []
     for choice in choices:
-        pool.submit(compile_key(choice), executor._task(choice, 0, settings.measure.timing, "compile"),
-                    object(), answers.append)
+        task = WorkerTask.for_choice(choice, COMPILE, 0, str(settings.kernel_dir), settings.measure.timing)
+        pool.submit(compile_key(choice), task, object(), answers.append)
     deadline = time.monotonic() + seconds
     while len(answers) < len(choices) and time.monotonic() < deadline:
         time.sleep(0.05)
-    executor.close()
     return answers
 
 
