@@ -247,7 +247,7 @@ def test_kill_9_of_the_command_takes_every_process_it_started(tmp_path):
 @pytest.mark.slow
 def test_sigterm_saves_says_so_exits_143_and_the_same_command_resumes(tmp_path):
     cache_dir = tmp_path / "cache"
-    proc, args, env, below = start_hung_tune(cache_dir, timeout=8)
+    proc, args, env, below = start_hung_tune(cache_dir, timeout=4)
     try:
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=60)

@@ -24,7 +24,7 @@ from autotune_cli.settings import Switches, TuneSettings
 
 def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):
     load_plugins([str(PLUGINS / "faulty.py")])
-    settings = TuneSettings(device="cpu", cache_dir=tmp_path, timeout_s=8.0, workers=2,
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, timeout_s=4.0, workers=2,
                             plugins=(str(PLUGINS / "faulty.py"),),
                             templates=("test::abort", "test::raise", "test::hang", "test::good", "aten::mm"))
     problem = make_problem(m=32, n=32, k=32, device="cpu", dtype="float32")
@@ -37,7 +37,7 @@ def test_faults_are_isolated_and_the_good_candidate_wins(tmp_path):
     assert by_uid["test::abort"].status == "runtime_error" and "SIGABRT" in by_uid["test::abort"].error
     assert by_uid["test::raise"].status == "runtime_error" and "planted failure" in by_uid["test::raise"].error
     assert by_uid["test::hang"].status == "timeout" and "worker killed" in by_uid["test::hang"].error
-    assert "within 8 s" in by_uid["test::hang"].error  # cut at its deadline, not left to run
+    assert "within 4 s" in by_uid["test::hang"].error  # cut at its deadline, not left to run
     assert by_uid["test::good"].ok and by_uid["aten::mm"].ok
 
 
@@ -71,7 +71,7 @@ def test_a_worker_that_died_while_idle_is_replaced_and_its_task_runs(tmp_path):
 
 def test_faults_through_the_cli(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 32, "--n", 32, "--k", 32,
-                         "--plugin", PLUGINS / "faulty.py", "--timeout", 6,
+                         "--plugin", PLUGINS / "faulty.py", "--timeout", 4,
                          "--templates", "test::abort,test::raise,test::hang,test::good")
     assert code == 0, err
     doc = json.loads(out)
