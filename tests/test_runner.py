@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 from conftest import PLUGINS, is_pick
@@ -226,6 +227,14 @@ def test_one_forkserver_serves_one_kind_of_worker(monkeypatch):
         worker_context("fork", "cpu")
 
 
+def killed(pid: int) -> bool:
+    """Whether the process has died: gone, or a zombie its parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     """If the server dies, the next worker starts it again under the interpreter setting
     of its kind (not the caller's environment, which may lack TRITON_INTERPRET)."""
@@ -239,7 +248,9 @@ def test_a_forkserver_that_died_comes_back_in_its_kind(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     pid = forkserver._forkserver._forkserver_pid
     os.kill(pid, signal.SIGKILL)  # (left unreaped: multiprocessing reaps it and starts another)
-    time.sleep(0.5)
+    bound = time.monotonic() + 60
+    while not killed(pid) and time.monotonic() < bound:
+        time.sleep(0.01)
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, workers=1, templates=("triton::mm",))
     problem = make_problem(m=33, n=17, k=40, device="cpu", dtype="float16")
     device = probe_device("cpu")
@@ -418,7 +429,7 @@ def test_compile_pool_survives_a_worker_that_dies_while_idle(tmp_path):
         assert all(r.ok for r in _run_within(executor, first)["results"])
         (worker,) = executor.compilers
         os.kill(worker.process.pid, signal.SIGKILL)
-        time.sleep(0.5)
+        worker.process.join(60)
         box = _run_within(executor, second)
         assert "error" not in box, box.get("error")
         assert len(box["results"]) == 2 and all(r.ok for r in box["results"])
