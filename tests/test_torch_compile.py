@@ -196,7 +196,7 @@ def test_under_max_autotune_an_aten_winner_is_pinned(cli, cache_dir, monkeypatch
         return gm.forward
 
     backend = routing_backend(api._default, capture)
-    monkeypatch.setattr(backend, "_config", lambda: {"max_autotune": True})
+    monkeypatch.setattr(backend, "inductor_config", lambda: {"max_autotune": True})
     model, x = Block(), torch.randn(T, C)
     with torch.no_grad():
         head, _ = torch.compile(model, backend=backend, fullgraph=True)(x)
@@ -253,11 +253,12 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
     autotune_cli.compile(model, backend="eager")
     autotune_cli.compile(model, mode="max-autotune")
     default, plain, own, eager, autotuned = seen
-    assert default.mode == "reduce-overhead" and default._config()["triton.cudagraphs"] is True
-    assert plain._config().get("triton.cudagraphs") is None
-    assert own.mode is None and own._config() == {"triton.cudagraphs": False}
-    assert eager.mode is None and eager._config() == {}
-    assert autotuned._config()["triton.cudagraphs"] is True and autotuned._config()["max_autotune"] is True
+    assert default.mode == "reduce-overhead" and default.inductor_config()["triton.cudagraphs"] is True
+    assert plain.inductor_config().get("triton.cudagraphs") is None
+    assert own.mode is None and own.inductor_config() == {"triton.cudagraphs": False}
+    assert eager.mode is None and eager.inductor_config() == {}
+    config = autotuned.inductor_config()
+    assert config["triton.cudagraphs"] is True and config["max_autotune"] is True
 
 
 def cpu_tuning(cache_dir, space):

@@ -32,7 +32,9 @@ class routing_backend:
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
-    def _config(self) -> dict:
+    def inductor_config(self) -> dict:
+        """The config patches Inductor compiles with (the mode's options, then `options`);
+        empty for another inner backend."""
         if self.inner != "inductor":
             return {}
         from torch._inductor import list_mode_options
@@ -42,7 +44,7 @@ class routing_backend:
     def __call__(self, gm, example_inputs):
         import torch
 
-        config = self._config()
+        config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         sites = list(matmul_sites(gm.graph))
         for site in sites:
