@@ -150,9 +150,9 @@ def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
         # the same problem with other (still row-major) strides: no second warning
         padded = operand(48, 40, torch.float16)[:, :32].copy_(a)
         results.append(autotune_cli.mm(padded, b))
-        plans = dict(api._default._mm)
+        plans = dict(api.default_dispatcher._mm)
         info = autotune_cli.dispatch_info(a, b)  # finds the call's plan: the keys agree
-        assert api._default._mm == plans and len(plans) == 2
+        assert api.default_dispatcher._mm == plans and len(plans) == 2
     warned = fallbacks(caught)
     assert len(warned) == 1, [str(w.message) for w in warned]
     message = str(warned[0].message)

@@ -195,7 +195,7 @@ def test_under_max_autotune_an_aten_winner_is_pinned(cli, cache_dir, monkeypatch
         graphs.append(gm)
         return gm.forward
 
-    backend = routing_backend(api._default, capture)
+    backend = routing_backend(api.default_dispatcher, capture)
     monkeypatch.setattr(backend, "inductor_config", lambda: {"max_autotune": True})
     model, x = Block(), torch.randn(T, C)
     with torch.no_grad():

@@ -138,7 +138,7 @@ def test_an_aten_winner_is_pinned_under_max_autotune(cli, cache_dir):
         graphs.append(gm)
         return gm.forward
 
-    backend = routing_backend(api._default, capture)
+    backend = routing_backend(api.default_dispatcher, capture)
     torch._dynamo.reset()
     with torch.no_grad():
         got = torch.compile(model, backend=lambda gm, ex: (backend._rewrite(gm, pin_aten=True), capture(gm, ex))[1],

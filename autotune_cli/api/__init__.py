@@ -62,8 +62,8 @@ from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_
                        scaled_problem_of, tune_hint)
 
 __all__ = [
-    "AutotuneFallbackWarning", "Built", "Dispatch", "Dispatcher", "addmm", "bmm", "dispatch_info",
-    "linear", "lookup", "lookup_entry", "mm", "reset", "scaled_mm",
+    "AutotuneFallbackWarning", "Built", "Dispatch", "Dispatcher", "addmm", "bmm", "default_dispatcher",
+    "dispatch_info", "linear", "lookup", "lookup_entry", "mm", "reset", "scaled_mm",
 ]
 
 
@@ -386,16 +386,16 @@ class Dispatcher:
 
 # -- the default dispatcher: autotune_cli.mm and friends -------------------------------------------
 
-_default = Dispatcher()
-mm = _default.mm
-addmm = _default.addmm
-bmm = _default.bmm
-linear = _default.linear
-scaled_mm = _default.scaled_mm
-lookup = _default.lookup
-lookup_entry = _default.lookup_entry
-dispatch_info = _default.dispatch_info
-reset = _default.reset
+default_dispatcher = Dispatcher()
+mm = default_dispatcher.mm
+addmm = default_dispatcher.addmm
+bmm = default_dispatcher.bmm
+linear = default_dispatcher.linear
+scaled_mm = default_dispatcher.scaled_mm
+lookup = default_dispatcher.lookup
+lookup_entry = default_dispatcher.lookup_entry
+dispatch_info = default_dispatcher.dispatch_info
+reset = default_dispatcher.reset
 
 
 def gpu_index(device) -> int:

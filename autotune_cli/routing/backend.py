@@ -4,7 +4,7 @@ import warnings  # no `from __future__ import annotations`: torch.library reads 
 from dataclasses import replace
 from typing import Any, Callable
 
-from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, _default
+from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, default_dispatcher
 from ..templates.kernel import Kernel
 from .dynamic import DynamicCall, dynamic_problem
 from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
@@ -385,6 +385,6 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
         import torch._inductor.compile_fx  # noqa: F401
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
-    dispatcher = _default if cache_dir is None else Dispatcher(cache_dir)
+    dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
     routing = routing_backend(dispatcher, backend, mode, options, routes, tune)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)
