@@ -67,7 +67,7 @@ def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, clus
                                                             monkeypatch, capsys):
     from autotune_cli.scaleout.ray import RayTuner
 
-    killed = {}
+    killed, reported = {}, set()
     tune_all = RayTuner.tune_all
 
     def tune_all_killing_one(self, problems, on_result=None):
@@ -78,17 +78,21 @@ def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, clus
                 on_result(result)
             if killed or result.outcome is None:
                 return
-            for slot, index in self.in_flight.values():  # a busy actor: its process dies
-                killed.update(slot=slot, index=index)
-                os.kill(pids[slot], signal.SIGKILL)
-                return
+            reported.add(result.slot)
+            # an actor that reported before and is busy again: its next problem has just
+            # started (one busy with its first may have finished it already), and its process dies
+            for slot, index in self.in_flight.values():
+                if slot in reported:
+                    killed.update(slot=slot, index=index)
+                    os.kill(pids[slot], signal.SIGKILL)
+                    return
 
         return tune_all(self, problems, hook)
 
     monkeypatch.setattr(RayTuner, "tune_all", tune_all_killing_one)
     code, out, err = cli("model", model_path, "--device", "cpu", "--executor", "ray",
                          "--templates", "test::sleepy", "--plugin", SLEEPY, "--json")
-    assert killed, "no actor was busy after the first result"
+    assert killed, "no actor was busy again after reporting"
     # Ray reports the dead worker from a thread of its own, maybe after the command: wait for it
     waited = time.monotonic() + 30
     while "(raylet)" not in out + err and time.monotonic() < waited:
