@@ -25,7 +25,7 @@ from .base import Operands
 from .params import Bool, Choice
 from .registry import register_template
 from .triton_gemv import MAX_M, TritonGemvTemplate
-from .triton_scaled_mm import epilogue_scale_strides, float8_mma_unavailable
+from .triton_scaled_mm import epilogue_scale_strides, float8_mma_unavailable, scaled_fields
 
 
 
@@ -45,9 +45,7 @@ class TritonScaledGemvTemplate(TritonGemvTemplate):
 
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         super().extra_params(problem, params)
-        params["SCALE"] = problem.scale
-        params["OUT_DTYPE"] = problem.result_dtype
-        params["FAST_ACCUM"] = problem.fast_accum
+        params.update(scaled_fields(problem))
         if self.scales_in_loop(problem):
             if not (params["DOT"] or params["REDUCE_EACH"]) or not problem.b_transposed:
                 raise ValueError(f"{self.uid}: blockwise scales need a form that sums each step "

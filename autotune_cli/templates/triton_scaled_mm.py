@@ -49,6 +49,12 @@ def misaligned_rows(problem: GemmProblem) -> list[str]:
     return [f"{name} rows are {size} B" for name, size in rows.items() if size % TMA_ALIGN]
 
 
+def scaled_fields(problem: GemmProblem) -> dict[str, Any]:
+    """The params a scaled problem fixes for a tensorwise or rowwise float8 kernel: its
+    scales' kind, the output dtype and whether it accumulates fast."""
+    return {"SCALE": problem.scale, "OUT_DTYPE": problem.result_dtype, "FAST_ACCUM": problem.fast_accum}
+
+
 def float8_mma_unavailable(device, kernel: str) -> str | None:
     """Why `kernel`, written for NVIDIA's float8 conversions and MMA (Ada, compute capability
     8.9, and later), cannot run on `device`; None where it can (the CPU: the interpreter)."""
@@ -105,11 +111,7 @@ class TritonScaledMMTemplate(TritonTemplate):
         return None
 
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
-        params = super().full_params(problem, config)
-        params["SCALE"] = problem.scale
-        params["OUT_DTYPE"] = problem.result_dtype
-        params["FAST_ACCUM"] = problem.fast_accum
-        return params
+        return {**super().full_params(problem, config), **scaled_fields(problem)}
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = self.render_context(problem, params)
@@ -155,10 +157,7 @@ class TritonScaledMMTiledTemplate(TritonTemplate):
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         params = super().full_params(problem, config)
         params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0
-        params["SCALE"] = problem.scale
-        params["OUT_DTYPE"] = problem.result_dtype
-        params["FAST_ACCUM"] = problem.fast_accum
-        return params
+        return {**params, **scaled_fields(problem)}
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = self.render_context(problem, params)
