@@ -107,38 +107,43 @@ def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, clus
     assert rows[killed["index"]]["slot"] != killed["slot"]  # the survivor tuned it
 
 
-@pytest.mark.slow
-def test_what_a_killed_actor_measured_is_kept_and_resumed(tmp_path, cluster):
+def tune_beside_a_killer(tmp_path, todo, watch):
+    """RayTuner's tune of `todo` (the sleepy template, into the cache at `tmp_path`) while
+    `watch(tuner, pids, stop)` runs in a thread beside it, killing actors as it sees fit
+    until `stop` is set; the results."""
     from autotune_cli.scaleout.ray import RayTuner
 
     settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("test::sleepy",),
                             plugins=(SLEEPY,), gpus=0, executor="ray")
-    todo = [make_problem(m=8, n=8 * (i + 1), k=8, device="cpu", dtype="float32") for i in range(2)]
-    seen: dict = {}
     stop = threading.Event()
-
     with RayTuner(settings) as tuner:
-        pids = actor_pids(tuner)
-
-        def watch():
-            # the first partial entry in the driver's cache: kill the actor still measuring it
-            while not stop.is_set():
-                partial = {k: e for k, e in Cache(tmp_path).load().items() if e.partial}
-                for slot, index in list(getattr(tuner, "in_flight", {}).values()):
-                    key = next((k for k, e in partial.items() if e.problem == todo[index]), None)
-                    if key is not None and partial[key].candidates:
-                        seen.update(slot=slot, index=index, key=key, measured=len(partial[key].candidates))
-                        os.kill(pids[slot], signal.SIGKILL)
-                        return
-                time.sleep(0.05)
-
-        watcher = threading.Thread(target=watch, daemon=True)
+        watcher = threading.Thread(target=watch, args=(tuner, actor_pids(tuner), stop), daemon=True)
         watcher.start()
         try:
-            results = tuner.tune_all(todo)
+            return tuner.tune_all(todo)
         finally:
             stop.set()
             watcher.join()
+
+
+@pytest.mark.slow
+def test_what_a_killed_actor_measured_is_kept_and_resumed(tmp_path, cluster):
+    todo = [make_problem(m=8, n=8 * (i + 1), k=8, device="cpu", dtype="float32") for i in range(2)]
+    seen: dict = {}
+
+    def watch(tuner, pids, stop):
+        # the first partial entry in the driver's cache: kill the actor still measuring it
+        while not stop.is_set():
+            partial = {k: e for k, e in Cache(tmp_path).load().items() if e.partial}
+            for slot, index in list(getattr(tuner, "in_flight", {}).values()):
+                key = next((k for k, e in partial.items() if e.problem == todo[index]), None)
+                if key is not None and partial[key].candidates:
+                    seen.update(slot=slot, index=index, key=key, measured=len(partial[key].candidates))
+                    os.kill(pids[slot], signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+    results = tune_beside_a_killer(tmp_path, todo, watch)
     assert seen, "no partial entry reached the driver's cache while its problem was measured"
     assert all(r.ok for r in results), [r.error for r in results]
     requeued = results[seen["index"]]
@@ -151,35 +156,21 @@ def test_what_a_killed_actor_measured_is_kept_and_resumed(tmp_path, cluster):
 
 
 def test_with_every_actor_dead_each_problem_fails_in_one_line_and_what_was_measured_stays(tmp_path, cluster):
-    from autotune_cli.scaleout.ray import RayTuner
-
-    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("test::sleepy",),
-                            plugins=(SLEEPY,), gpus=0, executor="ray")
     todo = [make_problem(m=8, n=8 * (i + 1), k=8, device="cpu", dtype="float32") for i in range(3)]
     seen: dict = {}
-    stop = threading.Event()
 
-    with RayTuner(settings) as tuner:
-        pids = actor_pids(tuner)
+    def watch(tuner, pids, stop):
+        # each actor dies once the driver holds a partial entry of the problem it measures
+        while not stop.is_set() and len(seen) < len(pids):
+            partial = {e.problem: e for e in Cache(tmp_path).load().values() if e.partial}
+            for slot, index in list(getattr(tuner, "in_flight", {}).values()):
+                entry = partial.get(todo[index])
+                if slot not in seen and entry is not None and entry.candidates:
+                    seen[slot] = (todo[index], {c.identity for c in entry.candidates})
+                    os.kill(pids[slot], signal.SIGKILL)
+            time.sleep(0.05)
 
-        def watch():
-            # each actor dies once the driver holds a partial entry of the problem it measures
-            while not stop.is_set() and len(seen) < len(pids):
-                partial = {e.problem: e for e in Cache(tmp_path).load().values() if e.partial}
-                for slot, index in list(getattr(tuner, "in_flight", {}).values()):
-                    entry = partial.get(todo[index])
-                    if slot not in seen and entry is not None and entry.candidates:
-                        seen[slot] = (todo[index], {c.identity for c in entry.candidates})
-                        os.kill(pids[slot], signal.SIGKILL)
-                time.sleep(0.05)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        try:
-            results = tuner.tune_all(todo)
-        finally:
-            stop.set()
-            watcher.join()
+    results = tune_beside_a_killer(tmp_path, todo, watch)
     assert len(seen) == 2, "the driver's cache held no partial entry of a problem being measured"
     assert not any(r.ok for r in results)
     for result in results:  # each failure named, in one line
