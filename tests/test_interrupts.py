@@ -209,13 +209,17 @@ def command_line(pid):
         return ""
 
 
-def start_hung_tune(cache_dir, timeout):
-    args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16", "--n", "16",
-            "--k", "16", "--plugin", FAULTY, "--templates", "test::good,test::hang_child", "--workers", "1",
-            "--timeout", str(timeout)]
+HUNG_TUNE = ["--device", "cpu", "--json", "--plugin", FAULTY, "--templates", "test::good,test::hang_child",
+             "--workers", "1"]
+
+
+def start_until_hung(mm_args, cache_dir, what):
+    """`autotune mm` with `mm_args` (over FAULTY's good and hanging templates), run until the
+    good candidate is saved and the hanging one's child has started: (process, its
+    arguments, its environment, the processes below it)."""
+    args = [sys.executable, "-m", "autotune_cli", "mm", *mm_args, *HUNG_TUNE]
     env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # the good candidate saved, and the hanging one's child started: the candidate hangs now
     cache_file = cache_dir / "autotune-cache.json"
 
     def hanging():
@@ -225,8 +229,12 @@ def start_hung_tune(cache_dir, timeout):
         return below if any(command_line(p).startswith("sleep 3600") for p in below) else None
 
     below = wait_for(hanging, 120)
-    assert below, "the tune never reached its hanging candidate"
+    assert below, f"the {what} never reached its hanging candidate"
     return proc, args, env, below
+
+
+def start_hung_tune(cache_dir, timeout):
+    return start_until_hung(["--m", "16", "--n", "16", "--k", "16", "--timeout", str(timeout)], cache_dir, "tune")
 
 
 def test_kill_9_of_the_command_takes_every_process_it_started(tmp_path):
@@ -333,21 +341,7 @@ def start_hung_list(tmp_path):
     listing = tmp_path / "list.json"
     listing.write_text(json.dumps([{"m": 16, "n": 16, "k": 16, "dtype": "float32"},
                                    {"m": 24, "n": 16, "k": 16, "dtype": "float32"}]))
-    cache_dir = tmp_path / "cache"
-    args = [sys.executable, "-m", "autotune_cli", "mm", "--from", str(listing), "--device", "cpu", "--json",
-            "--plugin", FAULTY, "--templates", "test::good,test::hang_child", "--workers", "1"]
-    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cache_file = cache_dir / "autotune-cache.json"
-
-    def hanging():
-        if not (cache_file.exists() and "test::good" in cache_file.read_text()):
-            return None
-        below = descendants(proc.pid)
-        return below if any(command_line(p).startswith("sleep 3600") for p in below) else None
-
-    below = wait_for(hanging, 120)
-    assert below, "the list never reached its hanging candidate"
+    proc, _, _, below = start_until_hung(["--from", str(listing)], tmp_path / "cache", "list")
     return proc, below
 
 
