@@ -419,4 +419,3 @@ def current_gpu(problem: GemmProblem) -> int:
     if problem.device != "cuda" or torch is None or not torch.cuda.is_initialized():
         return 0
     return torch.cuda.current_device()
-

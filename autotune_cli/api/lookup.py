@@ -1,10 +1,10 @@
 """Finding this machine's cached entry for a problem, for the Python API.
 
 The fingerprint that selects an entry is the tuner's own (hits.fingerprint_for, on the
-device the operands are on, as probe_device reads it): its digest, the machine's, makes the key, and the templates
-the entry was tuned with must be registered here with the source they had then; so an entry
-from another machine, or one whose template source has changed since, is never used. Nothing
-here starts a worker or builds a Tuner; torch is not imported.
+device the operands are on, as probe_device reads it): its digest, the machine's, makes the
+key, and the templates the entry was tuned with must be registered here with the source they
+had then; so an entry from another machine, or one whose template source has changed since,
+is never used. Nothing here starts a worker or builds a Tuner; torch is not imported.
 """
 
 from __future__ import annotations

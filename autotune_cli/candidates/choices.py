@@ -283,12 +283,12 @@ def misaligned_stage(kept: list[KernelTemplateChoice], ctx: PruneContext) -> lis
     the longest compiles of the problem; no plain tile came near the best padded one
     (bench/README.md, "Cold tuning"). Where only the output's rows are off (an odd N with B
     stored [N, K]) the plain tiles stay: their loads are aligned, and the twin would copy all
-    of B to get what they have (bench/README.md, "Odd widths and small-M prefill"). A user's --space or
-    --templates and the exhaustive search keep theirs."""
+    of B to get what they have (bench/README.md, "Odd widths and small-M prefill"). A
+    user's --space or --templates and the exhaustive search keep theirs."""
     if (ctx.device.device_type != "cuda" or ctx.settings.search != "default" or ctx.settings.space_file
             or ctx.settings.templates is not None or not misaligned_loads(ctx.problem)):
         return []
-    twins = {c.template.pads: c.template.uid for c in kept if getattr(c.template, "pads", None)}
+    twins = {c.template.pads: c.template.uid for c in kept if c.template.pads}
     return [(c, f"its rows are misaligned; {twins[c.template.uid]} runs its tiles on aligned copies")
             for c in kept if c.template.uid in twins]
 

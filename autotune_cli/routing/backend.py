@@ -223,7 +223,7 @@ class routing_backend:
         ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
-        parts = built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
+        parts = launch_parts(built)
         triton_ok = (parts is not None and "triton_scaled_gemm" in ops and not built.keeps_buffers
                      and built.pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:6]
                      == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
@@ -274,7 +274,7 @@ class routing_backend:
             strides = contiguous(shape)
         else:
             strides = contiguous((*shape[:-1], pitch))[:-1] + (1,)
-        parts = built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
+        parts = launch_parts(built)
         triton_ok = (parts is not None and "triton_gemm" in ops and not built.keeps_buffers and pitch is None
                      and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
         if built is None and not pin_aten:
@@ -353,6 +353,13 @@ def _reason_kind(reason: str) -> str:
 
 
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
+
+
+def launch_parts(built: Built | None):
+    """The built kernel's launch parts (a Triton kernel that one launch runs), for a route
+    through torch.compile's wrap_triton; None for torch's op, a plugin's callable, or a
+    kernel that offers none."""
+    return built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,

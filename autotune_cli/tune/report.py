@@ -134,31 +134,34 @@ def tuned_lines(outcome) -> list[str]:
     winner = entry.winner
     if winner is None:
         return [head + outcome_summary(outcome)]
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(_status_counts(entry).items()))
     lines = [printable(f"{head}{winner.uid} {fmt_ms(winner.ms)} ms, {fmt_tflops(winner.tflops)} TFLOP/s")]
     shown = params_str(winner.params)
     if shown:
         lines.append(printable(f"  {shown}"))
-    lines.append(printable(f"  [{counts}; tuned in {entry.tune_seconds or 0:.1f} s]"))
+    lines.append(f"  {_counts_and_seconds(entry)}")
     return lines
 
 
-def _status_counts(entry: Entry) -> dict[str, int]:
+def _status_counts(entry: Entry) -> str:
+    """How many candidates ended in each status: "3 ok, 1 skipped"."""
     statuses: dict[str, int] = {}
     for cand in entry.candidates:
         statuses[cand.status] = statuses.get(cand.status, 0) + 1
-    return statuses
+    return printable(", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+
+
+def _counts_and_seconds(entry: Entry) -> str:
+    return f"[{_status_counts(entry)}; tuned in {entry.tune_seconds or 0:.1f} s]"
 
 
 def outcome_summary(outcome) -> str:
     entry: Entry = outcome.entry
     winner = entry.winner
-    counts = printable(", ".join(f"{n} {s}" for s, n in sorted(_status_counts(entry).items())))
     if winner is None:
-        return f"no valid candidate ({counts})"
+        return f"no valid candidate ({_status_counts(entry)})"
     shown = printable(f"{winner.uid} {params_str(winner.params)}")
     return (f"winner: {shown}  {fmt_ms(winner.ms)} ms  "
-            f"{fmt_tflops(winner.tflops)} TFLOP/s  [{counts}; tuned in {entry.tune_seconds or 0:.1f} s]")
+            f"{fmt_tflops(winner.tflops)} TFLOP/s  {_counts_and_seconds(entry)}")
 
 
 def outcome_json(outcome) -> dict[str, Any]:
