@@ -61,3 +61,14 @@ def test_a_server_that_answers_as_grpc_passes():
         ray_scaleout.check_address(f"ray://{address}")
     finally:
         server.close()
+
+
+def test_under_rays_tls_the_port_is_left_to_ray(monkeypatch):
+    """With RAY_USE_TLS the head wants a TLS handshake before any gRPC: an HTTP/2 opening
+    proves nothing there, so a port that takes connections passes to Ray's own join."""
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    server, address = serve(b"")
+    try:
+        ray_scaleout.check_address(address)
+    finally:
+        server.close()

@@ -173,7 +173,8 @@ def check_address(address: str) -> None:
                         f"ray://host:port, or auto)")
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
-            speaks_grpc = answers_http2(conn)
+            # under Ray's TLS (RAY_USE_TLS) the head wants a TLS handshake first: left to Ray
+            speaks_grpc = ray_tls() or answers_http2(conn)
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
         raise UserError(f"--ray-address {shown}: cannot reach {host}:{port} ({why})") from None
@@ -186,6 +187,11 @@ def check_address(address: str) -> None:
 # Ray head's GCS and its client server are, answers with a SETTINGS frame of its own.
 HTTP2_OPENING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 SETTINGS_FRAME = 4  # the frame type, the fourth byte of a frame's 9-byte header
+
+
+def ray_tls() -> bool:
+    """Whether Ray's gRPC runs over TLS here (RAY_USE_TLS, as Ray reads it)."""
+    return os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
 
 
 def answers_http2(conn: socket.socket) -> bool:
