@@ -7,8 +7,9 @@ torch.mm in a child process (caches off); ratios are taken to the anchor of each
 PYTHONPATH=. python3 bench/gpu_llm_suite.py [--suite llm,odd,small_m] [--skip-inductor]
     [--only TEXT] [--inductor-only TEXT]
 
---suite odd: output widths off 16 elements (vocabularies of 50257, 32001, 151936) at M from 1
-to 2048, weights stored [N, K] as an nn.Linear keeps them; small_m: 64-256-row prefill chunks.
+--suite odd: output widths off 16 elements (vocabularies of 50257 and 32001) and a wide one
+(151936) at M from 1 to 2048, weights stored [N, K] as an nn.Linear keeps them; small_m:
+64-256-row prefill chunks.
 Each row also gives the best time of each template in our tune (plain, padded, swap-AB, ...).
 """
 
