@@ -361,7 +361,8 @@ def measure(prepared: list[Prepared], args, device: str, tokens_ref: dict) -> li
 def routed_lines(routes: list) -> list[str]:
     """Each matmul the compile met: what it runs, or why it was left to Inductor."""
     return [f"{d.problem.describe() if d.problem else d.op} -> "
-            f"{(d.uid + ' (' + d.reason[:60] + ')') if d.fallback else d.uid}" for d in routes]
+            f"{(d.uid + ' (' + d.reason[:60] + ')') if d.fallback else d.uid}"
+            f"{' [' + d.reason + ']' if d.reason and not d.fallback else ''}" for d in routes]
 
 
 def table(rows: list[dict]) -> str:
@@ -443,7 +444,7 @@ def main() -> None:
     print(table(rows))
     for r in rows:
         if r["path"].startswith("ours"):
-            kept = sum("(" in line for line in r["routed"])
+            kept = sum(" (" in line for line in r["routed"])
             print(f"{r['path']} {r['batch']}: routed {len(r['routed']) - kept} of {len(r['routed'])}; "
                   f"host calls per step {r.get('cpu_per_step', {})}")
             for line in sorted(set(r["routed"])):

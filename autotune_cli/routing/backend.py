@@ -7,6 +7,7 @@ from typing import Any, Callable
 from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, default_dispatcher
 from ..templates.kernel import Kernel
 from .dynamic import DynamicCall, dynamic_problem
+from .groups import Group, find_groups, place_side_by_side, worth_grouping
 from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
 from .sites import ScaledMatch, Site, matmul_sites, node_value
 
@@ -19,16 +20,18 @@ class routing_backend:
     """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
     then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
     them, another registered backend's name, or a backend function). `routes`: a list that
-    gets the Dispatch of every matmul routed."""
+    gets the Dispatch of every matmul routed. `group_linears`: see `compile`."""
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
-                 options: dict | None = None, routes: list | None = None, tune: Any = None) -> None:
+                 options: dict | None = None, routes: list | None = None, tune: Any = None,
+                 group_linears: bool | None = None) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
         self.options = dict(options or {})
         self.routes = routes if routes is not None else []
         self.tune = tune
+        self.group_linears = group_linears
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
@@ -52,24 +55,32 @@ class routing_backend:
                 site.plan = dynamic_problem(self.dispatcher, site.a, site.b, site.bias)
                 if isinstance(site.plan, str):
                     site.skip = site.plan
-        self._tune_missing(sites)
-        self._rewrite(gm, pin_aten, sites)
+        grouping = self.group_linears if self.group_linears is not None else bool(config.get("triton.cudagraphs"))
+        groups = find_groups(sites, _real_values(gm, example_inputs)) if grouping else []
+        self._tune_missing(sites, [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups])
+        groups = [(g, *route) for g in groups for route in [self._route_group(g)] if route is not None]
+        self._rewrite(gm, pin_aten, sites, groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
-            return compile_fx(gm, example_inputs, config_patches=config)
-        inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
-        return inner(gm, example_inputs)
+            compiled = compile_fx(gm, example_inputs, config_patches=config)
+        else:
+            inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
+            compiled = inner(gm, example_inputs)
+        for group, *_ in groups:  # after the compile, which traced them where they were (groups.py)
+            place_side_by_side(group.weights)
+            place_side_by_side(group.biases)
+        return compiled
 
     def _problem(self, site: Site):
         if site.scaled is not None:
             return self.dispatcher.scaled_problem_for(*site.values, site.scaled.out_dtype, site.scaled.fast_accum)
         return self.dispatcher.problem_for(site.a, site.b, site.bias)
 
-    def _tune_missing(self, sites: list[Site]) -> None:
-        """Tune, in one tuner, the problems of `sites` that have no winner here (see
-        tuning.py; in a torch.distributed job the ranks share them): `tune` True or a
-        TuneSettings, or None where they are on a GPU."""
+    def _tune_missing(self, sites: list[Site], more: list | None = None) -> None:
+        """Tune, in one tuner, the problems of `sites` (and `more`: the groups' one GEMMs)
+        that have no winner here (see tuning.py; in a torch.distributed job the ranks share
+        them): `tune` True or a TuneSettings, or None where they are on a GPU."""
         if self.tune is False:
             return
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -77,20 +88,17 @@ class routing_backend:
         from .tuning import settings_for, tune_graph
 
         # every problem the graph routes, cached or not: the same list on every rank of a job
-        wanted: dict = {}
+        problems = []
         for site in sites:
             if site.skip:
                 continue
             if site.dynamic_m:  # its plan: (the problem at its hint, the M values to tune)
-                problems = [replace(site.plan[0], m=m) for m in site.plan[1]]
+                problems += [replace(site.plan[0], m=m) for m in site.plan[1]]
             else:
-                problems = [self._problem(site)]
-            for problem in problems:
-                if problem is None or problem in wanted:
-                    continue
-                if self.tune is None and problem.device != "cuda":
-                    continue  # on the CPU, only when asked: Triton runs there under the interpreter alone
-                wanted[problem] = None
+                problems.append(self._problem(site))
+        # on the CPU, only when asked: Triton runs there under the interpreter alone
+        wanted = {p: None for p in problems + list(more or [])
+                  if p is not None and (self.tune is not None or p.device == "cuda")}
         if not wanted:
             return
         device = next(iter(wanted)).device
@@ -100,15 +108,23 @@ class routing_backend:
         if missing:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
-    def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None) -> None:
+    def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None, groups=()) -> None:
+        """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
+        one op each, the other `sites` one by one."""
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         graph = gm.graph
         sites = list(matmul_sites(graph)) if sites is None else sites
-        changed = False
+        changed = bool(groups)
         routed_before = len(self.routes)
+        grouped = set()
+        for group, name, info in groups:
+            self._rewrite_group(graph, group, name, info)
+            grouped.update(site.node for site in group.sites)
         for site in sites:
+            if site.node in grouped:
+                continue
             node, match = site.node, site.match
             if site.skip:
                 self.routes.append(Dispatch(site.op, f"torch.{site.op}", self._problem(site) if site.static else None,
@@ -147,7 +163,67 @@ class routing_backend:
         if changed:
             graph.lint()
             gm.recompile()
-        _summary(self.routes[routed_before:])
+        _summary(self.routes[routed_before:], len(groups))
+
+    def _route_group(self, group: Group) -> tuple[str, Dispatch] | None:
+        """(route name, Dispatch) of `group`'s one GEMM, where its winner's time beats the sum of its
+        parts' (groups.py) and it runs from the opaque op; else None (the parts go one by one)."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        problems = [self.dispatcher.problem_for(group.a, group.b, group.bias)]
+        problems += [self._problem(site) for site in group.sites]
+        found = [None if p is None else self.dispatcher.lookup_entry(p) for p in problems]
+        if any(f is None or f[1].winner is None for f in found):
+            return None
+        if not worth_grouping([e.winner.ms for _, e in found[1:]], found[0][1].winner.ms):
+            return None
+        with unset_fake_temporarily(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutotuneFallbackWarning)
+            call, info, built = self.dispatcher.route(group.a, group.b, group.bias)
+            if info.fallback or info.problem is None or (built is not None and built.pitch is not None):
+                return None
+            if built is not None:
+                call = self._stateful_call(info, built, group.a, group.b, group.bias)
+        shape = info.problem.out_shape()
+        name = route_name(info, contiguous(shape), "group", built)
+        with LOCK:
+            ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None))
+        return name, info
+
+    def _rewrite_group(self, graph, group: Group, name: str, info: Dispatch) -> None:
+        """Replace a group's linears by one `autotune::gemm_group` and a slice of its output
+        each, before the first of them (a weight read through an attribute node is moved
+        there); each linear's Dispatch names the one GEMM."""
+        import torch
+
+        for site in group.sites:
+            self.routes.append(replace(info, problem=self._problem(site),
+                                       reason=f"{GROUPED}{info.problem.describe()}, with "
+                                       f"{len(group.sites) - 1} other linear(s) of its input"))
+
+        first = group.sites[0].node
+        inputs = [site.match.b for site in group.sites] + [site.match.bias for site in group.sites
+                                                            if site.match.bias is not None]
+        for node in inputs:
+            if node.op == "get_attr":
+                first.prepend(node)
+        match = group.sites[0].match
+        with graph.inserting_before(first):
+            a_node = match.a
+            if match.fold is not None:
+                a_node = graph.call_function(torch.reshape, (a_node, tuple(group.a.shape)))
+            out = graph.call_function(register_ops()["gemm_group"],
+                                      (a_node, [s.match.b for s in group.sites],
+                                       [s.match.bias for s in group.sites if s.match.bias is not None], name))
+            start = 0
+            for site, width in zip(group.sites, group.widths):
+                part = graph.call_function(torch.narrow, (out, -1, start, width))
+                start += width
+                if match.fold is not None:
+                    part = graph.call_function(torch.reshape, (part, (*match.fold, width)))
+                site.node.replace_all_uses_with(part)
+        for site in group.sites:
+            graph.erase_node(site.node)
 
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
@@ -324,9 +400,14 @@ class routing_backend:
         return call
 
 
-def _summary(dispatches: list[Dispatch]) -> None:
-    """One line on stderr per graph: how many of its matmuls were routed, and why the others
-    were not (the `routes` list holds each one's Dispatch, its reason with it)."""
+# The reason a grouped linear's Dispatch gives: the one GEMM it runs in (groups.py).
+GROUPED = "grouped: "
+
+
+def _summary(dispatches: list[Dispatch], groups: int = 0) -> None:
+    """One line on stderr per graph: how many of its matmuls were routed (how many of them in
+    `groups` grouped GEMMs), and why the others were not (the `routes` list holds each
+    one's Dispatch, its reason with it)."""
     import sys
     from collections import Counter
 
@@ -335,6 +416,9 @@ def _summary(dispatches: list[Dispatch]) -> None:
     left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
     routed = len(dispatches) - sum(left.values())
     line = f"autotune: routed {routed} of {len(dispatches)} matmul{'s' if len(dispatches) != 1 else ''}"
+    if groups:
+        grouped = sum(d.reason.startswith(GROUPED) for d in dispatches)
+        line += f" ({grouped} as {groups} grouped GEMM{'s' if groups != 1 else ''})"
     if left:
         line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
     sys.stderr.write(line + "\n")
@@ -362,8 +446,29 @@ def launch_parts(built: Built | None):
     return built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
 
 
+def _real_values(gm, example_inputs) -> Callable:
+    """node -> the real tensor a graph input (placeholder) or attribute node stands for, or
+    None: what a group's weights are (the graph's own values are fake)."""
+    import operator
+
+    index = {node: i for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+
+    def real_of(node):
+        if getattr(node, "op", None) == "placeholder" and index.get(node, len(example_inputs)) < len(example_inputs):
+            return example_inputs[index[node]]
+        if getattr(node, "op", None) == "get_attr":
+            try:
+                return operator.attrgetter(node.target)(gm)
+            except AttributeError:
+                return None
+        return None
+
+    return real_of
+
+
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
-            options: dict | None = None, routes: list | None = None, tune: Any = None, **torch_compile_kwargs):
+            options: dict | None = None, routes: list | None = None, tune: Any = None,
+            group_linears: bool | None = None, **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
@@ -375,6 +480,12 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     they are on a GPU, True also on the CPU (Triton under its interpreter), False never (a
     deployment with a filled cache), or a TuneSettings to tune with (its cache folder is the
     one read: `cache_dir` where given).
+
+    `group_linears`: linears that read one input (attention's q, k and v) run as one GEMM
+    where its tuned time beats theirs summed (groups.py): their weights are moved side by
+    side into one buffer as the graph compiles (each Parameter a view of it, its values
+    unchanged). None (the default): where Inductor replays CUDA graphs (the op's host work
+    is paid once, at capture); True always; False never (the model's storage is left alone).
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
@@ -393,5 +504,5 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
-    routing = routing_backend(dispatcher, backend, mode, options, routes, tune)
+    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

@@ -1,7 +1,8 @@
 """The ops a routed matmul becomes in a compiled graph, and the routes they run.
 
 `autotune::gemm` (opaque: a custom op with a fake implementation, running a route's call),
-`autotune::scaled_gemm` (the same for torch._scaled_mm) and, where Triton compiles for a
+`autotune::scaled_gemm` (the same for torch._scaled_mm), `autotune::gemm_group` (opaque:
+linears of one input as one GEMM over their weights side by side, groups.py) and, where Triton compiles for a
 GPU, `autotune::triton_gemm` / `autotune::triton_scaled_gemm` (triton_ops: the compiler
 traces into them and launches the kernel itself). An op's `route` argument names a `Route`
 in ROUTES.
@@ -90,6 +91,25 @@ def register_ops() -> dict[str, Any]:
             return torch.empty_strided(r.out_shape, r.out_strides, dtype=r.out_dtype, device=a.device)
 
         _OPS["scaled_gemm"] = torch.ops.autotune.scaled_gemm.default
+
+        @custom_op("autotune::gemm_group", mutates_args=())
+        def gemm_group(a: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
+                       route: str) -> torch.Tensor:
+            from .groups import side_by_side
+
+            b, bias = side_by_side(weights), side_by_side(biases)
+            if b is None or (biases and bias is None):  # moved apart since the compile: one by one
+                return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
+                                  for i, w in enumerate(weights)], dim=-1)
+            call = ROUTES[route].call
+            return call(a, b.t()) if bias is None else call(bias, a, b.t())
+
+        @gemm_group.register_fake
+        def _(a, weights, biases, route):
+            r = ROUTES[route]
+            return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
+
+        _OPS["gemm_group"] = torch.ops.autotune.gemm_group.default
         if not _interpreting():
             from torch.library import triton_op, wrap_triton
 
