@@ -1,0 +1,171 @@
+"""autotune_cli.compile's groups (routing/groups.py) on the CPU: linears that read one input
+run as one GEMM over their weights placed side by side, where that GEMM's tuned time beats
+theirs summed; Triton under the interpreter, tuned as the graph compiles."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli import api
+from autotune_cli.problem import GemmProblem
+from autotune_cli.routing import backend, groups
+from autotune_cli.settings import TuneSettings
+
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+C, KV = 32, 16  # width; k's and v's width
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    api.reset()
+    torch._dynamo.reset()
+    yield
+    api.reset()
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def tuning(tmp_path, cache_dir):
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(ONE_CONFIG))
+    return TuneSettings(device="cpu", cache_dir=cache_dir, templates=("triton::mm",), space_file=str(space),
+                        workers=1)
+
+
+class Attention(torch.nn.Module):
+    """q, k and v of one input (with biases where asked), and o of another."""
+
+    def __init__(self, bias: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q = torch.nn.Linear(C, C, bias=bias)
+        self.k = torch.nn.Linear(C, KV, bias=bias)
+        self.v = torch.nn.Linear(C, KV, bias=bias)
+        self.o = torch.nn.Linear(C, C, bias=False)
+        self.requires_grad_(False)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        return self.o(q * torch.cat([k, v], dim=-1).sigmoid())
+
+
+def reference(model, x):
+    """The model in float64 (a copy: converting a model moves its weights)."""
+    return copy.deepcopy(model).double()(x.double())
+
+
+def grouped_always(monkeypatch):
+    """The times the CPU's interpreter measures decide nothing worth testing: group anyway."""
+    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one: True)
+
+
+def compiled(model, tuning, routes, graphs, group=True):
+    def capture(gm, example_inputs):  # the graph as our backend hands it on
+        graphs.append(gm)
+        return gm.forward
+
+    return autotune_cli.compile(model, backend=capture, routes=routes, fullgraph=True, tune=tuning,
+                                group_linears=group)
+
+
+def test_worth_grouping_asks_the_one_gemm_to_beat_the_sum_by_the_margin():
+    assert groups.worth_grouping([11.5, 6.2, 6.2], 15.5)  # q, k, v at decode (bench/README.md)
+    assert not groups.worth_grouping([31.3, 31.3], 67.7)  # gate and up: wide enough apart
+    assert not groups.worth_grouping([10.0, 10.0], 19.9)  # inside the margin: noise
+    assert not groups.worth_grouping([10.0], 1.0)  # one linear is no group
+
+
+def test_place_side_by_side_makes_views_of_one_buffer_with_the_same_values():
+    params = [torch.nn.Parameter(torch.randn(n, 8), requires_grad=False) for n in (4, 2, 2)]
+    values = [p.detach().clone() for p in params]
+    assert groups.side_by_side(params) is None
+    groups.place_side_by_side(params)
+    whole = groups.side_by_side(params)
+    assert whole is not None and whole.shape == (8, 8)
+    torch.testing.assert_close(whole, torch.cat(values), rtol=0, atol=0)
+    for p, v in zip(params, values):
+        torch.testing.assert_close(p.detach(), v, rtol=0, atol=0)
+    pointers = [p.data_ptr() for p in params]
+    groups.place_side_by_side(params)  # already there: nothing moves
+    assert [p.data_ptr() for p in params] == pointers
+    assert groups.side_by_side([params[0], params[2]]) is None  # not consecutive
+    assert groups.side_by_side([params[1], params[0]]) is None  # not in order
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_qkv_run_as_one_gemm_over_their_weights_side_by_side(tuning, monkeypatch, capfd, bias):
+    grouped_always(monkeypatch)
+    model = Attention(bias)
+    x = torch.randn(2, 4, C)
+    want = reference(model, x)
+    routes, graphs = [], []
+    run = compiled(model, tuning, routes, graphs)
+    with torch.no_grad():
+        got = run(x)
+    err = capfd.readouterr().err
+    assert "routed 4 of 4 matmuls (3 as 1 grouped GEMM)" in err
+    ops = [str(n.target) for n in graphs[0].graph.nodes if "autotune" in str(n.target)]
+    assert sorted(ops) == ["autotune.gemm.default", "autotune.gemm_group.default"]
+    one = f"{'addmm' if bias else 'mm'} 8x{C + 2 * KV}x{C} float32 nt"
+    assert [r.reason.startswith(f"grouped: {one}") for r in routes] == [True, True, True, False]
+    assert [r.problem.n for r in routes[:3]] == [C, KV, KV] and not any(r.fallback for r in routes)
+    # the one GEMM is tuned and cached like any problem
+    assert api.lookup_entry(GemmProblem.from_dict({**routes[0].problem.to_dict(), "n": C + 2 * KV}))
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+    wholes = []  # what the op finds its weights to be, each call
+    seen = groups.side_by_side
+    monkeypatch.setattr(groups, "side_by_side", lambda ts: wholes.append(seen(ts)) or wholes[-1])
+    with torch.no_grad():
+        torch.testing.assert_close(run(x), got, rtol=0, atol=0)
+    weights = [model.q.weight, model.k.weight, model.v.weight]
+    assert wholes[0] is not None and wholes[0].shape == (C + 2 * KV, C)  # the one GEMM ran
+    assert wholes[0].data_ptr() == model.q.weight.data_ptr() and seen(weights) is not None
+    assert not bias or seen([model.q.bias, model.k.bias, model.v.bias]) is not None
+
+    # a weight assigned anew is no longer side by side: the op computes the linears one by one
+    model.k.weight.data = model.k.weight.detach() * 2
+    wholes.clear()
+    with torch.no_grad():
+        want = reference(model, x)
+        got = run(x)
+    assert wholes[0] is None
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_group_that_does_not_win_leaves_the_weights_where_they_are(tuning, monkeypatch, capfd):
+    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one: False)
+    model = Attention()
+    pointers = [p.data_ptr() for p in model.parameters()]
+    routes, graphs = [], []
+    with torch.no_grad():
+        compiled(model, tuning, routes, graphs)(torch.randn(8, C))
+    assert "routed 4 of 4 matmuls\n" in capfd.readouterr().err
+    assert not any(r.reason for r in routes)
+    assert [p.data_ptr() for p in model.parameters()] == pointers
+
+
+def test_no_group_without_cuda_graphs_by_default_nor_for_a_weight_read_elsewhere(tuning, monkeypatch):
+    grouped_always(monkeypatch)
+    model = Attention()
+    pointers = [p.data_ptr() for p in model.parameters()]
+    routes: list = []
+    with torch.no_grad():
+        compiled(model, tuning, routes, [], group=None)(torch.randn(8, C))
+    assert not any(r.reason for r in routes)  # the eager backend replays no CUDA graph
+
+    class Tied(Attention):  # k's weight also read by a plain matmul: it must stay where it is
+        def forward(self, x):
+            return super().forward(x) + (x @ self.k.weight.t()).sum()
+
+    torch._dynamo.reset()
+    tied = Tied()
+    routes = []
+    with torch.no_grad():
+        compiled(tied, tuning, routes, [])(torch.randn(8, C))
+    assert not any(r.reason for r in routes)
+    assert [p.data_ptr() for p in model.parameters()] == pointers
