@@ -169,3 +169,26 @@ def test_no_group_without_cuda_graphs_by_default_nor_for_a_weight_read_elsewhere
         compiled(tied, tuning, routes, [])(torch.randn(8, C))
     assert not any(r.reason for r in routes)
     assert [p.data_ptr() for p in model.parameters()] == pointers
+
+
+@pytest.mark.gpu
+def test_gpu_qkv_as_one_gemm_under_cuda_graphs(cache_dir, monkeypatch, capfd):
+    """On a GPU, by default (Inductor replaying CUDA graphs): q, k and v tuned as the graph
+    compiles and run as one GEMM in the replays; a weight assigned anew afterwards is read."""
+    grouped_always(monkeypatch)
+    model = Attention().to("cuda", torch.bfloat16)
+    x = torch.randn(8, C, device="cuda", dtype=torch.bfloat16)
+    routes: list = []
+    run = autotune_cli.compile(model, routes=routes, fullgraph=True)
+    with torch.no_grad():
+        outs = [run(x).clone() for _ in range(3)]  # warm-up, record, replay
+    assert "(3 as 1 grouped GEMM)" in capfd.readouterr().err
+    assert groups.side_by_side([model.q.weight, model.k.weight, model.v.weight]) is not None
+    want = reference(model, x)
+    for out in outs:
+        torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
+    model.k.weight.data = model.k.weight.detach() * 2
+    want = reference(model, x)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(run(x).double(), want, rtol=2e-2, atol=2e-2)
