@@ -38,10 +38,15 @@ blockwise float8 kernel, a triton_op) or `autotune::scaled_gemm` (the opaque op:
 kernel, split-K, every Triton winner under the interpreter, and aten::_scaled_mm pinned
 under max-autotune); an aten::_scaled_mm winner otherwise stays torch's call.
 
+Linears that read one input (q, k and v) run as one GEMM over their weights placed side by
+side, where that GEMM's tuned time beats theirs summed, through the opaque
+`autotune::gemm_group` (groups.py; by default under CUDA graphs only).
+
 The modules: sites.py (which graph nodes are matmuls, read as a GEMM's operands),
 tuning.py (the problems a graph meets with no winner, tuned as it compiles), dynamic.py (a
-dynamic M routed per call), ops.py (the ops a routed matmul becomes, and their routes),
-backend.py (the torch.compile backend that rewrites the graph, and `compile`).
+dynamic M routed per call), groups.py (linears of one input as one GEMM), ops.py (the ops a
+routed matmul becomes, and their routes), backend.py (the torch.compile backend that
+rewrites the graph, and `compile`).
 """
 
 from .backend import DEFAULT_MODE, compile, routing_backend
