@@ -5,8 +5,9 @@ values unchanged), so one GEMM reads them all, [M, K] by the buffer's [K, sum of
 output is sliced back into the linears' outputs: one launch and one tail instead of three, and
 a problem wide enough to keep the memory system busy (bench/README.md, "A serving loop").
 
-A group is made only where it wins: the one GEMM's tuned time is under GROUP_MARGIN of the
-sum of its parts' (gate and up of an MLP, each already wide, are faster apart). Its members
+A group is made only where it wins: the one GEMM's tuned time leads the sum of its parts' by
+the margin a kernel needs over cuBLAS in a tune (the times come from separate tunes; gate and
+up of an MLP, each already wide, are faster apart). Its members
 are linears of the same input node with static shapes, each weight a 2-D contiguous
 Parameter of the same dtype used by nothing else in the graph, all with biases (placed side
 by side too) or none.
@@ -24,12 +25,7 @@ from typing import Any, Callable
 
 from .sites import Site
 
-__all__ = ["GROUP_MARGIN", "Group", "find_groups", "place_side_by_side", "side_by_side", "worth_grouping"]
-
-# The one GEMM must take at most this share of the parts' summed time: the confirmation margin
-# of a tune (a gain inside it is not told from the timing's noise).
-GROUP_MARGIN = 0.98
-
+__all__ = ["Group", "find_groups", "place_side_by_side", "side_by_side", "worth_grouping"]
 
 @dataclass
 class Group:
@@ -48,8 +44,11 @@ class Group:
 
 
 def worth_grouping(part_ms: list[float], group_ms: float) -> bool:
-    """Whether one GEMM of `group_ms` beats its parts run one by one (see GROUP_MARGIN)."""
-    return len(part_ms) > 1 and group_ms <= GROUP_MARGIN * sum(part_ms)
+    """Whether one GEMM of `group_ms` beats its parts run one by one: by MeasurePolicy's
+    vendor_margin, as times of separate measurements must (see the module)."""
+    from ..settings import MeasurePolicy
+
+    return len(part_ms) > 1 and group_ms <= (1 - MeasurePolicy.vendor_margin) * sum(part_ms)
 
 
 def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]:
