@@ -66,6 +66,20 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def fresh_compile():
+    """Compile tests: the API's plans and Dynamo's compiled graphs forgotten before and after."""
+    import torch
+
+    from autotune_cli import api
+
+    api.reset()
+    torch._dynamo.reset()
+    yield
+    api.reset()
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def cli(capsys, monkeypatch):
     """Run the CLI in-process: returns (exit code, stdout, stderr). Its tables are drawn 160
     columns wide, so that a row reads whole; the width a pipe gets is tested on its own

@@ -20,13 +20,7 @@ ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_s
 C, KV = 32, 16  # width; k's and v's width
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    api.reset()
-    torch._dynamo.reset()
-    yield
-    api.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile")
 
 
 @pytest.fixture

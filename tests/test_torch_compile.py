@@ -16,13 +16,7 @@ ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_s
 T, C, H, V = 16, 32, 64, 48  # tokens, width, hidden, vocabulary
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    api.reset()
-    torch._dynamo.reset()
-    yield
-    api.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile")
 
 
 @pytest.fixture

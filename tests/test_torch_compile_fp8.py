@@ -19,13 +19,7 @@ from autotune_cli.runner.verify import check
 M, K = 16, 128
 
 
-@pytest.fixture(autouse=True)
-def fresh():
-    api.reset()
-    torch._dynamo.reset()
-    yield
-    api.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile")
 
 
 def tune(cli, n, scale, template, *extra) -> dict:
