@@ -9,8 +9,8 @@ A group is made only where it wins: the one GEMM's tuned time leads the sum of i
 the margin a kernel needs over cuBLAS in a tune (the times come from separate tunes; gate and
 up of an MLP, each already wide, are faster apart). Its members
 are linears of the same input node with static shapes, each weight a 2-D contiguous
-Parameter of the same dtype used by nothing else in the graph, all with biases (placed side
-by side too) or none.
+Parameter (of a plain tensor) of the same dtype used by nothing else in the graph, all
+with biases (placed side by side too) or none.
 
 The weights move after the graph is compiled, before its first run: the compiler traced
 them where they were, and nothing in the graph but the group's op reads them. The op checks
@@ -54,8 +54,6 @@ def worth_grouping(part_ms: list[float], group_ms: float) -> bool:
 def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]:
     """The groups `sites` hold (see the module); `real_of(node)` gives a weight node's real
     tensor (a graph input's or attribute's), or None."""
-    import torch
-
     by_input: dict[Any, list[Site]] = {}
     for site in sites:
         match = site.match
@@ -76,7 +74,7 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
         ours = {s.node for s in members}
         first = weights[0]
         if (len({id(t) for t in tensors}) != len(tensors)
-                or not all(isinstance(t, torch.nn.Parameter) and t.is_contiguous() for t in tensors)
+                or not all(_plain_parameter(t) and t.is_contiguous() for t in tensors)
                 or not all(w.dim() == 2 and w.shape[1] == first.shape[1] for w in weights)
                 or not all(b.dim() == 1 and b.shape[0] == w.shape[0] for b, w in zip(biases, weights))
                 or len({(t.dtype, t.device) for t in tensors}) != 1
@@ -89,6 +87,14 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
         bias = members[0].bias.new_empty((n,)) if biases else None
         groups.append(Group(members, weights, biases, a, b, bias))
     return groups
+
+
+def _plain_parameter(t) -> bool:
+    """A Parameter holding a plain tensor: a tensor subclass (a sharded or quantized weight)
+    keeps its storage its own way, and is left where it is."""
+    import torch
+
+    return type(t) is torch.nn.Parameter and type(t.data) is torch.Tensor
 
 
 def side_by_side(tensors: list[Any]) -> Any:
