@@ -14,7 +14,7 @@ import autotune_cli
 from autotune_cli import api
 from autotune_cli.problem import GemmProblem
 from autotune_cli.routing import backend, groups
-from autotune_cli.settings import TuneSettings
+from autotune_cli.settings import MeasurePolicy, TuneSettings
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 C, KV = 32, 16  # width; k's and v's width
@@ -55,7 +55,7 @@ def reference(model, x):
 
 def grouped_always(monkeypatch):
     """The times the CPU's interpreter measures decide nothing worth testing: group anyway."""
-    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one: True)
+    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one, margin: True)
 
 
 def compiled(model, tuning, routes, graphs, group=True):
@@ -67,12 +67,13 @@ def compiled(model, tuning, routes, graphs, group=True):
                                 group_linears=group)
 
 
-def test_worth_grouping_asks_the_one_gemm_to_beat_the_sum_by_the_margin():
-    assert groups.worth_grouping([11.5, 6.2, 6.2], 15.5)  # q, k, v at decode (bench/README.md)
-    assert not groups.worth_grouping([31.3, 31.3], 67.7)  # gate and up: wide enough apart
-    assert not groups.worth_grouping([10.0, 10.0], 19.5)  # inside the margin: noise
-    assert groups.worth_grouping([10.0, 10.0], 19.3)
-    assert not groups.worth_grouping([10.0], 1.0)  # one linear is no group
+def test_worth_grouping_asks_the_one_gemm_to_lead_the_sum_by_the_margin():
+    margin = MeasurePolicy.vendor_margin  # what a compile uses without settings of its own
+    assert groups.worth_grouping([11.5, 6.2, 6.2], 15.5, margin)  # q, k, v at decode (bench/README.md)
+    assert not groups.worth_grouping([31.3, 31.3], 67.7, margin)  # gate and up: wide enough apart
+    assert not groups.worth_grouping([10.0, 10.0], 19.5, 0.03)  # inside the margin: noise
+    assert groups.worth_grouping([10.0, 10.0], 19.3, 0.03)
+    assert not groups.worth_grouping([10.0], 1.0, margin)  # one linear is no group
 
 
 def test_place_side_by_side_makes_views_of_one_buffer_with_the_same_values():
@@ -122,10 +123,11 @@ def test_qkv_run_as_one_gemm_over_their_weights_side_by_side(tuning, monkeypatch
     assert wholes[0].data_ptr() == model.q.weight.data_ptr() and seen(weights) is not None
     assert not bias or seen([model.q.bias, model.k.bias, model.v.bias]) is not None
 
-    # a weight assigned anew is no longer side by side: the op computes the linears one by one
+    # a weight assigned anew is no longer side by side: the op computes the linears one by one,
+    # and says so once
     model.k.weight.data = model.k.weight.detach() * 2
     wholes.clear()
-    with torch.no_grad():
+    with torch.no_grad(), pytest.warns(api.AutotuneFallbackWarning, match="no longer side by side"):
         want = reference(model, x)
         got = run(x)
     assert wholes[0] is None
@@ -133,7 +135,7 @@ def test_qkv_run_as_one_gemm_over_their_weights_side_by_side(tuning, monkeypatch
 
 
 def test_a_group_that_does_not_win_leaves_the_weights_where_they_are(tuning, monkeypatch, capfd):
-    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one: False)
+    monkeypatch.setattr(backend, "worth_grouping", lambda parts, one, margin: False)
     model = Attention()
     pointers = [p.data_ptr() for p in model.parameters()]
     routes, graphs = [], []
@@ -152,6 +154,7 @@ def test_no_group_without_cuda_graphs_by_default_nor_for_a_weight_read_elsewhere
     with torch.no_grad():
         compiled(model, tuning, routes, [], group=None)(torch.randn(8, C))
     assert not any(r.reason for r in routes)  # the eager backend replays no CUDA graph
+    assert [p.data_ptr() for p in model.parameters()] == pointers
 
     class Tied(Attention):  # k's weight also read by a plain matmul: it must stay where it is
         def forward(self, x):
@@ -159,11 +162,86 @@ def test_no_group_without_cuda_graphs_by_default_nor_for_a_weight_read_elsewhere
 
     torch._dynamo.reset()
     tied = Tied()
+    pointers = [p.data_ptr() for p in tied.parameters()]
     routes = []
     with torch.no_grad():
         compiled(tied, tuning, routes, [])(torch.randn(8, C))
     assert not any(r.reason for r in routes)
-    assert [p.data_ptr() for p in model.parameters()] == pointers
+    assert [p.data_ptr() for p in tied.parameters()] == pointers
+
+
+def test_an_in_place_write_between_the_linears_keeps_them_apart(tuning, monkeypatch):
+    """The one GEMM would run where q was, before the write that k and v must see."""
+    grouped_always(monkeypatch)
+
+    class Written(Attention):
+        def forward(self, x):
+            h = x * 1.0
+            q = self.q(h)
+            h.mul_(2.0)
+            return torch.cat([q, self.k(h), self.v(h)], dim=-1)
+
+    model = Written()
+    x = torch.randn(8, C)
+    routes: list = []
+    with torch.no_grad():
+        got = compiled(model, tuning, routes, [])(x)
+    assert len(routes) == 3 and not any(r.reason for r in routes)
+    torch.testing.assert_close(got.double(), reference(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_each_output_is_contiguous_so_any_view_of_it_works(tuning, monkeypatch):
+    """Code after a linear may view its output as it likes (here merging the rows into the
+    heads) and gets it back contiguous, as from the linear itself."""
+    grouped_always(monkeypatch)
+
+    class Viewed(Attention):
+        def forward(self, x):
+            q, k, v = self.q(x), self.k(x), self.v(x)
+            return q.view(-1, 8), k.view(-1), v
+
+    model = Viewed()
+    x = torch.randn(8, C)
+    routes: list = []
+    with torch.no_grad():
+        got = compiled(model, tuning, routes, [])(x)
+    assert all(r.reason.startswith("grouped: ") for r in routes)
+    for out, want in zip(got, reference(model, x)):
+        assert out.is_contiguous()
+        torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_whose_storage_is_shared_is_not_moved(tuning, monkeypatch):
+    """Another module's Parameter over k's storage, or shared memory: moving the weights
+    would part them."""
+    grouped_always(monkeypatch)
+    model, twin = Attention(), Attention()
+    twin.k.weight = torch.nn.Parameter(model.k.weight.data, requires_grad=False)
+    routes: list = []
+    with torch.no_grad():
+        compiled(model, tuning, routes, [])(torch.randn(8, C))
+    assert routes and not any(r.reason for r in routes)
+    assert twin.k.weight.data_ptr() == model.k.weight.data_ptr()
+
+    torch._dynamo.reset()
+    shared = Attention().share_memory()
+    routes = []
+    with torch.no_grad():
+        compiled(shared, tuning, routes, [])(torch.randn(8, C))
+    assert routes and not any(r.reason for r in routes) and shared.k.weight.is_shared()
+
+
+def test_by_default_a_cpu_model_is_not_grouped_even_in_a_cuda_graph_mode(tuning, monkeypatch):
+    """CUDA graphs replay only on a GPU: the opaque op would pay its host work each call."""
+    import torch._inductor.compile_fx as compile_fx
+
+    grouped_always(monkeypatch)
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda gm, inputs, **kw: gm.forward)
+    model = Attention()
+    routes: list = []
+    with torch.no_grad():
+        autotune_cli.compile(model, routes=routes, fullgraph=True, tune=tuning)(torch.randn(8, C))
+    assert routes and not any(r.reason for r in routes)
 
 
 @pytest.mark.gpu

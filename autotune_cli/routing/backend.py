@@ -2,12 +2,13 @@
 `compile`, torch.compile with it."""
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, default_dispatcher
 from ..templates.kernel import Kernel
 from .dynamic import DynamicCall, dynamic_problem
-from .groups import Group, find_groups, place_side_by_side, worth_grouping
+from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
+from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
 from .sites import ScaledMatch, Site, matmul_sites, node_value
 
@@ -55,11 +56,12 @@ class routing_backend:
                 site.plan = dynamic_problem(self.dispatcher, site.a, site.b, site.bias)
                 if isinstance(site.plan, str):
                     site.skip = site.plan
-        grouping = self.group_linears if self.group_linears is not None else bool(config.get("triton.cudagraphs"))
-        groups = find_groups(sites, _real_values(gm, example_inputs)) if grouping else []
+        groups = find_groups(sites, real_values(gm, example_inputs)) if self.group_linears is not False else []
+        if self.group_linears is None:  # where CUDA graphs replay them (see `compile`)
+            groups = [g for g in groups if config.get("triton.cudagraphs") and g.weights[0].device.type == "cuda"]
         self._tune_missing(sites, [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups])
-        groups = [(g, *route) for g in groups for route in [self._route_group(g)] if route is not None]
-        self._rewrite(gm, pin_aten, sites, groups)
+        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g)] if route is not None]
+        self._rewrite(gm, pin_aten, sites, routed_groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -67,7 +69,7 @@ class routing_backend:
         else:
             inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
             compiled = inner(gm, example_inputs)
-        for group, *_ in groups:  # after the compile, which traced them where they were (groups.py)
+        for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights)
             place_side_by_side(group.biases)
         return compiled
@@ -77,9 +79,9 @@ class routing_backend:
             return self.dispatcher.scaled_problem_for(*site.values, site.scaled.out_dtype, site.scaled.fast_accum)
         return self.dispatcher.problem_for(site.a, site.b, site.bias)
 
-    def _tune_missing(self, sites: list[Site], more: list | None = None) -> None:
-        """Tune, in one tuner, the problems of `sites` (and `more`: the groups' one GEMMs)
-        that have no winner here (see tuning.py; in a torch.distributed job the ranks share
+    def _tune_missing(self, sites: list[Site], group_problems: list | None = None) -> None:
+        """Tune, in one tuner, the problems of `sites` and `group_problems` (the groups' one
+        GEMMs) that have no winner here (see tuning.py; in a torch.distributed job the ranks share
         them): `tune` True or a TuneSettings, or None where they are on a GPU."""
         if self.tune is False:
             return
@@ -97,7 +99,7 @@ class routing_backend:
             else:
                 problems.append(self._problem(site))
         # on the CPU, only when asked: Triton runs there under the interpreter alone
-        wanted = {p: None for p in problems + list(more or [])
+        wanted = {p: None for p in problems + list(group_problems or [])
                   if p is not None and (self.tune is not None or p.device == "cuda")}
         if not wanted:
             return
@@ -108,7 +110,8 @@ class routing_backend:
         if missing:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
-    def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None, groups=()) -> None:
+    def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None,
+                 groups: Sequence[tuple[Group, str, Dispatch]] = ()) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
         one op each, the other `sites` one by one."""
         import torch
@@ -163,19 +166,23 @@ class routing_backend:
         if changed:
             graph.lint()
             gm.recompile()
-        _summary(self.routes[routed_before:], len(groups))
+        summary(self.routes[routed_before:], len(groups))
 
     def _route_group(self, group: Group) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM, where its winner's time beats the sum of its
         parts' (groups.py) and it runs from the opaque op; else None (the parts go one by one)."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        from ..settings import MeasurePolicy, TuneSettings
+
         problems = [self.dispatcher.problem_for(group.a, group.b, group.bias)]
         problems += [self._problem(site) for site in group.sites]
         found = [None if p is None else self.dispatcher.lookup_entry(p) for p in problems]
         if any(f is None or f[1].winner is None for f in found):
             return None
-        if not worth_grouping([e.winner.ms for _, e in found[1:]], found[0][1].winner.ms):
+        one_ms, *part_ms = (entry.winner.ms for _, entry in found)
+        policy = self.tune.measure if isinstance(self.tune, TuneSettings) else MeasurePolicy
+        if not worth_grouping(part_ms, one_ms, policy.vendor_margin):
             return None
         with unset_fake_temporarily(), warnings.catch_warnings():
             warnings.simplefilter("ignore", AutotuneFallbackWarning)
@@ -191,39 +198,13 @@ class routing_backend:
         return name, info
 
     def _rewrite_group(self, graph, group: Group, name: str, info: Dispatch) -> None:
-        """Replace a group's linears by one `autotune::gemm_group` and a slice of its output
-        each, before the first of them (a weight read through an attribute node is moved
-        there); each linear's Dispatch names the one GEMM."""
-        import torch
-
+        """Replace a group's linears by our one op (groups.rewrite_group); each linear's
+        Dispatch names the one GEMM."""
         for site in group.sites:
             self.routes.append(replace(info, problem=self._problem(site),
                                        reason=f"{GROUPED}{info.problem.describe()}, with "
                                        f"{len(group.sites) - 1} other linear(s) of its input"))
-
-        first = group.sites[0].node
-        inputs = [site.match.b for site in group.sites] + [site.match.bias for site in group.sites
-                                                            if site.match.bias is not None]
-        for node in inputs:
-            if node.op == "get_attr":
-                first.prepend(node)
-        match = group.sites[0].match
-        with graph.inserting_before(first):
-            a_node = match.a
-            if match.fold is not None:
-                a_node = graph.call_function(torch.reshape, (a_node, tuple(group.a.shape)))
-            out = graph.call_function(register_ops()["gemm_group"],
-                                      (a_node, [s.match.b for s in group.sites],
-                                       [s.match.bias for s in group.sites if s.match.bias is not None], name))
-            start = 0
-            for site, width in zip(group.sites, group.widths):
-                part = graph.call_function(torch.narrow, (out, -1, start, width))
-                start += width
-                if match.fold is not None:
-                    part = graph.call_function(torch.reshape, (part, (*match.fold, width)))
-                site.node.replace_all_uses_with(part)
-        for site in group.sites:
-            graph.erase_node(site.node)
+        rewrite_group(graph, group, register_ops()["gemm_group"], name)
 
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
@@ -400,42 +381,6 @@ class routing_backend:
         return call
 
 
-# The reason a grouped linear's Dispatch gives: the one GEMM it runs in (groups.py).
-GROUPED = "grouped: "
-
-
-def _summary(dispatches: list[Dispatch], groups: int = 0) -> None:
-    """One line on stderr per graph: how many of its matmuls were routed (how many of them in
-    `groups` grouped GEMMs), and why the others were not (the `routes` list holds each
-    one's Dispatch, its reason with it)."""
-    import sys
-    from collections import Counter
-
-    if not dispatches:
-        return
-    left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
-    routed = len(dispatches) - sum(left.values())
-    line = f"autotune: routed {routed} of {len(dispatches)} matmul{'s' if len(dispatches) != 1 else ''}"
-    if groups:
-        grouped = sum(d.reason.startswith(GROUPED) for d in dispatches)
-        line += f" ({grouped} as {groups} grouped GEMM{'s' if groups != 1 else ''})"
-    if left:
-        line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
-    sys.stderr.write(line + "\n")
-
-
-def _reason_kind(reason: str) -> str:
-    """A fallback's reason, short (the `routes` list keeps the whole)."""
-    for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
-                         ("a dynamic shape", "with a dynamic shape"),
-                         ("a dynamic M with nothing cached", "dynamic with nothing cached"),
-                         ("its winner", "whose winner cannot run here (see routes)"),
-                         ("needs gradients", "needing gradients")):
-        if reason.startswith(start):
-            return short
-    return "other (see routes)"
-
-
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
 
 
@@ -444,26 +389,6 @@ def launch_parts(built: Built | None):
     through torch.compile's wrap_triton; None for torch's op, a plugin's callable, or a
     kernel that offers none."""
     return built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
-
-
-def _real_values(gm, example_inputs) -> Callable:
-    """node -> the real tensor a graph input (placeholder) or attribute node stands for, or
-    None: what a group's weights are (the graph's own values are fake)."""
-    import operator
-
-    index = {node: i for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-
-    def real_of(node):
-        if getattr(node, "op", None) == "placeholder" and index.get(node, len(example_inputs)) < len(example_inputs):
-            return example_inputs[index[node]]
-        if getattr(node, "op", None) == "get_attr":
-            try:
-                return operator.attrgetter(node.target)(gm)
-            except AttributeError:
-                return None
-        return None
-
-    return real_of
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,

@@ -2,38 +2,46 @@
 
 Their weights are placed side by side in one buffer (each Parameter becomes a view of it, its
 values unchanged), so one GEMM reads them all, [M, K] by the buffer's [K, sum of N], and the
-output is sliced back into the linears' outputs: one launch and one tail instead of three, and
-a problem wide enough to keep the memory system busy (bench/README.md, "A serving loop").
+output is cut back into the linears' outputs (each a contiguous copy of its columns, as the
+linear's own output was: code after it may view it any way): one launch and one tail instead
+of three, and a problem wide enough to keep the memory system busy (bench/README.md, "A
+serving loop").
 
 A group is made only where it wins: the one GEMM's tuned time leads the sum of its parts' by
 the margin a kernel needs over cuBLAS in a tune (the times come from separate tunes; gate and
-up of an MLP, each already wide, are faster apart). Its members
-are linears of the same input node with static shapes, each weight a 2-D contiguous
-Parameter (of a plain tensor) of the same dtype used by nothing else in the graph, all
-with biases (placed side by side too) or none.
+up of an MLP, each already wide, are faster apart). Its members are linears of one input node
+with static shapes and no in-place op between the first and the last of them (the one GEMM
+runs where the first was); each weight (and bias: all or none) a contiguous Parameter of a
+plain tensor, used by nothing else in the graph, that owns its storage alone (no other tensor,
+process or module shares it: moving it would part them), unless the weights already lie side
+by side.
 
-The weights move after the graph is compiled, before its first run: the compiler traced
-them where they were, and nothing in the graph but the group's op reads them. The op checks
-on each call that they are still side by side (a weight assigned anew is not) and computes
-the linears one by one where they are not.
+The weights move after the graph is compiled, before its first run: the compiler traced them
+where they were, and nothing in the graph but the group's op reads them. The op checks on
+each call that they are still side by side; where they are not (a weight assigned anew, a
+conversion of the model, one compiled graph run for another layer's weights) it computes the
+linears one by one, and says so once.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .sites import Site
 
-__all__ = ["Group", "find_groups", "place_side_by_side", "side_by_side", "worth_grouping"]
+__all__ = ["Group", "find_groups", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
+           "worth_grouping"]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Group:
     """Linears of one input (`sites`, in graph order) with their real weights and biases."""
 
-    sites: list[Site]
-    weights: list[Any]  # the Parameters, [n_i, k] each
-    biases: list[Any]  # [n_i] each, or empty
+    sites: tuple[Site, ...]
+    weights: tuple[Any, ...]  # the Parameters, [n_i, k] each
+    biases: tuple[Any, ...]  # [n_i] each, or none
     a: Any  # the shared input as a GEMM's A (fake)
     b: Any  # the weights side by side as a GEMM's B: [k, sum of n_i], fake
     bias: Any = None  # the biases side by side, [sum of n_i], fake; None without
@@ -43,12 +51,9 @@ class Group:
         return [int(w.shape[0]) for w in self.weights]
 
 
-def worth_grouping(part_ms: list[float], group_ms: float) -> bool:
-    """Whether one GEMM of `group_ms` beats its parts run one by one: by MeasurePolicy's
-    vendor_margin, as times of separate measurements must (see the module)."""
-    from ..settings import MeasurePolicy
-
-    return len(part_ms) > 1 and group_ms <= (1 - MeasurePolicy.vendor_margin) * sum(part_ms)
+def worth_grouping(part_ms: list[float], group_ms: float, margin: float) -> bool:
+    """Whether one GEMM of `group_ms` leads its parts run one by one by `margin` (a share)."""
+    return len(part_ms) > 1 and group_ms <= (1 - margin) * sum(part_ms)
 
 
 def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]:
@@ -63,7 +68,7 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
         by_input.setdefault(match.a, []).append(site)
     groups = []
     for members in by_input.values():
-        if len(members) < 2:
+        if len(members) < 2 or _mutation_between(members[0].node, members[-1].node):
             continue
         weights = [real_of(s.match.b) for s in members]
         biases = [real_of(s.match.bias) for s in members if s.match.bias is not None]
@@ -78,15 +83,35 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
                 or not all(w.dim() == 2 and w.shape[1] == first.shape[1] for w in weights)
                 or not all(b.dim() == 1 and b.shape[0] == w.shape[0] for b, w in zip(biases, weights))
                 or len({(t.dtype, t.device) for t in tensors}) != 1
-                or any(set(node.users) - ours for node in nodes)):
+                or any(set(node.users) - ours for node in nodes)
+                or not all(side_by_side(ts) is not None or all(map(_owns_storage, ts)) for ts in (weights, biases))):
             continue
-        a = members[0].a
         n = sum(int(w.shape[0]) for w in weights)
         k = int(first.shape[1])
         b = members[0].b.new_empty_strided((k, n), (1, k))
         bias = members[0].bias.new_empty((n,)) if biases else None
-        groups.append(Group(members, weights, biases, a, b, bias))
+        groups.append(Group(tuple(members), tuple(weights), tuple(biases), members[0].a, b, bias))
     return groups
+
+
+_IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                       operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+                       operator.ilshift, operator.irshift, operator.imatmul, operator.setitem}
+
+
+def _mutation_between(first, last) -> bool:
+    """Whether a node after `first` and before `last` may write a tensor in place (a method
+    or function named with a trailing _, an augmented assignment, an item set, an out=):
+    the group's one GEMM, run where `first` was, would read the input before the write."""
+    node = first.next
+    while node is not last:
+        if node.op in ("call_method", "call_function"):
+            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+            if (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
+                    or "out" in node.kwargs:
+                return True
+        node = node.next
+    return False
 
 
 def _plain_parameter(t) -> bool:
@@ -97,7 +122,20 @@ def _plain_parameter(t) -> bool:
     return type(t) is torch.nn.Parameter and type(t.data) is torch.Tensor
 
 
-def side_by_side(tensors: list[Any]) -> Any:
+def _owns_storage(t) -> bool:
+    """Whether `t` alone holds its storage, all of it, in this process: moving it then parts
+    it from nothing (a view of a larger buffer, another module's Parameter over the same
+    storage, shared memory would keep the old storage)."""
+    import torch
+
+    storage = t.untyped_storage()
+    if t.is_shared() or storage.nbytes() != t.numel() * t.element_size():
+        return False
+    count = getattr(torch._C, "_storage_Use_Count", None)  # the tensor and `storage` itself: 2
+    return count is None or count(storage._cdata) <= 2
+
+
+def side_by_side(tensors) -> Any:
     """The tensor `tensors` are consecutive rows of, in their order (one storage, each
     contiguous, each starting where the one before ends), or None. 2-D tensors give
     [sum of rows, k]; 1-D give [sum of sizes]."""
@@ -117,7 +155,7 @@ def side_by_side(tensors: list[Any]) -> Any:
     return first.as_strided(shape, first.stride(), first.storage_offset())
 
 
-def place_side_by_side(tensors: list[Any]) -> None:
+def place_side_by_side(tensors) -> None:
     """Make `tensors` (Parameters) views of one new buffer, in order, their values copied;
     nothing where they already are."""
     import torch
@@ -131,3 +169,52 @@ def place_side_by_side(tensors: list[Any]) -> None:
             rows = t.shape[0]
             t.data = buffer[start:start + rows].view(t.shape)
             start += rows
+
+
+def real_values(gm, example_inputs) -> Callable:
+    """node -> the real tensor a graph input (placeholder) or attribute node stands for, or
+    None: what a group's weights are (the graph's own values are fake)."""
+    index = {node: i for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+
+    def real_of(node):
+        if getattr(node, "op", None) == "placeholder" and index.get(node, len(example_inputs)) < len(example_inputs):
+            return example_inputs[index[node]]
+        if getattr(node, "op", None) == "get_attr":
+            try:
+                return operator.attrgetter(node.target)(gm)
+            except AttributeError:
+                return None
+        return None
+
+    return real_of
+
+
+def rewrite_group(graph, group: Group, op, name: str) -> None:
+    """Replace a group's linears by one call of `op` (autotune::gemm_group, route `name`) and
+    a contiguous copy of its columns each, before the first of them (a weight read through an
+    attribute node is moved there)."""
+    import torch
+
+    first = group.sites[0].node
+    inputs = [site.match.b for site in group.sites] + [site.match.bias for site in group.sites
+                                                        if site.match.bias is not None]
+    for node in inputs:
+        if node.op == "get_attr":
+            first.prepend(node)
+    match = group.sites[0].match
+    with graph.inserting_before(first):
+        a_node = match.a
+        if match.fold is not None:
+            a_node = graph.call_function(torch.reshape, (a_node, tuple(group.a.shape)))
+        out = graph.call_function(op, (a_node, [s.match.b for s in group.sites],
+                                       [s.match.bias for s in group.sites if s.match.bias is not None], name))
+        start = 0
+        for site, width in zip(group.sites, group.widths):
+            part = graph.call_function(torch.narrow, (out, -1, start, width))
+            part = graph.call_method("contiguous", (part,))
+            start += width
+            if match.fold is not None:
+                part = graph.call_function(torch.reshape, (part, (*match.fold, width)))
+            site.node.replace_all_uses_with(part)
+    for site in group.sites:
+        graph.erase_node(site.node)

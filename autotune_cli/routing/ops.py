@@ -92,17 +92,18 @@ def register_ops() -> dict[str, Any]:
 
         _OPS["scaled_gemm"] = torch.ops.autotune.scaled_gemm.default
 
+        from . import groups
+
         @custom_op("autotune::gemm_group", mutates_args=())
         def gemm_group(a: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
                        route: str) -> torch.Tensor:
-            from .groups import side_by_side
-
-            b, bias = side_by_side(weights), side_by_side(biases)
-            if b is None or (biases and bias is None):  # moved apart since the compile: one by one
+            b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
+            r = ROUTES[route]
+            if b is None or (biases and bias is None):  # no longer side by side: one by one
+                _apart_once(route, r)
                 return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
                                   for i, w in enumerate(weights)], dim=-1)
-            call = ROUTES[route].call
-            return call(a, b.t()) if bias is None else call(bias, a, b.t())
+            return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
 
         @gemm_group.register_fake
         def _(a, weights, biases, route):
@@ -144,6 +145,25 @@ def register_ops() -> dict[str, Any]:
 
             _OPS["triton_scaled_gemm"] = torch.ops.autotune.triton_scaled_gemm.default
         return _OPS
+
+
+_APART: set[str] = set()
+
+
+def _apart_once(name: str, route: Route) -> None:
+    """Say once per route that a group's weights are no longer side by side (groups.py)."""
+    import warnings
+
+    from ..api import AutotuneFallbackWarning
+
+    with LOCK:
+        if name in _APART:
+            return
+        _APART.add(name)
+    warnings.warn(f"autotune: the weights of the grouped GEMM {route.info.problem.describe()} are no longer "
+                  "side by side (assigned anew, converted, or another layer's under the same compiled "
+                  "graph): its linears run one by one, on torch's ops; compile again to group them, or "
+                  "pass group_linears=False", AutotuneFallbackWarning, stacklevel=2)
 
 
 def route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:

@@ -1,0 +1,43 @@
+"""What a compile says of the matmuls it met: one line on stderr per graph (the `routes`
+list, which `compile` fills, holds each one's Dispatch with its whole reason)."""
+
+from __future__ import annotations
+
+from ..api import Dispatch
+
+__all__ = ["GROUPED", "summary"]
+
+# The reason a grouped linear's Dispatch gives: the one GEMM it runs in (groups.py).
+GROUPED = "grouped: "
+
+
+def summary(dispatches: list[Dispatch], groups: int = 0) -> None:
+    """One line on stderr per graph: how many of its matmuls were routed (how many of them in
+    `groups` grouped GEMMs), and why the others were not (the `routes` list holds each
+    one's Dispatch, its reason with it)."""
+    import sys
+    from collections import Counter
+
+    if not dispatches:
+        return
+    left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
+    routed = len(dispatches) - sum(left.values())
+    line = f"autotune: routed {routed} of {len(dispatches)} matmul{'s' if len(dispatches) != 1 else ''}"
+    if groups:
+        grouped = sum(d.reason.startswith(GROUPED) for d in dispatches)
+        line += f" ({grouped} as {groups} grouped GEMM{'s' if groups != 1 else ''})"
+    if left:
+        line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
+    sys.stderr.write(line + "\n")
+
+
+def _reason_kind(reason: str) -> str:
+    """A fallback's reason, short (the `routes` list keeps the whole)."""
+    for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
+                         ("a dynamic shape", "with a dynamic shape"),
+                         ("a dynamic M with nothing cached", "dynamic with nothing cached"),
+                         ("its winner", "whose winner cannot run here (see routes)"),
+                         ("needs gradients", "needing gradients")):
+        if reason.startswith(start):
+            return short
+    return "other (see routes)"
