@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import pytest
 import torch
@@ -127,7 +128,7 @@ def test_qkv_run_as_one_gemm_over_their_weights_side_by_side(tuning, monkeypatch
     # and says so once
     model.k.weight.data = model.k.weight.detach() * 2
     wholes.clear()
-    with torch.no_grad(), pytest.warns(api.AutotuneFallbackWarning, match="no longer side by side"):
+    with torch.no_grad(), pytest.warns(api.AutotuneFallbackWarning, match="are apart"):
         want = reference(model, x)
         got = run(x)
     assert wholes[0] is None
@@ -242,6 +243,27 @@ def test_by_default_a_cpu_model_is_not_grouped_even_in_a_cuda_graph_mode(tuning,
     with torch.no_grad():
         autotune_cli.compile(model, routes=routes, fullgraph=True, tune=tuning)(torch.randn(8, C))
     assert routes and not any(r.reason for r in routes)
+
+
+def test_one_compiled_graph_run_for_several_layers_groups_each_at_its_first_call(tuning, monkeypatch):
+    """Parameters are graph inputs: one compiled function serves every layer, and its op places
+    each layer's weights side by side at that layer's first call."""
+    grouped_always(monkeypatch)
+    layers = [Attention() for _ in range(3)]
+    for scale, layer in enumerate(layers, 1):
+        for p in layer.parameters():
+            p.data.mul_(scale)
+
+    def block(layer, x):
+        return layer(x)
+
+    run = autotune_cli.compile(block, backend="aot_eager", fullgraph=True, tune=tuning, group_linears=True)
+    x = torch.randn(8, C)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", api.AutotuneFallbackWarning)  # none runs one by one
+        for layer in layers:
+            torch.testing.assert_close(run(layer, x).double(), reference(layer, x), rtol=1e-4, atol=1e-4)
+    assert all(groups.side_by_side([lay.q.weight, lay.k.weight, lay.v.weight]) is not None for lay in layers)
 
 
 @pytest.mark.gpu

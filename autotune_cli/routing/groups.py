@@ -18,9 +18,10 @@ by side.
 
 The weights move after the graph is compiled, before its first run: the compiler traced them
 where they were, and nothing in the graph but the group's op reads them. The op checks on
-each call that they are still side by side; where they are not (a weight assigned anew, a
-conversion of the model, one compiled graph run for another layer's weights) it computes the
-linears one by one, and says so once.
+each call that they are still side by side. Where they are not (one compiled graph run with
+another layer's weights, a conversion of the model, a weight assigned anew) it places them so
+itself, once per route and weights and outside a CUDA graph's capture, where they may move;
+else it computes the linears one by one, and says so once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Callable
 
 from .sites import Site
 
-__all__ = ["Group", "find_groups", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
+__all__ = ["Group", "find_groups", "movable", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
            "worth_grouping"]
 
 
@@ -79,12 +80,11 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
         ours = {s.node for s in members}
         first = weights[0]
         if (len({id(t) for t in tensors}) != len(tensors)
-                or not all(_plain_parameter(t) and t.is_contiguous() for t in tensors)
                 or not all(w.dim() == 2 and w.shape[1] == first.shape[1] for w in weights)
                 or not all(b.dim() == 1 and b.shape[0] == w.shape[0] for b, w in zip(biases, weights))
                 or len({(t.dtype, t.device) for t in tensors}) != 1
                 or any(set(node.users) - ours for node in nodes)
-                or not all(side_by_side(ts) is not None or all(map(_owns_storage, ts)) for ts in (weights, biases))):
+                or not (movable(weights) and movable(biases))):
             continue
         n = sum(int(w.shape[0]) for w in weights)
         k = int(first.shape[1])
@@ -112,6 +112,13 @@ def _mutation_between(first, last) -> bool:
                 return True
         node = node.next
     return False
+
+
+def movable(tensors) -> bool:
+    """Whether `tensors` may be placed side by side: contiguous Parameters of plain tensors,
+    already side by side or each owning its storage alone."""
+    return all(_plain_parameter(t) and t.is_contiguous() for t in tensors) and (
+        side_by_side(tensors) is not None or all(map(_owns_storage, tensors)))
 
 
 def _plain_parameter(t) -> bool:

@@ -99,7 +99,9 @@ def register_ops() -> dict[str, Any]:
                        route: str) -> torch.Tensor:
             b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
             r = ROUTES[route]
-            if b is None or (biases and bias is None):  # no longer side by side: one by one
+            if (b is None or (biases and bias is None)) and _place_once(route, weights, biases):
+                b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
+            if b is None or (biases and bias is None):  # still apart: one by one
                 _apart_once(route, r)
                 return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
                                   for i, w in enumerate(weights)], dim=-1)
@@ -148,10 +150,30 @@ def register_ops() -> dict[str, Any]:
 
 
 _APART: set[str] = set()
+_PLACED: set[tuple] = set()  # (route, the weights' ids) placed side by side by the op
+
+
+def _place_once(name: str, weights, biases) -> bool:
+    """Place a group's weights side by side from its op (groups.py), where they may move and
+    it is the first time for this route and these weights (two graphs grouping them in other
+    orders would otherwise move them back and forth); whether it did."""
+    import torch
+
+    from . import groups
+
+    key = (name, *map(id, weights), *map(id, biases))
+    capturing = weights[0].is_cuda and torch.cuda.is_current_stream_capturing()
+    with LOCK:
+        if key in _PLACED or capturing or not (groups.movable(weights) and groups.movable(biases)):
+            return False
+        _PLACED.add(key)
+    groups.place_side_by_side(weights)
+    groups.place_side_by_side(biases)
+    return True
 
 
 def _apart_once(name: str, route: Route) -> None:
-    """Say once per route that a group's weights are no longer side by side (groups.py)."""
+    """Say once per route that a group's weights are apart and stay so (groups.py)."""
     import warnings
 
     from ..api import AutotuneFallbackWarning
@@ -160,10 +182,10 @@ def _apart_once(name: str, route: Route) -> None:
         if name in _APART:
             return
         _APART.add(name)
-    warnings.warn(f"autotune: the weights of the grouped GEMM {route.info.problem.describe()} are no longer "
-                  "side by side (assigned anew, converted, or another layer's under the same compiled "
-                  "graph): its linears run one by one, on torch's ops; compile again to group them, or "
-                  "pass group_linears=False", AutotuneFallbackWarning, stacklevel=2)
+    warnings.warn(f"autotune: the weights of the grouped GEMM {route.info.problem.describe()} are apart "
+                  "and may not be moved now (shared, or moved before): its linears run one by one, on "
+                  "torch's ops; compile again to group them, or pass group_linears=False",
+                  AutotuneFallbackWarning, stacklevel=2)
 
 
 def route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:
