@@ -266,6 +266,29 @@ def test_one_compiled_graph_run_for_several_layers_groups_each_at_its_first_call
     assert all(groups.side_by_side([lay.q.weight, lay.k.weight, lay.v.weight]) is not None for lay in layers)
 
 
+def test_under_cuda_graphs_the_op_leaves_another_layers_weights_where_they_are(tuning, monkeypatch):
+    """The warm-up runs of CUDA graphs allocate from the graphs' own pool: a weight placed
+    there could be overwritten by a later replay, so the op runs that layer one by one."""
+    import torch._inductor.compile_fx as compile_fx
+
+    grouped_always(monkeypatch)
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda gm, inputs, **kw: gm.forward)
+    first, second = Attention(), Attention()
+
+    def block(layer, x):
+        return layer(x)
+
+    run = autotune_cli.compile(block, fullgraph=True, tune=tuning, group_linears=True)  # reduce-overhead
+    x = torch.randn(8, C)
+    pointers = [p.data_ptr() for p in second.parameters()]
+    with torch.no_grad():
+        run(first, x)
+        with pytest.warns(api.AutotuneFallbackWarning, match="are apart"):
+            got = run(second, x)
+    assert [p.data_ptr() for p in second.parameters()] == pointers
+    torch.testing.assert_close(got.double(), reference(second, x), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.gpu
 def test_gpu_qkv_as_one_gemm_under_cuda_graphs(cache_dir, monkeypatch, capfd):
     """On a GPU, by default (Inductor replaying CUDA graphs): q, k and v tuned as the graph

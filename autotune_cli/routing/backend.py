@@ -60,7 +60,8 @@ class routing_backend:
         if self.group_linears is None:  # where CUDA graphs replay them (see `compile`)
             groups = [g for g in groups if config.get("triton.cudagraphs") and g.weights[0].device.type == "cuda"]
         self._tune_missing(sites, [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups])
-        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g)] if route is not None]
+        graphs = bool(config.get("triton.cudagraphs"))
+        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)] if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
@@ -168,9 +169,10 @@ class routing_backend:
             gm.recompile()
         summary(self.routes[routed_before:], len(groups))
 
-    def _route_group(self, group: Group) -> tuple[str, Dispatch] | None:
+    def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM, where its winner's time beats the sum of its
-        parts' (groups.py) and it runs from the opaque op; else None (the parts go one by one)."""
+        parts' (groups.py) and it runs from the opaque op; else None (the parts go one by one).
+        `graphs`: the compiled graph replays as CUDA graphs (its op may not place weights)."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         from ..settings import MeasurePolicy, TuneSettings
@@ -192,9 +194,10 @@ class routing_backend:
             if built is not None:
                 call = self._stateful_call(info, built, group.a, group.b, group.bias)
         shape = info.problem.out_shape()
-        name = route_name(info, contiguous(shape), "group", built)
+        name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
         with LOCK:
-            ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None))
+            ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None,
+                                          places=not graphs))
         return name, info
 
     def _rewrite_group(self, graph, group: Group, name: str, info: Dispatch) -> None:

@@ -20,8 +20,9 @@ The weights move after the graph is compiled, before its first run: the compiler
 where they were, and nothing in the graph but the group's op reads them. The op checks on
 each call that they are still side by side. Where they are not (one compiled graph run with
 another layer's weights, a conversion of the model, a weight assigned anew) it places them so
-itself, once per route and weights and outside a CUDA graph's capture, where they may move;
-else it computes the linears one by one, and says so once.
+itself, once per route and weights, where they may move and the graph is not replayed as
+CUDA graphs (their warm-up allocates from the graphs' pool, which later replays reuse); else
+it computes the linears one by one, and says so once.
 """
 
 from __future__ import annotations

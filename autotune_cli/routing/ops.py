@@ -29,6 +29,9 @@ class Route:
     built: Built | None
     parts: tuple | None
     out_dtype: Any = None  # scaled_mm: the output's torch dtype (else the operands')
+    # a group's op may place its weights side by side itself (groups.py): not where CUDA graphs
+    # replay the compiled graph, whose warm-up runs allocate from the graphs' own memory pool
+    places: bool = False
 
 
 # An op's `route` argument names an entry here. The name is a hash of what the route runs
@@ -99,7 +102,7 @@ def register_ops() -> dict[str, Any]:
                        route: str) -> torch.Tensor:
             b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
             r = ROUTES[route]
-            if (b is None or (biases and bias is None)) and _place_once(route, weights, biases):
+            if (b is None or (biases and bias is None)) and r.places and _place_once(route, weights, biases):
                 b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
             if b is None or (biases and bias is None):  # still apart: one by one
                 _apart_once(route, r)
@@ -157,14 +160,11 @@ def _place_once(name: str, weights, biases) -> bool:
     """Place a group's weights side by side from its op (groups.py), where they may move and
     it is the first time for this route and these weights (two graphs grouping them in other
     orders would otherwise move them back and forth); whether it did."""
-    import torch
-
     from . import groups
 
     key = (name, *map(id, weights), *map(id, biases))
-    capturing = weights[0].is_cuda and torch.cuda.is_current_stream_capturing()
     with LOCK:
-        if key in _PLACED or capturing or not (groups.movable(weights) and groups.movable(biases)):
+        if key in _PLACED or not (groups.movable(weights) and groups.movable(biases)):
             return False
         _PLACED.add(key)
     groups.place_side_by_side(weights)
