@@ -191,13 +191,16 @@ class routing_backend:
             call, info, built = self.dispatcher.route(group.a, group.b, group.bias)
             if info.fallback or info.problem is None or (built is not None and built.pitch is not None):
                 return None
-            if built is not None:
-                call = self._stateful_call(info, built, group.a, group.b, group.bias)
-        shape = info.problem.out_shape()
-        name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
-        with LOCK:
-            ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None,
-                                          places=not graphs))
+            shape = info.problem.out_shape()
+            name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
+            with LOCK:
+                known = name in ROUTES  # every layer's group of one shape: one route, made once
+            if not known:
+                if built is not None:
+                    call = self._stateful_call(info, built, group.a, group.b, group.bias)
+                with LOCK:
+                    ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None,
+                                                  places=not graphs))
         return name, info
 
     def _rewrite_group(self, graph, group: Group, name: str, info: Dispatch) -> None:
