@@ -9,7 +9,7 @@ from ..templates.kernel import Kernel
 from .dynamic import DynamicCall, dynamic_problem
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
-from .ops import LOCK, ROUTES, Route, contiguous, register_ops, route_name
+from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
 from .sites import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
@@ -56,12 +56,14 @@ class routing_backend:
                 site.plan = dynamic_problem(self.dispatcher, site.a, site.b, site.bias)
                 if isinstance(site.plan, str):
                     site.skip = site.plan
+        graphs = bool(config.get("triton.cudagraphs"))  # replayed as CUDA graphs
         groups = find_groups(sites, real_values(gm, example_inputs)) if self.group_linears is not False else []
-        if self.group_linears is None:  # where CUDA graphs replay them (see `compile`)
-            groups = [g for g in groups if config.get("triton.cudagraphs") and g.weights[0].device.type == "cuda"]
-        self._tune_missing(sites, [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups])
-        graphs = bool(config.get("triton.cudagraphs"))
-        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)] if route is not None]
+        if self.group_linears is None:  # on a GPU, where CUDA graphs replay them (see `compile`)
+            groups = [g for g in groups if graphs and g.weights[0].device.type == "cuda"]
+        group_problems = [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups]
+        self._tune_missing(sites, group_problems)
+        routed_groups = [(g, *route) for g, problem in zip(groups, group_problems)
+                         for route in [self._route_group(g, problem, graphs)] if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
@@ -71,8 +73,7 @@ class routing_backend:
             inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
             compiled = inner(gm, example_inputs)
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
-            place_side_by_side(group.weights)
-            place_side_by_side(group.biases)
+            place_side_by_side(group.weights, group.biases)
         return compiled
 
     def _problem(self, site: Site):
@@ -169,16 +170,16 @@ class routing_backend:
             gm.recompile()
         summary(self.routes[routed_before:], len(groups))
 
-    def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
-        """(route name, Dispatch) of `group`'s one GEMM, where its winner's time beats the sum of its
-        parts' (groups.py) and it runs from the opaque op; else None (the parts go one by one).
-        `graphs`: the compiled graph replays as CUDA graphs (its op may not place weights)."""
+    def _route_group(self, group: Group, problem, graphs: bool) -> tuple[str, Dispatch] | None:
+        """(route name, Dispatch) of `group`'s one GEMM (`problem`), where its winner's time beats
+        the sum of its parts' (groups.py) and it runs from the opaque op; else None (the parts go
+        one by one). `graphs`: the compiled graph replays as CUDA graphs (its op may not place
+        weights)."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         from ..settings import MeasurePolicy, TuneSettings
 
-        problems = [self.dispatcher.problem_for(group.a, group.b, group.bias)]
-        problems += [self._problem(site) for site in group.sites]
+        problems = [problem] + [self._problem(site) for site in group.sites]
         found = [None if p is None else self.dispatcher.lookup_entry(p) for p in problems]
         if any(f is None or f[1].winner is None for f in found):
             return None
@@ -193,14 +194,9 @@ class routing_backend:
                 return None
             shape = info.problem.out_shape()
             name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
-            with LOCK:
-                known = name in ROUTES  # every layer's group of one shape: one route, made once
-            if not known:
-                if built is not None:
-                    call = self._stateful_call(info, built, group.a, group.b, group.bias)
-                with LOCK:
-                    ROUTES.setdefault(name, Route(info, call, tuple(shape), contiguous(shape), built, None,
-                                                  places=not graphs))
+            keep_route(name, lambda: Route(
+                info, call if built is None else self._stateful_call(info, built, group.a, group.b, group.bias),
+                tuple(shape), contiguous(shape), built, None, places=not graphs))
         return name, info
 
     def _rewrite_group(self, graph, group: Group, name: str, info: Dispatch) -> None:
@@ -292,20 +288,20 @@ class routing_backend:
                      == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
         strides = contiguous(shape)
         name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
-        with LOCK:
-            known = name in ROUTES
-        if not known:
-            if built is not None and not triton_ok:
-                call = self._stateful_scaled_call(info, built, (a, b, scale_a, scale_b, bias))
+
+        def make() -> Route:
             import torch
 
             from ..templates.base import torch_dtype
 
-            route = Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None,
-                           out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
+            run = self._stateful_scaled_call(info, built, (a, b, scale_a, scale_b, bias)) \
+                if built is not None and not triton_ok else call
+            route = Route(info, run, tuple(shape), tuple(strides), built, parts if triton_ok else None,
+                          out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
             assert isinstance(route.out_dtype, torch.dtype)
-            with LOCK:
-                ROUTES.setdefault(name, route)
+            return route
+
+        keep_route(name, make)
         self.routes.append(info)
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
@@ -344,14 +340,9 @@ class routing_backend:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it
         name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
-        with LOCK:
-            known = name in ROUTES
-        if not known:
-            if built is not None and not triton_ok:
-                call = self._stateful_call(info, built, a, b, bias)
-            route = Route(info, call, tuple(shape), tuple(strides), built, parts if triton_ok else None)
-            with LOCK:
-                ROUTES.setdefault(name, route)
+        keep_route(name, lambda: Route(
+            info, self._stateful_call(info, built, a, b, bias) if built is not None and not triton_ok else call,
+            tuple(shape), tuple(strides), built, parts if triton_ok else None))
         self.routes.append(info)
         return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
 
@@ -415,8 +406,9 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     `group_linears`: linears that read one input (attention's q, k and v) run as one GEMM
     where its tuned time beats theirs summed (groups.py): their weights are moved side by
     side into one buffer as the graph compiles (each Parameter a view of it, its values
-    unchanged). None (the default): where Inductor replays CUDA graphs (the op's host work
-    is paid once, at capture); True always; False never (the model's storage is left alone).
+    unchanged). None (the default): on a GPU where Inductor replays CUDA graphs (the op's host
+    work is paid once, at capture); True always; False never (the model's storage is left
+    alone).
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from .sites import Site
 
 __all__ = ["Group", "find_groups", "movable", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
-           "worth_grouping"]
+           "wholes", "worth_grouping"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
                 or not all(b.dim() == 1 and b.shape[0] == w.shape[0] for b, w in zip(biases, weights))
                 or len({(t.dtype, t.device) for t in tensors}) != 1
                 or any(set(node.users) - ours for node in nodes)
-                or not (movable(weights) and movable(biases))):
+                or not movable(weights, biases)):
             continue
         n = sum(int(w.shape[0]) for w in weights)
         k = int(first.shape[1])
@@ -115,11 +115,12 @@ def _mutation_between(first, last) -> bool:
     return False
 
 
-def movable(tensors) -> bool:
-    """Whether `tensors` may be placed side by side: contiguous Parameters of plain tensors,
-    already side by side or each owning its storage alone."""
-    return all(_plain_parameter(t) and t.is_contiguous() for t in tensors) and (
-        side_by_side(tensors) is not None or all(map(_owns_storage, tensors)))
+def movable(*lists) -> bool:
+    """Whether each of `lists` (a group's weights, its biases) may be placed side by side:
+    contiguous Parameters of plain tensors, already side by side or each owning its storage
+    alone."""
+    return all(all(_plain_parameter(t) and t.is_contiguous() for t in tensors) and (
+        side_by_side(tensors) is not None or all(map(_owns_storage, tensors))) for tensors in lists)
 
 
 def _plain_parameter(t) -> bool:
@@ -163,20 +164,28 @@ def side_by_side(tensors) -> Any:
     return first.as_strided(shape, first.stride(), first.storage_offset())
 
 
-def place_side_by_side(tensors) -> None:
-    """Make `tensors` (Parameters) views of one new buffer, in order, their values copied;
-    nothing where they already are."""
+def wholes(weights, biases) -> tuple[Any, Any] | None:
+    """(the weights side by side, the biases side by side or None without), or None where
+    either list is apart."""
+    b, bias = side_by_side(weights), side_by_side(biases)
+    return None if b is None or (biases and bias is None) else (b, bias)
+
+
+def place_side_by_side(*lists) -> None:
+    """Make the tensors (Parameters) of each of `lists` views of one new buffer, in order,
+    their values copied; nothing for a list that already is."""
     import torch
 
-    if not tensors or side_by_side(tensors) is not None:
-        return
-    with torch.no_grad():
-        buffer = torch.cat([t.detach().reshape(t.shape[0], -1) for t in tensors])
-        start = 0
-        for t in tensors:
-            rows = t.shape[0]
-            t.data = buffer[start:start + rows].view(t.shape)
-            start += rows
+    for tensors in lists:
+        if not tensors or side_by_side(tensors) is not None:
+            continue
+        with torch.no_grad():
+            buffer = torch.cat([t.detach().reshape(t.shape[0], -1) for t in tensors])
+            start = 0
+            for t in tensors:
+                rows = t.shape[0]
+                t.data = buffer[start:start + rows].view(t.shape)
+                start += rows
 
 
 def real_values(gm, example_inputs) -> Callable:

@@ -2,10 +2,10 @@
 
 `autotune::gemm` (opaque: a custom op with a fake implementation, running a route's call),
 `autotune::scaled_gemm` (the same for torch._scaled_mm), `autotune::gemm_group` (opaque:
-linears of one input as one GEMM over their weights side by side, groups.py) and, where Triton compiles for a
-GPU, `autotune::triton_gemm` / `autotune::triton_scaled_gemm` (triton_ops: the compiler
-traces into them and launches the kernel itself). An op's `route` argument names a `Route`
-in ROUTES.
+linears of one input as one GEMM over their weights side by side, groups.py) and, where
+Triton compiles for a GPU, `autotune::triton_gemm` / `autotune::triton_scaled_gemm`
+(triton_ops: the compiler traces into them and launches the kernel itself). An op's `route`
+argument names a `Route` in ROUTES (`keep_route` adds one).
 """
 
 import threading  # no `from __future__ import annotations`: torch.library reads the ops' annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..api import Built, Dispatch
 
-__all__ = ["LOCK", "ROUTES", "Route", "contiguous", "register_ops", "route_name"]
+__all__ = ["LOCK", "ROUTES", "Route", "contiguous", "keep_route", "register_ops", "route_name"]
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,15 @@ def register_ops() -> dict[str, Any]:
         @custom_op("autotune::gemm_group", mutates_args=())
         def gemm_group(a: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor],
                        route: str) -> torch.Tensor:
-            b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
             r = ROUTES[route]
-            if (b is None or (biases and bias is None)) and r.places and _place_once(route, weights, biases):
-                b, bias = groups.side_by_side(weights), groups.side_by_side(biases)
-            if b is None or (biases and bias is None):  # still apart: one by one
+            whole = groups.wholes(weights, biases)
+            if whole is None and r.places and _place_once(route, weights, biases):
+                whole = groups.wholes(weights, biases)
+            if whole is None:  # apart: one by one
                 _apart_once(route, r)
                 return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
                                   for i, w in enumerate(weights)], dim=-1)
+            b, bias = whole
             return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
 
         @gemm_group.register_fake
@@ -164,11 +165,10 @@ def _place_once(name: str, weights, biases) -> bool:
 
     key = (name, *map(id, weights), *map(id, biases))
     with LOCK:
-        if key in _PLACED or not (groups.movable(weights) and groups.movable(biases)):
+        if key in _PLACED or not groups.movable(weights, biases):
             return False
         _PLACED.add(key)
-    groups.place_side_by_side(weights)
-    groups.place_side_by_side(biases)
+    groups.place_side_by_side(weights, biases)
     return True
 
 
@@ -186,6 +186,17 @@ def _apart_once(name: str, route: Route) -> None:
                   "and may not be moved now (shared, or moved before): its linears run one by one, on "
                   "torch's ops; compile again to group them, or pass group_linears=False",
                   AutotuneFallbackWarning, stacklevel=2)
+
+
+def keep_route(name: str, make: Callable[[], Route]) -> None:
+    """Add the route `make()` under `name` unless one is there: a route is made once per name
+    (every layer's matmul of one problem shares it, and making it may run its kernel)."""
+    with LOCK:
+        if name in ROUTES:
+            return
+    route = make()
+    with LOCK:
+        ROUTES.setdefault(name, route)
 
 
 def route_name(info: Dispatch, strides: tuple, kind: str, built: Built | None) -> str:

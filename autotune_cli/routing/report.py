@@ -4,6 +4,7 @@ list, which `compile` fills, holds each one's Dispatch with its whole reason).""
 from __future__ import annotations
 
 from ..api import Dispatch
+from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
 
@@ -22,10 +23,10 @@ def summary(dispatches: list[Dispatch], groups: int = 0) -> None:
         return
     left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
     routed = len(dispatches) - sum(left.values())
-    line = f"autotune: routed {routed} of {len(dispatches)} matmul{'s' if len(dispatches) != 1 else ''}"
+    line = f"autotune: routed {routed} of {plural(len(dispatches), 'matmul')}"
     if groups:
         grouped = sum(d.reason.startswith(GROUPED) for d in dispatches)
-        line += f" ({grouped} as {groups} grouped GEMM{'s' if groups != 1 else ''})"
+        line += f" ({grouped} as {plural(groups, 'grouped GEMM')})"
     if left:
         line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
     sys.stderr.write(line + "\n")
