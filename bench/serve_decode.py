@@ -201,7 +201,6 @@ def fp32_logits(cfg, model, batch: int, prompt: int, length: int, device: str):
     """The first decode step's logits from an fp32 copy of the model, from the same prompt."""
     import copy
 
-
     twin = copy.deepcopy(model).float()
     loop = Loop(cfg, twin, twin, batch, prompt, length, device)
     want = loop.once().double()

@@ -32,6 +32,20 @@ def tuning(tmp_path, cache_dir):
                         workers=1)
 
 
+@pytest.fixture
+def inductor_unrun(monkeypatch):
+    """Inductor's config as a compile sets it (mode, CUDA graphs), its compile itself not run
+    (a CPU compile of C++ would take the test's time)."""
+    import torch._inductor.compile_fx as compile_fx
+
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda gm, inputs, **kw: gm.forward)
+
+
+def block(layer, x):
+    """One compiled function for every layer: Parameters are graph inputs, so one graph."""
+    return layer(x)
+
+
 class Attention(torch.nn.Module):
     """q, k and v of one input (with biases where asked), and o of another."""
 
@@ -232,12 +246,9 @@ def test_a_weight_whose_storage_is_shared_is_not_moved(tuning, monkeypatch):
     assert routes and not any(r.reason for r in routes) and shared.k.weight.is_shared()
 
 
-def test_by_default_a_cpu_model_is_not_grouped_even_in_a_cuda_graph_mode(tuning, monkeypatch):
+def test_by_default_a_cpu_model_is_not_grouped_even_in_a_cuda_graph_mode(tuning, monkeypatch, inductor_unrun):
     """CUDA graphs replay only on a GPU: the opaque op would pay its host work each call."""
-    import torch._inductor.compile_fx as compile_fx
-
     grouped_always(monkeypatch)
-    monkeypatch.setattr(compile_fx, "compile_fx", lambda gm, inputs, **kw: gm.forward)
     model = Attention()
     routes: list = []
     with torch.no_grad():
@@ -253,10 +264,6 @@ def test_one_compiled_graph_run_for_several_layers_groups_each_at_its_first_call
     for scale, layer in enumerate(layers, 1):
         for p in layer.parameters():
             p.data.mul_(scale)
-
-    def block(layer, x):
-        return layer(x)
-
     run = autotune_cli.compile(block, backend="aot_eager", fullgraph=True, tune=tuning, group_linears=True)
     x = torch.randn(8, C)
     with torch.no_grad(), warnings.catch_warnings():
@@ -266,18 +273,12 @@ def test_one_compiled_graph_run_for_several_layers_groups_each_at_its_first_call
     assert all(groups.side_by_side([lay.q.weight, lay.k.weight, lay.v.weight]) is not None for lay in layers)
 
 
-def test_under_cuda_graphs_the_op_leaves_another_layers_weights_where_they_are(tuning, monkeypatch):
+def test_under_cuda_graphs_the_op_leaves_another_layers_weights_where_they_are(tuning, monkeypatch,
+                                                                              inductor_unrun):
     """The warm-up runs of CUDA graphs allocate from the graphs' own pool: a weight placed
     there could be overwritten by a later replay, so the op runs that layer one by one."""
-    import torch._inductor.compile_fx as compile_fx
-
     grouped_always(monkeypatch)
-    monkeypatch.setattr(compile_fx, "compile_fx", lambda gm, inputs, **kw: gm.forward)
     first, second = Attention(), Attention()
-
-    def block(layer, x):
-        return layer(x)
-
     run = autotune_cli.compile(block, fullgraph=True, tune=tuning, group_linears=True)  # reduce-overhead
     x = torch.randn(8, C)
     pointers = [p.data_ptr() for p in second.parameters()]
