@@ -151,6 +151,11 @@ class MeasurePolicy:
     # vendor_retime_within of it.
     retime_within: float = 0.03
     vendor_retime_within: float = 0.10
+    # How many of the best contenders whose template offers one get their FIXED_NK twin
+    # timed after the first timing (search/base.time_fixed_twins): one compile each, for up
+    # to 1.06-1.10x on short-K odd widths (bench/README.md, "Odd widths"). 0 on the CPU,
+    # where the interpreter runs both alike.
+    fixed_twins: int = 2
     # Passes of that re-time, the contenders' order reversed every other pass (1 on the CPU,
     # where an interpreter run costs up to a second); each pass's runs and budget are
     # retime_runs_factor times the first timing's.
@@ -196,15 +201,16 @@ class MeasurePolicy:
     switches: Switches = Switches()
 
     def __post_init__(self) -> None:
-        if self.retime_passes < 1 or self.confirm_passes < 0:
-            raise ValueError("retime_passes must be 1 or more and confirm_passes 0 or more")
+        if self.retime_passes < 1 or self.confirm_passes < 0 or self.fixed_twins < 0:
+            raise ValueError("retime_passes must be 1 or more, confirm_passes and fixed_twins 0 or more")
 
     @classmethod
     def for_device(cls, device: str, switches: Switches | None = None, **knobs) -> "MeasurePolicy":
         """The policy for `device` ("cuda" or "cpu"), with `switches` (default: the environment's,
         read now) and any `knobs` (fields) given."""
         if device == "cpu":
-            knobs = {"timing": CPU_TIMING, "retime_passes": 1, "confirm_passes": 0, "give_up_over": 0.0, **knobs}
+            knobs = {"timing": CPU_TIMING, "retime_passes": 1, "confirm_passes": 0, "give_up_over": 0.0,
+                     "fixed_twins": 0, **knobs}
         return cls(switches=switches if switches is not None else Switches.from_environment(), **knobs)
 
     def timing_for(self, problem, device_type: str) -> TimingPolicy:

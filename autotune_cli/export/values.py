@@ -47,6 +47,7 @@ INDUCTOR_TRITON_ARGS = (
 _DERIVED_PARAMS = frozenset({
     "EVEN_K", "ACC_TYPE", "ALLOW_TF32", "USE_FAST_ACCUM", "hint_override", "UPCAST",
     "INPUT_PRECISION", "HAS_BIAS", "BATCHED", "OUT_DTYPE",
+    "FIXED_NK",  # Inductor writes every static size into its kernels anyway
 })
 
 # (our uid, op) -> Inductor template uid for ATen choices, which take no arguments.

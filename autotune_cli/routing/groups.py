@@ -138,7 +138,9 @@ def _owns_storage(t) -> bool:
     import torch
 
     storage = t.untyped_storage()
-    if t.is_shared() or storage.nbytes() != t.numel() * t.element_size():
+    # is_shared() is True for every CUDA tensor (torch's own definition): it marks shared
+    # memory on the CPU alone
+    if (t.device.type == "cpu" and t.is_shared()) or storage.nbytes() != t.numel() * t.element_size():
         return False
     count = getattr(torch._C, "_storage_Use_Count", None)  # the tensor and `storage` itself: 2
     return count is None or count(storage._cdata) <= 2

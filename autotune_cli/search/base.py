@@ -62,6 +62,29 @@ def _best_vendor(ok: list[tuple[KernelTemplateChoice, Candidate]]):
     return min(((c, r) for c, r in ok if r.uid in vendor_uids()), key=lambda cr: cr[1].ms, default=None)
 
 
+def time_fixed_twins(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]]
+                     ) -> list[tuple[KernelTemplateChoice, Candidate]]:
+    """`pairs` and, after them, the first timing of the FIXED_NK twins (Template.fixed_twin:
+    the problem's sizes written into the kernel, one compile each, shared with no other
+    problem) of the best `measure.fixed_twins` results whose template offers one, among
+    those within `measure.vendor_retime_within` of the best: a known trip count and column
+    wrap ran a config 4-10% faster on short-K odd widths, and a tie or a loss elsewhere
+    (bench/README.md, "Odd widths"). The twins then go through the re-time like any other."""
+    count = ctx.measure.fixed_twins
+    ok = sorted(((c, r) for c, r in pairs if r.ok), key=lambda cr: cr[1].ms)
+    if not count or not ok or ctx.out_of_time():
+        return pairs
+    bound = ok[0][1].ms * (1 + ctx.measure.vendor_retime_within)
+    twins = []
+    for choice, result in ok:
+        if len(twins) == count or result.ms > bound:
+            break
+        config = choice.template.fixed_twin(choice.config_dict)
+        if config is not None:
+            twins.append(KernelTemplateChoice.make(choice.template, choice.problem, config))
+    return pairs + ctx.run(twins, ctx.measure.timing, "fixed") if twins else pairs
+
+
 def retime_contenders(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice, Candidate]]
                       ) -> list[tuple[KernelTemplateChoice, Candidate]]:
     """Candidates within `measure.retime_within` of the best are timed again, so the pick

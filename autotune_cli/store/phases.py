@@ -33,7 +33,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 # The order phases are shown in; any other name follows, in the order it was first seen.
-ORDER = ("lookup", "start", "choices", "screen", "full", "retime", "confirm", "prefetch", "partial_save", "save")
+ORDER = ("lookup", "start", "choices", "screen", "full", "fixed", "retime", "confirm", "prefetch", "partial_save",
+         "save")
 # The timing process's steps of one candidate (runner/candidate.CandidateRunner phases).
 WORKER_STEPS = ("build", "inputs", "first_run", "check", "recheck", "timing", "timed_check")
 

@@ -74,7 +74,7 @@ def config_identity(uid: str, params: Mapping[str, Any]) -> tuple:
 SHORT_NAMES = {
     "BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
     "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic",
-    "FUSED_REDUCE": "fused", "FLATTEN": "flat",
+    "FUSED_REDUCE": "fused", "FLATTEN": "flat", "FIXED_NK": "fixed",
 }
 
 

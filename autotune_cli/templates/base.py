@@ -266,6 +266,12 @@ class Template(ABC):
         """Every argument the kernel takes: the tuned config plus values fixed by the problem."""
         return dict(config)
 
+    def fixed_twin(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """`config` with the problem's sizes written into the kernel (one compile per
+        problem, not shared), where the template offers that and `config` is not it
+        already; else None. The search times it for its best contenders alone."""
+        return None
+
     def out_pitch(self, problem: GemmProblem, params: dict[str, Any]) -> int | None:
         """The row pitch (elements from one output row to the next) this kernel wants its
         output made with, or None for the usual contiguous [M, N]. A pitch larger than N

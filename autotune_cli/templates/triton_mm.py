@@ -3,7 +3,11 @@
 The tuned config (BLOCK_M/N/K, GROUP_M, num_stages, num_warps) and the values the problem
 fixes (EVEN_K, ACC_TYPE, ALLOW_TF32, UPCAST, HAS_BIAS, BATCHED) are written into the kernel
 source as literals, so each choice is one readable file of real Triton code. Strides are
-runtime arguments, so one kernel serves every layout.
+runtime arguments, so one kernel serves every layout; M, N and K too, so problems of one
+config share one compiled kernel, except in a config's FIXED_NK twin, which writes N and K in
+(a known trip count and column wrap: up to 1.06-1.10x on short-K odd widths,
+bench/README.md "Odd widths"); the tune times that twin for its best contenders alone
+(search/base.py `time_fixed_twins`), one compile more each.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel
+from .triton_base import TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 
@@ -26,13 +30,18 @@ class TritonMMTemplate(TritonTemplate):
     tile_model = "prunes"  # choices.tile_model_stage
     rows_in_m_slot = True  # choices.decode_stage
     template_file = TEMPLATE_FILE
-    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool()}
+    params_schema = {**TILE_SCHEMA, "EVEN_K": Bool(), "FIXED_NK": ZERO_ONE}
+    defaults = {"FIXED_NK": 0}
 
     def extra_params(self, problem: GemmProblem, params: dict[str, Any]) -> None:
         params["EVEN_K"] = problem.k % params["BLOCK_K"] == 0
 
+    def fixed_twin(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        return {**config, "FIXED_NK": 1} if not config.get("FIXED_NK") else None
+
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
-        return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm")
+        return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm",
+                                FIXED_NK=bool(params["FIXED_NK"]), N=problem.n, K=problem.k)
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
               load_n: int | None = None, store_pitch: int | None = None) -> OneLaunchKernel:
@@ -46,6 +55,8 @@ class TritonMMTemplate(TritonTemplate):
         bm, bn = params["BLOCK_M"], params["BLOCK_N"]
         m, n, k = problem.m, problem.n, problem.k
         n_load = n if load_n is None else load_n
+        if params["FIXED_NK"] and (load_n is not None or store_pitch is not None):
+            raise ValueError(f"{self.uid}: FIXED_NK writes N in as B's wrap and the stores' width")
         if store_pitch is not None and not n < store_pitch <= n_load:
             raise ValueError(f"{self.uid}: an output pitch of {store_pitch} must lie past N ({n}) "
                              f"and within the width B's columns wrap at ({n_load})")

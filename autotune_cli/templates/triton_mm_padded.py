@@ -60,6 +60,9 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
     def full_params(self, problem: GemmProblem, config: dict[str, Any]) -> dict[str, Any]:
         return super().full_params(replace(problem, k=padded_k(problem)), config)
 
+    def fixed_twin(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        return None  # its B wraps at the padded width, its stores at the output's pitch
+
     def source_text(self) -> str:
         """triton::mm's, and the copy kernels this one runs on CUDA (templates/row_copy.py)."""
         return super().source_text() + Path(__file__).with_name("row_copy.py").read_text()
