@@ -48,7 +48,7 @@ def synthetic(op="mm", m=64, n=64, k=64, b=1, dtype="float16", layout="nn", bias
 
 
 TRITON_PARAMS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
-                 "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32", "ALLOW_TF32": False}
+                 "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32", "ALLOW_TF32": False, "FIXED_NK": 0}
 
 
 def write(cache_dir: Path, *items) -> dict:

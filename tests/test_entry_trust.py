@@ -217,7 +217,8 @@ def test_import_lists_what_it_adds(cli, tmp_path):
     code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir, "--dry-run")
     assert code == 0, err
     assert out.splitlines() == [f"would import {key}: triton::mm BLOCK_M=32 BLOCK_N=32 BLOCK_K=32 GROUP_M=8 "
-                                "num_stages=1 num_warps=4 EVEN_K=True ACC_TYPE=tl.float32 ALLOW_TF32=False 0.0010 ms"]
+                                "num_stages=1 num_warps=4 FIXED_NK=0 EVEN_K=True ACC_TYPE=tl.float32 "
+                                "ALLOW_TF32=False 0.0010 ms"]
     assert not (cache_dir / CACHE_FILE).exists()
     code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir)
     assert code == 0 and out.startswith(f"import {key}: triton::mm ") and "imported 1" in err

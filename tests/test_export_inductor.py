@@ -36,7 +36,7 @@ def problem(op="mm", m=1024, n=512, k=4096, b=1, dtype="bfloat16", layout="nn", 
 
 def triton_winner(uid="triton::mm", ms=0.05, **overrides):
     params = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 5,
-              "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32", "ALLOW_TF32": False}
+              "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32", "ALLOW_TF32": False, "FIXED_NK": 1}
     params.update(overrides)
     return {"uid": uid, "params": params, "ms": ms, "tflops": 100.0}
 
