@@ -311,3 +311,47 @@ def test_gpu_qkv_as_one_gemm_under_cuda_graphs(cache_dir, monkeypatch, capfd):
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(run(x).double(), want, rtol=2e-2, atol=2e-2)
+
+
+class WriteBetween(Attention):
+    """k and v read the input after an in-place write: only q and k are one input's run."""
+
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        x.mul_(1.0)
+        v = self.v(x)
+        return q.sum() + k.sum() + v.sum()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_recorded_list_holds_the_one_gemm_and_a_compile_groups_from_it_untuned(tuning, monkeypatch, capfd,
+                                                                                  tmp_path, bias):
+    """autotune_cli.record lists q, k and v of one input and, as one entry more, their one
+    GEMM: tuned from that list (a deployment's cache), a compile with tune=False groups them."""
+    from autotune_cli.model.shapes_file import read_counted
+    from autotune_cli.tune.tuner import Tuner
+
+    grouped_always(monkeypatch)
+    model, x = Attention(bias), torch.randn(2, 4, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        model(x)
+        model(x)
+        WriteBetween(bias)(x.clone())
+    assert "and 2 GEMMs of linears of one input as one (3 groups" in capfd.readouterr().err
+    listed = {p.describe(): count for p, count in read_counted(path, "cpu")}
+    kind = "addmm" if bias else "mm"
+    suffix = " bias[n]" if bias else ""
+    assert listed[f"{kind} 8x{C + 2 * KV}x{C} float32 nt{suffix}"] == 2  # q, k, v: each forward
+    assert listed[f"{kind} 8x{C + KV}x{C} float32 nt{suffix}"] == 1  # q and k: v read after a write
+    assert listed[f"{kind} 8x{KV}x{C} float32 nt{suffix}"] == 6  # the linears themselves, as before
+    with Tuner(tuning) as tuner:
+        for problem, _ in read_counted(path, "cpu"):
+            tuner.tune(problem)
+    routes, graphs = [], []
+    run = compiled(model, False, routes, graphs)
+    with torch.no_grad():
+        got = run(x)
+    err = capfd.readouterr().err
+    assert "tuning" not in err and "routed 4 of 4 matmuls (3 as 1 grouped GEMM)" in err
+    torch.testing.assert_close(got.double(), reference(model, x), rtol=1e-4, atol=1e-4)

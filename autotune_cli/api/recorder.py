@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -54,7 +55,30 @@ class _Tally:
         self.lock = threading.Lock()
         self.problems: Counter[GemmProblem] = Counter()
         self.skipped: Counter[str] = Counter()
+        # Linears of one input in a row (q, k, v): each thread's run so far, (the input's
+        # mark, [problems]), and the one GEMMs they make (groups.py: what autotune_cli.compile
+        # may run in their place, and looks up)
+        self.runs: dict[int, tuple[tuple, list[GemmProblem]]] = {}
+        self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
+
+    def follow(self, mark: tuple | None, problem: GemmProblem) -> None:
+        """Add `problem`, whose A is the tensor `mark` names (None: not a linear's GEMM that a
+        group may hold), to this thread's run of linears of one input; under the lock."""
+        thread = threading.get_ident()
+        run = self.runs.get(thread)
+        if mark is not None and run is not None and run[0] == mark:
+            run[1].append(problem)
+            return
+        self.end_run(thread)
+        if mark is not None:
+            self.runs[thread] = (mark, [problem])
+
+    def end_run(self, thread: int) -> None:
+        """Count the one GEMM of `thread`'s run, if it held two linears or more; under the lock."""
+        _, members = self.runs.pop(thread, (None, []))
+        if len(members) > 1:
+            self.groups[replace(members[0], n=sum(p.n for p in members))] += 1
 
 
 _tallies: dict[Path, _Tally] = {}  # resolved path -> its tally, while open
@@ -102,6 +126,7 @@ def _mode_class():
             with self.tally.lock:
                 if problem is not None:
                     self.tally.problems[problem] += 1
+                    self.tally.follow(_input_mark(op, named, problem), problem)
                 else:
                     self.tally.skipped[skipped] += 1
 
@@ -130,6 +155,21 @@ def _problem(op: str, named: dict, t) -> GemmProblem:
         raise UserError("addmm with beta or alpha other than 1 is not tuned")
     tf32 = a.dtype is t.float32 and a.is_cuda and t.allow_tf32()
     return problem_of(op, a, b, named["self"] if op == "addmm" else None, tf32=tf32)[0]
+
+
+def _input_mark(op: str, named: dict, problem: GemmProblem) -> tuple | None:
+    """What makes two linears' GEMMs read one input (its storage, place, shape, strides and
+    version: a write between them bumps the version), with what a group needs to match (K,
+    dtype, bias); None where the call is no linear a group may hold (B not a weight's
+    transpose, a bias other than a row)."""
+    if op not in ("mm", "addmm") or problem.layout[1] != "t" or problem.bias not in (None, "n"):
+        return None
+    a = named["mat1"] if op == "addmm" else named["self"]
+    try:
+        version = a._version
+    except RuntimeError:  # an inference tensor: no version counter, so no run of one input
+        return None
+    return (a.data_ptr(), a.device, tuple(a.shape), a.stride(), version, problem.k, problem.dtype, problem.bias)
 
 
 def _name(op: str, named: dict, known: bool = True) -> str:
@@ -179,10 +219,13 @@ def _close(tally: _Tally) -> None:
             return
         del _tallies[tally.path]
     with tally.lock:
-        problems, skipped = dict(tally.problems), dict(tally.skipped)
+        for thread in list(tally.runs):
+            tally.end_run(thread)
+        problems, skipped, groups = dict(tally.problems), dict(tally.skipped), dict(tally.groups)
         tally.problems.clear()
         tally.skipped.clear()
-    print(_write(tally.path, problems, skipped), file=sys.stderr)
+        tally.groups.clear()
+    print(_write(tally.path, problems, skipped, groups), file=sys.stderr)
 
 
 def record_from_environment() -> None:
@@ -201,13 +244,21 @@ def record_from_environment() -> None:
 
 # -- the file ------------------------------------------------------------------------------------
 
-def _write(path: Path, problems: dict[GemmProblem, int], skipped: dict[str, int]) -> str:
-    """Add `problems` to the list at `path`; the line that tells the user what happened."""
+def _write(path: Path, problems: dict[GemmProblem, int], skipped: dict[str, int],
+           groups: dict[GemmProblem, int] | None = None) -> str:
+    """Add `problems` and the `groups`' one GEMMs to the list at `path`; the line that tells
+    the user what happened."""
     calls = sum(problems.values())
+    groups = groups or {}
     line = f"autotune record: {_count(len(problems), 'matmul problem')} ({_count(calls, 'call')})"
+    if groups:
+        line += (f" and {_count(len(groups), 'GEMM')} of linears of one input as one "
+                 f"({_count(sum(groups.values()), 'group')}, for autotune_cli.compile)")
     if problems:
+        merged = Counter(problems)
+        merged.update(groups)
         try:
-            line += _merge(path, problems)
+            line += _merge(path, dict(merged))
         except OSError as exc:
             line += f" NOT written: cannot write {path}: {exc.strerror or exc}"
     else:
