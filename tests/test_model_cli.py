@@ -180,9 +180,9 @@ def assert_tuned_and_cached(cli, cache_dir, doc):
     if len(doc["passes"]) > 1:  # a pass runs at one set of hint values: no single total
         assert doc["saved_ms_per_pass"] is None and doc["aten_ms_per_pass"] is None
         return entries
-    assert doc["saved_ms_per_pass"] == pytest.approx(sum(r["saved_ms"] for r in doc["problems"]))
-    assert doc["aten_ms_per_pass"] == pytest.approx(
-        sum(r["aten_ms"] * r["count"] for r in doc["problems"]))
+    ran = [r for r in doc["problems"] if r["sources"] != ["grouped linears"]]  # not run besides its linears
+    assert doc["saved_ms_per_pass"] == pytest.approx(sum(r["saved_ms"] for r in ran))
+    assert doc["aten_ms_per_pass"] == pytest.approx(sum(r["aten_ms"] * r["count"] for r in ran))
     return entries
 
 
@@ -279,6 +279,22 @@ def test_attention_block_with_bmm(cli, cache_dir, models):
     assert rows(scripted["problems"]) == expected
     assert all(p["from_cache"] for p in scripted["problems"])
     assert Cache(cache_dir).load() == before
+
+
+def test_groups_tune_the_one_gemm_of_q_k_v(cli, cache_dir, models):
+    """--groups: the one GEMM of q, k and v follows the list, is tuned and cached like the rest,
+    its share the linears' it holds (the others still sum to 1)."""
+    _, pt2, _ = models["attention"]
+    doc, _ = model_json(cli, pt2, "--groups", *ATEN)
+    problems = doc["problems"]
+    assert rows(problems)[-1] == ("mm", 16, 48, 16, 1, "float32", "nt", None, 1)
+    assert problems[-1]["sources"] == ["grouped linears"] and problems[-1]["winner"]
+    assert_shares(problems[:-1])
+    assert problems[-1]["share"] == pytest.approx(problems[0]["share"])  # q, k and v's row
+    assert len(assert_tuned_and_cached(cli, cache_dir, doc)) == 5
+    alone, _ = model_json(cli, pt2, *ATEN)  # a forward's GEMM time: the group's is its linears' again
+    assert [{k: t[k] for k in ("problems", "aten_ms", "tuned_ms")} for t in doc["passes"]] == [
+        {k: t[k] for k in ("problems", "aten_ms", "tuned_ms")} for t in alone["passes"]]
 
 
 def test_transposed_matmuls_fp16(cli, cache_dir, models):

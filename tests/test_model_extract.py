@@ -200,6 +200,24 @@ def test_attention_block(saved):
         assert all(f.problem.allow_tf32 for f in found)
 
 
+def test_groups_list_the_one_gemm_of_linears_of_one_input(saved, tmp_path):
+    """--groups: q, k and v read one input, so their one GEMM (what autotune_cli.compile may run
+    in their place) follows the list of an exported program, once per forward; o reads
+    another. A TorchScript run names no inputs: its list is unchanged, with a note."""
+    ts, pt2, shapes = saved["attention"]
+    plain = find_gemms(pt2)
+    found = find_gemms(pt2, groups=True)
+    assert rows(found) == rows(plain) + [("mm", 16, 48, 16, 1, "float32", "nt", None, 1)]
+    assert found[-1].sources == ("grouped linears",)
+    shares = plan_flops_share(found)
+    assert abs(sum(shares[:-1]) - 1) < 1e-9 and abs(shares[-1] - shares[0]) < 1e-9  # row 0: q, k and v
+    assert rows(find_gemms(saved["mlp_bias"][1], groups=True)) == rows(find_gemms(saved["mlp_bias"][1]))
+    notes = []
+    assert rows(find_gemms(ts, trust_torchscript=True, input_shapes=shapes, groups=True, notes=notes)) == rows(
+        find_gemms(ts, trust_torchscript=True, input_shapes=shapes))
+    assert any("--groups reads a torch.export program" in note for note in notes)
+
+
 def test_explicit_transposes_fp16(saved):
     for found in both(saved, "transposed"):
         assert rows(found) == [

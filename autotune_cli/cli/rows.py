@@ -83,9 +83,12 @@ def pass_totals(rows: list[dict]) -> list[dict]:
     hints = [dict(h) for h in {tuple(sorted(row["hint"].items())) for row in rows if row.get("hint")}]
     passes = [h for h in hints if not any(h != o and h.items() <= o.items() for o in hints)]
     passes = sorted(passes, key=lambda h: [h[name] for name in sorted(h)]) or [{}]
+    from ..model.found import GROUP_SOURCE
+
     totals = []
     for at in passes:
-        ran = [row for row in rows if not row.get("hint") or row["hint"].items() <= at.items()]
+        ran = [row for row in rows if (not row.get("hint") or row["hint"].items() <= at.items())
+               and row.get("sources") != [GROUP_SOURCE]]  # a group's one GEMM: its linears' time again
         untimed = sum(1 for row in ran if not row["aten_ms"])
         if untimed:  # no baseline to count the rest at
             tuned = [row["winner"]["ms"] * row["count"] for row in ran if row["winner"] and row["winner"].get("ms")]

@@ -200,6 +200,8 @@ def model(
                                            "runs its code, so only for files you trust (a .pt2 never runs code)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),
     plan_only: bool = typer.Option(False, "--plan", help="Only list the matmuls found; tune nothing."),
+    groups: bool = typer.Option(False, "--groups", help="torch.export: also the one GEMM of the linears that read one "
+                                "input (q, k, v), which autotune_cli.compile runs in their place."),
     device: Optional[Device] = DeviceOpt,
     search: Search = SearchOpt,
     space: Optional[Path] = SpaceOpt,
@@ -255,7 +257,7 @@ def model(
             raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
     notes: list[str] = []
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, notes=notes)
+                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, groups=groups, notes=notes)
     for note in notes:
         err.print(f"note: {note}", markup=False, highlight=False)
     clock.mark("found")

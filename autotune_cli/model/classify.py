@@ -40,7 +40,7 @@ float64) are skipped, and if that leaves none it is a UserError.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, scale_blocks
@@ -88,6 +88,9 @@ class MatmulCall:
     scale: str | None = None  # scaled_mm: "tensor" or "row"
     out_dtype: str | None = None  # scaled_mm: the output's dtype
     fast_accum: bool = False  # scaled_mm: its use_fast_accum
+    # a linear's input by its name in the program (find.one_gemm_groups): where the call
+    # reads from, not what it is, so not compared
+    input: str | None = field(default=None, compare=False)
 
 
 def sym(value: Any) -> Any:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .classify import MATMUL_OPS, Operand, classify_call
+from .classify import MATMUL_OPS, MatmulCall, Operand, classify_call
 from .export_expr import IDENT_RE, ArchiveUnreadable, ExprReader, expr_symbol_names, one_field
 
 
@@ -138,6 +138,15 @@ def _expr_strings(value: Any, out: list[str]) -> None:
             _expr_strings(item, out)
 
 
+def _input_name(node: dict) -> str | None:
+    """The name of a linear node's input tensor."""
+    for named in node["inputs"]:
+        if named["name"] == "input":
+            field, body = one_field(named["arg"])
+            return body["name"] if field == "as_tensor" else None
+    return None
+
+
 def parse_exported_program(doc: Any) -> ExportGraph:
     """ExportGraph of a serialized ExportedProgram (models/model.json, parsed)."""
     version = doc["schema_version"]
@@ -198,6 +207,8 @@ def parse_exported_program(doc: Any) -> ExportGraph:
             fast = any(named["name"] == "use_fast_accum" and named["arg"] == {"as_bool": True}
                        for named in node["inputs"])
         raw = classify_call(name, args, out, fast)
+        if op == "linear" and isinstance(raw, MatmulCall):
+            raw = dataclasses.replace(raw, input=_input_name(node))
         if raw is not None:
             raws.append(raw)
 

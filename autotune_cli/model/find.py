@@ -10,6 +10,7 @@ at each combination of dynamic-dim values (dims.py).
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -18,7 +19,7 @@ from ..text import plural
 from .classify import MatmulCall
 from .dims import concretize, export_bindings
 from .export_archive import read_export
-from .found import FoundGemm
+from .found import GROUP_SOURCE, FoundGemm
 from .torchscript import read_torchscript
 
 
@@ -61,14 +62,17 @@ def find_gemms(
     device: str = "cuda",
     allow_tf32: bool = False,
     trust_torchscript: bool = False,
+    groups: bool = False,
     notes: list[str] | None = None,
 ) -> list[FoundGemm]:
     """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
 
     The formats are read as export_archive.py and torchscript.py say, the calls mapped as
     classify.py says, dynamic dims given values as dims.py says. A TorchScript file is read
-    only with trust_torchscript (reading it runs it). What the list leaves out that the
-    caller should know (matmuls inside a fused op) is appended to `notes`, one line each.
+    only with trust_torchscript (reading it runs it). `groups`: each one GEMM of linears of
+    one input follows (one_gemm_groups; a torch.export program's, whose graph names the
+    input: a TorchScript run does not). What the list leaves out that the caller should know
+    (matmuls inside a fused op) is appended to `notes`, one line each.
     """
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
@@ -112,7 +116,31 @@ def find_gemms(
     if fused and notes is not None:
         notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
                      f"to list them, {way_out}")
-    return concretize(kept, scenarios, device=device, allow_tf32=allow_tf32, names=names)
+    if groups and fmt != "export" and notes is not None:
+        notes.append("--groups reads a torch.export program: a TorchScript run does not say which "
+                     "linears share an input, so no group is listed")
+    extra = one_gemm_groups(kept) if groups else []
+    return concretize(kept + extra, scenarios, device=device, allow_tf32=allow_tf32, names=names)
+
+
+def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
+    """The one GEMM of each set of linears that read one input (attention's q, k and v) with
+    one K, dtype and layout, their weights each a transpose ([N, K] stored row-major), and
+    biases all or none: what autotune_cli.compile may run in their place
+    (routing/groups.py), and looks up, so that a cache tuned from this list serves it."""
+    by_input: dict[str, list[MatmulCall]] = {}
+    for call in calls:
+        if call.input is not None:
+            by_input.setdefault(call.input, []).append(call)
+    out = []
+    for members in by_input.values():
+        first = members[0]
+        if len(members) > 1 and first.layout[1] == "t" and all(
+                (c.op, c.m, c.k, c.dtype, c.layout, c.bias) == (first.op, first.m, first.k, first.dtype,
+                                                                first.layout, first.bias) for c in members):
+            out.append(replace(first, n=sum((c.n for c in members[1:]), first.n), source=GROUP_SOURCE,
+                               input=None))
+    return out
 
 
 def _outer_product(call: MatmulCall) -> bool:

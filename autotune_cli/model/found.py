@@ -8,6 +8,11 @@ from typing import Sequence
 from ..problem import GemmProblem
 
 
+# The sources of a problem that is no call of the model but the one GEMM of linears of one
+# input (find.one_gemm_groups): the same work as those linears, so no share of its own.
+GROUP_SOURCE = "grouped linears"
+
+
 @dataclass(frozen=True)
 class FoundGemm:
     problem: GemmProblem
@@ -21,9 +26,10 @@ class FoundGemm:
 
 
 def plan_flops_share(found: Sequence[FoundGemm]) -> list[float]:
-    """Each entry's share of sum(flops * count) over the list (sums to 1; [] for [])."""
+    """Each entry's share of sum(flops * count) over the model's own matmuls (those sum to 1;
+    [] for []); a group's one GEMM (GROUP_SOURCE) is the share of the linears it holds."""
     weights = [f.problem.flops * f.count for f in found]
-    total = sum(weights)
+    total = sum(w for w, f in zip(weights, found) if f.sources != (GROUP_SOURCE,))
     if total <= 0:
         return [0.0 for _ in weights]
     return [w / total for w in weights]
