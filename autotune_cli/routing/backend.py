@@ -2,11 +2,11 @@
 `compile`, torch.compile with it."""
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from ..api import AutotuneFallbackWarning, Built, Dispatch, Dispatcher, default_dispatcher
-from ..templates.kernel import Kernel
+from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatcher
 from .dynamic import DynamicCall, dynamic_problem
+from .eager import launch_parts, warmed_call, warmed_scaled_call
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
@@ -195,7 +195,8 @@ class routing_backend:
             shape = info.problem.out_shape()
             name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
             keep_route(name, lambda: Route(
-                info, call if built is None else self._stateful_call(info, built, group.a, group.b, group.bias),
+                info, call if built is None else warmed_call(self.dispatcher, info, built, group.a, group.b,
+                                                             group.bias),
                 tuple(shape), contiguous(shape), built, None, places=not graphs))
         return name, info
 
@@ -294,7 +295,7 @@ class routing_backend:
 
             from ..templates.base import torch_dtype
 
-            run = self._stateful_scaled_call(info, built, (a, b, scale_a, scale_b, bias)) \
+            run = warmed_scaled_call(self.dispatcher, built, (a, b, scale_a, scale_b, bias)) \
                 if built is not None and not triton_ok else call
             route = Route(info, run, tuple(shape), tuple(strides), built, parts if triton_ok else None,
                           out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
@@ -304,20 +305,6 @@ class routing_backend:
         keep_route(name, make)
         self.routes.append(info)
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
-
-    def _stateful_scaled_call(self, info: Dispatch, built: Built, tensors) -> Callable:
-        """As `_stateful_call`, for torch._scaled_mm's operands (a, b, scale_a, scale_b, bias)."""
-        import torch
-
-        from ..api.calls import scaled_kernel_call
-
-        device = tensors[0].device
-        call = scaled_kernel_call(built.problem, built.kernel, self.dispatcher._torch(), device)
-        real = [None if x is None else
-                torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
-                for x in tensors]
-        call(*real)
-        return call
 
     def _route(self, a, b, bias, pin_aten: bool):
         """(op, route name) for this matmul, or None to leave it to the compiler."""
@@ -340,52 +327,15 @@ class routing_backend:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it
         name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
+        warmed = built is not None and not triton_ok
         keep_route(name, lambda: Route(
-            info, self._stateful_call(info, built, a, b, bias) if built is not None and not triton_ok else call,
+            info, warmed_call(self.dispatcher, info, built, a, b, bias) if warmed else call,
             tuple(shape), tuple(strides), built, parts if triton_ok else None))
         self.routes.append(info)
         return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
 
 
-    def _stateful_call(self, info: Dispatch, built: Built, a, b, bias) -> Callable:
-        """The eager call of `built`'s one kernel (not one per stream, as eager code gets),
-        run once here on zeros: what the kernel keeps (padded copies, a split-K workspace)
-        is allocated now, outside any CUDA graph pool, and a graph captured later (Inductor's
-        cudagraphs) uses it in place. The compiled graph orders its calls on its stream, so
-        one set of buffers serves it; two threads running one compiled model at once on two
-        streams would share them."""
-        import torch
-
-        from ..api.calls import kernel_call
-        from ..templates.base import Operands
-
-        t = self.dispatcher._torch()
-        device = a.device
-        kernel = built.kernel
-
-        def launch(a, b, out, bias) -> None:  # not bound: the compiled graph's strides are its own
-            kernel(Operands(a, b, out, bias))
-
-        call = kernel_call(info.op, built.problem, built.how, launch, built.pitch, t.ops[info.op], t, device,
-                           built.whole_rows)
-        real = [None if x is None else
-                torch.empty_strided(tuple(x.shape), x.stride(), dtype=x.dtype, device=device).zero_()
-                for x in (a, b, bias)]
-        if bias is None:
-            call(real[0], real[1])
-        else:
-            call(real[2], real[0], real[1])
-        return call
-
-
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
-
-
-def launch_parts(built: Built | None):
-    """The built kernel's launch parts (a Triton kernel that one launch runs), for a route
-    through torch.compile's wrap_triton; None for torch's op, a plugin's callable, or a
-    kernel that offers none."""
-    return built.kernel.launch_parts if built is not None and isinstance(built.kernel, Kernel) else None
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
