@@ -355,3 +355,17 @@ def test_a_recorded_list_holds_the_one_gemm_and_a_compile_groups_from_it_untuned
     err = capfd.readouterr().err
     assert "tuning" not in err and "routed 4 of 4 matmuls (3 as 1 grouped GEMM)" in err
     torch.testing.assert_close(got.double(), reference(model, x), rtol=1e-4, atol=1e-4)
+
+
+def test_record_takes_fresh_inputs_for_no_group(tmp_path, capfd):
+    """One linear called on a new input each time: a new tensor may take a freed one's memory
+    (same address, shape and version), yet it is no second linear of one input."""
+    from autotune_cli.model.shapes_file import read_counted
+
+    head = torch.nn.Linear(C, KV, bias=False).requires_grad_(False)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        for _ in range(3):
+            head(torch.randn(8, C))
+    assert [(p.n, count) for p, count in read_counted(path, "cpu")] == [(KV, 3)]
+    assert "as one" not in capfd.readouterr().err

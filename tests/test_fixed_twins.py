@@ -1,6 +1,7 @@
 """A contender's FIXED_NK twin: triton::mm with the problem's N and K written into its source,
 timed after the first timing for the best contenders alone, checked like every candidate."""
 
+import json
 import tempfile
 
 import pytest
@@ -59,3 +60,29 @@ def test_a_tune_times_the_twins_of_its_best_contenders(tmp_path):
         return {k: v for k, v in c["params"].items() if k != "FIXED_NK"}
 
     assert tile(fixed[0]) in [tile(c) for c in plain if c["status"] == "ok"]
+
+
+def test_a_space_tune_with_twins_is_a_hit_and_a_resume_keeps_its_twin(tmp_path):
+    """Twins are results of the listed configs: a --space entry holding them still answers
+    that space (a hit, not a re-tune), and a tune resumed after its twin round keeps them."""
+    from dataclasses import replace
+
+    from autotune_cli.store.cache import Cache
+    from autotune_cli.tune.tuner import Tuner
+
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps([TILE, {**TILE, "BLOCK_M": 32}]))
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path / "c", templates=("triton::mm",), workers=1,
+                            measure=MeasurePolicy.for_device("cpu", Switches(), fixed_twins=1),
+                            space_file=str(space))
+    problem = make_problem(m=16, n=40, k=32, device="cpu", dtype="float32", layout="nt")
+    with Tuner(settings) as tuner:
+        first = tuner.tune(problem)
+        assert sum(c.params["FIXED_NK"] for c in first.entry.candidates) == 1
+        assert tuner.tune(problem).from_cache
+    cache = Cache(tmp_path / "c")
+    cache.put(first.key, replace(cache.load()[first.key], winner=None, partial=True))  # stopped in the re-time
+    with Tuner(settings) as tuner:
+        again = tuner.tune(problem)
+    assert not again.from_cache
+    assert sorted(c.identity for c in again.entry.candidates) == sorted(c.identity for c in first.entry.candidates)

@@ -218,6 +218,34 @@ def test_groups_list_the_one_gemm_of_linears_of_one_input(saved, tmp_path):
     assert any("--groups reads a torch.export program" in note for note in notes)
 
 
+class QKWide(nn.Module):
+    """q and k of one input, and a linear whose problem is their one GEMM's."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = nn.Linear(16, 16, bias=False), nn.Linear(16, 16, bias=False)
+        self.wide = nn.Linear(16, 32, bias=False)
+
+    def forward(self, x):
+        return self.wide(torch.cat([self.q(x), self.k(x)], -1)[..., :16].relu())
+
+
+def test_a_group_stays_a_row_of_its_own_and_dynamic_dims_make_none(saved, tmp_path):
+    """The group's one GEMM is no call of the model: where a linear poses the same problem the
+    two rows stay apart (the linear's count and share unchanged); a dynamic M makes no group
+    (the compile groups static shapes only)."""
+    pt2 = tmp_path / "qkwide.pt2"
+    torch.export.save(torch.export.export(QKWide(), (torch.randn(8, 16),)), str(pt2))
+    found = find_gemms(pt2, groups=True)
+    assert [(f.problem.describe(), f.count, f.sources) for f in found] == [
+        ("mm 8x16x16 float32 nt", 2, ("aten.linear",)), ("mm 8x32x16 float32 nt", 1, ("aten.linear",)),
+        ("mm 8x32x16 float32 nt", 1, ("grouped linears",))]
+    shares = plan_flops_share(found)
+    assert abs(sum(shares[:2]) - 1) < 1e-9 and abs(shares[2] - shares[0]) < 1e-9
+    dynamic = saved["dynamic"][1]
+    assert rows(find_gemms(dynamic, groups=True)) == rows(find_gemms(dynamic))
+
+
 def test_explicit_transposes_fp16(saved):
     for found in both(saved, "transposed"):
         assert rows(found) == [

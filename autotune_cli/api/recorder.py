@@ -32,7 +32,7 @@ import threading
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import UserError
 from ..problem import GemmProblem
@@ -58,25 +58,26 @@ class _Tally:
         # Linears of one input in a row (q, k, v): each thread's run so far, (the input's
         # mark, [problems]), and the one GEMMs they make (groups.py: what autotune_cli.compile
         # may run in their place, and looks up)
-        self.runs: dict[int, tuple[tuple, list[GemmProblem]]] = {}
+        self.runs: dict[int, tuple[tuple, Any, list[GemmProblem]]] = {}
         self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
 
-    def follow(self, mark: tuple | None, problem: GemmProblem) -> None:
-        """Add `problem`, whose A is the tensor `mark` names (None: not a linear's GEMM that a
-        group may hold), to this thread's run of linears of one input; under the lock."""
+    def follow(self, mark: tuple | None, a, problem: GemmProblem) -> None:
+        """Add `problem`, whose A is `a`, named by `mark` (None: not a linear's GEMM that a
+        group may hold), to this thread's run of linears of one input; under the lock. The
+        run holds `a`: its memory cannot go to a new tensor with the same mark meanwhile."""
         thread = threading.get_ident()
         run = self.runs.get(thread)
         if mark is not None and run is not None and run[0] == mark:
-            run[1].append(problem)
+            run[2].append(problem)
             return
         self.end_run(thread)
         if mark is not None:
-            self.runs[thread] = (mark, [problem])
+            self.runs[thread] = (mark, a, [problem])
 
     def end_run(self, thread: int) -> None:
         """Count the one GEMM of `thread`'s run, if it held two linears or more; under the lock."""
-        _, members = self.runs.pop(thread, (None, []))
+        _, _, members = self.runs.pop(thread, (None, None, []))
         if len(members) > 1:
             self.groups[replace(members[0], n=sum(p.n for p in members))] += 1
 
@@ -126,7 +127,8 @@ def _mode_class():
             with self.tally.lock:
                 if problem is not None:
                     self.tally.problems[problem] += 1
-                    self.tally.follow(_input_mark(op, named, problem), problem)
+                    self.tally.follow(_input_mark(op, named, problem), named.get("mat1", named.get("self")),
+                                      problem)
                 else:
                     self.tally.skipped[skipped] += 1
 

@@ -65,6 +65,13 @@ class KernelTemplateChoice:
             self._memo["source"] = self.template.render(self.problem, self.params)
         return self._memo["source"]
 
+    def fixed_twin(self) -> "KernelTemplateChoice | None":
+        """This config with the problem's sizes written into its kernel (Template.fixed_twin),
+        or None where the template offers none: timed for the best contenders alone
+        (search/base.time_fixed_twins), and a result a resumed tune or a --space check knows."""
+        config = self.template.fixed_twin(self.config_dict)
+        return None if config is None else KernelTemplateChoice.make(self.template, self.problem, config)
+
     def build(self, kernel_dir: str):
         """The runnable, built once; a build failure is remembered and raised again."""
         if "built" not in self._memo:

@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..problem import MAX_DIM, GemmProblem
 from .classify import MatmulCall, sym
 from .export_expr import IDENT_RE
-from .found import FoundGemm
+from .found import GROUP_SOURCE, FoundGemm
 from .text import shown
 
 DEFAULT_HINT_CAP = 4096
@@ -227,7 +227,9 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                 allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
                 scale=raw.scale, out_dtype=raw.out_dtype, fast_accum=raw.fast_accum)
             hint = {names.get(s, s): binding[s] for s in sorted(symbols)} or None
-            key = (problem, tuple(sorted(hint.items())) if hint else None)
+            # a group's one GEMM (GROUP_SOURCE) stays a row of its own, even where a linear of
+            # the model poses the same problem: it is no call of the model, and counts as none
+            key = (problem, tuple(sorted(hint.items())) if hint else None, raw.source == GROUP_SOURCE)
             if key in local:
                 prev = local[key]
                 sources = prev.sources + ((raw.source,) if raw.source not in prev.sources else ())

@@ -125,9 +125,10 @@ def find_gemms(
 
 def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
     """The one GEMM of each set of linears that read one input (attention's q, k and v) with
-    one K, dtype and layout, their weights each a transpose ([N, K] stored row-major), and
-    biases all or none: what autotune_cli.compile may run in their place
-    (routing/groups.py), and looks up, so that a cache tuned from this list serves it."""
+    one static M, one K, dtype and layout, their weights each a transpose ([N, K] stored
+    row-major), and biases all or none: what autotune_cli.compile may run in their place
+    (routing/groups.py, which groups static shapes alone), and looks up, so that a cache
+    tuned from this list serves it."""
     by_input: dict[str, list[MatmulCall]] = {}
     for call in calls:
         if call.input is not None:
@@ -135,7 +136,7 @@ def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
     out = []
     for members in by_input.values():
         first = members[0]
-        if len(members) > 1 and first.layout[1] == "t" and all(
+        if len(members) > 1 and first.layout[1] == "t" and not getattr(first.m, "free_symbols", None) and all(
                 (c.op, c.m, c.k, c.dtype, c.layout, c.bias) == (first.op, first.m, first.k, first.dtype,
                                                                 first.layout, first.bias) for c in members):
             out.append(replace(first, n=sum((c.n for c in members[1:]), first.n), source=GROUP_SOURCE,

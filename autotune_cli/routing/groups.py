@@ -12,9 +12,9 @@ the margin a kernel needs over cuBLAS in a tune (the times come from separate tu
 up of an MLP, each already wide, are faster apart). Its members are linears of one input node
 with static shapes and no in-place op between the first and the last of them (the one GEMM
 runs where the first was); each weight (and bias: all or none) a contiguous Parameter of a
-plain tensor, used by nothing else in the graph, that owns its storage alone (no other tensor,
-process or module shares it: moving it would part them), unless the weights already lie side
-by side.
+plain tensor, used by nothing else in the graph, that owns its storage alone (no other tensor
+or module shares it, nor, on the CPU, another process: moving it would part them), unless the
+weights already lie side by side.
 
 The weights move after the graph is compiled, before its first run: the compiler traced them
 where they were, and nothing in the graph but the group's op reads them. The op checks on
@@ -134,7 +134,8 @@ def _plain_parameter(t) -> bool:
 def _owns_storage(t) -> bool:
     """Whether `t` alone holds its storage, all of it, in this process: moving it then parts
     it from nothing (a view of a larger buffer, another module's Parameter over the same
-    storage, shared memory would keep the old storage)."""
+    storage, CPU shared memory would keep the old storage). A CUDA weight sent to another
+    process (CUDA IPC) is not seen as shared."""
     import torch
 
     storage = t.untyped_storage()

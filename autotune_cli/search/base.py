@@ -79,9 +79,9 @@ def time_fixed_twins(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice,
     for choice, result in ok:
         if len(twins) == count or result.ms > bound:
             break
-        config = choice.template.fixed_twin(choice.config_dict)
-        if config is not None:
-            twins.append(KernelTemplateChoice.make(choice.template, choice.problem, config))
+        twin = choice.fixed_twin()
+        if twin is not None:
+            twins.append(twin)
     return pairs + ctx.run(twins, ctx.measure.timing, "fixed") if twins else pairs
 
 

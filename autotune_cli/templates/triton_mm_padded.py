@@ -31,6 +31,7 @@ from typing import Any
 from ..problem import GemmProblem
 from .base import Operands, PaddedOperands, bound, torch_dtype
 from .kernel import Kernel
+from .params import Choice
 from .registry import register_template
 from .triton_base import OneLaunchKernel
 from .triton_mm import TritonMMTemplate
@@ -53,6 +54,7 @@ class TritonMMPaddedTemplate(TritonMMTemplate):
 
     uid = "triton::mm_padded"
     ops = ("mm", "addmm")
+    params_schema = {**TritonMMTemplate.params_schema, "FIXED_NK": Choice((0,))}  # no twin (fixed_twin)
 
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops and (problem.k % ALIGN_ELEMENTS != 0 or problem.n % ALIGN_ELEMENTS != 0)

@@ -16,7 +16,7 @@ from ..runner import Executor
 from ..runner.executor import LocalExecutor
 from ..store import CacheStore
 from ..store.cache import Cache
-from ..candidates.choices import ChoiceSet, check_interpretable, get_choices
+from ..candidates.choices import ChoiceSet, KernelTemplateChoice, check_interpretable, get_choices
 from ..store.entry import Entry, Winner
 from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
@@ -172,6 +172,10 @@ class Tuner:
         todo = [c for c in choice_set.choices if c.identity not in known]
         reused = [known[c.identity] for c in choice_set.choices
                   if c.identity in known]
+        # and the twins an interrupted tune timed (search/base.time_fixed_twins): not in the
+        # choice set, but results of it all the same
+        reused += [known[t.identity] for t in map(KernelTemplateChoice.fixed_twin, choice_set.choices)
+                   if t is not None and t.identity in known]
         if reused and stored is not None and stored.partial:
             self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
@@ -222,7 +226,8 @@ class Tuner:
         """Whether `entry` measured exactly the configs --space lists for `problem` (after
         pruning): an entry tuned over another space answers another question."""
         listed = get_choices(problem, self.device, self.settings).choices
-        return {c.identity for c in listed} == {c.identity for c in entry.candidates}
+        twins = {t.identity for t in map(KernelTemplateChoice.fixed_twin, listed) if t is not None}
+        return {c.identity for c in listed} == {c.identity for c in entry.candidates} - twins
 
     @staticmethod
     def _interrupted(problem: GemmProblem, progress: TuneProgress, exc: KeyboardInterrupt) -> Interrupted:
