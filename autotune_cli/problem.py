@@ -360,3 +360,26 @@ def parse_mnk(text: str) -> tuple[int, int, int]:
     if not match or any(len(g) > 12 for g in match.groups()):
         raise UserError(f"cannot parse {text[:40]!r} as MxNxK")
     return tuple(int(g) for g in match.groups())  # type: ignore[return-value]
+
+
+# What must agree among linears for them to run as one GEMM (one_gemm).
+_ONE_GEMM_FIELDS = ("op", "m", "k", "b", "dtype", "layout", "bias", "allow_tf32", "device")
+
+
+def one_gemm(parts: list) -> Any:
+    """The one GEMM that linears reading one input run as (routing/groups.py, and listed for
+    it by `autotune model --groups` and `autotune_cli.record`): two or more mm or addmm
+    problems of one M, K, dtype, layout, precision and device, each B a weight's transpose
+    (layout "?t"), biases all rows or none; their N summed. None where they cannot be one.
+    Takes GemmProblems, or any dataclass with those fields (model/classify.MatmulCall, whose
+    sizes may be symbolic)."""
+    if len(parts) < 2 or any(p is None for p in parts):
+        return None
+    first = parts[0]
+    if first.op not in ("mm", "addmm") or first.layout[1] != "t" or first.bias not in (None, "n") or any(
+            getattr(p, name, None) != getattr(first, name, None) for p in parts[1:] for name in _ONE_GEMM_FIELDS):
+        return None
+    n = first.n
+    for part in parts[1:]:
+        n = n + part.n
+    return replace(first, n=n)

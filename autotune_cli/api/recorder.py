@@ -30,12 +30,11 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import UserError
-from ..problem import GemmProblem
+from ..problem import GemmProblem, one_gemm
 from ..model.shapes_file import counted_from_entry, entry_of
 from .problems import problem_of, scaled_problem_of
 
@@ -78,8 +77,9 @@ class _Tally:
     def end_run(self, thread: int) -> None:
         """Count the one GEMM of `thread`'s run, if it held two linears or more; under the lock."""
         _, _, members = self.runs.pop(thread, (None, None, []))
-        if len(members) > 1:
-            self.groups[replace(members[0], n=sum(p.n for p in members))] += 1
+        group = one_gemm(members)
+        if group is not None:
+            self.groups[group] += 1
 
 
 _tallies: dict[Path, _Tally] = {}  # resolved path -> its tally, while open
@@ -160,18 +160,17 @@ def _problem(op: str, named: dict, t) -> GemmProblem:
 
 
 def _input_mark(op: str, named: dict, problem: GemmProblem) -> tuple | None:
-    """What makes two linears' GEMMs read one input (its storage, place, shape, strides and
-    version: a write between them bumps the version), with what a group needs to match (K,
-    dtype, bias); None where the call is no linear a group may hold (B not a weight's
-    transpose, a bias other than a row)."""
-    if op not in ("mm", "addmm") or problem.layout[1] != "t" or problem.bias not in (None, "n"):
+    """What makes two linears' GEMMs read one input: its storage, place, shape, strides and
+    version (a write between them bumps the version); None where the call is no linear a
+    group may hold (one_gemm says which may)."""
+    if one_gemm([problem, problem]) is None:
         return None
     a = named["mat1"] if op == "addmm" else named["self"]
     try:
         version = a._version
     except RuntimeError:  # an inference tensor: no version counter, so no run of one input
         return None
-    return (a.data_ptr(), a.device, tuple(a.shape), a.stride(), version, problem.k, problem.dtype, problem.bias)
+    return (a.data_ptr(), a.device, tuple(a.shape), a.stride(), version)
 
 
 def _name(op: str, named: dict, known: bool = True) -> str:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UserError
-from ..problem import MIN_GEMM_K
+from ..problem import MIN_GEMM_K, one_gemm
 from ..text import plural
 from .classify import MatmulCall
 from .dims import concretize, export_bindings
@@ -124,9 +124,8 @@ def find_gemms(
 
 
 def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
-    """The one GEMM of each set of linears that read one input (attention's q, k and v) with
-    one static M, one K, dtype and layout, their weights each a transpose ([N, K] stored
-    row-major), and biases all or none: what autotune_cli.compile may run in their place
+    """The one GEMM (problem.one_gemm) of each set of linears that read one input (attention's
+    q, k and v) at a static M: what autotune_cli.compile may run in their place
     (routing/groups.py, which groups static shapes alone), and looks up, so that a cache
     tuned from this list serves it."""
     by_input: dict[str, list[MatmulCall]] = {}
@@ -135,12 +134,9 @@ def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
             by_input.setdefault(call.input, []).append(call)
     out = []
     for members in by_input.values():
-        first = members[0]
-        if len(members) > 1 and first.layout[1] == "t" and not getattr(first.m, "free_symbols", None) and all(
-                (c.op, c.m, c.k, c.dtype, c.layout, c.bias) == (first.op, first.m, first.k, first.dtype,
-                                                                first.layout, first.bias) for c in members):
-            out.append(replace(first, n=sum((c.n for c in members[1:]), first.n), source=GROUP_SOURCE,
-                               input=None))
+        group = one_gemm(members)
+        if group is not None and not getattr(group.m, "free_symbols", None):
+            out.append(replace(group, source=GROUP_SOURCE, input=None))
     return out
 
 

@@ -57,10 +57,11 @@ class routing_backend:
                 if isinstance(site.plan, str):
                     site.skip = site.plan
         graphs = bool(config.get("triton.cudagraphs"))  # replayed as CUDA graphs
-        groups = find_groups(sites, real_values(gm, example_inputs)) if self.group_linears is not False else []
+        groups = (find_groups(sites, real_values(gm, example_inputs), self._problem)
+                  if self.group_linears is not False else [])
         if self.group_linears is None:  # on a GPU, where CUDA graphs replay them (see `compile`)
             groups = [g for g in groups if graphs and g.weights[0].device.type == "cuda"]
-        group_problems = [self.dispatcher.problem_for(g.a, g.b, g.bias) for g in groups]
+        group_problems = [g.problem for g in groups]
         self._tune_missing(sites, group_problems)
         routed_groups = [(g, *route) for g, problem in zip(groups, group_problems)
                          for route in [self._route_group(g, problem, graphs)] if route is not None]

@@ -31,6 +31,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..problem import one_gemm
 from .sites import Site
 
 __all__ = ["Group", "find_groups", "movable", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
@@ -47,6 +48,7 @@ class Group:
     a: Any  # the shared input as a GEMM's A (fake)
     b: Any  # the weights side by side as a GEMM's B: [k, sum of n_i], fake
     bias: Any = None  # the biases side by side, [sum of n_i], fake; None without
+    problem: Any = None  # the one GEMM's (problem.one_gemm of the linears')
 
     @property
     def widths(self) -> list[int]:
@@ -58,9 +60,11 @@ def worth_grouping(part_ms: list[float], group_ms: float, margin: float) -> bool
     return len(part_ms) > 1 and group_ms <= (1 - margin) * sum(part_ms)
 
 
-def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]:
+def find_groups(sites: list[Site], real_of: Callable[[Any], Any], problem_of: Callable[[Site], Any]) -> list[Group]:
     """The groups `sites` hold (see the module); `real_of(node)` gives a weight node's real
-    tensor (a graph input's or attribute's), or None."""
+    tensor (a graph input's or attribute's), or None; `problem_of(site)` a site's problem,
+    whose one GEMM (problem.one_gemm, the rule `autotune model --groups` and `record` list
+    by) the group's is."""
     by_input: dict[Any, list[Site]] = {}
     for site in sites:
         match = site.match
@@ -87,11 +91,14 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any]) -> list[Group]
                 or any(set(node.users) - ours for node in nodes)
                 or not movable(weights, biases)):
             continue
+        problem = one_gemm([problem_of(s) for s in members])
+        if problem is None:
+            continue
         n = sum(int(w.shape[0]) for w in weights)
         k = int(first.shape[1])
         b = members[0].b.new_empty_strided((k, n), (1, k))
         bias = members[0].bias.new_empty((n,)) if biases else None
-        groups.append(Group(tuple(members), tuple(weights), tuple(biases), members[0].a, b, bias))
+        groups.append(Group(tuple(members), tuple(weights), tuple(biases), members[0].a, b, bias, problem))
     return groups
 
 
