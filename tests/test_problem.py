@@ -103,3 +103,24 @@ def test_dtype_names_are_torchs():
         assert str(torch_dtype(name)) == f"torch.{name}"
     with pytest.raises(KeyError):
         torch_dtype("int8")
+
+
+def test_one_gemm_of_linears_of_one_input():
+    """The one rule for linears run as one GEMM (compile, record, model --groups): mm or
+    addmm of one M, K, dtype, layout and bias kind, each B a weight's transpose; N summed."""
+    from dataclasses import replace
+
+    from autotune_cli.problem import one_gemm
+
+    q = make_problem(m=8, n=64, k=32, dtype="bfloat16", layout="nt")
+    k = replace(q, n=16)
+    assert one_gemm([q, k, k]) == replace(q, n=96)
+    assert one_gemm([q]) is None and one_gemm([q, None]) is None
+    assert one_gemm([q, replace(k, k=16)]) is None  # another K
+    assert one_gemm([q, replace(k, dtype="float16")]) is None
+    nn_q = make_problem(m=8, n=64, k=32, dtype="bfloat16", layout="nn")
+    assert one_gemm([nn_q, nn_q]) is None  # B not a weight's transpose
+    with_bias = make_problem(m=8, n=64, k=32, dtype="bfloat16", layout="nt", bias="n")
+    assert one_gemm([with_bias, with_bias]).n == 128 and one_gemm([with_bias, q]) is None
+    column = make_problem(m=8, n=64, k=32, dtype="bfloat16", layout="nt", bias="mn")
+    assert one_gemm([column, column]) is None
