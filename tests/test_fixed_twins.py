@@ -8,6 +8,7 @@ import pytest
 
 from autotune_cli.problem import make_problem
 from autotune_cli.runner.verify import check, make_operands, reference
+from autotune_cli.store.results import params_str
 from autotune_cli.settings import MeasurePolicy, Switches, TuneSettings
 from autotune_cli.templates import get_template
 
@@ -23,6 +24,7 @@ def test_the_twin_writes_n_and_k_in_and_computes_the_same(op):
     assert twin == {**TILE, "FIXED_NK": 1} and template.fixed_twin(twin) is None
     plain, fixed = template.full_params(problem, TILE), template.full_params(problem, twin)
     assert plain["FIXED_NK"] == 0 and fixed["FIXED_NK"] == 1
+    assert params_str(fixed).endswith(" fixed1") and "fixed" not in params_str(plain)  # the winner's line
     assert "\n    K: tl.constexpr = 72\n" in template.render(problem, fixed)
     assert "\n    K: tl.constexpr" not in template.render(problem, plain)
     ops = make_operands(problem, 3, "cpu")

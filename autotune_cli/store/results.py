@@ -78,8 +78,13 @@ SHORT_NAMES = {
 }
 
 
+# Flags shown only where set: a config's FIXED_NK twin says `fixed1`, the config itself nothing.
+SHOWN_WHEN_SET = frozenset({"FIXED_NK"})
+
+
 def params_str(params: dict[str, Any]) -> str:
     """One line: the tuned values only (the ones fixed by the problem are left out)."""
-    shown = [f"{short}{params[key]}" for key, short in SHORT_NAMES.items() if key in params]
+    shown = [f"{short}{params[key]}" for key, short in SHORT_NAMES.items()
+             if key in params and (params[key] or key not in SHOWN_WHEN_SET)]
     return " ".join(shown)
 
