@@ -88,3 +88,16 @@ def test_a_space_tune_with_twins_is_a_hit_and_a_resume_keeps_its_twin(tmp_path):
         again = tuner.tune(problem)
     assert not again.from_cache
     assert sorted(c.identity for c in again.entry.candidates) == sorted(c.identity for c in first.entry.candidates)
+
+
+def test_the_exhaustive_search_times_twins_too(tmp_path):
+    from autotune_cli.tune.tuner import Tuner
+
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=("triton::mm",), workers=1,
+                            measure=MeasurePolicy.for_device("cpu", Switches(), fixed_twins=1), search="exhaustive",
+                            interpreter_budget_s=1e9)
+    problem = make_problem(m=16, n=40, k=32, device="cpu", dtype="float32", layout="nt")
+    with Tuner(settings) as tuner:
+        outcome = tuner.tune(problem)
+    fixed = [c for c in outcome.entry.candidates if c.params.get("FIXED_NK") == 1]
+    assert len(fixed) == 1 and fixed[0].ok

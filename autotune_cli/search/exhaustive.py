@@ -3,7 +3,8 @@
 The space (e.g. 1875 configs) has already been pruned statically (shared memory,
 registers, hardware). What is left is ranked by a simple analytic model (roofline.tile_seconds) and only
 the best `cap` are compiled; those are screened with a few runs each, the best quarter
-re-timed with the full policy, the near-ties re-timed in passes
+re-timed with the full policy (and the FIXED_NK twins of the best timed: base.time_fixed_twins),
+the near-ties re-timed in passes
 (base.retime_contenders), and kernels that lead cuBLAS confirmed beside it in sustained
 runs (base.confirm_against_vendor). aten and any template the model does not describe always go
 through.
@@ -18,7 +19,7 @@ from ..candidates.choices import KernelTemplateChoice
 from ..problem import GemmProblem
 from ..store.results import SKIPPED, Candidate
 from ..hardware.roofline import tile_seconds as model_seconds
-from .base import SearchContext, confirm_against_vendor, retime_contenders
+from .base import SearchContext, confirm_against_vendor, retime_contenders, time_fixed_twins
 
 COMPILE_CAP = 160
 KEEP_FRACTION = 0.25
@@ -70,8 +71,11 @@ def search(ctx: SearchContext) -> list[Candidate]:
             finalists.append((choice, result))
     finalist_ids = {id(c) for c, _ in finalists}
     timed: set[int] = set()  # timed with the full policy
+    twins: list[KernelTemplateChoice] = []  # the finalists' FIXED_NK twins (time_fixed_twins)
     if finalists and not ctx.out_of_time():
-        finalists = ctx.run([c for c, _ in finalists], ctx.measure.timing, "full")
+        first = ctx.run([c for c, _ in finalists], ctx.measure.timing, "full")
+        finalists = time_fixed_twins(ctx, first)
+        twins = [c for c, _ in finalists[len(first):]]
         timed = {id(c) for c, _ in finalists}
         for choice, result in finalists:
             results[id(choice)] = result
@@ -81,7 +85,7 @@ def search(ctx: SearchContext) -> list[Candidate]:
     # A screening time never wins: a candidate that kept one (screened out, or a finalist the
     # budget left untimed) is marked skipped.
     out = []
-    for choice in ctx.choices:
+    for choice in [*ctx.choices, *twins]:
         result = results.get(id(choice))
         if result is None:
             continue
