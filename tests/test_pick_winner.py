@@ -70,18 +70,13 @@ def test_without_a_vendor_candidate_the_fastest_wins():
     assert pick_winner([a, b]) is b
 
 
-class _NoTwin:
-    @staticmethod
-    def fixed_twin(config):
-        return None
-
-
 class _Choice:
-    template = _NoTwin()  # a template without FIXED_NK twins (search/base.time_fixed_twins)
-    config_dict: dict = {}
-
     def __init__(self, uid):
         self.uid = uid
+
+    @staticmethod
+    def fixed_twin():
+        return None  # a config without a FIXED_NK twin (search/base.time_fixed_twins)
 
 
 class _Executor(Executor):
