@@ -328,7 +328,8 @@ def test_a_recorded_list_holds_the_one_gemm_and_a_compile_groups_from_it_untuned
                                                                                   tmp_path, bias):
     """autotune_cli.record lists q, k and v of one input and, as one entry more, their one
     GEMM: tuned from that list (a deployment's cache), a compile with tune=False groups them."""
-    from autotune_cli.model.shapes_file import read_counted
+    from autotune_cli.cli.from_list import Listed, list_rows
+    from autotune_cli.model.shapes_file import read_counted, read_listed
     from autotune_cli.tune.tuner import Tuner
 
     grouped_always(monkeypatch)
@@ -345,6 +346,10 @@ def test_a_recorded_list_holds_the_one_gemm_and_a_compile_groups_from_it_untuned
     assert listed[f"{kind} 8x{C + 2 * KV}x{C} float32 nt{suffix}"] == 2  # q, k, v: each forward
     assert listed[f"{kind} 8x{C + KV}x{C} float32 nt{suffix}"] == 1  # q and k: v read after a write
     assert listed[f"{kind} 8x{KV}x{C} float32 nt{suffix}"] == 6  # the linears themselves, as before
+    marked = {p.n: group for p, _, group in read_listed(path, "cpu")}
+    assert marked == {C: False, KV: False, C + 2 * KV: True, C + KV: True}  # "group": true in the file
+    rows = list_rows([Listed(p, i, count, group) for i, (p, count, group) in enumerate(read_listed(path, "cpu"), 1)])
+    assert abs(sum(r["share"] for r in rows if not r["group"]) - 1) < 1e-9  # the groups' are their linears'
     with Tuner(tuning) as tuner:
         for problem, _ in read_counted(path, "cpu"):
             tuner.tune(problem)
@@ -369,3 +374,15 @@ def test_record_takes_fresh_inputs_for_no_group(tmp_path, capfd):
             head(torch.randn(8, C))
     assert [(p.n, count) for p, count in read_counted(path, "cpu")] == [(KV, 3)]
     assert "as one" not in capfd.readouterr().err
+
+
+def test_record_starts_a_new_group_where_a_weight_comes_again(tmp_path):
+    """q, k and v run twice on one input, nothing between: two groups of three, not one of six."""
+    from autotune_cli.model.shapes_file import read_listed
+
+    model, x = Attention(), torch.randn(8, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        for _ in range(2):
+            model.q(x), model.k(x), model.v(x)
+    assert [(p.n, count) for p, count, group in read_listed(path, "cpu") if group] == [(C + 2 * KV, 2)]

@@ -180,7 +180,7 @@ def assert_tuned_and_cached(cli, cache_dir, doc):
     if len(doc["passes"]) > 1:  # a pass runs at one set of hint values: no single total
         assert doc["saved_ms_per_pass"] is None and doc["aten_ms_per_pass"] is None
         return entries
-    ran = [r for r in doc["problems"] if r["sources"] != ["grouped linears"]]  # not run besides its linears
+    ran = [r for r in doc["problems"] if not r["group"]]  # a group's one GEMM: not run besides its linears
     assert doc["saved_ms_per_pass"] == pytest.approx(sum(r["saved_ms"] for r in ran))
     assert doc["aten_ms_per_pass"] == pytest.approx(sum(r["aten_ms"] * r["count"] for r in ran))
     return entries
@@ -288,7 +288,8 @@ def test_groups_tune_the_one_gemm_of_q_k_v(cli, cache_dir, models):
     doc, _ = model_json(cli, pt2, "--groups", *ATEN)
     problems = doc["problems"]
     assert rows(problems)[-1] == ("mm", 16, 48, 16, 1, "float32", "nt", None, 1)
-    assert problems[-1]["sources"] == ["grouped linears"] and problems[-1]["winner"]
+    assert problems[-1]["sources"] == ["grouped linears"] and problems[-1]["group"] and problems[-1]["winner"]
+    assert not any(p["group"] for p in problems[:-1])
     assert_shares(problems[:-1])
     assert problems[-1]["share"] == pytest.approx(problems[0]["share"])  # q, k and v's row
     assert len(assert_tuned_and_cached(cli, cache_dir, doc)) == 5
@@ -464,7 +465,7 @@ def test_plan_only_lists(cli, cache_dir, models):
     assert rows(doc["plan"]) == MLP_BIAS
     assert_shares(doc["plan"])
     for p in doc["plan"]:
-        assert set(p) == {"problem", "describe", "count", "gflop", "share", "sources", "hint"}
+        assert set(p) == {"problem", "describe", "count", "gflop", "share", "sources", "hint", "group"}
     code, out, err = cli("model", pt2, "--device", "cpu", "--plan")
     assert code == 0, err
     assert "matmuls found" in out and "addmm 8x64x64 float32 nt bias[n]" in out

@@ -57,26 +57,29 @@ class _Tally:
         # Linears of one input in a row (q, k, v): each thread's run so far, (the input's
         # mark, [problems]), and the one GEMMs they make (groups.py: what autotune_cli.compile
         # may run in their place, and looks up)
-        self.runs: dict[int, tuple[tuple, Any, list[GemmProblem]]] = {}
+        self.runs: dict[int, tuple[tuple, Any, list[GemmProblem], set[int]]] = {}
         self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
 
-    def follow(self, mark: tuple | None, a, problem: GemmProblem) -> None:
+    def follow(self, mark: tuple | None, a, weight: int, problem: GemmProblem) -> None:
         """Add `problem`, whose A is `a`, named by `mark` (None: not a linear's GEMM that a
-        group may hold), to this thread's run of linears of one input; under the lock. The
-        run holds `a`: its memory cannot go to a new tensor with the same mark meanwhile."""
+        group may hold), and whose B is the weight at address `weight`, to this thread's run
+        of linears of one input; under the lock. A weight met again starts a new run (the
+        same layer run again on the same input). The run holds `a`: its memory cannot go to
+        a new tensor with the same mark meanwhile."""
         thread = threading.get_ident()
         run = self.runs.get(thread)
-        if mark is not None and run is not None and run[0] == mark:
+        if mark is not None and run is not None and run[0] == mark and weight not in run[3]:
             run[2].append(problem)
+            run[3].add(weight)
             return
         self.end_run(thread)
         if mark is not None:
-            self.runs[thread] = (mark, a, [problem])
+            self.runs[thread] = (mark, a, [problem], {weight})
 
     def end_run(self, thread: int) -> None:
         """Count the one GEMM of `thread`'s run, if it held two linears or more; under the lock."""
-        _, _, members = self.runs.pop(thread, (None, None, []))
+        _, _, members, _ = self.runs.pop(thread, (None, None, [], None))
         group = one_gemm(members)
         if group is not None:
             self.groups[group] += 1
@@ -128,7 +131,7 @@ def _mode_class():
                 if problem is not None:
                     self.tally.problems[problem] += 1
                     self.tally.follow(_input_mark(op, named, problem), named.get("mat1", named.get("self")),
-                                      problem)
+                                      named["mat2"].data_ptr(), problem)
                 else:
                     self.tally.skipped[skipped] += 1
 
@@ -256,10 +259,8 @@ def _write(path: Path, problems: dict[GemmProblem, int], skipped: dict[str, int]
         line += (f" and {_count(len(groups), 'GEMM')} of linears of one input as one "
                  f"({_count(sum(groups.values()), 'group')}, for autotune_cli.compile)")
     if problems:
-        merged = Counter(problems)
-        merged.update(groups)
         try:
-            line += _merge(path, dict(merged))
+            line += _merge(path, problems, groups)
         except OSError as exc:
             line += f" NOT written: cannot write {path}: {exc.strerror or exc}"
     else:
@@ -276,7 +277,7 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _merge(path: Path, problems: dict[GemmProblem, int]) -> str:
+def _merge(path: Path, problems: dict[GemmProblem, int], groups: dict[GemmProblem, int]) -> str:
     """Under a lock beside the file: read it, add the counts, replace it atomically. A file
     that is not a list this module can read is moved aside (kept) and a new one started."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,9 +285,10 @@ def _merge(path: Path, problems: dict[GemmProblem, int]) -> str:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         counts, note = _existing(path)
-        for problem, count in problems.items():
-            key = _key(entry_of(problem))
-            counts[key] = counts.get(key, 0) + count
+        for group, counted in ((False, problems), (True, groups)):
+            for problem, count in counted.items():
+                key = _key(entry_of(problem, group=group))
+                counts[key] = counts.get(key, 0) + count
         entries = [dict(json.loads(key), count=count) for key, count in counts.items()]
         _replace(path, '{"problems": [\n' + ",\n".join(json.dumps(entry) for entry in entries) + "\n]}\n")
     finally:
@@ -313,7 +315,7 @@ def _existing(path: Path) -> tuple[dict[str, int], str]:
         counts: dict[str, int] = {}
         for entry in data:
             problem, count = counted_from_entry(entry, "cpu")  # the file has no device
-            key = _key(entry_of(problem))
+            key = _key(entry_of(problem, group=entry.get("group") is True))
             counts[key] = counts.get(key, 0) + count
         return counts, ""
     except (ValueError, KeyError, TypeError, UserError) as exc:

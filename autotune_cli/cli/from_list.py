@@ -33,15 +33,18 @@ class Listed:
     problem: GemmProblem
     entry: int  # its place in the file, from 1
     count: int = 1
+    group: bool = False  # a group's one GEMM (problem.one_gemm): no call of the program itself
 
 
 def list_rows(listed: list[Listed]) -> list[dict]:
     """The row of each problem before it is tuned (the fields of a model's plan row; the
-    share, as a model's, of sum(flops * count))."""
-    total = sum(item.problem.flops * item.count for item in listed) or 1
+    share, as a model's, of sum(flops * count) over the program's own calls: a group's one
+    GEMM has its linears' share)."""
+    total = sum(item.problem.flops * item.count for item in listed if not item.group) or 1
     return [{"problem": item.problem.to_dict(), "describe": item.problem.describe(),
              "count": item.count, "gflop": item.problem.flops / 1e9,
-             "share": item.problem.flops * item.count / total, "sources": [f"entry {item.entry}"], "hint": None}
+             "share": item.problem.flops * item.count / total, "sources": [f"entry {item.entry}"], "hint": None,
+             "group": item.group}
             for item in listed]
 
 
@@ -63,10 +66,12 @@ def stopped_by_list_signal(done: Callable[[], int], total: int):
 
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
-              profile: bool = False, clock: StageClock | None = None, counts: list[int] | None = None) -> int:
+              profile: bool = False, clock: StageClock | None = None, counts: list[int] | None = None,
+              groups: list[bool] | None = None) -> int:
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
     `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
-    command's, whose stages the JSON document carries; `counts`: each problem's (default 1)."""
+    command's, whose stages the JSON document carries; `counts`: each problem's (default 1);
+    `groups`: which are a group's one GEMM (default none)."""
     from ..store.cache import Cache
     from ..tune.hits import look_up
     from ..hardware.device import probe_device
@@ -79,7 +84,9 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     load_plugins(settings.plugins)  # bad tuning options fail before anything starts
     check_template_names(settings.templates)
     counts = counts or [1] * len(problems)
-    listed = [Listed(problem, number, count) for number, (problem, count) in enumerate(zip(problems, counts), 1)]
+    groups = groups or [False] * len(problems)
+    listed = [Listed(problem, number, count, group)
+              for number, (problem, count, group) in enumerate(zip(problems, counts, groups), 1)]
     plan = list_rows(listed)
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
     cache = Cache(settings.cache_dir)

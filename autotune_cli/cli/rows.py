@@ -42,11 +42,12 @@ class StageClock:
 def plan_rows(found) -> list[dict]:
     """One row per distinct problem found in a model: what `--plan` shows and `model` tunes."""
     from ..model import plan_flops_share
+    from ..model.found import GROUP_SOURCE
 
     shares = plan_flops_share(found)
     return [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
-             "hint": f.hint} for f, share in zip(found, shares)]
+             "hint": f.hint, "group": f.sources == (GROUP_SOURCE,)} for f, share in zip(found, shares)]
 
 
 def result_row(item, planned: dict, outcome, clock: StageClock, slot=0, device_name=None, host=None,
@@ -83,12 +84,10 @@ def pass_totals(rows: list[dict]) -> list[dict]:
     hints = [dict(h) for h in {tuple(sorted(row["hint"].items())) for row in rows if row.get("hint")}]
     passes = [h for h in hints if not any(h != o and h.items() <= o.items() for o in hints)]
     passes = sorted(passes, key=lambda h: [h[name] for name in sorted(h)]) or [{}]
-    from ..model.found import GROUP_SOURCE
-
     totals = []
     for at in passes:
         ran = [row for row in rows if (not row.get("hint") or row["hint"].items() <= at.items())
-               and row.get("sources") != [GROUP_SOURCE]]  # a group's one GEMM: its linears' time again
+               and not row.get("group")]  # a group's one GEMM: its linears' time again
         untimed = sum(1 for row in ran if not row["aten_ms"])
         if untimed:  # no baseline to count the rest at
             tuned = [row["winner"]["ms"] * row["count"] for row in ran if row["winner"] and row["winner"].get("ms")]

@@ -105,16 +105,17 @@ def mm(
         if given:
             raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
         from .from_list import tune_list
-        from ..model.shapes_file import read_counted
+        from ..model.shapes_file import read_listed
 
-        counted = read_counted(from_file, device.value if device else "cpu")  # bad file: said first
+        counted = read_listed(from_file, device.value if device else "cpu")  # bad file: said first
         dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
         settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                                   timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                                   plugin=plugin, interpreter_budget=interpreter_budget,
                                   budget=budget, compile_workers=compile_workers)
-        code = tune_list(from_file, [p.with_device(dev) for p, _ in counted], settings, json_out,
-                         profile=profile, clock=command, counts=[count for _, count in counted])
+        code = tune_list(from_file, [p.with_device(dev) for p, _, _ in counted], settings, json_out,
+                         profile=profile, clock=command, counts=[count for _, count, _ in counted],
+                         groups=[group for _, _, group in counted])
         if code:
             raise typer.Exit(code=code)
         return

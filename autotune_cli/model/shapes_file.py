@@ -35,7 +35,7 @@ from ..problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, 
 
 MAX_LIST_BYTES = 64 << 20  # a list of 100,000 problems is about 10 MB
 FIELDS = ("m", "n", "k", "batch", "dtype", "layout", "bias", "bias_shape", "allow_tf32", "scale", "out_dtype",
-          "fast_accum", "count")
+          "fast_accum", "group", "count")
 
 
 def _integer(value, field: str) -> int:
@@ -60,9 +60,10 @@ def _text(value, field: str, choices: tuple[str, ...] | None = None) -> str:
     return value.lower()
 
 
-def entry_of(problem: GemmProblem, count: int | None = None) -> dict:
+def entry_of(problem: GemmProblem, count: int | None = None, group: bool = False) -> dict:
     """The entry that `problem_from_entry` reads back as `problem` (on any device): the
-    fields that differ from their defaults, and `count` when given."""
+    fields that differ from their defaults, `group` (the one GEMM of linears of one input,
+    problem.one_gemm: no call of the program itself) when set, and `count` when given."""
     entry: dict = {"m": problem.m, "n": problem.n, "k": problem.k}
     if problem.op == "bmm":
         entry["batch"] = problem.b
@@ -79,6 +80,8 @@ def entry_of(problem: GemmProblem, count: int | None = None) -> dict:
         entry["out_dtype"] = problem.out_dtype
         if problem.fast_accum:
             entry["fast_accum"] = True
+    if group:
+        entry["group"] = True
     if count is not None:
         entry["count"] = count
     return entry
@@ -140,6 +143,8 @@ def counted_from_entry(entry, device: str) -> tuple[GemmProblem, int]:
             args[name] = field(name, _text)
     if "fast_accum" in entry:
         args["fast_accum"] = field("fast_accum", _flag)
+    if "group" in entry:
+        field("group", _flag)  # read by read_listed
     count = field("count", _integer) if "count" in entry else 1
     return make_problem(bias=shape if bias else None, allow_tf32=allow_tf32, device=device, **args), count
 
@@ -152,6 +157,11 @@ def read_problems(path: Path, device: str) -> list[GemmProblem]:
 
 def read_counted(path: Path, device: str) -> list[tuple[GemmProblem, int]]:
     """Every (problem, count) of the file, in its order."""
+    return [(problem, count) for problem, count, _ in read_listed(path, device)]
+
+
+def read_listed(path: Path, device: str) -> list[tuple[GemmProblem, int, bool]]:
+    """Every (problem, count, whether it is a group's one GEMM) of the file, in its order."""
     try:
         text = read_regular_file(path, MAX_LIST_BYTES).decode("utf-8")
     except FileNotFoundError:
@@ -177,7 +187,7 @@ def read_counted(path: Path, device: str) -> list[tuple[GemmProblem, int]]:
     problems = []
     for number, entry in enumerate(data, 1):
         try:
-            problems.append(counted_from_entry(entry, device))
+            problems.append((*counted_from_entry(entry, device), entry.get("group") is True))
         except (ValueError, UserError) as exc:
             raise UserError(f"{path}: entry {number}: {exc}") from None
     return problems
