@@ -153,7 +153,7 @@ class MeasurePolicy:
     vendor_retime_within: float = 0.10
     # How many of the best contenders whose template offers one get their FIXED_NK twin
     # timed after the first timing (search/base.time_fixed_twins): one compile each, for up
-    # to 1.06-1.10x on short-K odd widths (bench/README.md, "Odd widths"). 0 on the CPU,
+    # to 3-8% on short-K odd widths (bench/README.md, "Odd widths"). 0 on the CPU,
     # where the interpreter runs both alike.
     fixed_twins: int = 2
     # Passes of that re-time, the contenders' order reversed every other pass (1 on the CPU,

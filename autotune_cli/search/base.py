@@ -68,7 +68,7 @@ def time_fixed_twins(ctx: SearchContext, pairs: list[tuple[KernelTemplateChoice,
     the problem's sizes written into the kernel, one compile each, shared with no other
     problem) of the best `measure.fixed_twins` results whose template offers one, among
     those within `measure.vendor_retime_within` of the best: a known trip count and column
-    wrap ran a config 4-10% faster on short-K odd widths, and a tie or a loss elsewhere
+    wrap ran a config 3-8% faster on short-K odd widths, and a tie or a loss elsewhere
     (bench/README.md, "Odd widths"). The twins then go through the re-time like any other."""
     count = ctx.measure.fixed_twins
     ok = sorted(((c, r) for c, r in pairs if r.ok), key=lambda cr: cr[1].ms)
