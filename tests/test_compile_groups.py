@@ -386,3 +386,18 @@ def test_record_starts_a_new_group_where_a_weight_comes_again(tmp_path):
         for _ in range(2):
             model.q(x), model.k(x), model.v(x)
     assert [(p.n, count) for p, count, group in read_listed(path, "cpu") if group] == [(C + 2 * KV, 2)]
+
+
+def test_a_tuned_list_says_which_rows_are_groups(tmp_path, cli, cache_dir):
+    """`mm --from` of a recorded list: the group's row says so, and its share is its linears'."""
+    model, x = Attention(), torch.randn(8, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        model.q(x), model.k(x), model.v(x)
+    code, out, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["problems"]
+    assert [r["group"] for r in rows] == [False, False, True]
+    assert rows[2]["share"] == pytest.approx(1.0)  # q, k and v's: all of the list's calls
+    code, out, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten")
+    assert code == 0 and "grouped linears" in out

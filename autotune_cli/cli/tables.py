@@ -158,10 +158,13 @@ def model_summary_table(rows: list[dict]) -> FitTable:
     """Narrower layouts put the winner's params under its uid, then the count and whether
     it came from the cache under the problem; the narrowest leaves out the aten time (the
     speed-up says it)."""
+    from ..model.found import GROUP_SOURCE  # a group's one GEMM: said under its problem
+
     winners = [row["winner"] or {} for row in rows]
     uids = [printable(w.get("uid", "(none)")) for w in winners]
     params = [printable(params_str(w.get("params", {}))) for w in winners]
-    problem = Col("problem", [row["describe"] for row in rows])
+    problem = Col("problem", [_lines(row["describe"], GROUP_SOURCE) if row.get("group") else row["describe"]
+                              for row in rows])
     count = Col("count", [str(row["count"]) for row in rows], number=True)
     ms = Col("ms", [fmt_ms(w.get("ms")) for w in winners], number=True)
     aten = Col("aten ms", [fmt_ms(row["aten_ms"]) for row in rows], number=True)
@@ -173,6 +176,7 @@ def model_summary_table(rows: list[dict]) -> FitTable:
     winner_params = Col("winner", [_lines(Text(u), p) for u, p in zip(uids, params)], whole=True)
     problem_notes = Col("problem", [
         _lines(row["describe"], ", ".join(note for note in (
+            GROUP_SOURCE if row.get("group") else "",
             f"count {row['count']}" if row["count"] != 1 else "",
             "cached" if row["from_cache"] else "") if note))
         for row in rows])
