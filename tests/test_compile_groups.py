@@ -401,3 +401,32 @@ def test_a_tuned_list_says_which_rows_are_groups(tmp_path, cli, cache_dir):
     assert rows[2]["share"] == pytest.approx(1.0)  # q, k and v's: all of the list's calls
     code, out, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten")
     assert code == 0 and "grouped linears" in out
+
+
+def test_record_groups_linears_of_an_inference_tensor(tmp_path):
+    """An input made under inference mode has no version counter, and nothing can write it
+    outside that mode: its linears are still one input's run."""
+    from autotune_cli.cli.from_list import Listed, list_rows
+    from autotune_cli.model.shapes_file import read_listed
+
+    model = Attention()
+    with torch.inference_mode():
+        x = torch.randn(8, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        model.q(x), model.k(x), model.v(x)
+    listed = read_listed(path, "cpu")
+    assert [(p.n, group) for p, _, group in listed if group] == [(C + 2 * KV, True)]
+    only_groups = [Listed(p, 1, count, group) for p, count, group in listed if group]
+    assert [r["share"] for r in list_rows(only_groups)] == [0.0]  # no call of its own to share
+
+
+def test_a_problem_listed_as_a_call_and_a_group_is_tuned_once(tmp_path, cli, cache_dir):
+    path = tmp_path / "shapes.json"
+    entry = {"m": 8, "n": 64, "k": 32, "dtype": "float32", "layout": "nt"}
+    path.write_text(json.dumps([entry, {**entry, "group": True}]))
+    code, out, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--force", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["problems"]
+    assert [r["group"] for r in rows] == [False, True] and rows[0]["winner"] == rows[1]["winner"]
+    assert err.count("tuned:") == 1

@@ -246,6 +246,29 @@ def test_a_group_stays_a_row_of_its_own_and_dynamic_dims_make_none(saved, tmp_pa
     assert rows(find_gemms(dynamic, groups=True)) == rows(find_gemms(dynamic))
 
 
+class OneLayerTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        return self.fc(x) + self.fc(x)
+
+
+def test_groups_need_distinct_weights_and_a_program_with_linears(tmp_path):
+    """One layer run twice on one input is no group (the compile would not make one); a
+    decomposed program holds no aten.linear, and --groups says so."""
+    x = (torch.randn(8, 16),)
+    twice = tmp_path / "twice.pt2"
+    torch.export.save(torch.export.export(OneLayerTwice(), x), str(twice))
+    assert rows(find_gemms(twice, groups=True)) == rows(find_gemms(twice))
+    decomposed = tmp_path / "decomposed.pt2"
+    torch.export.save(torch.export.export(QKWide(), x).run_decompositions(), str(decomposed))
+    notes = []
+    assert rows(find_gemms(decomposed, groups=True, notes=notes)) == rows(find_gemms(decomposed))
+    assert any("--groups found no aten.linear" in note for note in notes)
+
+
 def test_explicit_transposes_fp16(saved):
     for found in both(saved, "transposed"):
         assert rows(found) == [

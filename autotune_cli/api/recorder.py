@@ -169,10 +169,9 @@ def _input_mark(op: str, named: dict, problem: GemmProblem) -> tuple | None:
     if one_gemm([problem, problem]) is None:
         return None
     a = named["mat1"] if op == "addmm" else named["self"]
-    try:
-        version = a._version
-    except RuntimeError:  # an inference tensor: no version counter, so no run of one input
-        return None
+    # an inference tensor has no version counter, and no write can reach it outside
+    # inference mode: its version is fixed
+    version = -1 if a.is_inference() else a._version
     return (a.data_ptr(), a.device, tuple(a.shape), a.stride(), version)
 
 

@@ -40,10 +40,11 @@ def list_rows(listed: list[Listed]) -> list[dict]:
     """The row of each problem before it is tuned (the fields of a model's plan row; the
     share, as a model's, of sum(flops * count) over the program's own calls: a group's one
     GEMM has its linears' share)."""
-    total = sum(item.problem.flops * item.count for item in listed if not item.group) or 1
+    total = sum(item.problem.flops * item.count for item in listed if not item.group)
     return [{"problem": item.problem.to_dict(), "describe": item.problem.describe(),
              "count": item.count, "gflop": item.problem.flops / 1e9,
-             "share": item.problem.flops * item.count / total, "sources": [f"entry {item.entry}"], "hint": None,
+             "share": item.problem.flops * item.count / total if total > 0 else 0.0,
+             "sources": [f"entry {item.entry}"], "hint": None,
              "group": item.group}
             for item in listed]
 
@@ -101,6 +102,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
 
     progress = ModelProgress(err, total=len(listed))
     rows = []
+    tuned: dict = {}  # a problem listed twice (a call, and a group's one GEMM) is tuned once
     try:
         with stopped_by_list_signal(lambda: len(rows), len(listed)), \
                 Tuner(settings, progress, device=device) as tuner:
@@ -108,7 +110,8 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
                 began = time.perf_counter()
                 upcoming = tuple(later.problem for later in listed[number + 1:number + 1 + PREFETCH])
                 try:
-                    outcome = tuner.tune(item.problem, upcoming=upcoming)
+                    outcome = tuned.get(item.problem) or tuner.tune(item.problem, upcoming=upcoming)
+                    tuned[item.problem] = outcome
                 except UserError as exc:  # this problem alone (it does not fit, say)
                     rows.append(result_row(item, planned, None, clock, error=str(exc)))
                     continue

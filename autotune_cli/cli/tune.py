@@ -176,16 +176,20 @@ def mm(
 def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) -> list[dict]:
     """Tune every problem found: one after another on one device, or spread by a scaled
     tuner (`tune_all`) over several."""
+    problems = list(dict.fromkeys(item.problem for item in found))  # a group's one GEMM may be a linear's too
     if scaled:
-        results = tuner.tune_all([item.problem for item in found])
+        results = dict(zip(problems, tuner.tune_all(problems)))
         return [result_row(item, planned, result.outcome, clock, result.slot, result.device,
                            result.host, result.error, result.span)
-                for item, planned, result in zip(found, plan, results)]
+                for item, planned in zip(found, plan) for result in [results[item.problem]]]
     rows = []
+    tuned: dict = {}
     for item, planned in zip(found, plan):
         began = time.perf_counter()
-        outcome = tuner.tune(item.problem)
-        rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
+        if item.problem not in tuned:
+            tuned[item.problem] = (tuner.tune(item.problem), (began, time.perf_counter()))
+        outcome, span = tuned[item.problem]
+        rows.append(result_row(item, planned, outcome, clock, span=span))
     return rows
 
 

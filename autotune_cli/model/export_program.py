@@ -138,10 +138,10 @@ def _expr_strings(value: Any, out: list[str]) -> None:
             _expr_strings(item, out)
 
 
-def _input_name(node: dict) -> str | None:
-    """The name of a linear node's input tensor."""
+def _input_name(node: dict, argument: str) -> str | None:
+    """The name of the tensor a node takes as `argument`."""
     for named in node["inputs"]:
-        if named["name"] == "input":
+        if named["name"] == argument:
             field, body = one_field(named["arg"])
             return body["name"] if field == "as_tensor" else None
     return None
@@ -208,7 +208,7 @@ def parse_exported_program(doc: Any) -> ExportGraph:
                        for named in node["inputs"])
         raw = classify_call(name, args, out, fast)
         if op == "linear" and isinstance(raw, MatmulCall):
-            raw = dataclasses.replace(raw, input=_input_name(node))
+            raw = dataclasses.replace(raw, input=_input_name(node, "input"), weight=_input_name(node, "weight"))
         if raw is not None:
             raws.append(raw)
 

@@ -119,6 +119,9 @@ def find_gemms(
     if groups and fmt != "export" and notes is not None:
         notes.append("--groups reads a torch.export program: a TorchScript run does not say which "
                      "linears share an input, so no group is listed")
+    if groups and fmt == "export" and notes is not None and not any(c.input for c in kept):
+        notes.append("--groups found no aten.linear to group: a program after run_decompositions() "
+                     "holds mm and addmm instead; export it without decomposing to list groups")
     extra = one_gemm_groups(kept) if groups else []
     return concretize(kept + extra, scenarios, device=device, allow_tf32=allow_tf32, names=names)
 
@@ -135,7 +138,9 @@ def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
     out = []
     for members in by_input.values():
         group = one_gemm(members)
-        if group is not None and not getattr(group.m, "free_symbols", None):
+        weights = [c.weight for c in members]
+        if (group is not None and not getattr(group.m, "free_symbols", None)
+                and None not in weights and len(set(weights)) == len(weights)):  # one layer twice: no group
             out.append(replace(group, source=GROUP_SOURCE, input=None))
     return out
 

@@ -15,6 +15,9 @@ object is one problem, with the fields of `autotune mm`'s flags:
     fast_accum   float8 only: true as torch._scaled_mm(use_fast_accum=True)
     count        integer >= 1 (default 1): how many calls ran it (`autotune_cli.record` writes
                  it); the table shows it and weighs the problem's share of the flops by it
+    group        true: the one GEMM of linears that read one input (problem.one_gemm), which
+                 autotune_cli.compile runs in their place (`record` writes it): tuned like
+                 the rest; its share is its linears', and it is no call of its own
 
 e.g. [{"m": 1, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "nt"},
       {"m": 4096, "n": 4096, "k": 1024, "bias": true}]
