@@ -55,8 +55,8 @@ class _Tally:
         self.problems: Counter[GemmProblem] = Counter()
         self.skipped: Counter[str] = Counter()
         # Linears of one input in a row (q, k, v): each thread's run so far, (the input's
-        # mark, [problems]), and the one GEMMs they make (groups.py: what autotune_cli.compile
-        # may run in their place, and looks up)
+        # mark, the input, [problems], the weights' addresses), and the one GEMMs they make
+        # (groups.py: what autotune_cli.compile may run in their place, and looks up)
         self.runs: dict[int, tuple[tuple, Any, list[GemmProblem], set[int]]] = {}
         self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
@@ -130,8 +130,8 @@ def _mode_class():
             with self.tally.lock:
                 if problem is not None:
                     self.tally.problems[problem] += 1
-                    self.tally.follow(_input_mark(op, named, problem), named.get("mat1", named.get("self")),
-                                      named["mat2"].data_ptr(), problem)
+                    a = _operand_a(op, named)
+                    self.tally.follow(_input_mark(a, problem), a, named["mat2"].data_ptr(), problem)
                 else:
                     self.tally.skipped[skipped] += 1
 
@@ -155,20 +155,24 @@ def _problem(op: str, named: dict, t) -> GemmProblem:
             raise UserError("a scale_result is not tuned")
         return scaled_problem_of(named["self"], named["mat2"], named["scale_a"], named["scale_b"],
                                  named.get("bias"), named.get("out_dtype"), bool(named.get("use_fast_accum")))
-    a, b = named["mat1"] if op == "addmm" else named["self"], named["mat2"]
+    a, b = _operand_a(op, named), named["mat2"]
     if op == "addmm" and (named.get("beta", 1) != 1 or named.get("alpha", 1) != 1):
         raise UserError("addmm with beta or alpha other than 1 is not tuned")
     tf32 = a.dtype is t.float32 and a.is_cuda and t.allow_tf32()
     return problem_of(op, a, b, named["self"] if op == "addmm" else None, tf32=tf32)[0]
 
 
-def _input_mark(op: str, named: dict, problem: GemmProblem) -> tuple | None:
-    """What makes two linears' GEMMs read one input: its storage, place, shape, strides and
-    version (a write between them bumps the version); None where the call is no linear a
+def _operand_a(op: str, named: dict):
+    """An mm's or addmm's A (an addmm's `self` is its bias)."""
+    return named["mat1"] if op == "addmm" else named["self"]
+
+
+def _input_mark(a, problem: GemmProblem) -> tuple | None:
+    """What makes two linears' GEMMs read one input `a`: its storage, place, shape, strides
+    and version (a write between them bumps the version); None where the call is no linear a
     group may hold (one_gemm says which may)."""
     if one_gemm([problem, problem]) is None:
         return None
-    a = named["mat1"] if op == "addmm" else named["self"]
     # an inference tensor has no version counter, and no write can reach it outside
     # inference mode: its version is fixed
     version = -1 if a.is_inference() else a._version

@@ -42,12 +42,11 @@ class StageClock:
 def plan_rows(found) -> list[dict]:
     """One row per distinct problem found in a model: what `--plan` shows and `model` tunes."""
     from ..model import plan_flops_share
-    from ..model.found import GROUP_SOURCE
 
     shares = plan_flops_share(found)
     return [{"problem": f.problem.to_dict(), "describe": f.problem.describe(), "count": f.count,
              "gflop": f.problem.flops / 1e9, "share": share, "sources": list(f.sources),
-             "hint": f.hint, "group": f.sources == (GROUP_SOURCE,)} for f, share in zip(found, shares)]
+             "hint": f.hint, "group": f.group} for f, share in zip(found, shares)]
 
 
 def result_row(item, planned: dict, outcome, clock: StageClock, slot=0, device_name=None, host=None,

@@ -20,6 +20,11 @@ class FoundGemm:
     sources: tuple[str, ...]  # aten op names that produced it, e.g. ("aten.linear",)
     hint: dict[str, int] | None  # dynamic dims (as --hint named them) at the values it was taken at
 
+    @property
+    def group(self) -> bool:
+        """Whether this is a group's one GEMM (GROUP_SOURCE) and no call of the model."""
+        return self.sources == (GROUP_SOURCE,)
+
     def __hash__(self) -> int:  # a dict field would make the generated hash fail
         return hash((self.problem, self.count, self.sources,
                      tuple(sorted(self.hint.items())) if self.hint else None))
@@ -29,7 +34,7 @@ def plan_flops_share(found: Sequence[FoundGemm]) -> list[float]:
     """Each entry's share of sum(flops * count) over the model's own matmuls (those sum to 1;
     [] for []); a group's one GEMM (GROUP_SOURCE) is the share of the linears it holds."""
     weights = [f.problem.flops * f.count for f in found]
-    total = sum(w for w, f in zip(weights, found) if f.sources != (GROUP_SOURCE,))
+    total = sum(w for w, f in zip(weights, found) if not f.group)
     if total <= 0:
         return [0.0 for _ in weights]
     return [w / total for w in weights]

@@ -61,10 +61,9 @@ class routing_backend:
                   if self.group_linears is not False else [])
         if self.group_linears is None:  # on a GPU, where CUDA graphs replay them (see `compile`)
             groups = [g for g in groups if graphs and g.weights[0].device.type == "cuda"]
-        group_problems = [g.problem for g in groups]
-        self._tune_missing(sites, group_problems)
-        routed_groups = [(g, *route) for g, problem in zip(groups, group_problems)
-                         for route in [self._route_group(g, problem, graphs)] if route is not None]
+        self._tune_missing(sites, [g.problem for g in groups])
+        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
+                         if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
@@ -171,8 +170,8 @@ class routing_backend:
             gm.recompile()
         summary(self.routes[routed_before:], len(groups))
 
-    def _route_group(self, group: Group, problem, graphs: bool) -> tuple[str, Dispatch] | None:
-        """(route name, Dispatch) of `group`'s one GEMM (`problem`), where its winner's time beats
+    def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
+        """(route name, Dispatch) of `group`'s one GEMM (`group.problem`), where its winner's time beats
         the sum of its parts' (groups.py) and it runs from the opaque op; else None (the parts go
         one by one). `graphs`: the compiled graph replays as CUDA graphs (its op may not place
         weights)."""
@@ -180,7 +179,7 @@ class routing_backend:
 
         from ..settings import MeasurePolicy, TuneSettings
 
-        problems = [problem] + [self._problem(site) for site in group.sites]
+        problems = [group.problem] + [self._problem(site) for site in group.sites]
         found = [None if p is None else self.dispatcher.lookup_entry(p) for p in problems]
         if any(f is None or f[1].winner is None for f in found):
             return None
