@@ -236,9 +236,8 @@ def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
 
 
 def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatch):
-    """With Inductor and no mode, autotune_cli.compile asks for reduce-overhead (CUDA graphs)
-    and Inductor's tuning of its own kernels (options given win over it); mode="default",
-    options that set the graphs, or another backend leave them as given."""
+    """With Inductor and no mode, autotune_cli.compile asks for reduce-overhead (CUDA graphs);
+    mode="default", options that set the graphs, or another backend leave them as given."""
     seen = []
     monkeypatch.setattr(torch, "compile", lambda model, backend=None, **kwargs: seen.append(backend) or model)
     model = torch.nn.Linear(4, 4)
@@ -247,13 +246,9 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
     autotune_cli.compile(model, options={"triton.cudagraphs": False})
     autotune_cli.compile(model, backend="eager")
     autotune_cli.compile(model, mode="max-autotune")
-    autotune_cli.compile(model, options={"coordinate_descent_tuning": False})
-    default, plain, own, eager, autotuned, untuned = seen
+    default, plain, own, eager, autotuned = seen
     assert default.mode == "reduce-overhead" and default.inductor_config()["triton.cudagraphs"] is True
-    assert default.inductor_config()["coordinate_descent_tuning"] is True
-    assert untuned.mode == "reduce-overhead" and untuned.inductor_config()["coordinate_descent_tuning"] is False
     assert plain.inductor_config().get("triton.cudagraphs") is None
-    assert plain.inductor_config().get("coordinate_descent_tuning") is None
     assert own.mode is None and own.inductor_config() == {"triton.cudagraphs": False}
     assert eager.mode is None and eager.inductor_config() == {}
     config = autotuned.inductor_config()

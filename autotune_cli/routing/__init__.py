@@ -49,6 +49,6 @@ routed matmul becomes, and their routes), report.py (the line a compile prints o
 routes), backend.py (the torch.compile backend that rewrites the graph, and `compile`).
 """
 
-from .backend import DEFAULT_MODE, DEFAULT_OPTIONS, compile, routing_backend
+from .backend import DEFAULT_MODE, compile, routing_backend
 
-__all__ = ["DEFAULT_MODE", "DEFAULT_OPTIONS", "compile", "routing_backend"]
+__all__ = ["DEFAULT_MODE", "compile", "routing_backend"]

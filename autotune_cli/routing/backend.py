@@ -336,11 +336,6 @@ class routing_backend:
 
 
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
-# Inductor's options under DEFAULT_MODE: it tunes the block sizes of its own pointwise and
-# reduction kernels as its max-autotune mode does (the matmuls are ours). Without it the
-# KV cache's copies of a decode step ran 1.7x slower than under max-autotune
-# (bench/README.md "Serving loop").
-DEFAULT_OPTIONS = {"coordinate_descent_tuning": True}
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
@@ -365,17 +360,16 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     work is paid once, at capture); True always; False never (the model's storage is left
     alone).
 
-    With Inductor and no `mode`, the mode is DEFAULT_MODE with DEFAULT_OPTIONS under
-    `options`: CUDA graphs replay the compiled model and Inductor tunes its own kernels, as
-    under `mode="max-autotune"` (without graphs a small batch is bound by the CPU's
-    launches; bench/model_e2e.py). `mode="default"` (or `options` that set
-    "triton.cudagraphs") compiles without either."""
+    With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
+    model, as under `mode="max-autotune"` (without them a small batch is bound by the
+    CPU's launches; bench/model_e2e.py). `mode="default"` (or `options` that set
+    "triton.cudagraphs") compiles without them."""
     import torch
 
     from ..settings import TuneSettings
 
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
-        mode, options = DEFAULT_MODE, {**DEFAULT_OPTIONS, **(options or {})}
+        mode = DEFAULT_MODE
     if backend == "inductor":
         # as torch.compile(backend="inductor") does as it wraps: a backend given as a callable
         # would import Inductor at the first call, inside the compile it times
