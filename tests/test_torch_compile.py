@@ -255,6 +255,33 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
     assert config["triton.cudagraphs"] is True and config["max_autotune"] is True
 
 
+@pytest.mark.gpu
+def test_gpu_a_fixed_twin_winner_routes_and_serves_other_strides(cli, cache_dir, tmp_path):
+    """A FIXED_NK twin (N and K written in, the strides constexprs) goes in through
+    wrap_triton like any triton::mm winner, and the eager call of the same winner stays
+    right for an A of another pitch (Triton compiles the twin again for those strides)."""
+    m, n, k = 128, 1000, 768
+    space = tmp_path / "twin.json"
+    space.write_text(json.dumps([{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+                                  "num_warps": 4, "FIXED_NK": 1}]))
+    code, out, err = cli("mm", "--json", "--m", m, "--n", n, "--k", k, "--dtype", "bfloat16", "--layout", "nt",
+                         "--templates", "triton::mm", "--space", space)
+    assert code == 0, err
+    winner = json.loads(out)["winner"]
+    assert winner["uid"] == "triton::mm" and winner["params"]["FIXED_NK"] == 1
+    lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(lin, routes=routes, fullgraph=True)(x)
+    assert [r.uid for r in routed(routes)] == ["triton::mm"]
+    torch.testing.assert_close(got.double(), x.double() @ lin.weight.double().t(), rtol=2e-2, atol=2e-2)
+    wide = torch.randn(m, k + 64, device="cuda", dtype=torch.bfloat16)[:, 32:32 + k]  # pitch k + 64
+    for a in (x, wide):
+        want = a.double() @ lin.weight.double().t()
+        torch.testing.assert_close(autotune_cli.mm(a, lin.weight.t()).double(), want, rtol=2e-2, atol=2e-2)
+
+
 def cpu_tuning(cache_dir, space):
     """What a compile tunes with here: Triton's mm under the interpreter, one config."""
     from autotune_cli.settings import TuneSettings
