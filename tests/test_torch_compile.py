@@ -256,30 +256,40 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
 
 
 @pytest.mark.gpu
-def test_gpu_a_fixed_twin_winner_routes_and_serves_other_strides(cli, cache_dir, tmp_path):
-    """A FIXED_NK twin (N and K written in, the strides constexprs) goes in through
-    wrap_triton like any triton::mm winner, and the eager call of the same winner stays
-    right for an A of another pitch (Triton compiles the twin again for those strides)."""
+def test_gpu_a_fixed_twin_launches_through_wrap_triton_and_serves_other_strides(tmp_path):
+    """A FIXED_NK twin (N and K written in, the strides constexprs) launched as a route's
+    triton_op launches it (wrap_triton, the strides passed positionally), and called
+    eagerly with an A of another pitch (Triton compiles the twin again for those strides):
+    both match float64."""
+    from torch.library import wrap_triton
+
+    from autotune_cli.problem import make_problem
+    from autotune_cli.templates import get_template
+    from autotune_cli.templates.base import Operands
+
     m, n, k = 128, 1000, 768
-    space = tmp_path / "twin.json"
-    space.write_text(json.dumps([{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
-                                  "num_warps": 4, "FIXED_NK": 1}]))
-    code, out, err = cli("mm", "--json", "--m", m, "--n", n, "--k", k, "--dtype", "bfloat16", "--layout", "nt",
-                         "--templates", "triton::mm", "--space", space)
-    assert code == 0, err
-    winner = json.loads(out)["winner"]
-    assert winner["uid"] == "triton::mm" and winner["params"]["FIXED_NK"] == 1
-    lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout="nt")
+    template = get_template("triton::mm")
+    tile = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 4}
+    kernel = template.build(problem, template.full_params(problem, template.fixed_twin(tile)), str(tmp_path))
+    jit, grid, arguments, options = kernel.launch_parts
+    weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+
+    def run(a, w):
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        args = list(arguments(Operands(a, w.t(), out, None)))
+        args[3] = a  # no bias: as the route's triton_op passes it
+        wrap_triton(jit)[grid](*args, **options)
+        return out
+
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    routes: list = []
-    with torch.no_grad():
-        got = autotune_cli.compile(lin, routes=routes, fullgraph=True)(x)
-    assert [r.uid for r in routed(routes)] == ["triton::mm"]
-    torch.testing.assert_close(got.double(), x.double() @ lin.weight.double().t(), rtol=2e-2, atol=2e-2)
+    got = torch.compile(run, fullgraph=True)(x, weight)
+    torch.testing.assert_close(got.double(), x.double() @ weight.double().t(), rtol=2e-2, atol=2e-2)
     wide = torch.randn(m, k + 64, device="cuda", dtype=torch.bfloat16)[:, 32:32 + k]  # pitch k + 64
     for a in (x, wide):
-        want = a.double() @ lin.weight.double().t()
-        torch.testing.assert_close(autotune_cli.mm(a, lin.weight.t()).double(), want, rtol=2e-2, atol=2e-2)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kernel(Operands(a, weight.t(), out, None))
+        torch.testing.assert_close(out.double(), a.double() @ weight.double().t(), rtol=2e-2, atol=2e-2)
 
 
 def cpu_tuning(cache_dir, space):
