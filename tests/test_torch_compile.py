@@ -256,11 +256,9 @@ def test_inductor_replays_cuda_graphs_by_default_as_max_autotune_does(monkeypatc
 
 
 @pytest.mark.gpu
-def test_gpu_a_fixed_twin_launches_through_wrap_triton_and_serves_other_strides(tmp_path):
-    """A FIXED_NK twin (N and K written in, the strides constexprs) launched as a route's
-    triton_op launches it (wrap_triton, the strides passed positionally), and called
-    eagerly with an A of another pitch (Triton compiles the twin again for those strides):
-    both match float64."""
+def test_gpu_a_fixed_twin_launches_through_wrap_triton_and_serves_other_pitches(tmp_path):
+    """A FIXED_NK twin (N and K written in) launched as a route's triton_op launches it
+    (wrap_triton), and called eagerly with an A of another pitch: both match float64."""
     from torch.library import wrap_triton
 
     from autotune_cli.problem import make_problem

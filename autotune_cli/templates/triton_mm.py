@@ -5,10 +5,8 @@ fixes (EVEN_K, ACC_TYPE, ALLOW_TF32, UPCAST, HAS_BIAS, BATCHED) are written into
 source as literals, so each choice is one readable file of real Triton code. Strides are
 runtime arguments, so one kernel serves every layout; M, N and K too, so problems of one
 config share one compiled kernel, except in a config's FIXED_NK twin, which writes N and K in
-and takes the strides as constexprs (a known trip count, column wrap and address arithmetic:
-3-8% on short-K odd widths, bench/README.md "Odd widths"; Triton compiles it once per set of
-strides it meets, so it stays right for any). M stays a runtime argument: a twin serves any
-M of a dynamic route. The tune times the twin for its best contenders alone
+(a known trip count and column wrap: 3-8% on short-K odd widths,
+bench/README.md "Odd widths"); the tune times that twin for its best contenders alone
 (search/base.py `time_fixed_twins`), one compile more each.
 """
 
