@@ -5,6 +5,7 @@ they go through the opaque `autotune::gemm`), in one graph, with torch's results
 from __future__ import annotations
 
 import json
+import operator
 
 import pytest
 import torch
@@ -348,7 +349,9 @@ class Attention(torch.nn.Module):
         return torch.matmul(q, k.transpose(-1, -2)), angles
 
 
-def test_4d_matmuls_are_routed_and_an_outer_product_is_left_alone(cache_dir, space, capfd):
+def test_4d_matmuls_are_routed_and_an_outer_product_becomes_a_multiply(cache_dir, space, capfd):
+    """q @ k^T routed as a bmm; freqs @ positions (K = 1) not tuned, and rewritten as a
+    broadcast multiply the compiler fuses (no matmul left in the graph), with the same values."""
     q = torch.randn(2, 3, T, C, generator=torch.Generator().manual_seed(2))
     k = torch.randn(2, 3, T, C, generator=torch.Generator().manual_seed(3))
     freqs, positions = torch.randn(1, 8, 1), torch.arange(T, dtype=torch.float32).reshape(1, 1, T)
@@ -368,10 +371,49 @@ def test_4d_matmuls_are_routed_and_an_outer_product_is_left_alone(cache_dir, spa
     assert bmm.problem.layout == "nt"  # k^T read through its strides, not copied
     (outer,) = [r for r in routes if r.fallback]
     assert outer.reason.startswith("K = 1")
-    assert "left to the compiler: 1 outer product (K = 1)" in capfd.readouterr().err
+    assert "left to the compiler: 1 with K = 1 (a multiply)" in capfd.readouterr().err
     assert ops_in(graphs[0]) == ["autotune.gemm.default"]
+    matmuls = {torch.matmul, operator.matmul, torch.bmm, torch.mm}
+    assert not [n for n in graphs[0].graph.nodes if n.op == "call_function" and n.target in matmuls]
+    assert [n.target for n in graphs[0].graph.nodes if n.op == "call_function" and n.target is operator.mul]
+    torch.testing.assert_close(angles, freqs @ positions, rtol=0, atol=0)
     torch.testing.assert_close(scores, q @ k.transpose(-1, -2), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(angles, freqs @ positions)
+
+
+class OuterProducts(torch.nn.Module):
+    """K = 1 through a Linear with its bias, addmm and a batched matmul over a 2-D weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 8)
+
+    def forward(self, x, col, row, bias):
+        return self.lin(x), torch.addmm(bias, col, row), x.reshape(2, 3, 1) @ row
+
+
+def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_dir, capfd):
+    module = OuterProducts().requires_grad_(False)
+    gen = torch.Generator().manual_seed(4)
+    x, col, row, bias = (torch.randn(6, 1, generator=gen), torch.randn(5, 1, generator=gen),
+                         torch.randn(1, 8, generator=gen), torch.randn(8, generator=gen))
+    routes: list = []
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():
+        got = autotune_cli.compile(module, backend=capture, routes=routes, fullgraph=True, tune=False)(
+            x, col, row, bias)
+    assert [r.reason.startswith("K = 1") for r in routes] == [True] * 3
+    assert "left to the compiler: 3 with K = 1 (a multiply)" in capfd.readouterr().err
+    left = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"
+            and n.target in (torch._C._nn.linear, torch.addmm, operator.matmul, torch.matmul)]
+    assert left == []
+    for value, want in zip(got, module(x, col, row, bias)):
+        assert value.is_contiguous()
+        torch.testing.assert_close(value, want, rtol=1e-6, atol=1e-6)
 
 
 def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):

@@ -132,6 +132,9 @@ class routing_backend:
                 continue
             node, match = site.node, site.match
             if site.skip:
+                if site.outer:
+                    _rewrite_outer(graph, site)
+                    changed = True
                 self.routes.append(Dispatch(site.op, f"torch.{site.op}", self._problem(site) if site.static else None,
                                             fallback=True, reason=site.skip))
                 continue
@@ -336,6 +339,25 @@ class routing_backend:
 
 
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
+
+
+def _rewrite_outer(graph, site: Site) -> None:
+    """A matmul with K = 1 as `a * b` broadcast (plus its bias): each output is the one product
+    the GEMM would make, and the compiler fuses it with its neighbours, where the GEMM is a
+    launch of its own (Inductor's default mode sends a float32 bmm to cuBLAS)."""
+    import operator
+
+    import torch
+
+    match = site.match
+    with graph.inserting_before(site.node):
+        b_node = graph.call_function(torch.t, (match.b,)) if match.transpose_b else match.b
+        out = graph.call_function(operator.mul, (match.a, b_node))
+        if match.bias is not None:
+            out = graph.call_function(operator.add, (match.bias, out))
+        out = graph.call_method("contiguous", (out,))  # as the matmul's output is
+    site.node.replace_all_uses_with(out)
+    graph.erase_node(site.node)
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,

@@ -34,7 +34,8 @@ def summary(dispatches: list[Dispatch], groups: int = 0) -> None:
 
 def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
-    for start, short in (("nothing cached", "with nothing cached"), ("K = ", "outer product (K = 1)"),
+    for start, short in (("nothing cached", "with nothing cached"), ("K = 1", "with K = 1 (a multiply)"),
+                         ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),

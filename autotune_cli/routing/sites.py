@@ -162,6 +162,7 @@ class Site:
     bias: Any = None
     values: tuple = ()  # scaled_mm: a, b, scale_a, scale_b, bias
     skip: str = ""  # why it stays the compiler's ("" where it may be routed)
+    outer: bool = False  # K = 1: left to the compiler as a broadcast multiply (backend.py)
     static: bool = True
     dynamic_m: bool = False  # only A's rows (M) are dynamic: routed per call (dynamic.py)
     plan: Any = None  # a dynamic M's (problem at its hint, M values tuned), or why not
@@ -201,12 +202,14 @@ def matmul_sites(graph):
         b = w.t() if match.transpose_b else w
         if match.batch is not None:
             a, b = x.reshape(-1, *x.shape[-2:]), w.reshape(-1, *w.shape[-2:])
-        skip = ""
+        skip, outer = "", False
         if bias is not None and bias.dim() == 2 and match.fold is not None:
             skip = "a linear's bias of two dims"
+        elif a.shape[-1] == 1:
+            skip, outer = "K = 1: an outer product, run as a broadcast multiply the compiler fuses", True
         elif a.shape[-1] < MIN_GEMM_K:
-            skip = f"K = {a.shape[-1]}: an outer product, pointwise work the compiler fuses"
-        yield Site(node, op, match, None, a, b, bias, skip=skip)
+            skip = f"K = {a.shape[-1]}: an empty product, left to the compiler"
+        yield Site(node, op, match, None, a, b, bias, skip=skip, outer=outer)
 
 
 def concrete(size) -> int | None:
