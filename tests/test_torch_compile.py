@@ -391,7 +391,9 @@ class OuterProducts(torch.nn.Module):
         return self.lin(x), torch.addmm(bias, col, row), x.reshape(2, 3, 1) @ row
 
 
-def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_dir, capfd):
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_dir, capfd, dynamic):
+    """Static or with dynamic sizes (a multiply serves any): no matmul left, torch's values."""
     module = OuterProducts().requires_grad_(False)
     gen = torch.Generator().manual_seed(4)
     x, col, row, bias = (torch.randn(6, 1, generator=gen), torch.randn(5, 1, generator=gen),
@@ -404,8 +406,9 @@ def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_di
         return gm.forward
 
     with torch.no_grad():
-        got = autotune_cli.compile(module, backend=capture, routes=routes, fullgraph=True, tune=False)(
-            x, col, row, bias)
+        got = autotune_cli.compile(module, backend=capture, routes=routes, fullgraph=True, tune=False,
+                                   dynamic=dynamic)(x, col, row, bias)
+    assert all(r.problem is None for r in routes) == dynamic
     assert [r.reason.startswith("K = 1") for r in routes] == [True] * 3
     assert "left to the compiler: 3 with K = 1 (a multiply)" in capfd.readouterr().err
     left = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"

@@ -102,7 +102,6 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
 
     progress = ModelProgress(err, total=len(listed))
     rows = []
-    tuned: dict = {}  # a problem listed twice (a call, and a group's one GEMM) is tuned once
     try:
         with stopped_by_list_signal(lambda: len(rows), len(listed)), \
                 Tuner(settings, progress, device=device) as tuner:
@@ -110,8 +109,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
                 began = time.perf_counter()
                 upcoming = tuple(later.problem for later in listed[number + 1:number + 1 + PREFETCH])
                 try:
-                    outcome = tuned.get(item.problem) or tuner.tune(item.problem, upcoming=upcoming)
-                    tuned[item.problem] = outcome
+                    outcome = tuner.tune(item.problem, upcoming=upcoming)  # a problem listed twice: once
                 except UserError as exc:  # this problem alone (it does not fit, say)
                     rows.append(result_row(item, planned, None, clock, error=str(exc)))
                     continue

@@ -183,13 +183,10 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
                            result.host, result.error, result.span)
                 for item, planned in zip(found, plan) for result in [results[item.problem]]]
     rows = []
-    tuned: dict = {}
     for item, planned in zip(found, plan):
         began = time.perf_counter()
-        if item.problem not in tuned:
-            tuned[item.problem] = (tuner.tune(item.problem), (began, time.perf_counter()))
-        outcome, span = tuned[item.problem]
-        rows.append(result_row(item, planned, outcome, clock, span=span))
+        outcome = tuner.tune(item.problem)  # a problem found twice is tuned once
+        rows.append(result_row(item, planned, outcome, clock, span=(began, time.perf_counter())))
     return rows
 
 

@@ -168,6 +168,9 @@ class Site:
     plan: Any = None  # a dynamic M's (problem at its hint, M values tuned), or why not
 
 
+OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
+
+
 def matmul_sites(graph):
     """Every matmul node of `graph` (see the module) as a Site, in graph order."""
     from ..problem import MIN_GEMM_K
@@ -188,7 +191,9 @@ def matmul_sites(graph):
             else "mm"
         if not is_static(x, w, bias):
             grad = any(t is not None and t.requires_grad for t in (x, w, bias))
-            if grad and is_grad_enabled():
+            if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
+                yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
+            elif grad and is_grad_enabled():
                 yield Site(node, op, match, None, static=False, skip="needs gradients (our kernels have no backward)")
             elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
@@ -203,10 +208,10 @@ def matmul_sites(graph):
         if match.batch is not None:
             a, b = x.reshape(-1, *x.shape[-2:]), w.reshape(-1, *w.shape[-2:])
         skip, outer = "", False
-        if bias is not None and bias.dim() == 2 and match.fold is not None:
+        if a.shape[-1] == 1:
+            skip, outer = OUTER, True
+        elif bias is not None and bias.dim() == 2 and match.fold is not None:
             skip = "a linear's bias of two dims"
-        elif a.shape[-1] == 1:
-            skip, outer = "K = 1: an outer product, run as a broadcast multiply the compiler fuses", True
         elif a.shape[-1] < MIN_GEMM_K:
             skip = f"K = {a.shape[-1]}: an empty product, left to the compiler"
         yield Site(node, op, match, None, a, b, bias, skip=skip, outer=outer)

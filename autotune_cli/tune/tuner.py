@@ -91,6 +91,7 @@ class Tuner:
         self.executor_factory = executor_factory or LocalExecutor
         self._device: DeviceInfo | None = device
         self._executor: Executor | None = None
+        self._forced: dict[GemmProblem, TuneOutcome] = {}  # under --force, each problem's first outcome
 
     @property
     def device(self) -> DeviceInfo:
@@ -126,9 +127,19 @@ class Tuner:
         return asked
 
     def tune(self, problem: GemmProblem, upcoming: tuple[GemmProblem, ...] = ()) -> TuneOutcome:
-        """Tune `problem` (a cache hit answers at once). `upcoming`: the problems to be tuned
-        next, whose kernels the compile pool builds once this problem's are asked for
-        (`prefetch`, at its first result)."""
+        """Tune `problem` (a cache hit answers at once), once in this tuner's life: a problem
+        met again (listed twice: a call, and a group's one GEMM) is answered by the cache, or
+        under --force, which skips the cache, by its first outcome. `upcoming`: the problems
+        to be tuned next, whose kernels the compile pool builds once this problem's are
+        asked for (`prefetch`, at its first result)."""
+        if not self.settings.force:
+            return self._tune(problem, upcoming)
+        done = self._forced.get(problem)
+        if done is None:
+            done = self._forced[problem] = self._tune(problem, upcoming)
+        return done
+
+    def _tune(self, problem: GemmProblem, upcoming: tuple[GemmProblem, ...]) -> TuneOutcome:
         if problem.device != self.settings.device:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
         clock = PhaseClock()  # where this tune's seconds go (phases.py)
