@@ -421,6 +421,34 @@ def test_record_groups_linears_of_an_inference_tensor(tmp_path):
     assert [r["share"] for r in list_rows(only_groups)] == [0.0]  # no call of its own to share
 
 
+class BufferAttention(torch.nn.Module):
+    """q and k of one input, their weights buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("wq", torch.randn(C, C))
+        self.register_buffer("wk", torch.randn(KV, C))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.wq), torch.nn.functional.linear(x, self.wk)
+
+
+def test_record_lists_no_group_of_buffer_weights(tmp_path):
+    """A compile groups Parameters alone (it moves them): linears of buffers are recorded as
+    calls, and no group of them is listed to be tuned for nothing; Parameters' still are."""
+    from autotune_cli.model.shapes_file import read_listed
+
+    x = torch.randn(8, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        BufferAttention()(x)
+        model = Attention()
+        model.q(x), model.k(x)
+    listed = read_listed(path, "cpu")
+    assert [(p.n, group) for p, _, group in listed if group] == [(C + KV, True)]
+    assert sorted((p.n, count) for p, count, group in listed if not group) == [(KV, 2), (C, 2)]
+
+
 def test_a_problem_listed_as_a_call_and_a_group_is_tuned_once(tmp_path, cli, cache_dir):
     path = tmp_path / "shapes.json"
     entry = {"m": 8, "n": 64, "k": 32, "dtype": "float32", "layout": "nt"}

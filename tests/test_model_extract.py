@@ -269,6 +269,30 @@ def test_groups_need_distinct_weights_and_a_program_with_linears(tmp_path):
     assert any("--groups found no aten.linear" in note for note in notes)
 
 
+class BufferWeights(nn.Module):
+    """Two linears of one input whose weights are buffers, two whose weights are Parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("wa", torch.randn(16, 16))
+        self.register_buffer("wb", torch.randn(32, 16))
+        self.pa, self.pb = nn.Linear(16, 16, bias=False), nn.Linear(16, 32, bias=False)
+
+    def forward(self, x, y):
+        return F.linear(x, self.wa).sum() + F.linear(x, self.wb).sum() + self.pa(y).sum() + self.pb(y).sum()
+
+
+def test_groups_are_linears_of_parameters_alone(tmp_path):
+    """A compile groups Parameters alone (it moves them side by side): buffers' linears are
+    listed as calls, never as a group, which would be tuned for nothing."""
+    path = tmp_path / "buffers.pt2"
+    torch.export.save(torch.export.export(BufferWeights(), (torch.randn(8, 16), torch.randn(4, 16))), str(path))
+    found = find_gemms(path, groups=True)
+    assert [(f.problem.describe(), f.sources) for f in found if f.sources == ("grouped linears",)] == [
+        ("mm 4x48x16 float32 nt", ("grouped linears",))]
+    assert len([f for f in found if f.sources != ("grouped linears",)]) == 4
+
+
 def test_explicit_transposes_fp16(saved):
     for found in both(saved, "transposed"):
         assert rows(found) == [

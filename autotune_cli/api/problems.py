@@ -12,6 +12,15 @@ from ..problem import FLOAT_DTYPES, GemmProblem, make_problem
 
 
 
+def plain_parameter(t) -> bool:
+    """A Parameter holding a plain tensor: the only weight a compile moves to group linears
+    (routing/groups.py); a tensor subclass (a sharded or quantized weight) keeps its storage
+    its own way, and a buffer or a computed weight is left where it is."""
+    import torch
+
+    return type(t) is torch.nn.Parameter and type(t.data) is torch.Tensor
+
+
 class TorchDecides(Exception):
     """The tensors do not make a valid call: let torch raise its own error."""
 

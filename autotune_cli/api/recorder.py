@@ -36,7 +36,7 @@ from typing import Any, Iterator
 from ..errors import UserError
 from ..problem import GemmProblem, one_gemm
 from ..model.shapes_file import counted_from_entry, entry_of
-from .problems import problem_of, scaled_problem_of
+from .problems import plain_parameter, problem_of, scaled_problem_of
 
 ENVIRONMENT = "AUTOTUNE_RECORD"
 RECORDED = ("mm", "addmm", "bmm", "_scaled_mm")
@@ -131,7 +131,9 @@ def _mode_class():
                 if problem is not None:
                     self.tally.problems[problem] += 1
                     a = _operand_a(op, named)
-                    self.tally.follow(_input_mark(a, problem), a, named["mat2"].data_ptr(), problem)
+                    b = named["mat2"]
+                    mark = _input_mark(a, problem) if _parameter_weight(b) else None
+                    self.tally.follow(mark, a, b.data_ptr(), problem)
                 else:
                     self.tally.skipped[skipped] += 1
 
@@ -165,6 +167,12 @@ def _problem(op: str, named: dict, t) -> GemmProblem:
 def _operand_a(op: str, named: dict):
     """An mm's or addmm's A (an addmm's `self` is its bias)."""
     return named["mat1"] if op == "addmm" else named["self"]
+
+
+def _parameter_weight(b) -> bool:
+    """B is a plain Parameter or a view of one (a Linear's weight.t()): the only weight a
+    compile groups, so a group of others would be listed and tuned for nothing."""
+    return plain_parameter(b._base if b._base is not None else b)
 
 
 def _input_mark(a, problem: GemmProblem) -> tuple | None:

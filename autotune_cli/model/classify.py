@@ -91,7 +91,7 @@ class MatmulCall:
     # a linear's input by its name in the program (find.one_gemm_groups): where the call
     # reads from, not what it is, so not compared
     input: str | None = field(default=None, compare=False)
-    weight: str | None = field(default=None, compare=False)  # a linear's weight, by its name
+    weight: str | None = field(default=None, compare=False)  # a linear's Parameter, by its name (None: a buffer)
 
 
 def sym(value: Any) -> Any:

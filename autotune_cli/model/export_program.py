@@ -175,6 +175,10 @@ def parse_exported_program(doc: Any) -> ExportGraph:
             return None
         raise ArchiveUnreadable(f"argument form {field!r} not handled")
 
+    # the placeholders that are the module's Parameters: a linear of one of those alone may be
+    # grouped by a compile (routing/groups.py moves Parameters; a buffer stays where it is)
+    parameters = {body["arg"]["name"] for kind, body in map(one_field, module["signature"]["input_specs"])
+                  if kind == "parameter" and isinstance(body.get("arg"), dict) and "name" in body["arg"]}
     raws: list[Any] = []
     untuned: dict[str, int] = {}
     for node in graph["nodes"]:
@@ -208,7 +212,9 @@ def parse_exported_program(doc: Any) -> ExportGraph:
                        for named in node["inputs"])
         raw = classify_call(name, args, out, fast)
         if op == "linear" and isinstance(raw, MatmulCall):
-            raw = dataclasses.replace(raw, input=_input_name(node, "input"), weight=_input_name(node, "weight"))
+            weight = _input_name(node, "weight")
+            raw = dataclasses.replace(raw, input=_input_name(node, "input"),
+                                      weight=weight if weight in parameters else None)
         if raw is not None:
             raws.append(raw)
 

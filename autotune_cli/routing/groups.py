@@ -31,6 +31,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..api.problems import plain_parameter
 from ..problem import one_gemm
 from .sites import Site
 
@@ -126,16 +127,8 @@ def movable(*lists) -> bool:
     """Whether each of `lists` (a group's weights, its biases) may be placed side by side:
     contiguous Parameters of plain tensors, already side by side or each owning its storage
     alone."""
-    return all(all(_plain_parameter(t) and t.is_contiguous() for t in tensors) and (
+    return all(all(plain_parameter(t) and t.is_contiguous() for t in tensors) and (
         side_by_side(tensors) is not None or all(map(_owns_storage, tensors))) for tensors in lists)
-
-
-def _plain_parameter(t) -> bool:
-    """A Parameter holding a plain tensor: a tensor subclass (a sharded or quantized weight)
-    keeps its storage its own way, and is left where it is."""
-    import torch
-
-    return type(t) is torch.nn.Parameter and type(t.data) is torch.Tensor
 
 
 def _owns_storage(t) -> bool:
