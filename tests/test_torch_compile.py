@@ -68,6 +68,15 @@ def ops_in(gm) -> list[str]:
     return [str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "autotune" in str(n.target)]
 
 
+def capturing(graphs: list):
+    """A backend that keeps each graph as our backend hands it on, and runs it as it is."""
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return capture
+
+
 def test_routed_matmuls_run_their_winners_in_one_graph(cli, cache_dir, space):
     """fc1 and fc2 (addmm, layout nt, [n] bias) tuned with triton::mm, the head (mm nt) with
     aten alone, x @ W (mm nn) not tuned: the first three are routed (the head's winner is
@@ -104,11 +113,8 @@ def test_the_graph_calls_our_op_where_a_winner_is_cached(cli, cache_dir, space):
          "--templates", "triton::mm", "--space", space)
     model = Block()
     x = torch.randn(T, C)
-    graphs = []
-
-    def capture(gm, example_inputs):  # the graph as our backend hands it on
-        graphs.append(gm)
-        return gm.forward
+    graphs: list = []
+    capture = capturing(graphs)
 
     with torch.no_grad():
         out, _ = autotune_cli.compile(model, backend=capture, fullgraph=True)(x)
@@ -184,11 +190,8 @@ def test_under_max_autotune_an_aten_winner_is_pinned(cli, cache_dir, monkeypatch
     tune(cli, "--m", T, "--n", V, "--k", C, "--layout", "nt", "--dtype", "float32", "--templates", "aten")
     from autotune_cli.routing import routing_backend
 
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs: list = []
+    capture = capturing(graphs)
 
     backend = routing_backend(api.default_dispatcher, capture)
     monkeypatch.setattr(backend, "inductor_config", lambda: {"max_autotune": True})
@@ -356,11 +359,8 @@ def test_4d_matmuls_are_routed_and_an_outer_product_becomes_a_multiply(cache_dir
     k = torch.randn(2, 3, T, C, generator=torch.Generator().manual_seed(3))
     freqs, positions = torch.randn(1, 8, 1), torch.arange(T, dtype=torch.float32).reshape(1, 1, T)
     routes: list = []
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs: list = []
+    capture = capturing(graphs)
 
     with torch.no_grad():
         scores, angles = autotune_cli.compile(Attention(), backend=capture, routes=routes, fullgraph=True,
@@ -399,11 +399,8 @@ def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_di
     x, col, row, bias = (torch.randn(6, 1, generator=gen), torch.randn(5, 1, generator=gen),
                          torch.randn(1, 8, generator=gen), torch.randn(8, generator=gen))
     routes: list = []
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    graphs: list = []
+    capture = capturing(graphs)
 
     with torch.no_grad():
         got = autotune_cli.compile(module, backend=capture, routes=routes, fullgraph=True, tune=False,
