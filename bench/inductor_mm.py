@@ -1,7 +1,10 @@
 """Inductor max-autotune on one mm, cold, in its own process: prints one JSON line with
-its tune wall time, and its kernel's time beside torch.mm's (same timer as ours).
+its tune wall time, and its kernel's time beside torch.mm's (same timer as ours). With
+OURS (a winner as the cache holds it, `{"uid": ..., "params": {...}}`), that kernel is
+verified and timed in the same interleaved passes too: the three side by side in one
+process, where the suite's other ratios are taken across two.
 
-PYTHONPATH=. python3 bench/inductor_mm.py M N K DTYPE [MODE] [OP] [BATCH] [LAYOUT] [TF32]
+PYTHONPATH=. python3 bench/inductor_mm.py M N K DTYPE [MODE] [OP] [BATCH] [LAYOUT] [TF32] [OURS]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main() -> None:
     batch = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     layout = sys.argv[8] if len(sys.argv) > 8 else "nn"
     tf32 = len(sys.argv) > 9 and sys.argv[9] == "1"
+    ours_winner = json.loads(sys.argv[10]) if len(sys.argv) > 10 else None
     scratch = tempfile.mkdtemp(prefix="inductor-bench-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
@@ -85,15 +89,42 @@ def main() -> None:
         from dataclasses import replace
 
         policy = replace(policy, mode="events")
-    inductor_ms, torch_ms = [], []
+    inductor_ms, torch_ms, ours_ms = [], [], []
+    runs = [(inductor_ms, call, ops), (torch_ms, anchor, ops)]
+    ours = {}
+    if ours_winner is not None:
+        run, own = our_kernel(problem, ours_winner, ops, scratch)
+        ours["ours_ok"] = check(problem, own.out, reference(problem, ops)).ok
+        runs.append((ours_ms, run, own))
     for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other pass
-        pair = [(inductor_ms, call), (torch_ms, anchor)]
-        for samples, runnable in (pair if round_index % 2 == 0 else pair[::-1]):
-            samples.append(timer.measure(runnable, ops, policy).median_ms)
+        for samples, runnable, operands in (runs if round_index % 2 == 0 else runs[::-1]):
+            samples.append(timer.measure(runnable, operands, policy).median_ms)
+    if ours_ms:
+        ours["ours_ms"] = statistics.median(ours_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
                       "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
-                      "timing": policy.mode, "pick": describe_pick("\n".join(sources))}))
+                      "timing": policy.mode, "pick": describe_pick("\n".join(sources)), **ours}))
+
+
+def our_kernel(problem, winner: dict, ops, scratch: str):
+    """The winner's kernel built here, with operands of its own (the output with the row
+    pitch its template asks for, as the tune timed it), run once for the check."""
+    from dataclasses import replace
+
+    import torch
+
+    from autotune_cli.templates import get_template
+    from autotune_cli.templates.base import empty_out
+
+    template = get_template(winner["uid"])
+    run = template.build(problem, winner["params"], os.path.join(scratch, "kernels"))
+    pitch = template.out_pitch(problem, winner["params"])
+    own = replace(ops, out=empty_out(problem, pitch, ops.out.dtype, ops.out.device))
+    own.out.fill_(float("nan"))
+    run(own)
+    torch.cuda.synchronize()
+    return run, own
 
 
 def describe_pick(source: str) -> str:
