@@ -368,7 +368,7 @@ def measure(prepared: list[Prepared], args, device: str, tokens_ref: dict) -> li
 def routed_lines(routes: list) -> list[str]:
     """Each matmul the compile met: what it runs, or why it was left to Inductor."""
     return [f"{d.problem.describe() if d.problem else d.op} -> "
-            f"{(d.uid + ' (' + d.reason[:60] + ')') if d.fallback else d.uid}"
+            f"{(d.uid + ' (' + d.reason.split(':')[0][:60] + ')') if d.fallback else d.uid}"
             f"{' [' + d.reason + ']' if d.reason and not d.fallback else ''}" for d in routes]
 
 
