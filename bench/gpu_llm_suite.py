@@ -132,7 +132,7 @@ def main() -> None:
                 row["inductor"] = ind
                 if "inductor_ms" in ind:
                     row["inductor_speedup"] = ind["torch_mm_ms"] / ind["inductor_ms"]
-                if "ours_ms" in ind:  # the three in one process's passes
+                if "ours_ms" in ind and ind.get("ours_ok"):  # the three in one process's passes
                     row["one_process"] = min(ind["inductor_ms"], ind["torch_mm_ms"]) / ind["ours_ms"]
             rows.append(row)
             print(f"done {name}: {row['winner']} x{row['speedup']:.3f} vs torch.mm"

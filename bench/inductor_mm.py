@@ -93,9 +93,13 @@ def main() -> None:
     runs = [(inductor_ms, call, ops), (torch_ms, anchor, ops)]
     ours = {}
     if ours_winner is not None:
-        run, own = our_kernel(problem, ours_winner, ops, scratch)
-        ours["ours_ok"] = check(problem, own.out, reference(problem, ops)).ok
-        runs.append((ours_ms, run, own))
+        try:
+            run, own = our_kernel(problem, ours_winner, ops, scratch)
+        except Exception as exc:  # noqa: BLE001 - Inductor's numbers still count
+            ours["ours_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        else:
+            ours["ours_ok"] = check(problem, own.out, reference(problem, ops)).ok
+            runs.append((ours_ms, run, own))
     for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other pass
         for samples, runnable, operands in (runs if round_index % 2 == 0 else runs[::-1]):
             samples.append(timer.measure(runnable, operands, policy).median_ms)

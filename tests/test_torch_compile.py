@@ -416,6 +416,28 @@ def test_every_outer_product_form_runs_as_a_multiply_with_torchs_values(cache_di
         torch.testing.assert_close(value, want, rtol=1e-6, atol=1e-6)
 
 
+def test_outer_products_in_a_chain_and_under_autocast_keep_torchs_values_and_dtypes(cache_dir):
+    """(a @ b) @ c with K = 1 twice: the second multiply reads the first's output (not the
+    matmul node it replaced); under autocast the multiply gets the dtype the matmul would."""
+    gen = torch.Generator().manual_seed(5)
+    a, b, c = torch.randn(4, 1, generator=gen), torch.randn(1, 1, generator=gen), torch.randn(1, 5, generator=gen)
+
+    def chain(a, b, c):
+        return (a @ b) @ c
+
+    def cast(a, c):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return a @ c
+
+    with torch.no_grad():
+        got = autotune_cli.compile(chain, backend="eager", fullgraph=True, tune=False)(a, b, c)
+        torch.testing.assert_close(got, chain(a, b, c), rtol=0, atol=0)
+        got = autotune_cli.compile(cast, backend="eager", fullgraph=True, tune=False)(a, c)
+        want = cast(a, c)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
     """compile(dynamic=True): the Linear's M is symbolic. Its problem is tuned at the powers
     of two up to the trace's M rounded up (the trace's M among them) and each call picks its winner:

@@ -170,9 +170,13 @@ def _operand_a(op: str, named: dict):
 
 
 def _parameter_weight(b) -> bool:
-    """B is a plain Parameter or a view of one (a Linear's weight.t()): the only weight a
-    compile groups, so a group of others would be listed and tuned for nothing."""
-    return plain_parameter(b._base if b._base is not None else b)
+    """B is a plain Parameter or its whole transpose (a Linear's weight.t()): the only weight
+    a compile groups, so a group of others (a buffer, a slice) would be tuned for nothing."""
+    base = b._base
+    if base is None:
+        return plain_parameter(b)
+    return plain_parameter(base) and b.data_ptr() == base.data_ptr() and tuple(b.shape) == tuple(base.shape)[::-1] \
+        and tuple(b.stride()) == tuple(base.stride())[::-1]
 
 
 def _input_mark(a, problem: GemmProblem) -> tuple | None:

@@ -125,11 +125,14 @@ class routing_backend:
         routed_before = len(self.routes)
         grouped = set()
         for group, name, info in groups:
+            for site in group.sites:
+                site.refresh()
             self._rewrite_group(graph, group, name, info)
             grouped.update(site.node for site in group.sites)
         for site in sites:
             if site.node in grouped:
                 continue
+            site.refresh()
             node, match = site.node, site.match
             if site.skip:
                 if site.outer:
@@ -350,11 +353,19 @@ def _rewrite_outer(graph, site: Site) -> None:
     import torch
 
     match = site.match
+    want = node_value(site.node)
+    dtype = want.dtype if want is not None else None
+
+    def as_output(n):  # an autocast region casts a matmul's operands, not a multiply's
+        value = node_value(n)
+        return n if dtype is None or value is None or value.dtype == dtype else graph.call_method("to", (n, dtype))
+
     with graph.inserting_before(site.node):
-        b_node = graph.call_function(torch.t, (match.b,)) if match.transpose_b else match.b
-        out = graph.call_function(operator.mul, (match.a, b_node))
+        a_node, b_node = as_output(match.a), as_output(match.b)
+        b_node = graph.call_function(torch.t, (b_node,)) if match.transpose_b else b_node
+        out = graph.call_function(operator.mul, (a_node, b_node))
         if match.bias is not None:
-            out = graph.call_function(operator.add, (match.bias, out))
+            out = graph.call_function(operator.add, (as_output(match.bias), out))
         out = graph.call_method("contiguous", (out,))  # as the matmul's output is
     site.node.replace_all_uses_with(out)
     graph.erase_node(site.node)

@@ -8,7 +8,7 @@ torch when called.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
@@ -166,6 +166,35 @@ class Site:
     static: bool = True
     dynamic_m: bool = False  # only A's rows (M) are dynamic: routed per call (dynamic.py)
     plan: Any = None  # a dynamic M's (problem at its hint, M values tuned), or why not
+    operands: list = field(default_factory=list)  # the node's operand nodes as matched, in order
+
+    def __post_init__(self) -> None:
+        self.operands = _operand_nodes(self.node)
+
+    def refresh(self) -> None:
+        """Point the match at the operand nodes the graph holds now: a rewrite before this
+        one may have replaced one of them (a matmul that feeds this one, routed)."""
+        now = dict(zip(map(id, self.operands), _operand_nodes(self.node)))
+
+        def current(n):
+            return now.get(id(n), n) if n is not None else None
+
+        if self.match is not None:
+            self.match = replace(self.match, a=current(self.match.a), b=current(self.match.b),
+                                 bias=current(self.match.bias))
+        if self.scaled is not None:
+            self.scaled = replace(self.scaled, **{name: current(getattr(self.scaled, name))
+                                                  for name in ("a", "b", "scale_a", "scale_b", "bias")})
+        self.operands = _operand_nodes(self.node)
+
+
+def _operand_nodes(node) -> list:
+    """The nodes among `node`'s arguments, in order (a replaced one keeps its place)."""
+    from torch.fx.node import map_arg
+
+    found: list = []
+    map_arg((node.args, node.kwargs), found.append)
+    return found
 
 
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
