@@ -54,12 +54,7 @@ class SideBySide:
         return lambda ops: torch.bmm(ops.a, ops.b, out=ops.out)
 
     def runnable(self, problem, winner: dict, kernel_dir: str):
-        """The winner's kernel, carrying the output row pitch its template asks for
-        (`out_pitch`), as the tuner timed it."""
-        template = get_template(winner["uid"])
-        run = template.build(problem, winner["params"], kernel_dir)
-        run.out_pitch = template.out_pitch(problem, winner["params"])
-        return run
+        return winner_kernel(problem, winner, kernel_dir)
 
     def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6):
         """Median over `rounds` interleaved passes of each runnable's median time, the order
@@ -89,6 +84,15 @@ class SideBySide:
         (ours, anchor), verdicts = self.time_many(
             problem, [self.runnable(problem, winner, kernel_dir), self.anchor(problem)], seed)
         return ours, anchor, verdicts[0]
+
+
+def winner_kernel(problem, winner: dict, kernel_dir: str):
+    """The winner's kernel (a cache entry's `{"uid", "params"}`), carrying the output row
+    pitch its template asks for (`out_pitch`), as the tuner timed it."""
+    template = get_template(winner["uid"])
+    run = template.build(problem, winner["params"], kernel_dir)
+    run.out_pitch = template.out_pitch(problem, winner["params"])
+    return run
 
 
 def scaled_mm_call(problem):

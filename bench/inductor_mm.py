@@ -118,13 +118,11 @@ def our_kernel(problem, winner: dict, ops, scratch: str):
 
     import torch
 
-    from autotune_cli.templates import get_template
     from autotune_cli.templates.base import empty_out
+    from bench.common import winner_kernel
 
-    template = get_template(winner["uid"])
-    run = template.build(problem, winner["params"], os.path.join(scratch, "kernels"))
-    pitch = template.out_pitch(problem, winner["params"])
-    own = replace(ops, out=empty_out(problem, pitch, ops.out.dtype, ops.out.device))
+    run = winner_kernel(problem, winner, os.path.join(scratch, "kernels"))
+    own = replace(ops, out=empty_out(problem, run.out_pitch, ops.out.dtype, ops.out.device))
     own.out.fill_(float("nan"))
     run(own)
     torch.cuda.synchronize()
