@@ -40,6 +40,10 @@ def __dir__():
     return sorted(set(globals()) | set(_API) | set(_COMPILE) | set(_RECORD))
 
 
+from .hardware.ptxas import use_compilers_ptxas  # noqa: E402 - before any Triton kernel is built here
+
+use_compilers_ptxas()
+
 if __import__("os").environ.get("AUTOTUNE_RECORD"):  # record this process's matmuls (api/recorder.py)
     from .api.recorder import record_from_environment
 

@@ -49,6 +49,7 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
+from .launch import Launcher
 from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonKernel, TritonTemplate, bias_arguments,
                           jinja_template, load_kernels)
 from .triton_persistent_tma import installed_triton_version
@@ -62,6 +63,7 @@ PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
+NORM_ROW_ELEMENTS = 4096  # a norm's first pass reads rows in [BLOCK_M, this / BLOCK_M] tiles
 
 
 def gemv_block_m(m: int) -> int:
@@ -144,9 +146,13 @@ class TritonGemvTemplate(TritonTemplate):
         split takes them, not the second): never here."""
         return False
 
-    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
+    def render(self, problem: GemmProblem, params: dict[str, Any], norm: str = "") -> str:
+        """The kernels' source; `norm` (see `build_norm`): "rms", or "rms+residual" with the
+        residual add too."""
         context = {**self.render_context(problem, params), **self.scale_context(problem, params)}
         return self.finish(jinja_template(self.template_file).render(
+            NORM=bool(norm), NORM_RESIDUAL=norm == "rms+residual",
+            NORM_BLOCK=max(16, min(gemv_block_m(problem.k), NORM_ROW_ELEMENTS // params["BLOCK_M"])),
             **context,
             reduce_name=f"gemv_reduce_{context['digest']}",
             SPLIT_K=params["SPLIT_K"],
@@ -156,6 +162,20 @@ class TritonGemvTemplate(TritonTemplate):
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
             FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
         ))
+
+    def build_norm(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
+                   residual: bool) -> NormGemv:
+        """The winner's kernel with the RMSNorm before it done inside (routing/norms.py):
+        A = x (+ `residual`), normalised by its rows' RMS and scaled by the norm's weight as
+        it is loaded; H = x + residual written too. One launch: SPLIT_K 1, no bias, no scales,
+        no PDL."""
+        if (params["SPLIT_K"] != 1 or params.get("PDL") or problem.op != "mm"
+                or self.scale_context(problem, params)["SCALE"]):
+            raise ValueError(f"{self.uid}: a norm runs inside one plain launch (mm, SPLIT_K 1, no PDL)")
+        source = self.render(problem, params, "rms+residual" if residual else "rms")
+        (kernel,) = load_kernels(source, kernel_dir, count=1)
+        return NormGemv(Launcher(kernel, params["num_warps"], params["num_stages"]),
+                        (-(-problem.n // params["BLOCK_N"]), 1), problem)
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> TritonKernel:
         split, fused = params["SPLIT_K"], bool(params["FUSED_REDUCE"])
@@ -195,6 +215,20 @@ class TritonGemvTemplate(TritonTemplate):
 
         return SplitKKernel(partial, reduce, params, grid, problem, planes=split, counters=blocks if fused else 0,
                             arguments=arguments)
+
+
+class NormGemv:
+    """A GEMV with the RMSNorm before it inside (TritonGemvTemplate.build_norm):
+    `(x, residual, norm_weight, eps, b, out, h)`, x, residual and h [M, K] with rows K apart
+    (residual None: x is the norm's input), b the problem's [K, N] B, out [M, N]."""
+
+    def __init__(self, launcher: Launcher, grid: tuple, problem: GemmProblem) -> None:
+        self.launcher, self.grid, self.problem = launcher, grid, problem
+
+    def __call__(self, x, residual, norm_weight, eps: float, b, out, h) -> None:
+        p = self.problem
+        self.launcher(self.grid, x, b, out, out, x if residual is None else residual, norm_weight, h,
+                      p.m, p.n, p.k, *x.stride(), *b.stride(), *out.stride(), 0, 0, float(eps))
 
 
 register_template(TritonGemvTemplate())
