@@ -24,11 +24,6 @@ def tuning(cache_dir):
     return TuneSettings(device="cpu", cache_dir=cache_dir, templates=("triton::gemv",), workers=1)
 
 
-@pytest.fixture(autouse=True)
-def interpreted(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 class RMSNorm(torch.nn.Module):
     """As transformers' LlamaRMSNorm computes it."""
 
@@ -210,7 +205,7 @@ def test_the_norm_kernel_matches_the_torch_ops(tmp_path, config, residual):
     out, h = torch.empty(m, 40, dtype=t), torch.empty(m, 72, dtype=t)
     kernel(x, r, w, 1e-5, b, out, h)
     want_h = x if r is None else x + r
-    if dtype == "float32":
+    if dtype == "float32" and residual:
         assert torch.equal(h, want_h)
     want = _torch_norm(want_h, w, 1e-5).double() @ b.double()
     tol = 1e-4 if dtype == "float32" else 5e-2
@@ -221,7 +216,6 @@ def test_the_norm_kernel_matches_the_torch_ops(tmp_path, config, residual):
 def test_gpu_decode_layers_run_their_norms_inside_the_gemvs(cache_dir, monkeypatch, capfd):
     """bfloat16 on the GPU under CUDA graphs, by default: the norms move into the tuned GEMVs
     and the logits match the eager model's."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     always_grouped(monkeypatch)
     model = Stack(layers=2).to("cuda", torch.bfloat16)
     x = torch.randn(1, 1, C, device="cuda", dtype=torch.bfloat16)

@@ -63,7 +63,6 @@ PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
-NORM_ROW_ELEMENTS = 4096  # a norm's first pass reads rows in [BLOCK_M, this / BLOCK_M] tiles
 
 
 def gemv_block_m(m: int) -> int:
@@ -152,7 +151,6 @@ class TritonGemvTemplate(TritonTemplate):
         context = {**self.render_context(problem, params), **self.scale_context(problem, params)}
         return self.finish(jinja_template(self.template_file).render(
             NORM=bool(norm), NORM_RESIDUAL=norm == "rms+residual",
-            NORM_BLOCK=max(16, min(gemv_block_m(problem.k), NORM_ROW_ELEMENTS // params["BLOCK_M"])),
             **context,
             reduce_name=f"gemv_reduce_{context['digest']}",
             SPLIT_K=params["SPLIT_K"],
@@ -166,9 +164,10 @@ class TritonGemvTemplate(TritonTemplate):
     def build_norm(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
                    residual: bool) -> NormGemv:
         """The winner's kernel with the RMSNorm before it done inside (routing/norms.py):
-        A = x (+ `residual`), normalised by its rows' RMS and scaled by the norm's weight as
-        it is loaded; H = x + residual written too. One launch: SPLIT_K 1, no bias, no scales,
-        no PDL."""
+        A = x (+ `residual`) scaled by the norm's weight as it is loaded, its rows' squares
+        summed beside the product, which the rows' 1/RMS scales at the end; H = x + residual
+        written too (with no residual H is not written). One launch: SPLIT_K 1, no bias, no
+        scales, no PDL."""
         if (params["SPLIT_K"] != 1 or params.get("PDL") or problem.op != "mm"
                 or self.scale_context(problem, params)["SCALE"]):
             raise ValueError(f"{self.uid}: a norm runs inside one plain launch (mm, SPLIT_K 1, no PDL)")
