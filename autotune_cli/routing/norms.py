@@ -1,14 +1,14 @@
 """An RMSNorm run inside the decode GEMM after it.
 
 In a decode step (M of a few rows) each RMSNorm is a kernel of its own between two GEMMs:
-a launch and a round trip of the row through memory, for a few kilobytes of work. Where the
-only reader of a norm's output is one of our routed ops running a one-launch triton::gemv
-winner, the norm moves into that kernel (templates/triton_gemv.py, `build_norm`): each
-program computes its rows' RMS over K, then normalises and scales A's tiles as it loads
-them, and the rows' 1/RMS scales the sums at the end. The residual add feeding the norm
-(`h = x + residual`) moves in too, and the kernel writes h for the layers after. Inductor's max-autotune makes the same fusion with its own
-reduction kernels; without it our routed GEMVs ran more kernels per step than max-autotune's
-(bench/README.md, "Serving loop").
+a launch and a round trip of the row through memory, for a few kilobytes of work. Where
+only our routed ops running one-launch triton::gemv winners read a norm's output, the norm
+moves into those kernels (templates/triton_gemv.py, `build_norm`): each scales A's tiles by
+the norm's weight as it loads them, sums their squares beside the product, and scales the
+sums by the rows' 1/RMS at the end. The residual add feeding the norm (`h = x + residual`)
+moves in too, and the first such kernel writes h for the layers after. Inductor's
+max-autotune makes the same fusion with its own reduction kernels (bench/README.md,
+"Serving loop").
 
 The norm is matched as Hugging Face's LlamaRMSNorm (and Mistral's, Qwen2's, ...) computes it:
 
