@@ -183,7 +183,7 @@ def test_a_kernel_that_fails_its_check_leaves_the_norm(tuning, monkeypatch):
     GEMV,
     {**GEMV, "BLOCK_M": 4, "BLOCK_K": 32, "REDUCE_EACH": 1},
     {**GEMV, "BLOCK_M": 16, "BLOCK_N": 16, "DOT": 1, "num_warps": 4},
-], ids=["fma", "reduce-each", "dot"])
+], ids=["cuda-cores", "cuda-cores-4-rows", "dot"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_the_norm_kernel_matches_the_torch_ops(tmp_path, config, residual):
     """Every form of the GEMV takes the norm: out as the torch ops then the GEMM, h as the add

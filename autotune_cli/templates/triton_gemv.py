@@ -63,6 +63,7 @@ PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
+NORM_BLOCK_N, NORM_BLOCK_K = 8, 512  # the least columns, the longest step with a norm inside (norm_params)
 
 
 def gemv_block_m(m: int) -> int:
@@ -161,6 +162,17 @@ class TritonGemvTemplate(TritonTemplate):
             FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
         ))
 
+    def norm_params(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
+        """The winner's params as the kernel with a norm inside runs them: on the CUDA cores,
+        at least NORM_BLOCK_N columns a program (its work on A, the norm's, is the same for any
+        number of columns and is shared by more of them) and steps of at most NORM_BLOCK_K
+        summed as they go (REDUCE_EACH: the residual's and weight's tiles beside A's and B's
+        then stay in registers)."""
+        if params["DOT"]:
+            return params
+        return self.full_params(problem, {**params, "BLOCK_N": max(params["BLOCK_N"], NORM_BLOCK_N),
+                                          "BLOCK_K": min(params["BLOCK_K"], NORM_BLOCK_K), "REDUCE_EACH": 1})
+
     def build_norm(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
                    residual: bool) -> NormGemv:
         """The winner's kernel with the RMSNorm before it done inside (routing/norms.py):
@@ -171,6 +183,7 @@ class TritonGemvTemplate(TritonTemplate):
         if (params["SPLIT_K"] != 1 or params.get("PDL") or problem.op != "mm"
                 or self.scale_context(problem, params)["SCALE"]):
             raise ValueError(f"{self.uid}: a norm runs inside one plain launch (mm, SPLIT_K 1, no PDL)")
+        params = self.norm_params(problem, params)
         source = self.render(problem, params, "rms+residual" if residual else "rms")
         (kernel,) = load_kernels(source, kernel_dir, count=1)
         return NormGemv(Launcher(kernel, params["num_warps"], params["num_stages"]),
