@@ -44,8 +44,7 @@ side, where that GEMM's tuned time beats theirs summed, through the opaque
 
 The modules: sites.py (which graph nodes are matmuls, read as a GEMM's operands),
 tuning.py (the problems a graph meets with no winner, tuned as it compiles), dynamic.py (a
-dynamic M routed per call), groups.py (linears of one input as one GEMM), norms.py (an RMSNorm
-run inside the GEMV after it), ops.py (the ops a
+dynamic M routed per call), groups.py (linears of one input as one GEMM), ops.py (the ops a
 routed matmul becomes, and their routes), report.py (the line a compile prints of its
 routes), backend.py (the torch.compile backend that rewrites the graph, and `compile`).
 """

@@ -8,10 +8,9 @@ from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatc
 from .dynamic import DynamicCall, dynamic_problem
 from .eager import launch_parts, warmed_call, warmed_scaled_call
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
-from .norms import fuse_norms
-from .report import GROUPED, fused_norms, summary
+from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
-from .sites import ScaledMatch, Site, matmul_sites, node_value, replace_node
+from .sites import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
 
@@ -22,11 +21,11 @@ class routing_backend:
     """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
     then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
     them, another registered backend's name, or a backend function). `routes`: a list that
-    gets the Dispatch of every matmul routed. `group_linears`, `fuse_norms`: see `compile`."""
+    gets the Dispatch of every matmul routed. `group_linears`: see `compile`."""
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
                  options: dict | None = None, routes: list | None = None, tune: Any = None,
-                 group_linears: bool | None = None, fuse_norms: bool | None = None) -> None:
+                 group_linears: bool | None = None) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
@@ -34,7 +33,6 @@ class routing_backend:
         self.routes = routes if routes is not None else []
         self.tune = tune
         self.group_linears = group_linears
-        self.fuse_norms = fuse_norms
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
@@ -67,9 +65,6 @@ class routing_backend:
         routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups)
-        on_gpu = any(getattr(x, "device", None) is not None and x.device.type == "cuda" for x in example_inputs)
-        if self.fuse_norms or (self.fuse_norms is None and on_gpu):
-            fused_norms(fuse_norms(gm, self.dispatcher))
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -173,7 +168,8 @@ class routing_backend:
                     out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[-1])))
                 if match.batch is not None:
                     out = graph.call_function(torch.reshape, (out, (*match.batch, a.shape[-2], b.shape[-1])))
-            replace_node(graph, node, out)
+            node.replace_all_uses_with(out)
+            graph.erase_node(node)
             changed = True
         if changed:
             graph.lint()
@@ -256,7 +252,8 @@ class routing_backend:
                 lead = graph.call_function(operator.getitem, (sizes, slice(None, -1)))
                 shape = graph.call_function(operator.add, (lead, (problem.n,)))
                 out = graph.call_function(torch.reshape, (out, shape))
-        replace_node(graph, node, out)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
         return True
 
     def _rewrite_scaled(self, graph, node, match: ScaledMatch, pin_aten: bool) -> bool:
@@ -272,7 +269,8 @@ class routing_backend:
         op, name = route
         with graph.inserting_before(node):
             out = graph.call_function(op, (match.a, match.b, match.scale_a, match.scale_b, match.bias, name))
-        replace_node(graph, node, out)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
         return True
 
     def _route_scaled(self, a, b, scale_a, scale_b, bias, out_dtype, fast: bool, pin_aten: bool):
@@ -369,12 +367,13 @@ def _rewrite_outer(graph, site: Site) -> None:
         if match.bias is not None:
             out = graph.call_function(operator.add, (as_output(match.bias), out))
         out = graph.call_method("contiguous", (out,))  # as the matmul's output is
-    replace_node(graph, site.node, out)
+    site.node.replace_all_uses_with(out)
+    graph.erase_node(site.node)
 
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, tune: Any = None,
-            group_linears: bool | None = None, fuse_norms: bool | None = None, **torch_compile_kwargs):
+            group_linears: bool | None = None, **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
@@ -394,10 +393,6 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     work is paid once, at capture); True always; False never (the model's storage is left
     alone).
 
-    `fuse_norms`: an RMSNorm (as Hugging Face's Llama, Mistral and Qwen compute it) whose
-    output only a routed one-launch GEMV reads runs inside that GEMV, with the residual add
-    before it (norms.py). None (the default): on a GPU; True always; False never.
-
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
     CPU's launches; bench/model_e2e.py). `mode="default"` (or `options` that set
@@ -415,5 +410,5 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
-    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fuse_norms)
+    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

@@ -235,8 +235,6 @@ def rewrite_group(graph, group: Group, op, name: str) -> None:
             start += width
             if match.fold is not None:
                 part = graph.call_function(torch.reshape, (part, (*match.fold, width)))
-            if "example_value" in site.node.meta:  # a later rewrite reads it (norms.py)
-                part.meta["example_value"] = site.node.meta["example_value"]
             site.node.replace_all_uses_with(part)
     for site in group.sites:
         graph.erase_node(site.node)

@@ -2,8 +2,7 @@
 
 `autotune::gemm` (opaque: a custom op with a fake implementation, running a route's call),
 `autotune::scaled_gemm` (the same for torch._scaled_mm), `autotune::gemm_group` (opaque:
-linears of one input as one GEMM over their weights side by side, groups.py),
-`autotune::norm_gemm` (opaque: an RMSNorm and the GEMV after it in one kernel, norms.py) and, where
+linears of one input as one GEMM over their weights side by side, groups.py) and, where
 Triton compiles for a GPU, `autotune::triton_gemm` / `autotune::triton_scaled_gemm`
 (triton_ops: the compiler traces into them and launches the kernel itself). An op's `route`
 argument names a `Route` in ROUTES (`keep_route` adds one).
@@ -118,19 +117,6 @@ def register_ops() -> dict[str, Any]:
             return torch.empty_strided(r.out_shape, r.out_strides, dtype=a.dtype, device=a.device)
 
         _OPS["gemm_group"] = torch.ops.autotune.gemm_group.default
-
-        @custom_op("autotune::norm_gemm", mutates_args=())
-        def norm_gemm(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                      weights: list[torch.Tensor], route: str) -> tuple[torch.Tensor, torch.Tensor]:
-            return ROUTES[route].call(x, residual, norm_weight, eps, weights)
-
-        @norm_gemm.register_fake
-        def _(x, residual, norm_weight, eps, weights, route):
-            r = ROUTES[route]
-            out = torch.empty_strided(r.out_shape, r.out_strides, dtype=x.dtype, device=x.device)
-            return out, torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-        _OPS["norm_gemm"] = torch.ops.autotune.norm_gemm.default
         if not _interpreting():
             from torch.library import triton_op, wrap_triton
 

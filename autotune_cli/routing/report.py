@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..api import Dispatch
 from ..text import plural
 
-__all__ = ["GROUPED", "fused_norms", "summary"]
+__all__ = ["GROUPED", "summary"]
 
 # The reason a grouped linear's Dispatch gives: the one GEMM it runs in (groups.py).
 GROUPED = "grouped: "
@@ -43,12 +43,3 @@ def _reason_kind(reason: str) -> str:
         if reason.startswith(start):
             return short
     return "other (see routes)"
-
-
-def fused_norms(count: int) -> None:
-    """One line on stderr where a graph's RMSNorms moved into the GEMVs after them (norms.py)."""
-    import sys
-
-    if count:
-        sys.stderr.write(f"autotune: {plural(count, 'RMSNorm')} run inside the GEMV after "
-                         f"{'it' if count == 1 else 'them'}\n")

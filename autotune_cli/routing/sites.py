@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
-           "matmul_sites", "node_value", "replace_node"]
+           "matmul_sites", "node_value"]
 
 
 @dataclass
@@ -37,15 +37,6 @@ def _targets():
 
 def node_value(arg):
     return arg.meta.get("example_value") if hasattr(arg, "meta") else None
-
-
-def replace_node(graph, node, new) -> None:
-    """`new` in `node`'s place: its readers read `new`, which takes the value Dynamo recorded
-    for `node` (a later rewrite reads it, norms.py), and `node` goes."""
-    if "example_value" in node.meta and "example_value" not in new.meta:
-        new.meta["example_value"] = node.meta["example_value"]
-    node.replace_all_uses_with(new)
-    graph.erase_node(node)
 
 
 @dataclass

@@ -49,7 +49,6 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
-from .launch import Launcher
 from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonKernel, TritonTemplate, bias_arguments,
                           jinja_template, load_kernels)
 from .triton_persistent_tma import installed_triton_version
@@ -63,7 +62,6 @@ PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
-NORM_BLOCK_N, NORM_BLOCK_K = 8, 512  # the least columns, the longest step with a norm inside (norm_params)
 
 
 def gemv_block_m(m: int) -> int:
@@ -146,12 +144,9 @@ class TritonGemvTemplate(TritonTemplate):
         split takes them, not the second): never here."""
         return False
 
-    def render(self, problem: GemmProblem, params: dict[str, Any], norm: str = "") -> str:
-        """The kernels' source; `norm` (see `build_norm`): "rms", or "rms+residual" with the
-        residual add too."""
+    def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         context = {**self.render_context(problem, params), **self.scale_context(problem, params)}
         return self.finish(jinja_template(self.template_file).render(
-            NORM=bool(norm), NORM_RESIDUAL=norm == "rms+residual",
             **context,
             reduce_name=f"gemv_reduce_{context['digest']}",
             SPLIT_K=params["SPLIT_K"],
@@ -161,33 +156,6 @@ class TritonGemvTemplate(TritonTemplate):
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
             FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
         ))
-
-    def norm_params(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
-        """The winner's params as the kernel with a norm inside runs them: on the CUDA cores,
-        at least NORM_BLOCK_N columns a program (its work on A, the norm's, is the same for any
-        number of columns and is shared by more of them) and steps of at most NORM_BLOCK_K
-        summed as they go (REDUCE_EACH: the residual's and weight's tiles beside A's and B's
-        then stay in registers)."""
-        if params["DOT"]:
-            return params
-        return self.full_params(problem, {**params, "BLOCK_N": max(params["BLOCK_N"], NORM_BLOCK_N),
-                                          "BLOCK_K": min(params["BLOCK_K"], NORM_BLOCK_K), "REDUCE_EACH": 1})
-
-    def build_norm(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
-                   residual: bool) -> NormGemv:
-        """The winner's kernel with the RMSNorm before it done inside (routing/norms.py):
-        A = x (+ `residual`) scaled by the norm's weight as it is loaded, its rows' squares
-        summed beside the product, which the rows' 1/RMS scales at the end; H = x + residual
-        written too (with no residual H is not written). One launch: SPLIT_K 1, no bias, no
-        scales, no PDL."""
-        if (params["SPLIT_K"] != 1 or params.get("PDL") or problem.op != "mm"
-                or self.scale_context(problem, params)["SCALE"]):
-            raise ValueError(f"{self.uid}: a norm runs inside one plain launch (mm, SPLIT_K 1, no PDL)")
-        params = self.norm_params(problem, params)
-        source = self.render(problem, params, "rms+residual" if residual else "rms")
-        (kernel,) = load_kernels(source, kernel_dir, count=1)
-        return NormGemv(Launcher(kernel, params["num_warps"], params["num_stages"]),
-                        (-(-problem.n // params["BLOCK_N"]), 1), problem)
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> TritonKernel:
         split, fused = params["SPLIT_K"], bool(params["FUSED_REDUCE"])
@@ -227,20 +195,6 @@ class TritonGemvTemplate(TritonTemplate):
 
         return SplitKKernel(partial, reduce, params, grid, problem, planes=split, counters=blocks if fused else 0,
                             arguments=arguments)
-
-
-class NormGemv:
-    """A GEMV with the RMSNorm before it inside (TritonGemvTemplate.build_norm):
-    `(x, residual, norm_weight, eps, b, out, h)`, x, residual and h [M, K] with rows K apart
-    (residual None: x is the norm's input), b the problem's [K, N] B, out [M, N]."""
-
-    def __init__(self, launcher: Launcher, grid: tuple, problem: GemmProblem) -> None:
-        self.launcher, self.grid, self.problem = launcher, grid, problem
-
-    def __call__(self, x, residual, norm_weight, eps: float, b, out, h) -> None:
-        p = self.problem
-        self.launcher(self.grid, x, b, out, out, x if residual is None else residual, norm_weight, h,
-                      p.m, p.n, p.k, *x.stride(), *b.stride(), *out.stride(), 0, 0, float(eps))
 
 
 register_template(TritonGemvTemplate())
