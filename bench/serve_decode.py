@@ -1,4 +1,4 @@
-"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled seven ways.
+"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled eight ways.
 
 The model: `LlamaForCausalLM` built from a config (random weights, no downloads) at
 Llama-3-8B widths (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocabulary 128256),
@@ -17,7 +17,10 @@ with `fullgraph=True` at each `--batches` size, and the prompt's forward (prefil
                    tunes its own pointwise and reduction kernels, as max-autotune does (what
                    that adds to the step and costs in compile seconds);
   ours-apart       as ours, with group_linears=False: every linear by its own winner (what
-                   the grouped GEMMs of q, k and v are worth, side by side with ours).
+                   the grouped GEMMs of q, k and v are worth, side by side with ours);
+  ours-pdl         as ours, with options={"triton.enable_pdl": True}: Inductor's kernels and
+                   our GEMVs as programmatic dependent launches (what overlapping the
+                   kernel boundaries is worth).
 
 Per path and size: the compile seconds (the first call; Inductor's caches off), the step
 time (ms per step: `--steps` greedy steps enqueued back to back, each feeding its argmax to
@@ -55,7 +58,9 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
                  vocab_size=128256, head_dim=128)
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=100, head_dim=16)
-PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours", "ours-coordesc", "ours-apart")
+PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours", "ours-coordesc", "ours-apart",
+         "ours-pdl")
+PATH_OPTIONS = {"ours-coordesc": {"coordinate_descent_tuning": True}, "ours-pdl": {"triton.enable_pdl": True}}
 # kernel names that are GEMMs: cuBLAS/CUTLASS's (split-K's reduction too), Inductor's
 # templates, and ours (templates/); Inductor's fused pointwise and reduction kernels are not,
 # whatever their names hold (a fused kernel beside our op has "gemm" in its name)
@@ -236,7 +241,7 @@ def compiler(path: str, model, cache_dir: Path, routes: list, smoke: bool):
         space.write_text(json.dumps(SMOKE_SPACE))
         tune = TuneSettings(device="cpu", cache_dir=cache_dir, templates=("triton::mm",), space_file=str(space),
                             workers=1)
-    options = {"coordinate_descent_tuning": True} if path == "ours-coordesc" else None
+    options = PATH_OPTIONS.get(path)
     return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes, tune=tune,
                                 group_linears=False if path == "ours-apart" else None, options=options)
 

@@ -33,6 +33,7 @@ class routing_backend:
         self.routes = routes if routes is not None else []
         self.tune = tune
         self.group_linears = group_linears
+        self.pdl = False  # Inductor's PDL, read from its config at each graph (inductor_pdl)
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
@@ -50,6 +51,7 @@ class routing_backend:
 
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
+        self.pdl = self.inductor_pdl(config)
         sites = list(matmul_sites(gm.graph))
         for site in sites:
             if site.dynamic_m:
@@ -75,6 +77,18 @@ class routing_backend:
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights, group.biases)
         return compiled
+
+    def inductor_pdl(self, config: dict) -> bool:
+        """Whether Inductor launches the graph's kernels as programmatic dependent launches
+        (its `triton.enable_pdl`, from `options` or TORCHINDUCTOR_ENABLE_PDL=1): then our
+        GEMVs are launched so too (`pdl_form`)."""
+        if self.inner != "inductor":
+            return False
+        if "triton.enable_pdl" in config:
+            return bool(config["triton.enable_pdl"])
+        import torch._inductor.config as inductor
+
+        return bool(getattr(inductor.triton, "enable_pdl", False))
 
     def _problem(self, site: Site):
         if site.scaled is not None:
@@ -198,6 +212,8 @@ class routing_backend:
             call, info, built = self.dispatcher.route(group.a, group.b, group.bias)
             if info.fallback or info.problem is None or (built is not None and built.pitch is not None):
                 return None
+            if self.pdl:
+                info, built = pdl_form(self.dispatcher, info, built, group.a.device)
             shape = info.problem.out_shape()
             name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
             keep_route(name, lambda: Route(
@@ -318,6 +334,8 @@ class routing_backend:
         if info.fallback or info.problem is None:
             self.routes.append(info)
             return None
+        if self.pdl:
+            info, built = pdl_form(self.dispatcher, info, built, a.device)
         ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
@@ -342,6 +360,30 @@ class routing_backend:
 
 
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
+PDL_UIDS = ("triton::gemv",)  # the templates with a programmatic dependent launch form (PDL=1)
+
+
+def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device):
+    """(info, built) of the winner as a programmatic dependent launch, where it is a PDL_UIDS
+    kernel launched without one and the device and Triton can launch so (the template's
+    `fit_to_device`): in a graph whose kernels Inductor launches so, each boundary of a
+    decode step may then overlap the kernel before it draining. Else as given. The same
+    kernel but for its first instruction (it waits for the kernel before it) and its launch."""
+    from pathlib import Path
+
+    from ..api import gpu_index
+    from ..hardware.device import probe_device
+    from ..templates import get_template
+
+    if built is None or info.uid not in PDL_UIDS or info.params.get("PDL") or device.type != "cuda":
+        return info, built
+    template = get_template(info.uid)
+    params = template.fit_to_device({**info.params, "PDL": 1}, probe_device("cuda", gpu_index(device)))
+    if not params.get("PDL"):
+        return info, built
+    params = template.full_params(built.problem, params)
+    kernel = template.build(built.problem, params, str(Path(dispatcher.cache_dir) / "kernels"))
+    return replace(info, params=params), replace(built, kernel=kernel)
 
 
 def _rewrite_outer(graph, site: Site) -> None:
@@ -392,6 +434,11 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     unchanged). None (the default): on a GPU where Inductor replays CUDA graphs (the op's host
     work is paid once, at capture); True always; False never (the model's storage is left
     alone).
+
+    Where Inductor launches its kernels as programmatic dependent launches (`options=
+    {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
+    triton::gemv winners are launched so too (`pdl_form`), so that no boundary of a decode
+    step breaks the chain.
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
