@@ -437,8 +437,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
-    triton::gemv winners are launched so too (`pdl_form`), so that no boundary of a decode
-    step breaks the chain.
+    triton::gemv winners of static shape are launched so too (`pdl_form`), so that no
+    boundary of a decode step breaks the chain.
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
