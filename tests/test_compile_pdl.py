@@ -40,6 +40,7 @@ def test_a_gemv_takes_its_pdl_form_on_hopper_and_nothing_else_changes(tmp_path, 
     import autotune_cli.hardware.device as device
 
     monkeypatch.setattr(device, "probe_device", hopper())
+    backend._pdl_kernel.cache_clear()
     info, built = gemv_winner(tmp_path)
     dispatcher = Dispatcher(tmp_path / "cache")
     pdl_info, pdl_built = backend.pdl_form(dispatcher, info, built, CUDA0)
@@ -52,7 +53,11 @@ def test_a_gemv_takes_its_pdl_form_on_hopper_and_nothing_else_changes(tmp_path, 
     source = (tmp_path / "cache" / "kernels")
     assert any("gdc_wait()" in f.read_text() for f in source.glob("*.py"))
 
+    # made once per winner and GPU: the same kernel again
+    assert backend.pdl_form(dispatcher, info, built, CUDA0)[1].kernel is pdl_built.kernel
+
     # before Hopper, on the CPU, for another template, or already PDL: as given
+    backend._pdl_kernel.cache_clear()  # what it remembers of a GPU: another GPU here
     monkeypatch.setattr(device, "probe_device", hopper("8.0"))
     assert backend.pdl_form(dispatcher, info, built, CUDA0) == (info, built)
     monkeypatch.setattr(device, "probe_device", hopper())

@@ -1,5 +1,6 @@
 """The torch.compile backend that routes a graph's matmuls (see the package), and
 `compile`, torch.compile with it."""
+import functools
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
 from typing import Any, Sequence
@@ -372,18 +373,31 @@ def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device):
     from pathlib import Path
 
     from ..api import gpu_index
-    from ..hardware.device import probe_device
-    from ..templates import get_template
 
     if built is None or info.uid not in PDL_UIDS or info.params.get("PDL") or device.type != "cuda":
         return info, built
-    template = get_template(info.uid)
-    params = template.fit_to_device({**info.params, "PDL": 1}, probe_device("cuda", gpu_index(device)))
-    if not params.get("PDL"):
+    made = _pdl_kernel(info.uid, built.problem, tuple(sorted(info.params.items())),
+                       str(Path(dispatcher.cache_dir) / "kernels"), gpu_index(device))
+    if made is None:
         return info, built
-    params = template.full_params(built.problem, params)
-    kernel = template.build(built.problem, params, str(Path(dispatcher.cache_dir) / "kernels"))
+    params, kernel = made
     return replace(info, params=params), replace(built, kernel=kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_kernel(uid: str, problem, params: tuple, kernel_dir: str, gpu: int):
+    """(params, kernel) of a winner's PDL form, or None where the device or Triton cannot
+    launch so: built once per winner and GPU, as the dispatcher builds the plain form once
+    per call signature (every layer's matmul of one problem asks again)."""
+    from ..hardware.device import probe_device
+    from ..templates import get_template
+
+    template = get_template(uid)
+    fitted = template.fit_to_device({**dict(params), "PDL": 1}, probe_device("cuda", gpu))
+    if not fitted.get("PDL"):
+        return None
+    fitted = template.full_params(problem, fitted)
+    return fitted, template.build(problem, fitted, kernel_dir)
 
 
 def _rewrite_outer(graph, site: Site) -> None:
