@@ -34,14 +34,18 @@ tokens flip between any two numerically different paths, so this is a report, no
 GPU:        PYTHONPATH=. python3 bench/serve_decode.py [--batches 1,8,32] [--prefill 2048]
 CPU smoke:  PYTHONPATH=. python3 bench/serve_decode.py --smoke   (a tiny Llama through the
             interpreter; checks that every path runs, times nothing useful)
-Writes $OUT/serve_decode.json (default ./bench_out).
+Writes $OUT/serve_decode.json (default ./bench_out); `--compile-profile` also each decode
+compile's Python profile (compile_profile_PATH_BATCH.txt), to see where its seconds go.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import re
 import statistics
 import sys
@@ -280,6 +284,9 @@ class Prepared:
 def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, reference, device: str,
                    tokens_ref: dict) -> Prepared:
     routes: list = []
+    profiler = cProfile.Profile() if args.compile_profile else None
+    if profiler:
+        profiler.enable()
     started = time.perf_counter()
     step = compiler(path, model, cache_dir, routes, args.smoke)
     wrap_s = time.perf_counter() - started  # torch.compile imports Inductor as it wraps
@@ -288,6 +295,9 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
     logits = loop.once()
     sync(device)
     compile_s = wrap_s + time.perf_counter() - started
+    if profiler:
+        profiler.disable()
+        write_compile_profile(profiler, f"{path}_{batch}")
     err = rel_error(logits[:, -1:], reference[:, -1:])
     tokens = loop.steps(args.tokens)
     for _ in range(3):
@@ -300,6 +310,17 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
                     lambda: host_steps(loop, min(args.steps, 8), device))
 
 
+def write_compile_profile(profiler, name: str) -> None:
+    """The compile's Python profile (this process's, not Inductor's compile workers'), by
+    cumulative time, to $OUT/compile_profile_NAME.txt: where a compile's seconds go."""
+    from bench.common import out_dir
+
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(COMPILE_PROFILE_LINES)
+    (out_dir() / f"compile_profile_{name}.txt").write_text(text.getvalue())
+
+
+COMPILE_PROFILE_LINES = 120
 PREFILL_BACK_TO_BACK = 4  # forwards per timed prefill round
 
 
@@ -402,6 +423,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16, help="greedy tokens compared with reduce-overhead's")
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--kernels", action="store_true", help="write each row's kernel table to $OUT")
+    parser.add_argument("--compile-profile", action="store_true",
+                        help="write each decode compile's Python profile to $OUT")
     parser.add_argument("--cache-dir", default=None, help="the winners' cache (default: a new empty one)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
