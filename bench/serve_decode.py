@@ -285,6 +285,7 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
                    tokens_ref: dict) -> Prepared:
     routes: list = []
     profiler = cProfile.Profile() if args.compile_profile else None
+    phases = phase_seconds()
     if profiler:
         profiler.enable()
     started = time.perf_counter()
@@ -297,7 +298,7 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
     compile_s = wrap_s + time.perf_counter() - started
     if profiler:
         profiler.disable()
-        write_compile_profile(profiler, f"{path}_{batch}")
+        write_compile_profile(profiler, f"{path}_{batch}", phase_seconds(), phases)
     err = rel_error(logits[:, -1:], reference[:, -1:])
     tokens = loop.steps(args.tokens)
     for _ in range(3):
@@ -310,17 +311,33 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
                     lambda: host_steps(loop, min(args.steps, 8), device))
 
 
-def write_compile_profile(profiler, name: str) -> None:
-    """The compile's Python profile (this process's, not Inductor's compile workers'), by
-    cumulative time, to $OUT/compile_profile_NAME.txt: where a compile's seconds go."""
+def phase_seconds() -> dict:
+    """Seconds spent so far in each phase torch times as it compiles (Dynamo's tracing,
+    AOT, Inductor's passes and code generation: torch._dynamo.utils), summed per phase."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {phase: sum(times) for phase, times in compilation_time_metrics.items()}
+
+
+def write_compile_profile(profiler, name: str, after: dict, before: dict) -> None:
+    """The compile's phases (`phase_seconds` after less before) and its Python profile (this
+    process's, not Inductor's compile workers'), by cumulative and by own time, to
+    $OUT/compile_profile_NAME.txt: where a compile's seconds go."""
     from bench.common import out_dir
 
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(COMPILE_PROFILE_LINES)
+    spent = {phase: s - before.get(phase, 0.0) for phase, s in after.items()}
+    for phase, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        if seconds > 0:
+            text.write(f"{seconds:9.3f} s  {phase}\n")
+    text.write("\n")
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(COMPILE_PROFILE_LINES)
+    stats.sort_stats("tottime").print_stats(COMPILE_PROFILE_LINES // 4)
     (out_dir() / f"compile_profile_{name}.txt").write_text(text.getvalue())
 
 
-COMPILE_PROFILE_LINES = 120
+COMPILE_PROFILE_LINES = 400
 PREFILL_BACK_TO_BACK = 4  # forwards per timed prefill round
 
 
