@@ -452,7 +452,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
     triton::gemv winners of static shape are launched so too (`pdl_form`), so that no
-    boundary of a decode step breaks the chain.
+    boundary of a decode step breaks the chain. It is not our default: on a Llama decode
+    step it gained 0.7% at batch 1 and lost 11% at batch 8 (bench/README.md, `ours-pdl`).
 
     With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
     model, as under `mode="max-autotune"` (without them a small batch is bound by the
