@@ -416,50 +416,6 @@ def test_programmatic_dependent_launch_on_hopper_only(monkeypatch):
         template.full_params(make_problem(m=4, n=64, k=64, device="cpu"), config)
 
 
-def test_early_b_loads_the_weight_before_the_wait_where_k_is_one_step():
-    """EARLY_B=1 (the compile path's PDL form of a GEMV whose B is a weight) loads B before
-    the wait and A after it, the signal to the next kernel after the last load; it needs PDL
-    and one whole step of K in one kernel."""
-    template = get_template(GEMV)
-    for layout, config in (("nt", tile(1, block_n=2, block_k=4096)), ("nn", tile(1, block_n=16, block_k=4096)),
-                           ("nt", {**tile(16, block_n=16, block_k=4096), "DOT": 1})):
-        problem = make_problem(m=config["BLOCK_M"], n=4001, k=4096, dtype="bfloat16", layout=layout, device="cuda")
-        source = template.render(problem, template.full_params(problem, {**config, "PDL": 1, "EARLY_B": 1}))
-        ast.parse(source)
-        body = source.split("def gemv_")[1]
-        early, wait = body.index("b_early = tl.load(B + "), body.index("gdc_wait()")
-        assert early < wait < body.index("tl.load(a_ptrs") < body.index("gdc_launch_dependents()")
-        assert body.index("tl.load(") == early + len("b_early = ")  # B's the first load
-        assert "mask=n_ok" in body[early:wait]  # N = 4001: masked
-        assert "b = b_early" in body and body.count("gdc_wait()") == 1
-    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt", device="cuda")
-    for config in ({**tile(1, block_k=4096), "EARLY_B": 1}, {**tile(1, block_k=1024), "PDL": 1, "EARLY_B": 1},
-                   {**tile(1, block_k=1024, split=4), "PDL": 1, "EARLY_B": 1}):
-        with pytest.raises(ValueError, match="EARLY_B needs PDL"):
-            template.full_params(problem, config)
-    plain = template.render(problem, template.full_params(problem, {**tile(1, block_k=4096), "PDL": 1}))
-    assert "b_early" not in plain and plain.index("gdc_wait()") < plain.index("tl.load(")
-
-
-@pytest.mark.skipif(_ptxas_missing(), reason="needs Triton's NVIDIA backend (its bundled ptxas)")
-def test_early_b_compiles_for_sm90_with_the_weights_load_ahead_of_the_wait(tmp_path, monkeypatch):
-    """In the compiled PTX for a described H200, B's loads (evict_first) are issued before
-    griddepcontrol.wait and A's (evict_last) after it: the compiler keeps the order."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    described = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
-                           sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
-    problem = make_problem(m=1, n=4096, k=4096, dtype="bfloat16", layout="nt")
-    case = (GEMV, problem, {**tile(1, block_n=2, block_k=4096), "PDL": 1, "EARLY_B": 1})
-    answers, _ = compile_through_pool(described, [case], tmp_path / "kernels", by_index=True)
-    assert all(payload["ok"] for payload in answers.values()), answers
-    (ptx,) = [p.read_text() for p in (tmp_path / "triton").rglob("gemv_*.ptx")]
-    wait = ptx.index("griddepcontrol.wait")
-    b_loads = [m.start() for m in re.finditer(r"ld\.global\.L1::evict_first", ptx)]
-    a_loads = [m.start() for m in re.finditer(r"ld\.global\.L1::evict_last", ptx)]
-    assert b_loads and a_loads and max(b_loads) < wait < min(a_loads)
-    assert ptx.index("griddepcontrol.launch_dependents") > max(a_loads)
-
-
 # -- on a GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -3,7 +3,7 @@
 import functools
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatcher
 from .dynamic import DynamicCall, dynamic_problem
@@ -11,7 +11,7 @@ from .eager import launch_parts, warmed_call, warmed_scaled_call
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
-from .sites import ScaledMatch, Site, matmul_sites, node_value, unwritten_weight
+from .sites import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
 
@@ -60,14 +60,14 @@ class routing_backend:
                 if isinstance(site.plan, str):
                     site.skip = site.plan
         graphs = bool(config.get("triton.cudagraphs"))  # replayed as CUDA graphs
-        real_of = real_values(gm, example_inputs)
-        groups = find_groups(sites, real_of, self._problem) if self.group_linears is not False else []
+        groups = (find_groups(sites, real_values(gm, example_inputs), self._problem)
+                  if self.group_linears is not False else [])
         if self.group_linears is None:  # on a GPU, where CUDA graphs replay them (see `compile`)
             groups = [g for g in groups if graphs and g.weights[0].device.type == "cuda"]
         self._tune_missing(sites, [g.problem for g in groups])
-        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs, real_of)]
+        routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
-        self._rewrite(gm, pin_aten, sites, routed_groups, real_of)
+        self._rewrite(gm, pin_aten, sites, routed_groups)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -128,10 +128,9 @@ class routing_backend:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
     def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None,
-                 groups: Sequence[tuple[Group, str, Dispatch]] = (), real_of: Callable | None = None) -> None:
+                 groups: Sequence[tuple[Group, str, Dispatch]] = ()) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
-        one op each, the other `sites` one by one. `real_of` (groups.real_values): what a graph
-        input stands for, to tell a weight (see `pdl_form`); None: no B counts as one."""
+        one op each, the other `sites` one by one."""
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -166,7 +165,7 @@ class routing_backend:
             a, b, bias = site.a, site.b, site.bias
             with unset_fake_temporarily(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
-                route = self._route(a, b, bias, pin_aten, real_of is not None and unwritten_weight(match.b, real_of))
+                route = self._route(a, b, bias, pin_aten)
             if route is None:
                 continue
             op, name = route
@@ -192,7 +191,7 @@ class routing_backend:
             gm.recompile()
         summary(self.routes[routed_before:], len(groups))
 
-    def _route_group(self, group: Group, graphs: bool, real_of: Callable) -> tuple[str, Dispatch] | None:
+    def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM (`group.problem`), where its winner's time beats
         the sum of its parts' (groups.py) and it runs from the opaque op; else None (the parts go
         one by one). `graphs`: the compiled graph replays as CUDA graphs (its op may not place
@@ -215,8 +214,7 @@ class routing_backend:
             if info.fallback or info.problem is None or (built is not None and built.pitch is not None):
                 return None
             if self.pdl:
-                weights = all(unwritten_weight(site.match.b, real_of) for site in group.sites)
-                info, built = pdl_form(self.dispatcher, info, built, group.a.device, weights)
+                info, built = pdl_form(self.dispatcher, info, built, group.a.device)
             shape = info.problem.out_shape()
             name = route_name(info, contiguous(shape), "group in graphs" if graphs else "group", built)
             keep_route(name, lambda: Route(
@@ -331,15 +329,14 @@ class routing_backend:
         self.routes.append(info)
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
-    def _route(self, a, b, bias, pin_aten: bool, b_weight: bool = False):
-        """(op, route name) for this matmul, or None to leave it to the compiler. `b_weight`:
-        B is a weight no kernel of the graph writes (`pdl_form`)."""
+    def _route(self, a, b, bias, pin_aten: bool):
+        """(op, route name) for this matmul, or None to leave it to the compiler."""
         call, info, built = self.dispatcher.route(a, b, bias)
         if info.fallback or info.problem is None:
             self.routes.append(info)
             return None
         if self.pdl:
-            info, built = pdl_form(self.dispatcher, info, built, a.device, b_weight)
+            info, built = pdl_form(self.dispatcher, info, built, a.device)
         ops = register_ops()
         problem = info.problem
         shape = problem.out_shape()
@@ -367,15 +364,12 @@ DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotu
 PDL_UIDS = ("triton::gemv",)  # the templates with a programmatic dependent launch form (PDL=1)
 
 
-def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device, b_weight: bool = False):
+def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device):
     """(info, built) of the winner as a programmatic dependent launch, where it is a PDL_UIDS
     kernel launched without one and the device and Triton can launch so (the template's
     `fit_to_device`): in a graph whose kernels Inductor launches so, each boundary of a
     decode step may then overlap the kernel before it draining. Else as given. The same
-    kernel but for its wait for the kernel before it, its signal to the next and its launch;
-    with `b_weight` (B is a weight that no kernel of the graph writes) and K read in one
-    step, B is loaded before the wait (EARLY_B): the weights stream while the kernel before
-    drains."""
+    kernel but for its first instruction (it waits for the kernel before it) and its launch."""
     from pathlib import Path
 
     from ..api import gpu_index
@@ -383,7 +377,7 @@ def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device, b_weight: bo
     if built is None or info.uid not in PDL_UIDS or info.params.get("PDL") or device.type != "cuda":
         return info, built
     made = _pdl_kernel(info.uid, built.problem, tuple(sorted(info.params.items())),
-                       str(Path(dispatcher.cache_dir) / "kernels"), gpu_index(device), b_weight)
+                       str(Path(dispatcher.cache_dir) / "kernels"), gpu_index(device))
     if made is None:
         return info, built
     params, kernel = made
@@ -391,20 +385,17 @@ def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device, b_weight: bo
 
 
 @functools.lru_cache(maxsize=None)
-def _pdl_kernel(uid: str, problem, params: tuple, kernel_dir: str, gpu: int, b_weight: bool = False):
+def _pdl_kernel(uid: str, problem, params: tuple, kernel_dir: str, gpu: int):
     """(params, kernel) of a winner's PDL form, or None where the device or Triton cannot
     launch so: built once per winner and GPU, as the dispatcher builds the plain form once
     per call signature (every layer's matmul of one problem asks again)."""
     from ..hardware.device import probe_device
     from ..templates import get_template
-    from ..templates.triton_gemv import early_b_fits
 
     template = get_template(uid)
     fitted = template.fit_to_device({**dict(params), "PDL": 1}, probe_device("cuda", gpu))
     if not fitted.get("PDL"):
         return None
-    if b_weight and early_b_fits(problem, fitted):
-        fitted = {**fitted, "EARLY_B": 1}
     fitted = template.full_params(problem, fitted)
     return fitted, template.build(problem, fitted, kernel_dir)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
-           "matmul_sites", "node_value", "unwritten_weight"]
+           "matmul_sites", "node_value"]
 
 
 @dataclass
@@ -244,65 +244,6 @@ def matmul_sites(graph):
         elif a.shape[-1] < MIN_GEMM_K:
             skip = f"K = {a.shape[-1]}: an empty product, left to the compiler"
         yield Site(node, op, match, None, a, b, bias, skip=skip, outer=outer)
-
-
-# Ops whose result may share the storage of their first operand: a write through it writes
-# the operand (unwritten_weight follows them).
-ALIASING = frozenset({"t", "T", "mT", "transpose", "permute", "view", "view_as", "reshape", "flatten", "unflatten",
-                      "squeeze", "unsqueeze", "expand", "expand_as", "narrow", "select", "split", "chunk", "unbind",
-                      "getitem", "__getitem__", "as_strided", "movedim", "swapaxes", "detach", "contiguous", "to",
-                      "type_as", "alias"})
-
-
-# `x += y` and its kin as Dynamo records them: writes of x
-IN_PLACE_OPERATORS = frozenset({operator.iadd, operator.isub, operator.imul, operator.itruediv,
-                                operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
-                                operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
-                                operator.setitem})
-
-
-def _op_name(node) -> str:
-    """A call's op name: a method's, a function's, an aten overload's packet's (`add_`)."""
-    target = node.target
-    if isinstance(target, str):
-        return target
-    packet = getattr(target, "overloadpacket", None)
-    return getattr(packet if packet is not None else target, "__name__", str(target))
-
-
-def unwritten_weight(node, real_of) -> bool:
-    """Whether `node` is a weight that no op of the graph writes: a graph input standing for
-    an nn.Parameter (`real_of`: groups.real_values) or an attribute, none of whose users (nor
-    of the views made of it) writes in place (a trailing underscore, `+=`, setitem, `out=`). A
-    kernel launched early (routing/backend.pdl_form) may then read it before the kernel
-    ahead of it has finished."""
-    import torch
-
-    if getattr(node, "op", None) not in ("placeholder", "get_attr"):
-        return False
-    if node.op == "placeholder" and not isinstance(real_of(node), torch.nn.Parameter):
-        return False
-    seen, todo = set(), [node]
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for user in current.users:
-            if user.op not in ("call_function", "call_method"):
-                continue
-            name = _op_name(user)
-            if user.target in IN_PLACE_OPERATORS or (name.endswith("_") and not name.startswith("__")):
-                return False
-            if any(out is current for out in _flat(user.kwargs.get("out"))):
-                return False
-            if name in ALIASING and user.args and user.args[0] is current:
-                todo.append(user)
-    return True
-
-
-def _flat(value) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def concrete(size) -> int | None:

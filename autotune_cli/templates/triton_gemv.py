@@ -37,10 +37,7 @@ it drains, waits for that kernel to finish (griddepcontrol.wait) before its firs
 lets the next be scheduled at once; the same memory order as plain launches. It is a
 --space choice, off in the shipped lists: it gains only after a kernel that signals its
 dependents early (another PDL kernel), which back-to-back timing of one kernel always has
-and a model's GEMV, after a norm or an activation, rarely has (bench/README.md). EARLY_B=1
-(with PDL, where K is one step: `early_b_fits`) loads B before the wait, for a B that no
-kernel before writes (a model's weight: the compile path decides, routing/backend.py), so
-that the weights stream while the kernel before drains.
+and a model's GEMV, after a norm or an activation, rarely has (bench/README.md).
 """
 
 from __future__ import annotations
@@ -60,17 +57,11 @@ from .triton_splitk import REDUCE_BLOCK, SplitKKernel, check_workspace, k_per_sp
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
-DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0, "EARLY_B": 0}
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0}
 PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
 DOT_DTYPES = ("float16", "bfloat16")  # a float32 dot would round its inputs to tf32
-
-
-def early_b_fits(problem: GemmProblem, params: dict[str, Any]) -> bool:
-    """Whether a PDL config can load B before its wait (EARLY_B): one kernel, B read in one
-    whole step of K (no loop to split the first load from)."""
-    return bool(params["PDL"]) and params["SPLIT_K"] == 1 and params["BLOCK_K"] == problem.k
 
 
 def gemv_block_m(m: int) -> int:
@@ -91,7 +82,6 @@ class TritonGemvTemplate(TritonTemplate):
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
         "BLOCK_K": Int(16, 8192, power_of_two=True), "SPLIT_K": Int(1, 128),
         "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE, "PDL": ZERO_ONE,
-        "EARLY_B": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -138,9 +128,6 @@ class TritonGemvTemplate(TritonTemplate):
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
         params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
         params["EVEN_M"] = problem.m == block_m
-        if params["EARLY_B"] and not early_b_fits(problem, params):
-            raise ValueError(f"{self.uid}: EARLY_B needs PDL, SPLIT_K=1 and one whole step of K "
-                             f"(BLOCK_K >= K={problem.k}, a multiple of it)")
 
     def scale_context(self, problem: GemmProblem, params: dict[str, Any]) -> dict[str, Any]:
         """The float8 variables of the source (triton::scaled_gemv): none here."""
@@ -168,7 +155,6 @@ class TritonGemvTemplate(TritonTemplate):
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
             FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
-            EARLY_B=bool(params["EARLY_B"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> TritonKernel:
