@@ -29,6 +29,8 @@ the profiler (every GPU kernel of `--profile-steps` steps, summed) and the kerne
 the first step's logits against an fp32 copy of the model (relative Frobenius error), and
 how many of the greedy tokens match reduce-overhead's (random weights make near-tie logits:
 tokens flip between any two numerically different paths, so this is a report, not a check).
+Per size, last: ours against the faster of reduce-overhead and max-autotune, and the
+compile seconds against max-autotune's (`against_torch`).
 `--kernels` also writes each path's per-kernel table to $OUT.
 
 GPU:        PYTHONPATH=. python3 bench/serve_decode.py [--batches 1,8,32] [--prefill 2048]
@@ -427,6 +429,32 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+ANCHORS = ("reduce-overhead", "max-autotune")  # torch.compile's two modes: what ours is set against
+
+
+def against_torch(rows: list[dict]) -> list[str]:
+    """Per size, ours (warm) against the faster of ANCHORS' steps, and the compile seconds
+    of ours (warm and cold) and of reduce-overhead (Inductor's own compile of the graph) as
+    fractions of max-autotune's: the figures the serving loop's targets are read in."""
+    lines = []
+    for size in dict.fromkeys(r["batch"] for r in rows):
+        by_path = {r["path"]: r for r in rows if r["batch"] == size}
+        anchors = [by_path[a] for a in ANCHORS if a in by_path]
+        if "ours" not in by_path or not anchors:
+            continue
+        best = min(anchors, key=lambda r: r["ms_per_step"])
+        line = (f"{size}: ours {best['ms_per_step'] / by_path['ours']['ms_per_step']:.3f}x the faster of "
+                + " and ".join(f"{r['path']} ({r['ms_per_step']:.3f})" for r in anchors))
+        if "max-autotune" in by_path:
+            full = by_path["max-autotune"]["compile_s"]
+            parts = [f"{name} {by_path[path]['compile_s'] / full:.3f}"
+                     for path, name in (("ours", "warm"), ("ours-cold", "cold"), ("reduce-overhead", "reduce-overhead"))
+                     if path in by_path]
+            line += "; compile s against max-autotune's: " + ", ".join(parts)
+        lines.append(line)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--paths", default=",".join(PATHS))
@@ -491,9 +519,11 @@ def main() -> None:
             (out / name).write_text("\n".join(f"{k['us']:>9.2f} {k['per_step']:>5.1f}  {k['kernel']}"
                                               for k in r["table"]) + "\n")
     write_json("serve_decode", {"args": vars(args), "rows": [{k: v for k, v in r.items() if k != "table"}
-                                                              for r in rows]})
+                                                              for r in rows], "against_torch": against_torch(rows)})
     print()
     print(table(rows))
+    for line in against_torch(rows):
+        print(line)
     for r in rows:
         if r["path"].startswith("ours"):
             kept = sum(" (" in line for line in r["routed"])
