@@ -26,8 +26,7 @@ TORCH_INDEX_UP = $(if $(TORCH_INDEX),$(shell $(PYTHON) -c '$(INDEX_UP)' '$(TORCH
 PIP_C := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
 # pytest-xdist processes; Ray's tests share one of them (--dist loadgroup, their xdist_group)
 TEST_WORKERS ?= 2
-# bench/ is not linted yet: its scripts have findings of their own to fix first
-LINTED := autotune_cli tests examples setup.py
+LINTED := autotune_cli tests examples bench setup.py
 STAMP := $(VENV)/.installed
 
 .PHONY: install smoke test wheel-smoke bench-gpu clean

@@ -136,7 +136,8 @@ def detail(row: dict) -> str:
     steps = " ".join(f"{k}={v:.2f}" for k, v in (row.get("worker_s") or {}).items())
     pool = row.get("compile_pool_s") or {}
     starts = " ".join(f"{r}={s:.2f}" for r, s in row.get("startups") or [])
-    text = f"worker: {steps}; pool: {pool.get('kernels', 0)} kernels {pool.get('busy', 0):.2f} s busy over {pool.get('span', 0):.2f} s; starts: {starts}"
+    text = (f"worker: {steps}; pool: {pool.get('kernels', 0)} kernels {pool.get('busy', 0):.2f} s busy "
+            f"over {pool.get('span', 0):.2f} s; starts: {starts}")
     if row.get("rounds"):
         text += f"; rounds {row['rounds']}"
     candidates = row.get("candidates")
@@ -359,7 +360,8 @@ def main() -> None:
     parser.add_argument("--skip-exhaustive", action="store_true",
                         help="quality: the default pick against the truth only (the exhaustive row repeats it)")
     parser.add_argument("--device", default="cuda", help="list, each: cpu for a smoke test through the interpreter")
-    parser.add_argument("--entries", type=Path, default=None, help="list, each, compare: a shapes file instead of the suite")
+    parser.add_argument("--entries", type=Path, default=None,
+                        help="list, each, compare: a shapes file instead of the suite")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds an `autotune` process may take")
     args = parser.parse_args()
     global DEVICE, TIMEOUT_S

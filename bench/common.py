@@ -59,7 +59,8 @@ class SideBySide:
     def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6):
         """Median over `rounds` interleaved passes of each runnable's median time, the order
         reversed every other pass (A, B, C, then C, B, A, ...), so slow drift of clocks and
-        whatever the previous runnable leaves behind hit all alike. Also verifies each. Each runs into an output with its `out_pitch` (contiguous where it has none)."""
+        whatever the previous runnable leaves behind hit all alike. Also verifies each. Each
+        runs into an output with its `out_pitch` (contiguous where it has none)."""
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
         own = [replace(ops, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))

@@ -199,7 +199,8 @@ def main() -> None:
             labels.append(f"read B only, TMA: {programs} programs, [{block_rows}, 256] x {stages} stages")
         runs, labels = launchable(problem, runs, labels)
         times, verdicts = bench.time_many(problem, runs, rounds=4)
-        print(f"== {name} {args.dtype}{' ' + args.scale if fp8 else ''}: floor {floor_ms * 1e3:.2f} us (bytes / 4.3 TB/s)", flush=True)
+        print(f"== {name} {args.dtype}{' ' + args.scale if fp8 else ''}: floor {floor_ms * 1e3:.2f} us "
+              "(bytes / 4.3 TB/s)", flush=True)
         shape_rows = []
         for label, ms, verdict in zip(labels, times, verdicts):
             is_mm = not label.startswith("read")

@@ -90,7 +90,7 @@ def time_side_by_side(timer, problem, runs: dict, seed: int = 1234, rounds: int 
         for name in list(names if index % 2 == 0 else names[::-1]):
             try:
                 samples[name].append(timer.measure(runs[name], ops, GRAPH).median_ms)
-            except Exception as exc:  # e.g. a call that cannot be captured in a graph: said, not timed
+            except Exception as exc:  # noqa: BLE001 - e.g. a call a graph cannot capture: said, not timed
                 print(f"  {name}: not timed ({type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr)
                 names.remove(name)
                 samples.pop(name)

@@ -125,7 +125,8 @@ def main() -> None:
                 summary.append((f"{m}x{n}x{k} {scale}", best and best["uid"], best and best["ms"], torch_ms))
     print("\ncase                         best                               ms       torch ms  ratio")
     for case, uid, ms, torch_ms in summary:
-        print(f"{case:28} {str(uid):34} {ms or float('nan'):.4f}  {torch_ms:.4f}  {torch_ms / (ms or float('nan')):.3f}")
+        ratio = torch_ms / (ms or float("nan"))
+        print(f"{case:28} {str(uid):34} {ms or float('nan'):.4f}  {torch_ms:.4f}  {ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -108,8 +108,9 @@ def table_row(row: dict) -> str:
     config = "-"
     if params:
         form = "dot " if params.get("DOT") else "each " if params.get("REDUCE_EACH") else "fma "
-        config = form + " ".join(f"{k}={params[k]}" for k in ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-                                 if k in params) + (" fused" if params.get("FUSED_REDUCE") else "")
+        keys = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+        config = form + " ".join(f"{k}={params[k]}" for k in keys if k in params) \
+            + (" fused" if params.get("FUSED_REDUCE") else "")
     extra = ""
     if row.get("every"):
         extra = f" | {_cell(row, 'autotune')} | {row['autotune']['uid'] if row['autotune'] else '-'}"

@@ -85,8 +85,10 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
                         per_thread = bn * bk / (32 * warps)
                         if bk > k or not 8 <= per_thread <= 64 or bm * per_thread > 256:
                             continue
-                        for stages in ((1, 3) if (bn, bk, warps) in ((4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8)) else (1,)):
-                            out.append(config(bm, bn, bk, warps, stages, auto_split(n, k, bn, bk) if n // bn < 264 else 1, each=1))
+                        pipelined = (bn, bk, warps) in ((4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8))
+                        split = auto_split(n, k, bn, bk) if n // bn < 264 else 1
+                        for stages in ((1, 3) if pipelined else (1,)):
+                            out.append(config(bm, bn, bk, warps, stages, split, each=1))
         else:
             for bn in (64, 128, 256):
                 for bk in (16, 32, 64):
@@ -130,7 +132,8 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
 def label(c: dict) -> str:
     family = "dot" if c["DOT"] else ("each" if c["REDUCE_EACH"] else "fma")
     return (f"{family:4} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']}"
-            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict") + (" fused" if c.get("FUSED_REDUCE") else "")
+            f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict")
+            + (" fused" if c.get("FUSED_REDUCE") else "")
             + (" pdl" if c.get("PDL") else ""))
 
 
@@ -229,7 +232,7 @@ def main() -> None:
               f"{sum(r[3] is not None for r in rows)} configs", flush=True)
         rows.sort(key=lambda r: r[0])
         shown = 0
-        for us, lab, ok, c, reason in rows:
+        for us, lab, ok, _config, reason in rows:
             if shown < args.top or lab.startswith(("torch", "read")):
                 print(f"  {lab:34} {us:7.2f} us  x floor {us / floor_us:5.2f}  x torch {us / torch_us:5.2f}"
                       + ("" if ok else f"  WRONG {reason}"))
@@ -245,7 +248,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for describe, floor_us, torch_us, best in summary:
         if best:
-            print(f"| {describe} | {floor_us:.2f} | {torch_us:.2f} | {best[0]:.2f} | {best[0] / floor_us:.2f} | {best[1]} |")
+            print(f"| {describe} | {floor_us:.2f} | {torch_us:.2f} | {best[0]:.2f} | {best[0] / floor_us:.2f} "
+                  f"| {best[1]} |")
 
 
 if __name__ == "__main__":

@@ -117,8 +117,8 @@ def main() -> None:
         problem = make_problem(device="cuda", **spec)
         ours = tune(problem)
         ours_ms, torch_ms, verdict = side.time_winner(problem, ours["winner"], ours["kernel_dir"])
-        row = {"problem": name, "timing": side.policy(problem).mode, "ours": ours, "ours_ms": ours_ms, "torch_mm_ms": torch_ms,
-               "verified": verdict.ok}
+        row = {"problem": name, "timing": side.policy(problem).mode, "ours": ours, "ours_ms": ours_ms,
+               "torch_mm_ms": torch_ms, "verified": verdict.ok}
         if not args.skip_inductor:
             row["inductor"] = inductor(spec)
         row["cli"] = cli_cold(spec)

@@ -2,11 +2,13 @@
 
 A model of linear layers of distinct shapes (eight distinct problems by default;
 --problems N for a larger model; bf16) is saved with torch.export and tuned cold twice,
-each time with a fresh cache: `--gpus 1`, then `--gpus 2`. Reported: the wall time of each run (the whole command: start-up, extraction,
-tuning), the speed-up, which GPU tuned which problem, and whether the two runs picked the
-same winners (and how far apart their times are where they did not).
+each time with a fresh cache: `--gpus 1`, then `--gpus 2`. Reported: the wall time of
+each run (the whole command: start-up, extraction, tuning), the speed-up, which GPU tuned
+which problem, and whether the two runs picked the same winners (and how far apart their
+times are where they did not).
 
-Run on a host with two GPUs:  PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--problems 8] [--budget 120] [--triton-cache warm]
+Run on a host with two GPUs:
+    PYTHONPATH=. python3 bench/gpu_multi.py [--m 256] [--problems 8] [--budget 120] [--triton-cache warm]
 Writes $OUT/gpu_multi_<cold|warm>.json (or bench_out/).
 """
 
@@ -124,7 +126,8 @@ def first_problem_detail(cache_dir: Path) -> list[dict]:
         after = [t[2] for t in timeline if t[2] >= last_compiled]
         medians = {name: round(statistics.median(p.get(name, 0.0) for p in triton[1:]), 4)
                    for name in ("build", "inputs", "first_run", "check", "timing")} if len(triton) > 1 else {}
-        lines.append({"problem": entry.get("problem", {}).get("n"), "first_triton_label": timeline[0][0] if timeline else None,
+        lines.append({"problem": entry.get("problem", {}).get("n"),
+                      "first_triton_label": timeline[0][0] if timeline else None,
                       "first_triton_at_s": timeline[0][2] if timeline else None,
                       "median_phases_other_triton": medians,
                       "results_after_last_compile": len(after),
@@ -183,7 +186,8 @@ def main() -> None:
                                                             if r.get("slot") == s), 2)
                                           for s in sorted({r.get("slot") for r in rows if r.get("slot") is not None})},
                       "tune_s": [r.get("tune_seconds") for r in rows],
-                      "stages_s": doc.get("stages_s"), "spans_s": [[r.get("slot"), *(r.get("span_s") or [])] for r in rows]}
+                      "stages_s": doc.get("stages_s"),
+                      "spans_s": [[r.get("slot"), *(r.get("span_s") or [])] for r in rows]}
         print(f"--gpus {gpus}: {wall:.1f} s wall, {len(rows)} problems, per GPU {runs[gpus]['per_slot']}, "
               f"tune s per GPU {runs[gpus]['tune_s_per_slot']}, per problem {runs[gpus]['tune_s']}, "
               f"failed {runs[gpus]['failed'] or 'none'}", flush=True)
@@ -219,7 +223,8 @@ def main() -> None:
               f"{wb.get('uid')} {wb.get('ms')} ms | same winner: {same}"
               + (f", time ratio {ratio:.3f}" if ratio else ""))
     speedup = runs[1]["wall_s"] / runs[2]["wall_s"]
-    print(f"[{args.problems} problems, triton cache {args.triton_cache}{' ' + args.label if args.label else ''}] speed-up with two GPUs: "
+    label = f" {args.label}" if args.label else ""
+    print(f"[{args.problems} problems, triton cache {args.triton_cache}{label}] speed-up with two GPUs: "
           f"{speedup:.2f}x, two over one {1 / speedup:.2f} ({runs[1]['wall_s']:.1f} s -> {runs[2]['wall_s']:.1f} s); "
           f"same winners {sum(c['same_winner'] for c in comparison)}/{len(comparison)}")
     write_json(f"gpu_multi_{args.triton_cache}{'_' + args.label if args.label else ''}.json", {

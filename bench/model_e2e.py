@@ -111,7 +111,8 @@ def tune(model, x, cache_dir: Path, work: Path, smoke: bool, device: str) -> tup
         cmd += ["--space", str(space), "--workers", "1", "--templates", "triton::mm,aten::mm_aligned"]
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+                          env={**os.environ,
+                               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"autotune model failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -224,7 +225,7 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
                 launched = autotune_cli.compile(copy.deepcopy(model), mode="default")
                 compiles["e_ours_no_graphs"], outputs["e_ours_no_graphs"] = first_call(launched, x, device)
                 fns["e_ours_no_graphs"] = launched
-            except Exception as exc:  # recorded: the other paths' figures stand
+            except Exception as exc:  # noqa: BLE001 - recorded: the other paths' figures stand
                 paths["e_ours_no_graphs"] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}",
                                              "forward_ms": float("nan"), "error": float("nan")}
         for name, fn in fns.items():
@@ -242,13 +243,15 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
     for name in ("qkv", "proj", "fc1", "fc2", "head"):
         lin = getattr(model, name)
         k = lin.in_features
-        info = autotune_cli.dispatch_info(a2 if k == sizes["width"] else torch.empty(tokens, k, device=device, dtype=dtype),
-                                          lin.weight.t(), bias=lin.bias)
+        a = a2 if k == sizes["width"] else torch.empty(tokens, k, device=device, dtype=dtype)
+        info = autotune_cli.dispatch_info(a, lin.weight.t(), bias=lin.bias)
         b_routes.append(f"{name}: {info.uid}")
-    winners_tuned = sorted({(e.get("problem", {}).get("m"), e.get("problem", {}).get("n"), e.get("problem", {}).get("k"),
-                              (e.get("winner") or {}).get("uid")) for e in _entries(tuned)}, key=str)
+    winners_tuned = sorted({(e.get("problem", {}).get("m"), e.get("problem", {}).get("n"),
+                              e.get("problem", {}).get("k"), (e.get("winner") or {}).get("uid"))
+                             for e in _entries(tuned)}, key=str)
     return {"tokens": tokens, "tune_s": tune_s, "tolerance": tolerance, "paths": paths,
-            "b_winners_run": b_routes, "d_routes": [f"{r.op} {r.problem.m}x{r.problem.n}x{r.problem.k}: {r.uid}" for r in routes],
+            "b_winners_run": b_routes,
+            "d_routes": [f"{r.op} {r.problem.m}x{r.problem.n}x{r.problem.k}: {r.uid}" for r in routes],
             "tuned": winners_tuned}
 
 
