@@ -287,8 +287,8 @@ def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, ref
                    tokens_ref: dict) -> Prepared:
     routes: list = []
     profiler = cProfile.Profile() if args.compile_profile else None
-    phases = phase_seconds()
     if profiler:
+        phases = phase_seconds()
         profiler.enable()
     started = time.perf_counter()
     step = compiler(path, model, cache_dir, routes, args.smoke)
@@ -469,7 +469,7 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--kernels", action="store_true", help="write each row's kernel table to $OUT")
     parser.add_argument("--compile-profile", action="store_true",
-                        help="write each decode compile's Python profile to $OUT")
+                        help="write each decode compile's phases and Python profile to $OUT")
     parser.add_argument("--cache-dir", default=None, help="the winners' cache (default: a new empty one)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
@@ -518,11 +518,12 @@ def main() -> None:
             name = f"kernels_{r['path']}_{str(r['batch']).replace(' ', '')}.txt"
             (out / name).write_text("\n".join(f"{k['us']:>9.2f} {k['per_step']:>5.1f}  {k['kernel']}"
                                               for k in r["table"]) + "\n")
+    verdict = against_torch(rows)
     write_json("serve_decode", {"args": vars(args), "rows": [{k: v for k, v in r.items() if k != "table"}
-                                                              for r in rows], "against_torch": against_torch(rows)})
+                                                              for r in rows], "against_torch": verdict})
     print()
     print(table(rows))
-    for line in against_torch(rows):
+    for line in verdict:
         print(line)
     for r in rows:
         if r["path"].startswith("ours"):
