@@ -519,7 +519,7 @@ def main() -> None:
             (out / name).write_text("\n".join(f"{k['us']:>9.2f} {k['per_step']:>5.1f}  {k['kernel']}"
                                               for k in r["table"]) + "\n")
     verdict = against_torch(rows)
-    write_json("serve_decode", {"args": vars(args), "rows": [{k: v for k, v in r.items() if k != "table"}
+    write_json("serve_decode.json", {"args": vars(args), "rows": [{k: v for k, v in r.items() if k != "table"}
                                                               for r in rows], "against_torch": verdict})
     print()
     print(table(rows))
