@@ -96,6 +96,14 @@ def winner_kernel(problem, winner: dict, kernel_dir: str):
     return run
 
 
+def allocating(problem, run):
+    """`run` writing into an output it allocates at each call (with the row pitch it asks
+    for, `out_pitch`, where it has one), as a compiled function does: inside a timed CUDA
+    graph, one address, warm in L2."""
+    pitch = getattr(run, "out_pitch", None)
+    return lambda o: run(replace(o, out=empty_out(problem, pitch, o.out.dtype, o.out.device)))
+
+
 def scaled_mm_call(problem):
     """torch._scaled_mm (cuBLASLt) of a scaled_mm problem, into ops.out."""
     import torch

@@ -50,7 +50,7 @@ def main() -> None:
     from autotune_cli.runner.timing import CudaTimer
     from autotune_cli.hardware.device import probe_device
     from autotune_cli.problem import make_problem
-    from bench.common import MEASURE
+    from bench.common import MEASURE, allocating
 
     config.force_disable_caches = True
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -112,16 +112,6 @@ def main() -> None:
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
                       "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
                       "timing": policy.mode, "pick": describe_pick("\n".join(sources)), **ours}))
-
-
-def allocating(problem, run):
-    """`run` writing into an output it allocates at each call (with the row pitch it asks
-    for), as the compiled function does."""
-    from dataclasses import replace
-
-    from autotune_cli.templates.base import empty_out
-
-    return lambda o: run(replace(o, out=empty_out(problem, run.out_pitch, o.out.dtype, o.out.device)))
 
 
 def our_kernel(problem, winner: dict, ops, scratch: str):

@@ -1,4 +1,4 @@
-"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled eight ways.
+"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled nine ways.
 
 The model: `LlamaForCausalLM` built from a config (random weights, no downloads) at
 Llama-3-8B widths (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocabulary 128256),
@@ -20,7 +20,11 @@ with `fullgraph=True` at each `--batches` size, and the prompt's forward (prefil
                    the grouped GEMMs of q, k and v are worth, side by side with ours);
   ours-pdl         as ours, with options={"triton.enable_pdl": True}: Inductor's kernels and
                    our GEMVs as programmatic dependent launches (what overlapping the
-                   kernel boundaries is worth).
+                   kernel boundaries is worth);
+  ours-pwfixed     as ours, with options={"triton.autotune_pointwise": False}: each of
+                   Inductor's pointwise kernels takes its one default config instead of the
+                   faster of two it times at the first call (what that timing is worth in
+                   the step, and costs in compile seconds).
 
 Per path and size: the compile seconds (the first call; Inductor's caches off), the step
 time (ms per step: `--steps` greedy steps enqueued back to back, each feeding its argmax to
@@ -65,8 +69,9 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=100, head_dim=16)
 PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours", "ours-coordesc", "ours-apart",
-         "ours-pdl")
-PATH_OPTIONS = {"ours-coordesc": {"coordinate_descent_tuning": True}, "ours-pdl": {"triton.enable_pdl": True}}
+         "ours-pdl", "ours-pwfixed")
+PATH_OPTIONS = {"ours-coordesc": {"coordinate_descent_tuning": True}, "ours-pdl": {"triton.enable_pdl": True},
+                "ours-pwfixed": {"triton.autotune_pointwise": False}}
 # kernel names that are GEMMs: cuBLAS/CUTLASS's (split-K's reduction too), Inductor's
 # templates, and ours (templates/); Inductor's fused pointwise and reduction kernels are not,
 # whatever their names hold (a fused kernel beside our op has "gemm" in its name)

@@ -23,9 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4,64x64x64s4w4;"
          "64x32001x4096:64x128x64s3w4;128x4096x4096:64x64x128s5w4,64x128x128s4w4;256x4096x4096:64x128x128s4w4")
-# The runtime arguments the --strides form writes in (all but M, which a route's calls vary).
+# The runtime arguments the `strides` form writes in (all but M, which a route's calls vary);
+# the `m` form writes M in too.
 WRITTEN = ("N", "K", "N_LOAD", "N_STORE", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
            "stride_bn", "stride_cb", "stride_cm", "stride_cn")
+FORMS = ("strides", "m", "index")
 
 
 def parse_config(text: str) -> dict:
@@ -41,24 +43,76 @@ def parse_cases(text: str) -> list[tuple[tuple[int, int, int], list[dict]]]:
     return cases
 
 
-def with_strides_written(source: str, values: dict) -> str:
-    """The rendered kernel with WRITTEN's arguments renamed away and set as constexprs."""
-    for name in WRITTEN:
+def with_written(source: str, values: dict, names) -> str:
+    """The rendered kernel with the runtime arguments `names` renamed away and set as
+    constexprs."""
+    for name in names:
         source = re.sub(rf"\b{name}\b(?=,)", f"{name}_ARG", source, count=1)  # in the signature
     lines = source.splitlines()
     at = next(i for i, line in enumerate(lines) if "GROUP_M: tl.constexpr" in line)
-    lines[at + 1:at + 1] = [f"    {name}: tl.constexpr = {values[name]}" for name in WRITTEN]
+    lines[at + 1:at + 1] = [f"    {name}: tl.constexpr = {values[name]}" for name in names]
     return "\n".join(lines) + "\n"
+
+
+def with_indexed_loop(source: str) -> str:
+    """The rendered kernel whose K loop addresses each step from the first pointers instead
+    of advancing them (the loop of an EVEN_K tile)."""
+    source = source.replace("tl.load(a_ptrs)", "tl.load(a_ptrs + k_start * stride_ak)")
+    source = source.replace("tl.load(b_ptrs)", "tl.load(b_ptrs + k_start * stride_bk)")
+    kept = [line for line in source.splitlines() if line.strip() not in
+            ("a_ptrs += BLOCK_K * stride_ak", "b_ptrs += BLOCK_K * stride_bk")]
+    if "k_start * stride_ak" not in source or len(kept) != len(source.splitlines()) - 2:
+        raise ValueError("the index form needs an EVEN_K tile's loop")
+    return "\n".join(kept) + "\n"
+
+
+def form_source(source: str, form: str, values: dict) -> str:
+    """The twin's rendered source in `form`: parts of FORMS joined by '+'."""
+    parts = form.split("+")
+    if not set(parts) <= set(FORMS):
+        raise SystemExit(f"unknown form {form!r}: its parts must be among {', '.join(FORMS)}")
+    names = (WRITTEN if "strides" in parts else ()) + (("M",) if "m" in parts else ())
+    source = with_written(source, values, [n for n in names if f"{n}_ARG" not in source])
+    return with_indexed_loop(source) if "index" in parts else source
+
+
+def inductor_kernel(problem, config: dict, ops):
+    """torch.mm compiled by Inductor's max-autotune with a lookup table that names only
+    `config` of its triton::mm template: (a call on operands that returns its own output,
+    the generated source, the verdict on that output)."""
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor.lookup_table import LookupTableChoices
+    from torch._inductor.utils import run_and_get_code
+    from torch._inductor.virtualized import V
+
+    from autotune_cli.export import inductor_key, inductor_value
+    from autotune_cli.runner.verify import check, reference
+
+    value = inductor_value({"uid": "triton::mm", "params": config}, problem)
+    table = {inductor_key(problem, torch.cuda.get_device_name()): [value]}
+    torch._dynamo.reset()
+    with inductor_config.patch({"lookup_table.table": table, "force_disable_caches": True}), \
+            V.set_choices_handler(LookupTableChoices()):
+        compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
+        out, sources = run_and_get_code(compiled, ops.a, ops.b)
+    verdict = check(problem, out, reference(problem, ops))
+    source = "\n".join(sources)
+    if "triton_tem_" not in source:
+        raise SystemExit(f"Inductor did not run its triton::mm template for {config}: is the lookup table read?")
+    return (lambda o: compiled(o.a, o.b)), source, verdict
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default=CASES)
-    parser.add_argument("--strides", action="store_true")
+    parser.add_argument("--forms", default="", help="forms of the twin to add, comma-separated (see above)")
+    parser.add_argument("--strides", action="store_true", help="the same as --forms strides")
+    parser.add_argument("--inductor", action="store_true", help="add Inductor's kernel for each config")
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
 
-    from bench.common import SideBySide, write_json
+    from bench.common import SideBySide, allocating, out_dir, write_json
     from autotune_cli.problem import make_problem
     from autotune_cli.runner.verify import make_operands
     from autotune_cli.templates import get_template
@@ -67,36 +121,48 @@ def main() -> None:
     side = SideBySide()
     kernel_dir = tempfile.mkdtemp(prefix="twin-sweep-")
     template = get_template("triton::mm")
-    rows = []
+    forms = [f for f in args.forms.split(",") if f] or (["strides"] if args.strides else [])
+    rows, inductor_sources = [], []
     for (m, n, k), configs in parse_cases(args.cases):
         problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout="nt")
         ops = make_operands(problem, 1, "cuda")
         (sam, sak), (sbk, sbn), (scm, scn) = ops.a.stride(), ops.b.stride(), ops.out.stride()
-        values = dict(N=n, K=k, N_LOAD=n, N_STORE=n, stride_ab=0, stride_am=sam, stride_ak=sak, stride_bb=0,
+        values = dict(M=m, N=n, K=k, N_LOAD=n, N_STORE=n, stride_ab=0, stride_am=sam, stride_ak=sak, stride_bb=0,
                       stride_bk=sbk, stride_bn=sbn, stride_cb=0, stride_cm=scm, stride_cn=scn)
         for config in configs:
             params = template.full_params(problem, config)
             plain = template.build(problem, params, kernel_dir)
-            twin = template.build(problem, template.full_params(problem, template.fixed_twin(config)), kernel_dir)
-            runs, names = [plain, twin], ["plain", "twin"]
-            if args.strides:
-                kernel, grid, arguments, _ = plain.launch_parts
-                written = load_kernel(with_strides_written(template.render(problem, params), values), kernel_dir)
-                runs.append(OneLaunchKernel(written, params, grid, arguments))
-                names.append("+strides")
+            twin_params = template.full_params(problem, template.fixed_twin(config))
+            runs, names = [plain, template.build(problem, twin_params, kernel_dir)], ["plain", "twin"]
+            for form in forms:
+                _, grid, arguments, _ = plain.launch_parts
+                source = form_source(template.render(problem, twin_params), form, values)
+                runs.append(OneLaunchKernel(load_kernel(source, kernel_dir), twin_params, grid, arguments))
+                names.append(f"+{form}")
             runs.append(side.anchor(problem))
             names.append("torch.mm")
+            if args.inductor:  # each output allocated at each call, as the compiled function's
+                runs = [allocating(problem, run) for run in runs]
+                call, source, inductor_verdict = inductor_kernel(problem, params, ops)
+                runs.insert(-1, call)
+                names.insert(-1, "inductor")
+                inductor_sources.append(f"# {m}x{n}x{k} {config}\n{source}")
             times, verdicts = side.time_many(problem, runs, rounds=args.rounds)
+            if args.inductor:  # its call returns its output rather than writing into ours
+                verdicts[names.index("inductor")] = inductor_verdict
             label = (f"{m}x{n}x{k} {config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
                      f"s{config['num_stages']} w{config['num_warps']}")
             rows.append({"case": label, **{name: t for name, t in zip(names, times)},
                          "verified": all(v.ok for v in verdicts)})
             print(f"{label}: " + " ".join(f"{name} {t * 1000:.2f} us" for name, t in zip(names, times)), flush=True)
     write_json("twin_sweep.json", rows)
-    names = [name for name in ("plain", "twin", "+strides", "torch.mm") if name in rows[0]]
-    print(f"\n{'case (bf16, nt)':32} " + " ".join(f"{name:>9}" for name in names) + "  twin x  ok")
+    if inductor_sources:
+        (out_dir() / "twin_sweep_inductor.txt").write_text("\n\n".join(inductor_sources))
+    names = [name for name in rows[0] if name not in ("case", "verified")]
+    width = max(9, *map(len, names))
+    print(f"\n{'case (bf16, nt)':32} " + " ".join(f"{name:>{width}}" for name in names) + "  twin x  ok")
     for row in rows:
-        print(f"{row['case']:32} " + " ".join(f"{row[name] * 1000:9.2f}" for name in names)
+        print(f"{row['case']:32} " + " ".join(f"{row[name] * 1000:{width}.2f}" for name in names)
               + f"  {row['plain'] / row['twin']:6.3f}  {'yes' if row['verified'] else 'NO'}")
     print("(us; twin x: plain / twin)")
 
