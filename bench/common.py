@@ -56,21 +56,27 @@ class SideBySide:
     def runnable(self, problem, winner: dict, kernel_dir: str):
         return winner_kernel(problem, winner, kernel_dir)
 
-    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6):
+    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6, allocate: bool = False):
         """Median over `rounds` interleaved passes of each runnable's median time, the order
         reversed every other pass (A, B, C, then C, B, A, ...), so slow drift of clocks and
         whatever the previous runnable leaves behind hit all alike. Also verifies each. Each
-        runs into an output with its `out_pitch` (contiguous where it has none)."""
+        runs into an output with its `out_pitch` (contiguous where it has none); a runnable
+        that returns an output of its own (a compiled function's) is checked on that one.
+        `allocate`: the runnables that write into an output are timed allocating it at each
+        call (`allocating`), as a compiled function does."""
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
         own = [replace(ops, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
                for run in runs]
-        verdicts = []
+        verdicts, timed = [], []
         for run, run_ops in zip(runs, own):
             run_ops.out.fill_(float("nan"))
-            run(run_ops)
+            result = run(run_ops)
             self.torch.cuda.synchronize()
-            verdicts.append(check(problem, run_ops.out, ref))
+            returned = isinstance(result, self.torch.Tensor) and result.data_ptr() != run_ops.out.data_ptr()
+            verdicts.append(check(problem, result if returned else run_ops.out, ref))
+            timed.append(allocating(problem, run) if allocate and not returned else run)
+        runs = timed
         del ref
         policy = self.policy(problem)
         samples = [[] for _ in runs]

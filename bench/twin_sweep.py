@@ -27,7 +27,7 @@ CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4
 # the `m` form writes M in too.
 WRITTEN = ("N", "K", "N_LOAD", "N_STORE", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
            "stride_bn", "stride_cb", "stride_cm", "stride_cn")
-FORMS = ("strides", "m", "index")
+FORMS = ("plain", "strides", "m", "index", "offsets")
 
 
 def parse_config(text: str) -> dict:
@@ -54,11 +54,17 @@ def with_written(source: str, values: dict, names) -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_indexed_loop(source: str) -> str:
+def with_indexed_loop(source: str, offsets: bool = False) -> str:
     """The rendered kernel whose K loop addresses each step from the first pointers instead
-    of advancing them (the loop of an EVEN_K tile)."""
-    source = source.replace("tl.load(a_ptrs)", "tl.load(a_ptrs + k_start * stride_ak)")
-    source = source.replace("tl.load(b_ptrs)", "tl.load(b_ptrs + k_start * stride_bk)")
+    of advancing them (the loop of an EVEN_K tile); with `offsets`, from the operands' base
+    pointers and integer offsets (`A + (a_offs + k * stride_ak)`), where the first pointers
+    are kept as offsets."""
+    if offsets:
+        source = source.replace("a_ptrs = A + ", "a_offs = ").replace("b_ptrs = B + ", "b_offs = ")
+        a_step, b_step = "A + (a_offs + k_start * stride_ak)", "B + (b_offs + k_start * stride_bk)"
+    else:
+        a_step, b_step = "a_ptrs + k_start * stride_ak", "b_ptrs + k_start * stride_bk"
+    source = source.replace("tl.load(a_ptrs)", f"tl.load({a_step})").replace("tl.load(b_ptrs)", f"tl.load({b_step})")
     kept = [line for line in source.splitlines() if line.strip() not in
             ("a_ptrs += BLOCK_K * stride_ak", "b_ptrs += BLOCK_K * stride_bk")]
     if "k_start * stride_ak" not in source or len(kept) != len(source.splitlines()) - 2:
@@ -73,13 +79,15 @@ def form_source(source: str, form: str, values: dict) -> str:
         raise SystemExit(f"unknown form {form!r}: its parts must be among {', '.join(FORMS)}")
     names = (WRITTEN if "strides" in parts else ()) + (("M",) if "m" in parts else ())
     source = with_written(source, values, [n for n in names if f"{n}_ARG" not in source])
-    return with_indexed_loop(source) if "index" in parts else source
+    if "index" in parts or "offsets" in parts:
+        return with_indexed_loop(source, offsets="offsets" in parts)
+    return source
 
 
 def inductor_kernel(problem, config: dict, ops):
     """torch.mm compiled by Inductor's max-autotune with a lookup table that names only
     `config` of its triton::mm template: (a call on operands that returns its own output,
-    the generated source, the verdict on that output)."""
+    the generated source)."""
     import torch
     from torch._inductor import config as inductor_config
     from torch._inductor.lookup_table import LookupTableChoices
@@ -87,7 +95,6 @@ def inductor_kernel(problem, config: dict, ops):
     from torch._inductor.virtualized import V
 
     from autotune_cli.export import inductor_key, inductor_value
-    from autotune_cli.runner.verify import check, reference
 
     value = inductor_value({"uid": "triton::mm", "params": config}, problem)
     table = {inductor_key(problem, torch.cuda.get_device_name()): [value]}
@@ -95,12 +102,11 @@ def inductor_kernel(problem, config: dict, ops):
     with inductor_config.patch({"lookup_table.table": table, "force_disable_caches": True}), \
             V.set_choices_handler(LookupTableChoices()):
         compiled = torch.compile(lambda x, y: torch.mm(x, y), mode="max-autotune-no-cudagraphs", dynamic=False)
-        out, sources = run_and_get_code(compiled, ops.a, ops.b)
-    verdict = check(problem, out, reference(problem, ops))
+        _, sources = run_and_get_code(compiled, ops.a, ops.b)
     source = "\n".join(sources)
     if "triton_tem_" not in source:
         raise SystemExit(f"Inductor did not run its triton::mm template for {config}: is the lookup table read?")
-    return (lambda o: compiled(o.a, o.b)), source, verdict
+    return (lambda o: compiled(o.a, o.b)), source
 
 
 def main() -> None:
@@ -112,7 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
 
-    from bench.common import SideBySide, allocating, out_dir, write_json
+    from bench.common import SideBySide, out_dir, write_json
     from autotune_cli.problem import make_problem
     from autotune_cli.runner.verify import make_operands
     from autotune_cli.templates import get_template
@@ -136,20 +142,19 @@ def main() -> None:
             runs, names = [plain, template.build(problem, twin_params, kernel_dir)], ["plain", "twin"]
             for form in forms:
                 _, grid, arguments, _ = plain.launch_parts
-                source = form_source(template.render(problem, twin_params), form, values)
-                runs.append(OneLaunchKernel(load_kernel(source, kernel_dir), twin_params, grid, arguments))
+                base = params if "plain" in form.split("+") else twin_params
+                source = form_source(template.render(problem, base), form, values)
+                runs.append(OneLaunchKernel(load_kernel(source, kernel_dir), base, grid, arguments))
                 names.append(f"+{form}")
+            if args.inductor:
+                call, source = inductor_kernel(problem, params, ops)
+                runs.append(call)
+                names.append("inductor")
+                inductor_sources.append(f"# {m}x{n}x{k} {config}\n{source}")
             runs.append(side.anchor(problem))
             names.append("torch.mm")
-            if args.inductor:  # each output allocated at each call, as the compiled function's
-                runs = [allocating(problem, run) for run in runs]
-                call, source, inductor_verdict = inductor_kernel(problem, params, ops)
-                runs.insert(-1, call)
-                names.insert(-1, "inductor")
-                inductor_sources.append(f"# {m}x{n}x{k} {config}\n{source}")
-            times, verdicts = side.time_many(problem, runs, rounds=args.rounds)
-            if args.inductor:  # its call returns its output rather than writing into ours
-                verdicts[names.index("inductor")] = inductor_verdict
+            # with Inductor's kernel, each output allocated at each call, as its compiled function's
+            times, verdicts = side.time_many(problem, runs, rounds=args.rounds, allocate=args.inductor)
             label = (f"{m}x{n}x{k} {config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
                      f"s{config['num_stages']} w{config['num_warps']}")
             rows.append({"case": label, **{name: t for name, t in zip(names, times)},
