@@ -201,6 +201,37 @@ def test_problems_that_differ_only_in_size_share_one_kernel(uid, config, tmp_pat
         assert not odd_params["EVEN_K"] and template.render(odd, odd_params) not in sources
 
 
+WIDE_CASES = [
+    ("triton::mm", CONFIG, dict(m=40, n=72, k=48, dtype="float16", bias="n", layout="tn")),
+    ("triton::bmm", CONFIG, dict(m=24, n=40, k=72, dtype="bfloat16", batch=3, layout="nt")),
+    ("triton::mm_splitk", {**CONFIG, "SPLIT_K": 2}, dict(m=33, n=65, k=100, dtype="float32", layout="tt")),
+    ("triton::mm_swap_ab", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4},
+     dict(m=5, n=40, k=72, dtype="float16", layout="nt")),
+]
+
+
+@pytest.mark.parametrize("uid,config,case", WIDE_CASES, ids=lambda x: x if isinstance(x, str) else None)
+def test_operands_of_2_31_elements_get_64_bit_offsets(uid, config, case, monkeypatch, tmp_path):
+    """The tiles are addressed as base pointer plus integer offsets (a step's offset reaches
+    K x N in B): 32-bit where every operand holds fewer than 2**31 elements, 64-bit past that.
+    The 64-bit form computes the same product (run here on a small problem that takes it)."""
+    from autotune_cli.problem import GemmProblem
+
+    template = get_template(uid)
+    narrow = make_problem(m=4096, n=4096, k=4096, dtype="bfloat16", device="cpu")
+    wide = make_problem(m=65536, n=32768, k=4096, dtype="bfloat16", device="cpu")  # M x N = 2**31
+    assert not narrow.wide_offsets and wide.wide_offsets
+    assert ".to(tl.int64), offs_k.to(tl.int64)" not in template.render(narrow, template.full_params(narrow, config))
+    assert ".to(tl.int64), offs_k.to(tl.int64)" in template.render(wide, template.full_params(wide, config))
+
+    problem = make_problem(device="cpu", **case)
+    monkeypatch.setattr(GemmProblem, "wide_offsets", property(lambda self: True))
+    assert ".to(tl.int64), offs_k.to(tl.int64)" in template.render(problem, template.full_params(problem, config))
+    result = run_kernel(problem, template, config, tmp_path, calls=2)
+    assert result.correct, result.reasons
+    assert result.discriminating
+
+
 @pytest.mark.parametrize("layout", ["nn", "tn"])
 def test_triton_mm_on_operands_with_wider_rows(layout, tmp_path):
     """Operands that are views into wider buffers (a pitch larger than the size, as a slice

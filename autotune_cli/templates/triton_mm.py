@@ -41,7 +41,8 @@ class TritonMMTemplate(TritonTemplate):
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], BATCHED=problem.op == "bmm",
-                                FIXED_NK=bool(params["FIXED_NK"]), N=problem.n, K=problem.k)
+                                FIXED_NK=bool(params["FIXED_NK"]), N=problem.n, K=problem.k,
+                                WIDE_INDEX=problem.wide_offsets)
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str,
               load_n: int | None = None, store_pitch: int | None = None) -> OneLaunchKernel:
