@@ -174,7 +174,7 @@ class GemmProblem:
     @property
     def wide_offsets(self) -> bool:
         """Whether one matrix of an operand (or the output) holds 2**31 elements or more, so
-        that a kernel's offsets into it need 64 bits (the Triton templates' WIDE_INDEX)."""
+        that a kernel's offsets into it need 64 bits (triton::mm's WIDE_INDEX)."""
         return max(self.m * self.k, self.k * self.n, self.m * self.n) >= 2**31
 
     @property

@@ -1,13 +1,18 @@
 """triton::mm configs beside their FIXED_NK twins (N and K written into the kernel, what the
 tune adds for its best contenders: search/base.time_fixed_twins) and torch.mm, timed side by
 side in one process (bench/common.SideBySide: a CUDA graph over rotating operand copies, or
-events with the L2 flushed, interleaved passes), every kernel verified. `--strides` adds
-a third form that also writes the strides of A, B and C in, as Inductor's templates do for
-static shapes: what that would add (the tune does not offer it: a route's kernel serves any
-strides of its layout).
+events with the L2 flushed, interleaved passes), every kernel verified.
+
+`--forms` adds forms of the twin, each nearer Inductor's kernel source (the tune offers none
+of them: a route's kernel serves any strides of its layout): `strides` writes the strides of
+A, B and C in, as Inductor's templates do for static shapes; `m` writes M in; `plain` starts
+from the plain kernel instead of the twin. `--strides` is `--forms strides`.
+`--inductor` adds Inductor's own kernel for the same config (max-autotune with a lookup table
+naming only that config); every kernel then allocates its output at each call, as the
+compiled function does. Inductor's kernel sources go to $OUT/twin_sweep_inductor.txt.
 
 PYTHONPATH=. python3 bench/twin_sweep.py [--cases "256x50257x768:128x128x64s3w4,128x128x64s3w8;..."]
-    [--strides] [--rounds 8]
+    [--forms strides,m,strides+m] [--inductor] [--rounds 8]
 A case is MxNxK (bf16, B stored [N, K]) and its configs, BMxBNxBK s<stages> w<warps>.
 """
 
@@ -27,7 +32,7 @@ CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4
 # the `m` form writes M in too.
 WRITTEN = ("N", "K", "N_LOAD", "N_STORE", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
            "stride_bn", "stride_cb", "stride_cm", "stride_cn")
-FORMS = ("plain", "strides", "m", "index", "offsets")
+FORMS = ("plain", "strides", "m")
 
 
 def parse_config(text: str) -> dict:
@@ -54,34 +59,13 @@ def with_written(source: str, values: dict, names) -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_indexed_loop(source: str, offsets: bool = False) -> str:
-    """The rendered kernel whose K loop addresses each step from the first pointers instead
-    of advancing them (the loop of an EVEN_K tile); with `offsets`, from the operands' base
-    pointers and integer offsets (`A + (a_offs + k * stride_ak)`), where the first pointers
-    are kept as offsets."""
-    if offsets:
-        source = source.replace("a_ptrs = A + ", "a_offs = ").replace("b_ptrs = B + ", "b_offs = ")
-        a_step, b_step = "A + (a_offs + k_start * stride_ak)", "B + (b_offs + k_start * stride_bk)"
-    else:
-        a_step, b_step = "a_ptrs + k_start * stride_ak", "b_ptrs + k_start * stride_bk"
-    source = source.replace("tl.load(a_ptrs)", f"tl.load({a_step})").replace("tl.load(b_ptrs)", f"tl.load({b_step})")
-    kept = [line for line in source.splitlines() if line.strip() not in
-            ("a_ptrs += BLOCK_K * stride_ak", "b_ptrs += BLOCK_K * stride_bk")]
-    if "k_start * stride_ak" not in source or len(kept) != len(source.splitlines()) - 2:
-        raise ValueError("the index form needs an EVEN_K tile's loop")
-    return "\n".join(kept) + "\n"
-
-
 def form_source(source: str, form: str, values: dict) -> str:
     """The twin's rendered source in `form`: parts of FORMS joined by '+'."""
     parts = form.split("+")
     if not set(parts) <= set(FORMS):
         raise SystemExit(f"unknown form {form!r}: its parts must be among {', '.join(FORMS)}")
     names = (WRITTEN if "strides" in parts else ()) + (("M",) if "m" in parts else ())
-    source = with_written(source, values, [n for n in names if f"{n}_ARG" not in source])
-    if "index" in parts or "offsets" in parts:
-        return with_indexed_loop(source, offsets="offsets" in parts)
-    return source
+    return with_written(source, values, [n for n in names if f"{n}_ARG" not in source])
 
 
 def inductor_kernel(problem, config: dict, ops):

@@ -77,7 +77,7 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     even = make_problem(m=16, n=4096, k=4096, dtype="bfloat16")
     gpu = template.render(even, template.full_params(even, {**BEST_4096, "BLOCK_M": 16}))
     assert "at.to(tl.float32)" not in gpu and "k_ok" not in gpu
-    assert "bt = tl.load(B + (bt_offs + k_start * stride_bk))\n" in gpu and "bias" not in gpu.split("acc is C^T")[1]
+    assert "bt = tl.load(bt_ptrs)\n" in gpu and "bias" not in gpu.split("acc is C^T")[1]
     # float32 keeps the precision the problem asks for
     for tf32, precision in ((True, "tf32"), (False, "ieee")):
         fp32 = make_problem(m=16, n=256, k=256, dtype="float32", allow_tf32=tf32)

@@ -100,7 +100,6 @@ class TritonSplitKTemplate(TritonTemplate):
             K_PER_SPLIT=k_per_split(problem.k, params["SPLIT_K"], params["BLOCK_K"]),
             ATOMIC_ADD=atomic, FUSED_REDUCE=bool(params["FUSED_REDUCE"]), SPLIT_K=params["SPLIT_K"],
             PARTS=1 if atomic else params["SPLIT_K"], REDUCE_BLOCK=REDUCE_BLOCK,
-            WIDE_INDEX=problem.wide_offsets,
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> SplitKKernel:

@@ -55,7 +55,7 @@ class TritonSwapABTemplate(TritonTemplate):
 
     def render(self, problem: GemmProblem, params: dict[str, Any]) -> str:
         return self.render_with(problem, params, EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"],
-                                BATCHED=problem.op == "bmm", WIDE_INDEX=problem.wide_offsets)
+                                BATCHED=problem.op == "bmm")
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> OneLaunchKernel:
         kernel = load_kernel(self.source_for_build(problem, params), kernel_dir)
