@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 from dataclasses import replace
@@ -91,6 +92,22 @@ class SideBySide:
         (ours, anchor), verdicts = self.time_many(
             problem, [self.runnable(problem, winner, kernel_dir), self.anchor(problem)], seed)
         return ours, anchor, verdicts[0]
+
+
+def parse_tile(text: str) -> dict:
+    """A Triton config written BMxBNxBK s<stages> w<warps> [k<split>] [f] (k: SPLIT_K; f: the
+    FIXED_NK twin), GROUP_M 8, as the benchmarks' --cases take it."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)w(\d+)(?:k(\d+))?(f?)", text)
+    if match is None:
+        raise SystemExit(f"config {text!r} is not BMxBNxBK s<stages> w<warps> [k<split>] [f]")
+    bm, bn, bk, stages, warps, split, fixed = match.groups()
+    config = {"BLOCK_M": int(bm), "BLOCK_N": int(bn), "BLOCK_K": int(bk), "GROUP_M": 8,
+              "num_stages": int(stages), "num_warps": int(warps)}
+    if split:
+        config["SPLIT_K"] = int(split)
+    if fixed:
+        config["FIXED_NK"] = 1
+    return config
 
 
 def winner_kernel(problem, winner: dict, kernel_dir: str):

@@ -17,30 +17,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import parse_tile  # noqa: E402
+
 CASES = ("triton::mm@4096x4096x4096:128x128x64s4w4,128x256x64s3w8;triton::mm@256x50257x768:128x128x64s3w8f;"
          "triton::mm@128x4096x4096:64x64x128s5w4;triton::mm_swap_ab@16x4096x4096:16x64x128s4w4;"
          "triton::mm_splitk@32x4096x14336:32x64x128s4w4k4")
-
-
-def parse_config(text: str) -> dict:
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)w(\d+)(?:k(\d+))?(f?)", text)
-    if match is None:
-        raise SystemExit(f"config {text!r} is not BMxBNxBK s<stages> w<warps> [k<split>] [f]")
-    bm, bn, bk, stages, warps, split, fixed = match.groups()
-    config = {"BLOCK_M": int(bm), "BLOCK_N": int(bn), "BLOCK_K": int(bk), "GROUP_M": 8,
-              "num_stages": int(stages), "num_warps": int(warps)}
-    if split:
-        config["SPLIT_K"] = int(split)
-    if fixed:
-        config["FIXED_NK"] = 1
-    return config
 
 
 def parse_cases(text: str) -> list[tuple[str, tuple[int, ...], list[dict]]]:
@@ -48,7 +35,7 @@ def parse_cases(text: str) -> list[tuple[str, tuple[int, ...], list[dict]]]:
     for part in filter(None, text.split(";")):
         head, configs = part.rsplit(":", 1)
         uid, shape = head.split("@")
-        cases.append((uid, tuple(map(int, shape.split("x"))), [parse_config(c) for c in configs.split(",")]))
+        cases.append((uid, tuple(map(int, shape.split("x"))), [parse_tile(c) for c in configs.split(",")]))
     return cases
 
 

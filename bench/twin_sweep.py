@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import parse_tile  # noqa: E402
+
 CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4,64x64x64s4w4;"
          "64x32001x4096:64x128x64s3w4;128x4096x4096:64x64x128s5w4,64x128x128s4w4;256x4096x4096:64x128x128s4w4")
 # The runtime arguments the `strides` form writes in (all but M, which a route's calls vary);
@@ -36,8 +38,11 @@ FORMS = ("plain", "strides", "m")
 
 
 def parse_config(text: str) -> dict:
-    bm, bn, bk, stages, warps = map(int, re.fullmatch(r"(\d+)x(\d+)x(\d+)s(\d+)w(\d+)", text).groups())
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_stages": stages, "num_warps": warps}
+    """A plain triton::mm config (bench/common.parse_tile, without a split or the twin's f)."""
+    config = parse_tile(text)
+    if set(config) & {"SPLIT_K", "FIXED_NK"}:
+        raise SystemExit(f"config {text!r}: twin_sweep takes plain configs (BMxBNxBK s<stages> w<warps>)")
+    return config
 
 
 def parse_cases(text: str) -> list[tuple[tuple[int, int, int], list[dict]]]:
@@ -124,8 +129,8 @@ def main() -> None:
             plain = template.build(problem, params, kernel_dir)
             twin_params = template.full_params(problem, template.fixed_twin(config))
             runs, names = [plain, template.build(problem, twin_params, kernel_dir)], ["plain", "twin"]
+            _, grid, arguments, _ = plain.launch_parts
             for form in forms:
-                _, grid, arguments, _ = plain.launch_parts
                 base = params if "plain" in form.split("+") else twin_params
                 source = form_source(template.render(problem, base), form, values)
                 runs.append(OneLaunchKernel(load_kernel(source, kernel_dir), base, grid, arguments))
