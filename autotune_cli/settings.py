@@ -80,6 +80,11 @@ class TimingPolicy:
     # of launches over rotating copies of the operands (more bytes than the L2 holds),
     # for problems so small that launch overhead would otherwise pick the winner.
     mode: str = "events"
+    # graph mode: each copy of the inputs gets its own output too (True), or all launches
+    # write one output (False), as a compiled caller's allocator hands the same block back at
+    # each call. Rotated outputs turned cuBLAS against a Triton tile over by 2-5% on a
+    # 128-row chunk (bench/README.md, "The output's address").
+    rotate_out: bool = False
     # Give up on a candidate after its first few runs (the timer's estimate) when they are
     # over this many times the best that timing process has measured for the problem in this
     # mode (0: never): it cannot win, and the full runs are spent on kernels that can.

@@ -57,14 +57,16 @@ class SideBySide:
     def runnable(self, problem, winner: dict, kernel_dir: str):
         return winner_kernel(problem, winner, kernel_dir)
 
-    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6, allocate: bool = False):
+    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6, allocate: bool = False,
+                  rotate_out: bool = False):
         """Median over `rounds` interleaved passes of each runnable's median time, the order
         reversed every other pass (A, B, C, then C, B, A, ...), so slow drift of clocks and
         whatever the previous runnable leaves behind hit all alike. Also verifies each. Each
         runs into an output with its `out_pitch` (contiguous where it has none); a runnable
         that returns an output of its own (a compiled function's) is checked on that one.
         `allocate`: the runnables that write into an output are timed allocating it at each
-        call (`allocating`), as a compiled function does."""
+        call (`allocating`), as a compiled function does. `rotate_out`: in graph timing,
+        each copy of the inputs gets its own output (TimingPolicy.rotate_out)."""
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
         own = [replace(ops, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
@@ -79,7 +81,7 @@ class SideBySide:
             timed.append(allocating(problem, run) if allocate and not returned else run)
         runs = timed
         del ref
-        policy = self.policy(problem)
+        policy = replace(self.policy(problem), rotate_out=rotate_out)
         samples = [[] for _ in runs]
         for round_index in range(rounds):
             order = range(len(runs)) if round_index % 2 == 0 else reversed(range(len(runs)))

@@ -10,9 +10,13 @@ from the plain kernel instead of the twin. `--strides` is `--forms strides`.
 `--inductor` adds Inductor's own kernel for the same config (max-autotune with a lookup table
 naming only that config); every kernel then allocates its output at each call, as the
 compiled function does. Inductor's kernel sources go to $OUT/twin_sweep_inductor.txt.
+`--outs` times every kernel of a case in each of these output contexts, a row each: `shared`
+(graph timing's copies of A and B all write one output, the tuner's way), `rotated` (each
+copy its own output), `allocated` (a new output at each call, as a compiled function
+allocates it). Default: allocated with `--inductor`, else shared.
 
 PYTHONPATH=. python3 bench/twin_sweep.py [--cases "256x50257x768:128x128x64s3w4,128x128x64s3w8;..."]
-    [--forms strides,m,strides+m] [--inductor] [--rounds 8]
+    [--forms strides,m,strides+m] [--inductor] [--outs shared,rotated,allocated] [--rounds 8]
 A case is MxNxK (bf16, B stored [N, K]) and its configs, BMxBNxBK s<stages> w<warps>.
 """
 
@@ -35,6 +39,7 @@ CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4
 WRITTEN = ("N", "K", "N_LOAD", "N_STORE", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
            "stride_bn", "stride_cb", "stride_cm", "stride_cn")
 FORMS = ("plain", "strides", "m")
+OUTS = ("shared", "rotated", "allocated")
 
 
 def parse_config(text: str) -> dict:
@@ -104,8 +109,12 @@ def main() -> None:
     parser.add_argument("--forms", default="", help="forms of the twin to add, comma-separated (see above)")
     parser.add_argument("--strides", action="store_true", help="the same as --forms strides")
     parser.add_argument("--inductor", action="store_true", help="add Inductor's kernel for each config")
+    parser.add_argument("--outs", default="", help=f"output contexts, comma-separated, of {', '.join(OUTS)}")
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
+    outs = [o for o in args.outs.split(",") if o] or (["allocated"] if args.inductor else ["shared"])
+    if not set(outs) <= set(OUTS):
+        raise SystemExit(f"--outs: each of {', '.join(OUTS)}")
 
     from bench.common import SideBySide, out_dir, write_json
     from autotune_cli.problem import make_problem
@@ -142,21 +151,24 @@ def main() -> None:
                 inductor_sources.append(f"# {m}x{n}x{k} {config}\n{source}")
             runs.append(side.anchor(problem))
             names.append("torch.mm")
-            # with Inductor's kernel, each output allocated at each call, as its compiled function's
-            times, verdicts = side.time_many(problem, runs, rounds=args.rounds, allocate=args.inductor)
-            label = (f"{m}x{n}x{k} {config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
-                     f"s{config['num_stages']} w{config['num_warps']}")
-            rows.append({"case": label, **{name: t for name, t in zip(names, times)},
-                         "verified": all(v.ok for v in verdicts)})
-            print(f"{label}: " + " ".join(f"{name} {t * 1000:.2f} us" for name, t in zip(names, times)), flush=True)
+            tile = (f"{m}x{n}x{k} {config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
+                    f"s{config['num_stages']} w{config['num_warps']}")
+            for context in outs:  # Inductor's compiled function allocates its output in each
+                times, verdicts = side.time_many(problem, runs, rounds=args.rounds,
+                                                 allocate=context == "allocated", rotate_out=context == "rotated")
+                label = tile if len(outs) == 1 else f"{tile} {context}"
+                rows.append({"case": label, **{name: t for name, t in zip(names, times)},
+                             "verified": all(v.ok for v in verdicts)})
+                print(f"{label}: " + " ".join(f"{name} {t * 1000:.2f} us" for name, t in zip(names, times)),
+                      flush=True)
     write_json("twin_sweep.json", rows)
     if inductor_sources:
         (out_dir() / "twin_sweep_inductor.txt").write_text("\n\n".join(inductor_sources))
     names = [name for name in rows[0] if name not in ("case", "verified")]
     width = max(9, *map(len, names))
-    print(f"\n{'case (bf16, nt)':32} " + " ".join(f"{name:>{width}}" for name in names) + "  twin x  ok")
+    print(f"\n{'case (bf16, nt)':42} " + " ".join(f"{name:>{width}}" for name in names) + "  twin x  ok")
     for row in rows:
-        print(f"{row['case']:32} " + " ".join(f"{row[name] * 1000:{width}.2f}" for name in names)
+        print(f"{row['case']:42} " + " ".join(f"{row[name] * 1000:{width}.2f}" for name in names)
               + f"  {row['plain'] / row['twin']:6.3f}  {'yes' if row['verified'] else 'NO'}")
     print("(us; twin x: plain / twin)")
 

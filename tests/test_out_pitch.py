@@ -99,6 +99,43 @@ def test_the_timing_copies_keep_the_pitch():
     assert dense.stride() == (1, 5)  # a dense tensor's strides, as clone keeps them
 
 
+def test_a_shared_output_is_the_one_buffer_and_the_inputs_are_still_copies():
+    """CudaTimer.graph's copies write one output unless TimingPolicy.rotate_out: the copy
+    then holds `ops.out` itself (pitch and all), and new A, B and bias as before."""
+    problem = make_problem(m=32, n=45, k=40, dtype="float16", layout="tn", bias="n", device="cpu")
+    ops = make_operands(problem, seed=1, device="cpu", pitch=48)
+    copy = clone_operands(ops, share_out=True)
+    assert copy.out is ops.out
+    assert copy.a.data_ptr() != ops.a.data_ptr() and torch.equal(copy.a, ops.a)
+    assert copy.b.data_ptr() != ops.b.data_ptr() and copy.bias.data_ptr() != ops.bias.data_ptr()
+    assert not TimingPolicy().rotate_out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rotate_out", [False, True])
+def test_the_timing_graph_writes_one_output_unless_told_to_rotate(rotate_out):
+    """The launches captured in the timing graph get copies of A and B (more bytes than
+    the L2), and one output address for all of them unless `rotate_out`."""
+    from autotune_cli.hardware.device import probe_device
+    from autotune_cli.runner.timing import CudaTimer
+
+    problem = make_problem(m=64, n=256, k=512, dtype="float16", layout="nn")
+    ops = make_operands(problem, seed=1, device="cuda")
+    seen_a, seen_out = set(), set()
+
+    def run(item):
+        seen_a.add(item.a.data_ptr())
+        seen_out.add(item.out.data_ptr())
+        torch.mm(item.a, item.b, out=item.out)
+
+    timer = CudaTimer(probe_device("cuda").l2_bytes)
+    policy = TimingPolicy(warmup=1, min_runs=2, max_runs=2, budget_ms=0.0, mode="graph", rotate_out=rotate_out)
+    timing = timer.measure(run, ops, policy)
+    assert timing.mode.startswith("graph") and len(seen_a) > 1
+    assert len(seen_out) == (len(seen_a) if rotate_out else 1)
+    torch.testing.assert_close(ops.out, torch.mm(ops.a, ops.b))
+
+
 def test_each_candidate_gets_its_pitch_and_a_kernel_that_ignores_it_is_wrong(runner, tmp_path):
     right = register_template(Pitched("test::pitched"))
     wrong = register_template(Pitched("test::pitch_ignored", ignores_pitch=True))

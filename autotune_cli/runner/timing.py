@@ -64,24 +64,26 @@ def time_cpu(fn: Callable[[], None], policy: TimingPolicy,
     return summarize(samples, "perf_counter")
 
 
-def _operand_bytes(ops) -> int:
+def _operand_bytes(ops, with_out: bool = True) -> int:
     total = 0
-    for tensor in (ops.a, ops.b, ops.out, ops.bias):
+    for tensor in (ops.a, ops.b, ops.out if with_out else None, ops.bias):
         if tensor is not None:
             total += tensor.untyped_storage().nbytes()
     return total
 
 
-def clone_operands(ops):
+def clone_operands(ops, share_out: bool = False):
     """A copy of the operands with the same strides: clone keeps those of a dense tensor
     (A, B and the bias, row- or column-major), but makes a view of padded rows (an output
-    with a template's `out_pitch`) contiguous, so the output is made with its pitch."""
+    with a template's `out_pitch`) contiguous, so the output is made with its pitch.
+    `share_out`: the copy writes into `ops.out` itself."""
     from ..templates.base import Operands, empty_out_like
 
     def clone(tensor):
         return None if tensor is None else tensor.clone()
 
-    return Operands(a=clone(ops.a), b=clone(ops.b), out=empty_out_like(ops.out).copy_(ops.out),
+    out = ops.out if share_out else empty_out_like(ops.out).copy_(ops.out)
+    return Operands(a=clone(ops.a), b=clone(ops.b), out=out,
                     bias=clone(ops.bias), scale_a=clone(ops.scale_a), scale_b=clone(ops.scale_b))
 
 
@@ -130,9 +132,10 @@ class CudaTimer:
     leave the GPU idle after the start event and be charged for it (with the host's cores
     busy, a two-kernel winner read a quarter slow: bench/README.md, "Kernel speed").
     graph: for tiny problems, one CUDA graph holds launches over several copies of the
-    operands, together larger than the L2 (so each launch finds its data cold, as a
-    flush would leave it), and the graph's time over the number of launches is one
-    sample. Launch overhead is gone, which is the point for kernels of a few µs.
+    inputs, together larger than the L2 (so each launch finds its data cold, as a
+    flush would leave it), all writing one output (TimingPolicy.rotate_out), and the
+    graph's time over the number of launches is one sample. Launch overhead is gone,
+    which is the point for kernels of a few µs.
     """
 
     MAX_COPIES = 64
@@ -202,8 +205,9 @@ class CudaTimer:
     def graph(self, run, ops, policy: TimingPolicy, reset: Callable[[], None] | None = None,
               give_up_ms: float | None = None) -> Timing:
         torch = self.torch
-        copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(_operand_bytes(ops), 1))))
-        sets = [ops] + [clone_operands(ops) for _ in range(copies - 1)]
+        rotated = _operand_bytes(ops, with_out=policy.rotate_out)
+        copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(rotated, 1))))
+        sets = [ops] + [clone_operands(ops, share_out=not policy.rotate_out) for _ in range(copies - 1)]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up off the default stream, as capture needs
