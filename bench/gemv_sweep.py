@@ -4,7 +4,9 @@ rotating operand copies larger than the L2 (bench/common.py), every config verif
 The configs are compiled first by a pool of processes (one per core), then timed in this one.
 
 PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
-    [--families fma,each,dot] [--top 12] [--pdl 0,1]
+    [--families fma,each,dot,short] [--top 12] [--pdl 0,1]
+--families short: a grid for a short K along B^T (BLOCK_K 256 or K's power of two in one
+masked step, 4-64 columns a program), the CUDA-core forms and DOT.
 --pdl 0,1 times every config as a plain launch and as a programmatic dependent launch.
 Prints, per problem, every config's time (sorted), x floor (bytes / 4.3 TB/s) and x torch.mm.
 """
@@ -108,6 +110,24 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
                 out.append(config(bm, bn, bk, warps, stages, split))
                 if split > 1:
                     out.append(config(bm, bn, bk, warps, stages, max(1, split // 2)))
+    if "short" in families and k_fast:  # a short K along B^T: few steps, wider column blocks
+        # BLOCK_K a divisor of K (256) or K's power of two in one masked step; tiles of
+        # 8-64 values a thread, 512-16384 programs' worth of column blocks.
+        for bk in sorted({256, pow2(k)}):
+            for bn in (4, 8, 16, 32, 64):
+                for warps in (4, 8, 16):
+                    per_thread = bm * bn * bk / (32 * warps)
+                    if bk > pow2(k) or not 8 <= per_thread <= 64:
+                        continue
+                    steps = -(-k // bk)
+                    for stages in ((1, 2) if steps > 1 else (1,)):
+                        out.append(config(bm, bn, bk, warps, stages, each=1))
+                        if per_thread <= 32:
+                            out.append(config(bm, bn, bk, warps, stages))
+        for bn, bk, warps, stages in ((32, 256, 4, 3), (64, 256, 4, 3), (64, 256, 8, 3), (128, 256, 8, 3),
+                                      (64, 128, 4, 4), (128, 128, 4, 4), (32, 128, 4, 5), (64, 256, 4, 2)):
+            if bk <= pow2(k):
+                out.append(config(16, bn, bk, warps, stages, 1, dot=1))
     if "dot" in families:  # the matrix units, M padded to 16
         tiles = [(bn, bk, 4) for bn in (16, 32, 64) for bk in (128, 256, 512)] + \
             [(16, 256, 2), (32, 256, 2), (16, 512, 2), (16, 256, 1), (32, 128, 1)]
