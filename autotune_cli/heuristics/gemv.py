@@ -83,11 +83,12 @@ _DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 1
            Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
 # For M = 1 on B^T, the per-step sums over whole rows of K with one or two warps per row (the
 # sum then stays in a warp) won; the elementwise accumulator and DOT are there for other
-# shapes (bench/README.md, "Decode GEMV").
+# shapes, DOT 64x128 with 4 stages for a short K (1x50257x768: 1.04x the next; bench/README.md,
+# "Decode GEMV").
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
                    Tile(EACH, 2, 2048, 2), Tile(EACH, 1, 4096, 2), Tile(FMA, 8, 512, 4),
-                   Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 16, 512, 2, 3, 1)),
+                   Tile(DOT, 64, 128, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1)),
     (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
                     Tile(EACH, 128, 32, 4, 1, None, 1), Tile(FMA, 128, 16, 4, 1, None, 1),
                     Tile(EACH, 64, 32, 4, 1, None, 1), Tile(DOT, 32, 256, 4, 3, None, 1),
