@@ -73,20 +73,28 @@ def test_json_stdout_stays_clean_when_an_actor_process_dies(cli, cache_dir, clus
     def tune_all_killing_one(self, problems, on_result=None):
         pids = actor_pids(self)
 
+        def kill_one_busy_again():
+            # an actor that reported before and is busy again: its next problem has started
+            # (one busy with its first may have finished it already), and its process dies
+            for slot, index in self.in_flight.values():
+                if not killed and slot in reported:
+                    killed.update(slot=slot, index=index)
+                    os.kill(pids[slot], signal.SIGKILL)
+
         def hook(result):
             if on_result is not None:
                 on_result(result)
-            if killed or result.outcome is None:
-                return
-            reported.add(result.slot)
-            # an actor that reported before and is busy again: its next problem has just
-            # started (one busy with its first may have finished it already), and its process dies
-            for slot, index in self.in_flight.values():
-                if slot in reported:
-                    killed.update(slot=slot, index=index)
-                    os.kill(pids[slot], signal.SIGKILL)
-                    return
+            if result.outcome is not None:
+                reported.add(result.slot)
+                kill_one_busy_again()
 
+        put = self.cache.put
+
+        def put_then_look(key, entry):  # also at each partial entry: the next problem under way
+            put(key, entry)
+            kill_one_busy_again()
+
+        self.cache.put = put_then_look
         return tune_all(self, problems, hook)
 
     monkeypatch.setattr(RayTuner, "tune_all", tune_all_killing_one)

@@ -261,6 +261,19 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
     assert bool(cores) == (m <= gemv.CUDA_CORE_MAX_M)
 
 
+@pytest.mark.parametrize("k", [768, 4096])
+def test_a_short_k_on_b_transposed_adds_the_short_k_tile(k):
+    """Up to SHORT_K on B^T at a few rows, the list gains DOT 64x128 with 4 stages (whole
+    128-long steps of a 768-long K); a long K keeps the eight tiles."""
+    short = {"BLOCK_N": 64, "BLOCK_K": 128, "num_stages": 4, "num_warps": 4, "DOT": 1, "SPLIT_K": 1}
+    for m in (1, 4):
+        found = configs(make_problem(m=m, n=50257, k=k, dtype="bfloat16", layout="nt"))
+        matches = [c for c in found if all(c[key] == value for key, value in short.items())]
+        assert len(matches) == (k <= gemv.SHORT_K) and len(found) <= 8 + (k <= gemv.SHORT_K)
+    wide = configs(make_problem(m=8, n=50257, k=768, dtype="bfloat16", layout="nt"))  # DOT's own list
+    assert len(wide) <= 8 and wide == [c for c in wide if c["DOT"]]
+
+
 def test_float32_takes_the_cuda_core_forms_at_every_m():
     for m in (1, 8, 16):
         found = configs(make_problem(m=m, n=4096, k=4096, dtype="float32", layout="nt"))

@@ -21,7 +21,8 @@ the float32 values one thread holds, BLOCK_M·BLOCK_N·BLOCK_K over the block's 
 most PER_THREAD[form] (beyond that the kernel spills); a tile is halved across B's contiguous
 dimension, then along it, until it fits (`fit_tile`).
   - default search: the tiles of DEFAULT_TILES for the layout (K contiguous, B^T stored
-    [n, k] as the decode weight is; or N contiguous, B [k, n]) and the M: at most 8 configs.
+    [n, k] as the decode weight is; or N contiguous, B [k, n]) and the M: at most 8 configs,
+    and SHORT_K_TILES too where K is at most SHORT_K on B^T with the CUDA-core forms.
   - exhaustive search: the default tiles, then the product of EXHAUSTIVE_* for each form
     the M allows, each with its SPLIT_K and twice it (bounded: the tile model does not rank
     these configs, every one is timed).
@@ -83,12 +84,11 @@ _DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 1
            Tile(DOT, 32, 256, 4, 3, None, 1), Tile(DOT, 64, 256, 4, 3, None, 1))
 # For M = 1 on B^T, the per-step sums over whole rows of K with one or two warps per row (the
 # sum then stays in a warp) won; the elementwise accumulator and DOT are there for other
-# shapes, DOT 64x128 with 4 stages for a short K (1x50257x768: 1.04x the next; bench/README.md,
-# "Decode GEMV").
+# shapes (bench/README.md, "Decode GEMV").
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
                    Tile(EACH, 2, 2048, 2), Tile(EACH, 1, 4096, 2), Tile(FMA, 8, 512, 4),
-                   Tile(DOT, 64, 128, 4, 4, 1), Tile(DOT, 16, 512, 2, 3, 1)),
+                   Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 16, 512, 2, 3, 1)),
     (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
                     Tile(EACH, 128, 32, 4, 1, None, 1), Tile(FMA, 128, 16, 4, 1, None, 1),
                     Tile(EACH, 64, 32, 4, 1, None, 1), Tile(DOT, 32, 256, 4, 3, None, 1),
@@ -96,6 +96,11 @@ DEFAULT_TILES = {
     (True, False): _DOT_NT,
     (False, False): _DOT_NN,
 }
+# Where K is short (at most SHORT_K) on B^T with the CUDA-core forms, a row is a few steps of
+# any tile above: DOT 64x128 with 4 stages led there (1x50257x768: 21.34 us, the next tile
+# 23.12, swap-AB's pick 22.1; bench/README.md, "Decode GEMV").
+SHORT_K = 1024
+SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1),)
 # The exhaustive search's products, per form (each tile with its SPLIT_K and twice it, DOT's
 # without a split and with one; fitted and deduplicated).
 EXHAUSTIVE = {
@@ -274,7 +279,10 @@ def _unique(configs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 class _Gemv(Heuristic):
     def tiles(self, problem: GemmProblem) -> tuple:
-        return DEFAULT_TILES[(problem.b_transposed, cuda_cores(problem))]
+        tiles = DEFAULT_TILES[(problem.b_transposed, cuda_cores(problem))]
+        if problem.b_transposed and cuda_cores(problem) and problem.k <= SHORT_K:
+            tiles += SHORT_K_TILES
+        return tiles
 
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
         if space is not None:
