@@ -77,7 +77,7 @@ class TimingPolicy:
     budget_ms: float = 40.0
     flush_l2: bool = True
     # "events": CUDA events around each run, L2 flushed before it. "graph": a CUDA graph
-    # of launches over rotating copies of the operands (more bytes than the L2 holds),
+    # of launches over rotating copies of the inputs (more bytes than the L2 holds),
     # for problems so small that launch overhead would otherwise pick the winner.
     mode: str = "events"
     # graph mode: each copy of the inputs gets its own output too (True), or all launches

@@ -96,9 +96,10 @@ DEFAULT_TILES = {
     (True, False): _DOT_NT,
     (False, False): _DOT_NN,
 }
-# Where K is short (at most SHORT_K) on B^T with the CUDA-core forms, a row is a few steps of
-# any tile above: DOT 64x128 with 4 stages led there (1x50257x768: 21.34 us, the next tile
-# 23.12, swap-AB's pick 22.1; bench/README.md, "Decode GEMV").
+# Where K is short (at most SHORT_K) on B^T with the CUDA-core forms, the whole-row tiles above
+# become one masked step in tens of thousands of short programs; DOT 64x128 with 4 stages
+# (six steps of 128 at K = 768) streamed B fastest there (1x50257x768: 21.34 us, the next
+# tile 23.12, swap-AB's pick 22.1; bench/README.md, "Decode GEMV").
 SHORT_K = 1024
 SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1),)
 # The exhaustive search's products, per form (each tile with its SPLIT_K and twice it, DOT's
