@@ -19,6 +19,8 @@ from autotune_cli.settings import MeasurePolicy, TimingPolicy
 from autotune_cli.templates import get_template
 from autotune_cli.templates.base import empty_out
 
+# Where side-by-side runnables write their output (SideBySide.time_many's `output`).
+OUTPUTS = ("shared", "rotated", "allocated")
 POLICY = TimingPolicy(warmup=3, min_runs=50, max_runs=300, budget_ms=200.0)
 # The tuner's policy with longer runs: the same choice of graph timing for tiny problems.
 MEASURE = MeasurePolicy.for_device("cuda", timing=POLICY)
@@ -57,16 +59,18 @@ class SideBySide:
     def runnable(self, problem, winner: dict, kernel_dir: str):
         return winner_kernel(problem, winner, kernel_dir)
 
-    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6, allocate: bool = False,
-                  rotate_out: bool = False):
+    def time_many(self, problem, runs: list, seed: int = 1234, rounds: int = 6, output: str = "shared"):
         """Median over `rounds` interleaved passes of each runnable's median time, the order
         reversed every other pass (A, B, C, then C, B, A, ...), so slow drift of clocks and
         whatever the previous runnable leaves behind hit all alike. Also verifies each. Each
         runs into an output with its `out_pitch` (contiguous where it has none); a runnable
         that returns an output of its own (a compiled function's) is checked on that one.
-        `allocate`: the runnables that write into an output are timed allocating it at each
-        call (`allocating`), as a compiled function does. `rotate_out`: in graph timing,
-        each copy of the inputs gets its own output (TimingPolicy.rotate_out)."""
+        `output`, one of OUTPUTS, is where the runnables that write into an output write in
+        graph timing: "shared", one output for every copy of the inputs (the tuner's way);
+        "rotated", an output per copy (TimingPolicy.rotate_out); "allocated", a new one at
+        each call (`allocating`), as a compiled function does."""
+        if output not in OUTPUTS:
+            raise ValueError(f"output {output!r}: one of {', '.join(OUTPUTS)}")
         ops = make_operands(problem, seed, "cuda")
         ref = reference(problem, ops)
         own = [replace(ops, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
@@ -78,10 +82,10 @@ class SideBySide:
             self.torch.cuda.synchronize()
             returned = isinstance(result, self.torch.Tensor) and result.data_ptr() != run_ops.out.data_ptr()
             verdicts.append(check(problem, result if returned else run_ops.out, ref))
-            timed.append(allocating(problem, run) if allocate and not returned else run)
+            timed.append(allocating(problem, run) if output == "allocated" and not returned else run)
         runs = timed
         del ref
-        policy = replace(self.policy(problem), rotate_out=rotate_out)
+        policy = replace(self.policy(problem), rotate_out=output == "rotated")
         samples = [[] for _ in runs]
         for round_index in range(rounds):
             order = range(len(runs)) if round_index % 2 == 0 else reversed(range(len(runs)))
@@ -110,6 +114,14 @@ def parse_tile(text: str) -> dict:
     if fixed:
         config["FIXED_NK"] = 1
     return config
+
+
+def tile_label(config: dict) -> str:
+    """A Triton config as parse_tile reads it, spaced: BMxBNxBK s<stages> w<warps> [k<split>] [f]."""
+    return (f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
+            f"s{config['num_stages']} w{config['num_warps']}"
+            + (f" k{config['SPLIT_K']}" if "SPLIT_K" in config else "")
+            + (" f" if config.get("FIXED_NK") else ""))
 
 
 def winner_kernel(problem, winner: dict, kernel_dir: str):

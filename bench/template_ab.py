@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import parse_tile  # noqa: E402
+from bench.common import parse_tile, tile_label  # noqa: E402
 
 CASES = ("triton::mm@4096x4096x4096:128x128x64s4w4,128x256x64s3w8;triton::mm@256x50257x768:128x128x64s3w8f;"
          "triton::mm@128x4096x4096:64x64x128s5w4;triton::mm_swap_ab@16x4096x4096:16x64x128s4w4;"
@@ -69,11 +69,7 @@ def main() -> None:
             if template.render(problem, params) == before.render(problem, params):
                 print(f"note: {uid} renders the same source from {earlier}", file=sys.stderr)
             times, verdicts = side.time_many(problem, runs, rounds=args.rounds)
-            label = (f"{uid.split('::')[1]} {'x'.join(map(str, shape))} "
-                     f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
-                     f"s{config['num_stages']} w{config['num_warps']}"
-                     + (f" k{config['SPLIT_K']}" if "SPLIT_K" in config else "")
-                     + (" f" if config.get("FIXED_NK") else ""))
+            label = f"{uid.split('::')[1]} {'x'.join(map(str, shape))} {tile_label(config)}"
             rows.append({"case": label, "before": times[0], "now": times[1], "torch.mm": times[2],
                          "verified": all(v.ok for v in verdicts)})
             print(f"{label}: before {times[0] * 1000:.2f} us, now {times[1] * 1000:.2f} us, "

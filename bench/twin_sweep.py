@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import parse_tile  # noqa: E402
+from bench.common import OUTPUTS, parse_tile, tile_label  # noqa: E402
 
 CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4,64x64x64s4w4;"
          "64x32001x4096:64x128x64s3w4;128x4096x4096:64x64x128s5w4,64x128x128s4w4;256x4096x4096:64x128x128s4w4")
@@ -39,7 +39,6 @@ CASES = ("256x50257x768:128x128x64s3w4,128x128x64s3w8;64x50257x768:64x128x64s3w4
 WRITTEN = ("N", "K", "N_LOAD", "N_STORE", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
            "stride_bn", "stride_cb", "stride_cm", "stride_cn")
 FORMS = ("plain", "strides", "m")
-OUTS = ("shared", "rotated", "allocated")
 
 
 def parse_config(text: str) -> dict:
@@ -109,12 +108,12 @@ def main() -> None:
     parser.add_argument("--forms", default="", help="forms of the twin to add, comma-separated (see above)")
     parser.add_argument("--strides", action="store_true", help="the same as --forms strides")
     parser.add_argument("--inductor", action="store_true", help="add Inductor's kernel for each config")
-    parser.add_argument("--outs", default="", help=f"output contexts, comma-separated, of {', '.join(OUTS)}")
+    parser.add_argument("--outs", default="", help=f"output contexts, comma-separated, of {', '.join(OUTPUTS)}")
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     outs = [o for o in args.outs.split(",") if o] or (["allocated"] if args.inductor else ["shared"])
-    if not set(outs) <= set(OUTS):
-        raise SystemExit(f"--outs: each of {', '.join(OUTS)}")
+    if not set(outs) <= set(OUTPUTS):
+        raise SystemExit(f"--outs: each of {', '.join(OUTPUTS)}")
 
     from bench.common import SideBySide, out_dir, write_json
     from autotune_cli.problem import make_problem
@@ -151,11 +150,9 @@ def main() -> None:
                 inductor_sources.append(f"# {m}x{n}x{k} {config}\n{source}")
             runs.append(side.anchor(problem))
             names.append("torch.mm")
-            tile = (f"{m}x{n}x{k} {config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']} "
-                    f"s{config['num_stages']} w{config['num_warps']}")
+            tile = f"{m}x{n}x{k} {tile_label(config)}"
             for context in outs:  # Inductor's compiled function allocates its output in each
-                times, verdicts = side.time_many(problem, runs, rounds=args.rounds,
-                                                 allocate=context == "allocated", rotate_out=context == "rotated")
+                times, verdicts = side.time_many(problem, runs, rounds=args.rounds, output=context)
                 label = tile if len(outs) == 1 else f"{tile} {context}"
                 rows.append({"case": label, **{name: t for name, t in zip(names, times)},
                              "verified": all(v.ok for v in verdicts)})
