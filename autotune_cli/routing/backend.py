@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatcher
 from .dynamic import DynamicCall, dynamic_problem
 from .eager import launch_parts, warmed_call, warmed_scaled_call
+from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
@@ -22,11 +23,11 @@ class routing_backend:
     """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
     then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
     them, another registered backend's name, or a backend function). `routes`: a list that
-    gets the Dispatch of every matmul routed. `group_linears`: see `compile`."""
+    gets the Dispatch of every matmul routed. `group_linears`, `fold_gqa`: see `compile`."""
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
                  options: dict | None = None, routes: list | None = None, tune: Any = None,
-                 group_linears: bool | None = None) -> None:
+                 group_linears: bool | None = None, fold_gqa: bool = True) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
@@ -34,6 +35,7 @@ class routing_backend:
         self.routes = routes if routes is not None else []
         self.tune = tune
         self.group_linears = group_linears
+        self.fold_gqa = fold_gqa
         self.pdl = False  # Inductor's PDL, read from its config at each graph (inductor_pdl)
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
@@ -53,6 +55,10 @@ class routing_backend:
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
+        folds = fold_attention(gm.graph) if self.fold_gqa else 0
+        if folds:
+            gm.graph.lint()
+            gm.recompile()
         sites = list(matmul_sites(gm.graph))
         for site in sites:
             if site.dynamic_m:
@@ -67,7 +73,7 @@ class routing_backend:
         self._tune_missing(sites, [g.problem for g in groups])
         routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
-        self._rewrite(gm, pin_aten, sites, routed_groups)
+        self._rewrite(gm, pin_aten, sites, routed_groups, folds)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -128,9 +134,10 @@ class routing_backend:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
     def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None,
-                 groups: Sequence[tuple[Group, str, Dispatch]] = ()) -> None:
+                 groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: int = 0) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
-        one op each, the other `sites` one by one."""
+        one op each, the other `sites` one by one (`folds`: the attentions gqa.py rewrote, for
+        the summary line)."""
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -189,7 +196,7 @@ class routing_backend:
         if changed:
             graph.lint()
             gm.recompile()
-        summary(self.routes[routed_before:], len(groups))
+        summary(self.routes[routed_before:], len(groups), folds)
 
     def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM (`group.problem`), where its winner's time beats
@@ -429,7 +436,7 @@ def _rewrite_outer(graph, site: Site) -> None:
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, tune: Any = None,
-            group_linears: bool | None = None, **torch_compile_kwargs):
+            group_linears: bool | None = None, fold_gqa: bool = True, **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
@@ -448,6 +455,11 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     unchanged). None (the default): on a GPU where Inductor replays CUDA graphs (the op's host
     work is paid once, at capture); True always; False never (the model's storage is left
     alone).
+
+    `fold_gqa`: an attention that repeats its K and V heads for the query heads sharing them
+    (transformers' repeat_kv before scaled_dot_product_attention, at decode) runs over K and V
+    once, those query heads folded into its rows (gqa.py): the same sums, without a copy of
+    the cache per step. False leaves the attention as written.
 
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
@@ -472,5 +484,5 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
-    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears)
+    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

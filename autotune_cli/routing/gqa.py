@@ -1,0 +1,190 @@
+"""Grouped-query attention that copies its K and V heads for SDPA, rewritten to read them once.
+
+A model with fewer K/V heads than query heads (Llama, Mistral, Qwen: 8 against 32) repeats each
+K and V head for the query heads that share it before calling scaled_dot_product_attention with
+a mask (transformers' `repeat_kv`; SDPA's own `enable_gqa` falls back to its math kernel under
+a mask). Each repeat is a copy of the whole cache, every step. Attention's two products read K
+and V as the B operand of every query head of a group; the query heads of a group fold into
+the rows (M) of one attention over the group's head instead, as a GEMM folds a batch into M:
+
+    q [B, H, L, D] -> [B, KV, (H / KV) * L, D],  SDPA with K, V [B, KV, S, D],  back to [B, H, L, D]
+
+Row r * L + l of a group is query head g * H / KV + r at position l: the head that repeat_kv gave
+K/V head g, so each output is the same sum. Folded where that holds for every row: no causal
+flag (its mask would follow the folded rows) and no dropout; a mask with one row and one head
+(it broadcasts over the folded rows), as a decode step's is; static head counts and sizes.
+The copies go, and the attention reads K and V once (bench/README.md, "A serving loop").
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+from .sites import concrete, node_value
+
+__all__ = ["Fold", "find_folds", "fold_attention", "repeated_heads"]
+
+# scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+# scale=None, *, enable_gqa=False): its arguments in order, with their defaults
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+@dataclass(frozen=True)
+class Fold:
+    """An SDPA node whose K and V are repeats of `key`'s and `value`'s heads, `n` times each."""
+
+    node: Any
+    query: Any
+    key: Any  # the node of K before its repeat, [B, KV, S, D]
+    value: Any
+    mask: Any
+    scale: Any
+    n: int  # query heads per K/V head
+    repeats: tuple  # the repeat's nodes (erased once no other node reads them)
+
+
+def _sizes(node) -> tuple | None:
+    value = node_value(node)
+    if value is None or not hasattr(value, "shape"):
+        return None
+    return tuple(concrete(s) for s in value.shape)
+
+
+def _is_method_or(node, method: str, function) -> bool:
+    return ((node.op == "call_method" and node.target == method)
+            or (node.op == "call_function" and node.target is function))
+
+
+def repeated_heads(node) -> tuple[Any, int, tuple] | None:
+    """(source, n, nodes) where `node` is a [B, KV, S, D] tensor's heads each repeated n times
+    in place (head h of the result is source head h // n), written as transformers' repeat_kv
+    (`x[:, :, None].expand(B, KV, n, S, D).reshape(B, KV * n, S, D)`, or unsqueeze(2) for the
+    index) or as `x.repeat_interleave(n, dim=1)`; `nodes` are the repeat's own nodes. Else None."""
+    import torch
+
+    if not hasattr(node, "op"):
+        return None
+    out = _sizes(node)
+    if out is None or len(out) != 4 or None in out[1:]:
+        return None
+    if _is_method_or(node, "repeat_interleave", torch.repeat_interleave):
+        args = dict(zip(("input", "repeats", "dim"), node.args))
+        args.update(node.kwargs)
+        source = args.get("input")
+        n = args.get("repeats")
+        if set(args) - {"input", "repeats", "dim", "output_size"} or args.get("dim") not in (1, -3):
+            return None
+        src = _sizes(source) if hasattr(source, "op") else None
+        if not isinstance(n, int) or n < 2 or src is None or len(src) != 4 or src[1] is None \
+                or out[1] != src[1] * n or out[2:] != src[2:]:
+            return None
+        return source, n, (node,)
+    if not (_is_method_or(node, "reshape", torch.reshape) or (node.op == "call_method" and node.target == "view")):
+        return None
+    expand = node.args[0] if node.args else None
+    if not (hasattr(expand, "op") and expand.op == "call_method" and expand.target == "expand"):
+        return None
+    unsqueezed = expand.args[0] if expand.args else None
+    source = _unsqueezed_at_2(unsqueezed)
+    big, src = _sizes(expand), _sizes(source) if source is not None else None
+    if big is None or src is None or len(big) != 5 or len(src) != 4 or None in big[1:] or src[1] is None:
+        return None
+    n = big[2]
+    if n < 2 or big[1] != src[1] or big[3:] != src[2:] or out[1] != src[1] * n or out[2:] != src[2:]:
+        return None
+    return source, n, (node, expand, unsqueezed)
+
+
+def _unsqueezed_at_2(node):
+    """The node that `node` inserts a size-1 dim into at position 2 (`x[:, :, None]`,
+    `x[:, :, None, :, :]`, `x.unsqueeze(2)`), or None."""
+    import torch
+
+    if not hasattr(node, "op"):
+        return None
+    if node.op == "call_function" and node.target is operator.getitem and len(node.args) == 2:
+        source, index = node.args
+        if not isinstance(index, tuple) or len(index) < 3:
+            return None
+        full = slice(None, None, None)
+        head, rest = index[:3], index[3:]
+        if head != (full, full, None) or any(i != full and i is not Ellipsis for i in rest):
+            return None
+        return source if hasattr(source, "op") else None
+    if _is_method_or(node, "unsqueeze", torch.unsqueeze):
+        args = dict(zip(("input", "dim"), node.args))
+        args.update(node.kwargs)
+        source = args.get("input")
+        dim = args.get("dim")
+        src = _sizes(source) if hasattr(source, "op") else None
+        if src is not None and len(src) == 4 and dim in (2, -3):
+            return source
+    return None
+
+
+def _sdpa_args(node) -> dict | None:
+    import torch
+
+    if node.op != "call_function" or node.target is not torch._C._nn.scaled_dot_product_attention \
+            or len(node.args) > len(_SDPA_ARGS):
+        return None
+    args = dict(zip(_SDPA_ARGS, node.args))
+    for name, value in node.kwargs.items():
+        if name not in _SDPA_ARGS or name in args:
+            return None
+        args[name] = value
+    return {**_SDPA_DEFAULTS, **args}
+
+
+def find_folds(graph) -> list[Fold]:
+    """The SDPA nodes of `graph` that may run over K and V unrepeated (see the module)."""
+    folds = []
+    for node in graph.nodes:
+        args = _sdpa_args(node)
+        if args is None or args["is_causal"] is not False or args["enable_gqa"] is not False \
+                or args["dropout_p"] not in (0, 0.0):
+            continue
+        key, value = repeated_heads(args["key"]), repeated_heads(args["value"])
+        q = _sizes(args["query"])
+        if key is None or value is None or key[1] != value[1] or q is None or len(q) != 4 or None in q[1:]:
+            continue
+        n = key[1]
+        k_src, v_src = _sizes(key[0]), _sizes(value[0])
+        if q[1] != k_src[1] * n or k_src[1] != v_src[1] or k_src[3] != q[3]:
+            continue
+        mask = args["attn_mask"]
+        if mask is not None:
+            m = _sizes(mask)
+            # one row and one head: it broadcasts over the folded rows as it did over the heads
+            if m is None or len(m) > 4 or (len(m) >= 2 and m[-2] != 1) or (len(m) >= 3 and m[-3] != 1):
+                continue
+        folds.append(Fold(node, args["query"], key[0], value[0], mask, args["scale"], n, key[2] + value[2]))
+    return folds
+
+
+def fold_attention(graph) -> int:
+    """Rewrite every SDPA of `graph` that find_folds finds; how many were rewritten."""
+    import torch
+
+    folds = find_folds(graph)
+    erased: set = set()
+    for fold in folds:
+        _, heads, rows, dim = _sizes(fold.query)
+        v_dim = _sizes(fold.value)[3]
+        groups = heads // fold.n
+        with graph.inserting_before(fold.node):
+            q = graph.call_function(torch.reshape, (fold.query, (-1, groups, fold.n * rows, dim)))
+            out = graph.call_function(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
+                                      {"attn_mask": fold.mask, "dropout_p": 0.0, "is_causal": False,
+                                       "scale": fold.scale})
+            out = graph.call_function(torch.reshape, (out, (-1, heads, rows, v_dim)))
+        fold.node.replace_all_uses_with(out)
+        graph.erase_node(fold.node)
+        for node in fold.repeats:  # in order: each repeat's last node first
+            if node not in erased and not node.users:
+                graph.erase_node(node)
+                erased.add(node)
+    return len(folds)

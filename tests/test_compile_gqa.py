@@ -1,0 +1,159 @@
+"""autotune_cli.compile's fold of grouped-query attention (routing/gqa.py) on the CPU: an SDPA
+over K and V heads repeated for the query heads sharing them runs over the unrepeated heads,
+the query heads folded into its rows, with torch's values; where a row would see another
+mask or a causal flag, it is left as written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import autotune_cli
+from autotune_cli.routing import gqa
+
+pytestmark = pytest.mark.usefixtures("fresh_compile")
+
+B, H, KV, S, D = 2, 8, 2, 24, 16
+
+
+def repeat_kv(x, n):
+    """transformers' repeat_kv, as its Llama, Mistral and Qwen attentions call it."""
+    b, kv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+
+def interleaved(x, n):
+    return x.repeat_interleave(n, dim=1)
+
+
+def unsqueezed(x, n):
+    b, kv, s, d = x.shape
+    return x.unsqueeze(2).expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+
+def operands(rows: int = 1, mask_shape=(B, 1, 1, S), seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, rows, D, generator=g)
+    k, v = torch.randn(B, KV, S, D, generator=g), torch.randn(B, KV, S, D, generator=g)
+    mask = None if mask_shape is None else torch.rand(mask_shape, generator=g) > 0.3
+    if mask is not None:
+        mask[..., 0] = True  # every row sees one key at least
+    return q, k, v, mask
+
+
+def compiled(fn, folds: list, **kwargs):
+    """fn compiled by our backend, each graph it hands on recorded in `folds` as the count of
+    SDPA nodes whose K is a graph input (read unrepeated); where all are, no repeat is left
+    (the repeats' nodes are gone, not only unread)."""
+    def capture(gm, example_inputs):
+        sdpa = [n for n in gm.graph.nodes if n.target is torch._C._nn.scaled_dot_product_attention]
+        folds.append(sum(n.args[1].op == "placeholder" for n in sdpa))
+        if folds[-1] == len(sdpa):
+            assert not any(gqa.repeated_heads(n) for n in gm.graph.nodes)
+        return gm.forward
+
+    return autotune_cli.compile(fn, backend=capture, fullgraph=True, tune=False, **kwargs)
+
+
+@pytest.mark.parametrize("repeat", [repeat_kv, interleaved, unsqueezed])
+@pytest.mark.parametrize("mask_shape", [(B, 1, 1, S), (1, 1, 1, S), (1, S), None])
+def test_a_decode_steps_attention_reads_k_and_v_once_with_torchs_values(repeat, mask_shape, capfd):
+    n = H // KV
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, repeat(k, n), repeat(v, n), attn_mask=mask, dropout_p=0.0,
+                                              scale=None, is_causal=False)
+
+    q, k, v, mask = operands(mask_shape=mask_shape)
+    want = attend(q, k, v, mask)
+    folds: list = []
+    got = compiled(attend, folds)(q, k, v, mask)
+    assert folds == [1]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert got.shape == want.shape
+    assert "1 attention over K and V unrepeated" in capfd.readouterr().err
+
+
+def test_several_rows_fold_under_a_mask_of_one_row():
+    """Four query positions (a verify step of speculative decoding) under a mask of one row:
+    row r * L + l of a group is head r's position l."""
+    n = H // KV
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask, scale=0.3)
+
+    q, k, v, mask = operands(rows=4)
+    folds: list = []
+    got = compiled(attend, folds)(q, k, v, mask)
+    assert folds == [1]
+    torch.testing.assert_close(got, attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["causal", "mask per row", "mask per head", "dropout", "fold off", "not a repeat",
+                                  "k and v repeated apart"])
+def test_an_attention_whose_rows_would_change_is_left_as_written(case):
+    n = H // KV
+    rows = 4 if case in ("causal", "mask per row") else 1
+    mask_shape = {"mask per row": (B, 1, rows, S), "mask per head": (B, H, 1, S), "causal": None}.get(
+        case, (B, 1, 1, S))
+    q, k, v, mask = operands(rows=rows, mask_shape=mask_shape)
+
+    def attend(q, k, v, mask):
+        key = repeat_kv(k, n) if case != "not a repeat" else k.repeat(1, n, 1, 1)  # head h is k's h % KV
+        value = repeat_kv(v, n) if case != "k and v repeated apart" else v.repeat(1, n, 1, 1)
+        return F.scaled_dot_product_attention(q, key, value, attn_mask=mask, is_causal=case == "causal",
+                                              dropout_p=0.5 if case == "dropout" else 0.0)
+
+    folds: list = []
+    fn = compiled(attend, folds, fold_gqa=case != "fold off")
+    if case == "dropout":
+        fn(q, k, v, mask)
+    else:
+        torch.testing.assert_close(fn(q, k, v, mask), attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    assert folds == [0]
+
+
+def test_repeated_heads_reads_the_repeat_and_its_factor():
+    """The rule on a traced graph: the source node and n of each form, None for a tile of the
+    heads (head h is source head h % KV) and for a repeat along another dim."""
+    n = H // KV
+
+    def forms(k):
+        return (repeat_kv(k, n), interleaved(k, n), unsqueezed(k, n), k.repeat(1, n, 1, 1),
+                k.repeat_interleave(n, dim=2))
+
+    seen: list = []
+
+    def capture(gm, example_inputs):
+        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        seen.extend((r[0].op, r[1]) if r is not None else None for r in map(gqa.repeated_heads, out))
+        return gm.forward
+
+    torch.compile(forms, backend=capture, fullgraph=True)(torch.randn(B, KV, S, D))
+    assert seen == [("placeholder", n)] * 3 + [None, None]
+
+
+def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
+    """A transformers Llama (GQA: 4 query heads a K/V head) with a static cache: the decode
+    step compiled with the fold gives eager's logits."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
+                                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, 64, (2, 5))
+
+    def logits_after_prompt(step):
+        cache = transformers.StaticCache(config=config, max_cache_len=16)
+        with torch.no_grad():
+            model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5))
+            return step(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
+
+    folds: list = []
+    step = compiled(model, folds)
+    want = logits_after_prompt(model)
+    got = logits_after_prompt(step)
+    assert folds == [config.num_hidden_layers]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
