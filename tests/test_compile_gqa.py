@@ -44,11 +44,12 @@ def operands(rows: int = 1, mask_shape=(B, 1, 1, S), seed: int = 0):
 
 def compiled(fn, folds: list, **kwargs):
     """fn compiled by our backend, each graph it hands on recorded in `folds` as the count of
-    SDPA nodes whose K is a graph input (read unrepeated); where all are, no repeat is left
-    (the repeats' nodes are gone, not only unread)."""
+    SDPA nodes over K and V unrepeated (their query folded by a torch.reshape); where all are,
+    no repeat is left (the repeats' nodes are gone, not only unread)."""
     def capture(gm, example_inputs):
         sdpa = [n for n in gm.graph.nodes if n.target is torch._C._nn.scaled_dot_product_attention]
-        folds.append(sum(n.args[1].op == "placeholder" for n in sdpa))
+        folds.append(sum(gqa.repeated_heads(n.args[1]) is None and n.args[0].target is torch.reshape
+                         for n in sdpa))
         if folds[-1] == len(sdpa):
             assert not any(gqa.repeated_heads(n) for n in gm.graph.nodes)
         return gm.forward
@@ -75,27 +76,28 @@ def test_a_decode_steps_attention_reads_k_and_v_once_with_torchs_values(repeat, 
     assert "1 attention over K and V unrepeated" in capfd.readouterr().err
 
 
-def test_several_rows_fold_under_a_mask_of_one_row():
-    """Four query positions (a verify step of speculative decoding) under a mask of one row:
-    row r * L + l of a group is head r's position l."""
+@pytest.mark.parametrize("mask_shape", [(B, 1, 1, S), (B, 1, 4, S), (1, 1, 4, S)])
+def test_several_rows_fold_under_a_mask_of_one_row_or_of_each(mask_shape):
+    """Four query positions (a verify step of speculative decoding, a chunk against a static
+    cache): row r * L + l of a group is head r's position l, under mask row l."""
     n = H // KV
 
     def attend(q, k, v, mask):
         return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask, scale=0.3)
 
-    q, k, v, mask = operands(rows=4)
+    q, k, v, mask = operands(rows=4, mask_shape=mask_shape)
     folds: list = []
     got = compiled(attend, folds)(q, k, v, mask)
     assert folds == [1]
     torch.testing.assert_close(got, attend(q, k, v, mask), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["causal", "mask per row", "mask per head", "dropout", "fold off", "not a repeat",
-                                  "k and v repeated apart"])
+@pytest.mark.parametrize("case", ["causal", "mask of 2 dims per row", "mask per head", "dropout", "fold off",
+                                  "not a repeat", "k and v repeated apart"])
 def test_an_attention_whose_rows_would_change_is_left_as_written(case):
     n = H // KV
-    rows = 4 if case in ("causal", "mask per row") else 1
-    mask_shape = {"mask per row": (B, 1, rows, S), "mask per head": (B, H, 1, S), "causal": None}.get(
+    rows = 4 if case in ("causal", "mask of 2 dims per row") else 1
+    mask_shape = {"mask of 2 dims per row": (rows, S), "mask per head": (B, H, 1, S), "causal": None}.get(
         case, (B, 1, 1, S))
     q, k, v, mask = operands(rows=rows, mask_shape=mask_shape)
 
@@ -135,8 +137,8 @@ def test_repeated_heads_reads_the_repeat_and_its_factor():
 
 
 def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
-    """A transformers Llama (GQA: 4 query heads a K/V head) with a static cache: the decode
-    step compiled with the fold gives eager's logits."""
+    """A transformers Llama (GQA: 4 query heads a K/V head) with a static cache: the prompt's
+    forward and the decode step, compiled with the fold, give eager's logits."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
@@ -145,15 +147,15 @@ def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
     model = transformers.LlamaForCausalLM(config).eval()
     prompt = torch.randint(0, 64, (2, 5))
 
-    def logits_after_prompt(step):
+    def logits(run):
+        """The prompt's last logits (five positions against the cache), then the next step's."""
         cache = transformers.StaticCache(config=config, max_cache_len=16)
         with torch.no_grad():
-            model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5))
-            return step(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
+            first = run(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5)).logits[:, -1]
+            return first, run(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
 
     folds: list = []
-    step = compiled(model, folds)
-    want = logits_after_prompt(model)
-    got = logits_after_prompt(step)
-    assert folds == [config.num_hidden_layers]
+    want = logits(model)
+    got = logits(compiled(model, folds))
+    assert folds == [config.num_hidden_layers] * 2
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

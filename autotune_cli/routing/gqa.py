@@ -11,8 +11,10 @@ the rows (M) of one attention over the group's head instead, as a GEMM folds a b
 
 Row r * L + l of a group is query head g * H / KV + r at position l: the head that repeat_kv gave
 K/V head g, so each output is the same sum. Folded where that holds for every row: no causal
-flag (its mask would follow the folded rows) and no dropout; a mask with one row and one head
-(it broadcasts over the folded rows), as a decode step's is; static head counts and sizes.
+flag (its mask would follow the folded rows) and no dropout; a mask of one head, with one row
+(it broadcasts over the folded rows, as a decode step's does) or [B, 1, L, S] (its rows
+repeated for the folded ones: a few positions against a static cache); static head counts
+and sizes but the batch.
 The copies go, and the attention reads K and V once (bench/README.md, "A serving loop").
 """
 
@@ -41,6 +43,7 @@ class Fold:
     key: Any  # the node of K before its repeat, [B, KV, S, D]
     value: Any
     mask: Any
+    mask_rows: bool  # the mask has L rows ([., 1, L, S]): repeated for the folded rows
     scale: Any
     n: int  # query heads per K/V head
     repeats: tuple  # the repeat's nodes (erased once no other node reads them)
@@ -155,13 +158,18 @@ def find_folds(graph) -> list[Fold]:
         k_src, v_src = _sizes(key[0]), _sizes(value[0])
         if q[1] != k_src[1] * n or k_src[1] != v_src[1] or k_src[3] != q[3]:
             continue
-        mask = args["attn_mask"]
+        mask, mask_rows = args["attn_mask"], False
         if mask is not None:
             m = _sizes(mask)
-            # one row and one head: it broadcasts over the folded rows as it did over the heads
-            if m is None or len(m) > 4 or (len(m) >= 2 and m[-2] != 1) or (len(m) >= 3 and m[-3] != 1):
+            # one head: it broadcasts over the folded rows as over the heads; one row, or [., 1, L, S]
+            if m is None or len(m) > 4 or (len(m) >= 3 and m[-3] != 1):
                 continue
-        folds.append(Fold(node, args["query"], key[0], value[0], mask, args["scale"], n, key[2] + value[2]))
+            if len(m) >= 2 and m[-2] != 1:
+                if len(m) != 4 or m[-2] != q[2] or m[-1] is None:
+                    continue
+                mask_rows = True  # repeated n times along the rows: folded row r * L + l reads row l
+        folds.append(Fold(node, args["query"], key[0], value[0], mask, mask_rows, args["scale"], n,
+                          key[2] + value[2]))
     return folds
 
 
@@ -177,8 +185,14 @@ def fold_attention(graph) -> int:
         groups = heads // fold.n
         with graph.inserting_before(fold.node):
             q = graph.call_function(torch.reshape, (fold.query, (-1, groups, fold.n * rows, dim)))
+            mask = fold.mask
+            if fold.mask_rows:
+                keys = _sizes(mask)[3]
+                mask = graph.call_function(torch.unsqueeze, (mask, 2))
+                mask = graph.call_method("expand", (mask, -1, 1, fold.n, rows, keys))
+                mask = graph.call_function(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)))
             out = graph.call_function(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
-                                      {"attn_mask": fold.mask, "dropout_p": 0.0, "is_causal": False,
+                                      {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
                                        "scale": fold.scale})
             out = graph.call_function(torch.reshape, (out, (-1, heads, rows, v_dim)))
         fold.node.replace_all_uses_with(out)
