@@ -14,7 +14,7 @@ from autotune_cli.routing import gqa
 
 pytestmark = pytest.mark.usefixtures("fresh_compile")
 
-B, H, KV, S, D = 2, 8, 2, 24, 16
+B, H, KV, S, D = 4, 16, 4, 24, 8  # B x KV: gqa.MIN_HEADS
 
 
 def repeat_kv(x, n):
@@ -116,6 +116,32 @@ def test_an_attention_whose_rows_would_change_is_left_as_written(case):
     assert folds == [0]
 
 
+@pytest.mark.parametrize("batch", [1, "dynamic"])
+def test_a_batch_of_one_with_few_heads_keeps_its_copies_and_a_dynamic_batch_folds(batch):
+    """Batch 1 with 4 K/V heads: under MIN_HEADS programs, left as written. A batch that torch
+    makes symbolic (a second batch size; a call of batch 1 would get its own graph) is 2 or
+    more, and with 8 K/V heads that is MIN_HEADS: folded, at every size."""
+    n = H // KV
+    kv = KV if batch == 1 else gqa.MIN_HEADS // 2
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+
+    def operands_of(rows):
+        g = torch.Generator().manual_seed(rows)
+        q = torch.randn(rows, kv * n, 1, D, generator=g)
+        k, v = torch.randn(rows, kv, S, D, generator=g), torch.randn(rows, kv, S, D, generator=g)
+        mask = torch.rand(rows, 1, 1, S, generator=g) > 0.3
+        mask[..., 0] = True
+        return q, k, v, mask
+
+    folds: list = []
+    fn = compiled(attend, folds)
+    for rows in [1] if batch == 1 else [2, 3, 5]:
+        torch.testing.assert_close(fn(*operands_of(rows)), attend(*operands_of(rows)), rtol=1e-5, atol=1e-5)
+    assert folds == ([0] if batch == 1 else [1, 1])  # sizes 3 and 5: one graph of a symbolic batch
+
+
 def test_repeated_heads_reads_the_repeat_and_its_factor():
     """The rule on a traced graph: the source node and n of each form, None for a tile of the
     heads (head h is source head h % KV) and for a repeat along another dim."""
@@ -137,11 +163,12 @@ def test_repeated_heads_reads_the_repeat_and_its_factor():
 
 
 def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
-    """A transformers Llama (GQA: 4 query heads a K/V head) with a static cache: the prompt's
-    forward and the decode step, compiled with the fold, give eager's logits."""
+    """A transformers Llama (GQA: 4 query heads a K/V head, 8 K/V heads) with a static cache,
+    batch 2: the prompt's forward and the decode step, compiled with the fold, give eager's
+    logits."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
+                                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=64,
                                       attn_implementation="sdpa")
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
@@ -159,3 +186,24 @@ def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
     got = logits(compiled(model, folds))
     assert folds == [config.num_hidden_layers] * 2
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_a_decode_attention_folds_under_cuda_graphs_with_torchs_values(cache_dir, capfd):
+    """On a GPU, by default (Inductor replaying CUDA graphs; its cuDNN attention): a batch-2
+    decode step of 32 query heads over 8 K/V heads of a 1024-position cache, folded, within
+    bf16's tolerance of the same step as written, over warm-up, record and replays."""
+    n, kv, keys = 4, 8, 1024
+
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, kv * n, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(2, kv, keys, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    mask = torch.arange(keys, device="cuda").expand(2, 1, 1, keys) < 700
+    run = autotune_cli.compile(attend, cache_dir=cache_dir, fullgraph=True, tune=False)
+    want = attend(q, k, v, mask)
+    for _ in range(3):
+        torch.testing.assert_close(run(q, k, v, mask), want, rtol=2e-2, atol=2e-2)
+    assert "1 attention over K and V unrepeated" in capfd.readouterr().err

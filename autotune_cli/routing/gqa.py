@@ -14,7 +14,7 @@ K/V head g, so each output is the same sum. Folded where that holds for every ro
 flag (its mask would follow the folded rows) and no dropout; a mask of one head, with one row
 (it broadcasts over the folded rows, as a decode step's does) or [B, 1, L, S] (its rows
 repeated for the folded ones: a few positions against a static cache); static head counts
-and sizes but the batch.
+and sizes but the batch; batch x K/V heads at least MIN_HEADS.
 The copies go, and the attention reads K and V once (bench/README.md, "A serving loop").
 """
 
@@ -26,7 +26,13 @@ from typing import Any
 
 from .sites import concrete, node_value
 
-__all__ = ["Fold", "find_folds", "fold_attention", "repeated_heads"]
+__all__ = ["MIN_HEADS", "Fold", "find_folds", "fold_attention", "repeated_heads"]
+
+# The least batch x K/V heads folded: SDPA's kernel for a few rows runs one program per (batch,
+# head) and does not split the keys, so with 8 (batch 1 of a Llama-3-8B) it took 1.16x the
+# copies plus the repeated attention at 1024 keys and 1.66x at 4096; with 16, 0.93-0.95x
+# (bench/README.md, "Grouped-query attention folded").
+MIN_HEADS = 16
 
 # scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 # scale=None, *, enable_gqa=False): its arguments in order, with their defaults
@@ -157,6 +163,8 @@ def find_folds(graph) -> list[Fold]:
         n = key[1]
         k_src, v_src = _sizes(key[0]), _sizes(value[0])
         if q[1] != k_src[1] * n or k_src[1] != v_src[1] or k_src[3] != q[3]:
+            continue
+        if (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more: torch specialises 1
             continue
         mask, mask_rows = args["attn_mask"], False
         if mask is not None:
