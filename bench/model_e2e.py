@@ -1,4 +1,4 @@
-"""End to end: a GPT-2-sized block, tuned by `autotune model`, run five ways.
+"""End to end: a GPT-2-sized block, tuned by `autotune model`, run six ways.
 
 The model: LayerNorm, qkv Linear (768 -> 2304, bias), causal attention (SDPA, not a GEMM),
 proj Linear (768 -> 768, bias), LayerNorm, fc1 (768 -> 3072, bias), GELU, fc2 (3072 -> 768,
@@ -14,8 +14,10 @@ then the forward time of
   (e) ours, no graphs  autotune_cli.compile(model, mode="default"): (d) without CUDA graphs,
                   every kernel launched from the CPU (GPU only; an error there is recorded,
                   not fatal);
+  (f) reduce-overhead  torch.compile(mode="reduce-overhead"): (d)'s compile without our
+                  routing (Inductor's ATen GEMMs, CUDA graphs; GPU only);
 
-with the compile time of (c), (d) and (e) (the first call, Inductor's caches off). One method for
+with the compile time of (c) to (f) (the first call, Inductor's caches off). One method for
 every path: per forward, the L2 flushed (256 MB zeroed), a device sync, CUDA events around
 the one call, so that what the CPU spends launching counts as it does in eager code; the
 median of `--reps`. Each path's output is checked against the model in float64 (relative
@@ -228,6 +230,10 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
             except Exception as exc:  # noqa: BLE001 - recorded: the other paths' figures stand
                 paths["e_ours_no_graphs"] = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}",
                                              "forward_ms": float("nan"), "error": float("nan")}
+            torch._dynamo.reset()
+            plain = torch.compile(copy.deepcopy(model), mode="reduce-overhead")
+            compiles["f_reduce_overhead"], outputs["f_reduce_overhead"] = first_call(plain, x, device)
+            fns["f_reduce_overhead"] = plain
         for name, fn in fns.items():
             paths[name] = {"forward_ms": timer(fn, x, args.reps), "error": error(outputs[name], want)}
         for name, seconds in compiles.items():
