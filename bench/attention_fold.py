@@ -1,0 +1,113 @@
+"""Grouped-query decode attention: K and V repeated for the query heads (repeat_kv), against
+the query heads folded into the rows (routing/gqa.py), each compiled by torch.compile.
+
+Per batch size and cache length: q [B, H, 1, D], K and V [B, KV, S, D] (bf16), a boolean mask
+[B, 1, 1, S] (three fifths of the keys visible), and two functions compiled with
+`torch.compile(dynamic=False)`: `repeated` (repeat_kv's expand + reshape of K and V, then
+SDPA, as transformers writes it) and `folded` (q reshaped to [B, KV, H / KV, D], SDPA over K
+and V as they are, reshaped back). Each is timed as a CUDA graph of `--calls` calls on the
+same operands (at batch 1 and 1024 keys K and V are 4 MB: they stay in the L2, as one
+layer's cache does between the copy and the attention), the median of seven replays; the
+folded output is checked against the repeated one (relative Frobenius error). What decides
+is a model's step (`serve_decode.py`): this says where the fold's attention gains or loses.
+
+GPU:  PYTHONPATH=. python3 bench/attention_fold.py [--batches 1,2,4,8,16] [--keys 1024,4096]
+Writes $OUT/attention_fold.json (default ./bench_out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import write_json  # noqa: E402
+
+
+def repeat_kv(x, n: int):
+    b, kv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+
+def graph_us(fn, operands: tuple, calls: int) -> float:
+    """Median of seven replays of a CUDA graph of `calls` calls of fn(*operands), per call, in us."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(*operands)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn(*operands)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", default="1,2,4,8,16")
+    parser.add_argument("--keys", default="1024,4096", help="cache lengths S")
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+
+    torch._dynamo.config.cache_size_limit = 256
+    torch._dynamo.config.recompile_limit = 256
+    n, kv, dim = args.heads // args.kv_heads, args.kv_heads, args.head_dim
+
+    def repeated(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+
+    def folded(q, k, v, mask):
+        b, h, rows, d = q.shape
+        out = F.scaled_dot_product_attention(q.reshape(b, kv, n * rows, d), k, v, attn_mask=mask)
+        return out.reshape(b, h, rows, d)
+
+    compiled_repeated = torch.compile(repeated, dynamic=False)
+    compiled_folded = torch.compile(folded, dynamic=False)
+    rows = []
+    print(f"{'keys':>6} {'batch':>5} {'B x KV':>6} {'repeated us':>11} {'folded us':>9} {'folded/rep':>10} {'err':>8}")
+    for keys in map(int, args.keys.split(",")):
+        for batch in map(int, args.batches.split(",")):
+            g = torch.Generator(device="cuda").manual_seed(batch)
+            q = torch.randn(batch, args.heads, 1, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+            k, v = (torch.randn(batch, kv, keys, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+                    for _ in range(2))
+            mask = torch.arange(keys, device="cuda").expand(batch, 1, 1, keys) < keys * 3 // 5
+            want = repeated(q, k, v, mask).float()
+            got = compiled_folded(q, k, v, mask).float()
+            err = ((got - want).norm() / want.norm()).item()
+            rep_us = graph_us(compiled_repeated, (q, k, v, mask), args.calls)
+            fold_us = graph_us(compiled_folded, (q, k, v, mask), args.calls)
+            rows.append({"keys": keys, "batch": batch, "programs": batch * kv, "repeated_us": rep_us,
+                         "folded_us": fold_us, "error": err})
+            print(f"{keys:>6} {batch:>5} {batch * kv:>6} {rep_us:>11.2f} {fold_us:>9.2f} {fold_us / rep_us:>10.3f}"
+                  f" {err:>8.1e}", flush=True)
+    path = write_json("attention_fold", {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                         "heads": args.heads, "kv_heads": kv, "head_dim": dim, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
