@@ -164,6 +164,8 @@ def find_folds(graph) -> list[Fold]:
         k_src, v_src = _sizes(key[0]), _sizes(value[0])
         if q[1] != k_src[1] * n or k_src[1] != v_src[1] or k_src[3] != q[3]:
             continue
+        if not _same_batch(args["query"], key[0], value[0]):  # a broadcast batch would not fold
+            continue
         if (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more: torch specialises 1
             continue
         mask, mask_rows = args["attn_mask"], False
@@ -179,6 +181,12 @@ def find_folds(graph) -> list[Fold]:
         folds.append(Fold(node, args["query"], key[0], value[0], mask, mask_rows, args["scale"], n,
                           key[2] + value[2]))
     return folds
+
+
+def _same_batch(*nodes) -> bool:
+    """Whether the tensors of `nodes` have one batch size: equal ints, or one symbol."""
+    sizes = [node_value(n).shape[0] for n in nodes]
+    return len({str(s) for s in sizes}) == 1
 
 
 def fold_attention(graph) -> int:
