@@ -144,6 +144,55 @@ def test_a_batch_of_one_with_few_heads_keeps_its_copies_and_a_dynamic_batch_fold
     assert folds == ([0] if batch == 1 else [1, 1])  # sizes 3 and 5: one graph of a symbolic batch
 
 
+def test_a_float_mask_and_a_wider_value_fold_and_a_matmul_after_the_attention_is_still_met(capfd):
+    """An additive float mask and V's head dim 12 against K's 8: the same values folded. The
+    nodes the fold adds carry their values, so a matmul that reads its output is still read
+    as one (here with nothing cached: met, and said why it is not routed)."""
+    n = H // KV
+    weight = torch.randn(12, 6)
+
+    def attend(q, k, v, mask):
+        out = F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+        return out @ weight
+
+    q, k, _, mask = operands()
+    v = torch.randn(B, KV, S, 12)
+    additive = torch.where(mask, 0.0, -1e4)
+    folds: list = []
+    routes: list = []
+    got = compiled(attend, folds, routes=routes)(q, k, v, additive)
+    assert folds == [1]
+    torch.testing.assert_close(got, attend(q, k, v, additive), rtol=1e-5, atol=1e-5)
+    assert len(routes) == 1 and routes[0].fallback and routes[0].problem.k == 12
+
+
+@pytest.mark.parametrize("case", ["v written after its repeat", "batch broadcast by the expand", "no rows"])
+def test_a_write_after_the_repeat_a_broadcast_batch_or_no_rows_is_left_as_written(case):
+    """The copy taken before an in-place write is what the attention must read; an expand that
+    also broadcasts the batch makes a batch the source lacks; an empty query has nothing to fold."""
+    n = H // KV
+    q, k, v, mask = operands(rows=0 if case == "no rows" else 1)
+    if case == "batch broadcast by the expand":
+        k, v = k[:1], v[:1]
+
+    def attend(q, k, v, mask):
+        if case == "batch broadcast by the expand":
+            key = k[:, :, None].expand(B, KV, n, S, D).reshape(B, KV * n, S, D)
+            value = v[:, :, None].expand(B, KV, n, S, D).reshape(B, KV * n, S, D)
+        else:
+            key, value = repeat_kv(k, n), repeat_kv(v, n)
+        if case == "v written after its repeat":
+            v.mul_(2.0)
+        return F.scaled_dot_product_attention(q, key, value, attn_mask=mask)
+
+    folds: list = []
+    want = attend(q, k.clone(), v.clone(), mask)
+    got = compiled(attend, folds)(q, k.clone(), v.clone(), mask)
+    assert folds == [0]
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_repeated_heads_reads_the_repeat_and_its_factor():
     """The rule on a traced graph: the source node and n of each form, None for a tile of the
     heads (head h is source head h % KV) and for a repeat along another dim."""

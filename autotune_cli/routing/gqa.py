@@ -24,7 +24,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .sites import concrete, node_value
+from .sites import concrete, node_value, writes_between
 
 __all__ = ["MIN_HEADS", "Fold", "find_folds", "fold_attention", "repeated_heads"]
 
@@ -164,8 +164,11 @@ def find_folds(graph) -> list[Fold]:
         k_src, v_src = _sizes(key[0]), _sizes(value[0])
         if q[1] != k_src[1] * n or k_src[1] != v_src[1] or k_src[3] != q[3]:
             continue
-        if not _same_batch(args["query"], key[0], value[0]):  # a broadcast batch would not fold
+        # one batch: an expand that broadcasts it, or K and V broadcast over q's, would not fold
+        if not _same_batch(args["query"], args["key"], args["value"], key[0], value[0]):
             continue
+        if 0 in (*q[1:], *k_src[2:], *v_src[2:]) or writes_between(_first(graph, key[2] + value[2]), node):
+            continue  # nothing to fold; or K or V written after their repeat copied them
         if (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more: torch specialises 1
             continue
         mask, mask_rows = args["attn_mask"], False
@@ -183,6 +186,12 @@ def find_folds(graph) -> list[Fold]:
     return folds
 
 
+def _first(graph, nodes):
+    """The earliest of `nodes` in `graph`."""
+    wanted = set(nodes)
+    return next(n for n in graph.nodes if n in wanted)
+
+
 def _same_batch(*nodes) -> bool:
     """Whether the tensors of `nodes` have one batch size: equal ints, or one symbol."""
     sizes = [node_value(n).shape[0] for n in nodes]
@@ -196,21 +205,34 @@ def fold_attention(graph) -> int:
     folds = find_folds(graph)
     erased: set = set()
     for fold in folds:
-        _, heads, rows, dim = _sizes(fold.query)
+        batch, heads, rows, dim = _sizes(fold.query)
+        batch = -1 if batch is None else batch  # -1: a symbolic batch, the other sizes known
         v_dim = _sizes(fold.value)[3]
         groups = heads // fold.n
+        want = node_value(fold.node)  # [B, H, L, Dv]
+
+        def call(target, args, value, kwargs=None, method=False):
+            """A new node, with the value a later pass (matmul_sites) reads."""
+            made = (graph.call_method if method else graph.call_function)(target, args, kwargs)
+            made.meta["example_value"] = value
+            return made
+
         with graph.inserting_before(fold.node):
-            q = graph.call_function(torch.reshape, (fold.query, (-1, groups, fold.n * rows, dim)))
+            q_value = node_value(fold.query).reshape(batch, groups, fold.n * rows, dim)
+            q = call(torch.reshape, (fold.query, (batch, groups, fold.n * rows, dim)), q_value)
             mask = fold.mask
             if fold.mask_rows:
                 keys = _sizes(mask)[3]
-                mask = graph.call_function(torch.unsqueeze, (mask, 2))
-                mask = graph.call_method("expand", (mask, -1, 1, fold.n, rows, keys))
-                mask = graph.call_function(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)))
-            out = graph.call_function(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
-                                      {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False,
-                                       "scale": fold.scale})
-            out = graph.call_function(torch.reshape, (out, (-1, heads, rows, v_dim)))
+                value = node_value(mask).unsqueeze(2)
+                mask = call(torch.unsqueeze, (mask, 2), value)
+                value = value.expand(-1, 1, fold.n, rows, keys)
+                mask = call("expand", (mask, -1, 1, fold.n, rows, keys), value, method=True)
+                value = value.reshape(-1, 1, fold.n * rows, keys)
+                mask = call(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)), value)
+            out = call(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
+                       want.reshape(batch, groups, fold.n * rows, v_dim),
+                       {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
+            out = call(torch.reshape, (out, (batch, heads, rows, v_dim)), want)
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
         for node in fold.repeats:  # in order: each repeat's last node first

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from ..api.problems import plain_parameter
 from ..problem import one_gemm
-from .sites import Site
+from .sites import Site, writes_between
 
 __all__ = ["Group", "find_groups", "movable", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
            "wholes", "worth_grouping"]
@@ -75,7 +75,7 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any], problem_of: Ca
         by_input.setdefault(match.a, []).append(site)
     groups = []
     for members in by_input.values():
-        if len(members) < 2 or _mutation_between(members[0].node, members[-1].node):
+        if len(members) < 2 or writes_between(members[0].node, members[-1].node):
             continue
         weights = [real_of(s.match.b) for s in members]
         biases = [real_of(s.match.bias) for s in members if s.match.bias is not None]
@@ -101,26 +101,6 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any], problem_of: Ca
         bias = members[0].bias.new_empty((n,)) if biases else None
         groups.append(Group(tuple(members), tuple(weights), tuple(biases), members[0].a, b, bias, problem))
     return groups
-
-
-_IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
-                       operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
-                       operator.ilshift, operator.irshift, operator.imatmul, operator.setitem}
-
-
-def _mutation_between(first, last) -> bool:
-    """Whether a node after `first` and before `last` may write a tensor in place (a method
-    or function named with a trailing _, an augmented assignment, an item set, an out=):
-    the group's one GEMM, run where `first` was, would read the input before the write."""
-    node = first.next
-    while node is not last:
-        if node.op in ("call_method", "call_function"):
-            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-            if (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
-                    or "out" in node.kwargs:
-                return True
-        node = node.next
-    return False
 
 
 def movable(*lists) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
-           "matmul_sites", "node_value"]
+           "matmul_sites", "node_value", "writes_between"]
 
 
 @dataclass
@@ -263,3 +263,23 @@ def is_grad_enabled() -> bool:
 
 def _static_shapes(*tensors) -> bool:
     return all(t is None or all(isinstance(s, int) for s in (*t.shape, *t.stride())) for t in tensors)
+
+
+_IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+                       operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+                       operator.ilshift, operator.irshift, operator.imatmul, operator.setitem}
+
+
+def writes_between(first, last) -> bool:
+    """Whether a node after `first` and before `last` may write a tensor in place (a method
+    or function named with a trailing _, an augmented assignment, an item set, an out=): a
+    rewrite that reads, at `last`, what was read at `first` would see the write."""
+    node = first.next
+    while node is not last:
+        if node.op in ("call_method", "call_function"):
+            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+            if (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
+                    or "out" in node.kwargs:
+                return True
+        node = node.next
+    return False
