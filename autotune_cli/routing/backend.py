@@ -458,8 +458,9 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     `fold_gqa`: an attention that repeats its K and V heads for the query heads sharing them
     (transformers' repeat_kv before scaled_dot_product_attention, at decode) runs over K and V
-    once, those query heads folded into its rows (gqa.py): the same sums, without a copy of
-    the cache per step. False leaves the attention as written.
+    once, those query heads folded into its rows (gqa.py), where batch x K/V heads is at
+    least gqa.MIN_HEADS: the same sums, without a copy of the cache per step. False leaves
+    the attention as written.
 
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
