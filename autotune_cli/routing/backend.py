@@ -55,10 +55,7 @@ class routing_backend:
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
-        folds = fold_attention(gm.graph) if self.fold_gqa else 0
-        if folds:
-            gm.graph.lint()
-            gm.recompile()
+        folds = fold_attention(gm.graph) if self.fold_gqa else 0  # the graph recompiled in _rewrite
         sites = list(matmul_sites(gm.graph))
         for site in sites:
             if site.dynamic_m:
@@ -143,7 +140,7 @@ class routing_backend:
 
         graph = gm.graph
         sites = list(matmul_sites(graph)) if sites is None else sites
-        changed = bool(groups)
+        changed = bool(groups) or folds > 0
         routed_before = len(self.routes)
         grouped = set()
         for group, name, info in groups:

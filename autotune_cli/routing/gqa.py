@@ -24,7 +24,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from .sites import concrete, node_value, writes_between
+from .sites import call_args, concrete, node_value, writes_between
 
 __all__ = ["MIN_HEADS", "Fold", "find_folds", "fold_attention", "repeated_heads"]
 
@@ -80,12 +80,10 @@ def repeated_heads(node) -> tuple[Any, int, tuple] | None:
     if out is None or len(out) != 4 or None in out[1:]:
         return None
     if _is_method_or(node, "repeat_interleave", torch.repeat_interleave):
-        args = dict(zip(("input", "repeats", "dim"), node.args))
-        args.update(node.kwargs)
-        source = args.get("input")
-        n = args.get("repeats")
-        if set(args) - {"input", "repeats", "dim", "output_size"} or args.get("dim") not in (1, -3):
+        args = call_args(node, ("input", "repeats", "dim", "output_size"))
+        if args is None or args.get("dim") not in (1, -3):
             return None
+        source, n = args.get("input"), args.get("repeats")
         src = _sizes(source) if hasattr(source, "op") else None
         if not isinstance(n, int) or n < 2 or src is None or len(src) != 4 or src[1] is None \
                 or out[1] != src[1] * n or out[2:] != src[2:]:
@@ -124,12 +122,10 @@ def _unsqueezed_at_2(node):
             return None
         return source if hasattr(source, "op") else None
     if _is_method_or(node, "unsqueeze", torch.unsqueeze):
-        args = dict(zip(("input", "dim"), node.args))
-        args.update(node.kwargs)
+        args = call_args(node, ("input", "dim")) or {}
         source = args.get("input")
-        dim = args.get("dim")
         src = _sizes(source) if hasattr(source, "op") else None
-        if src is not None and len(src) == 4 and dim in (2, -3):
+        if src is not None and len(src) == 4 and args.get("dim") in (2, -3):
             return source
     return None
 
@@ -137,15 +133,9 @@ def _unsqueezed_at_2(node):
 def _sdpa_args(node) -> dict | None:
     import torch
 
-    if node.op != "call_function" or node.target is not torch._C._nn.scaled_dot_product_attention \
-            or len(node.args) > len(_SDPA_ARGS):
+    if node.op != "call_function" or node.target is not torch._C._nn.scaled_dot_product_attention:
         return None
-    args = dict(zip(_SDPA_ARGS, node.args))
-    for name, value in node.kwargs.items():
-        if name not in _SDPA_ARGS or name in args:
-            return None
-        args[name] = value
-    return {**_SDPA_DEFAULTS, **args}
+    return call_args(node, _SDPA_ARGS, _SDPA_DEFAULTS)
 
 
 def find_folds(graph) -> list[Fold]:

@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["MatmulMatch", "ScaledMatch", "Site", "concrete", "is_static", "match_matmul", "match_scaled",
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "is_static", "match_matmul", "match_scaled",
            "matmul_sites", "node_value", "writes_between"]
 
 
@@ -59,20 +59,31 @@ _SCALED_DEFAULTS = {"bias": None, "scale_result": None, "out_dtype": None, "use_
 _SCALED_KWARG_NAMES = {"self": "a", "mat2": "b"}
 
 
+def call_args(node, names: tuple, defaults: dict | None = None, aliases: dict | None = None) -> dict | None:
+    """A call node's arguments by name: its positional ones in the order of `names`, then its
+    keywords (a keyword renamed by `aliases` first), over `defaults`; None where it passes more
+    positional arguments than `names`, a keyword not among them, or one argument twice."""
+    if len(node.args) > len(names):
+        return None
+    args = dict(zip(names, node.args))
+    for name, value in node.kwargs.items():
+        name = (aliases or {}).get(name, name)
+        if name not in names or name in args:
+            return None
+        args[name] = value
+    return {**(defaults or {}), **args}
+
+
 def match_scaled(node) -> ScaledMatch | None:
     """torch._scaled_mm called with tensors, constant out_dtype and use_fast_accum and no
     scale_result; anything else (out=, a traced flag) is left to the compiler."""
     import torch
 
-    if node.op != "call_function" or node.target is not torch._scaled_mm or len(node.args) > len(_SCALED_ARGS):
+    if node.op != "call_function" or node.target is not torch._scaled_mm:
         return None
-    args = dict(zip(_SCALED_ARGS, node.args))
-    for name, value in node.kwargs.items():
-        name = _SCALED_KWARG_NAMES.get(name, name)
-        if name not in _SCALED_ARGS or name in args:
-            return None
-        args[name] = value
-    args = {**_SCALED_DEFAULTS, **args}
+    args = call_args(node, _SCALED_ARGS, _SCALED_DEFAULTS, _SCALED_KWARG_NAMES)
+    if args is None:
+        return None
     if any(name not in args for name in _SCALED_ARGS[:4]) or args["scale_result"] is not None:
         return None
     if not all(isinstance(node_value(args[name]), torch.Tensor) for name in _SCALED_ARGS[:4]):
