@@ -9,7 +9,7 @@ if not GPU_PRESENT:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 IN_PROCESS_CPU_KERNEL_MODULES = ("test_templates.py", "test_templates_persistent_tma_splitk.py",
-                                 "test_templates_fp8.py")
+                                 "test_templates_fp8.py", "test_decode_attention.py")
 
 from pathlib import Path  # noqa: E402
 

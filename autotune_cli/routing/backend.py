@@ -23,11 +23,12 @@ class routing_backend:
     """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
     then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
     them, another registered backend's name, or a backend function). `routes`: a list that
-    gets the Dispatch of every matmul routed. `group_linears`, `fold_gqa`: see `compile`."""
+    gets the Dispatch of every matmul routed. `group_linears`, `fold_gqa`, `split_keys`: see
+    `compile`."""
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
                  options: dict | None = None, routes: list | None = None, tune: Any = None,
-                 group_linears: bool | None = None, fold_gqa: bool = True) -> None:
+                 group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool = False) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
@@ -36,6 +37,7 @@ class routing_backend:
         self.tune = tune
         self.group_linears = group_linears
         self.fold_gqa = fold_gqa
+        self.split_keys = split_keys
         self.pdl = False  # Inductor's PDL, read from its config at each graph (inductor_pdl)
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
@@ -55,7 +57,7 @@ class routing_backend:
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
-        folds = fold_attention(gm.graph) if self.fold_gqa else 0  # the graph recompiled in _rewrite
+        folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else 0  # recompiled in _rewrite
         sites = list(matmul_sites(gm.graph))
         for site in sites:
             if site.dynamic_m:
@@ -433,7 +435,8 @@ def _rewrite_outer(graph, site: Site) -> None:
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, tune: Any = None,
-            group_linears: bool | None = None, fold_gqa: bool = True, **torch_compile_kwargs):
+            group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool = False,
+            **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
     reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
@@ -459,6 +462,11 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     least gqa.MIN_HEADS: the same sums, without a copy of the cache per step. False leaves
     the attention as written.
 
+    `split_keys`: such an attention at decode (a few rows per K/V head, a static cache) runs
+    autotune's split-key kernel (decode_attention.py) at any batch x K/V heads, where SDPA's
+    kernels run one program per head over all the keys. Off by default: it has not yet been
+    timed in the serving loop (bench/serve_decode.py, path `ours-split`).
+
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
     triton::gemv winners of static shape are launched so too (`pdl_form`), so that no
@@ -482,5 +490,6 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
-    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa)
+    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa,
+                              split_keys)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

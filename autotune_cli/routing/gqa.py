@@ -16,6 +16,10 @@ flag (its mask would follow the folded rows) and no dropout; a mask of one head,
 repeated for the folded ones: a few positions against a static cache); static head counts
 and sizes but the batch; batch x K/V heads at least MIN_HEADS.
 The copies go, and the attention reads K and V once (bench/README.md, "A serving loop").
+
+With `split_keys`, a fold of few rows (decode) over a static cache runs our split-key kernel
+instead (decode_attention.py, `autotune::gqa_attention`), at any batch x K/V heads: the
+programs split the keys, so a few heads no longer leave the GPU idle.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class Fold:
     scale: Any
     n: int  # query heads per K/V head
     repeats: tuple  # the repeat's nodes (erased once no other node reads them)
+    splits: int | None = None  # run by decode_attention's kernel, the keys in this many splits
 
 
 def _sizes(node) -> tuple | None:
@@ -138,8 +143,9 @@ def _sdpa_args(node) -> dict | None:
     return call_args(node, _SDPA_ARGS, _SDPA_DEFAULTS)
 
 
-def find_folds(graph) -> list[Fold]:
-    """The SDPA nodes of `graph` that may run over K and V unrepeated (see the module)."""
+def find_folds(graph, split_keys: bool = False) -> list[Fold]:
+    """The SDPA nodes of `graph` that may run over K and V unrepeated (see the module); with
+    `split_keys`, those decode_attention's kernel serves run by it (their `splits` set)."""
     folds = []
     for node in graph.nodes:
         args = _sdpa_args(node)
@@ -159,7 +165,10 @@ def find_folds(graph) -> list[Fold]:
             continue
         if 0 in (*q[1:], *k_src[2:], *v_src[2:]) or writes_between(_first(graph, key[2] + value[2]), node):
             continue  # nothing to fold; or K or V written after their repeat copied them
-        if (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more: torch specialises 1
+        scale = args["scale"]
+        splits = _kernel_splits(args["query"], key[0], value[0], n) \
+            if split_keys and (scale is None or isinstance(scale, (int, float))) else None
+        if splits is None and (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more
             continue
         mask, mask_rows = args["attn_mask"], False
         if mask is not None:
@@ -172,8 +181,32 @@ def find_folds(graph) -> list[Fold]:
                     continue
                 mask_rows = True  # repeated n times along the rows: folded row r * L + l reads row l
         folds.append(Fold(node, args["query"], key[0], value[0], mask, mask_rows, args["scale"], n,
-                          key[2] + value[2]))
+                          key[2] + value[2], splits))
     return folds
+
+
+def _kernel_splits(query, key, value, n: int) -> int | None:
+    """The splits of the keys decode_attention's kernel would run this attention with, or
+    None where it does not serve it (too many rows, another head size, a dynamic cache, a
+    device where Triton does not run)."""
+    from ..templates.triton_base import interpreting
+    from . import decode_attention
+
+    q, k, v = (node_value(x) for x in (query, key, value))
+    _, _, rows, dim = _sizes(query)
+    keys = _sizes(key)[2]
+    if q.device.type != "cuda" and not interpreting():
+        return None
+    if not decode_attention.serves(n * rows, dim, v.shape[3], keys, q.dtype) or k.dtype != q.dtype \
+            or v.dtype != q.dtype:
+        return None
+    batch = concrete(q.shape[0]) or 2  # a symbolic batch: 2 or more (torch specialises 1)
+    units = 4
+    if q.device.type == "cuda":
+        import torch
+
+        units = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return decode_attention.split_count(batch * k.shape[1], keys, units)
 
 
 def _first(graph, nodes):
@@ -188,13 +221,17 @@ def _same_batch(*nodes) -> bool:
     return len({str(s) for s in sizes}) == 1
 
 
-def fold_attention(graph) -> int:
+def fold_attention(graph, split_keys: bool = False) -> int:
     """Rewrite every SDPA of `graph` that find_folds finds; how many were rewritten."""
     import torch
 
-    folds = find_folds(graph)
+    folds = find_folds(graph, split_keys)
     erased: set = set()
     for fold in folds:
+        if fold.splits is not None:
+            _run_split(graph, fold)
+            _erase_repeats(graph, fold, erased)
+            continue
         batch, heads, rows, dim = _sizes(fold.query)
         batch = -1 if batch is None else batch  # -1: a symbolic batch, the other sizes known
         v_dim = _sizes(fold.value)[3]
@@ -225,8 +262,26 @@ def fold_attention(graph) -> int:
             out = call(torch.reshape, (out, (batch, heads, rows, v_dim)), want)
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
-        for node in fold.repeats:  # in order: each repeat's last node first
-            if node not in erased and not node.users:
-                graph.erase_node(node)
-                erased.add(node)
+        _erase_repeats(graph, fold, erased)
     return len(folds)
+
+
+def _run_split(graph, fold: Fold) -> None:
+    """Replace `fold`'s SDPA by decode_attention's op over q, K and V as they are (the kernel
+    stacks a group's query heads itself, and reads each mask row for them)."""
+    from .decode_attention import register_op
+
+    with graph.inserting_before(fold.node):
+        out = graph.call_function(register_op(), (fold.query, fold.key, fold.value, fold.mask, fold.scale,
+                                                  fold.splits))
+    out.meta["example_value"] = node_value(fold.node)
+    fold.node.replace_all_uses_with(out)
+    graph.erase_node(fold.node)
+
+
+def _erase_repeats(graph, fold: Fold, erased: set) -> None:
+    """Erase `fold`'s repeat nodes that nothing reads now (each repeat's last node first)."""
+    for node in fold.repeats:
+        if node not in erased and not node.users:
+            graph.erase_node(node)
+            erased.add(node)

@@ -1,0 +1,204 @@
+"""The split-key attention kernel for grouped-query attention at decode (routing/
+decode_attention.py), through Triton's interpreter on the CPU: SDPA's values over the repeated
+heads, under each kind of mask and split; and `autotune_cli.compile(..., split_keys=True)`
+running it in place of SDPA where the plain fold would not be made (batch x K/V heads under
+gqa.MIN_HEADS)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import autotune_cli
+from autotune_cli.routing import decode_attention, gqa
+
+
+def repeat_kv(x, n):
+    """transformers' repeat_kv."""
+    b, kv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
+
+
+def sdpa_repeated(q, k, v, mask=None, scale=None):
+    """SDPA over K and V repeated for the query heads, in float32 (the reference)."""
+    n = q.shape[1] // k.shape[1]
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.float()
+    return F.scaled_dot_product_attention(q.float(), repeat_kv(k.float(), n), repeat_kv(v.float(), n),
+                                          attn_mask=mask, scale=scale)
+
+
+def operands(batch, heads, heads_kv, rows, keys, dim, dtype=torch.float32, seed=0):
+    """q laid out as transformers makes it ([B, L, H, D] transposed: not contiguous), K, V."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, rows, heads, dim, generator=g).to(dtype).transpose(1, 2)
+    k = torch.randn(batch, heads_kv, keys, dim, generator=g).to(dtype)
+    v = torch.randn(batch, heads_kv, keys, dim, generator=g).to(dtype)
+    return q, k, v
+
+
+def some_keys(shape, seed=1):
+    mask = torch.rand(shape, generator=torch.Generator().manual_seed(seed)) > 0.3
+    mask[..., 0] = True  # every row sees one key at least
+    return mask
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool one row", "bool each row", "float each row",
+                                       "bool of one batch", "bool 2-D"])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_the_kernel_gives_sdpas_values_over_the_repeated_heads(mask_kind, rows, splits):
+    """130 keys (not a whole number of blocks; 3 splits of 64, 64 and 2), 8 query heads over
+    2 K/V heads, batch 2."""
+    q, k, v = operands(2, 8, 2, rows, 130, 16)
+    mask = {"none": None,
+            "bool one row": some_keys((2, 1, 1, 130)),
+            "bool each row": some_keys((2, 1, rows, 130)),
+            "float each row": torch.randn(2, 1, rows, 130, generator=torch.Generator().manual_seed(2)),
+            "bool of one batch": some_keys((1, 1, 1, 130)),
+            "bool 2-D": some_keys((1, 130))}[mask_kind]
+    got = decode_attention.gqa_attention(q, k, v, mask, None, splits)
+    assert got.shape == (2, 8, rows, 16) and got.dtype == q.dtype
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_kernel_in_half_precision_and_a_given_scale(dtype):
+    """A decode step's shape (4 query heads a K/V head, one row), head size 64, 200 keys."""
+    q, k, v = operands(1, 8, 2, 1, 200, 64, dtype)
+    mask = some_keys((1, 1, 1, 200))
+    got = decode_attention.gqa_attention(q, k, v, mask, 0.3, 4)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), sdpa_repeated(q, k, v, mask, 0.3), rtol=2e-2, atol=2e-2)
+
+
+def test_a_row_that_sees_no_key_is_zeros_as_in_sdpa():
+    """A bool mask that hides every key of a row: zeros, as torch's SDPA gives (no split has a
+    key to weigh), not NaN; the other row as before."""
+    q, k, v = operands(1, 4, 1, 2, 100, 16)
+    mask = some_keys((1, 1, 2, 100))
+    mask[0, 0, 1] = False
+    got = decode_attention.gqa_attention(q, k, v, mask, None, 2)
+    assert (got[:, :, 1] == 0).all()
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_the_splits_fill_the_device_and_none_is_empty():
+    """Two programs per multiprocessor where the keys allow, a split no shorter than a block
+    of keys, and the last split holding keys."""
+    assert decode_attention.split_count(8, 1024, 132) == 16  # 1024 keys: 16 blocks at most
+    assert decode_attention.split_count(8, 8192, 132) == 32  # 33 wanted: 32 chunks of 4 blocks
+    assert decode_attention.split_count(512, 8192, 132) == 1  # programs enough already
+    for programs, keys in [(8, 1000), (3, 130), (1, 65), (8, 8191)]:
+        splits = decode_attention.split_count(programs, keys, 132)
+        chunk = decode_attention._chunk(keys, splits)
+        assert chunk % decode_attention.BLOCK_KEYS == 0 and (splits - 1) * chunk < keys <= splits * chunk
+
+
+def test_what_the_kernel_serves():
+    assert decode_attention.serves(4, 128, 128, 1024, torch.bfloat16)
+    assert not decode_attention.serves(decode_attention.MAX_ROWS + 1, 128, 128, 1024, torch.bfloat16)
+    assert not decode_attention.serves(4, 128, 64, 1024, torch.bfloat16)  # V's head size differs
+    assert not decode_attention.serves(4, 96, 96, 1024, torch.bfloat16)  # not a power of two
+    assert not decode_attention.serves(4, 128, 128, None, torch.bfloat16)  # a dynamic cache
+    assert not decode_attention.serves(4, 128, 128, 1024, torch.float64)
+
+
+def attend(q, k, v, mask):
+    n = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+
+
+def graph_targets(fn, seen: list, **kwargs):
+    """fn compiled by our backend, the targets of each graph it hands on recorded in `seen`."""
+    def capture(gm, example_inputs):
+        seen.append([n.target for n in gm.graph.nodes if n.op == "call_function"])
+        return gm.forward
+
+    return autotune_cli.compile(fn, backend=capture, fullgraph=True, tune=False, **kwargs)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+@pytest.mark.parametrize("split_keys", [True, False])
+def test_split_keys_runs_the_kernel_where_the_plain_fold_would_not(split_keys, capfd):
+    """Batch 1 over 2 K/V heads (under gqa.MIN_HEADS): with split_keys the SDPA and both
+    repeats give way to our op, with SDPA's values; without, the attention stays as written."""
+    assert 1 * 2 < gqa.MIN_HEADS
+    q, k, v = operands(1, 8, 2, 1, 100, 16)
+    mask = some_keys((1, 1, 1, 100))
+    seen: list = []
+    got = graph_targets(attend, seen, split_keys=split_keys)(q, k, v, mask)
+    op = decode_attention.register_op()
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    assert len(seen) == 1
+    assert (op in seen[0], sdpa in seen[0]) == ((True, False) if split_keys else (False, True))
+    if split_keys:
+        assert not any(t == "expand" or t is torch.reshape for t in seen[0])  # the repeats are gone
+        assert "1 attention over K and V unrepeated" in capfd.readouterr().err
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_split_keys_leaves_a_prefill_to_the_plain_fold():
+    """Rows past MAX_ROWS (a prompt's): the plain fold's SDPA, not the kernel."""
+    rows = decode_attention.MAX_ROWS // 4 + 1
+    q, k, v = operands(4, 16, 4, rows, 80, 16)
+    mask = some_keys((4, 1, rows, 80))
+    seen: list = []
+    got = graph_targets(attend, seen, split_keys=True)(q, k, v, mask)
+    assert decode_attention.register_op() not in seen[0]
+    assert torch._C._nn.scaled_dot_product_attention in seen[0]
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_inductor_compiles_a_graph_holding_the_kernel():
+    """The real compile (Inductor on the CPU): the op runs inside its generated code, with
+    SDPA's values, call after call."""
+    q, k, v = operands(1, 8, 2, 1, 100, 16)
+    mask = some_keys((1, 1, 1, 100))
+    run = autotune_cli.compile(attend, fullgraph=True, tune=False, split_keys=True, mode="default")
+    for _ in range(2):
+        torch.testing.assert_close(run(q, k, v, mask), sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_a_tiny_transformers_llama_decodes_the_same_with_split_keys():
+    """A transformers Llama (4 query heads a K/V head, 2 K/V heads) with a static cache at
+    batch 1: the prompt's forward and the decode step compiled with split_keys give eager's
+    logits, the decode step through the kernel."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=96,
+                                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.randint(0, 64, (1, 5))
+
+    def logits(run):
+        cache = transformers.StaticCache(config=config, max_cache_len=80)
+        with torch.no_grad():
+            first = run(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5)).logits[:, -1]
+            return first, run(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
+
+    seen: list = []
+    want = logits(model)
+    got = logits(graph_targets(model, seen, split_keys=True))
+    op = decode_attention.register_op()
+    assert [targets.count(op) for targets in seen] == [config.num_hidden_layers] * 2
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd):
+    """On a GPU, by default (Inductor replaying CUDA graphs): a batch-1 decode step of 32
+    query heads over 8 K/V heads of a 1024-position cache through the kernel (a triton_op),
+    within bf16's tolerance of the step as written, over warm-up, record and replays."""
+    q, k, v = (x.cuda() for x in operands(1, 32, 8, 1, 1024, 128, torch.bfloat16))
+    mask = (torch.arange(1024, device="cuda") < 700).expand(1, 1, 1, 1024)
+    run = autotune_cli.compile(attend, cache_dir=cache_dir, fullgraph=True, tune=False, split_keys=True)
+    want = attend(q, k, v, mask)
+    for _ in range(3):
+        torch.testing.assert_close(run(q, k, v, mask), want, rtol=2e-2, atol=2e-2)
+    assert "1 attention over K and V unrepeated" in capfd.readouterr().err
