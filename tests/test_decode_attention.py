@@ -84,6 +84,23 @@ def test_a_row_that_sees_no_key_is_zeros_as_in_sdpa():
     torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_blocks_of_keys_no_row_sees_are_never_read(kind):
+    """A static cache of 300 positions, 40 filled: the mask hides the rest (False, or -inf
+    added). K and V past the first block of 64 keys are NaN: any read of them would make the
+    output NaN (NaN x 0 is NaN), so the values equal to SDPA's over the filled positions say
+    the hidden blocks were skipped."""
+    q, k, v = operands(1, 8, 2, 1, 300, 16)
+    visible = torch.arange(300) < 40
+    mask = visible.expand(1, 1, 1, 300) if kind == "bool" else \
+        torch.zeros(300).masked_fill(~visible, float("-inf")).expand(1, 1, 1, 300)
+    poisoned_k, poisoned_v = k.clone(), v.clone()
+    poisoned_k[:, :, decode_attention.BLOCK_KEYS:] = float("nan")
+    poisoned_v[:, :, decode_attention.BLOCK_KEYS:] = float("nan")
+    got = decode_attention.gqa_attention(q, poisoned_k, poisoned_v, mask, None, 3)
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
 def test_the_splits_fill_the_device_and_none_is_empty():
     """Two programs per multiprocessor where the keys allow, a split no shorter than a block
     of keys, and the last split holding keys."""

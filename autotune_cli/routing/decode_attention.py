@@ -7,7 +7,8 @@ This kernel reads each K/V head once for the query heads sharing it (their rows 
 the fold stacks them) and splits the keys among programs: (batch x K/V heads) x `splits`
 programs each keep a running max, sum and weighted sum of V over their share (an online
 softmax), and a second kernel weighs the shares together. The same sums as SDPA over the
-repeated heads; no copy of the cache.
+repeated heads; no copy of the cache. A block of keys the mask hides from every row is not
+read at all: a static cache's positions past the tokens so far cost nothing.
 
     gqa_attention(q [B, H, L, D], k [B, KV, S, D], v [B, KV, S, Dv], mask, scale, splits)
         -> [B, H, L, Dv]
@@ -96,32 +97,35 @@ def _kernels():
         for step in range(0, steps):
             key = start + step * BLOCK_N + n
             key_ok = key < end
-            k = tl.load(K + b * skb + g * skh + key[:, None] * sks + d[None, :] * skd,
-                        mask=key_ok[:, None], other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # log2 units: scale carries log2(e)
+            # what the mask adds to each score, in log2 units: -inf hides the key
+            seen = row_ok[:, None] & key_ok[None, :]
             if MASK_KIND == 1:
-                keep = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms,
-                               mask=row_ok[:, None] & key_ok[None, :], other=0)
-                s = tl.where(keep != 0, s, float("-inf"))
-            if MASK_KIND == 2:
-                add = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms,
-                              mask=row_ok[:, None] & key_ok[None, :], other=0.0)
-                s = s + add.to(tl.float32) * LOG2E
-            s = tl.where(key_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
-            alpha = tl.math.exp2(m_i - m_base)
-            p = tl.math.exp2(s - m_base[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(V + b * svb + g * svh + key[:, None] * svs + d[None, :] * svd,
-                        mask=key_ok[:, None], other=0.0)
-            if UPCAST:
-                acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
+                keep = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms, mask=seen, other=0)
+                bias = tl.where(seen & (keep != 0), 0.0, float("-inf"))
+            elif MASK_KIND == 2:
+                add = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms, mask=seen, other=0.0)
+                bias = tl.where(seen, add.to(tl.float32) * LOG2E, float("-inf"))
             else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+                bias = tl.where(seen, 0.0, float("-inf"))
+            # a block no row sees is not read: a static cache's positions past the tokens so far
+            if tl.max(tl.max(bias, 1), 0) > float("-inf"):
+                k = tl.load(K + b * skb + g * skh + key[:, None] * sks + d[None, :] * skd,
+                            mask=key_ok[:, None], other=0.0)
+                if UPCAST:
+                    k = k.to(tl.float32)
+                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale + bias  # scale carries log2(e)
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
+                alpha = tl.math.exp2(m_i - m_base)
+                p = tl.math.exp2(s - m_base[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = tl.load(V + b * svb + g * svh + key[:, None] * svs + d[None, :] * svd,
+                            mask=key_ok[:, None], other=0.0)
+                if UPCAST:
+                    acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
+                else:
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                m_i = m_new
         part = bg * SPLITS + split
         tl.store(ACC + (part * BLOCK_R + r[:, None]) * BLOCK_D + d[None, :], acc)
         tl.store(ML + (part * 2) * BLOCK_R + r, m_i)
