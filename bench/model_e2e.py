@@ -19,10 +19,11 @@ then the forward time of
 
 with the compile time of (c) to (f) (the first call, Inductor's caches off). One method for
 every path: per forward, the L2 flushed (256 MB zeroed), a device sync, CUDA events around
-the one call, so that what the CPU spends launching counts as it does in eager code; the
-median of `--reps`. Each path's output is checked against the model in float64 (relative
-Frobenius error within the verifier's bf16 norm tolerance). The profiler's top kernels per
-path say what each one ran.
+the one call, so that what the CPU spends launching counts as it does in eager code, and the
+host's time until the call returns (its share of that: guards, the CUDA-graph tree, launches);
+the paths in turn, each round in another order; the medians of `--reps`. Each path's output
+is checked against the model in float64 (relative Frobenius error within the verifier's bf16
+norm tolerance). The profiler's top kernels per path say what each one ran.
 
 GPU:        PYTHONPATH=. python3 bench/model_e2e.py [--tokens 2048,8]
 CPU smoke:  PYTHONPATH=. python3 bench/model_e2e.py --smoke   (tiny sizes, the interpreter,
@@ -123,7 +124,10 @@ def tune(model, x, cache_dir: Path, work: Path, smoke: bool, device: str) -> tup
 
 
 class Timer:
-    """Per call: L2 flushed, a sync, CUDA events around the call (perf_counter on the CPU)."""
+    """Per call: L2 flushed, a sync, CUDA events around the call (perf_counter on the CPU), and
+    the host's time until the call returns (what it spends before the GPU can start); the
+    paths taken in turn, each round in another order, so that a drift of the host's speed
+    falls on every path alike."""
 
     def __init__(self, device: str) -> None:
         import torch
@@ -131,26 +135,38 @@ class Timer:
         self.torch, self.device = torch, device
         self.flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if device == "cuda" else None
 
-    def __call__(self, fn, x, reps: int, warmup: int = 3) -> float:
+    def once(self, fn, x) -> tuple[float, float]:
+        """(ms of the call, ms until it returned) of one call."""
         torch = self.torch
-        for _ in range(warmup):
+        if self.device != "cuda":
+            started = time.perf_counter()
             fn(x)
-        times = []
-        for _ in range(reps):
-            if self.device == "cuda":
-                self.flush.zero_()
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn(x)
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                started = time.perf_counter()
-                fn(x)
-                times.append((time.perf_counter() - started) * 1e3)
-        return statistics.median(times)
+            ms = (time.perf_counter() - started) * 1e3
+            return ms, ms
+        self.flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        started = time.perf_counter()
+        fn(x)
+        host = (time.perf_counter() - started) * 1e3
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end), host
+
+    def __call__(self, fns: dict, x, reps: int, warmup: int = 3) -> dict[str, tuple[float, float]]:
+        """{name: (median ms per call, median host ms per call)} of `fns`, interleaved."""
+        names = list(fns)
+        for name in names:
+            for _ in range(warmup):
+                fns[name](x)
+        times: dict[str, list] = {name: [] for name in names}
+        for rep in range(reps):
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
+                times[name].append(self.once(fns[name], x))
+        return {name: (statistics.median(t for t, _ in got), statistics.median(h for _, h in got))
+                for name, got in times.items()}
 
 
 def first_call(fn, x, device: str) -> tuple[float, object]:
@@ -234,8 +250,8 @@ def run_tokens(tokens: int, sizes: dict, args, cache_dir: Path, work: Path, devi
             plain = torch.compile(copy.deepcopy(model), mode="reduce-overhead")
             compiles["f_reduce_overhead"], outputs["f_reduce_overhead"] = first_call(plain, x, device)
             fns["f_reduce_overhead"] = plain
-        for name, fn in fns.items():
-            paths[name] = {"forward_ms": timer(fn, x, args.reps), "error": error(outputs[name], want)}
+        for name, (forward, host) in timer(fns, x, args.reps).items():
+            paths[name] = {"forward_ms": forward, "host_ms": host, "error": error(outputs[name], want)}
         for name, seconds in compiles.items():
             paths[name]["compile_s"] = seconds
         if device == "cuda":
@@ -304,10 +320,11 @@ def main() -> None:
         results.append(row)
         print(f"\n{t} tokens on {name}, torch {torch.__version__}; tune {row['tune_s']:.1f} s "
               f"(autotune model); error tolerance {row['tolerance']}")
-        print(f"  {'path':14} {'forward ms':>11} {'compile s':>10} {'rel error':>10}  ok")
+        print(f"  {'path':16} {'forward ms':>10} {'host ms':>8} {'compile s':>9} {'rel error':>9}  ok")
         for path, r in row["paths"].items():
-            comp = f"{r['compile_s']:10.1f}" if "compile_s" in r else " " * 10
-            print(f"  {path:14} {r['forward_ms']:11.4f} {comp} {r['error']:10.2e}  {r['ok']}"
+            comp = f"{r['compile_s']:9.1f}" if "compile_s" in r else " " * 9
+            host = f"{r['host_ms']:8.4f}" if "host_ms" in r else " " * 8
+            print(f"  {path:16} {r['forward_ms']:10.4f} {host} {comp} {r['error']:9.2e}  {r['ok']}"
                   + (f"  FAILED {r['failed']}" if "failed" in r else ""))
         print("  (b) ran: " + "; ".join(row["b_winners_run"]))
         print("  (d) routed: " + ("; ".join(row["d_routes"]) or "nothing"))
@@ -318,7 +335,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "model_e2e.json").write_text(json.dumps({
         "device": name, "torch": torch.__version__, "sizes": sizes, "results": results,
-        "method": "per forward: L2 flushed (256 MB zeroed), device sync, CUDA events around one call; median",
+        "method": "per forward: L2 flushed (256 MB zeroed), device sync, CUDA events around one call, the "
+                  "host's time until the call returns; the paths in turn; medians",
         "command": " ".join([sys.executable, *sys.argv]),
     }, indent=1, default=str))
     if not all(r["ok"] for row in results for r in row["paths"].values() if "failed" not in r):
