@@ -6,6 +6,11 @@ gqa.MIN_HEADS)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,6 +125,61 @@ def test_what_the_kernel_serves():
     assert not decode_attention.serves(4, 96, 96, 1024, torch.bfloat16)  # not a power of two
     assert not decode_attention.serves(4, 128, 128, None, torch.bfloat16)  # a dynamic cache
     assert not decode_attention.serves(4, 128, 128, 1024, torch.float64)
+
+
+# Compiles the two kernels for an H200 (sm_90) on meta tensors, through the compile pool's
+# stand-in driver, then traces the op as AOT does on a GPU (fake CUDA tensors): no GPU, no
+# interpreter (it must not be set before triton is imported).
+SM90_COMPILE = """
+import torch
+from autotune_cli.hardware.device import DeviceInfo
+from autotune_cli.routing import decode_attention as da
+from autotune_cli.runner import offline_compile
+assert offline_compile.install(DeviceInfo(device_type="cuda", name="H200", capability="9.0", sm_count=132,
+                                          runtime="12.8")) is None
+for dtype, rows, dim, mask_dtype in [(torch.bfloat16, 1, 128, torch.bool), (torch.float16, 16, 64, torch.float16),
+                                     (torch.float32, 1, 256, None)]:
+    q = torch.empty(2, rows, 32, dim, device="meta", dtype=dtype).transpose(1, 2)
+    k = torch.empty(2, 8, 1024, dim, device="meta", dtype=dtype)
+    mask = None if mask_dtype is None else torch.empty(2, 1, 1, 1024, device="meta", dtype=mask_dtype)
+    _, launches = da._launches(q, k, k, mask, None, da.split_count(16, 1024, 132))
+    for kernel, grid, args, options in launches:
+        kernel.warmup(*args, grid=grid, **options)
+
+# what AOT makes of the op on a GPU (a triton_op: traced into): the kernels' launches
+from torch._functorch.aot_autograd import aot_function
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+op = da.register_op()
+graphs = []
+traced = aot_function(lambda q, k, v, m: op(q, k, v, m, None, 16), fw_compiler=lambda gm, _: graphs.append(gm) or gm)
+with FakeTensorMode():
+    q = torch.empty(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.empty(1, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    traced(q, k, k, torch.empty(1, 1, 1, 1024, device="cuda", dtype=torch.bool))
+print("LAUNCHES", [sorted(n.kwargs["tensors_to_clone"]) for n in graphs[0].graph.nodes
+                   if n.target is torch.ops.higher_order.triton_kernel_wrapper_functional])
+"""
+
+
+def test_the_kernels_compile_for_an_h200_without_a_gpu(tmp_path):
+    """The interpreter runs what a GPU's compiler may refuse: Triton's NVIDIA backend builds
+    both kernels for sm_90 (bf16 under a bool mask, fp16 rows of a chunk under an additive
+    mask, fp32 with no mask), one binary each; and AOT traces the op (the triton_op a GPU
+    registers) into the two launches, each writing its own buffers."""
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton has no NVIDIA backend's ptxas")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", SM90_COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cubins = sorted(p.name.split(".")[0] for p in tmp_path.rglob("*.cubin"))
+    assert cubins == ["merge_kernel"] * 3 + ["split_kernel"] * 3
+    # the op traced into on a GPU: the split kernel writes the shares, the merge the output
+    assert "LAUNCHES [['ACC', 'ML'], ['OUT']]" in done.stdout
 
 
 def attend(q, k, v, mask):

@@ -71,10 +71,10 @@ def _kernels():
     @triton.jit
     def split_kernel(Q, K, V, MASK, ACC, ML,
                      sqb, sqh, sql, sqd, skb, skh, sks, skd, svb, svh, svs, svd, smb, sml, sms,
-                     heads_kv, rows, rows_l, keys, chunk, steps, scale,
+                     heads_kv, rows, rows_l, keys, chunk, steps, scale, log2e,
                      N_REP: tl.constexpr, MASK_KIND: tl.constexpr, SPLITS: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     UPCAST: tl.constexpr, PRECISION: tl.constexpr, LOG2E: tl.constexpr):
+                     UPCAST: tl.constexpr, IEEE: tl.constexpr):
         bg = tl.program_id(0)
         split = tl.program_id(1)
         b = bg // heads_kv
@@ -104,7 +104,7 @@ def _kernels():
                 bias = tl.where(seen & (keep != 0), 0.0, float("-inf"))
             elif MASK_KIND == 2:
                 add = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms, mask=seen, other=0.0)
-                bias = tl.where(seen, add.to(tl.float32) * LOG2E, float("-inf"))
+                bias = tl.where(seen, add.to(tl.float32) * log2e, float("-inf"))
             else:
                 bias = tl.where(seen, 0.0, float("-inf"))
             # a block no row sees is not read: a static cache's positions past the tokens so far
@@ -113,7 +113,11 @@ def _kernels():
                             mask=key_ok[:, None], other=0.0)
                 if UPCAST:
                     k = k.to(tl.float32)
-                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale + bias  # scale carries log2(e)
+                if IEEE:  # float32 operands: not rounded to tf32
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                else:
+                    s = tl.dot(q, tl.trans(k))
+                s = s * scale + bias  # scale carries log2(e)
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
                 alpha = tl.math.exp2(m_i - m_base)
@@ -122,7 +126,9 @@ def _kernels():
                 v = tl.load(V + b * svb + g * svh + key[:, None] * svs + d[None, :] * svd,
                             mask=key_ok[:, None], other=0.0)
                 if UPCAST:
-                    acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=PRECISION)
+                    acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+                elif IEEE:
+                    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
                 else:
                     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
                 m_i = m_new
@@ -185,13 +191,13 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
     split_kernel, merge_kernel = _kernels()
     first = (split_kernel, (batch * heads_kv, splits),
              (q, k, v, mask, acc, ml, *q.stride(), *k.stride(), *v.stride(), *mask_strides,
-              heads_kv, rows, rows_l, keys, chunk, chunk // BLOCK_KEYS, scale),
+              heads_kv, rows, rows_l, keys, chunk, chunk // BLOCK_KEYS, scale, _LOG2E),
              dict(N_REP=n_rep, MASK_KIND=kind, SPLITS=splits, BLOCK_R=block_r, BLOCK_N=BLOCK_KEYS,
-                  BLOCK_D=block_d, UPCAST=interpreting(), LOG2E=_LOG2E,
-                  PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2))
+                  BLOCK_D=block_d, UPCAST=interpreting(), IEEE=q.dtype == torch.float32,
+                  num_warps=4 if block_r * block_d <= 4096 else 8, num_stages=2))
     second = (merge_kernel, (batch * heads_kv, rows),
               (acc, ml, out, *out.stride(), heads_kv, rows_l),
-              dict(N_REP=n_rep, SPLITS=splits, SPLITS_P2=_next_pow2(splits), BLOCK_R=block_r,
+              dict(N_REP=n_rep, SPLITS=splits, SPLITS_P2=max(2, _next_pow2(splits)), BLOCK_R=block_r,
                    BLOCK_D=block_d, num_warps=4))
     return out, (first, second)
 
