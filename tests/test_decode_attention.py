@@ -217,6 +217,19 @@ def test_split_keys_runs_the_kernel_where_the_plain_fold_would_not(split_keys, c
 
 
 @pytest.mark.usefixtures("fresh_compile")
+def test_split_keys_under_a_dynamic_batch():
+    """Batches 2, 3 and 5: torch compiles 2 as it is, then one graph of a symbolic batch for 3
+    and 5; each graph runs the kernel, with SDPA's values at every size."""
+    seen: list = []
+    run = graph_targets(attend, seen, split_keys=True)
+    for batch in (2, 3, 5):
+        q, k, v = operands(batch, 8, 2, 1, 100, 16, seed=batch)
+        mask = some_keys((batch, 1, 1, 100), seed=batch)
+        torch.testing.assert_close(run(q, k, v, mask), sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+    assert len(seen) == 2 and all(decode_attention.register_op() in targets for targets in seen)
+
+
+@pytest.mark.usefixtures("fresh_compile")
 def test_split_keys_leaves_a_prefill_to_the_plain_fold():
     """Rows past MAX_ROWS (a prompt's): the plain fold's SDPA, not the kernel."""
     rows = decode_attention.MAX_ROWS // 4 + 1
@@ -268,14 +281,17 @@ def test_a_tiny_transformers_llama_decodes_the_same_with_split_keys():
 
 
 @pytest.mark.gpu
-def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd):
-    """On a GPU, by default (Inductor replaying CUDA graphs): a batch-1 decode step of 32
-    query heads over 8 K/V heads of a 1024-position cache through the kernel (a triton_op),
-    within bf16's tolerance of the step as written, over warm-up, record and replays."""
-    q, k, v = (x.cuda() for x in operands(1, 32, 8, 1, 1024, 128, torch.bfloat16))
-    mask = (torch.arange(1024, device="cuda") < 700).expand(1, 1, 1, 1024)
+@pytest.mark.parametrize("batches", [(1,), (2, 3, 5)])
+def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd, batches):
+    """On a GPU, by default (Inductor replaying CUDA graphs): decode steps of 32 query heads
+    over 8 K/V heads of a 1024-position cache through the kernel (a triton_op), within bf16's
+    tolerance of the step as written, over warm-up, record and replays; at batch 1, and at
+    batches 2, 3 and 5 (the last two one graph of a symbolic batch: a grid of its size)."""
     run = autotune_cli.compile(attend, cache_dir=cache_dir, fullgraph=True, tune=False, split_keys=True)
-    want = attend(q, k, v, mask)
-    for _ in range(3):
-        torch.testing.assert_close(run(q, k, v, mask), want, rtol=2e-2, atol=2e-2)
+    for batch in batches:
+        q, k, v = (x.cuda() for x in operands(batch, 32, 8, 1, 1024, 128, torch.bfloat16, seed=batch))
+        mask = (torch.arange(1024, device="cuda") < 700).expand(batch, 1, 1, 1024)
+        want = attend(q, k, v, mask)
+        for _ in range(3):
+            torch.testing.assert_close(run(q, k, v, mask), want, rtol=2e-2, atol=2e-2)
     assert "1 attention over K and V unrepeated" in capfd.readouterr().err
