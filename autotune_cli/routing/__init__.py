@@ -47,11 +47,12 @@ decode) runs over them once, the query heads of a group folded into its rows (gq
 with `split_keys=True` through our split-key kernel, `autotune::gqa_attention`
 (decode_attention.py).
 
-The modules: gqa.py (that fold), decode_attention.py (the split-key kernel and its op), sites.py (which graph nodes are matmuls, read as a GEMM's operands),
-tuning.py (the problems a graph meets with no winner, tuned as it compiles), dynamic.py (a
-dynamic M routed per call), groups.py (linears of one input as one GEMM), ops.py (the ops a
-routed matmul becomes, and their routes), report.py (the line a compile prints of its
-routes), backend.py (the torch.compile backend that rewrites the graph, and `compile`).
+The modules: gqa.py (that fold), decode_attention.py (the split-key kernel and its op),
+sites.py (which graph nodes are matmuls, read as a GEMM's operands), tuning.py (the problems
+a graph meets with no winner, tuned as it compiles), dynamic.py (a dynamic M routed per
+call), groups.py (linears of one input as one GEMM), ops.py (the ops a routed matmul
+becomes, and their routes), report.py (the line a compile prints of its routes),
+backend.py (the torch.compile backend that rewrites the graph, and `compile`).
 """
 
 from .backend import DEFAULT_MODE, compile, routing_backend
