@@ -106,6 +106,22 @@ def test_blocks_of_keys_no_row_sees_are_never_read(kind):
     torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_mask_of_finfo_min_weighs_as_in_sdpa(dtype):
+    """transformers' older masks add the dtype's least value, not -inf: a row so masked
+    everywhere is V's mean in SDPA, and a row whose one key is at -2.5e38 among -3e38 is
+    that key's V; finite scores, so no block is skipped and none overflows to -inf."""
+    q, k, v = operands(2, 8, 2, 1, 130, 16)
+    low = torch.finfo(dtype).min
+    mask = torch.zeros(2, 1, 1, 130, dtype=dtype)
+    mask[1] = low
+    if dtype == torch.float32:
+        mask[0, 0, 0] = -3e38
+        mask[0, 0, 0, 7] = -2.5e38
+    got = decode_attention.gqa_attention(q, k, v, mask, None, 2)
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
 def test_the_splits_fill_the_device_and_none_is_empty():
     """Two programs per multiprocessor where the keys allow, a split no shorter than a block
     of keys, and the last split holding keys."""
@@ -227,6 +243,45 @@ def test_split_keys_under_a_dynamic_batch():
         mask = some_keys((batch, 1, 1, 100), seed=batch)
         torch.testing.assert_close(run(q, k, v, mask), sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
     assert len(seen) == 2 and all(decode_attention.register_op() in targets for targets in seen)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_a_view_of_the_attentions_output_reads_sdpas_layout():
+    """Three rows a head, the output viewed as [B, L, H * D] (a view, not a reshape: it needs
+    SDPA's layout, [B, L, H, D] transposed), through the kernel."""
+    def attend_viewed(q, k, v, mask):
+        out = attend(q, k, v, mask)
+        b, h, rows, d = out.shape
+        return out.transpose(1, 2).view(b, rows, h * d)
+
+    q, k, v = operands(1, 8, 2, 3, 100, 16)
+    mask = some_keys((1, 1, 3, 100))
+    seen: list = []
+    got = graph_targets(attend_viewed, seen, split_keys=True)(q, k, v, mask)
+    assert decode_attention.register_op() in seen[0]
+    want = sdpa_repeated(q, k, v, mask).transpose(1, 2).reshape(1, 3, 8 * 16)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_an_attention_that_needs_gradients_keeps_torchs_op():
+    """q from a Linear, under grad mode: the kernel has no backward, so SDPA stays, and the
+    compiled model trains."""
+    proj = torch.nn.Linear(16, 16)
+
+    def attend_projected(x, k, v, mask):
+        q = proj(x).transpose(1, 2)  # [B, H, L, D]
+        return attend(q, k, v, mask)
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 1, 8, 16, generator=g)
+    _, k, v = operands(1, 8, 2, 1, 100, 16)
+    mask = some_keys((1, 1, 1, 100))
+    seen: list = []
+    out = graph_targets(attend_projected, seen, split_keys=True)(x, k, v, mask)
+    assert decode_attention.register_op() not in seen[0]
+    out.sum().backward()
+    assert proj.weight.grad is not None and torch.isfinite(proj.weight.grad).all()
 
 
 @pytest.mark.usefixtures("fresh_compile")

@@ -33,12 +33,14 @@ _OP: dict = {}
 
 def serves(rows: int, dim: int, v_dim: int, keys, dtype) -> bool:
     """Whether the kernel takes an attention of `rows` stacked query rows per K/V head, head
-    sizes `dim` (q, k) and `v_dim`, `keys` keys (an int: a static cache) and `dtype`."""
+    sizes `dim` (q, k) and `v_dim`, `keys` keys (an int: a static cache) and `dtype`. A head
+    of at most 512 bytes: the split kernel's shared memory then stays within 64 KB on sm_90
+    (tests/test_decode_attention.py compiles it), under every CUDA GPU's limit."""
     import torch
 
     return (isinstance(keys, int) and keys > 0 and 0 < rows <= MAX_ROWS and dim == v_dim
-            and 16 <= dim <= 256 and dim & (dim - 1) == 0
-            and dtype in (torch.float16, torch.bfloat16, torch.float32))
+            and 16 <= dim and dim & (dim - 1) == 0 and dtype in (torch.float16, torch.bfloat16, torch.float32)
+            and dim * dtype.itemsize <= 512)
 
 
 def split_count(programs: int, keys: int, units: int) -> int:
@@ -77,8 +79,8 @@ def _kernels():
                      UPCAST: tl.constexpr, IEEE: tl.constexpr):
         bg = tl.program_id(0)
         split = tl.program_id(1)
-        b = bg // heads_kv
-        g = bg % heads_kv
+        b = (bg // heads_kv).to(tl.int64)  # int64: a large cache's offsets pass 2**31
+        g = (bg % heads_kv).to(tl.int64)
         r = tl.arange(0, BLOCK_R)
         d = tl.arange(0, BLOCK_D)
         n = tl.arange(0, BLOCK_N)
@@ -97,14 +99,14 @@ def _kernels():
         for step in range(0, steps):
             key = start + step * BLOCK_N + n
             key_ok = key < end
-            # what the mask adds to each score, in log2 units: -inf hides the key
+            # what the mask adds to each score: -inf hides the key
             seen = row_ok[:, None] & key_ok[None, :]
             if MASK_KIND == 1:
                 keep = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms, mask=seen, other=0)
                 bias = tl.where(seen & (keep != 0), 0.0, float("-inf"))
             elif MASK_KIND == 2:
                 add = tl.load(MASK + b * smb + pos[:, None] * sml + key[None, :] * sms, mask=seen, other=0.0)
-                bias = tl.where(seen, add.to(tl.float32) * log2e, float("-inf"))
+                bias = tl.where(seen, add.to(tl.float32), float("-inf"))
             else:
                 bias = tl.where(seen, 0.0, float("-inf"))
             # a block no row sees is not read: a static cache's positions past the tokens so far
@@ -117,11 +119,12 @@ def _kernels():
                     s = tl.dot(q, tl.trans(k), input_precision="ieee")
                 else:
                     s = tl.dot(q, tl.trans(k))
-                s = s * scale + bias  # scale carries log2(e)
+                # scores in natural units (a mask's finfo.min stays finite), exponents in base 2
+                s = s * scale + bias
                 m_new = tl.maximum(m_i, tl.max(s, 1))
                 m_base = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet
-                alpha = tl.math.exp2(m_i - m_base)
-                p = tl.math.exp2(s - m_base[:, None])
+                alpha = tl.math.exp2((m_i - m_base) * log2e)
+                p = tl.math.exp2((s - m_base[:, None]) * log2e)
                 l_i = l_i * alpha + tl.sum(p, 1)
                 v = tl.load(V + b * svb + g * svh + key[:, None] * svs + d[None, :] * svd,
                             mask=key_ok[:, None], other=0.0)
@@ -138,7 +141,7 @@ def _kernels():
         tl.store(ML + (part * 2 + 1) * BLOCK_R + r, l_i)
 
     @triton.jit
-    def merge_kernel(ACC, ML, OUT, sob, soh, sol, sod, heads_kv, rows_l,
+    def merge_kernel(ACC, ML, OUT, sob, soh, sol, sod, heads_kv, rows_l, log2e,
                      N_REP: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
         bg = tl.program_id(0)
@@ -153,14 +156,24 @@ def _kernels():
         l_s = tl.load(ML + (part * 2 + 1) * BLOCK_R + r, mask=ok, other=0.0)
         top = tl.max(m, 0)
         top = tl.where(top == float("-inf"), 0.0, top)
-        w = tl.math.exp2(m - top)
+        w = tl.math.exp2((m - top) * log2e)
         acc = tl.load(ACC + (part[:, None] * BLOCK_R + r) * BLOCK_D + d[None, :], mask=ok[:, None], other=0.0)
         total = tl.sum(l_s * w, 0)  # 0: the row sees no key; zeros, as torch's SDPA gives
         out = tl.sum(acc * w[:, None], 0) / tl.where(total > 0, total, 1.0)
         head = g * N_REP + r // rows_l
+        b = b.to(tl.int64)
         tl.store(OUT + b * sob + head * soh + (r % rows_l) * sol + d * sod, out.to(OUT.dtype.element_ty))
 
     return split_kernel, merge_kernel
+
+
+def _output(q, v):
+    """The output, [B, H, L, Dv] laid out as [B, L, H, Dv] (SDPA's layout, which the code after
+    an attention may view as [B, L, H * Dv])."""
+    import torch
+
+    batch, heads, rows_l, _ = q.shape
+    return torch.empty((batch, rows_l, heads, v.shape[3]), dtype=q.dtype, device=q.device).transpose(1, 2)
 
 
 def _launches(q, k, v, mask, scale: float | None, splits: int):
@@ -177,7 +190,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
     rows = n_rep * rows_l
     block_r, block_d = max(16, _next_pow2(rows)), dim
     chunk = _chunk(keys, splits)
-    out = torch.empty((batch, heads, rows_l, v.shape[3]), dtype=q.dtype, device=q.device)
+    out = _output(q, v)
     acc = torch.empty((batch * heads_kv * splits * block_r * block_d,), dtype=torch.float32, device=q.device)
     ml = torch.empty((batch * heads_kv * splits * 2 * block_r,), dtype=torch.float32, device=q.device)
     if mask is None:
@@ -187,7 +200,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
         wide = mask.expand(batch, 1, rows_l, keys) if mask.dim() == 4 else \
             mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)).expand(batch, 1, rows_l, keys)
         mask_strides = (wide.stride(0), wide.stride(2), wide.stride(3))
-    scale = (1.0 / math.sqrt(dim) if scale is None else scale) * _LOG2E
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
     split_kernel, merge_kernel = _kernels()
     first = (split_kernel, (batch * heads_kv, splits),
              (q, k, v, mask, acc, ml, *q.stride(), *k.stride(), *v.stride(), *mask_strides,
@@ -196,7 +209,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
                   BLOCK_D=block_d, UPCAST=interpreting(), IEEE=q.dtype == torch.float32,
                   num_warps=4 if block_r * block_d <= 4096 else 8, num_stages=2))
     second = (merge_kernel, (batch * heads_kv, rows),
-              (acc, ml, out, *out.stride(), heads_kv, rows_l),
+              (acc, ml, out, *out.stride(), heads_kv, rows_l, _LOG2E),
               dict(N_REP=n_rep, SPLITS=splits, SPLITS_P2=max(2, _next_pow2(splits)), BLOCK_R=block_r,
                    BLOCK_D=block_d, num_warps=4))
     return out, (first, second)
@@ -221,7 +234,7 @@ def register_op():
         from ..templates.triton_base import interpreting
 
         def fake(q, k, v, mask, scale, splits):
-            return q.new_empty((*q.shape[:3], v.shape[3]))
+            return _output(q, v)
 
         if interpreting():
             from torch.library import custom_op

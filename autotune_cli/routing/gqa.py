@@ -166,7 +166,7 @@ def find_folds(graph, split_keys: bool = False) -> list[Fold]:
         if 0 in (*q[1:], *k_src[2:], *v_src[2:]) or writes_between(_first(graph, key[2] + value[2]), node):
             continue  # nothing to fold; or K or V written after their repeat copied them
         scale = args["scale"]
-        splits = _kernel_splits(args["query"], key[0], value[0], n) \
+        splits = _kernel_splits(node, args, key[0], value[0], n) \
             if split_keys and (scale is None or isinstance(scale, (int, float))) else None
         if splits is None and (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more
             continue
@@ -185,26 +185,34 @@ def find_folds(graph, split_keys: bool = False) -> list[Fold]:
     return folds
 
 
-def _kernel_splits(query, key, value, n: int) -> int | None:
-    """The splits of the keys decode_attention's kernel would run this attention with, or
-    None where it does not serve it (too many rows, another head size, a dynamic cache, a
-    device where Triton does not run)."""
+def _kernel_splits(node, args: dict, key, value, n: int) -> int | None:
+    """The splits of the keys decode_attention's kernel would run the SDPA `node` with, or
+    None where it does not serve it: too many rows, another head size, a dynamic cache, a
+    device where Triton does not run, an output laid out otherwise than the op's, or a
+    tensor that needs gradients (the kernel has no backward)."""
+    import torch
+
     from ..templates.triton_base import interpreting
     from . import decode_attention
 
-    q, k, v = (node_value(x) for x in (query, key, value))
-    _, _, rows, dim = _sizes(query)
+    q, k, v, want = (node_value(x) for x in (args["query"], key, value, node))
+    mask = node_value(args["attn_mask"]) if args["attn_mask"] is not None else None
+    batch, heads, rows, dim = _sizes(args["query"])
     keys = _sizes(key)[2]
     if q.device.type != "cuda" and not interpreting():
         return None
     if not decode_attention.serves(n * rows, dim, v.shape[3], keys, q.dtype) or k.dtype != q.dtype \
             or v.dtype != q.dtype:
         return None
-    batch = concrete(q.shape[0]) or 2  # a symbolic batch: 2 or more (torch specialises 1)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, mask)):
+        return None
+    batch = batch or 2  # a symbolic batch: 2 or more (torch specialises 1)
+    mine = torch.empty((batch, rows, heads, v.shape[3]), device="meta").transpose(1, 2)
+    if any(size > 1 and concrete(want.stride(i)) != mine.stride(i) for i, size in enumerate(mine.shape)
+           if i > 0 or _sizes(node)[0] is not None):
+        return None  # a view after the attention would read another layout
     units = 4
     if q.device.type == "cuda":
-        import torch
-
         units = torch.cuda.get_device_properties(q.device).multi_processor_count
     return decode_attention.split_count(batch * k.shape[1], keys, units)
 
