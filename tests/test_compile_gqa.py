@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import autotune_cli
 from autotune_cli.routing import gqa
+from helpers_llama import tiny_llama
 
 pytestmark = pytest.mark.usefixtures("fresh_compile")
 
@@ -217,25 +218,11 @@ def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
     """A transformers Llama (GQA: 4 query heads a K/V head, 8 K/V heads) with a static cache,
     batch 2: the prompt's forward and the decode step, compiled with the fold, give eager's
     logits."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=64,
-                                      attn_implementation="sdpa")
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    prompt = torch.randint(0, 64, (2, 5))
-
-    def logits(run):
-        """The prompt's last logits (five positions against the cache), then the next step's."""
-        cache = transformers.StaticCache(config=config, max_cache_len=16)
-        with torch.no_grad():
-            first = run(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5)).logits[:, -1]
-            return first, run(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
-
+    model, logits, layers = tiny_llama(heads=32, kv_heads=8, hidden=64, batch=2, cache_len=16)
     folds: list = []
     want = logits(model)
     got = logits(compiled(model, folds))
-    assert folds == [config.num_hidden_layers] * 2
+    assert folds == [layers] * 2
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 

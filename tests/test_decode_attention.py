@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import autotune_cli
 from autotune_cli.routing import decode_attention, gqa
+from helpers_llama import tiny_llama
 
 
 def repeat_kv(x, n):
@@ -313,25 +314,12 @@ def test_a_tiny_transformers_llama_decodes_the_same_with_split_keys():
     """A transformers Llama (4 query heads a K/V head, 2 K/V heads) with a static cache at
     batch 1: the prompt's forward and the decode step compiled with split_keys give eager's
     logits, the decode step through the kernel."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=96,
-                                      attn_implementation="sdpa")
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    prompt = torch.randint(0, 64, (1, 5))
-
-    def logits(run):
-        cache = transformers.StaticCache(config=config, max_cache_len=80)
-        with torch.no_grad():
-            first = run(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(5)).logits[:, -1]
-            return first, run(input_ids=prompt[:, -1:], past_key_values=cache, cache_position=torch.tensor([5])).logits
-
+    model, logits, layers = tiny_llama(heads=8, kv_heads=2, hidden=128, batch=1, cache_len=80)
     seen: list = []
     want = logits(model)
     got = logits(graph_targets(model, seen, split_keys=True))
     op = decode_attention.register_op()
-    assert [targets.count(op) for targets in seen] == [config.num_hidden_layers] * 2
+    assert [targets.count(op) for targets in seen] == [layers] * 2
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
