@@ -1,4 +1,4 @@
-"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled eleven ways.
+"""A real serving loop: a transformers Llama decoding with a static KV cache, compiled twelve ways.
 
 The model: `LlamaForCausalLM` built from a config (random weights, no downloads) at
 Llama-3-8B widths (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocabulary 128256),
@@ -20,9 +20,10 @@ with `fullgraph=True` at each `--batches` size, and the prompt's forward (prefil
                    the grouped GEMMs of q, k and v are worth, side by side with ours);
   ours-unfolded    as ours, with fold_gqa=False: attention over K and V repeated for the
                    query heads (repeat_kv's copies), as written (what the fold is worth);
-  ours-split       as ours, with split_keys=True: the decode attention through our
-                   split-key kernel (routing/decode_attention.py) at every batch, where
-                   the plain fold leaves batch 1 unfolded (what the kernel is worth);
+  ours-split       as ours, with split_keys=True: every decode attention through our
+                   split-key kernel (routing/decode_attention.py), where ours runs it only
+                   where it won a timing at the compile (split_choice.py);
+  ours-nosplit     as ours, with split_keys=False: never the kernel (what it is worth);
   ours-pdl         as ours, with options={"triton.enable_pdl": True}: Inductor's kernels and
                    our GEMVs as programmatic dependent launches (what overlapping the
                    kernel boundaries is worth);
@@ -74,7 +75,7 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=100, head_dim=16)
 PATHS = ("eager", "reduce-overhead", "max-autotune", "ours-cold", "ours", "ours-coordesc", "ours-apart",
-         "ours-unfolded", "ours-split", "ours-pdl", "ours-pwfixed")
+         "ours-unfolded", "ours-split", "ours-nosplit", "ours-pdl", "ours-pwfixed")
 PATH_OPTIONS = {"ours-coordesc": {"coordinate_descent_tuning": True}, "ours-pdl": {"triton.enable_pdl": True},
                 "ours-pwfixed": {"triton.autotune_pointwise": False}}
 # kernel names that are GEMMs: cuBLAS/CUTLASS's (split-K's reduction too), Inductor's
@@ -260,7 +261,8 @@ def compiler(path: str, model, cache_dir: Path, routes: list, smoke: bool):
     options = PATH_OPTIONS.get(path)
     return autotune_cli.compile(model, cache_dir=cache_dir, fullgraph=True, dynamic=False, routes=routes, tune=tune,
                                 group_linears=False if path == "ours-apart" else None,
-                                fold_gqa=path != "ours-unfolded", split_keys=path == "ours-split",
+                                fold_gqa=path != "ours-unfolded",
+                                split_keys={"ours-split": True, "ours-nosplit": False}.get(path),
                                 options=options)
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import autotune_cli
-from autotune_cli.routing import decode_attention, gqa
+from autotune_cli.routing import decode_attention, gqa, split_choice
 from helpers_llama import tiny_llama
 
 
@@ -199,6 +199,37 @@ def test_the_kernels_compile_for_an_h200_without_a_gpu(tmp_path):
     assert "LAUNCHES [['ACC', 'ML'], ['OUT']]" in done.stdout
 
 
+def test_the_kernel_must_lead_by_the_margin():
+    """The measured choice: the kernel runs where its time leads the other form's by more
+    than the margin; a tie keeps torch's op."""
+    assert split_choice.kernel_wins(90.0, 100.0, 0.03)
+    assert not split_choice.kernel_wins(97.5, 100.0, 0.03)
+    assert not split_choice.kernel_wins(110.0, 100.0, 0.03)
+
+
+def test_the_choice_checks_the_kernels_values_first():
+    """Before the kernel may be timed, its output must be within the verifier's tolerance of
+    SDPA's in float32: the kernel's own passes, one off by a few per cent does not."""
+    q, k, v = operands(1, 8, 2, 1, 100, 16, torch.bfloat16)
+    mask = some_keys((1, 1, 1, 100))
+    attention = split_choice.Attention(1, 8, 2, 1, 100, 16, 16, "bfloat16", "bool", False, None, False)
+    got = decode_attention.gqa_attention(q, k, v, mask, None, 2)
+    k_rep, v_rep = split_choice.repeated_kv(k, 4), split_choice.repeated_kv(v, 4)
+    split_choice._check(got, q, k_rep, v_rep, mask, attention)
+    with pytest.raises(ValueError, match="from SDPA's in float32"):
+        split_choice._check(got * 1.05, q, k_rep, v_rep, mask, attention)
+
+
+def test_a_timing_that_fails_keeps_torchs_op_and_says_so():
+    """No CUDA here: the timing raises, the choice is torch's op, with one warning."""
+    from autotune_cli.api import AutotuneFallbackWarning
+
+    attention = split_choice.Attention(1, 8, 2, 1, 100, 16, 16, "float32", "bool", False, None, False)
+    split_choice.split_wins.cache_clear()
+    with pytest.warns(AutotuneFallbackWarning, match="timing the split-key attention kernel failed"):
+        assert split_choice.split_wins(attention, 0, 2) is False
+
+
 def attend(q, k, v, mask):
     n = q.shape[1] // k.shape[1]
     return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
@@ -214,10 +245,11 @@ def graph_targets(fn, seen: list, **kwargs):
 
 
 @pytest.mark.usefixtures("fresh_compile")
-@pytest.mark.parametrize("split_keys", [True, False])
+@pytest.mark.parametrize("split_keys", [True, False, None])
 def test_split_keys_runs_the_kernel_where_the_plain_fold_would_not(split_keys, capfd):
     """Batch 1 over 2 K/V heads (under gqa.MIN_HEADS): with split_keys the SDPA and both
-    repeats give way to our op, with SDPA's values; without, the attention stays as written."""
+    repeats give way to our op, with SDPA's values; without, the attention stays as written.
+    None (the default) times the kernel on a GPU only: on the CPU it stays as written."""
     assert 1 * 2 < gqa.MIN_HEADS
     q, k, v = operands(1, 8, 2, 1, 100, 16)
     mask = some_keys((1, 1, 1, 100))
@@ -229,7 +261,7 @@ def test_split_keys_runs_the_kernel_where_the_plain_fold_would_not(split_keys, c
     assert (op in seen[0], sdpa in seen[0]) == ((True, False) if split_keys else (False, True))
     if split_keys:
         assert not any(t == "expand" or t is torch.reshape for t in seen[0])  # the repeats are gone
-        assert "1 attention over K and V unrepeated" in capfd.readouterr().err
+        assert "1 attention over K and V unrepeated (1 by the split-key kernel)" in capfd.readouterr().err
     torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
 
 
@@ -338,3 +370,20 @@ def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd, 
         for _ in range(3):
             torch.testing.assert_close(run(q, k, v, mask), want, rtol=2e-2, atol=2e-2)
     assert "1 attention over K and V unrepeated" in capfd.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_the_default_times_the_kernel_and_keeps_the_faster(cache_dir, capfd):
+    """split_keys=None on a GPU: the kernel and the repeated form are timed (both a positive
+    time per call), the compile runs the kernel exactly where that timing says it won, and
+    the values are torch's either way."""
+    q, k, v = (x.cuda() for x in operands(1, 32, 8, 1, 1024, 128, torch.bfloat16))
+    mask = (torch.arange(1024, device="cuda") < 700).expand(1, 1, 1, 1024)
+    splits = decode_attention.split_count(8, 1024, torch.cuda.get_device_properties(0).multi_processor_count)
+    attention = split_choice.Attention(1, 32, 8, 1, 1024, 128, 128, "bfloat16", "bool", False, None, False)
+    kernel_us, other_us = split_choice._time_both(attention, 0, splits)
+    assert 0 < kernel_us < 1e4 and 0 < other_us < 1e4
+    run = autotune_cli.compile(attend, cache_dir=cache_dir, fullgraph=True, tune=False)
+    torch.testing.assert_close(run(q, k, v, mask), attend(q, k, v, mask), rtol=2e-2, atol=2e-2)
+    kernel = "(1 by the split-key kernel)" in capfd.readouterr().err
+    assert kernel == split_choice.split_wins(attention, 0, splits)

@@ -44,10 +44,11 @@ side, where that GEMM's tuned time beats theirs summed, through the opaque
 
 Grouped-query attention that repeats its K and V heads for SDPA (transformers' repeat_kv, at
 decode) runs over them once, the query heads of a group folded into its rows (gqa.py), or
-with `split_keys=True` through our split-key kernel, `autotune::gqa_attention`
-(decode_attention.py).
+through our split-key kernel, `autotune::gqa_attention` (decode_attention.py), where it beat
+the other form timed on this GPU (split_choice.py).
 
 The modules: gqa.py (that fold), decode_attention.py (the split-key kernel and its op),
+split_choice.py (whether the kernel runs: timed as the graph compiles),
 sites.py (which graph nodes are matmuls, read as a GEMM's operands), tuning.py (the problems
 a graph meets with no winner, tuned as it compiles), dynamic.py (a dynamic M routed per
 call), groups.py (linears of one input as one GEMM), ops.py (the ops a routed matmul

@@ -28,7 +28,7 @@ class routing_backend:
 
     def __init__(self, dispatcher: Dispatcher, inner: Any = "inductor", mode: str | None = None,
                  options: dict | None = None, routes: list | None = None, tune: Any = None,
-                 group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool = False) -> None:
+                 group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool | None = None) -> None:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
@@ -57,7 +57,7 @@ class routing_backend:
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
-        folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else 0  # recompiled in _rewrite
+        folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
         sites = list(matmul_sites(gm.graph))
         for site in sites:
             if site.dynamic_m:
@@ -133,7 +133,7 @@ class routing_backend:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
     def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None,
-                 groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: int = 0) -> None:
+                 groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: Sequence = ()) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
         one op each, the other `sites` one by one (`folds`: the attentions gqa.py rewrote, for
         the summary line)."""
@@ -142,7 +142,7 @@ class routing_backend:
 
         graph = gm.graph
         sites = list(matmul_sites(graph)) if sites is None else sites
-        changed = bool(groups) or folds > 0
+        changed = bool(groups) or bool(folds)
         routed_before = len(self.routes)
         grouped = set()
         for group, name, info in groups:
@@ -195,7 +195,7 @@ class routing_backend:
         if changed:
             graph.lint()
             gm.recompile()
-        summary(self.routes[routed_before:], len(groups), folds)
+        summary(self.routes[routed_before:], len(groups), len(folds), sum(f.splits is not None for f in folds))
 
     def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM (`group.problem`), where its winner's time beats
@@ -435,7 +435,7 @@ def _rewrite_outer(graph, site: Site) -> None:
 
 def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, tune: Any = None,
-            group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool = False,
+            group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool | None = None,
             **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
     (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
@@ -462,10 +462,11 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     least gqa.MIN_HEADS: the same sums, without a copy of the cache per step. False leaves
     the attention as written.
 
-    `split_keys`: such an attention at decode (a few rows per K/V head, a static cache) runs
+    `split_keys`: such an attention at decode (a few rows per K/V head, a static cache) may run
     autotune's split-key kernel (decode_attention.py) at any batch x K/V heads, where SDPA's
-    kernels run one program per head over all the keys. Off by default: it has not yet been
-    timed in the serving loop (bench/serve_decode.py, path `ours-split`).
+    kernels run one program per head over all the keys: None (the default) where it beat the
+    form the compile would run otherwise, timed on this GPU as the graph compiles
+    (split_choice.py; never off a GPU); True always; False never.
 
     Where Inductor launches its kernels as programmatic dependent launches (`options=
     {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed

@@ -17,15 +17,17 @@ repeated for the folded ones: a few positions against a static cache); static he
 and sizes but the batch; batch x K/V heads at least MIN_HEADS.
 The copies go, and the attention reads K and V once (bench/README.md, "A serving loop").
 
-With `split_keys`, a fold of few rows (decode) over a static cache runs our split-key kernel
-instead (decode_attention.py, `autotune::gqa_attention`), at any batch x K/V heads: the
-programs split the keys, so a few heads no longer leave the GPU idle.
+A fold of few rows (decode) over a static cache may run our split-key kernel instead
+(decode_attention.py, `autotune::gqa_attention`), at any batch x K/V heads: its programs split
+the keys, so a few heads no longer leave the GPU idle. `split_keys`: None (the default) where
+it beat the form the compile would run otherwise, timed on this GPU (split_choice.py); True
+always; False never.
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .sites import call_args, concrete, node_value, writes_between
@@ -143,9 +145,11 @@ def _sdpa_args(node) -> dict | None:
     return call_args(node, _SDPA_ARGS, _SDPA_DEFAULTS)
 
 
-def find_folds(graph, split_keys: bool = False) -> list[Fold]:
-    """The SDPA nodes of `graph` that may run over K and V unrepeated (see the module); with
-    `split_keys`, those decode_attention's kernel serves run by it (their `splits` set)."""
+def find_folds(graph, split_keys: bool | None = False) -> list[Fold]:
+    """The SDPA nodes of `graph` that may run over K and V unrepeated (see the module); those
+    decode_attention's kernel serves run by it (their `splits` set): all with `split_keys`
+    True, none with False, and with None those where it beat the compile's other form,
+    timed on this GPU (split_choice.py)."""
     folds = []
     for node in graph.nodes:
         args = _sdpa_args(node)
@@ -165,11 +169,6 @@ def find_folds(graph, split_keys: bool = False) -> list[Fold]:
             continue
         if 0 in (*q[1:], *k_src[2:], *v_src[2:]) or writes_between(_first(graph, key[2] + value[2]), node):
             continue  # nothing to fold; or K or V written after their repeat copied them
-        scale = args["scale"]
-        splits = _kernel_splits(node, args, key[0], value[0], n) \
-            if split_keys and (scale is None or isinstance(scale, (int, float))) else None
-        if splits is None and (q[0] or 2) * k_src[1] < MIN_HEADS:  # a symbolic batch is 2 or more
-            continue
         mask, mask_rows = args["attn_mask"], False
         if mask is not None:
             m = _sizes(mask)
@@ -180,26 +179,54 @@ def find_folds(graph, split_keys: bool = False) -> list[Fold]:
                 if len(m) != 4 or m[-2] != q[2] or m[-1] is None:
                     continue
                 mask_rows = True  # repeated n times along the rows: folded row r * L + l reads row l
-        folds.append(Fold(node, args["query"], key[0], value[0], mask, mask_rows, args["scale"], n,
-                          key[2] + value[2], splits))
+        fold = Fold(node, args["query"], key[0], value[0], mask, mask_rows, args["scale"], n, key[2] + value[2])
+        plain = (q[0] or 2) * k_src[1] >= MIN_HEADS  # a symbolic batch is 2 or more: torch specialises 1
+        splits = _kernel_splits(fold) if split_keys is not False else None
+        if splits is not None and split_keys is None and not _measured_win(fold, plain, splits):
+            splits = None
+        if splits is None and not plain:
+            continue
+        folds.append(replace(fold, splits=splits))
     return folds
 
 
-def _kernel_splits(node, args: dict, key, value, n: int) -> int | None:
-    """The splits of the keys decode_attention's kernel would run the SDPA `node` with, or
-    None where it does not serve it: too many rows, another head size, a dynamic cache, a
-    device where Triton does not run, an output laid out otherwise than the op's, or a
-    tensor that needs gradients (the kernel has no backward)."""
+def _measured_win(fold: Fold, plain: bool, splits: int) -> bool:
+    """Whether the kernel beat, timed on this GPU, the form the compile would run without it
+    (split_choice.py): never for a symbolic batch or off a GPU."""
+    import torch
+
+    from .split_choice import Attention, split_wins
+
+    q, k, v = (node_value(x) for x in (fold.query, fold.key, fold.value))
+    batch, heads, rows, dim = _sizes(fold.query)
+    if batch is None or q.device.type != "cuda":
+        return False
+    mask = node_value(fold.mask) if fold.mask is not None else None
+    kind = "none" if mask is None else "bool" if mask.dtype == torch.bool else "float"
+    attention = Attention(batch, heads, k.shape[1], rows, _sizes(fold.key)[2], dim, v.shape[3],
+                          str(q.dtype).removeprefix("torch."), kind, fold.mask_rows,
+                          None if fold.scale is None else float(fold.scale), plain)
+    return split_wins(attention, q.device.index or 0, splits)
+
+
+def _kernel_splits(fold: Fold) -> int | None:
+    """The splits of the keys decode_attention's kernel would run `fold`'s SDPA with, or None
+    where it does not serve it: too many rows, another head size, a dynamic cache, a scale
+    that is not a number, a device where Triton does not run, an output laid out otherwise
+    than the op's, or a tensor that needs gradients (the kernel has no backward)."""
     import torch
 
     from ..templates.triton_base import interpreting
     from . import decode_attention
 
-    q, k, v, want = (node_value(x) for x in (args["query"], key, value, node))
-    mask = node_value(args["attn_mask"]) if args["attn_mask"] is not None else None
-    batch, heads, rows, dim = _sizes(args["query"])
+    node, key, n = fold.node, fold.key, fold.n
+    q, k, v, want = (node_value(x) for x in (fold.query, key, fold.value, node))
+    mask = node_value(fold.mask) if fold.mask is not None else None
+    batch, heads, rows, dim = _sizes(fold.query)
     keys = _sizes(key)[2]
     if q.device.type != "cuda" and not interpreting():
+        return None
+    if not (fold.scale is None or isinstance(fold.scale, (int, float))):
         return None
     if not decode_attention.serves(n * rows, dim, v.shape[3], keys, q.dtype) or k.dtype != q.dtype \
             or v.dtype != q.dtype:
@@ -229,8 +256,8 @@ def _same_batch(*nodes) -> bool:
     return len({str(s) for s in sizes}) == 1
 
 
-def fold_attention(graph, split_keys: bool = False) -> int:
-    """Rewrite every SDPA of `graph` that find_folds finds; how many were rewritten."""
+def fold_attention(graph, split_keys: bool | None = False) -> list[Fold]:
+    """Rewrite every SDPA of `graph` that find_folds finds; the folds made."""
     import torch
 
     folds = find_folds(graph, split_keys)
@@ -271,7 +298,7 @@ def fold_attention(graph, split_keys: bool = False) -> int:
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
         _erase_repeats(graph, fold, erased)
-    return len(folds)
+    return folds
 
 
 def _run_split(graph, fold: Fold) -> None:

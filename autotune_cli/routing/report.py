@@ -12,17 +12,17 @@ __all__ = ["GROUPED", "summary"]
 GROUPED = "grouped: "
 
 
-def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0) -> None:
+def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: int = 0) -> None:
     """One line on stderr per graph: how many of its matmuls were routed (how many of them in
     `groups` grouped GEMMs), why the others were not (the `routes` list holds each one's
     Dispatch, its reason with it), and how many attentions read K and V once (`folds`,
-    gqa.py)."""
+    gqa.py; `split` of them through the split-key kernel)."""
     import sys
     from collections import Counter
 
     if not dispatches:
         if folds:
-            sys.stderr.write(f"autotune: {_folded(folds)}\n")
+            sys.stderr.write(f"autotune: {_folded(folds, split)}\n")
         return
     left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
     routed = len(dispatches) - sum(left.values())
@@ -33,12 +33,13 @@ def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0) -> None
     if left:
         line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
     if folds:
-        line += f"; {_folded(folds)}"
+        line += f"; {_folded(folds, split)}"
     sys.stderr.write(line + "\n")
 
 
-def _folded(folds: int) -> str:
-    return f"{plural(folds, 'attention')} over K and V unrepeated"
+def _folded(folds: int, split: int) -> str:
+    line = f"{plural(folds, 'attention')} over K and V unrepeated"
+    return line + (f" ({split} by the split-key kernel)" if split else "")
 
 
 def _reason_kind(reason: str) -> str:
