@@ -3,15 +3,16 @@ the query heads folded into the rows (routing/gqa.py) and against our split-key 
 (routing/decode_attention.py), each compiled by torch.compile.
 
 Per batch size and cache length: q [B, H, 1, D], K and V [B, KV, S, D] (bf16), a boolean mask
-[B, 1, 1, S] (three fifths of the keys visible), and two functions compiled with
+[B, 1, 1, S] (three fifths of the keys visible), and three functions compiled with
 `torch.compile(dynamic=False)`: `repeated` (repeat_kv's expand + reshape of K and V, then
 SDPA, as transformers writes it), `folded` (q reshaped to [B, KV, H / KV, D], SDPA over K
 and V as they are, reshaped back) and `split` (autotune::gqa_attention, the keys split as
-`compile(..., split_keys=True)` splits them on this GPU). Each is timed as a CUDA graph of `--calls` calls on the
-same operands (at batch 1 and 1024 keys K and V are 4 MB: they stay in the L2, as one
-layer's cache does between the copy and the attention), the median of seven replays; the
-folded and split outputs are checked against the repeated one (relative Frobenius error). What decides
-is a model's step (`serve_decode.py`): this says where the fold's attention gains or loses.
+the compile splits them on this GPU). Each is timed by split_choice.graph_us (the compile's
+own timer) as a CUDA graph of `--calls` calls on the same operands (at batch 1 and 1024
+keys K and V are 4 MB: they stay in the L2, as one layer's cache does between the copy and
+the attention), the median of seven replays; the folded and split outputs are checked
+against the repeated one (relative Frobenius error). What decides is a model's step
+(`serve_decode.py`): this says where each form gains or loses.
 
 GPU:  PYTHONPATH=. python3 bench/attention_fold.py [--batches 1,2,4,8,16] [--keys 1024,4096]
 Writes $OUT/attention_fold.json (default ./bench_out).
@@ -20,45 +21,13 @@ Writes $OUT/attention_fold.json (default ./bench_out).
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import write_json  # noqa: E402
-
-
-def repeat_kv(x, n: int):
-    b, kv, s, d = x.shape
-    return x[:, :, None, :, :].expand(b, kv, n, s, d).reshape(b, kv * n, s, d)
-
-
-def graph_us(fn, operands: tuple, calls: int) -> float:
-    """Median of seven replays of a CUDA graph of `calls` calls of fn(*operands), per call, in us."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn(*operands)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn(*operands)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -79,7 +48,7 @@ def main() -> None:
     n, kv, dim = args.heads // args.kv_heads, args.kv_heads, args.head_dim
 
     def repeated(q, k, v, mask):
-        return F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), attn_mask=mask)
+        return F.scaled_dot_product_attention(q, repeated_kv(k, n), repeated_kv(v, n), attn_mask=mask)
 
     def folded(q, k, v, mask):
         b, h, rows, d = q.shape
@@ -87,6 +56,7 @@ def main() -> None:
         return out.reshape(b, h, rows, d)
 
     from autotune_cli.routing import decode_attention
+    from autotune_cli.routing.split_choice import graph_us, repeated_kv
 
     gqa_attention = decode_attention.register_op()
     units = torch.cuda.get_device_properties(0).multi_processor_count
@@ -110,7 +80,7 @@ def main() -> None:
             want = repeated(q, k, v, mask).float()
             err = max(((fn(q, k, v, mask).float() - want).norm() / want.norm()).item()
                       for fn in (compiled_folded, compiled_split))
-            rep_us, fold_us, split_us = (graph_us(fn, (q, k, v, mask), args.calls)
+            rep_us, fold_us, split_us = (graph_us(functools.partial(fn, q, k, v, mask), args.calls, replays=7)
                                          for fn in (compiled_repeated, compiled_folded, compiled_split))
             rows.append({"keys": keys, "batch": batch, "programs": batch * kv, "repeated_us": rep_us,
                          "folded_us": fold_us, "split_us": split_us, "error": err})
