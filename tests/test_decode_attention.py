@@ -225,7 +225,7 @@ def test_a_timing_that_fails_keeps_torchs_op_and_says_so():
     from autotune_cli.api import AutotuneFallbackWarning
 
     attention = split_choice.Attention(1, 8, 2, 1, 100, 16, 16, "float32", "bool", False, None, False)
-    split_choice.split_wins.cache_clear()
+    split_choice._timed_win.cache_clear()
     with pytest.warns(AutotuneFallbackWarning, match="timing the split-key attention kernel failed"):
         assert split_choice.split_wins(attention, 0, 2) is False
 

@@ -49,10 +49,20 @@ def kernel_wins(kernel_us: float, other_us: float, margin: float) -> bool:
     return kernel_us < other_us * (1 - margin)
 
 
-@functools.lru_cache(maxsize=None)
 def split_wins(attention: Attention, device_index: int, splits: int) -> bool:
     """Whether the kernel, with `splits`, beat the compile's other form on GPU `device_index`
-    (see the module); False where the timing failed. Once per attention per process."""
+    (see the module); False where the timing failed, and, without timing, where a CUDA graph
+    is being captured (a model compiled inside the user's capture: a sync would break it).
+    Once per attention per process."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return False
+    return _timed_win(attention, device_index, splits)
+
+
+@functools.lru_cache(maxsize=None)
+def _timed_win(attention: Attention, device_index: int, splits: int) -> bool:
     import warnings
 
     from ..api import AutotuneFallbackWarning
