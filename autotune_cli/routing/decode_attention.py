@@ -14,7 +14,8 @@ read at all: a static cache's positions past the tokens so far cost nothing.
         -> [B, H, L, Dv]
 
 `mask` (or None) broadcasts to [B, 1, L, S]: a bool mask keeps the keys it marks True, a
-float one is added to the scores, as SDPA takes them; a row that sees no key is zeros. A GPU launches the kernels from a
+float one is added to the scores, as SDPA takes them; a row that sees no key is zeros. The
+output is laid out as SDPA's ([B, L, H, Dv] transposed). A GPU launches the kernels from a
 triton_op (the compiler traces into it and captures them in its CUDA graphs); under Triton's
 interpreter an opaque custom op runs them.
 """
