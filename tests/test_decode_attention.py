@@ -220,14 +220,56 @@ def test_the_choice_checks_the_kernels_values_first():
         split_choice._check(got * 1.05, q, k_rep, v_rep, mask, attention)
 
 
-def test_a_timing_that_fails_keeps_torchs_op_and_says_so():
-    """No CUDA here: the timing raises, the choice is torch's op, with one warning."""
+def test_a_timing_that_fails_keeps_torchs_op_and_says_so(monkeypatch):
+    """The check or the timing raises: the choice is torch's op, with a warning."""
     from autotune_cli.api import AutotuneFallbackWarning
 
+    def fails(attention, device_index, splits):
+        raise RuntimeError("no graph today")
+
+    monkeypatch.setattr(split_choice, "_time_both", fails)
     attention = split_choice.Attention(1, 8, 2, 1, 100, 16, 16, "float32", "bool", False, None, False)
     split_choice._timed_win.cache_clear()
-    with pytest.warns(AutotuneFallbackWarning, match="timing the split-key attention kernel failed"):
+    with pytest.warns(AutotuneFallbackWarning, match="no graph today"):
         assert split_choice.split_wins(attention, 0, 2) is False
+    split_choice._timed_win.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_the_timed_attention_is_read_from_the_graph_as_plain_ints():
+    """What split_choice times is read from the graph: a static batch gives every size as an
+    int (the record is hashable: the choice is kept per attention); a symbolic batch gives
+    none (its sizes at run time are unknown, so it is never timed)."""
+    got: list = []
+
+    def capture(gm, example_inputs):
+        for fold in gqa.find_folds(gm.graph, True):
+            got.append(gqa.attention_of(fold, plain=False))
+        return gm.forward
+
+    run = torch.compile(attend, backend=capture, fullgraph=True)
+    for batch in (2, 3, 5):  # 2 as it is; then one graph of a symbolic batch
+        q, k, v = operands(batch, 8, 2, 1, 100, 16)
+        run(q, k, v, some_keys((batch, 1, 1, 100)))
+    static, symbolic = got
+    assert symbolic is None
+    assert static == split_choice.Attention(2, 8, 2, 1, 100, 16, 16, "float32", "bool", False, None, False)
+    assert all(type(getattr(static, f)) is int for f in ("batch", "heads", "heads_kv", "rows", "keys", "dim", "v_dim"))
+    hash(static)
+
+
+@pytest.mark.usefixtures("fresh_compile")
+def test_under_autocast_the_attention_keeps_its_dtype():
+    """Under autocast SDPA's output is bfloat16 for float32 operands; the kernel would return
+    float32, so the attention keeps torch's op, and the compiled output the eager dtype."""
+    q, k, v = operands(1, 8, 2, 1, 64, 16)
+    mask = some_keys((1, 1, 1, 64))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = attend(q, k, v, mask)
+        seen: list = []
+        got = graph_targets(attend, seen, split_keys=True)(q, k, v, mask)
+    assert decode_attention.register_op() not in seen[0]
+    assert got.dtype == want.dtype == torch.bfloat16
 
 
 def attend(q, k, v, mask):
@@ -374,16 +416,25 @@ def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd, 
 
 @pytest.mark.gpu
 def test_gpu_the_default_times_the_kernel_and_keeps_the_faster(cache_dir, capfd):
-    """split_keys=None on a GPU: the kernel and the repeated form are timed (both a positive
-    time per call), the compile runs the kernel exactly where that timing says it won, and
-    the values are torch's either way."""
+    """split_keys=None on a GPU: the kernel and the repeated form are checked and timed (both
+    a positive time per call), with no warning; the compile runs the kernel exactly where that
+    timing, kept for the process, says it won, and the values are torch's either way."""
+    import warnings
+
+    from autotune_cli.api import AutotuneFallbackWarning
+
     q, k, v = (x.cuda() for x in operands(1, 32, 8, 1, 1024, 128, torch.bfloat16))
     mask = (torch.arange(1024, device="cuda") < 700).expand(1, 1, 1, 1024)
     splits = decode_attention.split_count(8, 1024, torch.cuda.get_device_properties(0).multi_processor_count)
     attention = split_choice.Attention(1, 32, 8, 1, 1024, 128, 128, "bfloat16", "bool", False, None, False)
     kernel_us, other_us = split_choice._time_both(attention, 0, splits)
     assert 0 < kernel_us < 1e4 and 0 < other_us < 1e4
+    split_choice._timed_win.cache_clear()
     run = autotune_cli.compile(attend, cache_dir=cache_dir, fullgraph=True, tune=False)
-    torch.testing.assert_close(run(q, k, v, mask), attend(q, k, v, mask), rtol=2e-2, atol=2e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutotuneFallbackWarning)
+        torch.testing.assert_close(run(q, k, v, mask), attend(q, k, v, mask), rtol=2e-2, atol=2e-2)
+    assert split_choice._timed_win.cache_info().currsize == 1  # timed once, by the compile
     kernel = "(1 by the split-key kernel)" in capfd.readouterr().err
     assert kernel == split_choice.split_wins(attention, 0, splits)
+    assert split_choice._timed_win.cache_info().hits == 1  # the same record: the compile's answer

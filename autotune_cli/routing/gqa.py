@@ -195,18 +195,32 @@ def _measured_win(fold: Fold, plain: bool, splits: int) -> bool:
     (split_choice.py): never for a symbolic batch or off a GPU."""
     import torch
 
-    from .split_choice import Attention, split_wins
+    from .split_choice import split_wins
 
-    q, k, v = (node_value(x) for x in (fold.query, fold.key, fold.value))
-    batch, heads, rows, dim = _sizes(fold.query)
-    if batch is None or q.device.type != "cuda":
+    device = node_value(fold.query).device
+    attention = attention_of(fold, plain)
+    if attention is None or device.type != "cuda":
         return False
+    return split_wins(attention, torch.cuda.current_device() if device.index is None else device.index, splits)
+
+
+def attention_of(fold: Fold, plain: bool):
+    """`fold`'s attention as split_choice times it (its sizes as ints), or None for a
+    symbolic batch (its sizes at run time unknown)."""
+    import torch
+
+    from .split_choice import Attention
+
+    batch, heads, rows, dim = _sizes(fold.query)
+    _, heads_kv, keys, _ = _sizes(fold.key)
+    v_dim = _sizes(fold.value)[3]
+    if batch is None:
+        return None
     mask = node_value(fold.mask) if fold.mask is not None else None
     kind = "none" if mask is None else "bool" if mask.dtype == torch.bool else "float"
-    attention = Attention(batch, heads, k.shape[1], rows, _sizes(fold.key)[2], dim, v.shape[3],
-                          str(q.dtype).removeprefix("torch."), kind, fold.mask_rows,
-                          None if fold.scale is None else float(fold.scale), plain)
-    return split_wins(attention, q.device.index or 0, splits)
+    return Attention(batch, heads, heads_kv, rows, keys, dim, v_dim,
+                     str(node_value(fold.query).dtype).removeprefix("torch."), kind, fold.mask_rows,
+                     None if fold.scale is None else float(fold.scale), plain)
 
 
 def _kernel_splits(fold: Fold) -> int | None:
@@ -219,29 +233,31 @@ def _kernel_splits(fold: Fold) -> int | None:
     from ..templates.triton_base import interpreting
     from . import decode_attention
 
-    node, key, n = fold.node, fold.key, fold.n
-    q, k, v, want = (node_value(x) for x in (fold.query, key, fold.value, node))
+    node, n = fold.node, fold.n
+    q, k, v, want = (node_value(x) for x in (fold.query, fold.key, fold.value, node))
     mask = node_value(fold.mask) if fold.mask is not None else None
     batch, heads, rows, dim = _sizes(fold.query)
-    keys = _sizes(key)[2]
+    _, heads_kv, keys, _ = _sizes(fold.key)
+    v_dim = _sizes(fold.value)[3]
     if q.device.type != "cuda" and not interpreting():
         return None
     if not (fold.scale is None or isinstance(fold.scale, (int, float))):
         return None
-    if not decode_attention.serves(n * rows, dim, v.shape[3], keys, q.dtype) or k.dtype != q.dtype \
-            or v.dtype != q.dtype:
+    # one dtype: under autocast SDPA's output may be another than q's, as the kernel's is not
+    if not decode_attention.serves(n * rows, dim, v_dim, keys, q.dtype) \
+            or not k.dtype == v.dtype == want.dtype == q.dtype:
         return None
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, mask)):
         return None
     batch = batch or 2  # a symbolic batch: 2 or more (torch specialises 1)
-    mine = torch.empty((batch, rows, heads, v.shape[3]), device="meta").transpose(1, 2)
+    mine = torch.empty((batch, rows, heads, v_dim), device="meta").transpose(1, 2)
     if any(size > 1 and concrete(want.stride(i)) != mine.stride(i) for i, size in enumerate(mine.shape)
            if i > 0 or _sizes(node)[0] is not None):
         return None  # a view after the attention would read another layout
     units = 4
     if q.device.type == "cuda":
         units = torch.cuda.get_device_properties(q.device).multi_processor_count
-    return decode_attention.split_count(batch * k.shape[1], keys, units)
+    return decode_attention.split_count(batch * heads_kv, keys, units)
 
 
 def _first(graph, nodes):
