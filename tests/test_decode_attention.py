@@ -235,6 +235,20 @@ def test_a_timing_that_fails_keeps_torchs_op_and_says_so(monkeypatch):
     split_choice._timed_win.cache_clear()
 
 
+def test_an_attention_too_big_to_time_beside_the_model_is_not_timed(monkeypatch):
+    """Operands over a quarter of the GPU's free memory: no allocation, a MemoryError that
+    says how much (the choice then keeps torch's op, as for any failure). The unfolded form
+    counts its repeated copies of K and V."""
+    attention = split_choice.Attention(1, 32, 8, 1, 1024, 128, 128, "bfloat16", "bool", False, None, False)
+    folded = split_choice.Attention(1, 32, 8, 1, 1024, 128, 128, "bfloat16", "bool", False, None, True)
+    repeats = 2 * 8 * 1024 * 128 * 4 * 2  # K and V, 4 copies, 2 bytes
+    assert split_choice.operand_bytes(attention) - split_choice.operand_bytes(folded) == repeats
+    free = int(split_choice.operand_bytes(attention) / split_choice.MEMORY_SHARE) - 1
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free, 2 * free))
+    with pytest.raises(MemoryError, match="GiB free on the GPU"):
+        split_choice._time_both(attention, 0, 2)
+
+
 @pytest.mark.usefixtures("fresh_compile")
 def test_the_timed_attention_is_read_from_the_graph_as_plain_ints():
     """What split_choice times is read from the graph: a static batch gives every size as an

@@ -9,7 +9,8 @@ gain past the tokens so far comes on top), the median of `REPLAYS` replays, once
 per process. The kernel's output is first checked against SDPA's in float32 (the verifier's
 tolerance for a GEMM of its dtype), and it must lead by the margin a Triton GEMM needs over
 cuBLAS (MeasurePolicy.vendor_margin): a tie keeps torch's op. A check or timing that fails
-keeps it too, and says so once.
+keeps it too, and says so once, as does an attention whose operands would take more than
+MEMORY_SHARE of the GPU's free memory.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import functools
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["CALLS", "REPLAYS", "Attention", "graph_us", "kernel_wins", "repeated_kv", "split_wins"]
+__all__ = ["CALLS", "MEMORY_SHARE", "REPLAYS", "Attention", "graph_us", "kernel_wins", "operand_bytes",
+           "repeated_kv", "split_wins"]
 
 CALLS = 20
 REPLAYS = 5
+MEMORY_SHARE = 0.25  # the most of the GPU's free memory a timing may take (else it is not timed)
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,30 @@ def _time_both(a: Attention, device_index: int, splits: int) -> tuple[float, flo
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    free, _ = torch.cuda.mem_get_info(device_index)
+    if operand_bytes(a) > free * MEMORY_SHARE:
+        raise MemoryError(f"its operands would take {operand_bytes(a) / 2**30:.1f} GiB of the "
+                          f"{free / 2**30:.1f} GiB free on the GPU")
     # the compile's context is not the timing's: no fake tensors, no autograd, no autocast
-    with unset_fake_temporarily(), torch.no_grad(), torch.autocast("cuda", enabled=False), \
-            torch.cuda.device(device_index):
-        return _time_real(a, torch.device("cuda", device_index), splits)
+    try:
+        with unset_fake_temporarily(), torch.no_grad(), torch.autocast("cuda", enabled=False), \
+                torch.cuda.device(device_index):
+            return _time_real(a, torch.device("cuda", device_index), splits)
+    finally:  # the operands' memory back to the GPU, not kept by torch's allocator for the model
+        torch.cuda.empty_cache()
+
+
+def operand_bytes(a: Attention) -> int:
+    """What timing `a` allocates at most: q, K, V, the repeated K and V of the unfolded form, the
+    output, and the check's float32 copies of one batch row."""
+    import torch
+
+    size = getattr(torch, a.dtype).itemsize
+    q = a.batch * a.heads * a.rows * a.dim
+    kv = a.batch * a.heads_kv * a.keys * (a.dim + a.v_dim)
+    repeated = 0 if a.folded else kv * (a.heads // a.heads_kv)
+    check = 4 * (a.heads * a.keys * (a.dim + a.v_dim) + a.heads * a.rows * (a.dim + a.v_dim))
+    return (q + kv + repeated + a.batch * a.heads * a.rows * a.v_dim) * size + check
 
 
 def _time_real(a: Attention, device, splits: int) -> tuple[float, float]:
