@@ -137,9 +137,10 @@ def _kernels():
                     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
                 m_i = m_new
         part = bg * SPLITS + split
-        tl.store(ACC + (part * BLOCK_R + r[:, None]) * BLOCK_D + d[None, :], acc)
-        tl.store(ML + (part * 2) * BLOCK_R + r, m_i)
-        tl.store(ML + (part * 2 + 1) * BLOCK_R + r, l_i)
+        # the stacked rows only (a decode step's 4 of a 16-row tile): the merge reads no other
+        tl.store(ACC + (part * BLOCK_R + r[:, None]) * BLOCK_D + d[None, :], acc, mask=row_ok[:, None])
+        tl.store(ML + (part * 2) * BLOCK_R + r, m_i, mask=row_ok)
+        tl.store(ML + (part * 2 + 1) * BLOCK_R + r, l_i, mask=row_ok)
 
     @triton.jit
     def merge_kernel(ACC, ML, OUT, sob, soh, sol, sod, heads_kv, rows_l, log2e,
