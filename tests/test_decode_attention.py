@@ -412,6 +412,7 @@ def test_a_tiny_transformers_llama_decodes_the_same_with_split_keys():
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fresh_compile")
 @pytest.mark.parametrize("batches", [(1,), (2, 3, 5)])
 def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd, batches):
     """On a GPU, by default (Inductor replaying CUDA graphs): decode steps of 32 query heads
@@ -429,6 +430,7 @@ def test_gpu_split_keys_under_cuda_graphs_gives_torchs_values(cache_dir, capfd, 
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fresh_compile")
 def test_gpu_the_default_times_the_kernel_and_keeps_the_faster(cache_dir, capfd):
     """split_keys=None on a GPU: the kernel and the repeated form are checked and timed (both
     a positive time per call), with no warning; the compile runs the kernel exactly where that
