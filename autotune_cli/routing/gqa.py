@@ -32,7 +32,7 @@ from typing import Any
 
 from .sites import call_args, concrete, node_value, writes_between
 
-__all__ = ["MIN_HEADS", "Fold", "find_folds", "fold_attention", "repeated_heads"]
+__all__ = ["MIN_HEADS", "Fold", "attention_of", "find_folds", "fold_attention", "repeated_heads"]
 
 # The least batch x K/V heads folded: SDPA's kernel for a few rows runs one program per (batch,
 # head) and does not split the keys, so with 8 (batch 1 of a Llama-3-8B) it took 1.16x the
@@ -254,7 +254,7 @@ def _kernel_splits(fold: Fold) -> int | None:
     if any(size > 1 and concrete(want.stride(i)) != mine.stride(i) for i, size in enumerate(mine.shape)
            if i > 0 or _sizes(node)[0] is not None):
         return None  # a view after the attention would read another layout
-    units = 4
+    units = 4  # under the interpreter: a few splits, so that each is exercised and the run stays quick
     if q.device.type == "cuda":
         units = torch.cuda.get_device_properties(q.device).multi_processor_count
     return decode_attention.split_count(batch * heads_kv, keys, units)
