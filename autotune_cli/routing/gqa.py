@@ -274,60 +274,59 @@ def _same_batch(*nodes) -> bool:
 
 def fold_attention(graph, split_keys: bool | None = False) -> list[Fold]:
     """Rewrite every SDPA of `graph` that find_folds finds; the folds made."""
-    import torch
-
     folds = find_folds(graph, split_keys)
     erased: set = set()
     for fold in folds:
-        if fold.splits is not None:
-            _run_split(graph, fold)
-            _erase_repeats(graph, fold, erased)
-            continue
-        batch, heads, rows, dim = _sizes(fold.query)
-        batch = -1 if batch is None else batch  # -1: a symbolic batch, the other sizes known
-        v_dim = _sizes(fold.value)[3]
-        groups = heads // fold.n
-        want = node_value(fold.node)  # [B, H, L, Dv]
-
-        def call(target, args, value, kwargs=None, method=False):
-            """A new node, with the value a later pass (matmul_sites) reads."""
-            made = (graph.call_method if method else graph.call_function)(target, args, kwargs)
-            made.meta["example_value"] = value
-            return made
-
         with graph.inserting_before(fold.node):
-            q_value = node_value(fold.query).reshape(batch, groups, fold.n * rows, dim)
-            q = call(torch.reshape, (fold.query, (batch, groups, fold.n * rows, dim)), q_value)
-            mask = fold.mask
-            if fold.mask_rows:
-                keys = _sizes(mask)[3]
-                value = node_value(mask).unsqueeze(2)
-                mask = call(torch.unsqueeze, (mask, 2), value)
-                value = value.expand(-1, 1, fold.n, rows, keys)
-                mask = call("expand", (mask, -1, 1, fold.n, rows, keys), value, method=True)
-                value = value.reshape(-1, 1, fold.n * rows, keys)
-                mask = call(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)), value)
-            out = call(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
-                       want.reshape(batch, groups, fold.n * rows, v_dim),
-                       {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
-            out = call(torch.reshape, (out, (batch, heads, rows, v_dim)), want)
+            out = _run_plain(graph, fold) if fold.splits is None else _run_split(graph, fold)
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
         _erase_repeats(graph, fold, erased)
     return folds
 
 
-def _run_split(graph, fold: Fold) -> None:
-    """Replace `fold`'s SDPA by decode_attention's op over q, K and V as they are (the kernel
-    stacks a group's query heads itself, and reads each mask row for them)."""
+def _run_plain(graph, fold: Fold):
+    """The node of SDPA over K and V as they are, q's query heads of a group folded into its
+    rows (and the mask's rows repeated for them), reshaped back to [B, H, L, Dv]."""
+    import torch
+
+    batch, heads, rows, dim = _sizes(fold.query)
+    batch = -1 if batch is None else batch  # -1: a symbolic batch, the other sizes known
+    v_dim = _sizes(fold.value)[3]
+    groups = heads // fold.n
+    want = node_value(fold.node)  # [B, H, L, Dv]
+
+    def call(target, args, value, kwargs=None, method=False):
+        """A new node, with the value a later pass (matmul_sites) reads."""
+        made = (graph.call_method if method else graph.call_function)(target, args, kwargs)
+        made.meta["example_value"] = value
+        return made
+
+    q_value = node_value(fold.query).reshape(batch, groups, fold.n * rows, dim)
+    q = call(torch.reshape, (fold.query, (batch, groups, fold.n * rows, dim)), q_value)
+    mask = fold.mask
+    if fold.mask_rows:
+        keys = _sizes(mask)[3]
+        value = node_value(mask).unsqueeze(2)
+        mask = call(torch.unsqueeze, (mask, 2), value)
+        value = value.expand(-1, 1, fold.n, rows, keys)
+        mask = call("expand", (mask, -1, 1, fold.n, rows, keys), value, method=True)
+        value = value.reshape(-1, 1, fold.n * rows, keys)
+        mask = call(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)), value)
+    out = call(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
+               want.reshape(batch, groups, fold.n * rows, v_dim),
+               {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
+    return call(torch.reshape, (out, (batch, heads, rows, v_dim)), want)
+
+
+def _run_split(graph, fold: Fold):
+    """The node of decode_attention's op over q, K and V as they are (the kernel stacks a
+    group's query heads itself, and reads each mask row for them)."""
     from .decode_attention import register_op
 
-    with graph.inserting_before(fold.node):
-        out = graph.call_function(register_op(), (fold.query, fold.key, fold.value, fold.mask, fold.scale,
-                                                  fold.splits))
+    out = graph.call_function(register_op(), (fold.query, fold.key, fold.value, fold.mask, fold.scale, fold.splits))
     out.meta["example_value"] = node_value(fold.node)
-    fold.node.replace_all_uses_with(out)
-    graph.erase_node(fold.node)
+    return out
 
 
 def _erase_repeats(graph, fold: Fold, erased: set) -> None:
