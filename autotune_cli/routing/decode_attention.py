@@ -61,10 +61,6 @@ def _chunk(keys: int, splits: int) -> int:
     return _cdiv(_cdiv(keys, splits), BLOCK_KEYS) * BLOCK_KEYS
 
 
-def _next_pow2(x: int) -> int:
-    return 1 << max(x - 1, 0).bit_length()
-
-
 @functools.lru_cache(maxsize=None)
 def _kernels():
     """The two Triton kernels, defined once (after TRITON_INTERPRET is read at import)."""
@@ -148,7 +144,7 @@ def _kernels():
                      BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
         bg = tl.program_id(0)
         r = tl.program_id(1)
-        b = bg // heads_kv
+        b = (bg // heads_kv).to(tl.int64)  # int64, as in split_kernel
         g = bg % heads_kv
         sp = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, BLOCK_D)
@@ -163,7 +159,6 @@ def _kernels():
         total = tl.sum(l_s * w, 0)  # 0: the row sees no key; zeros, as torch's SDPA gives
         out = tl.sum(acc * w[:, None], 0) / tl.where(total > 0, total, 1.0)
         head = g * N_REP + r // rows_l
-        b = b.to(tl.int64)
         tl.store(OUT + b * sob + head * soh + (r % rows_l) * sol + d * sod, out.to(OUT.dtype.element_ty))
 
     return split_kernel, merge_kernel
@@ -183,6 +178,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
     import math
 
     import torch
+    from triton import next_power_of_2
 
     from ..templates.triton_base import interpreting
 
@@ -190,7 +186,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
     heads_kv, keys = k.shape[1], k.shape[2]
     n_rep = heads // heads_kv
     rows = n_rep * rows_l
-    block_r, block_d = max(16, _next_pow2(rows)), dim
+    block_r, block_d = max(16, next_power_of_2(rows)), dim
     chunk = _chunk(keys, splits)
     out = _output(q, v)
     acc = torch.empty((batch * heads_kv * splits * block_r * block_d,), dtype=torch.float32, device=q.device)
@@ -212,7 +208,7 @@ def _launches(q, k, v, mask, scale: float | None, splits: int):
                   num_warps=4 if block_r * block_d <= 4096 else 8, num_stages=2))
     second = (merge_kernel, (batch * heads_kv, rows),
               (acc, ml, out, *out.stride(), heads_kv, rows_l, _LOG2E),
-              dict(N_REP=n_rep, SPLITS=splits, SPLITS_P2=max(2, _next_pow2(splits)), BLOCK_R=block_r,
+              dict(N_REP=n_rep, SPLITS=splits, SPLITS_P2=max(2, next_power_of_2(splits)), BLOCK_R=block_r,
                    BLOCK_D=block_d, num_warps=4))
     return out, (first, second)
 
