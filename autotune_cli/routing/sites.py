@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "is_static", "match_matmul", "match_scaled",
-           "matmul_sites", "node_value", "writes_between"]
+           "matmul_sites", "needs_gradients", "node_value", "writes_between"]
 
 
 @dataclass
@@ -230,10 +230,9 @@ def matmul_sites(graph):
         op = "addmm" if match.bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
             else "mm"
         if not is_static(x, w, bias):
-            grad = any(t is not None and t.requires_grad for t in (x, w, bias))
             if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
-            elif grad and is_grad_enabled():
+            elif needs_gradients(x, w, bias):
                 yield Site(node, op, match, None, static=False, skip="needs gradients (our kernels have no backward)")
             elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
@@ -266,10 +265,12 @@ def concrete(size) -> int | None:
     return int(value) if value is not None else None
 
 
-def is_grad_enabled() -> bool:
+def needs_gradients(*tensors) -> bool:
+    """Whether, under grad mode, one of `tensors` (None for an absent one) requires grad: our
+    kernels have no backward, so such an op keeps torch's."""
     import torch
 
-    return torch.is_grad_enabled()
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _static_shapes(*tensors) -> bool:
