@@ -12,7 +12,7 @@ from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
-from .sites import ScaledMatch, Site, matmul_sites, node_value
+from .sites import ScaledMatch, Site, fill_example_values, matmul_sites, node_value
 
 __all__ = ["compile", "routing_backend"]
 
@@ -193,6 +193,7 @@ class routing_backend:
             graph.erase_node(node)
             changed = True
         if changed:
+            fill_example_values(graph)  # as Dynamo's nodes carry: AOTAutograd's cache reads them
             graph.lint()
             gm.recompile()
         summary(self.routes[routed_before:], len(groups), len(folds), sum(f.splits is not None for f in folds))

@@ -30,7 +30,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .sites import call_args, concrete, needs_gradients, node_value, writes_between
+from .sites import call_args, concrete, fill_example_values, needs_gradients, node_value, writes_between
 
 __all__ = ["MIN_HEADS", "Fold", "attention_of", "find_folds", "fold_attention", "repeated_heads"]
 
@@ -282,6 +282,7 @@ def fold_attention(graph, split_keys: bool | None = False) -> list[Fold]:
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
         _erase_repeats(graph, fold, erased)
+    fill_example_values(graph)  # the new nodes' values, which matmul_sites reads
     return folds
 
 
@@ -294,29 +295,16 @@ def _run_plain(graph, fold: Fold):
     batch = -1 if batch is None else batch  # -1: a symbolic batch, the other sizes known
     v_dim = _sizes(fold.value)[3]
     groups = heads // fold.n
-    want = node_value(fold.node)  # [B, H, L, Dv]
-
-    def call(target, args, value, kwargs=None, method=False):
-        """A new node, with the value a later pass (matmul_sites) reads."""
-        made = (graph.call_method if method else graph.call_function)(target, args, kwargs)
-        made.meta["example_value"] = value
-        return made
-
-    q_value = node_value(fold.query).reshape(batch, groups, fold.n * rows, dim)
-    q = call(torch.reshape, (fold.query, (batch, groups, fold.n * rows, dim)), q_value)
+    q = graph.call_function(torch.reshape, (fold.query, (batch, groups, fold.n * rows, dim)))
     mask = fold.mask
     if fold.mask_rows:
         keys = _sizes(mask)[3]
-        value = node_value(mask).unsqueeze(2)
-        mask = call(torch.unsqueeze, (mask, 2), value)
-        value = value.expand(-1, 1, fold.n, rows, keys)
-        mask = call("expand", (mask, -1, 1, fold.n, rows, keys), value, method=True)
-        value = value.reshape(-1, 1, fold.n * rows, keys)
-        mask = call(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)), value)
-    out = call(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
-               want.reshape(batch, groups, fold.n * rows, v_dim),
-               {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
-    return call(torch.reshape, (out, (batch, heads, rows, v_dim)), want)
+        mask = graph.call_function(torch.unsqueeze, (mask, 2))
+        mask = graph.call_method("expand", (mask, -1, 1, fold.n, rows, keys))
+        mask = graph.call_function(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)))
+    out = graph.call_function(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
+                              {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
+    return graph.call_function(torch.reshape, (out, (batch, heads, rows, v_dim)))
 
 
 def _run_split(graph, fold: Fold):
@@ -324,9 +312,7 @@ def _run_split(graph, fold: Fold):
     group's query heads itself, and reads each mask row for them)."""
     from .decode_attention import register_op
 
-    out = graph.call_function(register_op(), (fold.query, fold.key, fold.value, fold.mask, fold.scale, fold.splits))
-    out.meta["example_value"] = node_value(fold.node)
-    return out
+    return graph.call_function(register_op(), (fold.query, fold.key, fold.value, fold.mask, fold.scale, fold.splits))
 
 
 def _erase_repeats(graph, fold: Fold, erased: set) -> None:

@@ -11,8 +11,8 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "is_static", "match_matmul", "match_scaled",
-           "matmul_sites", "needs_gradients", "node_value", "writes_between"]
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
+           "match_matmul", "match_scaled", "matmul_sites", "needs_gradients", "node_value", "writes_between"]
 
 
 @dataclass
@@ -295,3 +295,34 @@ def writes_between(first, last) -> bool:
                 return True
         node = node.next
     return False
+
+
+def fill_example_values(graph) -> None:
+    """Give each call node without an "example_value" (one a rewrite added) the value Dynamo
+    records for its own: its target run on its inputs' values, fake tensors in their own mode.
+    AOTAutograd's cache reads it: a method called on a node without one makes the graph
+    uncacheable, and every later compile of it traces it anew. A node whose inputs have no
+    value, or whose target fails on them, keeps none (the graph is compiled all the same)."""
+    import contextlib
+
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.node import map_arg
+
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method") or "example_value" in node.meta:
+            continue
+        if any("example_value" not in n.meta for n in node.all_input_nodes):
+            continue
+        args, kwargs = map_arg((node.args, node.kwargs), lambda n: n.meta["example_value"])
+        # the values' own mode: the tracing context's, when the backend runs, is another
+        modes = [v.fake_mode for v in (n.meta["example_value"] for n in node.all_input_nodes)
+                 if isinstance(v, FakeTensor)]
+        if not modes and not node.all_input_nodes:
+            continue
+        try:
+            with modes[0] if modes else contextlib.nullcontext():  # none: sizes only (an item, a sum)
+                value = (node.target(*args, **kwargs) if node.op == "call_function"
+                         else getattr(args[0], node.target)(*args[1:], **kwargs))
+        except Exception:  # noqa: BLE001 - only the cache's reading of the graph is lost
+            continue
+        node.meta["example_value"] = value
