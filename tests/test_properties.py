@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache
+from autotune_cli.store.cache_document import parse_document
 from autotune_cli.store.entry import Entry
 from autotune_cli.errors import UserError
 from autotune_cli.store.fingerprint import digest_of, machine_digest_of
@@ -294,9 +295,13 @@ def test_any_cache_file_loads_or_is_moved_aside_intact(raw):
         entries = cache.load()  # never raises
         asides = list(Path(folder).glob(f"{CACHE_FILE}.damaged-*"))
         kept = list(Path(folder).glob(f"{CACHE_FILE}.schema-*"))
-        if asides:
+        if asides and not cache.path.exists():  # the file unusable: moved aside, work goes on empty
             assert entries == {} and len(cache.notices) == 1 and "\n" not in cache.notices[0]
-            assert asides[0].read_bytes() == raw and not cache.path.exists()
+            assert asides[0].read_bytes() == raw
+        elif asides:  # entries of the wrong shape: left out, the others kept, the file as it was beside
+            assert asides[0].read_bytes() == raw and not kept
+            assert any("is damaged" in n and "\n" not in n for n in cache.notices)
+            assert set(parse_document(cache.path.read_text()).entries) == set(entries)
         elif kept:  # an unversioned document, migrated; the original kept
             assert kept[0].read_bytes() == raw and "migrated" in cache.notices[0]
         else:  # untouched; an entry under a key that does not describe it is not used

@@ -150,9 +150,6 @@ DAMAGED = {
     "truncated": ('{"schema": 1, "entries": {"a@1": {"problem": ', "not valid JSON"),
     "newer schema": ('{"schema": 7, "entries": {}}', "schema 7 is newer"),
     "older schema": ('{"schema": -1, "entries": {}}', "cannot be migrated"),
-    "wrong type": ('{"schema": 1, "entries": {"a@1": {"problem": {"op": "mm", "m": "64", "n": 8, "k": 8},'
-                   ' "fingerprint": {"device_name": "cpu"}, "candidates": [], "winner": null}}}',
-                   "--m must be an integer"),
     "NaN": ('{"schema": 1, "entries": {"a@1": {"problem": {"op": "mm", "m": 1, "n": 1, "k": 1},'
             ' "fingerprint": {"device_name": "cpu"}, "candidates": [], "winner": {"uid": "aten::mm",'
             ' "params": {}, "ms": NaN, "tflops": 1}}}}', "NaN is not a JSON number"),
@@ -175,6 +172,38 @@ def test_cache_show_on_a_damaged_file_says_one_line_and_keeps_it(tmp_path, name)
     assert str(aside) in notes[0] and aside.read_bytes() == raw
     assert "is empty" in proc.stderr and "Traceback" not in proc.stderr
     assert not (cache_dir / CACHE_FILE).exists()  # nothing written in its place by a reader
+
+
+DAMAGED_ENTRIES = {  # an entry of the wrong shape, beside a good one
+    "wrong type": ({"problem": {"op": "mm", "m": "64", "n": 8, "k": 8}, "fingerprint": {"device_name": "cpu"},
+                    "candidates": [], "winner": None}, "--m must be an integer"),
+    "winner time": ({**make_entry(m=2), "winner": {**make_entry(m=2)["winner"], "ms": "fast"}},
+                    "winner time 'fast' is not a number"),
+    "not an object": (7, "is a int, not an object"),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED_ENTRIES))
+def test_a_damaged_entry_takes_only_itself_out_of_use(tmp_path, name):
+    bad, reason = DAMAGED_ENTRIES[name]
+    cache_dir = tmp_path / ODD
+    cache_dir.mkdir()
+    raw = json.dumps({"schema": SCHEMA, "entries": {A: make_entry(), B: bad}}).encode()
+    (cache_dir / CACHE_FILE).write_bytes(raw)
+    proc = run_cli("cache", "show", "--cache-dir", cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in stderr_lines(proc) if line.startswith("note:")]
+    (aside,) = cache_dir.glob(f"{CACHE_FILE}.damaged-*")
+    assert len(notes) == 1 and reason in notes[0] and "the 1 other entry kept" in notes[0], proc.stderr
+    assert str(aside) in notes[0] and aside.read_bytes() == raw  # the file as it was, byte for byte
+    assert set(Cache(cache_dir).load()) == {A} and "mm 64x8x8" in proc.stdout
+    again = run_cli("cache", "show", "--cache-dir", cache_dir)  # rewritten without it: said once
+    assert "note:" not in again.stderr and len(list(cache_dir.glob(f"{CACHE_FILE}.damaged-*"))) == 1
+    # the copy imported back: the good entry is here already, the damaged one skipped with its reason
+    back = run_cli("cache", "import", aside, "--cache-dir", cache_dir)
+    assert back.returncode == 0, back.stderr
+    assert f"skipped {B}: damaged (" in back.stderr and reason in back.stderr
+    assert "imported 0, replaced 0, skipped 2 of 2 entries" in back.stderr
 
 
 def test_damaged_twice_in_one_second_keeps_both_copies(tmp_path):

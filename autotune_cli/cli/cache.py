@@ -74,8 +74,9 @@ class ImportPlan:
 
 def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
     """The entries of an export (or of another machine's cache file), checked and migrated
-    as a cache file is, and {key: why} of those that do not agree with their keys (never
-    imported). Any problem with the file itself is a UserError naming it."""
+    as a cache file is, and {key: why} of those that do not agree with their keys or are of
+    the wrong shape (never imported). Any problem with the file itself is a UserError naming
+    it."""
     from ..safe_read import NotAFile
     from ..store.cache_document import parse_document, read_cache_file
     from ..store.entry import DamagedCache
@@ -92,7 +93,8 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
         raise UserError(f"cannot read {path}: {exc}") from None
     try:
         document = parse_document(text)
-        return document.entries, document.refused
+        damaged = {key: f"damaged ({why})" for key, why in document.damaged.items()}
+        return document.entries, {**document.refused, **damaged}
     except DamagedCache as exc:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 

@@ -14,9 +14,11 @@ An entry that does not agree with its key (another problem, another fingerprint:
 Entry.disagreement) is not used: readers never see it, the user is told once, and the next
 write leaves it out; nothing is written under a key its entry does not agree with.
 
-A file that cannot be used (not JSON, not UTF-8, a schema it cannot read, an entry of the wrong
-shape) is moved aside under a name that is never reused (kept byte for byte), the
-user is told in one line, and work carries on with an empty cache. Numbers must be finite:
+A file that cannot be used (not JSON, not UTF-8, a schema it cannot read) is moved aside under
+a name that is never reused (kept byte for byte), the user is told in one line, and work
+carries on with an empty cache. An entry of the wrong shape takes only itself out of use: the
+file is copied aside as it is (the same name), then rewritten without it, and the user is
+told in one line; the other entries are used as before. Numbers must be finite:
 JSON has no NaN or infinity, so a non-finite number in an entry being stored (a candidate's
 error of inf when it wrote NaN) is stored as null. A cache folder that cannot be read or
 written at all raises CacheUnavailable, a UserError: one line, exit 2; so does a cache file
@@ -61,6 +63,11 @@ _TOLD: set[tuple[str, str, str]] = set()  # (cache file, key, why) of refusals t
 class CacheUnavailable(UserError):
     """The cache folder or file cannot be read or written at all (a permission, a file
     where the folder should be, a full disk, a FIFO or a device in the file's place)."""
+
+
+def _damaged_name() -> str:
+    """The name a damaged file's bytes are kept under (made unique by Cache._unused_name)."""
+    return f"{CACHE_FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
@@ -136,7 +143,7 @@ class Cache(CacheStore):
         if raw is None:
             return {}
         try:
-            entries, migrated_from, refused = parse_document(raw.decode("utf-8"))
+            entries, migrated_from, refused, damaged = parse_document(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             self._move_aside(f"not UTF-8 text (byte {exc.start})")
             return {}
@@ -144,18 +151,34 @@ class Cache(CacheStore):
             self._move_aside(str(exc))
             return {}
         self._refuse(refused)
+        if migrated_from is None and not damaged:
+            return entries
+        # rewritten as this autotune writes it, the file as it was kept beside it first
+        kept = self._keep_copy(raw, f"{CACHE_FILE}.schema-{migrated_from}" if migrated_from is not None
+                               else _damaged_name())
+        self._write_unlocked(entries)
         if migrated_from is not None:
-            kept = self._unused_name(f"{CACHE_FILE}.schema-{migrated_from}")
-            try:  # a new file (O_EXCL): never one planted at the name, nor a link's target
-                fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(raw)
-            except OSError as exc:
-                raise _unavailable("write", kept, exc) from None
-            self._write_unlocked(entries)
             self.notices.append(f"cache {self.path} used schema {migrated_from}; migrated it to schema "
                                 f"{SCHEMA} (the original is kept at {kept})")
+        if damaged:
+            key, why = next(iter(damaged.items()))
+            more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+            others = f"{len(entries)} other entr{'y' if len(entries) == 1 else 'ies'}"
+            self.notices.append(printable(f"cache {self.path}: entry {_show(key)} is damaged ({' '.join(why.split())})"
+                                          f"{more}; left out, the {others} kept (the file as it was is at {kept})"))
         return entries
+
+    def _keep_copy(self, raw: bytes, name: str) -> Path:
+        """Write `raw` to a new file of the cache folder named `name` (or `name`.N); its path.
+        A new file (O_EXCL): never one planted at the name, nor a link's target."""
+        kept = self._unused_name(name)
+        try:
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(raw)
+        except OSError as exc:
+            raise _unavailable("write", kept, exc) from None
+        return kept
 
     def _unused_name(self, name: str) -> Path:
         """A path in the cache folder that does not exist yet (call under the lock)."""
@@ -167,8 +190,7 @@ class Cache(CacheStore):
         return target
 
     def _move_aside(self, reason: str) -> None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = self._unused_name(f"{CACHE_FILE}.damaged-{stamp}-{os.getpid()}")
+        target = self._unused_name(_damaged_name())
         try:
             os.replace(self.path, target)
         except FileNotFoundError:
@@ -256,8 +278,8 @@ class Cache(CacheStore):
         if raw is None:
             return {}
         try:
-            entries, migrated_from, refused = parse_document(raw.decode("utf-8"))
-            if migrated_from is None:
+            entries, migrated_from, refused, damaged = parse_document(raw.decode("utf-8"))
+            if migrated_from is None and not damaged:
                 self._refuse(refused)
                 return entries
         except (DamagedCache, UnicodeDecodeError):

@@ -115,11 +115,14 @@ class Document(NamedTuple):
     entries: dict[str, Entry]  # those that agree with their keys
     migrated_from: int | None  # the schema it was migrated from; None if it was current
     refused: dict[str, str]  # key -> why the entry under it does not belong there
+    damaged: dict[str, str]  # key -> what in the entry under it is not what autotune writes
 
 
 def parse_document(text: str) -> Document:
     """The entries of a cache document, typed, and the schema it was migrated from (None if
-    it was current). Raises DamagedCache with a one-line reason.
+    it was current). Raises DamagedCache with a one-line reason where the document itself is
+    not one autotune writes; an entry of the wrong shape is left out and named in `damaged`
+    (one bad entry does not take the others out of use).
 
     Every reader of entries (a hit, the API, torch.compile's routing, show, export, import)
     comes through here, so this is where an entry must agree with its key (Entry.disagreement):
@@ -153,14 +156,19 @@ def parse_document(text: str) -> Document:
     _require(isinstance(entries, dict), "'entries' is missing or not an object")
     kept: dict[str, Entry] = {}
     refused: dict[str, str] = {}
+    damaged: dict[str, str] = {}
     older: dict[str, list[tuple[str, Entry]]] = {}  # new key -> [(old key, re-keyed entry)]
     for key, data in entries.items():
-        entry = Entry.from_dict(data, key)
-        why = entry.disagreement(key)
+        try:
+            entry = Entry.from_dict(data, key)
+            why = entry.disagreement(key)
+            rekeyed = None if not why else _rekeyed(key, data, entry)
+        except DamagedCache as exc:  # its reason, less the "entry '<key>'" that starts it
+            damaged[key] = str(exc).removeprefix(f"entry {_show(key)}").removeprefix(":").strip()
+            continue
         if not why:
             kept[key] = entry
             continue
-        rekeyed = _rekeyed(key, data, entry)
         if rekeyed is None:
             refused[key] = why
         else:
@@ -173,7 +181,7 @@ def parse_document(text: str) -> Document:
             kept[new_key] = found.pop()[1]
         for old_key, _ in found:
             refused[old_key] = "another entry of its problem and machine, tuned later, is kept"
-    return Document(kept, migrated_from, refused)
+    return Document(kept, migrated_from, refused, damaged)
 
 
 def _rekeyed(key: str, data: dict, entry: Entry) -> Entry | None:
