@@ -104,14 +104,14 @@ class GemmProblem:
     def validate(self) -> None:
         if not isinstance(self.op, str) or self.op not in OPS:
             raise UserError(f"unknown op {self.op!r}: choose one of {', '.join(OPS)}")
-        for name in ("m", "n", "k", "b"):
+        for name, flag in (("m", "--m"), ("n", "--n"), ("k", "--k"), ("b", "--batch")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
-                raise UserError(f"--{name} must be an integer, got {value!r}")
+                raise UserError(f"{flag} must be an integer, got {value!r}")
             if value < 1:
-                raise UserError(f"--{name} must be at least 1, got {value}")
+                raise UserError(f"{flag} must be at least 1, got {value}")
             if value > MAX_DIM:
-                raise UserError(f"--{name} is {value}, larger than {MAX_DIM}")
+                raise UserError(f"{flag} is {value}, larger than {MAX_DIM}")
         if self.op != "bmm" and self.b != 1:
             raise UserError(f"--batch {self.b} only applies to bmm (op is {self.op})")
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:

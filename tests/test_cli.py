@@ -83,6 +83,11 @@ def test_table_output(cli, cache_dir):
 
 @pytest.mark.parametrize("args, message", [
     (["mm", "--m", "0", "--n", "4", "--k", "4"], "--m must be at least 1"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--batch", "0"], "--batch must be at least 1"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "-b", str(2**40)], "--batch is 1099511627776, larger than"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--top", "0"], "--top must be at least 1, got 0"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--bias-shape", "mn"], "--bias-shape mn needs --bias"),
+    (["cache", "export"], "Missing option '--format' / '-f'. Choose from: inductor, autotune"),
     (["mm", "--m", "x", "--n", "4", "--k", "4"], "'--m'"),
     (["mm", "--m", "4", "--n", "4"], "--k"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "int8"], "unsupported dtype"),

@@ -17,6 +17,11 @@ from . import cache, tune  # noqa: F401  (they register their commands on app)
 from .app import Stopped, app, err, out
 
 
+def one_line(message: str) -> str:
+    """click's message on one line (a missing choice lists the choices one a line)."""
+    return " ".join(message.split())
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """One line and exit 2 for usage errors and bad input."""
     try:
@@ -31,13 +36,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare command: show its help
             out.print(exc.format_message(), markup=False, soft_wrap=True)
             return 0
-        err.print(f"autotune: error: {exc.format_message()}", markup=False)
+        err.print(f"autotune: error: {one_line(exc.format_message())}", markup=False)
         return 2
     except typer.Abort:
         err.print("aborted")
         return 1
     except click_errors.ClickException as exc:
-        err.print(f"autotune: error: {exc.format_message()}", markup=False)
+        err.print(f"autotune: error: {one_line(exc.format_message())}", markup=False)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -116,7 +116,7 @@ class FitTable:
 
     def table(self, width: int) -> Table:
         layout = self.layout_for(width)
-        table = Table(title=Text(self.title, style="table.title"), title_justify="left")  # no markup
+        table = Table()
         for col, size in zip(layout, _widths(layout, width)):
             table.add_column(col.header, justify="right" if col.number else "left", width=size,
                              overflow="fold")
@@ -125,6 +125,8 @@ class FitTable:
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # the title a line of its own: as the table's title rich pads it with spaces to its width
+        yield Text(self.title, style="table.title", overflow="fold")  # no markup
         yield self.table(options.max_width)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:

@@ -50,8 +50,8 @@ def mm(
     k: Optional[int] = typer.Option(None, "--k", help="The reduction dimension."),
     batch: Optional[int] = typer.Option(None, "--batch", "-b", help="Batch size: makes the problem a bmm."),
     bias: bool = typer.Option(False, "--bias", help="Add a bias: makes the problem an addmm."),
-    bias_shape: BiasShape = typer.Option(BiasShape.n, "--bias-shape", help="n: a row vector (like nn.Linear); mn: a "
-                                         "full matrix."),
+    bias_shape: Optional[BiasShape] = typer.Option(None, "--bias-shape", help="With --bias. n: a row vector (like "
+                                                   "nn.Linear, the default); mn: a full matrix."),
     dtype: str = typer.Option("float16", "--dtype", help="float16, bfloat16, float32 or float8_e4m3fn (a scaled mm: "
                               "needs --scale)."),
     layout: Optional[str] = typer.Option(None, "--layout", help="nn, nt, tn or tt: A and B row-major (n) or transposed "
@@ -98,7 +98,7 @@ def mm(
     if from_file is not None:
         given = [flag for flag, value, default in (
             ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
-            ("--bias", bias, False), ("--bias-shape", bias_shape, BiasShape.n),
+            ("--bias", bias, False), ("--bias-shape", bias_shape, None),
             ("--dtype", dtype, "float16"), ("--layout", layout, None), ("--allow-tf32", allow_tf32, False),
             ("--scale", scale, None), ("--out-dtype", out_dtype, None), ("--fast-accum", fast_accum, False),
             ("--top", top, 10)) if value != default]
@@ -122,9 +122,13 @@ def mm(
     for flag, value in (("--m", m), ("--n", n), ("--k", k)):
         if value is None:
             raise UserError(f"missing option '{flag}' (or give a list of problems: --from FILE)")
+    if bias_shape is not None and not bias:
+        raise UserError(f"--bias-shape {bias_shape.value} needs --bias (an addmm)")
+    if top < 1:
+        raise UserError(f"--top must be at least 1, got {top}")
     # Validate the problem before anything slow happens (finding the device may import torch).
     problem = make_problem(m=m, n=n, k=k, batch=batch, dtype=dtype, layout=layout,
-                           bias=bias_shape.value if bias else None, allow_tf32=allow_tf32,
+                           bias=(bias_shape or BiasShape.n).value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype,
                            fast_accum=fast_accum)
     dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
