@@ -11,7 +11,8 @@ length, else as their cartesian product; each combination gives concrete problem
 each FoundGemm records the values of the symbols it depends on in `hint`. Values outside
 the exported range are accepted (tuning batch 1 of a program exported for batch >= 2 is
 still useful). `input_shapes` given for an exported program instead bind the symbols to
-the sizes given (one combination) and are checked against the static sizes.
+the sizes given (one combination) and are checked against the static sizes and the inputs'
+dtypes.
 
 Within one combination of values, identical problems (same GemmProblem, same hint) are
 merged with their counts summed; a problem already listed for an earlier combination
@@ -39,11 +40,13 @@ MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
 
 def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
                     ranges: dict[str, Any], input_shapes,
-                    hints, names: dict[str, str] | None = None) -> list[dict[str, int]]:
+                    hints, names: dict[str, str] | None = None,
+                    dtypes: dict[str, str] | None = None) -> list[dict[str, int]]:
     """The combinations of values an exported program's dims are read at: `raws` are its
     classified calls, `inputs` its user inputs (name, sizes), `ranges` its symbols' ranges
     (.lower, .upper); `input_shapes` or `hints` as find_gemms takes them. `names` receives
-    {symbol: the name --hint gave it} (batch, x.0), for what is shown to the user."""
+    {symbol: the name --hint gave it} (batch, x.0), for what is shown to the user. `dtypes`:
+    the inputs' dtypes, which an --input-shape must give (the program runs no other)."""
 
     # aliases "<input>.<dim>" for plain symbols
     aliases: dict[str, str] = {}
@@ -64,7 +67,7 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     if input_shapes is not None:
         if hints:
             raise UserError("give either --input-shape or --hint for an exported program, not both")
-        binding = _bind_input_shapes(inputs, input_shapes)
+        binding = _bind_input_shapes(inputs, input_shapes, dtypes or {})
         missing = [s for s in used if s not in binding]
         if missing:
             extra = {s: _default_values(ranges.get(s)) for s in missing}
@@ -115,7 +118,7 @@ def _with_aliases(symbol: str, aliases: dict[str, str]) -> str:
     return f"{symbol} ({', '.join(names)})" if names else symbol
 
 
-def _bind_input_shapes(inputs, input_shapes) -> dict[str, int]:
+def _bind_input_shapes(inputs, input_shapes, dtypes: dict[str, str]) -> dict[str, int]:
     if len(input_shapes) != len(inputs):
         names = ", ".join(n for n, _ in inputs) or "none"
         raise UserError(
@@ -123,21 +126,24 @@ def _bind_input_shapes(inputs, input_shapes) -> dict[str, int]:
             f"got {len(input_shapes)} --input-shape")
     binding: dict[str, int] = {}
     checks: list[tuple[str, int, Any, int]] = []
-    for (name, sizes), (shape, _dtype) in zip(inputs, input_shapes):
+    for (name, sizes), (shape, dtype) in zip(inputs, input_shapes):
         if len(shape) != len(sizes):
-            raise UserError(f"input {name} has {len(sizes)} dims; --input-shape gives {len(shape)}")
+            raise UserError(f"input '{name}' has {len(sizes)} dims; --input-shape gives {len(shape)}")
+        if dtypes.get(name, dtype) != dtype:
+            raise UserError(f"input '{name}' is {dtypes[name]}; --input-shape gives {dtype}")
         for i, (size, want) in enumerate(zip(sizes, shape)):
             expr = sym(size)
             if expr.is_Symbol:
                 if binding.setdefault(expr.name, want) != want:
-                    raise UserError(f"input {name} dim {i} is {expr.name}, already set to "
+                    raise UserError(f"input '{name}' dim {i} is {expr.name}, already set to "
                                     f"{binding[expr.name]}; got {want}")
             else:
                 checks.append((name, i, expr, want))
     for name, i, expr, want in checks:
         value = _evaluate(expr, binding)
         if value is not None and value != want:
-            raise UserError(f"input {name} dim {i} must be {value} (= {expr}); got {want}")
+            how = "" if expr.is_Integer else f" (= {expr})"
+            raise UserError(f"input '{name}' dim {i} must be {value}{how}; got {want}")
     return binding
 
 

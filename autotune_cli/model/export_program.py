@@ -31,6 +31,7 @@ class ExportGraph:
     inputs: list[tuple[str, tuple[Any, ...]]]  # user tensor inputs: placeholder name, sizes
     ranges: dict[str, Any]  # symbol name -> its range (.lower, .upper), as range_constraints
     untuned: dict[str, int] = dataclasses.field(default_factory=dict)  # UNTUNED_KINDS kind -> how many
+    input_dtypes: dict[str, str] = dataclasses.field(default_factory=dict)  # user tensor input -> its dtype
 
 
 # Ops that do much of a model's arithmetic but are no GEMM autotune tunes: the report names
@@ -227,10 +228,12 @@ def parse_exported_program(doc: Any) -> ExportGraph:
             if field == "as_tensor":
                 user.add(arg["name"])
     inputs: list[tuple[str, tuple[Any, ...]]] = []
+    input_dtypes: dict[str, str] = {}
     for arg in graph["inputs"]:
         field, body = one_field(arg)
         if field == "as_tensor" and body["name"] in user:
             inputs.append((body["name"], tensor(body["name"]).sizes))
+            input_dtypes[body["name"]] = tensor(body["name"]).dtype
 
     # range_constraints, less the keys that occur in no expression of the graph (torch's
     # deserializer keeps those whose str() is that of a symbol or sub-expression it parsed)
@@ -250,4 +253,4 @@ def parse_exported_program(doc: Any) -> ExportGraph:
         if key in present:
             ranges[key] = _Range(_range_bound(bounds["min_val"], -math.inf),
                                  _range_bound(bounds["max_val"], math.inf))
-    return ExportGraph(raws, inputs, ranges, untuned)
+    return ExportGraph(raws, inputs, ranges, untuned, input_dtypes)

@@ -81,7 +81,8 @@ def find_gemms(
     if fmt == "export":
         graph = read_export(path)
         raws = graph.raws
-        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names)
+        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
+                                    graph.input_dtypes)
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "

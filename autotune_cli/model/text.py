@@ -98,8 +98,15 @@ def parse_hints(texts: Iterable[str]) -> dict[str, list[int]]:
     return out
 
 
+TORCHSCRIPT_FAILED = "The following operation failed in the TorchScript interpreter."
+
+
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """What `exc` says, on one line: its first line, or, for an error TorchScript's interpreter
+    wraps (its traceback first), the last, which names the error and its cause."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if text and text[0].strip() == TORCHSCRIPT_FAILED:
+        return text[-1].strip()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 

@@ -10,9 +10,11 @@ executor's optimizations off so that the ops are the saved ones (the optimizing 
 rewrites e.g. addmm into mm + add). The run is first tried on the meta device (no
 arithmetic, no memory for activations); if the module cannot run there it is run on the
 CPU with random inputs (integer and bool inputs are zeros, so that they are valid
-indices). Only the outermost matmul-like op of each call counts; attention ops are not
-looked into. Fused ops whose matmuls run inside them (nn.TransformerEncoderLayer's fast
-path, `aten::_transformer_encoder_layer_fwd`) are not looked into either; they are named,
+indices); so is a model whose meta run multiplied operands of two dtypes (a meta kernel may
+let through what torch refuses: an input of another dtype than the weights). Only the
+outermost matmul-like op of each call counts; attention ops are not looked into. Fused ops
+whose matmuls run inside them (nn.TransformerEncoderLayer's fast path,
+`aten::_transformer_encoder_layer_fwd`) are not looked into either; they are named,
 so that find_gemms can say so.
 """
 
@@ -154,8 +156,11 @@ def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
         event = stack.pop()
         name = event.name
         if name in MATMUL_OPS:
-            operands = [convert(v) for v in getattr(event.extra_fields, "inputs", None) or []]
-            raw = classify_call(name, _operand_window(name, operands))
+            operands = _operand_window(name, [convert(v) for v in getattr(event.extra_fields, "inputs", None) or []])
+            dtypes = {op.dtype for op in operands if isinstance(op, Operand)}
+            if MATMUL_OPS[name][0] != "scaled_mm" and len(dtypes) > 1:  # torch refuses it; a meta kernel may not
+                raise TypeError(f"{name} on operands of {' and '.join(sorted(dtypes))}")
+            raw = classify_call(name, operands)
             if raw is not None:
                 found.append(raw)
             continue
