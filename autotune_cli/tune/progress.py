@@ -147,6 +147,8 @@ class TuneProgress:
                     return self.saved
                 kept = [c for c in self.latest.values() if c.status != SKIPPED]
                 self._dirty = False
+                if not kept:  # an entry of no results would only stand where nothing was tuned
+                    return self.saved
             began = time.monotonic()
             entry = replace(self.make_entry(kept), winner=None, partial=True)
             try:
