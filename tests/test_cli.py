@@ -94,6 +94,7 @@ def test_table_output(cli, cache_dir):
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--layout", "xx"], "unknown layout"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "tpu"], "'--device'"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", "nope::mm"], "unknown template"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", " , "], "--templates names no"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--space", "/no/such.json"], "space file not found"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--dtype", "float16", "--allow-tf32"], "only applies to float32"),
     (["mm", "--m", "4000000", "--n", "4000000", "--k", "4", "--device", "cpu"], "does not fit"),

@@ -124,7 +124,9 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         from ..heuristics.spaces import load_space_file
 
         load_space_file(space)
-    uids = tuple(t.strip() for t in templates.split(",") if t.strip()) if templates else None
+    uids = None if templates is None else tuple(t.strip() for t in templates.split(",") if t.strip())
+    if uids == ():
+        raise UserError("--templates names no template: give uids or backends, e.g. aten or triton::mm")
     return TuneSettings(
         device=device, search=search.value, space_file=str(space) if space else None,
         templates=uids, workers=workers, timeout_s=timeout,
