@@ -344,8 +344,13 @@ def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     (sym,) = plan["plan"][0]["hint"]
     assert [(p["problem"]["op"], p["problem"]["m"], p["hint"]) for p in plan["plan"]] == [
         ("addmm", 4, {sym: 1}), ("mm", 8, None), ("addmm", 32, {sym: 8}), ("addmm", 256, {sym: 64})]
-    bound, _ = model_json(cli, pt2, "--plan", "--input-shape", "5x4x16")
+    bound, err = model_json(cli, pt2, "--plan", "--input-shape", "5x4x16")
     assert [(p["problem"]["m"], p["hint"]) for p in bound["plan"]] == [(20, {sym: 5}), (8, None)]
+    assert "outside the range" not in err
+    # past the exported range: kept (another export may run it), and said
+    beyond, err = model_json(cli, pt2, "--plan", "--hint", "batch=1,100")
+    assert [p["problem"]["m"] for p in beyond["plan"]] == [4, 8, 400]
+    assert "note: batch=100: outside the range the program was exported for (1 to 64); kept all the same" in err
     assert not (cache_dir / "autotune-cache.json").exists()
 
 

@@ -87,6 +87,22 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     return _combine(per_symbol)
 
 
+def outside_ranges(scenarios: list[dict[str, int]], ranges: dict[str, Any],
+                   names: dict[str, str] | None = None) -> list[str]:
+    """One note per symbol given a value outside the range the program was exported for:
+    its problems are kept all the same (see the module), but the program itself never runs it."""
+    notes = []
+    for symbol, vr in ranges.items():
+        values = sorted({s[symbol] for s in scenarios if symbol in s})
+        outside = [v for v in values if vr is not None and (v < vr.lower or v > vr.upper)]
+        if outside:
+            upper = "inf" if vr.upper == math.inf else vr.upper  # ints, or inf unbounded
+            shown_values = ", ".join(map(str, outside))
+            notes.append(f"{(names or {}).get(symbol, symbol)}={shown_values}: outside the range the program "
+                         f"was exported for ({vr.lower} to {upper}); kept all the same")
+    return notes
+
+
 def _hint_symbol(key: str, known: list[str], aliases: dict[str, str], inputs) -> str:
     """The symbol a --hint name stands for: the symbol itself (s77), an input's dim (x.0),
     or, where the program has one dynamic dim, any other name (torch.export does not save

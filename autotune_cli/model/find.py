@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..problem import MIN_GEMM_K, one_gemm
 from ..text import plural
 from .classify import MatmulCall
-from .dims import concretize, export_bindings
+from .dims import concretize, export_bindings, outside_ranges
 from .export_archive import read_export
 from .found import GROUP_SOURCE, FoundGemm
 from .torchscript import read_torchscript
@@ -83,6 +83,8 @@ def find_gemms(
         raws = graph.raws
         scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
                                     graph.input_dtypes)
+        if notes is not None:
+            notes.extend(outside_ranges(scenarios, graph.ranges, names))
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
