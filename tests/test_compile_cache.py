@@ -107,3 +107,40 @@ def test_a_second_compile_of_the_routed_model_loads_torchs_cached_graph(tuning, 
     assert seen[0].get("autograd_cache_bypass", 0) == 0 and seen[0].get("autograd_cache_saved") == 1
     assert seen[1].get("autograd_cache_hit") == 1
     torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+
+
+def test_only_the_nodes_a_rewrite_adds_are_given_values(capfd):
+    """Dynamo's own nodes without a value (vmap's level, an assertion) are never run again: a
+    vmap compiled twice (a second shape) keeps torch's values and functorch's level."""
+    def f(x):
+        return torch.vmap(lambda row: row.sin())(x)
+
+    run = autotune_cli.compile(f, backend="eager", tune=False)
+    for rows in (5, 6):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(run(x), x.sin())
+    assert torch._C._functorch.maybe_current_level() is None
+
+
+def test_a_fold_inside_autocast_keeps_the_regions_dtype(tuning):
+    """The fold's SDPA value is SDPA's own (bf16 under autocast), so the matmul after it is met
+    with its real operands' dtypes: they differ, and torch's op is kept."""
+    weight = torch.randn(D, C)
+    n = H // KV
+
+    def attend(q, k, v):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            k = k[:, :, None].expand(B, KV, n, S, D).reshape(B, H, S, D)
+            v = v[:, :, None].expand(B, KV, n, S, D).reshape(B, H, S, D)
+            return F.scaled_dot_product_attention(q, k, v) @ weight
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(B, H, 1, D, generator=g), torch.randn(B, KV, S, D, generator=g), \
+        torch.randn(B, KV, S, D, generator=g)
+    routes = []
+    with torch.no_grad():
+        want = attend(q, k, v)
+        got = autotune_cli.compile(attend, backend="eager", fullgraph=True, tune=tuning, routes=routes)(q, k, v)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    assert [(r.fallback, r.reason) for r in routes] == [(True, "the operands differ in dtype or device")]

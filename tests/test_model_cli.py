@@ -348,6 +348,8 @@ def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     assert [(p["problem"]["m"], p["hint"]) for p in bound["plan"]] == [(20, {sym: 5}), (8, None)]
     assert "outside the range" not in err
     # past the exported range: kept (another export may run it), and said
+    _, half, _ = models["transposed"]  # a float16 program: a shape without a dtype takes its inputs' own
+    assert model_json(cli, half, "--plan", "--input-shape", "4x32")[0]["plan"]
     beyond, err = model_json(cli, pt2, "--plan", "--hint", "batch=1,100")
     assert [p["problem"]["m"] for p in beyond["plan"]] == [4, 8, 400]
     assert "note: batch=100: outside the range the program was exported for (1 to 64); kept all the same" in err

@@ -403,9 +403,20 @@ def test_no_matmuls(saved):
             find_gemms(path, trust_torchscript=True, **kw)
 
 
+def test_a_torchscript_error_is_said_by_its_exception_line():
+    from autotune_cli.model.text import one_line
+
+    wrapped = RuntimeError("The following operation failed in the TorchScript interpreter.\n"
+                           "Traceback of TorchScript (most recent call last):\n  File \"code.py\", line 3\n"
+                           "NotImplementedError: Could not run 'aten::x' with arguments from the 'CPU' backend.\n\n"
+                           "CPU: registered at a.cpp:1 [kernel]\nPythonDispatcher: registered at b.cpp:2 [fallback]\n")
+    assert one_line(wrapped) == "NotImplementedError: Could not run 'aten::x' with arguments from the 'CPU' backend."
+    assert one_line(ValueError("first\nsecond")) == "ValueError: first"
+
+
 def test_parse_input_shape():
     assert parse_input_shape("8x128x768:float16") == ((8, 128, 768), "float16")
-    assert parse_input_shape("4,16") == ((4, 16), "float32")
+    assert parse_input_shape("4,16") == ((4, 16), None)  # none given: the model's own (TorchScript: float32)
     assert parse_input_shape("2x7:bf16") == ((2, 7), "bfloat16")
     assert parse_input_shape("1x9:int64") == ((1, 9), "int64")
     for bad in ("", "8xx4", "8x4:float128", "0x4", "axb", "8x4:", "9" * 5000, "\u0661x2",

@@ -190,10 +190,12 @@ def test_a_damaged_entry_takes_only_itself_out_of_use(tmp_path, name):
     cache_dir.mkdir()
     raw = json.dumps({"schema": SCHEMA, "entries": {A: make_entry(), B: bad}}).encode()
     (cache_dir / CACHE_FILE).write_bytes(raw)
+    (cache_dir / CACHE_FILE).chmod(0o600)
     proc = run_cli("cache", "show", "--cache-dir", cache_dir)
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in stderr_lines(proc) if line.startswith("note:")]
     (aside,) = cache_dir.glob(f"{CACHE_FILE}.damaged-*")
+    assert aside.stat().st_mode & 0o777 == 0o600  # as private as the file it copies
     assert len(notes) == 1 and reason in notes[0] and "the 1 other entry kept" in notes[0], proc.stderr
     assert str(aside) in notes[0] and aside.read_bytes() == raw  # the file as it was, byte for byte
     assert set(Cache(cache_dir).load()) == {A} and "mm 64x8x8" in proc.stdout

@@ -4,6 +4,7 @@ raises into one line and an exit code."""
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional
 
 import typer
@@ -19,7 +20,7 @@ from .app import Stopped, app, err, out
 
 def one_line(message: str) -> str:
     """click's message on one line (a missing choice lists the choices one a line)."""
-    return " ".join(message.split())
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -145,7 +145,7 @@ def _bind_input_shapes(inputs, input_shapes, dtypes: dict[str, str]) -> dict[str
     for (name, sizes), (shape, dtype) in zip(inputs, input_shapes):
         if len(shape) != len(sizes):
             raise UserError(f"input '{name}' has {len(sizes)} dims; --input-shape gives {len(shape)}")
-        if dtypes.get(name, dtype) != dtype:
+        if dtype is not None and dtypes.get(name, dtype) != dtype:  # None: none given, the program's own
             raise UserError(f"input '{name}' is {dtypes[name]}; --input-shape gives {dtype}")
         for i, (size, want) in enumerate(zip(sizes, shape)):
             expr = sym(size)

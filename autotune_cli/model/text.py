@@ -37,30 +37,32 @@ def _size(text: str) -> int | None:
     return value if 1 <= value <= MAX_DIM else None
 
 
-def parse_input_shape(text: str) -> tuple[tuple[int, ...], str]:
+def parse_input_shape(text: str) -> tuple[tuple[int, ...], str | None]:
     """Parse "8x128x768:float16" into ((8, 128, 768), "float16").
 
-    Dims are separated by `x` or `,`; the dtype after `:` defaults to float32 and may be
-    any of float16/bfloat16/float32/float64/int64/int32/int16/int8/uint8/bool (or the
-    usual short names). "scalar:int64" is a 0-d tensor.
+    Dims are separated by `x` or `,`; the dtype after `:` may be any of
+    float16/bfloat16/float32/float64/int64/int32/int16/int8/uint8/bool (or the usual short
+    names), and is None where none is given (a TorchScript model's input is then float32, an
+    exported program's its own). "scalar:int64" is a 0-d tensor.
     """
     raw = str(text).strip()
     shape_text, sep, dtype_text = raw.partition(":")
     shape_text = shape_text.strip().lower().replace(" ", "")
-    dtype_key = dtype_text.strip().lower().removeprefix("torch.") if sep else "float32"
-    if dtype_key not in _INPUT_DTYPES:
+    dtype_key = dtype_text.strip().lower().removeprefix("torch.") if sep else None
+    if dtype_key is not None and dtype_key not in _INPUT_DTYPES:
         raise UserError(
             f"cannot parse input shape {text!r}: unknown dtype {dtype_text.strip()!r} "
             f"(use e.g. 8x128x768:float16)")
+    dtype = None if dtype_key is None else _INPUT_DTYPES[dtype_key]
     if shape_text in ("scalar", "()"):
-        return (), _INPUT_DTYPES[dtype_key]
+        return (), dtype
     if not _DIMS_RE.match(shape_text):
         raise UserError(f"cannot parse input shape {text!r}: expected dims like 8x128x768[:dtype]")
     dims = tuple(_size(d) for d in re.split(r"[x,]", shape_text))
     if any(d is None for d in dims):
         raise UserError(f"cannot parse input shape {shown(str(text))!r}: every dim must be "
                         f"from 1 to {MAX_DIM}")
-    return dims, _INPUT_DTYPES[dtype_key]
+    return dims, dtype
 
 
 _HINT_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=\s*(.+?)\s*$")
@@ -101,12 +103,17 @@ def parse_hints(texts: Iterable[str]) -> dict[str, list[int]]:
 TORCHSCRIPT_FAILED = "The following operation failed in the TorchScript interpreter."
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Z][A-Za-z0-9_.]*(Error|Exception): ")
+
+
 def one_line(exc: BaseException) -> str:
     """What `exc` says, on one line: its first line, or, for an error TorchScript's interpreter
-    wraps (its traceback first), the last, which names the error and its cause."""
+    wraps (its traceback first), the error under the traceback (its first line that names an
+    exception: the dispatcher's notes may follow it)."""
     text = [line for line in str(exc).strip().splitlines() if line.strip()]
     if text and text[0].strip() == TORCHSCRIPT_FAILED:
-        return text[-1].strip()
+        named = [line.strip() for line in text if _EXCEPTION_LINE.match(line.strip())]
+        return named[0] if named else text[-1].strip()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 

@@ -107,7 +107,7 @@ def _make_inputs(input_shapes, device: str, random: bool) -> list[Any]:
 
     out = []
     for shape, dtype_name in input_shapes:
-        dtype = getattr(torch, dtype_name)
+        dtype = getattr(torch, dtype_name or "float32")
         if not random:
             out.append(torch.empty(shape, dtype=dtype, device=device))
         elif dtype.is_floating_point:
@@ -237,7 +237,7 @@ def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str]]:
         return _profile_run(module, _make_inputs(input_shapes, "cpu", random=True))
     except Exception as exc:  # noqa: BLE001
         raise UserError(f"running {path.name} on inputs "
-                        f"{', '.join('x'.join(map(str, s)) + ':' + d for s, d in input_shapes)} "
+                        f"{', '.join('x'.join(map(str, s)) + ':' + (d or 'float32') for s, d in input_shapes)} "
                         f"failed (check --input-shape): {one_line(exc)}") from None
 
 

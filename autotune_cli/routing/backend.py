@@ -57,6 +57,7 @@ class routing_backend:
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
+        dynamos = set(gm.graph.nodes)  # Dynamo's own nodes: fill_example_values leaves them alone
         folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
         sites = list(matmul_sites(gm.graph))
         for site in sites:
@@ -72,7 +73,7 @@ class routing_backend:
         self._tune_missing(sites, [g.problem for g in groups])
         routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
-        self._rewrite(gm, pin_aten, sites, routed_groups, folds)
+        self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
         if self.inner == "inductor":
             from torch._inductor.compile_fx import compile_fx
 
@@ -133,14 +134,16 @@ class routing_backend:
             self.dispatcher.reset()  # plans made before the tune said "nothing cached"
 
     def _rewrite(self, gm, pin_aten: bool, sites: list[Site] | None = None,
-                 groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: Sequence = ()) -> None:
+                 groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: Sequence = (),
+                 dynamos: set | None = None) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
         one op each, the other `sites` one by one (`folds`: the attentions gqa.py rewrote, for
-        the summary line)."""
+        the summary line; `dynamos`: the nodes Dynamo made, by default those there now)."""
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         graph = gm.graph
+        dynamos = set(graph.nodes) if dynamos is None else dynamos
         sites = list(matmul_sites(graph)) if sites is None else sites
         changed = bool(groups) or bool(folds)
         routed_before = len(self.routes)
@@ -193,7 +196,7 @@ class routing_backend:
             graph.erase_node(node)
             changed = True
         if changed:
-            fill_example_values(graph)  # as Dynamo's nodes carry: AOTAutograd's cache reads them
+            fill_example_values(graph, dynamos)  # AOTAutograd's cache reads them
             graph.lint()
             gm.recompile()
         summary(self.routes[routed_before:], len(groups), len(folds), sum(f.splits is not None for f in folds))

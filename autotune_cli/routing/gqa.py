@@ -275,6 +275,7 @@ def _same_batch(*nodes) -> bool:
 def fold_attention(graph, split_keys: bool | None = False) -> list[Fold]:
     """Rewrite every SDPA of `graph` that find_folds finds; the folds made."""
     folds = find_folds(graph, split_keys)
+    before = set(graph.nodes)
     erased: set = set()
     for fold in folds:
         with graph.inserting_before(fold.node):
@@ -282,7 +283,7 @@ def fold_attention(graph, split_keys: bool | None = False) -> list[Fold]:
         fold.node.replace_all_uses_with(out)
         graph.erase_node(fold.node)
         _erase_repeats(graph, fold, erased)
-    fill_example_values(graph)  # the new nodes' values, which matmul_sites reads
+    fill_example_values(graph, before)  # the new nodes' values, which matmul_sites reads
     return folds
 
 
@@ -304,6 +305,9 @@ def _run_plain(graph, fold: Fold):
         mask = graph.call_function(torch.reshape, (mask, (-1, 1, fold.n * rows, keys)))
     out = graph.call_function(torch._C._nn.scaled_dot_product_attention, (q, fold.key, fold.value),
                               {"attn_mask": mask, "dropout_p": 0.0, "is_causal": False, "scale": fold.scale})
+    # SDPA's own value, reshaped: under autocast its dtype is the region's, which a value
+    # made again outside the region (fill_example_values) would not be
+    out.meta["example_value"] = node_value(fold.node).reshape(batch, groups, fold.n * rows, v_dim)
     return graph.call_function(torch.reshape, (out, (batch, heads, rows, v_dim)))
 
 

@@ -297,30 +297,37 @@ def writes_between(first, last) -> bool:
     return False
 
 
-def fill_example_values(graph) -> None:
-    """Give each call node without an "example_value" (one a rewrite added) the value Dynamo
-    records for its own: its target run on its inputs' values, fake tensors in their own mode.
-    AOTAutograd's cache reads it: a method called on a node without one makes the graph
-    uncacheable, and every later compile of it traces it anew. A node whose inputs have no
-    value, or whose target fails on them, keeps none (the graph is compiled all the same)."""
+_SIZE_OPERATORS = {operator.getitem, operator.add}  # on sizes and tuples: what a rewrite adds outside a fake mode
+
+
+def fill_example_values(graph, before: set) -> None:
+    """Give each call node added since `before` (the graph's nodes then) without an
+    "example_value" the value Dynamo records for its own: its target run on its inputs'
+    values, fake tensors in their own mode, autocast off (of the ops a rewrite adds, only SDPA
+    would change under it, and the fold gives its node SDPA's own value). AOTAutograd's cache
+    reads these: a method called on a node without one makes the graph uncacheable, and every
+    later compile of it traces it anew. A node whose inputs have no value, or whose target
+    fails on them, keeps none (the graph is compiled all the same)."""
     import contextlib
 
+    import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.node import map_arg
 
     for node in graph.nodes:
-        if node.op not in ("call_function", "call_method") or "example_value" in node.meta:
+        if node in before or node.op not in ("call_function", "call_method") or "example_value" in node.meta:
             continue
         if any("example_value" not in n.meta for n in node.all_input_nodes):
             continue
-        args, kwargs = map_arg((node.args, node.kwargs), lambda n: n.meta["example_value"])
         # the values' own mode: the tracing context's, when the backend runs, is another
         modes = [v.fake_mode for v in (n.meta["example_value"] for n in node.all_input_nodes)
                  if isinstance(v, FakeTensor)]
-        if not modes and not node.all_input_nodes:
-            continue
+        if not modes and node.target not in _SIZE_OPERATORS:
+            continue  # nothing is run for real
+        args, kwargs = map_arg((node.args, node.kwargs), lambda n: n.meta["example_value"])
         try:
-            with modes[0] if modes else contextlib.nullcontext():  # none: sizes only (an item, a sum)
+            with modes[0] if modes else contextlib.nullcontext(), \
+                    torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
                 value = (node.target(*args, **kwargs) if node.op == "call_function"
                          else getattr(args[0], node.target)(*args[1:], **kwargs))
         except Exception:  # noqa: BLE001 - only the cache's reading of the graph is lost

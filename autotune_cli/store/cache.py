@@ -172,8 +172,9 @@ class Cache(CacheStore):
         """Write `raw` to a new file of the cache folder named `name` (or `name`.N); its path.
         A new file (O_EXCL): never one planted at the name, nor a link's target."""
         kept = self._unused_name(name)
-        try:
-            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:  # as private as the file it copies (a cache file is made 0600)
+            mode = stat.S_IMODE(self.path.lstat().st_mode) if self.path.exists() else 0o600
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(raw)
         except OSError as exc:
