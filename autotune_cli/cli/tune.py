@@ -197,8 +197,9 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
 @app.command()
 def model(
     path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
-    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="TorchScript: an example input, e.g. "
-                                                    "8x128x768:float16 (repeat, in order)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="An example input, e.g. "
+                                                    "8x128x768:float16 (repeat, in order; TorchScript: needed, float32 "
+                                                    "without a dtype; .pt2: the sizes its dynamic dims take)."),
     hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 "
                                              "(input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is "
                                              "one dynamic dim); repeatable."),
