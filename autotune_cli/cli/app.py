@@ -167,7 +167,8 @@ FROM_HELP = (
 # Options shared by the tuning commands.
 DeviceOpt = typer.Option(None, "--device", help="cuda (default with a GPU) or cpu (Triton interpreter).")
 SearchOpt = typer.Option(Search.default, "--search", help="Config space: the default list or exhaustive.")
-SpaceOpt = typer.Option(None, "--space", help="JSON file of Triton configs to try instead of the defaults.")
+SpaceOpt = typer.Option(None, "--space", metavar="FILE",
+                        help="JSON file of Triton configs to try instead of the defaults.")
 TemplatesOpt = typer.Option(None, "--templates", help="Comma-separated uids or backends, e.g. aten or triton::mm.")
 WorkersOpt = typer.Option(None, "--workers", help="Benchmark worker processes (default: 1 per GPU, or per CPU core).")
 TimeoutOpt = typer.Option(120.0, "--timeout", help="Seconds one candidate may take before it is killed.")
@@ -178,11 +179,12 @@ def _cache_dir_arg(text: str) -> Path:
     return Path(text)
 
 
-CacheDirOpt = typer.Option(None, "--cache-dir", parser=_cache_dir_arg,
+CacheDirOpt = typer.Option(None, "--cache-dir", parser=_cache_dir_arg, metavar="DIR",
                            help="Cache folder (default: $AUTOTUNE_CACHE_DIR or the user cache dir).")
 ForceOpt = typer.Option(False, "--force", help="Re-tune even if the cache has a winner.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document instead of tables.")
-PluginOpt = typer.Option(None, "--plugin", help="A module or .py file that registers more templates (repeatable).")
+PluginOpt = typer.Option(None, "--plugin", metavar="MODULE",
+                         help="A module or .py file that registers more templates (repeatable).")
 BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would "
                          "take longer than this (s).")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")

@@ -278,7 +278,8 @@ class ExportFormat(str, Enum):
 def cache_export(
     format_: ExportFormat = typer.Option(..., "--format", "-f", help="inductor: torch.compile's lookup "
                                          "table; autotune: entries for `cache import` on another machine."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="File to write (default or '-': stdout)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                         help="File to write (default or '-': stdout)."),
     filter_text: Optional[str] = FilterOpt,
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="inductor: export float32 entries tuned "
                                     "with TF32 (for a program that enables it) instead of IEEE ones."),
@@ -308,7 +309,7 @@ def cache_export(
 
 @cache_app.command("import")
 def cache_import(
-    path: Path = typer.Argument(..., help="A file written by `autotune cache export --format autotune` "
+    path: Path = typer.Argument(..., metavar="FILE", help="A file written by `autotune cache export --format autotune` "
                                 "(or another machine's cache file)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would change."),
     cache_dir: Optional[Path] = CacheDirOpt,

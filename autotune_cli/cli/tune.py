@@ -80,7 +80,7 @@ def mm(
     seed: int = SeedOpt,
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
-    from_file: Optional[Path] = typer.Option(None, "--from", help=FROM_HELP),
+    from_file: Optional[Path] = typer.Option(None, "--from", metavar="FILE", help=FROM_HELP),
     profile: bool = typer.Option(False, "--profile", help="Say where each tune's seconds went (stderr; --json has them "
                                  "as 'phases')."),
 ) -> None:
@@ -196,11 +196,14 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
 
 @app.command()
 def model(
-    path: Path = typer.Argument(..., help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
-    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="An example input, e.g. "
+    path: Path = typer.Argument(..., metavar="MODEL",
+                                help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", metavar="SHAPE", help="An example "
+                                                    "input, e.g. "
                                                     "8x128x768:float16 (repeat, in order; TorchScript: needed, float32 "
                                                     "without a dtype; .pt2: the sizes its dynamic dims take)."),
-    hint: Optional[List[str]] = typer.Option(None, "--hint", help="Dynamic dims: values to tune at, e.g. x.0=1,16,128 "
+    hint: Optional[List[str]] = typer.Option(None, "--hint", metavar="DIM=VALUES", help="Dynamic dims: "
+                                             "values to tune at, e.g. x.0=1,16,128 "
                                              "(input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is "
                                              "one dynamic dim); repeatable."),
     trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and "
