@@ -58,10 +58,9 @@ class ProgressReporter:
         if not self.enabled:
             return
         winner = entry.winner
+        what = " ".join(part for part in (winner.uid, params_str(winner.params), f"{fmt_ms(winner.ms)} ms") if part)
         self.console.print(
-            printable(f"cached: {problem.describe()} -> {winner.uid} {params_str(winner.params)} "
-                      f"{fmt_ms(winner.ms)} ms (tuned {entry.tuned_at if entry.tuned_at is not None else '?'}; "
-                      "--force to re-tune)"),
+            printable(f"cached: {problem.describe()} -> {what}, tuned {tuned_text(entry.tuned_at)} (--force re-tunes)"),
             highlight=False, markup=False, soft_wrap=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
