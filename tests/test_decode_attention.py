@@ -163,6 +163,25 @@ for dtype, rows, dim, mask_dtype in [(torch.bfloat16, 1, 128, torch.bool), (torc
     for kernel, grid, args, options in launches:
         kernel.warmup(*args, grid=grid, **options)
 
+# as Inductor compiles the op's launches on a GPU: a Python float typed fp64 (the kernels keep fp32)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+_, launches = da._launches(q, k, k, mask, None, 16)
+for kernel, grid, args, options in launches:
+    sizes = {n: v for n, v in options.items() if n not in ("num_warps", "num_stages")}
+    signature, constexprs = {}, {}
+    for i, (name, arg) in enumerate(zip(kernel.arg_names, (*args, *[None] * len(sizes)))):
+        if name in sizes:
+            signature[name], constexprs[(i,)] = "constexpr", sizes[name]
+        elif isinstance(arg, torch.Tensor):
+            signature[name] = "*" + {torch.float32: "fp32", torch.bool: "i1"}.get(arg.dtype, "fp32")
+        else:
+            signature[name] = "i32" if isinstance(arg, int) else "fp64"
+    triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+                   options={"num_warps": options["num_warps"], "num_stages": options.get("num_stages", 2)})
+
 # what AOT makes of the op on a GPU (a triton_op: traced into): the kernels' launches
 from torch._functorch.aot_autograd import aot_function
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -182,8 +201,9 @@ print("LAUNCHES", [sorted(n.kwargs["tensors_to_clone"]) for n in graphs[0].graph
 def test_the_kernels_compile_for_an_h200_without_a_gpu(tmp_path):
     """The interpreter runs what a GPU's compiler may refuse: Triton's NVIDIA backend builds
     both kernels for sm_90 (bf16 under a bool mask, fp16 rows of a chunk under an additive
-    mask, fp32 with no mask), one binary each; and AOT traces the op (the triton_op a GPU
-    registers) into the two launches, each writing its own buffers."""
+    mask, fp32 with no mask, and with their float arguments typed fp64, as Inductor types a
+    Python float), one binary each; and AOT traces the op (the triton_op a GPU registers)
+    into the two launches, each writing its own buffers."""
     import triton
 
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
@@ -194,7 +214,7 @@ def test_the_kernels_compile_for_an_h200_without_a_gpu(tmp_path):
     done = subprocess.run([sys.executable, "-c", SM90_COMPILE], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     cubins = sorted(p.name.split(".")[0] for p in tmp_path.rglob("*.cubin"))
-    assert cubins == ["merge_kernel"] * 3 + ["split_kernel"] * 3
+    assert cubins == ["merge_kernel"] * 4 + ["split_kernel"] * 4
     # the op traced into on a GPU: the split kernel writes the shares, the merge the output
     assert "LAUNCHES [['ACC', 'ML'], ['OUT']]" in done.stdout
 

@@ -74,6 +74,10 @@ def _kernels():
                      N_REP: tl.constexpr, MASK_KIND: tl.constexpr, SPLITS: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      UPCAST: tl.constexpr, IEEE: tl.constexpr):
+        # fp32 whatever the launcher typed them: Inductor passes a Python float as fp64, which
+        # would carry the running maximum and the weights into fp64
+        scale = tl.cast(scale, tl.float32)
+        log2e = tl.cast(log2e, tl.float32)
         bg = tl.program_id(0)
         split = tl.program_id(1)
         b = (bg // heads_kv).to(tl.int64)  # int64: a large cache's offsets pass 2**31
@@ -142,6 +146,7 @@ def _kernels():
     def merge_kernel(ACC, ML, OUT, sob, soh, sol, sod, heads_kv, rows_l, log2e,
                      N_REP: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+        log2e = tl.cast(log2e, tl.float32)  # as in split_kernel
         bg = tl.program_id(0)
         r = tl.program_id(1)
         b = (bg // heads_kv).to(tl.int64)  # int64, as in split_kernel
