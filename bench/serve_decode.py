@@ -323,20 +323,27 @@ def torch_compile_caches(folder: Path):
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved[2]
 
 
+def filled_caches(path: str, first_call: Callable[[], object], device: str):
+    """What a path compiles under: for ours-cached, torch's compile caches, filled first by
+    `first_call` (a compile of the same graph and its first call), its loaded code then
+    forgotten (the next compile loads the generated module again, as a new process would)."""
+    if path != "ours-cached":
+        return contextlib.nullcontext
+    from torch._inductor.codecache import PyCodeCache
+
+    caches = functools.partial(torch_compile_caches, Path(tempfile.mkdtemp(prefix="serve_decode_inductor_")))
+    with caches():
+        first_call()
+        sync(device)
+    PyCodeCache.cache_clear()
+    return caches
+
+
 def prepare_decode(path: str, cfg, model, batch: int, args, cache_dir: Path, reference, device: str,
                    tokens_ref: dict) -> Prepared:
     routes: list = []
-    caches = contextlib.nullcontext
-    if path == "ours-cached":  # torch's caches filled by a compile of the same graph, its code then forgotten
-        from torch._inductor.codecache import PyCodeCache
-
-        folder = Path(tempfile.mkdtemp(prefix="serve_decode_inductor_"))
-        caches = functools.partial(torch_compile_caches, folder)
-        with caches():
-            Loop(cfg, model, compiler(path, model, cache_dir, [], args.smoke), batch, args.prompt, args.cache_len,
-                 device).once()
-            sync(device)
-        PyCodeCache.cache_clear()  # the next compile loads the generated module again, as a new process
+    caches = filled_caches(path, lambda: Loop(cfg, model, compiler(path, model, cache_dir, [], args.smoke), batch,
+                                              args.prompt, args.cache_len, device).once(), device)
     profiler = cProfile.Profile() if args.compile_profile else None
     if profiler:
         phases = phase_seconds()
@@ -402,15 +409,25 @@ def prepare_prefill(path: str, cfg, model, args, cache_dir: Path, device: str) -
     import torch
 
     routes: list = []
-    started = time.perf_counter()
-    fn = compiler(path, model, cache_dir, routes, args.smoke)
-    wrap_s = time.perf_counter() - started
     ids = torch.randint(0, cfg.vocab_size, (1, args.prefill), generator=torch.Generator().manual_seed(7)).to(device)
 
-    def call():
+    def first_call(fn):
         torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
             return fn(input_ids=ids, use_cache=False).logits
+
+    caches = filled_caches(path, lambda: first_call(compiler(path, model, cache_dir, [], args.smoke)), device)
+    with caches():
+        started = time.perf_counter()
+        fn = compiler(path, model, cache_dir, routes, args.smoke)
+        wrap_s = time.perf_counter() - started
+        started = time.perf_counter()
+        first_call(fn)
+        sync(device)
+        compile_s = wrap_s + time.perf_counter() - started
+
+    def call():
+        return first_call(fn)
 
     def tick() -> float:
         """ms per forward of PREFILL_BACK_TO_BACK forwards enqueued between two events: the
@@ -430,10 +447,6 @@ def prepare_prefill(path: str, cfg, model, args, cache_dir: Path, device: str) -
             call()
         return (time.perf_counter() - started) * 1e3 / PREFILL_BACK_TO_BACK
 
-    started = time.perf_counter()
-    call()
-    sync(device)
-    compile_s = wrap_s + time.perf_counter() - started
     for _ in range(2):
         call()
     row = {"path": path, "batch": f"prefill {args.prefill}", "compile_s": round(compile_s, 2),

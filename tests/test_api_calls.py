@@ -310,3 +310,21 @@ def test_the_api_runs_an_aligned_winner_call_after_call_into_the_planned_layout(
             with torch.no_grad():
                 w.mul_(-1)
     assert len(layouts) == 1 and next(iter(layouts))[0] == (pitch, 1)
+
+
+@needs_interpreter
+def test_a_tma_winner_takes_views_off_its_alignment_as_torch_does(cli, cache_dir, tmp_path):
+    """A persistent TMA winner needs 16-byte aligned bases and row strides: a view whose data
+    starts off that boundary runs torch's op, and one whose rows overlap or are pitched off it
+    is copied first; both give torch's values, none raises."""
+    space = [{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_stages": 1, "num_warps": 4}]
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 16, "--k", 48, "--dtype", "float32",
+               "--templates", "triton::mm_persistent_tma", space=space)
+    assert doc["winner"]["uid"] == "triton::mm_persistent_tma"
+    b = operand(48, 16, torch.float32, seed=1)
+    offset = operand(1, 1 + 32 * 48, torch.float32, seed=2)[0, 1:].view(32, 48)  # base 4 bytes off
+    overlapping = operand(1, 80, torch.float32, seed=3)[0].as_strided((32, 48), (1, 1))
+    pitched = operand(32, 50, torch.float32, seed=4)[:, :48]  # rows of 200 bytes
+    for a in (offset, overlapping, pitched):
+        assert api.dispatch_info(a, b).uid == "triton::mm_persistent_tma"
+        close(autotune_cli.mm(a, b), product(a, b))

@@ -34,13 +34,22 @@ class Adapt:
     bias_row: bool = False  # a [1, n] bias passed as its [n] row
 
 
+ALIGN_BYTES = 16  # what TMA needs of a base and a row stride (the persistent template)
+
+
 def layout(tensor) -> tuple[str, bool]:
     """(letter, needs a contiguous copy): 'n' when the last dim is contiguous, 't' when the
-    one before it is (the transpose of a contiguous matrix); anything else is copied."""
-    strides = tensor.stride()
-    if strides[-1] == 1:
+    one before it is (the transpose of a contiguous matrix), where the other stride is the
+    dense one, or past it and 16-byte aligned (padded rows, as TMA takes them); anything
+    else is copied (overlapping or broadcast rows, a misaligned pitch)."""
+    strides, shape, size = tensor.stride(), tensor.shape, tensor.element_size()
+
+    def takes(stride: int, dense: int, count: int) -> bool:
+        return count == 1 or stride == dense or (stride > dense and stride * size % ALIGN_BYTES == 0)
+
+    if strides[-1] == 1 and takes(strides[-2], shape[-1], shape[-2]):
         return "n", False
-    if strides[-2] == 1:
+    if strides[-2] == 1 and takes(strides[-1], shape[-2], shape[-1]):
         return "t", False
     return "n", True
 
