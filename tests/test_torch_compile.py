@@ -216,6 +216,26 @@ def test_tensors_that_need_gradients_stay_on_torch(cli, cache_dir, space):
     assert model.fc1.weight.grad is not None
 
 
+def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space):
+    """A float32 winner is cached for fc1, but under autocast the matmul runs in bfloat16:
+    compiled, it is left to the compiler and said so; called through the API, torch's op
+    runs; either way the dtype and values are torch's."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    model, x = Block(), torch.randn(T, C)
+    assert api.dispatch_info(x, model.fc1.weight.t(), model.fc1.bias).uid == "triton::mm"
+    routes: list = []
+    run = autotune_cli.compile(model, backend="aot_eager", routes=routes)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for got, want in zip(run(x), model(x)):
+            assert got.dtype == want.dtype == torch.bfloat16
+            torch.testing.assert_close(got, want)
+        eager = autotune_cli.linear(x, model.fc1.weight, model.fc1.bias)
+        torch.testing.assert_close(eager, torch.nn.functional.linear(x, model.fc1.weight, model.fc1.bias))
+    assert routed(routes) == [] and len(routes) == 4 and all(r.reason.startswith("under autocast") for r in routes)
+    assert autotune_cli.linear(x, model.fc1.weight, model.fc1.bias).dtype == torch.float32  # its winner again
+
+
 @pytest.mark.gpu
 def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
     """On a GPU a triton::mm winner goes in as autotune::triton_gemm (wrap_triton): Inductor

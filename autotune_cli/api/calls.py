@@ -101,7 +101,9 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
     per_caller), for operands on `device`, into an output with the row pitch its template
     asked for (`pitch`; None: contiguous; `whole_rows`: see out_allocator). Tensors that
     need gradients go to `torch_op`, and so do views whose data starts off a 16-byte
-    boundary: the winner was tuned on aligned operands, and TMA's loads take no other."""
+    boundary (the winner was tuned on aligned operands, and TMA's loads take no other) and
+    calls under torch.autocast on the operands' device (torch's op computes in the dtype
+    autocast gives it; the winner was tuned for the operands' own)."""
     from ..templates.base import out_allocator, torch_dtype
 
     torch = t.torch
@@ -115,6 +117,8 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
     index = device.index if on_cuda else None
     device_guard = torch.cuda.device if on_cuda else None
     adapt = copy_a or copy_b or bias_row
+    autocast = torch.is_autocast_enabled
+    device_type = device.type
 
     # mm/bmm and addmm spelled out alike, each one frame: a call is the key, the checks, an
     # allocation and the launch
@@ -122,7 +126,7 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
         def call(bias, a, b):
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and grad_enabled():
                 return torch_op(bias, a, b)
-            if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES:  # a view off the tuned alignment
+            if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES or autocast(device_type):
                 return torch_op(bias, a, b)
             if adapt:
                 if copy_a:
@@ -142,7 +146,7 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
         def call(a, b):
             if (a.requires_grad or b.requires_grad) and grad_enabled():
                 return torch_op(a, b)
-            if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES:  # a view off the tuned alignment
+            if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES or autocast(device_type):
                 return torch_op(a, b)
             if adapt:
                 if copy_a:

@@ -49,7 +49,7 @@ def _reason_kind(reason: str) -> str:
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),
-                         ("needs gradients", "needing gradients")):
+                         ("needs gradients", "needing gradients"), ("under autocast", "under autocast")):
         if reason.startswith(start):
             return short
     return "other (see routes)"

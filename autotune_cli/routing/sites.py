@@ -209,6 +209,7 @@ def _operand_nodes(node) -> list:
 
 
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
+AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
 
 
 def matmul_sites(graph):
@@ -229,9 +230,13 @@ def matmul_sites(graph):
         x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
         op = "addmm" if match.bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
             else "mm"
+        want = node_value(node)
+        cast = want is not None and any(t is not None and t.dtype != want.dtype for t in (x, w, bias))
         if not is_static(x, w, bias):
             if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
+            elif cast:
+                yield Site(node, op, match, None, static=False, skip=AUTOCAST)
             elif needs_gradients(x, w, bias):
                 yield Site(node, op, match, None, static=False, skip="needs gradients (our kernels have no backward)")
             elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
@@ -249,6 +254,8 @@ def matmul_sites(graph):
         skip, outer = "", False
         if a.shape[-1] == 1:
             skip, outer = OUTER, True
+        elif cast:
+            skip = AUTOCAST
         elif bias is not None and bias.dim() == 2 and match.fold is not None:
             skip = "a linear's bias of two dims"
         elif a.shape[-1] < MIN_GEMM_K:
