@@ -4,6 +4,7 @@ they go through the opaque `autotune::gemm`), in one graph, with torch's results
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 
@@ -332,8 +333,10 @@ def test_a_compile_tunes_what_it_meets_and_the_next_one_hits(cache_dir, space, c
     x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))
     routes: list = []
     with torch.no_grad():
+        # settings made for a GPU (TuneSettings' default device): the graph's own device is tuned
+        settings = dataclasses.replace(cpu_tuning(cache_dir, space), device="cuda")
         got_head, got_mm = autotune_cli.compile(model, backend="eager", routes=routes, fullgraph=True,
-                                                tune=cpu_tuning(cache_dir, space))(x)
+                                                tune=settings)(x)
     err = capfd.readouterr().err
     assert "autotune: tuning 4 matmul problems" in err
     assert "autotune: routed 4 of 4 matmuls" in err

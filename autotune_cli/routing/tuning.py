@@ -41,10 +41,11 @@ class TuneReport:
 
 def settings_for(tune: TuneSettings | bool | None, device: str, cache_dir: Path) -> TuneSettings:
     """The settings a compile tunes with: the caller's (its cache folder replaced by the one
-    the compile reads, so that what is tuned is what is routed), or the defaults for
-    `device`."""
+    the compile reads, so that what is tuned is what is routed, and its device by the one
+    the graph runs on: a tune elsewhere would answer another machine's question), or the
+    defaults for `device`."""
     if isinstance(tune, TuneSettings):
-        return replace(tune, cache_dir=Path(cache_dir))
+        return replace(tune, cache_dir=Path(cache_dir), device=device)
     return TuneSettings(device=device, cache_dir=Path(cache_dir))
 
 
