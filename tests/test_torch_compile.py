@@ -490,6 +490,27 @@ def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
     assert call.chosen[96].startswith("M = 96 is above the largest tuned (32)")
 
 
+def test_batch_1_under_dynamic_shapes_is_routed_at_its_m(cache_dir, space, capfd):
+    """compile(dynamic=True) at one row: torch fixes M = 1 (it specializes 0 and 1) while K
+    stays symbolic: the matmul is tuned and routed at M = 1, not left as a shape with no hint."""
+    from autotune_cli.routing import ops
+    from autotune_cli.routing.dynamic import DynamicCall
+
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+    routes: list = []
+    compiled = autotune_cli.compile(lin, backend="aot_eager", routes=routes, dynamic=True, fullgraph=True,
+                                    tune=cpu_tuning(cache_dir, space))
+    x = torch.randn(1, C, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
+    (route,) = routes
+    assert (route.uid, route.fallback, route.params["m"]) == ("dynamic", False, [1])
+    assert "routed 1 of 1 matmul" in capfd.readouterr().err
+    (call,) = [r.call for r in ops.ROUTES.values()
+               if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
+    assert call.chosen[1] == "triton::mm"
+
+
 def test_a_config_that_is_wrong_at_another_m_is_not_used(cache_dir, space, monkeypatch):
     """A winner rebuilt for an M it was not tuned at is checked against float64 first: one
     that gives a wrong product there is recorded and torch's op runs that M."""

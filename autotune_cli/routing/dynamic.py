@@ -137,8 +137,11 @@ def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...
     import torch
 
     sizes = m_hint(a.shape[-2])
-    if sizes is None:
-        return "a dynamic shape torch gives no hint for"
+    if sizes is None:  # M fixed (batch 1 under dynamic=True: torch specializes 0 and 1), K symbolic
+        fixed_m = concrete(a.shape[-2])
+        if fixed_m is None:
+            return "a dynamic shape torch gives no hint for"
+        sizes = (fixed_m, fixed_m, fixed_m)
     hint, lower, upper = sizes
     fixed = [concrete(s) for s in (*a.shape[:-2], a.shape[-1], *a.stride())]
     if any(s is None for s in fixed):
