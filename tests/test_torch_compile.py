@@ -237,6 +237,24 @@ def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space)
     assert autotune_cli.linear(x, model.fc1.weight, model.fc1.bias).dtype == torch.float32  # its winner again
 
 
+def test_the_api_inside_torch_compile_is_torchs_op(cli, cache_dir, space):
+    """autotune_cli.mm / addmm / linear called in a function torch.compile traces (a winner
+    cached for the addmm): the compiler sees torch's ops, fullgraph or not, with torch's values."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+    x = torch.randn(T, C)
+    assert api.dispatch_info(x, lin.weight.t(), lin.bias).uid == "triton::mm"
+
+    def f(x):
+        return autotune_cli.linear(x, lin.weight, lin.bias) + autotune_cli.mm(x, lin.weight.t())
+
+    want = torch.nn.functional.linear(x, lin.weight, lin.bias) + x @ lin.weight.t()
+    for fullgraph in (True, False):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="eager", fullgraph=fullgraph)(x), want)
+
+
 @pytest.mark.gpu
 def test_gpu_triton_winner_is_a_triton_op_inductor_launches(cli, cache_dir):
     """On a GPU a triton::mm winner goes in as autotune::triton_gemm (wrap_triton): Inductor

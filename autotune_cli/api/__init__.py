@@ -152,6 +152,8 @@ class Dispatcher:
     def mm(self, a, b):
         """a @ b with this machine's cached winner (torch.mm where there is none)."""
         t = self._t or self._torch()
+        if t.compiling():  # inside torch.compile: the compiler sees torch's op (compile routes it)
+            return t.torch.mm(a, b)
         key = call_key(t.float32, t.allow_tf32, a, b)
         run = self._mm.get(key)
         if run is None:
@@ -161,6 +163,8 @@ class Dispatcher:
     def bmm(self, a, b):
         """Batched a @ b with this machine's cached winner (torch.bmm where there is none)."""
         t = self._t or self._torch()
+        if t.compiling():  # inside torch.compile: the compiler sees torch's op (compile routes it)
+            return t.torch.bmm(a, b)
         key = call_key(t.float32, t.allow_tf32, a, b)
         run = self._bmm.get(key)
         if run is None:
@@ -171,7 +175,7 @@ class Dispatcher:
         """bias + a @ b with this machine's cached winner (torch.addmm where there is none).
         Other beta or alpha go to torch.addmm."""
         t = self._t or self._torch()
-        if beta != 1 or alpha != 1:
+        if beta != 1 or alpha != 1 or t.compiling():  # inside torch.compile, as mm
             return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
         key = call_key(t.float32, t.allow_tf32, a, b) + bias_key(bias)
         run = self._addmm.get(key)
@@ -195,6 +199,10 @@ class Dispatcher:
         [k/128, n/128]); use_fast_accum picks the problem tuned with --fast-accum. Anything
         else goes to torch._scaled_mm."""
         fast = bool(use_fast_accum)
+        t = self._t or self._torch()
+        if t.compiling():  # inside torch.compile, as mm
+            return t.torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype,
+                                      use_fast_accum=fast)
         key = self._scaled_key(a, b, scale_a, scale_b, bias, out_dtype, fast)
         run = self._scaled.get(key)
         if run is None:

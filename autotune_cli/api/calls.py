@@ -45,6 +45,7 @@ class Torch:
         getter = getattr(torch._C, "_get_cublas_allow_tf32", None)
         self.allow_tf32 = getter if callable(getter) else (lambda: torch.backends.cuda.matmul.allow_tf32)
         self.ops = {"mm": torch.mm, "addmm": torch.addmm, "bmm": torch.bmm}
+        self.compiling = torch.compiler.is_compiling  # traced by torch.compile: torch's op, as written
         current = getattr(torch._C, "_cuda_getDevice", None)  # torch.cuda.current_device, minus its Python
         self.current_device = current if callable(current) else torch.cuda.current_device
 
