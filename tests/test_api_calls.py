@@ -328,3 +328,19 @@ def test_a_tma_winner_takes_views_off_its_alignment_as_torch_does(cli, cache_dir
     for a in (offset, overlapping, pitched):
         assert api.dispatch_info(a, b).uid == "triton::mm_persistent_tma"
         close(autotune_cli.mm(a, b), product(a, b))
+
+
+def test_a_cache_that_cannot_be_read_warns_once_and_leaves_torch_to_run(tmp_path, monkeypatch):
+    """A file where the cache folder should be: the API warns (once) and runs torch's op, as
+    with nothing cached, instead of raising the system's error."""
+    folder = tmp_path / "not-a-folder"
+    folder.write_text("")
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(folder))
+    api.reset()
+    a = operand(8, 8, torch.float32)
+    with pytest.warns(autotune_cli.AutotuneFallbackWarning) as said:
+        torch.testing.assert_close(autotune_cli.mm(a, a), a @ a)
+        torch.testing.assert_close(autotune_cli.bmm(a[None], a[None]), a[None] @ a[None])
+    unreadable = [w for w in said if "cannot read the cache" in str(w.message)]
+    assert len(unreadable) == 1 and "Not a directory" in str(unreadable[0].message)
+    api.reset()

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from ..store.cache import Cache
+from ..store.cache import Cache, CacheUnavailable
 from ..store.entry import Entry, key_for
 from ..errors import UserError
 from ..problem import GemmProblem
@@ -35,24 +35,34 @@ class WinnerLookup:
         # are each found without a pass over every entry
         self._by_problem: dict[str, list[tuple[str, Entry]]] = {}
         self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
+        self._unreadable_told: set[str] = set()  # cache files said to be unreadable
 
     def reset(self) -> None:
+        self._unreadable_told.clear()
         self._devices.clear()
         self._entries = None
         self._by_problem = {}
         self._refused.clear()
 
     def entries(self) -> dict[str, Entry]:
-        """The cache's entries, read again only when the file changed."""
+        """The cache's entries, read again only when the file changed; none, with a warning
+        (once), where the cache cannot be read at all (a file where its folder should be, a
+        permission): the calls then run torch's ops, as with nothing cached."""
         cache = Cache(self._cache_dir())
         try:
             stat = cache.path.stat()
             stamp = (str(cache.path), stat.st_mtime_ns, stat.st_size)
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            return self._unreadable(cache, CacheUnavailable(f"cannot read the cache at {cache.path}: "
+                                                            f"{exc.strerror or exc}"))
         if self._entries is not None and self._entries[0] == stamp:
             return self._entries[1]
-        entries = cache.load()
+        try:
+            entries = cache.load()
+        except CacheUnavailable as exc:
+            return self._unreadable(cache, exc)
         for notice in cache.notices:
             warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=4)
         self._entries = (stamp, entries)
@@ -61,6 +71,12 @@ class WinnerLookup:
             self._by_problem.setdefault(entry.problem.key(), []).append((key, entry))
         self._refused = {}
         return entries
+
+    def _unreadable(self, cache: Cache, exc: Exception) -> dict[str, Entry]:
+        if str(cache.path) not in self._unreadable_told:
+            self._unreadable_told.add(str(cache.path))
+            warnings.warn(f"autotune: {exc}; calls run torch's ops", AutotuneFallbackWarning, stacklevel=5)
+        return {}
 
     def fingerprint(self, problem: GemmProblem, templates: tuple[str, ...] | None, index: int = 0):
         """The Fingerprint a tune of `problem` with `templates` (uids or backends; None: all)
