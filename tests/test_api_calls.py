@@ -325,8 +325,10 @@ def test_a_tma_winner_takes_views_off_its_alignment_as_torch_does(cli, cache_dir
     offset = operand(1, 1 + 32 * 48, torch.float32, seed=2)[0, 1:].view(32, 48)  # base 4 bytes off
     overlapping = operand(1, 80, torch.float32, seed=3)[0].as_strided((32, 48), (1, 1))
     pitched = operand(32, 50, torch.float32, seed=4)[:, :48]  # rows of 200 bytes
-    for a in (offset, overlapping, pitched):
+    assert api.dispatch_info(offset, b).reason == "a view whose data starts off a 16-byte boundary"
+    for a in (overlapping, pitched):
         assert api.dispatch_info(a, b).uid == "triton::mm_persistent_tma"
+    for a in (offset, overlapping, pitched):
         close(autotune_cli.mm(a, b), product(a, b))
 
 

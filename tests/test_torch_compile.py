@@ -231,6 +231,7 @@ def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space)
         for got, want in zip(run(x), model(x)):
             assert got.dtype == want.dtype == torch.bfloat16
             torch.testing.assert_close(got, want)
+        assert api.dispatch_info(x, model.fc1.weight.t(), model.fc1.bias).reason.startswith("under torch.autocast")
         eager = autotune_cli.linear(x, model.fc1.weight, model.fc1.bias)
         torch.testing.assert_close(eager, torch.nn.functional.linear(x, model.fc1.weight, model.fc1.bias))
     assert routed(routes) == [] and len(routes) == 4 and all(r.reason.startswith("under autocast") for r in routes)

@@ -264,8 +264,15 @@ class Dispatcher:
 
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
-        it as a call would (a fallback warns here, then not again)."""
-        return self.route(a, b, bias)[1]
+        it as a call would (a fallback warns here, then not again), this call's own checks
+        included (gradients, autocast, alignment: calls.torch_runs)."""
+        from dataclasses import replace
+
+        from .calls import torch_runs
+
+        info = self.route(a, b, bias)[1]
+        why = "" if info.fallback or info.uid.startswith("aten::") else torch_runs(self._torch().torch, a, b, bias)
+        return replace(info, uid=f"torch.{info.op}", fallback=True, reason=why) if why else info
 
     def route(self, a, b, bias=None) -> tuple[Callable, Dispatch, Built | None]:
         """(the function a call with these tensors runs, what it runs, the winner's built

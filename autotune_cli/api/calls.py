@@ -96,6 +96,18 @@ def per_caller(first: Callable, make: Callable[[], Callable], stream_of: Callabl
     return call
 
 
+def torch_runs(torch, a, b, bias=None) -> str:
+    """Why a call with these tensors runs torch's op whatever its winner ("" where it runs
+    the winner): kernel_call's checks at each call, said in words (dispatch_info)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
+        return "needs gradients (the kernels have no backward)"
+    if torch.is_autocast_enabled(a.device.type):
+        return "under torch.autocast (torch's op casts the operands)"
+    if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES:
+        return "a view whose data starts off a 16-byte boundary"
+    return ""
+
+
 def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any, Any, Any, Any], None],
                 pitch: int | None, torch_op, t: Torch, device, whole_rows: bool = True) -> Callable:
     """A function with torch's signature for `op` that runs `launch` (lazily_bound or
