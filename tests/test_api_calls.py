@@ -346,3 +346,11 @@ def test_a_cache_that_cannot_be_read_warns_once_and_leaves_torch_to_run(tmp_path
     unreadable = [w for w in said if "cannot read the cache" in str(w.message)]
     assert len(unreadable) == 1 and "Not a directory" in str(unreadable[0].message)
     api.reset()
+
+
+def test_linear_of_a_vector_weight_and_a_bad_tune_value_are_torchs_answers():
+    x, w = operand(4, 48, torch.float32), operand(1, 48, torch.float32)[0]
+    torch.testing.assert_close(autotune_cli.linear(x, w), torch.nn.functional.linear(x, w))
+    torch.testing.assert_close(autotune_cli.linear(x[0], w[None]), torch.nn.functional.linear(x[0], w[None]))
+    with pytest.raises(TypeError, match="tune takes None, True, False or a TuneSettings"):
+        autotune_cli.compile(torch.nn.Linear(4, 4), tune="yes")

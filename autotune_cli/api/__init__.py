@@ -186,7 +186,9 @@ class Dispatcher:
     def linear(self, x, weight, bias=None):
         """torch.nn.functional.linear(x, weight, bias) with the cached winner: x [..., K]
         folded to [M, K] and B = weight.T (layout "?t"), as `autotune model` reads a linear;
-        addmm with a bias, else mm."""
+        addmm with a bias, else mm. A 1-d x or weight (a matrix-vector product) is torch's."""
+        if x.dim() < 2 or weight.dim() != 2:
+            return (self._t or self._torch()).torch.nn.functional.linear(x, weight, bias)
         a = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
         b = weight.t()
         out = self.mm(a, b) if bias is None else self.addmm(bias, a, b)

@@ -486,6 +486,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     from ..settings import TuneSettings
 
+    if not (tune is None or isinstance(tune, (bool, TuneSettings))):
+        raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
         mode = DEFAULT_MODE
     if backend == "inductor":
