@@ -6,6 +6,7 @@ binds right, and the pieces (copy_when_changed, Launcher.bind) keep their rules.
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -349,6 +350,10 @@ def test_a_cache_that_cannot_be_read_warns_once_and_leaves_torch_to_run(tmp_path
 
 
 def test_linear_of_a_vector_weight_and_a_bad_tune_value_are_torchs_answers():
+    empty = torch.empty(0, 48)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty matmul is torch's, with nothing to warn of
+        assert autotune_cli.mm(empty, operand(48, 16, torch.float32)).shape == (0, 16)
     x, w = operand(4, 48, torch.float32), operand(1, 48, torch.float32)[0]
     torch.testing.assert_close(autotune_cli.linear(x, w), torch.nn.functional.linear(x, w))
     torch.testing.assert_close(autotune_cli.linear(x[0], w[None]), torch.nn.functional.linear(x[0], w[None]))

@@ -87,6 +87,8 @@ def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
         raise UserError(f"autotune runs on cuda or cpu, not {a.device.type}")
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
+    if 0 in (m, n, k) or (op == "bmm" and a.shape[0] == 0):
+        raise TorchDecides("an empty matmul (a size of 0)")
     bias_kind, bias_row = None, False
     if op == "addmm":
         if bias.dtype != a.dtype or bias.device != a.device:
