@@ -45,7 +45,7 @@ def check_writable_folder(folder: Path) -> None:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".autotune-write-check.")
     except OSError as exc:
         raise UserError(f"cannot write the cache folder {where}: {exc.strerror or exc}; "
-                        "choose another with --cache-dir or AUTOTUNE_CACHE_DIR") from None
+                        "choose another with --cache-dir (cache_dir= in Python) or AUTOTUNE_CACHE_DIR") from None
     os.close(fd)
     try:
         os.unlink(probe)
