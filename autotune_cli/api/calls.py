@@ -96,10 +96,20 @@ def per_caller(first: Callable, make: Callable[[], Callable], stream_of: Callabl
     return call
 
 
+def needs_gradients(*tensors) -> bool:
+    """Whether, under grad mode, one of `tensors` (None for an absent one) requires grad: our
+    kernels have no backward, so such an op keeps torch's (a call here, a graph's node in
+    routing/)."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def torch_runs(torch, a, b, bias=None) -> str:
     """Why a call with these tensors runs torch's op whatever its winner ("" where it runs
-    the winner): kernel_call's checks at each call, said in words (dispatch_info)."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
+    the winner): kernel_call's checks at each call (inlined there: they are its hot path),
+    said in words (dispatch_info)."""
+    if needs_gradients(a, b, bias):
         return "needs gradients (the kernels have no backward)"
     if torch.is_autocast_enabled(a.device.type):
         return "under torch.autocast (torch's op casts the operands)"

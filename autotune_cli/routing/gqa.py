@@ -30,7 +30,8 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .sites import call_args, concrete, fill_example_values, needs_gradients, node_value, writes_between
+from ..api.calls import needs_gradients
+from .sites import call_args, concrete, fill_example_values, node_value, writes_between
 
 __all__ = ["MIN_HEADS", "Fold", "attention_of", "find_folds", "fold_attention", "repeated_heads"]
 

@@ -11,8 +11,10 @@ import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..api.calls import needs_gradients
+
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
-           "match_matmul", "match_scaled", "matmul_sites", "needs_gradients", "node_value", "writes_between"]
+           "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
 
 
 @dataclass
@@ -270,14 +272,6 @@ def concrete(size) -> int | None:
     node = getattr(size, "node", None)
     value = node.maybe_as_int() if node is not None and hasattr(node, "maybe_as_int") else None
     return int(value) if value is not None else None
-
-
-def needs_gradients(*tensors) -> bool:
-    """Whether, under grad mode, one of `tensors` (None for an absent one) requires grad: our
-    kernels have no backward, so such an op keeps torch's."""
-    import torch
-
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _static_shapes(*tensors) -> bool:
