@@ -115,8 +115,12 @@ def test_linear_with_a_parameter_weight_sees_an_optimizer_like_update(cli, cache
             close(autotune_cli.linear(x, layer.weight, layer.bias), want)
             if step % 2:
                 layer.weight.add_(0.5)
-    info = autotune_cli.dispatch_info(x, layer.weight.t(), bias=layer.bias)
+    with torch.no_grad():
+        info = autotune_cli.dispatch_info(x, layer.weight.t(), bias=layer.bias)
     assert (info.uid, info.key) == ("aten::mm_aligned", doc["key"])
+    # under grad mode the weight needs gradients: the call, and so dispatch_info, is torch's
+    info = autotune_cli.dispatch_info(x, layer.weight.t(), bias=layer.bias)
+    assert (info.uid, info.fallback) == ("torch.addmm", True) and info.reason.startswith("needs gradients")
 
 
 @needs_interpreter

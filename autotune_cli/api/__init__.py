@@ -272,8 +272,8 @@ class Dispatcher:
 
         from .calls import torch_runs
 
-        info = self.route(a, b, bias)[1]
-        why = "" if info.fallback or info.uid.startswith("aten::") else torch_runs(self._torch().torch, a, b, bias)
+        _, info, built = self.route(a, b, bias)
+        why = "" if built is None else torch_runs(self._torch().torch, a, b, bias)  # None: torch's own call
         return replace(info, uid=f"torch.{info.op}", fallback=True, reason=why) if why else info
 
     def route(self, a, b, bias=None) -> tuple[Callable, Dispatch, Built | None]:
