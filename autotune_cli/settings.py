@@ -89,6 +89,12 @@ class TimingPolicy:
     # over this many times the best that timing process has measured for the problem in this
     # mode (0: never): it cannot win, and the full runs are spent on kernels that can.
     give_up_over: float = 0.0
+    # Where the operands lie: the timing worker makes them anew, at other addresses, when this
+    # differs from its kept inputs' (runner/candidate.CandidateRunner.inputs). 0: the first
+    # timing's; each pass of the re-time and the confirmation takes a new one
+    # (search/base._time_in_passes), so a kernel whose time moves with the addresses (cuBLAS
+    # on 256x4096x4096, up to 10%) is read over several (bench/README.md, "Placement").
+    placement: int = 0
 
 
 # The interpreter's first timing: a run costs up to a second.

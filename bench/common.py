@@ -89,9 +89,25 @@ class SideBySide:
         samples = [[] for _ in runs]
         for round_index in range(rounds):
             order = range(len(runs)) if round_index % 2 == 0 else reversed(range(len(runs)))
+            placed = self.placed(problem, ops, runs, round_index)
             for i in order:
-                samples[i].append(self.timer.measure(runs[i], own[i], policy).median_ms)
+                samples[i].append(self.timer.measure(runs[i], placed[i], policy).median_ms)
+            del placed
         return [statistics.median(s) for s in samples], verdicts
+
+    def placed(self, problem, ops, runs, round_index: int) -> list:
+        """Operands for one round, the same for every runnable (each with its own output),
+        at addresses of that round's own: a pad of `round_index` + 1 times 3 MiB held below
+        them. A cuBLAS call's time moves by up to 10% with where its operands lie
+        (process_spread.py, "Placement"): a pass at one placement reads one of them."""
+        torch = self.torch
+        pad = torch.empty((round_index + 1) * (3 << 20), dtype=torch.uint8, device="cuda")
+        base = replace(ops, a=ops.a.clone(), b=ops.b.clone(),
+                       bias=None if ops.bias is None else ops.bias.clone())
+        placed = [replace(base, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
+                  for run in runs]
+        del pad  # freed after the operands are made: the next round's pad lands elsewhere
+        return placed
 
     def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
         """(ours ms, torch ms, verdict on ours)."""

@@ -1,16 +1,17 @@
-"""How far one kernel's time moves between processes, and between operand allocations in
+"""How far one kernel's time moves between processes, and between operand placements in
 one process: torch.mm (cuBLAS) and triton::mm tiles (plain and FIXED_NK twin), each case
-timed in `--procs` fresh processes, in each over `--allocs` sets of operands at new
-addresses (a pad tensor of another size held before each set), every set timed in
-`--rounds` interleaved passes (bench/common.SideBySide.time_many: the tuner's graph timing,
-one output). The cuBLAS kernel torch.mm launched is named per process (the profiler).
+timed in `--procs` fresh processes, in each `--sets` times by
+bench/common.SideBySide.time_many (the tuner's graph timing, one output): `--rounds`
+interleaved passes, each with the operands at new addresses (SideBySide.placed), a set's
+time the median of its passes. `--rounds 1`: a set is one placement. The cuBLAS kernel
+torch.mm launched is named per process (the profiler).
 
 A pick between kernels within a few per cent rests on one process's reading (the tune's);
 the consumer runs in another. This says which kernels' times move with the process, which
 with the operands' addresses, and by how much.
 
 PYTHONPATH=. python3 bench/process_spread.py [--cases "256x4096x4096:64x128x128s4w4;..."]
-    [--procs 6] [--allocs 3] [--rounds 4]
+    [--procs 6] [--sets 3] [--rounds 2]
 A case is MxNxK (bf16, B stored [N, K]) and its configs, BMxBNxBK s<stages> w<warps>.
 """
 
@@ -42,7 +43,7 @@ def cublas_kernels(torch, problem, ops) -> list[str]:
     return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
-def child(cases: str, allocs: int, rounds: int) -> dict:
+def child(cases: str, sets_per_case: int, rounds: int) -> dict:
     """One process's readings: {case: {"kernels": [...], "sets": [{name: ms}, ...]}}."""
     import torch
 
@@ -68,14 +69,11 @@ def child(cases: str, allocs: int, rounds: int) -> dict:
         names.append("torch.mm")
         kernels = cublas_kernels(torch, problem, make_operands(problem, 1, "cuda"))
         sets = []
-        for index in range(allocs):
-            pad = torch.empty((index * 7 + 3) << 20, dtype=torch.uint8, device="cuda")  # new addresses
+        for index in range(sets_per_case):
             times, verdicts = side.time_many(problem, runs, seed=1234 + index, rounds=rounds)
             if not all(v.ok for v in verdicts):
                 raise SystemExit(f"{m}x{n}x{k}: a kernel gave a wrong result")
             sets.append(dict(zip(names, times)))
-            sets[-1]["_pad"] = pad.numel()  # keep the pad alive through the set
-            del pad
         found[f"{m}x{n}x{k}"] = {"kernels": kernels, "sets": sets}
     return found
 
@@ -88,18 +86,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default=CASES)
     parser.add_argument("--procs", type=int, default=6)
-    parser.add_argument("--allocs", type=int, default=3)
+    parser.add_argument("--sets", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.cases, args.allocs, args.rounds)))
+        print(json.dumps(child(args.cases, args.sets, args.rounds)))
         return
 
     procs = []
     for index in range(args.procs):
-        done = subprocess.run([sys.executable, __file__, "--child", "--cases", args.cases, "--allocs",
-                               str(args.allocs), "--rounds", str(args.rounds)],
+        done = subprocess.run([sys.executable, __file__, "--child", "--cases", args.cases, "--sets",
+                               str(args.sets), "--rounds", str(args.rounds)],
                               capture_output=True, text=True, check=False)
         if done.returncode:
             raise SystemExit(f"process {index} failed:\n{done.stderr[-3000:]}")
@@ -107,9 +105,9 @@ def main() -> None:
         print(f"process {index + 1}/{args.procs} done", flush=True)
     write_json("process_spread.json", procs)
 
-    print(f"\n{'case (bf16, nt)':16} {'kernel':22} {'median':>7} {'procs':>13} {'p.spread':>8} {'a.spread':>8}")
+    print(f"\n{'case (bf16, nt)':16} {'kernel':22} {'median':>7} {'procs':>13} {'p.spread':>8} {'s.spread':>8}")
     for case in procs[0]:
-        names = [n for n in procs[0][case]["sets"][0] if not n.startswith("_")]
+        names = list(procs[0][case]["sets"][0])
         for name in names:
             per_proc = [[s[name] * 1000 for s in p[case]["sets"]] for p in procs]
             medians = [statistics.median(v) for v in per_proc]
@@ -119,8 +117,8 @@ def main() -> None:
                   f" {spread(medians) * 100:7.1f}% {within * 100:7.1f}%")
         kernels = {k for p in procs for k in p[case]["kernels"]}
         print(f"{'':16} cuBLAS kernels seen: {'; '.join(sorted(kernels))[:200]}")
-    print("(us; procs: the range of the processes' medians; p.spread: its width; a.spread: the median,"
-          " over processes, of the spread between allocations)")
+    print("(us; procs: the range of the processes' medians; p.spread: its width; s.spread: the median,"
+          " over processes, of the spread between its sets)")
 
 
 if __name__ == "__main__":

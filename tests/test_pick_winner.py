@@ -386,3 +386,49 @@ def test_only_the_first_timing_of_a_search_takes_lent_workers():
     results = search(ctx)
     assert executor.rounds[0] is True and len(executor.rounds) > 2 and not any(executor.rounds[1:])
     assert pick_winner(results).uid == "triton::mm"
+
+
+class _PlacedExecutor(_Executor):
+    """A GPU where cuBLAS's time moves with its operands' addresses (TimingPolicy.placement)
+    and a Triton tile's does not: cuBLAS reads `lucky` at the first timing's placement (0)
+    and at `lucky_at`, `usual` elsewhere."""
+
+    def __init__(self, tile, lucky, usual, lucky_at=()):
+        super().__init__({})
+        self.tile, self.lucky, self.usual, self.lucky_at = tile, lucky, usual, set(lucky_at)
+        self.placements = []
+
+    def run(self, choices, on_result, policy=None, deadline=None, shareable=False):
+        self.asked.append([c.uid for c in choices])
+        self.placements.append(policy.placement)
+        for i, choice in enumerate(choices):
+            if choice.uid == "aten::mm":
+                ms = self.lucky if policy.placement in self.lucky_at | {0} else self.usual
+            else:
+                ms = self.tile
+            on_result(i, cand(choice.uid, ms))
+
+
+def test_each_pass_times_its_contenders_at_a_placement_of_its_own():
+    """The 256-row chunk (256x4096x4096 bf16 on the H200): cuBLAS's time moved by up to 10%
+    with its operands' addresses, the tile's by 2%. The first timing read cuBLAS at a lucky
+    placement; the re-time's and the confirmation's passes each make the operands anew at a
+    placement no pass before used (one for every contender of a pass), so cuBLAS's time is
+    its median over them, and the tile that leads it at most placements is picked."""
+    from autotune_cli.search.base import SearchContext, confirm_against_vendor, retime_contenders
+
+    executor = _PlacedExecutor(tile=17.3, lucky=16.7, usual=17.9, lucky_at=(3,))
+    ctx = SearchContext(problem=None, device=None, choices=[], executor=executor,
+                        measure=MeasurePolicy(retime_passes=4, confirm_passes=4), deadline=None,
+                        on_result=lambda *a: None)
+    pairs = [(_Choice(uid), cand(uid, ms)) for uid, ms in {"aten::mm": 16.7, "triton::mm": 17.1}.items()]
+    retimed = retime_contenders(ctx, pairs)
+    assert executor.placements == [1, 2, 3, 4]  # a new placement per pass, the first timing's (0) not again
+    assert {r.uid: r.ms for _, r in retimed} == {"aten::mm": 17.9, "triton::mm": 17.3}
+    results = [r for _, r in confirm_against_vendor(ctx, retimed)]
+    assert executor.placements == [1, 2, 3, 4, 5, 6, 7, 8]  # the confirmation's passes: new ones again
+    assert all(len(set(asked)) == len(asked) == 2 for asked in executor.asked)  # both in every pass
+    winner = pick_winner(results)
+    assert winner.uid == "triton::mm" and winner.confirmed
+    # One pass, at the first timing's placement, would have kept cuBLAS on its lucky reading.
+    assert pick_winner([r for _, r in pairs]).uid == "aten::mm"

@@ -71,6 +71,33 @@ def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner
     assert torch.equal(kept.ref, fresh.a.double() @ fresh.b.double())
 
 
+def test_a_new_placement_makes_the_same_inputs_anew_and_keeps_the_reference(runner, tmp_path):
+    """A pass at another placement (TimingPolicy.placement) gets the same values in new
+    tensors, the float64 reference and the best times kept; the candidates of one pass
+    share them, and a pass back at an earlier placement makes them anew again."""
+    def at(uid, placement):
+        task = WorkerTask(MEASURE, uid, PROBLEM, {}, 0, str(tmp_path), replace(FAST, placement=placement))
+        payload, fatal = runner.run(task)
+        assert not fatal and payload.status == "ok", payload
+        return runner._inputs
+
+    first = at("aten::mm", 0)
+    best, ref = dict(first.best_ms), first.ref
+    assert best and runner.made == {"operands": 1, "reference": 1}
+    moved = at("aten::mm", 1)
+    assert moved is not first and moved.placement == 1
+    assert moved.ops.a is not first.ops.a and torch.equal(moved.ops.a, first.ops.a)
+    assert torch.equal(moved.ops.b, first.ops.b)
+    assert moved.ref is ref  # the best time carried over, lowered by this candidate's if faster:
+    assert moved.best_ms.keys() == best.keys() and all(moved.best_ms[k] <= best[k] for k in best)
+    assert at("test::good", 1) is moved  # the pass's next candidate: the same tensors
+    assert runner.made == {"operands": 2, "reference": 1}
+    assert at("aten::mm", 0) is not moved
+    assert runner.made == {"operands": 3, "reference": 1}
+    assert run(runner, tmp_path, "aten::mm", seed=1).status == "ok"  # another seed: all anew
+    assert runner.made == {"operands": 4, "reference": 2}
+
+
 def test_the_output_is_poisoned_again_before_a_candidate_on_kept_inputs(runner, tmp_path):
     assert run(runner, tmp_path, "test::good").status == "ok"
     # A kernel that writes nothing would find the last candidate's right product in a

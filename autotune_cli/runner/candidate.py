@@ -64,12 +64,14 @@ class _Inputs:
     """One problem's random inputs and their float64 reference, kept between candidates."""
 
     key: tuple[Any, int]  # (the problem, the seed)
+    placement: int  # TimingPolicy.placement: where they were made (see `CandidateRunner.inputs`)
     ops: Any  # Operands, as made
     ref: Any
     outs: dict[int | None, Any]  # an output per row pitch asked for (None: contiguous)
     # the fastest verified median timed on these inputs, per timing mode: what a candidate's
     # first runs are held against (TimingPolicy.give_up_over)
     best_ms: dict[str, float] = field(default_factory=dict)
+    pad: Any = None  # held below the operands of a placement other than 0
 
 
 class CandidateRunner:
@@ -99,6 +101,8 @@ class CandidateRunner:
     verify.CONFIRM_LAUNCHES launches after the timing (each NaN-filled again), so a kernel
     right only at its first call, or on a random part of its calls, does not pass.
     """
+
+    PAD_STEP = 3 << 20  # bytes of pad per placement: moves the operands off the last ones' pages
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
@@ -131,23 +135,35 @@ class CandidateRunner:
         """Forget the kept inputs (their memory goes back once nothing else holds them)."""
         self._inputs = None
 
-    def inputs(self, problem, seed: int, pitch: int | None = None):
+    def inputs(self, problem, seed: int, pitch: int | None = None, placement: int = 0):
         """(operands with the output NaN-filled, float64 reference, whether they were kept
         from an earlier candidate). The inputs are made anew when the problem or the seed
         differs from the kept ones, the old ones dropped first. The output has rows `pitch`
-        elements apart (None: contiguous), one kept per pitch."""
+        elements apart (None: contiguous), one kept per pitch.
+
+        `placement` (TimingPolicy.placement) other than the kept inputs': the same values are
+        made again at other addresses (a pad of `PAD_STEP` times the placement held below
+        them), the reference and the best times kept: a cuBLAS call's time moved by up to 10%
+        with its operands' addresses where a Triton tile's moved by 2% (bench/README.md,
+        "Placement"), so passes at several placements give each kernel its time over them."""
         from .verify import make_operands, poison, reference
         from ..templates.base import empty_out
 
         key = (problem, seed)
         kept = self._inputs
-        reused = kept is not None and kept.key == key
+        reused = kept is not None and kept.key == key and kept.placement == placement
         if not reused:
-            kept = self._inputs = None  # the old problem's tensors go before the new are made
+            moved = kept if kept is not None and kept.key == key else None
+            kept = self._inputs = None  # the old tensors go before the new are made
+            pad = None
+            if placement and self.device_type == "cuda":
+                pad = self.torch.empty(placement * self.PAD_STEP, dtype=self.torch.uint8, device=self.device)
             made = make_operands(problem, seed, self.device, pitch)
-            kept = self._inputs = _Inputs(key=key, ops=made, ref=reference(problem, made),
-                                          outs={pitch: made.out})
-            del made
+            kept = self._inputs = _Inputs(
+                key=key, placement=placement, ops=made,
+                ref=moved.ref if moved is not None else reference(problem, made), outs={pitch: made.out},
+                best_ms=moved.best_ms if moved is not None else {}, pad=pad)
+            del made, moved
         out = kept.outs.get(pitch)
         if out is None:
             out = kept.outs[pitch] = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
@@ -180,6 +196,7 @@ class CandidateRunner:
         template = get_template(task.uid)
         params = template.full_params(problem, dict(task.config))
         pitch = template.out_pitch(problem, params)
+        policy = task.timing or TimingPolicy()
 
         def result(status: str, **fields) -> Candidate:
             return Candidate(uid=template.uid, params=params, status=status, **fields)
@@ -203,7 +220,7 @@ class CandidateRunner:
 
         def prepare():
             try:
-                made = self.inputs(problem, task.seed, pitch)
+                made = self.inputs(problem, task.seed, pitch, policy.placement)
                 self.sync()
                 return made, None
             except Exception as exc:  # noqa: BLE001 - the inputs did not fit, or the device failed
@@ -254,7 +271,6 @@ class CandidateRunner:
         if not verdict.ok:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
                           compile_s=compile_s), False
-        policy = task.timing or TimingPolicy()
         kept = self._inputs
         best = kept.best_ms.get(policy.mode) if kept is not None else None
         give_up_ms = policy.give_up_over * best if policy.give_up_over > 0 and best else None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..candidates.choices import KernelTemplateChoice
 from ..hardware.device import DeviceInfo
@@ -30,6 +31,7 @@ class SearchContext:
     deadline: float | None  # time.monotonic() bound, from --budget
     on_result: Callable[[KernelTemplateChoice, Candidate, str], None]  # (choice, result, round)
     clock: PhaseClock | None = None  # each round's wall is added under its name (phases.py)
+    placements: Iterator[int] = field(default_factory=lambda: itertools.count(1))  # a pass's own (_time_in_passes)
 
     def run(self, choices: Sequence[KernelTemplateChoice], policy: TimingPolicy,
             round_name: str) -> list[tuple[KernelTemplateChoice, Candidate]]:
@@ -177,14 +179,17 @@ def confirm_against_vendor(ctx: SearchContext, pairs: list[tuple[KernelTemplateC
 
 def _time_in_passes(ctx: SearchContext, contenders: list[KernelTemplateChoice], policy: TimingPolicy,
                     count: int, phase: str) -> dict[int, Candidate]:
-    """`contenders` timed in `count` passes, the order reversed every other pass; each one's
-    time the median of the passes in which every contender was timed OK ({} if none was)."""
+    """`contenders` timed in `count` passes, the order reversed every other pass, each pass
+    with the operands at a placement of its own (TimingPolicy.placement: the same for every
+    contender of the pass); each one's time the median of the passes in which every
+    contender was timed OK ({} if none was)."""
     passes: list[dict[int, Candidate]] = []  # the complete ones: every contender timed OK
     for index in range(count):
         if index and ctx.out_of_time():
             break
         order = contenders if index % 2 == 0 else contenders[::-1]
-        got = {id(choice): result for choice, result in ctx.run(order, policy, phase) if result.ok}
+        placed = replace(policy, placement=next(ctx.placements))
+        got = {id(choice): result for choice, result in ctx.run(order, placed, phase) if result.ok}
         if len(got) == len(contenders):
             passes.append(got)
     # Drift cancels over pairs of passes in opposite orders: an odd count beyond one (the
