@@ -6,6 +6,10 @@ one line and exits with code 2. Anything else is an internal error and keeps its
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 
 class UserError(ValueError):
     """Bad input: a flag, a file, a size. Printed as one line, exit code 2."""
@@ -24,3 +28,15 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """warnings.warn pointing at the first frame outside this package (the user's line that
+    called into it), however deep in the package the warning is raised."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

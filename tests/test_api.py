@@ -374,3 +374,30 @@ def test_linear_folds_its_input_and_runs_the_addmm_winner(cli, cache_dir, space)
     assert (info.uid, info.key) == ("triton::mm", doc["key"])
     assert out.shape == (2, 8, 48)
     torch.testing.assert_close(out, torch.nn.functional.linear(x, w, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_every_fallback_warning_points_at_the_users_line(cli, cache_dir):
+    """However deep in the package a warning is raised (a first call through dispatch_info,
+    a damaged cache entry read at the first call), it names the caller's file and line."""
+    a, b = operand(24, 16, torch.float16), operand(16, 16, torch.float16, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        autotune_cli.dispatch_info(a, b)
+    warned = fallbacks(caught)
+    assert len(warned) == 1 and (warned[0].filename, warned[0].lineno) == (__file__, line)
+
+    tune(cli, "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
+    path = cache_dir / "autotune-cache.json"
+    document = json.loads(path.read_text())
+    key = next(iter(document["entries"]))
+    document["entries"][key + "x"] = {"problem": "damaged"}
+    path.write_text(json.dumps(document))
+    api.default_dispatcher.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        autotune_cli.mm(operand(32, 32, torch.float16), b[:, :16].repeat(2, 2))
+    warned = fallbacks(caught)
+    assert warned and all((w.filename, w.lineno) == (__file__, line) for w in warned), \
+        [(str(w.message), w.filename, w.lineno) for w in warned]

@@ -347,7 +347,10 @@ def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     bound, err = model_json(cli, pt2, "--plan", "--input-shape", "5x4x16")
     assert [(p["problem"]["m"], p["hint"]) for p in bound["plan"]] == [(20, {sym: 5}), (8, None)]
     assert "outside the range" not in err
-    # past the exported range: kept (another export may run it), and said
+    # past the exported range: kept (another export may run it), and said, the dim named as
+    # the --input-shape set it (the input's name and dim), not by torch's symbol
+    _, err = model_json(cli, pt2, "--plan", "--input-shape", "100x4x16")
+    assert f"{sym}=" not in err and ".0=100: outside the range the program was exported for (1 to 64)" in err
     _, half, _ = models["transposed"]  # a float16 program: a shape without a dtype takes its inputs' own
     assert model_json(cli, half, "--plan", "--input-shape", "4x32")[0]["plan"]
     beyond, err = model_json(cli, pt2, "--plan", "--hint", "batch=1,100")

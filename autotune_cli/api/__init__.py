@@ -48,13 +48,12 @@ import contextlib
 import copy
 import os
 import threading
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..store.entry import Entry
-from ..errors import UserError
+from ..errors import UserError, warn_caller
 from ..problem import GemmProblem
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
 from .lookup import AutotuneFallbackWarning, WinnerLookup
@@ -301,7 +300,7 @@ class Dispatcher:
             except TorchDecides as exc:  # mismatched shapes, dtypes, devices: torch says so
                 run, info = torch_op, Dispatch(op, f"torch.{op}", None, fallback=True, reason=str(exc))
             except UserError as exc:  # a GEMM autotune does not tune
-                run, info = torch_op, self._fallback(op, None, f"{exc}", depth=4)
+                run, info = torch_op, self._fallback(op, None, f"{exc}")
             else:
                 run, info = self._plan_problem(op, problem, how, torch_op, a.device, (op, key))
             self._plans[op][key] = run
@@ -321,7 +320,7 @@ class Dispatcher:
             except TorchDecides as exc:
                 run, info = torch_op, Dispatch("scaled_mm", "torch._scaled_mm", None, fallback=True, reason=str(exc))
             except UserError as exc:
-                run, info = torch_op, self._fallback("scaled_mm", None, f"{exc}", depth=4)
+                run, info = torch_op, self._fallback("scaled_mm", None, f"{exc}")
             else:
                 run, info = self._plan_problem("scaled_mm", problem, Adapt(), torch_op, a.device,
                                                ("scaled_mm", key))
@@ -329,16 +328,14 @@ class Dispatcher:
             self._info[("scaled_mm", key)] = info
             return run
 
-    def _fallback(self, op: str, problem: GemmProblem | None, reason: str, depth: int = 5) -> Dispatch:
-        """A fallback to torch's op, warned about once per problem. `depth`: frames from
-        here up to the caller of mm/addmm/bmm, where the warning points."""
+    def _fallback(self, op: str, problem: GemmProblem | None, reason: str) -> Dispatch:
+        """A fallback to torch's op, warned about once per problem, at the caller's line."""
         what = problem.describe() if problem else f"this {op}"
         memo = problem.key() if problem else reason
         torch_name = "torch._scaled_mm" if op == "scaled_mm" else f"torch.{op}"
         if memo not in self._warned:
             self._warned.add(memo)
-            warnings.warn(f"autotune: {what} runs {torch_name}: {reason}", AutotuneFallbackWarning,
-                          stacklevel=depth)
+            warn_caller(f"autotune: {what} runs {torch_name}: {reason}", AutotuneFallbackWarning)
         return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
 
     def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple,

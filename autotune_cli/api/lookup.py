@@ -9,13 +9,12 @@ is never used. Nothing here starts a worker or builds a Tuner; torch is not impo
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Callable
 
 from ..store.cache import Cache, CacheUnavailable
 from ..store.entry import Entry, key_for
-from ..errors import UserError
+from ..errors import UserError, warn_caller
 from ..problem import GemmProblem
 
 
@@ -64,7 +63,7 @@ class WinnerLookup:
         except CacheUnavailable as exc:
             return self._unreadable(cache, exc)
         for notice in cache.notices:
-            warnings.warn(f"autotune: {notice}", AutotuneFallbackWarning, stacklevel=4)
+            warn_caller(f"autotune: {notice}", AutotuneFallbackWarning)
         self._entries = (stamp, entries)
         self._by_problem = {}
         for key, entry in entries.items():  # each agrees with its key (cache_document)
@@ -75,7 +74,7 @@ class WinnerLookup:
     def _unreadable(self, cache: Cache, exc: Exception) -> dict[str, Entry]:
         if str(cache.path) not in self._unreadable_told:
             self._unreadable_told.add(str(cache.path))
-            warnings.warn(f"autotune: {exc}; calls run torch's ops", AutotuneFallbackWarning, stacklevel=5)
+            warn_caller(f"autotune: {exc}; calls run torch's ops", AutotuneFallbackWarning)
         return {}
 
     def fingerprint(self, problem: GemmProblem, templates: tuple[str, ...] | None, index: int = 0):
@@ -154,6 +153,5 @@ class WinnerLookup:
             if why:
                 from ..text import printable
 
-                warnings.warn(printable(f"autotune: cache entry {key} is not used: {why}"),
-                              AutotuneFallbackWarning, stacklevel=5)
+                warn_caller(printable(f"autotune: cache entry {key} is not used: {why}"), AutotuneFallbackWarning)
         return not why

@@ -48,13 +48,7 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     {symbol: the name --hint gave it} (batch, x.0), for what is shown to the user. `dtypes`:
     the inputs' dtypes, which an --input-shape must give (the program runs no other)."""
 
-    # aliases "<input>.<dim>" for plain symbols
-    aliases: dict[str, str] = {}
-    for name, shape in inputs:
-        for i, size in enumerate(shape):
-            expr = sym(size)
-            if expr.is_Symbol:
-                aliases.setdefault(f"{name}.{i}", expr.name)
+    aliases = input_dims(inputs)
 
     used: list[str] = []
     for raw in raws:
@@ -87,10 +81,25 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     return _combine(per_symbol)
 
 
+def input_dims(inputs: list[tuple[str, tuple[Any, ...]]]) -> dict[str, str]:
+    """{"<input>.<dim>": symbol} for each input dim that is a plain symbol (x.0: s77)."""
+    aliases: dict[str, str] = {}
+    for name, shape in inputs:
+        for i, size in enumerate(shape):
+            expr = sym(size)
+            if expr.is_Symbol:
+                aliases.setdefault(f"{name}.{i}", expr.name)
+    return aliases
+
+
 def outside_ranges(scenarios: list[dict[str, int]], ranges: dict[str, Any],
-                   names: dict[str, str] | None = None) -> list[str]:
+                   names: dict[str, str] | None = None, inputs=()) -> list[str]:
     """One note per symbol given a value outside the range the program was exported for:
-    its problems are kept all the same (see the module), but the program itself never runs it."""
+    its problems are kept all the same (see the module), but the program itself never runs it.
+    A symbol is shown by the name --hint gave it, else by its first input dim (x.0: what an
+    --input-shape set), else as torch's symbol."""
+    shown_as = {symbol: alias for alias, symbol in reversed(input_dims(list(inputs)).items())}
+    shown_as.update(names or {})
     notes = []
     for symbol, vr in ranges.items():
         values = sorted({s[symbol] for s in scenarios if symbol in s})
@@ -98,7 +107,7 @@ def outside_ranges(scenarios: list[dict[str, int]], ranges: dict[str, Any],
         if outside:
             upper = "inf" if vr.upper == math.inf else vr.upper  # ints, or inf unbounded
             shown_values = ", ".join(map(str, outside))
-            notes.append(f"{(names or {}).get(symbol, symbol)}={shown_values}: outside the range the program "
+            notes.append(f"{shown_as.get(symbol, symbol)}={shown_values}: outside the range the program "
                          f"was exported for ({vr.lower} to {upper}); kept all the same")
     return notes
 

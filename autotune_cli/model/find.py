@@ -84,7 +84,7 @@ def find_gemms(
         scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
                                     graph.input_dtypes)
         if notes is not None:
-            notes.extend(outside_ranges(scenarios, graph.ranges, names))
+            notes.extend(outside_ranges(scenarios, graph.ranges, names, graph.inputs))
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
