@@ -4,6 +4,7 @@ they go through the opaque `autotune::gemm`), in one graph, with torch's results
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import operator
@@ -107,6 +108,27 @@ def test_routed_matmuls_run_their_winners_in_one_graph(cli, cache_dir, space):
         assert left.uid == "torch.mm" and left.reason.startswith("nothing cached"), left
         torch.testing.assert_close(got_head.double(), want_head, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got_mm.double(), want_mm, rtol=1e-4, atol=1e-4)
+
+
+def test_a_deep_copy_of_a_compiled_model_runs_and_routes_alike(cli, cache_dir, space):
+    """copy.deepcopy of what autotune_cli.compile returns, as of torch.compile's: the copy
+    has its own weights and compiles through the same backend (one dispatcher, one lock)."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    model = Block()
+    x = torch.randn(T, C, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    routes: list = []
+    compiled = autotune_cli.compile(model, backend="eager", routes=routes)
+    copied = copy.deepcopy(compiled)
+    with torch.no_grad():
+        copied.fc1.weight.mul_(2)  # its own weights: the original's stay
+        got, want = copied(x), compiled(x)
+    assert routed(routes) and {r.uid for r in routed(routes)} == {"triton::mm"}
+    assert not torch.equal(got[0], want[0])
+    twin = Block()
+    twin.load_state_dict(copied._orig_mod.state_dict())
+    torch.testing.assert_close(got[0].double(), reference(twin, x)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_the_graph_calls_our_op_where_a_winner_is_cached(cli, cache_dir, space):

@@ -42,6 +42,12 @@ class routing_backend:
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
 
+    def __deepcopy__(self, memo) -> "routing_backend":
+        """Itself: a backend is the compile's settings, the shared dispatcher (its lock, its
+        cache reads) and the caller's `routes`; a deep copy of a compiled model compiles
+        through the same one, as a copy of torch.compile(model) does through its backend."""
+        return self
+
     def inductor_config(self) -> dict:
         """The config patches Inductor compiles with (the mode's options, then `options`);
         empty for another inner backend."""
