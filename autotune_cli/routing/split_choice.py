@@ -173,19 +173,16 @@ def _check(got, q, k, v, mask, a: Attention) -> None:
 
 def graph_us(fn, calls: int = CALLS, replays: int = REPLAYS) -> float:
     """Per call, us: the median of `replays` replays of a CUDA graph of `calls` calls of fn()
-    (warmed up on a side stream first, as capture needs)."""
+    (runner/timing.capture_graph, other threads' CUDA work legal while it captures)."""
     import torch
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA work stays legal
+    from ..runner.timing import capture_graph
+
+    def every_call() -> None:
         for _ in range(calls):
             fn()
+
+    graph = capture_graph(every_call, thread_local=True)
     graph.replay()
     torch.cuda.synchronize()
     times = []

@@ -121,6 +121,25 @@ class ClockWarmer:
         self.last_busy = self.clock()
 
 
+def capture_graph(launch: Callable[[], None], warmup: int = 1, thread_local: bool = False):
+    """A CUDA graph of what `launch()` queues, after `warmup` (at least one) runs of it on a
+    side stream, as capture needs. `thread_local`: CUDA work of other threads stays legal
+    while it captures (a compile's timing, beside other threads)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(max(warmup, 1)):
+            launch()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local" if thread_local else "global"):
+        launch()
+    return graph
+
+
 class CudaTimer:
     """Times a runnable on CUDA.
 
@@ -208,18 +227,12 @@ class CudaTimer:
         rotated = _operand_bytes(ops, with_out=policy.rotate_out)
         copies = max(1, min(self.MAX_COPIES, math.ceil(2.5 * self.l2_bytes / max(rotated, 1))))
         sets = [ops] + [clone_operands(ops, share_out=not policy.rotate_out) for _ in range(copies - 1)]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the default stream, as capture needs
-            for _ in range(max(policy.warmup, 1)):
-                for item in sets:
-                    run(item)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+
+        def every_set() -> None:
             for item in sets:
                 run(item)
+
+        graph = capture_graph(every_set, policy.warmup)
         graph.replay()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
