@@ -96,24 +96,30 @@ class SideBySide:
         return [statistics.median(s) for s in samples], verdicts
 
     def placed(self, problem, ops, runs, round_index: int) -> list:
-        """Operands for one round, the same for every runnable (each with its own output),
-        at addresses of that round's own: a pad of `round_index` + 1 times 3 MiB held below
-        them. A cuBLAS call's time moves by up to 10% with where its operands lie
-        (process_spread.py, "Placement"): a pass at one placement reads one of them."""
-        torch = self.torch
-        pad = torch.empty((round_index + 1) * (3 << 20), dtype=torch.uint8, device="cuda")
-        base = replace(ops, a=ops.a.clone(), b=ops.b.clone(),
-                       bias=None if ops.bias is None else ops.bias.clone())
-        placed = [replace(base, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
-                  for run in runs]
-        del pad  # freed after the operands are made: the next round's pad lands elsewhere
-        return placed
+        """Operands for one round (`placed`), the same for every runnable, each with its own
+        output (its `out_pitch`)."""
+        base = placed(ops, round_index)
+        return [replace(base, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
+                for run in runs]
 
     def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
         """(ours ms, torch ms, verdict on ours)."""
         (ours, anchor), verdicts = self.time_many(
             problem, [self.runnable(problem, winner, kernel_dir), self.anchor(problem)], seed)
         return ours, anchor, verdicts[0]
+
+
+def placed(ops, round_index: int):
+    """A copy of `ops` (A, B, the bias) at addresses of round `round_index`'s own: made with a
+    pad of `round_index` + 1 times 3 MiB held below them, the output left as it is. A cuBLAS
+    call's time moves by up to 10% with where its operands lie (process_spread.py,
+    "Placement"): rounds at one placement read one of them."""
+    import torch
+
+    pad = torch.empty((round_index + 1) * (3 << 20), dtype=torch.uint8, device=ops.a.device)
+    copy = replace(ops, a=ops.a.clone(), b=ops.b.clone(), bias=None if ops.bias is None else ops.bias.clone())
+    del pad  # freed once the copy is made: the next round's pad lands elsewhere
+    return copy
 
 
 def parse_tile(text: str) -> dict:

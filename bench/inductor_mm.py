@@ -50,7 +50,7 @@ def main() -> None:
     from autotune_cli.runner.timing import CudaTimer
     from autotune_cli.hardware.device import probe_device
     from autotune_cli.problem import make_problem
-    from bench.common import MEASURE, allocating
+    from bench.common import MEASURE, allocating, placed
 
     config.force_disable_caches = True
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -103,9 +103,13 @@ def main() -> None:
         else:
             ours["ours_ok"] = check(problem, own.out, reference(problem, ops)).ok
             runs.append((ours_ms, run, own))
-    for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other pass
-        for samples, runnable, operands in (runs if round_index % 2 == 0 else runs[::-1]):
-            samples.append(timer.measure(runnable, operands, policy).median_ms)
+    for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other
+        # pass, each pass's operands at addresses of its own (common.placed); every runnable
+        # here makes its own output
+        moved = placed(ops, round_index)
+        for samples, runnable, _ in (runs if round_index % 2 == 0 else runs[::-1]):
+            samples.append(timer.measure(runnable, moved, policy).median_ms)
+        del moved
     if ours_ms:
         ours["ours_ms"] = statistics.median(ours_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
