@@ -4,6 +4,7 @@ rotating operand copies for tiny problems)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -41,6 +42,7 @@ class SideBySide:
         self.torch = torch
         self.device = probe_device("cuda")
         self.timer = CudaTimer(self.device.l2_bytes)
+        self.placements = itertools.count()  # each round's own (time_many)
 
     def policy(self, problem) -> TimingPolicy:
         return MEASURE.timing_for(problem, "cuda")
@@ -89,18 +91,18 @@ class SideBySide:
         samples = [[] for _ in runs]
         for round_index in range(rounds):
             order = range(len(runs)) if round_index % 2 == 0 else reversed(range(len(runs)))
-            placed = self.placed(problem, ops, runs, round_index)
+            moved, pads = self.placed(problem, ops, runs)
             for i in order:
-                samples[i].append(self.timer.measure(runs[i], placed[i], policy).median_ms)
-            del placed
+                samples[i].append(self.timer.measure(runs[i], moved[i], policy).median_ms)
+            del moved, pads
         return [statistics.median(s) for s in samples], verdicts
 
-    def placed(self, problem, ops, runs, round_index: int) -> list:
-        """Operands for one round (`placed`), the same for every runnable, each with its own
-        output (its `out_pitch`)."""
-        base = placed(ops, round_index)
+    def placed(self, problem, ops, runs) -> tuple[list, list]:
+        """(operands for one round at the next placement of this process (`placed`), the
+        same for every runnable, each with its own output (its `out_pitch`); the pads)."""
+        base, pads = placed(ops, next(self.placements))
         return [replace(base, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
-                for run in runs]
+                for run in runs], pads
 
     def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
         """(ours ms, torch ms, verdict on ours)."""
@@ -109,17 +111,17 @@ class SideBySide:
         return ours, anchor, verdicts[0]
 
 
-def placed(ops, round_index: int):
-    """A copy of `ops` (A, B, the bias) at addresses of round `round_index`'s own: made with a
-    pad of `round_index` + 1 times 3 MiB held below them, the output left as it is. A cuBLAS
+def placed(ops, index: int):
+    """(a copy of `ops` at addresses of placement `index`'s own, the pads to hold while it is
+    used): A, B and the bias copied with pads of `index` + 1 times 3 MiB and 4 KiB (torch's
+    allocator's large and small blocks) held below them, the output left as it is. A cuBLAS
     call's time moves by up to 10% with where its operands lie (process_spread.py,
     "Placement"): rounds at one placement read one of them."""
     import torch
 
-    pad = torch.empty((round_index + 1) * (3 << 20), dtype=torch.uint8, device=ops.a.device)
+    pads = [torch.empty((index + 1) * step, dtype=torch.uint8, device=ops.a.device) for step in (3 << 20, 4 << 10)]
     copy = replace(ops, a=ops.a.clone(), b=ops.b.clone(), bias=None if ops.bias is None else ops.bias.clone())
-    del pad  # freed once the copy is made: the next round's pad lands elsewhere
-    return copy
+    return copy, pads
 
 
 def parse_tile(text: str) -> dict:

@@ -2,7 +2,8 @@
 one process: torch.mm (cuBLAS) and triton::mm tiles (plain and FIXED_NK twin), each case
 timed in `--procs` fresh processes, in each `--sets` times by
 bench/common.SideBySide.time_many (the tuner's graph timing, one output): `--rounds`
-interleaved passes, each with the operands at new addresses (SideBySide.placed), a set's
+interleaved passes, each with the operands at addresses of its own (SideBySide.placed: no
+two passes of a process alike), a set's
 time the median of its passes. `--rounds 1`: a set is one placement. The cuBLAS kernel
 torch.mm launched is named per process (the profiler).
 
@@ -11,7 +12,7 @@ the consumer runs in another. This says which kernels' times move with the proce
 with the operands' addresses, and by how much.
 
 PYTHONPATH=. python3 bench/process_spread.py [--cases "256x4096x4096:64x128x128s4w4;..."]
-    [--procs 6] [--sets 3] [--rounds 2]
+    [--procs 6] [--sets 3] [--rounds 4]
 A case is MxNxK (bf16, B stored [N, K]) and its configs, BMxBNxBK s<stages> w<warps>.
 """
 

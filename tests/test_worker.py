@@ -88,14 +88,29 @@ def test_a_new_placement_makes_the_same_inputs_anew_and_keeps_the_reference(runn
     assert moved is not first and moved.placement == 1
     assert moved.ops.a is not first.ops.a and torch.equal(moved.ops.a, first.ops.a)
     assert torch.equal(moved.ops.b, first.ops.b)
-    assert moved.ref is ref  # the best time carried over, lowered by this candidate's if faster:
-    assert moved.best_ms.keys() == best.keys() and all(moved.best_ms[k] <= best[k] for k in best)
+    assert moved.ref is ref and moved.best_ms is first.best_ms  # carried, not made again
+    assert all(moved.best_ms[k] <= best[k] for k in best)  # lowered by this candidate's if faster
     assert at("test::good", 1) is moved  # the pass's next candidate: the same tensors
     assert runner.made == {"operands": 2, "reference": 1}
     assert at("aten::mm", 0) is not moved
     assert runner.made == {"operands": 3, "reference": 1}
     assert run(runner, tmp_path, "aten::mm", seed=1).status == "ok"  # another seed: all anew
     assert runner.made == {"operands": 4, "reference": 2}
+
+
+def test_a_wrong_result_against_a_carried_reference_is_checked_again_on_all_made_fresh(runner, tmp_path):
+    """The reference carried to a new placement is an earlier candidate's as much as kept
+    inputs are (a GPU kernel writing out of bounds could reach it): a wrong result against
+    it is checked again with the inputs and the reference made anew, and only that counts."""
+    assert run(runner, tmp_path, "test::good").status == "ok"
+    runner._inputs.ref.add_(1.0)  # spoiled, as a stray write would
+    task = WorkerTask(MEASURE, "test::good", PROBLEM, {}, 0, str(tmp_path), replace(FAST, placement=1))
+    payload, fatal = runner.run(task)
+    assert not fatal and payload.status == "ok", payload
+    assert "recheck" in payload.phases
+    assert runner.made == {"operands": 3, "reference": 2}
+    fresh = fresh_operands(PROBLEM, 0, "cpu")
+    assert torch.equal(runner._inputs.ref, fresh.a.double() @ fresh.b.double())
 
 
 def test_the_output_is_poisoned_again_before_a_candidate_on_kept_inputs(runner, tmp_path):
@@ -309,3 +324,30 @@ def test_the_messages_cross_a_pipe_as_they_were_made():
         writer.close()
     assert sent[0].problem.key() == PROBLEM.key() and sent[3].candidate.ok and sent[4].compiled.ok
     assert not sent[5].ok and sent[5].closed
+
+
+@pytest.mark.gpu
+def test_each_placement_puts_the_operands_at_other_addresses(tmp_path):
+    """On a GPU, each placement's A, B and output lie at addresses no earlier placement's
+    did (the pads below them), with the same values: operands in the allocator's large
+    blocks (the 256-row chunk's) and in its small ones (a decode's)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for problem in (make_problem(m=256, n=4096, k=4096, dtype="bfloat16", layout="nt"),
+                    make_problem(m=1, n=512, k=384, dtype="bfloat16", layout="nt")):
+        placed_apart(CandidateRunner("cuda", probe_device("cuda").l2_bytes), problem)
+
+
+def placed_apart(runner, problem):
+    import torch
+
+    seen, first = [], None
+    for placement in (0, 1, 2, 3, 4):
+        ops, ref, _ = runner.inputs(problem, 0, None, placement)
+        first = first if first is not None else (ops.a.clone(), ops.b.clone(), ref)
+        addresses = (ops.a.data_ptr(), ops.b.data_ptr(), ops.out.data_ptr())
+        assert not set(addresses) & {p for seen_one in seen for p in seen_one}, placement
+        seen.append(addresses)
+        assert torch.equal(ops.a, first[0]) and torch.equal(ops.b, first[1]) and ref is first[2]

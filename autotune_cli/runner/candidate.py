@@ -71,7 +71,7 @@ class _Inputs:
     # the fastest verified median timed on these inputs, per timing mode: what a candidate's
     # first runs are held against (TimingPolicy.give_up_over)
     best_ms: dict[str, float] = field(default_factory=dict)
-    pad: Any = None  # held below the operands of a placement other than 0
+    pad: Any = None  # held below the operands of a placement other than 0 (PAD_STEPS)
 
 
 class CandidateRunner:
@@ -102,7 +102,9 @@ class CandidateRunner:
     right only at its first call, or on a random part of its calls, does not pass.
     """
 
-    PAD_STEP = 3 << 20  # bytes of pad per placement: moves the operands off the last ones' pages
+    # Bytes of pad per placement, held below a placement's operands: one step for torch's
+    # allocator's large blocks (over 1 MiB), one for its small ones, which come from another pool.
+    PAD_STEPS = (3 << 20, 4 << 10)
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
@@ -136,13 +138,14 @@ class CandidateRunner:
         self._inputs = None
 
     def inputs(self, problem, seed: int, pitch: int | None = None, placement: int = 0):
-        """(operands with the output NaN-filled, float64 reference, whether they were kept
-        from an earlier candidate). The inputs are made anew when the problem or the seed
+        """(operands with the output NaN-filled, float64 reference, whether they or the
+        reference were kept from an earlier candidate: a wrong result on them is checked
+        again on all made fresh, `_run`). The inputs are made anew when the problem or the seed
         differs from the kept ones, the old ones dropped first. The output has rows `pitch`
         elements apart (None: contiguous), one kept per pitch.
 
         `placement` (TimingPolicy.placement) other than the kept inputs': the same values are
-        made again at other addresses (a pad of `PAD_STEP` times the placement held below
+        made again at other addresses (pads of `PAD_STEPS` times the placement held below
         them), the reference and the best times kept: a cuBLAS call's time moved by up to 10%
         with its operands' addresses where a Triton tile's moved by 2% (bench/README.md,
         "Placement"), so passes at several placements give each kernel its time over them."""
@@ -151,25 +154,25 @@ class CandidateRunner:
 
         key = (problem, seed)
         kept = self._inputs
-        reused = kept is not None and kept.key == key and kept.placement == placement
-        if not reused:
-            moved = kept if kept is not None and kept.key == key else None
+        carried = kept is not None and kept.key == key  # the reference stands for these values
+        if not (carried and kept.placement == placement):
+            ref, best_ms = (kept.ref, kept.best_ms) if carried else (None, {})
             kept = self._inputs = None  # the old tensors go before the new are made
             pad = None
-            if placement and self.device_type == "cuda":
-                pad = self.torch.empty(placement * self.PAD_STEP, dtype=self.torch.uint8, device=self.device)
+            if placement and self.device_type == "cuda":  # one in each of the allocator's pools
+                pad = [self.torch.empty(placement * step, dtype=self.torch.uint8, device=self.device)
+                       for step in self.PAD_STEPS]
             made = make_operands(problem, seed, self.device, pitch)
-            kept = self._inputs = _Inputs(
-                key=key, placement=placement, ops=made,
-                ref=moved.ref if moved is not None else reference(problem, made), outs={pitch: made.out},
-                best_ms=moved.best_ms if moved is not None else {}, pad=pad)
-            del made, moved
+            kept = self._inputs = _Inputs(key=key, placement=placement, ops=made,
+                                          ref=ref if ref is not None else reference(problem, made),
+                                          outs={pitch: made.out}, best_ms=best_ms, pad=pad)
+            del made, ref
         out = kept.outs.get(pitch)
         if out is None:
             out = kept.outs[pitch] = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
         ops = replace(kept.ops, out=out)  # its own Operands around the kept tensors
         poison(ops)
-        return ops, kept.ref, reused
+        return ops, kept.ref, carried
 
     def run(self, task: WorkerTask) -> tuple[Candidate, bool]:
         """Returns (the candidate's result, fatal): fatal means this process should not go on."""
