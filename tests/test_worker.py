@@ -327,27 +327,24 @@ def test_the_messages_cross_a_pipe_as_they_were_made():
 
 
 @pytest.mark.gpu
-def test_each_placement_puts_the_operands_at_other_addresses(tmp_path):
+@pytest.mark.parametrize("shape", [(256, 4096, 4096), (1, 512, 384)], ids=["large-blocks", "small-blocks"])
+def test_each_placement_puts_the_operands_at_other_addresses(shape):
     """On a GPU, each placement's A, B and output lie at addresses no earlier placement's
-    did (the pads below them), with the same values: operands in the allocator's large
-    blocks (the 256-row chunk's) and in its small ones (a decode's)."""
+    did (the pads below them), with the same values and the same reference: operands in the
+    allocator's large blocks (the 256-row chunk's) and in its small ones (a decode's)."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    for problem in (make_problem(m=256, n=4096, k=4096, dtype="bfloat16", layout="nt"),
-                    make_problem(m=1, n=512, k=384, dtype="bfloat16", layout="nt")):
-        placed_apart(CandidateRunner("cuda", probe_device("cuda").l2_bytes), problem)
-
-
-def placed_apart(runner, problem):
-    import torch
-
-    seen, first = [], None
-    for placement in (0, 1, 2, 3, 4):
-        ops, ref, _ = runner.inputs(problem, 0, None, placement)
-        first = first if first is not None else (ops.a.clone(), ops.b.clone(), ref)
-        addresses = (ops.a.data_ptr(), ops.b.data_ptr(), ops.out.data_ptr())
-        assert not set(addresses) & {p for seen_one in seen for p in seen_one}, placement
-        seen.append(addresses)
-        assert torch.equal(ops.a, first[0]) and torch.equal(ops.b, first[1]) and ref is first[2]
+    m, n, k = shape
+    problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout="nt")
+    runner = CandidateRunner("cuda", probe_device("cuda").l2_bytes)
+    ops, ref, _ = runner.inputs(problem, 0, None, 0)
+    a, b = ops.a.clone(), ops.b.clone()
+    seen = {ops.a.data_ptr(), ops.b.data_ptr(), ops.out.data_ptr()}
+    for placement in (1, 2, 3, 4):
+        ops, moved_ref, _ = runner.inputs(problem, 0, None, placement)
+        addresses = {ops.a.data_ptr(), ops.b.data_ptr(), ops.out.data_ptr()}
+        assert not addresses & seen, placement
+        seen |= addresses
+        assert torch.equal(ops.a, a) and torch.equal(ops.b, b) and moved_ref is ref
