@@ -163,6 +163,10 @@ def main() -> None:
                        "ms": times, "tflops": {key: problem.tflops(ms) for key, ms in times.items()},
                        "verified": {key: v.ok for key, v in verdicts.items()},
                        "errors": {key: v.reason for key, v in verdicts.items() if not v.ok},
+                       # how near each came to the check's limits: the relative error, and the
+                       # largest element error over its allowance (runner/verify.py)
+                       "accuracy": {key: {"rel_error": v.rel_error, "worst_of_allowed": v.worst_of_allowed}
+                                    for key, v in verdicts.items()},
                        "tune_s": tune_s, "inductor_tune_s": inductor_s,
                        "best_by_template": {}}
                 for cand in entry["candidates"]:

@@ -1,7 +1,9 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
-from autotune_cli.runner.verify import check, make_operands, poison, reference
+from autotune_cli.runner.verify import check, dequantized, make_operands, poison, reference
 from autotune_cli.problem import make_problem
 
 
@@ -12,7 +14,7 @@ def test_aten_output_passes_and_spoiled_output_fails(dtype):
     ref = reference(problem, ops)
     torch.mm(ops.a, ops.b, out=ops.out)
     assert check(problem, ops.out, ref).ok
-    ops.out[10, 7] += ref.abs().mean().item()  # one element off by a typical magnitude
+    ops.out[10, 7] += ref.exact.abs().mean().item()  # one element off by a typical magnitude
     verdict = check(problem, ops.out, ref)
     assert not verdict.ok
 
@@ -36,3 +38,60 @@ def test_inputs_are_random_and_laid_out_as_asked():
     assert bool((ops.a != 0).all()) and ops.a.float().std() > 0.5
     other = make_operands(problem, seed=6, device="cpu")
     assert not torch.equal(ops.a, other.a)
+
+
+def _float8(k: int, fast_accum: bool = False, m: int = 64, n: int = 64):
+    """A rowwise float8 problem and its operands (rows of A and columns of B apart in
+    magnitude by up to 2^8), as the tuner makes them."""
+    problem = make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale="row", out_dtype="bfloat16",
+                           fast_accum=fast_accum, device="cpu")
+    ops = make_operands(problem, seed=2, device="cpu")
+    return problem, ops, reference(problem, ops)
+
+
+def test_an_entry_is_held_to_the_scale_of_its_own_row_and_column():
+    """An error of 1% of each entry's own scale (the form a sum's rounding takes) passes on
+    every entry; 15% of its scale on one entry of the smallest rows fails, though it is far
+    below the output's typical entry (against which the rule once measured every entry)."""
+    problem, ops, ref = _float8(k=256)
+    scale = ref.entry_scale()
+    signs = torch.where(torch.rand(scale.shape, generator=torch.Generator().manual_seed(0)) < 0.5, -1.0, 1.0)
+    assert check(problem, ref.exact + 0.01 * scale * signs, ref).ok
+    row, col = int(ref.row_scale.argmin()), int(ref.col_scale.argmin())
+    typical = float(ref.exact.square().mean().sqrt())
+    spoiled = ref.exact.clone()
+    spoiled[row, col] += 0.15 * float(scale[row, col]) + 0.15 * abs(float(ref.exact[row, col]))
+    assert 0.15 * float(scale[row, col]) < 0.01 * typical
+    verdict = check(problem, spoiled, ref)
+    assert not verdict.ok and "1 element(s) off" in verdict.reason
+    assert verdict.worst_of_allowed == pytest.approx(0.15 / 0.06)
+
+
+def _truncated_sum(ops, bits: int = 14, step: int = 32):
+    """A @ B of the float8 operands as a reduced-precision accumulator sums it: each step of
+    `step` along K added to a running sum cut to `bits` significant bits (toward zero)."""
+
+    def cut(x):
+        mantissa, exponent = torch.frexp(x)
+        return torch.ldexp(torch.trunc(mantissa * 2.0 ** bits) / 2.0 ** bits, exponent)
+
+    a, b = ops.a.double(), ops.b.double()
+    total = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
+    for start in range(0, a.shape[1], step):
+        total = cut(total + cut(a[:, start:start + step] @ b[start:start + step]))
+    return total * ops.scale_a.double() * ops.scale_b.double()
+
+
+def test_fast_accumulation_is_allowed_its_truncated_sum_and_no_more():
+    """At K = 24576 a 14-bit truncating accumulator's output (the FP8 matrix units' own, which
+    use_fast_accum asks for) passes the fast-accumulation problem and fails the same problem
+    summed in fp32; a K block of 256 left out of an exact sum still fails."""
+    fast, ops, ref = _float8(k=24576, fast_accum=True)
+    exact_sum = replace(fast, fast_accum=False)
+    truncated = _truncated_sum(ops).to(torch.bfloat16)
+    verdict = check(fast, truncated, ref)
+    assert verdict.ok and verdict.worst_of_allowed < 1, verdict.reason
+    assert not check(exact_sum, truncated, ref).ok
+    a, b = dequantized(fast, ops)
+    skipped = ref.exact - a[:, 4096:4352] @ b[4096:4352]
+    assert not check(fast, skipped.to(torch.bfloat16), ref).ok

@@ -68,7 +68,7 @@ def test_consecutive_candidates_of_one_problem_share_inputs_and_reference(runner
     # The reference is still that of the inputs: the kept A and B were not changed.
     fresh = fresh_operands(PROBLEM, 0, "cpu")
     assert torch.equal(kept.ops.a, fresh.a) and torch.equal(kept.ops.b, fresh.b)
-    assert torch.equal(kept.ref, fresh.a.double() @ fresh.b.double())
+    assert torch.equal(kept.ref.exact, fresh.a.double() @ fresh.b.double())
 
 
 def test_a_new_placement_makes_the_same_inputs_anew_and_keeps_the_reference(runner, tmp_path):
@@ -103,14 +103,14 @@ def test_a_wrong_result_against_a_carried_reference_is_checked_again_on_all_made
     inputs are (a GPU kernel writing out of bounds could reach it): a wrong result against
     it is checked again with the inputs and the reference made anew, and only that counts."""
     assert run(runner, tmp_path, "test::good").status == "ok"
-    runner._inputs.ref.add_(1.0)  # spoiled, as a stray write would
+    runner._inputs.ref.exact.add_(1.0)  # spoiled, as a stray write would
     task = WorkerTask(MEASURE, "test::good", PROBLEM, {}, 0, str(tmp_path), replace(FAST, placement=1))
     payload, fatal = runner.run(task)
     assert not fatal and payload.status == "ok", payload
     assert "recheck" in payload.phases
     assert runner.made == {"operands": 3, "reference": 2}
     fresh = fresh_operands(PROBLEM, 0, "cpu")
-    assert torch.equal(runner._inputs.ref, fresh.a.double() @ fresh.b.double())
+    assert torch.equal(runner._inputs.ref.exact, fresh.a.double() @ fresh.b.double())
 
 
 def test_the_output_is_poisoned_again_before_a_candidate_on_kept_inputs(runner, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..problem import FP8_MAX, SCALE_BLOCK, GemmProblem
 from ..templates.base import Operands, empty_out, torch_dtype
@@ -24,9 +25,26 @@ from ..templates.base import Operands, empty_out, torch_dtype
 # odds 2^-22, about one in four million (one wrong on a quarter of its calls: 0.75^22, 0.2%).
 CONFIRM_LAUNCHES = 20
 
-# Relative Frobenius error allowed, and per-element slack in units of a typical output entry.
+# Relative Frobenius error allowed, and per-element slack in units of an entry's own scale
+# plus its magnitude (Reference).
 NORM_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2, "float32": 1e-4, "tf32": 3e-3}
 ELEMENT_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2, "float32": 1e-4, "tf32": 1.5e-2}
+
+# Fast accumulation (a scaled_mm's use_fast_accum) sums in the FP8 matrix units alone, which
+# keep about FAST_ACCUM_BITS bits of the running sum (DeepSeek-V3's report, section 3.3.2); a
+# truncating sum loses half a unit of that last bit, 2^-FAST_ACCUM_BITS of itself, on average
+# at each K step of FP8_MMA_K (one warp-group MMA): allowed on top of the output dtype's.
+FAST_ACCUM_BITS = 14
+FP8_MMA_K = 32
+
+
+def tolerances(problem: GemmProblem) -> tuple[float, float]:
+    """(relative Frobenius error, per-element slack) allowed for `problem`'s output."""
+    norm, element = NORM_TOLERANCE[problem.precision], ELEMENT_TOLERANCE[problem.precision]
+    if problem.fast_accum:
+        lost = problem.k / FP8_MMA_K * 2.0 ** -FAST_ACCUM_BITS
+        norm, element = norm + lost, element + lost
+    return norm, element
 
 
 def _operand(shape: tuple[int, ...], transposed: bool, dtype, device: str, generator):
@@ -178,19 +196,45 @@ def empty_operands(problem: GemmProblem, device: str, pitch: int | None = None) 
                     out=empty_out(problem, pitch, dtype, device), bias=bias)
 
 
-def reference(problem: GemmProblem, ops: Operands):
-    """The exact product in float64 (on the operands' device); for scaled_mm, of the
-    dequantized operands (each times its scales)."""
+@dataclass(frozen=True)
+class Reference:
+    """What an output is checked against: `exact`, the product in float64, and each entry's
+    own scale, `row_scale * col_scale` (+ |bias|): |A's row| |B's column| / sqrt(K), the size
+    of the sums a kernel accumulates for that entry. A kernel's rounding error grows with it,
+    not with the output's average: with row and column magnitudes apart by 2^8 (the float8
+    operands) an entry of large rows whose sum cancels to near zero carries the error of its
+    large partial sums (fast accumulation: bench/README.md, "FP8"), and an entry of small rows
+    is held to its own size."""
+    exact: Any  # float64 [.., M, N]
+    row_scale: Any  # float64 [.., M, 1]: |A's row| / sqrt(K)
+    col_scale: Any  # float64 [.., 1, N]: |B's column|
+    bias: Any = None  # float64, broadcast to exact's shape, or None
+
+    def entry_scale(self):
+        scale = self.row_scale * self.col_scale
+        return scale if self.bias is None else scale + self.bias.abs()
+
+
+def reference_of(a, b, bias=None) -> Reference:
+    """The Reference of A @ B (+ bias), given in float64 (A [.., M, K], B [.., K, N])."""
     import torch
 
+    exact = torch.matmul(a, b)
+    if bias is not None:
+        exact = exact + bias
+    k = max(a.shape[-1], 1)
+    return Reference(exact=exact, row_scale=torch.linalg.vector_norm(a, dim=-1, keepdim=True) / math.sqrt(k),
+                     col_scale=torch.linalg.vector_norm(b, dim=-2, keepdim=True), bias=bias)
+
+
+def reference(problem: GemmProblem, ops: Operands) -> Reference:
+    """The exact product in float64 (on the operands' device); for scaled_mm, of the
+    dequantized operands (each times its scales)."""
     if problem.op == "scaled_mm":
         a, b = dequantized(problem, ops)
     else:
         a, b = ops.a.double(), ops.b.double()
-    ref = torch.matmul(a, b)
-    if ops.bias is not None:
-        ref = ref + ops.bias.double()
-    return ref
+    return reference_of(a, b, None if ops.bias is None else ops.bias.double())
 
 
 def poison(ops: Operands) -> None:
@@ -210,27 +254,38 @@ class Check:
     ok: bool
     rel_error: float
     reason: str = ""
+    # the largest element error over what it is allowed (passing: at most 1); None where the
+    # norm or a NaN decided first
+    worst_of_allowed: float | None = None
 
 
-def check(problem: GemmProblem, out, ref) -> Check:
+def check(problem: GemmProblem, out, ref: Reference) -> Check:
+    """The output against the float64 reference: every entry written and finite, the
+    relative Frobenius error and each entry's error within `tolerances`, an entry's slack in
+    units of its own scale plus its magnitude (`Reference` says why)."""
     import torch
 
-    precision = problem.precision
+    norm_tolerance, element_tolerance = tolerances(problem)
     got = out.double()
     finite = torch.isfinite(got)
     if not bool(finite.all()):
         bad = int((~finite).sum())
         return Check(False, math.inf, f"{bad} of {got.numel()} outputs are NaN/inf or never written")
-    diff = got - ref
-    ref_norm = float(torch.linalg.vector_norm(ref))
+    exact = ref.exact
+    diff = (got - exact).abs_()
+    ref_norm = float(torch.linalg.vector_norm(exact))
     rel = float(torch.linalg.vector_norm(diff)) / max(ref_norm, 1e-30)
-    if rel > NORM_TOLERANCE[precision]:
-        return Check(False, rel, f"relative error {rel:.2e} > {NORM_TOLERANCE[precision]:.0e}")
-    typical = ref_norm / math.sqrt(max(ref.numel(), 1))
-    allowed = ELEMENT_TOLERANCE[precision] * (typical + ref.abs())
-    over = diff.abs() > allowed
-    if bool(over.any()):
-        worst = float(diff.abs().max())
-        return Check(False, rel, f"{int(over.sum())} element(s) off, worst by {worst:.3g} "
-                                 f"(typical |out| {typical:.3g})")
-    return Check(True, rel)
+    if rel > norm_tolerance:
+        return Check(False, rel, f"relative error {rel:.2e} > {norm_tolerance:.2g}")
+    scale = ref.entry_scale()
+    allowed = (scale + exact.abs()).mul_(element_tolerance).clamp_min_(1e-300)
+    ratio = diff.div_(allowed)  # diff is not read again
+    worst = int(ratio.argmax())
+    worst_ratio = float(ratio.flatten()[worst])
+    if worst_ratio > 1:
+        over = int((ratio > 1).sum())
+        at = float(scale.expand_as(exact).flatten()[worst])
+        off = float((got - exact).abs().flatten()[worst])
+        return Check(False, rel, f"{over} element(s) off, worst by {off:.3g} where its row and "
+                                 f"column's scale is {at:.3g}", worst_ratio)
+    return Check(True, rel, worst_of_allowed=worst_ratio)
