@@ -5,7 +5,8 @@ aten::_scaled_mm (torch._scaled_mm) among them, with the shipped config lists re
 the wide lists below. Prints each case's candidates ranked, with TFLOP/s and the ratio to
 torch._scaled_mm: the input for the shipped lists in configs/.
 
-PYTHONPATH=. python3 bench/fp8_sweep.py [--shapes 8192x8192x8192] [--scales row,tensor] [--top 25]
+PYTHONPATH=. python3 bench/fp8_sweep.py [--shapes 8192x8192x8192] [--scales row,tensor] [--top 25] \
+    [--fast-accum]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune_cli.heuristics import triton_scaled_mm as fp8_heuristics  # noqa: E402
 from autotune_cli.problem import make_problem, parse_mnk  # noqa: E402
-from autotune_cli.settings import TuneSettings  # noqa: E402
+from autotune_cli.settings import MeasurePolicy, TuneSettings  # noqa: E402
 from autotune_cli.tune.tuner import Tuner  # noqa: E402
 
 DEFAULT_SHAPES = "8192x8192x8192,2048x4096x14336,8x4096x4096,16x14336x4096"
@@ -84,12 +85,14 @@ def main() -> None:
     parser.add_argument("--shapes", default=DEFAULT_SHAPES)
     parser.add_argument("--scales", default="row,tensor")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--fast-accum", action="store_true", help="use_fast_accum=True problems")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of this script under the interpreter")
     args = parser.parse_args()
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-fp8-sweep-"))
     SPACES.update({"triton_scaled_mm_cuda": persistent_space(), "triton_scaled_mm_splitk_cuda": splitk_space()})
     fp8_heuristics.shipped_configs = patched_shipped
-    settings = TuneSettings(device=args.device, cache_dir=Path(tempfile.mkdtemp()), force=True, graph_below_us=1e12)
+    settings = TuneSettings(device=args.device, cache_dir=Path(tempfile.mkdtemp()), force=True,
+                            measure=MeasurePolicy.for_device(args.device, graph_below_us=1e12))
     summary = []
     with Tuner(settings) as tuner:
         for shape in args.shapes.split(","):
@@ -97,14 +100,16 @@ def main() -> None:
             # the persistent template's list for large M, the tiled one's decode list for small
             SPACES["triton_scaled_mm_cuda"] = persistent_space() if m > 64 else tiled_space()
             for scale in args.scales.split(","):
-                problem = make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale=scale, device=args.device)
+                problem = make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale=scale, device=args.device,
+                                       fast_accum=args.fast_accum)
                 started = time.perf_counter()
                 outcome = tuner.tune(problem)
                 wall = time.perf_counter() - started
                 cands = outcome.entry.to_dict()["candidates"]
                 ok = sorted((c for c in cands if c["status"] == "ok"), key=lambda c: c["ms"])
                 torch_ms = next((c["ms"] for c in ok if c["uid"] == "aten::_scaled_mm"), float("nan"))
-                print(f"\n=== {m}x{n}x{k} {scale}: {len(ok)} ok of {len(cands)}, tune {wall:.0f} s, "
+                mode = " fast-accum" if args.fast_accum else ""
+                print(f"\n=== {m}x{n}x{k} {scale}{mode}: {len(ok)} ok of {len(cands)}, tune {wall:.0f} s, "
                       f"torch._scaled_mm {torch_ms:.4f} ms ({problem.tflops(torch_ms):.0f} TFLOP/s)", flush=True)
                 for c in ok[:args.top]:
                     p = c.get("params") or {}

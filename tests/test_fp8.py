@@ -400,6 +400,29 @@ def test_precise_accumulation_drops_the_tiles_whose_two_accumulators_spill():
     assert {(128, 256, 8), (256, 128, 8), (128, 128, 4)} <= precise and precise < fast  # 2 x 128 at most
 
 
+def test_fast_accumulation_takes_each_persistent_tile_once_whatever_its_promotion():
+    """PROMOTE_IN_DOT places the per-step fp32 sum that fast accumulation does without: under
+    it the shipped list's configs that differ only there are one kernel, offered once."""
+    from autotune_cli.heuristics import lookup_heuristic
+
+    heuristic = lookup_heuristic("triton::scaled_mm_persistent_tma", "cuda", "scaled_mm")
+    tile = {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 3, "num_warps": 8,
+            "FLATTEN": 0}
+    space = [{**tile, "PROMOTE_IN_DOT": 1}, {**tile, "PROMOTE_IN_DOT": 0}, {**tile, "FLATTEN": 1}]
+
+    def configs(fast):
+        problem = fp8("row", m=8192, n=8192, k=8192, device="cuda", fast_accum=fast)
+        return list(heuristic.get_configs(problem, "default", space))
+
+    assert len(configs(False)) == 3
+    fast = configs(True)
+    assert len(fast) == 2 and not any("PROMOTE_IN_DOT" in c for c in fast)
+    shipped = list(heuristic.get_configs(fp8("row", m=8192, n=8192, k=8192, device="cuda", fast_accum=True),
+                                         "default", None))
+    assert shipped and not any("PROMOTE_IN_DOT" in c for c in shipped)
+    assert len({tuple(sorted(c.items())) for c in shipped}) == len(shipped)
+
+
 def test_aten_scaled_mm_passes_use_fast_accum(tmp_path, monkeypatch):
     from autotune_cli.templates import get_template
 

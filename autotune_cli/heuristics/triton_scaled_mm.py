@@ -62,6 +62,9 @@ class _ScaledMM(Heuristic):
             configs = shipped_configs(self.shipped)  # carries FLATTEN, checked there
         if not self.flatten:
             configs = ({k: v for k, v in c.items() if k not in PERSISTENT_KEYS} for c in configs)
+        elif problem.fast_accum:  # the sum is the matrix units' own: no per-step sum to place,
+            # so a config that differs only there is the same kernel, built and timed once
+            configs = ({k: v for k, v in c.items() if k != "PROMOTE_IN_DOT"} for c in configs)
         for config in scaled_unique(configs, problem):
             if accumulator_registers(problem, config) <= MAX_ACC_REGISTERS:
                 yield config
