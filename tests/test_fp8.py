@@ -171,6 +171,20 @@ def test_verifier_passes_torch_scaled_mm_and_catches_wrong_kernels(scale):
     assert caught == expected
 
 
+@pytest.mark.parametrize("scale", ["tensor", "row", "block"])
+def test_float16_outputs_of_long_sums_stay_in_range(scale):
+    """At K = 16384 the product's largest entries (rows and columns apart by 2^8, blockwise
+    B's K blocks by 2^6 more) fit float16: a kernel writing float16 can pass (the inputs once
+    made entries past 65504, which every kernel wrote as inf)."""
+    problem = fp8(scale, m=128, n=256, k=16384, bias="n", out_dtype="float16")
+    ops = make_operands(problem, seed=0, device="cpu")
+    ref = reference(problem, ops)
+    assert float(ref.exact.abs().max()) < torch.finfo(torch.float16).max / 16
+    if scale != "block":  # torch's CPU _scaled_mm takes no blockwise scales
+        _aten(problem, ops)
+        assert check(problem, ops.out, ref).ok
+
+
 def test_reference_is_the_dequantized_product():
     problem = fp8("row", m=8, n=16, k=32)
     ops = make_operands(problem, seed=7, device="cpu")

@@ -49,9 +49,13 @@ class TuneListener:
 
 def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
     """Refuse, before any allocation, a problem whose tensors cannot fit on the device:
-    operands and output, plus the float64 reference of the output and operands."""
-    elems = problem.b * (problem.m * problem.k + problem.k * problem.n + problem.m * problem.n)
-    need = problem.min_bytes + 8 * elems
+    operands and output, the float64 reference of the output, and beside it the float64
+    operands that make it or the arrays the check works in, whichever is larger."""
+    from ..runner.verify import CHECK_WORKING_ARRAYS
+
+    operand_elems = problem.b * (problem.m * problem.k + problem.k * problem.n)
+    out_elems = problem.b * problem.m * problem.n
+    need = problem.min_bytes + 8 * out_elems + 8 * max(operand_elems, CHECK_WORKING_ARRAYS * out_elems)
     if device.device_type == "cuda":
         limit = int(device.total_memory * 0.9)
         where = f"{device.name} ({device.total_memory / 2**30:.0f} GiB)"
