@@ -27,6 +27,8 @@ def load_plugins(specs: tuple[str, ...] | list[str]) -> None:
         if not spec.strip():
             raise UserError("--plugin needs a module name or a .py file, got an empty string")
         path = Path(spec)
+        if ("/" in spec or spec in (".", "..")) and path.is_dir():  # a path, never a module name
+            raise UserError(f"--plugin {spec} is a folder: give a module name or a .py file")
         if spec.endswith(".py"):
             if not path.is_file():
                 raise UserError(f"plugin file not found: {spec}")

@@ -95,10 +95,18 @@ class TimingPolicy:
     # (search/base._time_in_passes), so a kernel whose time moves with the addresses (cuBLAS
     # on 256x4096x4096, up to 10%) is read over several (bench/README.md, "Placement").
     placement: int = 0
+    # Launches after the timing (outside it), each output NaN-filled before and checked after,
+    # beside the checks of the first launch and of the last timed run: a kernel wrong at random
+    # on half of its calls (a race) passes all 2 + 20 = 22 checks with odds 2^-22, about one in
+    # four million (one wrong on a quarter of its calls: 0.75^22, 0.2%).
+    confirm_launches: int = 20
 
 
-# The interpreter's first timing: a run costs up to a second.
-CPU_TIMING = TimingPolicy(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False)
+# The interpreter's first timing: a run costs up to a second. It runs a kernel's programs one
+# after another, so the race the confirmation launches look for cannot show there: two still
+# catch a kernel that goes wrong with what its last call left behind, at a tenth of the time
+# the twenty took (a CPU candidate spent 15-20x its first run on them).
+CPU_TIMING = TimingPolicy(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False, confirm_launches=2)
 
 # AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
 # first candidate (runner/warmup.py), or "0" for not at all.

@@ -49,6 +49,22 @@ def test_a_templates_tune_keeps_one_entry_per_problem(cli, tmp_path):
         assert again["from_cache"] and again["key"] == narrow["key"]
 
 
+def test_show_lists_the_templates_of_every_entry_of_a_machine(cli, tmp_path):
+    """The fingerprint line names what each entry under it was tuned with, not the last
+    entry's set alone (the digest leaves the templates out)."""
+    folder = tmp_path / "cache"
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(ONE_CONFIG))
+    tune(cli, folder, "--templates", "aten,triton::mm", "--space", space)
+    tune(cli, folder, "--templates", "aten", "--bias")
+    code, out, err = cli("cache", "show", "--cache-dir", folder)
+    assert code == 0, err
+    line = " ".join(out[out.index("fingerprint "):].split())
+    assert out.count("fingerprint ") == 1
+    for uid in ("aten::mm", "aten::addmm", "triton::mm"):
+        assert f"{uid}=" in line, line
+
+
 def stored_entry(fingerprint: Fingerprint, digest: str, tuned_at: str = "2026-11-30T00:00:00+00:00") -> dict:
     return {
         "problem": PROBLEM.to_dict(), "fingerprint": fingerprint.to_dict(), "fingerprint_digest": digest,

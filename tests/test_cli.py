@@ -114,8 +114,13 @@ def test_table_output(cli, cache_dir):
      "--seed must be between 0 and"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--seed", "-1"], "--seed must be between 0 and"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", ""], "--plugin needs a module"),
-    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "."],
-     "plugin module '.' failed to load"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "."], "--plugin . is a folder"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "/"], "--plugin / is a folder"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--plugin", "no_such_module_here"],
+     "plugin module 'no_such_module_here' not found"),
+    (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--space", "/"], "space file / is not a regular"),
+    (["mm", "--m", "64", "--n", "64", "--k", "64", "--device", "cpu", "--templates", "triton::gemv"],
+     "no template selected offers a config for mm 64x64x64"),
 ])
 def test_bad_input_is_one_line_exit_2(cache_dir, args, message):
     proc = subprocess.run([sys.executable, "-m", "autotune_cli", *args], capture_output=True, text=True,

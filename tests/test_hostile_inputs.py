@@ -251,3 +251,19 @@ def test_a_tune_into_a_folder_it_cannot_write_starts_nothing(cli, tmp_path, monk
                              "--templates", "aten", "--cache-dir", folder)
         assert code == 2 and out == "" and err.count("\n") == 1, err
         assert f"cannot write the cache folder {folder}" in err
+
+
+def test_a_list_tuned_into_a_folder_it_cannot_write_is_one_error(cli, tmp_path):
+    """`mm --from` refuses the whole list at once (one line, exit 2, nothing on stdout), not
+    each of its problems with a table of none."""
+    folders = unwritable_folders(tmp_path)
+    if not folders:
+        pytest.skip("no folder here that this user cannot write")
+    listing = tmp_path / "problems.json"
+    listing.write_text(json.dumps([{"m": 8, "n": 8, "k": 8}, {"m": 16, "n": 8, "k": 8}]))
+    for folder in folders:
+        for extra in ((), ("--json",)):
+            code, out, err = cli("mm", "--from", str(listing), "--device", "cpu", "--templates", "aten",
+                                 "--cache-dir", folder, *extra)
+            assert code == 2 and out == "" and err.count("\n") == 1, err
+            assert f"cannot write the cache folder {folder}" in err

@@ -154,6 +154,13 @@ def _interpreter_seconds(b: int, m: int, n: int, k: int, config: dict[str, Any],
     return programs * k_steps * per_step_ms * runs / 1000.0
 
 
+def interpreter_runs(settings: TuneSettings) -> int:
+    """Runs of a candidate under the interpreter: the first, the timed ones (at least
+    min_runs; more only while under the timing's budget) and the confirmation launches."""
+    timing = settings.measure.timing
+    return 1 + timing.min_runs + timing.confirm_launches
+
+
 def interpreter_limit(settings: TuneSettings) -> tuple[float, str]:
     """The most seconds a config may take under the interpreter, and the option that sets it:
     --interpreter-budget, or --timeout where that is shorter (past it the candidate is killed)."""
@@ -165,8 +172,7 @@ def interpreter_limit(settings: TuneSettings) -> tuple[float, str]:
 def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
     if not _triton(choice) or ctx.device.device_type != "cpu":
         return None
-    runs = 1 + ctx.settings.measure.timing.min_runs
-    seconds = interpreter_seconds(ctx.problem, choice.config_dict, runs)
+    seconds = interpreter_seconds(ctx.problem, choice.config_dict, interpreter_runs(ctx.settings))
     limit, option = interpreter_limit(ctx.settings)
     if seconds > limit:
         return f"the interpreter would take ~{seconds:.0f} s (over {option} {limit:g} s)"
@@ -182,7 +188,7 @@ def check_interpretable(problem: GemmProblem, choice_set: ChoiceSet, settings: T
     over = [p.choice.config_dict for p in choice_set.pruned if p.stage == "interpreter_cost"]
     if not over:
         return
-    runs = 1 + settings.measure.timing.min_runs
+    runs = interpreter_runs(settings)
     limit, option = interpreter_limit(settings)
     cheapest = min(over, key=lambda config: interpreter_seconds(problem, config, runs))
     seconds = interpreter_seconds(problem, cheapest, runs)

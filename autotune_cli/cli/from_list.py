@@ -96,6 +96,9 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     clock.mark("looked_up")
     if missing:
         from ..runner.processes import prestart_workers
+        from ..settings import check_writable_folder
+
+        check_writable_folder(settings.cache_dir)  # one error for the list, not one per problem
 
         prestart_workers(settings.device, settings.measure.switches.start_method)  # beside the first choices
     from ..tune.tuner import Tuner

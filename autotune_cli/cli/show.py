@@ -103,9 +103,18 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
 
         cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
     out.print(cache_table(items, current_machine=cpu_machine))
-    fingerprints = {e.fingerprint_digest: e.fingerprint for _, e in items if e.fingerprint_digest is not None}
+    # a digest is the machine's alone: the templates are those of all its entries (a uid
+    # tuned at two sources of its template lists both hashes)
+    fingerprints: dict = {}
+    used: dict = {}
+    for _, e in items:
+        if e.fingerprint_digest is not None:
+            fingerprints.setdefault(e.fingerprint_digest, e.fingerprint)
+            hashes = used.setdefault(e.fingerprint_digest, {})
+            for uid, source in (e.fingerprint.get("templates") or {}).items():
+                hashes.setdefault(uid, set()).add(str(source)[:8])
     for digest, fp in fingerprints.items():
-        templates = ", ".join(f"{uid}={h[:8]}" for uid, h in sorted(fp.get("templates", {}).items()))
+        templates = ", ".join(f"{uid}={'/'.join(sorted(h))}" for uid, h in sorted(used[digest].items()))
         out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
                             f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
                             f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "

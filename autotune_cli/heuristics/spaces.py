@@ -77,8 +77,10 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     """A user's space: a JSON list of configs (for every Triton template) or an object
     {uid: [configs]}. Returns {uid or "*": configs}."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"space file not found: {path}")
+    if not path.is_file():  # a folder, a device, a pipe: never a list of configs
+        raise UserError(f"space file {path} is not a regular file")
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:

@@ -98,7 +98,7 @@ class CandidateRunner:
     rebinds a field of its `Operands` changes nothing for the next one; what is checked is
     the output tensor handed in, never what the field points at afterwards. Verified: the
     first launch, the last timed run (its output NaN-filled before it) and
-    verify.CONFIRM_LAUNCHES launches after the timing (each NaN-filled again), so a kernel
+    TimingPolicy.confirm_launches after the timing (each NaN-filled again), so a kernel
     right only at its first call, or on a random part of its calls, does not pass.
     """
 
@@ -190,7 +190,7 @@ class CandidateRunner:
         return candidate, fatal
 
     def _run(self, task: WorkerTask) -> tuple[Candidate, bool]:
-        from .verify import CONFIRM_LAUNCHES, check, poison_tensor
+        from .verify import check, poison_tensor
         from ..store.results import COMPILE_ERROR, OK, RUNTIME_ERROR, WRONG_RESULT, Candidate
         from ..settings import TimingPolicy
         from ..templates import get_template
@@ -291,10 +291,10 @@ class CandidateRunner:
             return result(RUNTIME_ERROR, error="while timing: " + short_error(exc)), self.device_type == "cuda"
         lap("timing")
         # A kernel right at its first call only, or at random, may not win: the last timed
-        # run's output (reset before it) is checked like the first, then CONFIRM_LAUNCHES more
-        # runs' after a reset of their own (verify.py states the odds).
+        # run's output (reset before it) is checked like the first, then confirm_launches more
+        # runs' after a reset of their own (TimingPolicy states the odds).
         verdict = check(problem, out, ref)
-        for _ in range(CONFIRM_LAUNCHES):
+        for _ in range(policy.confirm_launches):
             if not verdict.ok:
                 break
             poison_tensor(out)

@@ -1,7 +1,7 @@
 """A planted slow template for tests: eight configs; config 5 is the fastest (it sleeps least).
 A built kernel's first SLOW_CALLS calls, its first run and its timed runs (CPU timing: at most
 five), each sleep 0.4 s (or $AUTOTUNE_TEST_SLEEP); later calls, the confirmation launches after
-the timing (runner/verify.CONFIRM_LAUNCHES), do not, so that a candidate takes a few sleeps."""
+the timing (TimingPolicy.confirm_launches), do not, so that a candidate takes a few sleeps."""
 
 import itertools
 import os
