@@ -188,8 +188,9 @@ PluginOpt = typer.Option(None, "--plugin", metavar="MODULE",
 BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would "
                          "take longer than this (s).")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")
-TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds; what is left "
-                             "unmeasured is recorded as skipped.")
+TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds: no candidate "
+                             "starts after it (those running finish, each within --timeout); what is left is "
+                             "recorded as skipped.")
 CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool processes on CUDA (default: up to 8; 0 "
                                  "compiles in the timing worker).")
 
