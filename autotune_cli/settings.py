@@ -104,8 +104,7 @@ class TimingPolicy:
 
 # The interpreter's first timing: a run costs up to a second. It runs a kernel's programs one
 # after another, so the race the confirmation launches look for cannot show there: two still
-# catch a kernel that goes wrong with what its last call left behind, at a tenth of the time
-# the twenty took (a CPU candidate spent 15-20x its first run on them).
+# catch a kernel that goes wrong with what its last call left behind, at a tenth of the cost.
 CPU_TIMING = TimingPolicy(warmup=0, min_runs=1, max_runs=5, budget_ms=400.0, flush_l2=False, confirm_launches=2)
 
 # AUTOTUNE_WARM_TRITON: how a CUDA timing process takes Triton's one-time work before its
