@@ -10,6 +10,7 @@ import threading
 import zipfile
 
 import pytest
+import torch
 
 from autotune_cli.hardware import cuda_probe, device, gpu_memo
 from autotune_cli.errors import UserError
@@ -267,3 +268,17 @@ def test_a_list_tuned_into_a_folder_it_cannot_write_is_one_error(cli, tmp_path):
                                  "--cache-dir", folder, *extra)
             assert code == 2 and out == "" and err.count("\n") == 1, err
             assert f"cannot write the cache folder {folder}" in err
+
+
+def test_a_model_tuned_into_a_folder_it_cannot_write_is_one_error(cli, tmp_path):
+    """`autotune model` refuses before its plan is shown: the error is stderr's one line."""
+    folders = unwritable_folders(tmp_path)
+    if not folders:
+        pytest.skip("no folder here that this user cannot write")
+    path = tmp_path / "linear.pt2"
+    program = torch.export.export(torch.nn.Linear(16, 8), (torch.randn(4, 16),))
+    torch.export.save(program, str(path))
+    for folder in folders:
+        code, out, err = cli("model", str(path), "--device", "cpu", "--templates", "aten", "--cache-dir", folder)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert f"cannot write the cache folder {folder}" in err

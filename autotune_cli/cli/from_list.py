@@ -74,7 +74,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     command's, whose stages the JSON document carries; `counts`: each problem's (default 1);
     `groups`: which are a group's one GEMM (default none)."""
     from ..store.cache import Cache
-    from ..tune.hits import look_up
+    from ..tune.hits import any_to_tune
     from ..hardware.device import probe_device
     from ..plugins import load_plugins
     from ..tune.report import ModelProgress, dumps
@@ -91,8 +91,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
     plan = list_rows(listed)
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
     cache = Cache(settings.cache_dir)
-    missing = settings.force or any(look_up(cache, item.problem, device, settings.templates).hit is None
-                                    for item in listed)
+    missing = any_to_tune(cache, [item.problem for item in listed], device, settings)
     clock.mark("looked_up")
     if missing:
         from ..runner.processes import prestart_workers

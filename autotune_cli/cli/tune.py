@@ -291,9 +291,15 @@ def model(
     check_template_names(settings.templates)
     clock.mark("checked")
     if settings.executor == "local":  # Ray's actors probe their own devices
-        probe_device(dev)
+        here = probe_device(dev)
         if scaled:  # --gpus N: that many visible
             local_devices(settings)
+        from ..settings import check_writable_folder
+        from ..store.cache import Cache
+        from ..tune.hits import any_to_tune
+
+        if any_to_tune(Cache(settings.cache_dir), [item.problem for item in found], here, settings):
+            check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
     clock.mark("probed")
     if not json_out:  # the plan precedes the work (stderr)
         err.print(plan_table(plan))

@@ -119,3 +119,10 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
         listener.cache_hit(problem, outcome.entry)
         listener.finished(outcome)
     return outcome
+
+
+def any_to_tune(cache, problems, device, settings) -> bool:
+    """Whether a tune of `problems` will run (and write the cache): --force, or a problem
+    with no entry that answers it."""
+    return settings.force or any(look_up(cache, problem, device, settings.templates).hit is None
+                                 for problem in problems)
