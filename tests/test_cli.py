@@ -120,7 +120,7 @@ def test_table_output(cli, cache_dir):
      "plugin module 'no_such_module_here' not found"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--space", "/"], "space file / is not a regular"),
     (["mm", "--m", "64", "--n", "64", "--k", "64", "--device", "cpu", "--templates", "triton::gemv"],
-     "no template selected offers a config for mm 64x64x64"),
+     "no candidates for mm 64x64x64 float16 nn: no template selected offers a config"),
 ])
 def test_bad_input_is_one_line_exit_2(cache_dir, args, message):
     proc = subprocess.run([sys.executable, "-m", "autotune_cli", *args], capture_output=True, text=True,

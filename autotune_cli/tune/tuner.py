@@ -181,8 +181,8 @@ class Tuner:
             self.listener.notice(f"the tuning budget ran out while listing configs: "
                                  f"{choice_set.considered} considered")
         if not choice_set.choices and not choice_set.pruned:
-            raise UserError(f"no template selected offers a config for {problem.describe()}; "
-                            f"try --templates aten or other templates")
+            raise UserError(f"no candidates for {problem.describe()}: no template selected offers a config "
+                            f"for it; try --templates aten or other templates")
         if not choice_set.choices:
             raise UserError(f"no candidates left for {problem.describe()} after pruning "
                             f"({choice_set.pruned_counts()}); try --templates aten or other configs")
