@@ -132,6 +132,29 @@ def test_bad_input_is_one_line_exit_2(cache_dir, args, message):
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
+def test_without_a_gpu_the_cpu_note_waits_until_the_input_has_passed(cache_dir):
+    """Found no GPU, the command says it runs on the CPU, but only once its input passed the
+    checks: a bad input's error is stderr's one line."""
+    from autotune_cli.cli.app import gpu_present
+
+    if gpu_present():
+        pytest.skip("this machine has a GPU: no note")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "autotune_cli", "mm", *args], capture_output=True,
+                              text=True, env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}, timeout=300)
+
+    for bad in (("--templates", "nope::mm"), ("--m", "4000000", "--n", "4000000"),
+                ("--space", "/no/such.json")):
+        proc = run("--m", "16", "--n", "16", "--k", "16", *bad)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("autotune: error:")
+    for _ in ("tuned", "cached"):
+        proc = run("--m", "16", "--n", "16", "--k", "16", "--templates", "aten")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.startswith("note: no GPU found") and proc.stderr.count("note: no GPU") == 1
+
+
 def test_cache_commands_import_neither_torch_nor_triton(cache_dir, cli):
     tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
     code = ("import sys; from autotune_cli.cli import main; rc = main(['cache', 'show']);"

@@ -85,17 +85,23 @@ def likely_device(device: Optional[Device]) -> str:
     return "cuda" if driver_present() else "cpu"
 
 
-def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = None, runs: bool = True) -> str:
-    """The device a command works for; `runs`: whether anything will run there (a plan only
-    lists problems, so it says nothing of how they would run)."""
+CPU_NOTE = ("no GPU found; running on the CPU through Triton's interpreter (--device cpu). "
+            "Timings there only rank kernels for the interpreter.")
+
+
+def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = None) -> tuple[str, list[str]]:
+    """(the device a command works for, the notes to print once its input has passed its
+    checks: a bad input's error stays the one line on stderr)."""
     if device is not None:
-        return device.value
+        return device.value, []
     if gpu_present(remembered_in):
-        return "cuda"
-    if runs:
-        err.print("note: no GPU found; running on the CPU through Triton's interpreter "
-                  "(--device cpu). Timings there only rank kernels for the interpreter.")
-    return "cpu"
+        return "cuda", []
+    return "cpu", [CPU_NOTE]
+
+
+def say_notes(notes: List[str]) -> None:
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
 
 
 def build_settings(device: str, *, search: Search = Search.default, space: Optional[Path] = None,

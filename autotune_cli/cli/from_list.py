@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .app import Stopped, err, out
+from .app import Stopped, err, out, say_notes
 from .rows import StageClock, result_row
 from ..errors import Interrupted, Terminated, UserError
 from ..problem import GemmProblem
@@ -68,11 +68,12 @@ def stopped_by_list_signal(done: Callable[[], int], total: int):
 
 def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
               profile: bool = False, clock: StageClock | None = None, counts: list[int] | None = None,
-              groups: list[bool] | None = None) -> int:
+              groups: list[bool] | None = None, notes: list[str] | None = None) -> int:
     """Tune the list; the exit code: 0, or 1 when a problem found no winner or failed.
     `profile`: a line per tuned problem on where its seconds went (phases.py); `clock`: the
     command's, whose stages the JSON document carries; `counts`: each problem's (default 1);
-    `groups`: which are a group's one GEMM (default none)."""
+    `groups`: which are a group's one GEMM (default none); `notes`: said once the list's
+    checks have passed."""
     from ..store.cache import Cache
     from ..tune.hits import any_to_tune
     from ..hardware.device import probe_device
@@ -102,6 +103,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
         prestart_workers(settings.device, settings.measure.switches.start_method)  # beside the first choices
     from ..tune.tuner import Tuner
 
+    say_notes(notes or [])
     progress = ModelProgress(err, total=len(listed))
     rows = []
     try:

@@ -29,6 +29,7 @@ from .app import (
     out,
     PluginOpt,
     resolve_device,
+    say_notes,
     Search,
     SearchOpt,
     SeedOpt,
@@ -108,14 +109,14 @@ def mm(
         from ..model.shapes_file import read_listed
 
         counted = read_listed(from_file, device.value if device else "cpu")  # bad file: said first
-        dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
+        dev, notes = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
         settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                                   timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                                   plugin=plugin, interpreter_budget=interpreter_budget,
                                   budget=budget, compile_workers=compile_workers)
         code = tune_list(from_file, [p.with_device(dev) for p, _, _ in counted], settings, json_out,
                          profile=profile, clock=command, counts=[count for _, count, _ in counted],
-                         groups=[group for _, _, group in counted])
+                         groups=[group for _, _, group in counted], notes=notes)
         if code:
             raise typer.Exit(code=code)
         return
@@ -131,13 +132,14 @@ def mm(
                            bias=(bias_shape or BiasShape.n).value if bias else None, allow_tf32=allow_tf32,
                            device=device.value if device else "cpu", scale=scale, out_dtype=out_dtype,
                            fast_accum=fast_accum)
-    dev = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
+    dev, notes = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
     problem = problem.with_device(dev)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,
                               budget=budget, compile_workers=compile_workers)
-    reporter = ProgressReporter(err, enabled=True)
+    # the notes go before the reporter's first line, after the tuner's own checks of the input
+    reporter = ProgressReporter(err, enabled=True, preamble=[f"note: {note}" for note in notes])
     # A hit is answered from the cache alone: no worker started, torch not imported. With
     # --space the tuner answers: it lists that space's configs to compare with the entry's.
     outcome = cached(settings, problem, reporter) if settings.space_file is None else None
@@ -253,7 +255,7 @@ def model(
         from ..runner.processes import prestart_workers
 
         prestart_workers(likely_device(device), switches.start_method)  # their imports run beside ours
-    dev = resolve_device(device, runs=not plan_only)
+    dev, notes = resolve_device(device)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,
@@ -301,6 +303,7 @@ def model(
         if any_to_tune(Cache(settings.cache_dir), [item.problem for item in found], here, settings):
             check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
     clock.mark("probed")
+    say_notes(notes)
     if not json_out:  # the plan precedes the work (stderr)
         err.print(plan_table(plan))
     progress = ModelProgress(err, total=len(found))

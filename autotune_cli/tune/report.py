@@ -43,18 +43,28 @@ def fmt_tflops(value: float) -> str:
 
 
 class ProgressReporter:
-    """A TuneListener that draws a progress bar per problem on stderr."""
+    """A TuneListener that draws a progress bar per problem on stderr. `preamble`: lines
+    printed before its first (a command's notes that wait until its input passed the
+    tuner's checks, so that a bad input's error is the one line on stderr)."""
 
-    def __init__(self, console: Console, enabled: bool = True) -> None:
+    def __init__(self, console: Console, enabled: bool = True, preamble: list[str] | None = None) -> None:
         self.console = console
         self.enabled = enabled
         self.progress: Progress | None = None
         self.task = None
+        self.preamble = list(preamble or ())
+
+    def _say_preamble(self) -> None:
+        for line in self.preamble:
+            self.console.print(line, highlight=False, markup=False, soft_wrap=False)
+        self.preamble = []
 
     def notice(self, message: str) -> None:
+        self._say_preamble()
         self.console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
 
     def cache_hit(self, problem: GemmProblem, entry: Entry) -> None:
+        self._say_preamble()
         if not self.enabled:
             return
         winner = entry.winner
@@ -64,6 +74,7 @@ class ProgressReporter:
             highlight=False, markup=False, soft_wrap=False)
 
     def planned(self, problem: GemmProblem, choices) -> None:
+        self._say_preamble()
         if not self.enabled:
             return
         pruned = choices.pruned_counts()
