@@ -97,6 +97,11 @@ def time_side_by_side(timer, problem, runs: dict, seed: int = 1234, rounds: int 
     return {name: statistics.median(s) for name, s in samples.items()}, verdicts
 
 
+def finite_or_none(value):
+    """A float JSON can hold: None for a NaN or an infinity (a NaN output's error)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def geomean(values):
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
@@ -165,7 +170,8 @@ def main() -> None:
                        "errors": {key: v.reason for key, v in verdicts.items() if not v.ok},
                        # how near each came to the check's limits: the relative error, and the
                        # largest element error over its allowance (runner/verify.py)
-                       "accuracy": {key: {"rel_error": v.rel_error, "worst_of_allowed": v.worst_of_allowed}
+                       "accuracy": {key: {"rel_error": finite_or_none(v.rel_error),
+                                          "worst_of_allowed": finite_or_none(v.worst_of_allowed)}
                                     for key, v in verdicts.items()},
                        "tune_s": tune_s, "inductor_tune_s": inductor_s,
                        "best_by_template": {}}

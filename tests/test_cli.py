@@ -155,6 +155,33 @@ def test_without_a_gpu_the_cpu_note_waits_until_the_input_has_passed(cache_dir):
         assert proc.stderr.startswith("note: no GPU found") and proc.stderr.count("note: no GPU") == 1
 
 
+def test_without_a_gpu_a_model_says_the_cpu_note_and_its_own_notes_once(cache_dir, tmp_path):
+    from autotune_cli.cli.app import gpu_present
+
+    if gpu_present():
+        pytest.skip("this machine has a GPU: no note")
+    import torch
+
+    class WithOuter(torch.nn.Module):  # a K = 1 matmul (an outer product): noted, not tuned
+        def __init__(self):
+            super().__init__()
+            self.wide, self.outer = torch.nn.Linear(16, 8), torch.nn.Linear(1, 8)
+
+        def forward(self, x):
+            return self.wide(x) + self.outer(x[:, :1])
+
+    path = tmp_path / "outer.pt2"
+    torch.export.save(torch.export.export(WithOuter(), (torch.randn(4, 16),)), str(path))
+    proc = subprocess.run([sys.executable, "-m", "autotune_cli", "model", str(path), "--templates", "aten"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert sum("no GPU found" in n for n in notes) == 1, proc.stderr
+    assert len(notes) == len(set(notes)), proc.stderr
+    assert any("K = 1" in n for n in notes), proc.stderr
+
+
 def test_cache_commands_import_neither_torch_nor_triton(cache_dir, cli):
     tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
     code = ("import sys; from autotune_cli.cli import main; rc = main(['cache', 'show']);"

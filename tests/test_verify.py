@@ -119,3 +119,17 @@ def test_a_bias_left_out_of_a_long_sum_is_caught(bias):
     without = torch.mm(ops.a, ops.b)
     verdict = check(problem, without, ref)
     assert not verdict.ok and verdict.rel_error > 0.3
+
+
+def test_a_bias_written_after_the_reference_changes_nothing_of_it():
+    """The reference keeps its own copy of |bias|: a kernel writing NaN into the bias it is
+    handed cannot turn the per-entry check off for a later output."""
+    problem = make_problem(m=256, n=256, k=256, dtype="bfloat16", bias="n", device="cpu")
+    ops = make_operands(problem, seed=3, device="cpu")
+    ref = reference(problem, ops)
+    torch.addmm(ops.bias, ops.a, ops.b, out=ops.out)
+    assert check(problem, ops.out, ref).ok
+    ops.out[5, 4] += float(ref.exact.abs().mean())  # one entry off, in the column whose bias goes bad
+    ops.bias[4] = float("nan")
+    verdict = check(problem, ops.out, ref)
+    assert not verdict.ok and "1 element(s) off" in verdict.reason

@@ -152,6 +152,19 @@ def test_a_candidate_right_only_at_its_first_call_is_wrong(runner, tmp_path, uid
     assert run(runner, tmp_path, "test::good").status == "ok"
 
 
+def test_the_confirmation_launches_are_the_timing_policys(runner, tmp_path):
+    """A kernel wrong on its even calls, timed with an odd last run, is caught by the first
+    launch after the timing: with none (TimingPolicy.confirm_launches = 0) it would pass."""
+    results = {}
+    for launches in (0, 1):
+        task = WorkerTask(MEASURE, "test::every_other", PROBLEM, {}, 0, str(tmp_path),
+                          replace(FAST, confirm_launches=launches))
+        payload, fatal = runner.run(task)
+        assert not fatal
+        results[launches] = payload.status
+    assert results == {0: "ok", 1: "wrong_result"}
+
+
 def test_a_kernel_wrong_on_a_random_half_of_its_calls_never_passes(runner, tmp_path):
     """Each build flips its own seeded coin per call: with three checks about one build in
     eight passed; with verify's 22, one in four million."""

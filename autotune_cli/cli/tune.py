@@ -255,7 +255,7 @@ def model(
         from ..runner.processes import prestart_workers
 
         prestart_workers(likely_device(device), switches.start_method)  # their imports run beside ours
-    dev, notes = resolve_device(device)
+    dev, device_notes = resolve_device(device)
     settings = build_settings(dev, search=search, space=space, templates=templates, workers=workers,
                               timeout=timeout, cache_dir=cache_dir, force=force, seed=seed,
                               plugin=plugin, interpreter_budget=interpreter_budget,
@@ -303,7 +303,7 @@ def model(
         if any_to_tune(Cache(settings.cache_dir), [item.problem for item in found], here, settings):
             check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
     clock.mark("probed")
-    say_notes(notes)
+    say_notes(device_notes)
     if not json_out:  # the plan precedes the work (stderr)
         err.print(plan_table(plan))
     progress = ModelProgress(err, total=len(found))
