@@ -113,17 +113,13 @@ class SideBySide:
 
 def placed(ops, index: int):
     """(a copy of `ops` at addresses of placement `index`'s own, the pads to hold while it is
-    used): A, B and the bias copied with pads of `index` + 1 times the tuner's steps
-    (CandidateRunner.PAD_STEPS: torch's allocator's large and small blocks) held below them,
-    the output left as it is. A cuBLAS
-    call's time moves by up to 10% with where its operands lie (process_spread.py,
-    "Placement"): rounds at one placement read one of them."""
-    import torch
-
+    used): A, B and the bias copied above the tuner's pads of placement `index` + 1
+    (CandidateRunner.placement_pads), the output left as it is. A cuBLAS call's time moves
+    by up to 10% with where its operands lie (process_spread.py, "Placement"): rounds at
+    one placement read one of them."""
     from autotune_cli.runner.candidate import CandidateRunner
 
-    pads = [torch.empty((index + 1) * step, dtype=torch.uint8, device=ops.a.device)
-            for step in CandidateRunner.PAD_STEPS]
+    pads = CandidateRunner.placement_pads(index + 1, ops.a.device)
     copy = replace(ops, a=ops.a.clone(), b=ops.b.clone(), bias=None if ops.bias is None else ops.bias.clone())
     return copy, pads
 

@@ -106,6 +106,14 @@ class CandidateRunner:
     # allocator's large blocks (over 1 MiB), one for its small ones, which come from another pool.
     PAD_STEPS = (3 << 20, 4 << 10)
 
+    @classmethod
+    def placement_pads(cls, placement: int, device) -> list:
+        """Pads of `placement` times each of PAD_STEPS on `device`: held while the tensors made
+        after them are used, they put those at placement `placement`'s own addresses."""
+        import torch
+
+        return [torch.empty(placement * step, dtype=torch.uint8, device=device) for step in cls.PAD_STEPS]
+
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
         import triton  # noqa: F401  (imported now, not at the first candidate)
@@ -160,8 +168,7 @@ class CandidateRunner:
             kept = self._inputs = None  # the old tensors go before the new are made
             pad = None
             if placement and self.device_type == "cuda":  # one in each of the allocator's pools
-                pad = [self.torch.empty(placement * step, dtype=self.torch.uint8, device=self.device)
-                       for step in self.PAD_STEPS]
+                pad = self.placement_pads(placement, self.device)
             made = make_operands(problem, seed, self.device, pitch)
             kept = self._inputs = _Inputs(key=key, placement=placement, ops=made,
                                           ref=ref if ref is not None else reference(problem, made),
