@@ -16,7 +16,7 @@ from autotune_cli.store.cache import Cache
 from autotune_cli.errors import Interrupted, Terminated
 from autotune_cli.hardware.device import probe_device
 from autotune_cli.problem import make_problem
-from autotune_cli.store.results import Candidate
+from autotune_cli.store.results import BUDGET_RAN_OUT, Candidate
 from autotune_cli.runner import Executor
 from autotune_cli.settings import TuneSettings
 from autotune_cli.tune.tuner import Tuner
@@ -291,7 +291,7 @@ def test_the_budget_bounds_the_listing_of_configs(tmp_path):
     def past_deadline(call, choices, on_result):
         for index, choice in enumerate(choices):
             on_result(index, Candidate(uid=choice.uid, params=choice.params, status="skipped",
-                                       error="the tuning budget ran out"))
+                                       error=BUDGET_RAN_OUT))
         return []
 
     executor = ScriptedExecutor(past_deadline)

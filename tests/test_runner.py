@@ -148,6 +148,22 @@ def test_budget_skips_what_it_cannot_reach(cli, cache_dir, monkeypatch):
 
 
 @pytest.mark.slow
+def test_budget_stops_the_candidate_running_at_it(cli, cache_dir, monkeypatch):
+    # a sleepy config sleeps 60 s per call, past the budget and short of --timeout: the one
+    # running when the budget ends is stopped and skipped, not left to finish or time out
+    monkeypatch.setenv("AUTOTUNE_TEST_SLEEP", "60")
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--m", 16, "--n", 16, "--k", 16,
+                         "--plugin", PLUGINS / "sleepy.py", "--templates", "test::sleepy",
+                         "--workers", 1, "--budget", 4, "--timeout", 600)
+    assert code == 1, err
+    doc = json.loads(out)
+    assert [c["status"] for c in doc["candidates"]] == ["skipped"] * 8
+    assert all(c["error"] == "the tuning budget ran out" for c in doc["candidates"])
+    assert doc["winner"] is None
+    assert "none finished within --budget; raise it" in err
+
+
+@pytest.mark.slow
 def test_interrupted_tune_resumes(cache_dir, tmp_path):
     args = [sys.executable, "-m", "autotune_cli", "mm", "--device", "cpu", "--json", "--m", "16",
             "--n", "16", "--k", "16", "--plugin", str(PLUGINS / "sleepy.py"),

@@ -100,8 +100,9 @@ def resolve_device(device: Optional[Device], remembered_in: Optional[Path] = Non
 
 
 def say_notes(notes: List[str]) -> None:
-    for note in notes:
-        err.print(f"note: {note}", markup=False, highlight=False)
+    from ..tune.report import say_notes as say
+
+    say(err, notes)
 
 
 def build_settings(device: str, *, search: Search = Search.default, space: Optional[Path] = None,
@@ -194,9 +195,9 @@ PluginOpt = typer.Option(None, "--plugin", metavar="MODULE",
 BudgetOpt = typer.Option(30.0, "--interpreter-budget", help="On the CPU, prune Triton configs the interpreter would "
                          "take longer than this (s).")
 SeedOpt = typer.Option(0, "--seed", help="Seed of the random inputs.")
-TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds: no candidate "
-                             "starts after it (those running finish, each within --timeout); what is left is "
-                             "recorded as skipped.")
+TuneBudgetOpt = typer.Option(None, "--budget", help="Bound on one problem's whole tune, in seconds: at it the "
+                             "candidates running are stopped and those left are recorded as skipped; the best "
+                             "finished one wins.")
 CompileWorkersOpt = typer.Option(None, "--compile-workers", help="Compile-pool processes on CUDA (default: up to 8; 0 "
                                  "compiles in the timing worker).")
 

@@ -139,7 +139,7 @@ def mm(
                               plugin=plugin, interpreter_budget=interpreter_budget,
                               budget=budget, compile_workers=compile_workers)
     # the notes go before the reporter's first line, after the tuner's own checks of the input
-    reporter = ProgressReporter(err, enabled=True, preamble=[f"note: {note}" for note in notes])
+    reporter = ProgressReporter(err, enabled=True, preamble=notes)
     # A hit is answered from the cache alone: no worker started, torch not imported. With
     # --space the tuner answers: it lists that space's configs to compare with the entry's.
     outcome = cached(settings, problem, reporter) if settings.space_file is None else None
@@ -172,6 +172,8 @@ def mm(
         document = outcome_json(outcome)
         document["command_s"] = command.stages
         out.print(dumps(document), markup=False, soft_wrap=True)
+        if outcome.winner is None:  # the exit status's reason, where a script's stderr shows it
+            err.print(f"autotune: {outcome_summary(outcome)}", markup=False, highlight=False)
     else:
         out.print(outcome_table(outcome, top=top))
         out.print(outcome_summary(outcome))
@@ -270,8 +272,7 @@ def model(
     notes: list[str] = []
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, groups=groups, notes=notes)
-    for note in notes:
-        err.print(f"note: {note}", markup=False, highlight=False)
+    say_notes(notes)
     clock.mark("found")
     plan = plan_rows(found)
     if plan_only:

@@ -39,10 +39,11 @@ class Executor(Protocol):
             policy: TimingPolicy | None = None, deadline: float | None = None,
             shareable: bool = False) -> list[Candidate]:
         """Measure `choices` (`on_result(index, candidate)` as each ends; results in their
-        order); `policy` None: MeasurePolicy.timing_for each choice's problem. Past `deadline`
-        (time.monotonic()) nothing new starts. `shareable`: the results may be measured by
-        another device of the same GPU model (a worker `lent` to this run, `borrow`): the
-        search says so for a first timing, which it re-times on this device."""
+        order); `policy` None: MeasurePolicy.timing_for each choice's problem. At `deadline`
+        (time.monotonic()) the run ends: what waits or runs is recorded as skipped.
+        `shareable`: the results may be measured by another device of the same GPU model (a
+        worker `lent` to this run, `borrow`): the search says so for a first timing, which it
+        re-times on this device."""
         ...
 
     def compiles_ahead(self) -> bool:

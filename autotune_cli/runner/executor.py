@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 from ..candidates.choices import KernelTemplateChoice
 from ..hardware.device import DeviceInfo
-from ..store.results import RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
+from ..store.results import BUDGET_RAN_OUT, RUNTIME_ERROR, SKIPPED, TIMEOUT, Candidate
 from ..settings import TimingPolicy, TuneSettings
 from . import Executor, ExecutorStats, ResultCallback
 from .compile_pool import CompilePool, compile_key
@@ -260,14 +260,20 @@ class LocalExecutor(Executor):
                     break
                 take_answers()
                 if deadline is not None and time.monotonic() > deadline:
+                    # --budget ends the tune: what waits is skipped, and what runs is stopped
+                    # (a lent worker goes back down; its owner starts it again)
                     if pool is not None:
                         pool.withdraw(owner)
                     for index in sorted(compiling) + list(measure_queue):
-                        record(index, failed(index, SKIPPED, "the tuning budget ran out"))
+                        record(index, failed(index, SKIPPED, BUDGET_RAN_OUT))
                     compiling.clear()
                     measure_queue.clear()
-                    if not any(w.state == "busy" for w in timers):
-                        break
+                    for worker in timers:
+                        if worker.state == "busy":
+                            index = worker.task_index
+                            worker.kill()
+                            record(index, self._where(worker, failed(index, SKIPPED, BUDGET_RAN_OUT)))
+                    break
                 for worker in timers:
                     if worker.state == "down" and (measure_queue or compiling) and worker in self.timers:
                         worker.start(settings.startup_timeout_s)
@@ -289,6 +295,8 @@ class LocalExecutor(Executor):
                 wait_for = 0.5
                 if live:
                     wait_for = max(0.01, min(0.5, min(w.deadline for w in live) - time.monotonic()))
+                if deadline is not None:
+                    wait_for = max(0.01, min(wait_for, deadline - time.monotonic()))
                 ready = wait([w.conn for w in live] + [self._wake_r], timeout=wait_for)
                 for worker in live:
                     if worker.conn in ready:

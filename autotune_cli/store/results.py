@@ -12,6 +12,7 @@ RUNTIME_ERROR = "runtime_error"
 TIMEOUT = "timeout"
 WRONG_RESULT = "wrong_result"
 SKIPPED = "skipped"
+BUDGET_RAN_OUT = "the tuning budget ran out"  # the error of a candidate --budget left untimed
 STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, WRONG_RESULT, SKIPPED)
 
 

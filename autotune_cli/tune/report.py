@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..store.entry import Entry
 from ..problem import GemmProblem
-from ..store.results import Candidate, params_str
+from ..store.results import BUDGET_RAN_OUT, Candidate, params_str
 from ..text import plural, printable
 
 if TYPE_CHECKING:
@@ -42,9 +42,15 @@ def fmt_tflops(value: float) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
 
 
+def say_notes(console: Console, notes: list[str]) -> None:
+    """Each note as one "note: " line."""
+    for message in notes:
+        console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
+
+
 class ProgressReporter:
-    """A TuneListener that draws a progress bar per problem on stderr. `preamble`: lines
-    printed before its first (a command's notes that wait until its input passed the
+    """A TuneListener that draws a progress bar per problem on stderr. `preamble`: notes
+    said before its first line (a command's notes that wait until its input passed the
     tuner's checks, so that a bad input's error is the one line on stderr)."""
 
     def __init__(self, console: Console, enabled: bool = True, preamble: list[str] | None = None) -> None:
@@ -55,13 +61,12 @@ class ProgressReporter:
         self.preamble = list(preamble or ())
 
     def _say_preamble(self) -> None:
-        for line in self.preamble:
-            self.console.print(line, highlight=False, markup=False, soft_wrap=False)
-        self.preamble = []
+        notes, self.preamble = self.preamble, []
+        say_notes(self.console, notes)
 
     def notice(self, message: str) -> None:
         self._say_preamble()
-        self.console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
+        say_notes(self.console, [message])
 
     def cache_hit(self, problem: GemmProblem, entry: Entry) -> None:
         self._say_preamble()
@@ -168,6 +173,8 @@ def outcome_summary(outcome) -> str:
     entry: Entry = outcome.entry
     winner = entry.winner
     if winner is None:
+        if any(c.error == BUDGET_RAN_OUT for c in entry.candidates):
+            return f"no valid candidate ({_status_counts(entry)}): none finished within --budget; raise it"
         return f"no valid candidate ({_status_counts(entry)})"
     shown = printable(f"{winner.uid} {params_str(winner.params)}")
     return (f"winner: {shown}  {fmt_ms(winner.ms)} ms  "
