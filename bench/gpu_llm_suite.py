@@ -122,11 +122,14 @@ def main() -> None:
                    "noise": abs(torch_again / torch_ms - 1),
                    "tune_s": tune_s, "timing": side.policy(problem).mode,
                    "floor_ms": hbm_seconds(problem.min_bytes) * 1e3}
-            by_uid = {}
+            by_uid, margins = {}, {}
             for cand in entry["candidates"]:
                 if cand["status"] == "ok":
                     by_uid[cand["uid"]] = min(by_uid.get(cand["uid"], 1e9), cand["ms"])
+                    if cand.get("worst_of_allowed") is not None:
+                        margins[cand["uid"]] = max(margins.get(cand["uid"], 0.0), cand["worst_of_allowed"])
             row["best_by_template"] = by_uid
+            row["precision"], row["worst_of_allowed"] = problem.precision, margins
             if not args.skip_inductor and matches(name, args.inductor_only):
                 ind = inductor(problem, winner)
                 row["inductor"] = ind
@@ -161,6 +164,16 @@ def main() -> None:
         print("\nInductor's picks:")
         for shape, pick in picks:
             print(f"{shape:30} {pick}")
+    # how close the passing kernels came to the output check's slack (runner/verify.check):
+    # what a tighter tolerance for the precision would have to leave room for
+    print("\ncheck margins (largest entry error over its slack, OK candidates; 1 is the limit):")
+    for precision in sorted({r["precision"] for r in rows}):
+        worst: dict[str, float] = {}
+        for r in rows:
+            if r["precision"] == precision:
+                for uid, margin in r["worst_of_allowed"].items():
+                    worst[uid] = max(worst.get(uid, 0.0), margin)
+        print(f"{precision:10} " + ", ".join(f"{uid} {m:.3f}" for uid, m in sorted(worst.items())))
     print(f"noise floor (torch.mm against itself, same passes): median "
           f"{100 * statistics.median(r['noise'] for r in rows):.2f}%, max {100 * max(r['noise'] for r in rows):.2f}%")
     print(f"geomean speed-up vs torch.mm: ours {geomean([r['speedup'] for r in rows]):.3f}, inductor "

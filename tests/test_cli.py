@@ -24,6 +24,7 @@ def assert_verified_winner(doc):
     assert is_pick(winner, doc["candidates"])  # the fastest, or cuBLAS within the margin
     for cand in ok:
         assert cand["max_rel_error"] is not None and cand["max_rel_error"] < 2e-2
+        assert 0 <= cand["worst_of_allowed"] <= 1  # every check's margin, the worst of them
     uids = {c["uid"] for c in doc["candidates"]}
     assert any(u.startswith("aten::") for u in uids) and any(u.startswith("triton::") for u in uids)
 

@@ -208,8 +208,17 @@ class CandidateRunner:
         pitch = template.out_pitch(problem, params)
         policy = task.timing or TimingPolicy()
 
+        worst_of_allowed: list[float] = []  # each check's largest entry error over its slack
+
         def result(status: str, **fields) -> Candidate:
-            return Candidate(uid=template.uid, params=params, status=status, **fields)
+            worst = max(worst_of_allowed, default=None)
+            return Candidate(uid=template.uid, params=params, status=status, worst_of_allowed=worst, **fields)
+
+        def checked(out, ref):
+            verdict = check(problem, out, ref)
+            if verdict.worst_of_allowed is not None:
+                worst_of_allowed.append(verdict.worst_of_allowed)
+            return verdict
 
         started = time.perf_counter()
         phases: dict[str, float] = {}  # seconds per step: where a candidate's time goes
@@ -261,7 +270,7 @@ class CandidateRunner:
             return failure
         compile_s = time.perf_counter() - started
         lap("first_run")
-        verdict = check(problem, out, ref)
+        verdict = checked(out, ref)
         lap("check")
         if not verdict.ok and reused:
             # An earlier candidate may have corrupted the kept inputs: once more on fresh
@@ -276,7 +285,8 @@ class CandidateRunner:
             failure = launch(ops)
             if failure:
                 return failure
-            verdict = check(problem, out, ref)
+            worst_of_allowed.clear()  # only this verdict counts
+            verdict = checked(out, ref)
             lap("recheck")  # fresh inputs, a launch and a check: only when it happened
         if not verdict.ok:
             return result(WRONG_RESULT, error=verdict.reason, max_rel_error=verdict.rel_error,
@@ -300,7 +310,7 @@ class CandidateRunner:
         # A kernel right at its first call only, or at random, may not win: the last timed
         # run's output (reset before it) is checked like the first, then confirm_launches more
         # runs' after a reset of their own (TimingPolicy states the odds).
-        verdict = check(problem, out, ref)
+        verdict = checked(out, ref)
         for _ in range(policy.confirm_launches):
             if not verdict.ok:
                 break
@@ -308,7 +318,7 @@ class CandidateRunner:
             failure = launch(ops)
             if failure:
                 return failure
-            verdict = check(problem, out, ref)
+            verdict = checked(out, ref)
         lap("timed_check")
         if not verdict.ok:
             return result(WRONG_RESULT, error="after the timed runs: " + verdict.reason,

@@ -29,6 +29,9 @@ class Candidate:
     runs: int = 0
     error: str = ""
     max_rel_error: float | None = None  # ‖out − ref‖ / ‖ref‖ of the verification run
+    # the largest entry error over what it is allowed, over every check of the run (passing:
+    # at most 1): how close to the tolerance the kernel came (runner/verify.check)
+    worst_of_allowed: float | None = None
     compile_s: float | None = None
     first_run_s: float | None = None  # first launch in the timing process (a cache load when precompiled)
     timing: str = ""  # how it was timed: events, graph×N, perf_counter
