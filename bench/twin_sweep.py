@@ -119,7 +119,8 @@ def main() -> None:
     from autotune_cli.problem import make_problem
     from autotune_cli.runner.verify import make_operands
     from autotune_cli.templates import get_template
-    from autotune_cli.templates.triton_base import OneLaunchKernel, load_kernel
+    from autotune_cli.templates.kernel_files import load_kernel
+    from autotune_cli.templates.triton_base import OneLaunchKernel
 
     side = SideBySide()
     kernel_dir = tempfile.mkdtemp(prefix="twin-sweep-")

@@ -348,7 +348,7 @@ def test_cached_winner_line_of_a_tune_is_escaped():
 # -- the kernels folder ------------------------------------------------------------------------
 
 def kernel_source(k: int = 32) -> tuple[str, Path]:
-    from autotune_cli.templates.triton_base import load_kernels  # noqa: F401  (the module loads)
+    from autotune_cli.templates.kernel_files import load_kernels  # noqa: F401  (the module loads)
 
     template = get_template("triton::mm")
     problem = make_problem(m=32, n=32, k=k, dtype="float32", device="cpu")
@@ -368,7 +368,7 @@ def test_a_planted_pyc_beside_the_kernel_file_is_never_run(tmp_path):
     import os
     import py_compile
 
-    from autotune_cli.templates.triton_base import load_kernels
+    from autotune_cli.templates.kernel_files import load_kernels
 
     source, _ = kernel_source(k=48)
     kernel_dir = tmp_path / "kernels"
@@ -390,7 +390,7 @@ def test_a_planted_pyc_beside_the_kernel_file_is_never_run(tmp_path):
 def test_a_fifo_in_place_of_a_kernel_file_is_replaced_not_waited_on(tmp_path):
     import os
 
-    from autotune_cli.templates.triton_base import load_kernels
+    from autotune_cli.templates.kernel_files import load_kernels
 
     source, _ = kernel_source(k=64)
     kernel_dir = tmp_path / "kernels"
@@ -403,3 +403,32 @@ def test_a_fifo_in_place_of_a_kernel_file_is_replaced_not_waited_on(tmp_path):
     worker.start()
     worker.join(120)
     assert len(loaded) == 1 and path.is_file() and path.read_text() == source
+
+
+def test_a_kernels_folder_that_cannot_be_written_gives_way_to_a_private_one(tmp_path, monkeypatch):
+    """A cache deployed read-only (its kernels folder not writable) still runs its Triton
+    winners: the kernel file goes to a new folder of the process's own, private to the user."""
+    import errno
+    import stat
+
+    from autotune_cli.templates import kernel_files
+
+    source, _ = kernel_source(k=80)
+    kernel_dir = tmp_path / "kernels"
+    real_write = kernel_files._write_source
+
+    def read_only(directory, path, text):
+        if Path(directory) == kernel_dir:
+            raise PermissionError(errno.EACCES, "Permission denied", str(directory))
+        real_write(directory, path, text)
+
+    monkeypatch.setattr(kernel_files, "_write_source", read_only)
+    (kernel,) = kernel_files.load_kernels(source, str(kernel_dir), count=1)
+    assert kernel.fn.__name__.startswith("mm_") and not kernel_dir.exists()
+    placed = kernel_files._WRITTEN[kernel_path(kernel_dir, source)]
+    assert placed.parent != kernel_dir and placed.read_text() == source
+    assert stat.S_IMODE(placed.parent.stat().st_mode) == 0o700
+    # any other failure is the caller's to hear
+    monkeypatch.setattr(kernel_files, "_write_source", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with pytest.raises(OSError, match="full"):
+        kernel_files.load_kernels(kernel_source(k=96)[0], str(kernel_dir), count=1)

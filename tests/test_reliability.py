@@ -208,6 +208,55 @@ def test_a_damaged_entry_takes_only_itself_out_of_use(tmp_path, name):
     assert "imported 0, replaced 0, skipped 2 of 2 entries" in back.stderr
 
 
+def cannot_write(cache_dir, monkeypatch):
+    """The cache folder made one this user may read and not write: its mode where the user
+    is not root (root writes whatever the mode says), else every write into it refused."""
+    import errno
+
+    from autotune_cli.store import cache as cache_module
+
+    if os.geteuid() != 0:
+        cache_dir.chmod(0o555)
+        return
+    denied = PermissionError(errno.EACCES, "Permission denied")
+
+    def refuse(what):
+        def raise_(self, *args, **kwargs):
+            raise cache_module._unavailable(what, self.directory, denied)
+        return raise_
+
+    for name, what in (("_keep_copy", "write"), ("_move_aside", "move aside"), ("_write_unlocked", "write")):
+        monkeypatch.setattr(cache_module.Cache, name, refuse(what))
+
+
+@pytest.mark.parametrize("damage", ["entry", "file"])
+def test_a_damaged_cache_in_a_folder_that_cannot_be_written_is_read_as_it_can_be(tmp_path, monkeypatch, cli, damage):
+    """A deployed read-only cache with one damaged entry serves the others (the file left as
+    it is, said once); a file that cannot be read at all reads as empty. Neither is an error."""
+    cache_dir = tmp_path / "deployed"
+    cache_dir.mkdir()
+    bad = DAMAGED_ENTRIES["winner time"][0]
+    raw = (json.dumps({"schema": SCHEMA, "entries": {A: make_entry(), B: bad}}).encode() if damage == "entry"
+           else DAMAGED["truncated"][0].encode())
+    (cache_dir / CACHE_FILE).write_bytes(raw)
+    (cache_dir / ".autotune-cache.lock").touch()  # made while the folder could be written
+    cannot_write(cache_dir, monkeypatch)
+    try:
+        code, out, err = cli("cache", "show", "--cache-dir", cache_dir)
+        again = Cache(cache_dir).load()
+    finally:
+        cache_dir.chmod(0o755)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "the file is left as it is" in notes[0], err
+    if damage == "entry":
+        assert "winner time 'fast' is not a number" in notes[0] and "1 other entry used" in notes[0]
+        assert "mm 64x8x8" in out and set(again) == {A}
+    else:
+        assert "is unusable" in notes[0] and "read as empty" in notes[0] and again == {}
+    assert (cache_dir / CACHE_FILE).read_bytes() == raw and not list(cache_dir.glob(f"{CACHE_FILE}.*"))
+
+
 def test_damaged_twice_in_one_second_keeps_both_copies(tmp_path):
     cache = Cache(tmp_path)
     for text in ("{", "[", "nul"):

@@ -62,7 +62,17 @@ _TOLD: set[tuple[str, str, str]] = set()  # (cache file, key, why) of refusals t
 
 class CacheUnavailable(UserError):
     """The cache folder or file cannot be read or written at all (a permission, a file
-    where the folder should be, a full disk, a FIFO or a device in the file's place)."""
+    where the folder should be, a full disk, a FIFO or a device in the file's place).
+    `errno`: the OSError's, where one was the cause."""
+
+    def __init__(self, message: str, errno_: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+# a folder the user may read but not write (a deployed cache, a read-only mount): a reader
+# leaves a damaged file as it is and works from what it can use
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 def _damaged_name() -> str:
@@ -70,8 +80,22 @@ def _damaged_name() -> str:
     return f"{CACHE_FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
+LEFT_AS_IT_IS = "the folder cannot be written, so the file is left as it is"
+
+
+def _damage_text(damaged: dict[str, str]) -> str:
+    """The first damaged entry and why, and how many more."""
+    key, why = next(iter(damaged.items()))
+    more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
+    return f"entry {_show(key)} is damaged ({' '.join(why.split())}){more}"
+
+
+def _others(entries: dict) -> str:
+    return f"{len(entries)} other entr{'y' if len(entries) == 1 else 'ies'}"
+
+
 def _unavailable(what: str, path: Path, exc: OSError) -> CacheUnavailable:
-    return CacheUnavailable(f"cannot {what} the cache at {path}: {exc.strerror or exc}")
+    return CacheUnavailable(f"cannot {what} the cache at {path}: {exc.strerror or exc}", exc.errno)
 
 
 class Cache(CacheStore):
@@ -138,20 +162,29 @@ class Cache(CacheStore):
         except OSError as exc:
             raise _unavailable("read", self.path, exc) from None
 
-    def _read_unlocked(self) -> dict[str, Entry]:
+    def _read_unlocked(self, repair: bool = True) -> dict[str, Entry]:
+        """The file's entries; a damaged or older file is set right on disk (see the module),
+        or, `repair` False (a folder this user cannot write), only in what is returned."""
         raw = self._read_bytes()
         if raw is None:
             return {}
         try:
             entries, migrated_from, refused, damaged = parse_document(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            self._move_aside(f"not UTF-8 text (byte {exc.start})")
-            return {}
-        except DamagedCache as exc:
-            self._move_aside(str(exc))
+        except (UnicodeDecodeError, DamagedCache) as exc:
+            reason = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            if repair:
+                self._move_aside(reason)
+            else:
+                self._tell_once("unusable", f"cache {self.path} is unusable ({' '.join(reason.split())}); "
+                                            f"{LEFT_AS_IT_IS}, read as empty")
             return {}
         self._refuse(refused)
         if migrated_from is None and not damaged:
+            return entries
+        if not repair:
+            if damaged:
+                self._tell_once("damaged", printable(f"cache {self.path}: {_damage_text(damaged)}; left out, "
+                                                     f"{_others(entries)} used ({LEFT_AS_IT_IS})"))
             return entries
         # rewritten as this autotune writes it, the file as it was kept beside it first
         kept = self._keep_copy(raw, f"{CACHE_FILE}.schema-{migrated_from}" if migrated_from is not None
@@ -161,12 +194,17 @@ class Cache(CacheStore):
             self.notices.append(f"cache {self.path} used schema {migrated_from}; migrated it to schema "
                                 f"{SCHEMA} (the original is kept at {kept})")
         if damaged:
-            key, why = next(iter(damaged.items()))
-            more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
-            others = f"{len(entries)} other entr{'y' if len(entries) == 1 else 'ies'}"
-            self.notices.append(printable(f"cache {self.path}: entry {_show(key)} is damaged ({' '.join(why.split())})"
-                                          f"{more}; left out, the {others} kept (the file as it was is at {kept})"))
+            self.notices.append(printable(f"cache {self.path}: {_damage_text(damaged)}; left out, the "
+                                          f"{_others(entries)} kept (the file as it was is at {kept})"))
         return entries
+
+    def _tell_once(self, what: str, notice: str) -> None:
+        """A notice said once per process for this file (a reader that cannot set the file
+        right reads it again at each lookup)."""
+        told = (str(self.path), "", what)
+        if told not in _TOLD:
+            _TOLD.add(told)
+            self.notices.append(notice)
 
     def _keep_copy(self, raw: bytes, name: str) -> Path:
         """Write `raw` to a new file of the cache folder named `name` (or `name`.N); its path.
@@ -285,8 +323,13 @@ class Cache(CacheStore):
                 return entries
         except (DamagedCache, UnicodeDecodeError):
             pass
-        with self.locked():  # another process may have fixed it meanwhile: look again
-            return self._read_unlocked()
+        try:
+            with self.locked():  # another process may have fixed it meanwhile: look again
+                return self._read_unlocked()
+        except CacheUnavailable as exc:
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise
+        return self._read_unlocked(repair=False)
 
     def get(self, key: str) -> Entry | None:
         return self._entries().get(key)

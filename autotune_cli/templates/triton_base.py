@@ -1,4 +1,4 @@
-"""What every Triton template shares: the jinja environment, the kernel loader, the params
+"""What every Triton template shares: the jinja environment, the params
 every kernel takes, the render context every template fills the same way, and the kernels
 they build (`TritonKernel`: the call and the warm-up; `OneLaunchKernel`: one function on
 one grid, its bound launch and its launch parts).
@@ -10,11 +10,8 @@ the params it alone derives in `extra_params`, and passes its own variables to `
 from __future__ import annotations
 
 import hashlib
-import linecache
 import os
 import sys
-import tempfile
-import types
 from abc import abstractmethod
 from functools import lru_cache
 from pathlib import Path
@@ -63,63 +60,6 @@ def bias_arguments(ops: Operands, row_vector: bool) -> tuple[Any, tuple[int, ...
     if row_vector:
         return ops.bias, (0, ops.bias.stride(0))
     return ops.bias, tuple(ops.bias.stride())
-
-
-_WRITTEN: set[Path] = set()  # kernel files this process has written or found right
-
-
-def load_kernel(source: str, kernel_dir: str):
-    """The one @triton.jit function of a rendered source."""
-    (kernel,) = load_kernels(source, kernel_dir, count=1)
-    return kernel
-
-
-def _holds(path: Path, source: str) -> bool:
-    """Whether `path` is a regular file holding exactly `source` (a FIFO or a device put in
-    its place is not read, nor more bytes than the source has)."""
-    from ..safe_read import read_regular_file
-
-    expected = source.encode()
-    try:
-        return read_regular_file(path, limit=len(expected)) == expected
-    except OSError:
-        return False
-
-
-def load_kernels(source: str, kernel_dir: str, count: int) -> list:
-    """Write rendered source to a file (Triton reads a kernel's source from its file), run
-    it as a module once per process, and return its @triton.jit functions in the order they
-    are defined. The module runs the text rendered here, never what the file or a .pyc beside
-    it holds (the kernels folder may be shared, and written between our write and our read),
-    and linecache is pinned to that text, which is what Triton reads the functions from."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    module_name = f"autotune_kernel_{digest}"
-    directory = Path(kernel_dir)
-    path = directory / f"{module_name}.py"
-    if path not in _WRITTEN:  # each file checked once per process, kept where the user can read it
-        if not _holds(path, source):
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(source)
-            os.replace(tmp, path)
-        _WRITTEN.add(path)
-    module = sys.modules.get(module_name)
-    if module is None:
-        filename = str(path)
-        module = types.ModuleType(module_name)
-        module.__file__ = filename
-        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-        sys.modules[module_name] = module
-        try:
-            exec(compile(source, filename, "exec"), module.__dict__)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
-    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
-    if len(kernels) != count:
-        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
-    return kernels
 
 
 Step = tuple[Launcher, tuple, tuple]  # (launcher, grid, every argument): one launch

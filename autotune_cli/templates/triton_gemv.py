@@ -49,8 +49,9 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
+from .kernel_files import load_kernels
 from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonKernel, TritonTemplate, bias_arguments,
-                          jinja_template, load_kernels)
+                          jinja_template)
 from .triton_persistent_tma import installed_triton_version
 from .triton_splitk import REDUCE_BLOCK, SplitKKernel, check_workspace, k_per_split
 

@@ -19,7 +19,8 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel
+from .kernel_files import load_kernel
+from .triton_base import TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, bias_arguments
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_mm.py.jinja")
 

@@ -41,8 +41,9 @@ from ..problem import GemmProblem
 from .base import Operands
 from .launch import Launcher
 from .registry import register_template
+from .kernel_files import load_kernel
 from .triton_base import (TILE_SCHEMA, ZERO_ONE, Step, TritonKernel, TritonTemplate, bias_arguments, interpreting,
-                          load_kernel, output_tiles)
+                          output_tiles)
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_persistent_tma.py.jinja")
 DEFAULTS = {"FLATTEN": 1}  # tuned too, but optional in a config

@@ -29,8 +29,8 @@ from ..problem import DTYPE_SIZE, EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
 from .base import Operands
 from .params import Bool, Choice
 from .registry import register_template
-from .triton_base import (TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, jinja_template, load_kernel,
-                          output_tiles)
+from .kernel_files import load_kernel
+from .triton_base import TILE_SCHEMA, ZERO_ONE, OneLaunchKernel, TritonTemplate, jinja_template, output_tiles
 from .triton_persistent_tma import TMA_ALIGN, PersistentKernel, _row_stride, tma_device_problem
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm.py.jinja")

@@ -21,7 +21,8 @@ from ..problem import OUT_DTYPES, SCALE_BLOCK, GemmProblem
 from .base import Operands
 from .params import Choice
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, OneLaunchKernel, jinja_template, load_kernel, output_tiles
+from .kernel_files import load_kernel
+from .triton_base import TILE_SCHEMA, OneLaunchKernel, jinja_template, output_tiles
 from .triton_scaled_mm import TritonScaledMMTiledTemplate, pointer_operands
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_scaled_mm_block.py.jinja")

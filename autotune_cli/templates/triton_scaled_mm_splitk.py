@@ -26,7 +26,8 @@ from ..problem import EPILOGUE_SCALES, OUT_DTYPES, GemmProblem
 from .base import Operands
 from .params import Bool, Choice, Int
 from .registry import register_template
-from .triton_base import TILE_KEYS, TILE_SCHEMA, jinja_template, load_kernel, output_tiles
+from .kernel_files import load_kernel
+from .triton_base import TILE_KEYS, TILE_SCHEMA, jinja_template, output_tiles
 from .triton_scaled_mm import TritonScaledMMTiledTemplate, epilogue_scale_strides, pointer_operands
 from .triton_splitk import SplitKKernel, k_per_split
 

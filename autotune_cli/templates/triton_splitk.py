@@ -46,8 +46,9 @@ from .base import Operands
 from .launch import Launcher
 from .params import Bool, Int
 from .registry import register_template
+from .kernel_files import load_kernels
 from .triton_base import (TILE_KEYS, TILE_SCHEMA, ZERO_ONE, Step, TritonKernel, TritonTemplate, bias_arguments,
-                          jinja_template, load_kernels, output_tiles, plain_numbers)
+                          jinja_template, output_tiles, plain_numbers)
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_splitk.py.jinja")
 CONFIG_KEYS = TILE_KEYS + ("SPLIT_K",)

@@ -28,7 +28,8 @@ from ..problem import GemmProblem
 from .base import Operands
 from .params import Bool
 from .registry import register_template
-from .triton_base import TILE_SCHEMA, OneLaunchKernel, TritonTemplate, bias_arguments, load_kernel, output_tiles
+from .kernel_files import load_kernel
+from .triton_base import TILE_SCHEMA, OneLaunchKernel, TritonTemplate, bias_arguments, output_tiles
 
 TEMPLATE_FILE = Path(__file__).with_name("triton_swap_ab.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")

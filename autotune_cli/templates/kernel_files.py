@@ -1,0 +1,100 @@
+"""The files a rendered Triton source is loaded from: written where the kernels folder is
+(or, where it cannot be written, a private folder of the process's), then run as a module.
+Kept apart from the templates: how a file is placed never changes a kernel, so it is no
+part of a template's source hash (TritonTemplate.source_text)."""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import hashlib
+import linecache
+import os
+import shutil
+import sys
+import tempfile
+import types
+from functools import lru_cache
+from pathlib import Path
+
+
+# kernel files this process has written or found right: where it was asked to write each,
+# and where it is (another folder where that one cannot be written)
+_WRITTEN: dict[Path, Path] = {}
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+@lru_cache(maxsize=None)
+def _private_folder() -> Path:
+    """This process's own folder for kernel files, made where the kernels folder cannot be
+    written (a cache deployed read-only): new and private (0700), so nothing of another user's
+    is in it; removed at exit."""
+    folder = tempfile.mkdtemp(prefix="autotune-kernels-")
+    atexit.register(shutil.rmtree, folder, True)
+    return Path(folder)
+
+
+def _write_source(directory: Path, path: Path, source: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(source)
+    os.replace(tmp, path)
+
+
+def load_kernel(source: str, kernel_dir: str):
+    """The one @triton.jit function of a rendered source."""
+    (kernel,) = load_kernels(source, kernel_dir, count=1)
+    return kernel
+
+
+def _holds(path: Path, source: str) -> bool:
+    """Whether `path` is a regular file holding exactly `source` (a FIFO or a device put in
+    its place is not read, nor more bytes than the source has)."""
+    from ..safe_read import read_regular_file
+
+    expected = source.encode()
+    try:
+        return read_regular_file(path, limit=len(expected)) == expected
+    except OSError:
+        return False
+
+
+def load_kernels(source: str, kernel_dir: str, count: int) -> list:
+    """Write rendered source to a file (Triton reads a kernel's source from its file), run
+    it as a module once per process, and return its @triton.jit functions in the order they
+    are defined. The module runs the text rendered here, never what the file or a .pyc beside
+    it holds (the kernels folder may be shared, and written between our write and our read),
+    and linecache is pinned to that text, which is what Triton reads the functions from."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    module_name = f"autotune_kernel_{digest}"
+    directory = Path(kernel_dir)
+    asked = directory / f"{module_name}.py"
+    path = _WRITTEN.get(asked)
+    if path is None:  # each file checked once per process, kept where the user can read it
+        path = asked
+        if not _holds(path, source):
+            try:
+                _write_source(directory, path, source)
+            except OSError as exc:
+                if exc.errno not in READ_ONLY_ERRNOS:
+                    raise
+                path = _private_folder() / asked.name
+                _write_source(path.parent, path, source)
+        _WRITTEN[asked] = path
+    module = sys.modules.get(module_name)
+    if module is None:
+        filename = str(path)
+        module = types.ModuleType(module_name)
+        module.__file__ = filename
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        sys.modules[module_name] = module
+        try:
+            exec(compile(source, filename, "exec"), module.__dict__)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+    kernels = [v for v in vars(module).values() if hasattr(v, "run") and hasattr(v, "fn")]
+    if len(kernels) != count:
+        raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
+    return kernels
