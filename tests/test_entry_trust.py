@@ -172,6 +172,55 @@ def test_api_never_runs_a_crafted_param_and_falls_back_with_a_warning(tmp_path, 
     assert dispatcher.lookup(m=32, n=32, k=32, dtype="float32", device="cpu") is None
 
 
+def _stale(entry):
+    entry["fingerprint"]["templates"] = {"triton::mm": "0" * 16}  # tuned with an earlier source
+
+
+def _unregistered(entry):
+    entry["winner"]["uid"] = entry["candidates"][0]["uid"] = "triton::mm_old"
+    entry["fingerprint"]["templates"] = {"triton::mm_old": "0" * 16}
+
+
+def _no_winner(entry):
+    entry["winner"] = None
+    entry["candidates"][0]["status"] = "timeout"
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (_stale, "its cached entry was tuned with an earlier triton::mm (changed since"),
+    (_unregistered, "its cached entry names triton::mm_old, not registered here"),
+    (_no_winner, "its cached entry has no winner"),
+])
+def test_an_entry_of_this_machine_that_is_not_used_is_named_as_the_reason(tmp_path, spoil, why):
+    """A fallback over an entry of this machine that cannot serve says what it lacks, not
+    that nothing is cached; routing's summary sorts it apart from "nothing cached"."""
+    from autotune_cli.routing.report import _reason_kind
+
+    cache_dir = tmp_path / "cache"
+    key, entry = crafted(cache_dir)
+    spoil(entry)
+    Cache(cache_dir).put(key, entry)
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        info = api.Dispatcher(cache_dir).dispatch_info(a, b)
+    assert info.fallback and info.reason.startswith(why), info.reason
+    assert "autotune mm --m 32 --n 32 --k 32" in info.reason  # the command that tunes it again
+    assert any(why in str(w.message) for w in caught)
+    assert _reason_kind(info.reason) == "whose cached entry is not used (see routes)"
+    # another machine's entry for the problem is no reason: nothing is cached for this one
+    from autotune_cli.store.fingerprint import machine_digest_of
+
+    Cache(cache_dir).clear()
+    entry["fingerprint"]["device_name"] = "another machine"
+    entry["fingerprint_digest"] = digest_of(entry["fingerprint"])
+    entry["machine"] = machine_digest_of(entry["fingerprint"])
+    Cache(cache_dir).put(str(CacheKey(PROBLEM.key(), entry["fingerprint_digest"])), entry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert api.Dispatcher(cache_dir).dispatch_info(a, b).reason.startswith("nothing cached for it on this machine")
+
+
 def test_a_tune_does_not_answer_with_a_crafted_entry_but_tunes_again(cli, tmp_path):
     cache_dir = tmp_path / "cache"
     key, entry = crafted(cache_dir, uid="aten::mm", params={"note": payload(tmp_path / "ran")})

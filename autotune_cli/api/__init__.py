@@ -351,8 +351,8 @@ class Dispatcher:
         borrowed = found is not None
         found = found or self._lookup.find(problem, index=gpu_index(device))
         if found is None:
-            return torch_op, self._fallback(op, problem, f"nothing cached for it on this machine "
-                                            f"({tune_hint(op, problem)})")
+            why = self._lookup.miss_reason(problem, index=gpu_index(device))
+            return torch_op, self._fallback(op, problem, f"{why} ({tune_hint(op, problem)})")
         key, entry = found
         winner = entry.winner
         info = Dispatch(op, winner.uid, problem, key, dict(winner.params))

@@ -18,6 +18,10 @@ from ..errors import UserError, warn_caller
 from ..problem import GemmProblem
 
 
+NOTHING_CACHED = "nothing cached for it on this machine"
+STALE = "its cached entry"  # the start of every reason an entry of this machine is not used
+
+
 class AutotuneFallbackWarning(UserWarning):
     """A call ran torch's own op because no cached winner applies."""
 
@@ -116,21 +120,57 @@ class WinnerLookup:
             usable = entry is not None and answers(entry, wanted.template_hashes) and self._usable(key, entry)
             return (key, entry) if usable else None
         best: tuple[str, Entry] | None = None
-        for key, entry in self._by_problem.get(problem.key(), ()):
-            if not self._usable(key, entry):
-                continue
-            uids = tuple(sorted(entry.templates))
-            if not uids:
-                continue
-            try:
-                here = self.fingerprint(problem, uids, index)
-            except UserError:  # tuned with a template (a plugin's) not registered here
-                continue
-            if key != key_for(problem, here.digest()) or here.template_hashes != dict(entry.templates):
-                continue  # another machine, or a template changed (or stopped serving) since
-            if best is None or entry.winner.ms < best[1].winner.ms:
+        for key, entry, why in self._examined(problem, index):
+            if not why and (best is None or entry.winner.ms < best[1].winner.ms):
                 best = (key, entry)
         return best
+
+    def miss_reason(self, problem: GemmProblem, index: int = 0) -> str:
+        """Why `find` (every template) has no entry for `problem`: what this machine's entry
+        for it lacks (a template changed since, one not registered here, no winner), or that
+        there is none. The first words say which (routing/report.py sorts by them)."""
+        for _, _, why in self._examined(problem, index):
+            if why:
+                return why
+        return NOTHING_CACHED
+
+    def _examined(self, problem: GemmProblem, index: int):
+        """(key, entry, why it is not used, or "") for each entry of `problem` read from the
+        cache that was made on this machine (GPU `index`): an entry of another machine is
+        none of this one's business."""
+        from ..templates import get_template
+
+        entries = self._by_problem.get(problem.key(), ())
+        if not entries:
+            return
+        here = key_for(problem, self.fingerprint(problem, None, index).digest())  # the machine alone
+        for key, entry in entries:
+            if key != here:
+                continue
+            if entry.winner is None:
+                yield key, entry, f"{STALE} has no winner (every candidate failed, or its tune was interrupted)"
+                continue
+            unknown = []
+            for uid in sorted({*entry.templates, entry.winner.uid}):
+                try:
+                    get_template(uid)
+                except UserError:
+                    unknown.append(uid)
+            if unknown:
+                yield key, entry, (f"{STALE} names {', '.join(unknown)}, not registered here "
+                                   f"(a plugin not loaded?)")
+                continue
+            if not self._usable(key, entry):  # its params are refused (warned about once)
+                yield key, entry, f"{STALE} is refused: {self._refused[key]}"
+                continue
+            uids = tuple(sorted(entry.templates))
+            now = self.fingerprint(problem, uids, index).template_hashes
+            changed = [uid for uid in uids if now.get(uid) != entry.templates[uid]]
+            if changed or not uids:
+                yield key, entry, (f"{STALE} was tuned with an earlier {', '.join(changed)} (changed "
+                                   f"since: a tune again is due)" if changed else f"{STALE} records no templates")
+                continue
+            yield key, entry, ""
 
     def _usable(self, key: str, entry: Entry) -> bool:
         """A winner whose template is registered here (a plugin's must be imported first)

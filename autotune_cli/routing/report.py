@@ -4,6 +4,7 @@ list, which `compile` fills, holds each one's Dispatch with its whole reason).""
 from __future__ import annotations
 
 from ..api import Dispatch
+from ..api.lookup import STALE
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -45,6 +46,7 @@ def _folded(folds: int, split: int) -> str:
 def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
     for start, short in (("nothing cached", "with nothing cached"), ("K = 1", "with K = 1 (a multiply)"),
+                         (STALE, "whose cached entry is not used (see routes)"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
