@@ -257,6 +257,55 @@ def test_a_damaged_cache_in_a_folder_that_cannot_be_written_is_read_as_it_can_be
     assert (cache_dir / CACHE_FILE).read_bytes() == raw and not list(cache_dir.glob(f"{CACHE_FILE}.*"))
 
 
+class Raw(str):
+    """JSON text to be written as it is."""
+
+
+def _dumps_pairs(pairs) -> Raw:
+    """A JSON object written from (name, value) pairs, a name given as often as it comes."""
+    return Raw("{" + ", ".join(f"{json.dumps(name)}: {value if isinstance(value, Raw) else json.dumps(value)}"
+                               for name, value in pairs) + "}")
+
+
+def test_an_entry_given_twice_keeps_the_later_tune_and_says_so(tmp_path):
+    newer = make_entry(ms=0.5, tuned_at="2026-12-01T00:00:00+00:00")
+    older = make_entry(ms=9.99, tuned_at="2026-01-01T00:00:00+00:00")
+    entries = _dumps_pairs([(A, newer), (B, make_entry(m=2)), (A, older)])  # the older copy last
+    raw = _dumps_pairs([("schema", SCHEMA), ("entries", entries)]).encode()
+    (tmp_path / CACHE_FILE).write_bytes(raw)
+    cache = Cache(tmp_path)
+    loaded = cache.load()
+    assert set(loaded) == {A, B} and loaded[A].winner.ms == 0.5
+    (note,) = cache.notices
+    assert f"entry '{A}' is in the file 2 times" in note and "the copy tuned latest is kept" in note
+    (aside,) = tmp_path.glob(f"{CACHE_FILE}.damaged-*")
+    assert aside.read_bytes() == raw and str(aside) in note
+    assert document(tmp_path)["entries"][A]["winner"]["ms"] == 0.5  # rewritten with one copy
+    assert Cache(tmp_path).load()[A].winner.ms == 0.5 and not Cache(tmp_path).notices
+
+
+def test_two_caches_pasted_into_one_file_lose_no_entry(tmp_path):
+    first = _dumps_pairs([(A, make_entry())])
+    second = _dumps_pairs([(B, make_entry(m=2)), (A, make_entry(ms=0.25, tuned_at="2026-12-02T00:00:00+00:00"))])
+    raw = _dumps_pairs([("schema", SCHEMA), ("entries", first), ("schema", SCHEMA), ("entries", second)])
+    (tmp_path / CACHE_FILE).write_text(raw)
+    cache = Cache(tmp_path)
+    loaded = cache.load()
+    assert set(loaded) == {A, B} and loaded[A].winner.ms == 0.25
+    assert len(cache.notices) == 1 and "2 times" in cache.notices[0]
+
+
+def test_a_field_given_twice_inside_an_entry_damages_that_entry_alone(tmp_path):
+    good = make_entry()
+    winner = Raw(json.dumps(good["winner"]))
+    bad = _dumps_pairs([(k, v) for k, v in make_entry(m=2).items()] + [("winner", winner)])
+    raw = _dumps_pairs([("schema", SCHEMA), ("entries", _dumps_pairs([(A, good), (B, bad)]))])
+    (tmp_path / CACHE_FILE).write_text(raw)
+    cache = Cache(tmp_path)
+    assert set(cache.load()) == {A}
+    assert "'winner' is given twice in it" in cache.notices[0], cache.notices
+
+
 def test_damaged_twice_in_one_second_keeps_both_copies(tmp_path):
     cache = Cache(tmp_path)
     for text in ("{", "[", "nul"):

@@ -90,6 +90,13 @@ def _damage_text(damaged: dict[str, str]) -> str:
     return f"entry {_show(key)} is damaged ({' '.join(why.split())}){more}"
 
 
+def _repeat_text(repeated: dict[str, int]) -> str:
+    """The first key the file held more than once, how many times, and how many more such."""
+    key, copies = next(iter(repeated.items()))
+    more = f" (and {len(repeated) - 1} more keys)" if len(repeated) > 1 else ""
+    return f"entry {_show(key)} is in the file {copies} times{more}"
+
+
 def _others(entries: dict) -> str:
     return f"{len(entries)} other entr{'y' if len(entries) == 1 else 'ies'}"
 
@@ -169,7 +176,7 @@ class Cache(CacheStore):
         if raw is None:
             return {}
         try:
-            entries, migrated_from, refused, damaged = parse_document(raw.decode("utf-8"))
+            entries, migrated_from, refused, damaged, repeated = parse_document(raw.decode("utf-8"))
         except (UnicodeDecodeError, DamagedCache) as exc:
             reason = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
             if repair:
@@ -179,12 +186,15 @@ class Cache(CacheStore):
                                             f"{LEFT_AS_IT_IS}, read as empty")
             return {}
         self._refuse(refused)
-        if migrated_from is None and not damaged:
+        if migrated_from is None and not damaged and not repeated:
             return entries
         if not repair:
             if damaged:
                 self._tell_once("damaged", printable(f"cache {self.path}: {_damage_text(damaged)}; left out, "
                                                      f"{_others(entries)} used ({LEFT_AS_IT_IS})"))
+            if repeated:
+                self._tell_once("repeated", printable(f"cache {self.path}: {_repeat_text(repeated)}; the copy "
+                                                      f"tuned latest is used ({LEFT_AS_IT_IS})"))
             return entries
         # rewritten as this autotune writes it, the file as it was kept beside it first
         kept = self._keep_copy(raw, f"{CACHE_FILE}.schema-{migrated_from}" if migrated_from is not None
@@ -196,6 +206,9 @@ class Cache(CacheStore):
         if damaged:
             self.notices.append(printable(f"cache {self.path}: {_damage_text(damaged)}; left out, the "
                                           f"{_others(entries)} kept (the file as it was is at {kept})"))
+        if repeated:
+            self.notices.append(printable(f"cache {self.path}: {_repeat_text(repeated)}; the copy tuned "
+                                          f"latest is kept (the file as it was is at {kept})"))
         return entries
 
     def _tell_once(self, what: str, notice: str) -> None:
@@ -317,8 +330,8 @@ class Cache(CacheStore):
         if raw is None:
             return {}
         try:
-            entries, migrated_from, refused, damaged = parse_document(raw.decode("utf-8"))
-            if migrated_from is None and not damaged:
+            entries, migrated_from, refused, damaged, repeated = parse_document(raw.decode("utf-8"))
+            if migrated_from is None and not damaged and not repeated:
                 self._refuse(refused)
                 return entries
         except (DamagedCache, UnicodeDecodeError):

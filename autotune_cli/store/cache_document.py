@@ -81,6 +81,59 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class _Repeated(dict):
+    """A JSON object that gave a name more than once (two caches pasted into one file, a
+    merge gone wrong): as JSON readers take it (the last copy of each), with every copy of
+    each repeated name kept in `copies`, so that none is dropped unseen."""
+
+    copies: dict[str, list[Any]]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """json's object_pairs_hook: a dict, or a _Repeated where a name came more than once."""
+    obj: dict[str, Any] = {}
+    copies: dict[str, list[Any]] = {}
+    for name, value in pairs:
+        if name in obj:
+            copies.setdefault(name, [obj[name]]).append(value)
+        obj[name] = value
+    if not copies:
+        return obj
+    repeated = _Repeated(obj)
+    repeated.copies = copies
+    return repeated
+
+
+def _repeats_within(value: Any) -> str | None:
+    """The first name given twice in one object anywhere inside `value`, or None."""
+    if isinstance(value, _Repeated):
+        return next(iter(value.copies))
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        found = _repeats_within(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _every_entry(document: dict) -> tuple[Any, dict[str, int]]:
+    """The document's "entries" with every copy of a key that came more than once (in one
+    "entries" object, or in "entries" given twice) as a list of its copies, and how many
+    copies each such key had."""
+    blocks = document.copies.get("entries") if isinstance(document, _Repeated) else None
+    if blocks is None:
+        blocks = [document.get("entries")]
+    if not all(isinstance(block, dict) for block in blocks):
+        return document.get("entries"), {}
+    merged: dict[str, list[Any]] = {}
+    for block in blocks:
+        for key, value in block.items():
+            merged.setdefault(key, []).extend(block.copies[key] if isinstance(block, _Repeated)
+                                              and key in block.copies else [value])
+    repeated = {key: len(copies) for key, copies in merged.items() if len(copies) > 1}
+    return merged, repeated
+
+
 def _migrate_0(document: dict) -> dict:
     from .fingerprint import Fingerprint  # plain Python: no torch
 
@@ -116,6 +169,8 @@ class Document(NamedTuple):
     migrated_from: int | None  # the schema it was migrated from; None if it was current
     refused: dict[str, str]  # key -> why the entry under it does not belong there
     damaged: dict[str, str]  # key -> what in the entry under it is not what autotune writes
+    # key -> how many copies of it the file held (the latest tuned of them is in `entries`)
+    repeated: dict[str, int] = {}
 
 
 def parse_document(text: str) -> Document:
@@ -128,7 +183,8 @@ def parse_document(text: str) -> Document:
     comes through here, so this is where an entry must agree with its key (Entry.disagreement):
     one that does not is left out of `entries` and named in `refused`, never used."""
     try:
-        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                              object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
@@ -152,15 +208,15 @@ def parse_document(text: str) -> Document:
     while schema < SCHEMA:
         document = MIGRATIONS[schema](document)
         schema = document["schema"]
-    entries = document.get("entries")
+    entries, repeated = _every_entry(document)
     _require(isinstance(entries, dict), "'entries' is missing or not an object")
     kept: dict[str, Entry] = {}
     refused: dict[str, str] = {}
     damaged: dict[str, str] = {}
     older: dict[str, list[tuple[str, Entry]]] = {}  # new key -> [(old key, re-keyed entry)]
-    for key, data in entries.items():
+    for key, copies in entries.items():
         try:
-            entry = Entry.from_dict(data, key)
+            data, entry = _latest_copy(key, copies if isinstance(copies, list) else [copies])
             why = entry.disagreement(key)
             rekeyed = None if not why else _rekeyed(key, data, entry)
         except DamagedCache as exc:  # its reason, less the "entry '<key>'" that starts it
@@ -181,7 +237,28 @@ def parse_document(text: str) -> Document:
             kept[new_key] = found.pop()[1]
         for old_key, _ in found:
             refused[old_key] = "another entry of its problem and machine, tuned later, is kept"
-    return Document(kept, migrated_from, refused, damaged)
+    return Document(kept, migrated_from, refused, damaged, repeated)
+
+
+def _latest_copy(key: str, copies: list[Any]) -> tuple[Any, Entry]:
+    """(data, Entry) of the copy of `key`'s entry tuned latest of those that read (the last
+    given of equals); DamagedCache if none does. A name given twice inside an entry damages it."""
+    best: tuple[tuple, Any, Entry] | None = None
+    error: DamagedCache | None = None
+    for order, data in enumerate(copies):
+        try:
+            twice = _repeats_within(data)
+            _require(twice is None, f"entry {_show(key)}: {_show(twice)} is given twice in it")
+            entry = Entry.from_dict(data, key)
+        except DamagedCache as exc:
+            error = error or exc
+            continue
+        rank = (str(entry.tuned_at or ""), order)
+        if best is None or rank > best[0]:
+            best = (rank, data, entry)
+    if best is None:
+        raise error
+    return best[1], best[2]
 
 
 def _rekeyed(key: str, data: dict, entry: Entry) -> Entry | None:
