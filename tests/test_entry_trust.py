@@ -259,6 +259,24 @@ def test_import_refuses_an_entry_whose_params_do_not_validate(cli, tmp_path, dry
     assert not (cache_dir / CACHE_FILE).exists() and not marker.exists()
 
 
+def test_export_leaves_out_what_an_import_would_refuse(cli, tmp_path):
+    """An export is never a file that `cache import` refuses as a whole: an entry whose
+    winner is not what its template declares is left out, with a note naming it."""
+    source_dir, target_dir = tmp_path / "source", tmp_path / "target"
+    good_key, good = crafted(source_dir)
+    params = {**good["winner"]["params"], "FOO": 1}
+    bad_key, bad = crafted(source_dir, params=params, problem=make_problem(m=64, n=32, k=32, dtype="float32",
+                                                                           device="cpu"))
+    Cache(source_dir).update({good_key: good, bad_key: bad})
+    export = tmp_path / "export.json"
+    code, out, err = cli("cache", "export", "--format", "autotune", "-o", export, "--cache-dir", source_dir)
+    assert code == 0, err
+    assert f"note: left out {bad_key}: winner param 'FOO' is not declared by triton::mm" in err
+    assert "exported 1 entry" in err and list(json.loads(export.read_text())["entries"]) == [good_key]
+    code, out, err = cli("cache", "import", export, "--cache-dir", target_dir)
+    assert code == 0 and "imported 1" in err, err
+
+
 def test_import_lists_what_it_adds(cli, tmp_path):
     cache_dir = tmp_path / "cache"
     key, entry = crafted(tmp_path / "elsewhere")

@@ -285,14 +285,24 @@ def cache_export(
                                     "with TF32 (for a program that enables it) instead of IEEE ones."),
     no_hash: bool = typer.Option(False, "--no-hash", help="inductor: leave out template_hash (for a "
                                  "program running another torch version)."),
+    plugin: Optional[List[str]] = PluginOpt,
     cache_dir: Optional[Path] = CacheDirOpt,
 ) -> None:
     """Write the cached winners for torch.compile, or for another machine's cache."""
+    from ..plugins import load_plugins
+
+    load_plugins(tuple(plugin or ()))  # an entry of a plugin's template is checked by its declaration
     cache = open_cache(cache_dir)
     items = winners_only(select(cache.items(), filter_text))
     print_notices(cache)
     where = "stdout" if output in (None, "-") else output
     if format_ is ExportFormat.autotune:
+        from ..templates.params import entry_problem  # the package registers the built-ins
+
+        refused = {key: why for key, entry in items if (why := entry_problem(entry))}
+        for key, why in refused.items():  # what `cache import` would refuse, with the whole file
+            err.print(printable(f"note: left out {key}: {why}"), markup=False, highlight=False)
+        items = [(key, entry) for key, entry in items if key not in refused]
         write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
         err.print(f"exported {plural(len(items), 'entry', 'entries')} to {where}", markup=False)
         return
