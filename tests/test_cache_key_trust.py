@@ -126,6 +126,35 @@ def test_a_tune_replaces_a_copied_winner_and_says_so_once(cli, tmp_path):
     assert Cache(cache_dir).load()[key].problem == target  # the tune's own entry replaced it
 
 
+@pytest.mark.parametrize("how", ["from", "model"])
+def test_a_list_or_a_model_says_once_that_a_copied_winner_is_not_used(cli, tmp_path, how):
+    """`mm --from` and `model` look the cache up before their plan: the note comes from
+    there (the tuner's own reading would find it told already, and said nothing)."""
+    cache_dir = tmp_path / "cache"
+    target = make_problem(m=40, n=40, k=40, dtype="float32", device="cpu")
+    key, entry = copied_under(target, make_problem(m=64, n=64, k=64, dtype="float32", device="cpu"), "aten::mm")
+    plant(cache_dir, {key: entry})
+    if how == "from":
+        listed = tmp_path / "list.json"
+        listed.write_text(json.dumps([{"m": 40, "n": 40, "k": 40, "dtype": "float32"}]))
+        args = ("mm", "--from", listed)
+    else:
+        import torch
+
+        class Net(torch.nn.Module):
+            def forward(self, x, w):
+                return x @ w
+
+        model = tmp_path / "net.pt2"
+        torch.export.save(torch.export.export(Net(), (torch.randn(40, 40), torch.randn(40, 40))), model)
+        args = ("model", model)
+    code, out, err = cli(*args, "--device", "cpu", "--templates", "aten::mm", "--workers", "1",
+                         "--cache-dir", cache_dir)
+    assert code == 0, err
+    assert err.count(f"cache entry {key} is not used") == 1, err
+    assert Cache(cache_dir).load()[key].problem == target
+
+
 def another_gpus_entry_under_this_machines_key():
     problem = make_problem(m=32, n=32, k=32, dtype="float32", device="cpu")
     key, entry = entry_of(problem, "aten::mm")

@@ -103,7 +103,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
         prestart_workers(settings.device, settings.measure.switches.start_method)  # beside the first choices
     from ..tune.tuner import Tuner
 
-    say_notes(notes or [])
+    say_notes([*(notes or []), *cache.notices])  # the cache's are told once: here, not by the tuner
     progress = ModelProgress(err, total=len(listed))
     rows = []
     try:

@@ -301,8 +301,10 @@ def model(
         from ..store.cache import Cache
         from ..tune.hits import any_to_tune
 
-        if any_to_tune(Cache(settings.cache_dir), [item.problem for item in found], here, settings):
+        looked_up = Cache(settings.cache_dir)
+        if any_to_tune(looked_up, [item.problem for item in found], here, settings):
             check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
+        device_notes = device_notes + looked_up.notices  # told once: here, not by the tuner
     clock.mark("probed")
     say_notes(device_notes)
     if not json_out:  # the plan precedes the work (stderr)
