@@ -49,6 +49,40 @@ def test_a_templates_tune_keeps_one_entry_per_problem(cli, tmp_path):
         assert again["from_cache"] and again["key"] == narrow["key"]
 
 
+def test_a_narrower_tune_adds_to_what_a_wider_one_learned(cli, tmp_path, monkeypatch):
+    """One entry per problem holds the results of every selection tuned: a tune of a
+    selection the entry does not cover adds its results (never throws the others away), its
+    command shows its own pick, and each selection the entry covers is answered from it."""
+    import warnings
+
+    folder = tmp_path / "cache"
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(ONE_CONFIG))
+    cuBLAS = tune(cli, folder, "--templates", "aten")
+    assert cuBLAS["winner"]["uid"] == "aten::mm"
+    code, out, err = cli("mm", "--device", "cpu", "--workers", "1", "--json", *SHAPE, "--templates", "triton::mm",
+                         "--space", space, "--cache-dir", folder)
+    assert code == 0, err
+    triton = json.loads(out)
+    assert not triton["from_cache"] and triton["winner"]["uid"] == "triton::mm"
+    assert {c["uid"] for c in triton["candidates"]} == {"triton::mm"}  # its own results, its own pick
+    (entry,) = Cache(folder).load().values()
+    assert set(entry.templates) == {"aten::mm", "triton::mm"}
+    assert {c.uid for c in entry.candidates} == {"aten::mm", "triton::mm"}
+    assert entry.winner.uid == "aten::mm"  # the interpreter's Triton is far slower than the CPU's BLAS
+    assert "the cache keeps aten::mm" in " ".join(err.split()), err
+    # each selection the entry covers is a hit, answered with its own pick
+    for templates, uid in (("triton::mm", "triton::mm"), ("aten", "aten::mm"), ("aten,triton::mm", "aten::mm")):
+        code, out, err = cli("mm", "--device", "cpu", "--workers", "1", "--json", *SHAPE, "--templates", templates,
+                             "--space", space, "--cache-dir", folder)
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["from_cache"] and doc["winner"]["uid"] == uid, (templates, doc["winner"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert api.Dispatcher(folder).lookup_entry(PROBLEM, templates="triton::mm")[1].winner.uid == "triton::mm"
+
+
 def test_show_lists_the_templates_of_every_entry_of_a_machine(cli, tmp_path):
     """The fingerprint line names what each entry under it was tuned with, not the last
     entry's set alone (the digest leaves the templates out)."""

@@ -37,7 +37,8 @@ class WinnerLookup:
         # problem key -> [(key, entry)] of the entries read: a model's thousands of problems
         # are each found without a pass over every entry
         self._by_problem: dict[str, list[tuple[str, Entry]]] = {}
-        self._refused: dict[str, str] = {}  # key -> why its winner is not built ("" if it is fine)
+        # (key, winner identity) -> why that winner is not built ("" if it is fine)
+        self._refused: dict[tuple, str] = {}
         self._unreadable_told: set[str] = set()  # cache files said to be unreadable
 
     def reset(self) -> None:
@@ -99,12 +100,12 @@ class WinnerLookup:
         """(key, entry) of the cached result for `problem` on this machine's GPU `index` (the
         operands' device), or None.
 
-        `templates`: only an entry whose winner a tune with this selection (as
-        `--templates`) would pick (hits.answers). Otherwise the entry of this machine for the
+        `templates`: the entry as a tune with this selection (as `--templates`) would have
+        made it (hits.answer), if it can say. Otherwise the entry of this machine for the
         problem, if every template it was tuned with is registered here with the source it
         had then, and its winner is registered here.
         """
-        from ..tune.hits import answers
+        from ..tune.hits import answer
 
         if problem.device == "cuda":
             from ..hardware.device import cuda_available
@@ -117,8 +118,8 @@ class WinnerLookup:
             wanted = self.fingerprint(problem, only, index)
             key = key_for(problem, wanted.digest())
             entry = entries.get(key)
-            usable = entry is not None and answers(entry, wanted.template_hashes) and self._usable(key, entry)
-            return (key, entry) if usable else None
+            view = None if entry is None else answer(entry, wanted.template_hashes)
+            return (key, view) if view is not None and self._usable(key, view) else None
         best: tuple[str, Entry] | None = None
         for key, entry, why in self._examined(problem, index):
             if not why and (best is None or entry.winner.ms < best[1].winner.ms):
@@ -161,7 +162,7 @@ class WinnerLookup:
                                    f"(a plugin not loaded?)")
                 continue
             if not self._usable(key, entry):  # its params are refused (warned about once)
-                yield key, entry, f"{STALE} is refused: {self._refused[key]}"
+                yield key, entry, f"{STALE} is refused: {self._refused[(key, entry.winner.identity)]}"
                 continue
             uids = tuple(sorted(entry.templates))
             now = self.fingerprint(problem, uids, index).template_hashes
@@ -187,9 +188,10 @@ class WinnerLookup:
             get_template(winner.uid)
         except UserError:
             return False
-        why = self._refused.get(key)
+        memo = (key, winner.identity)  # a selection's answer (hits.answer) may have its own winner
+        why = self._refused.get(memo)
         if why is None:
-            why = self._refused[key] = winner_problem(entry) or ""
+            why = self._refused[memo] = winner_problem(entry) or ""
             if why:
                 from ..text import printable
 

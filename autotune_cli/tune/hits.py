@@ -7,7 +7,7 @@ search), so that a cached problem is answered for the cost of reading the cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..store import CacheStore
@@ -37,19 +37,58 @@ def fingerprint_for(problem: GemmProblem, device: DeviceInfo,
                     only: tuple[str, ...] | None = None) -> Fingerprint:
     """The machine plus the source hash of every template that serves the problem (of those
     in `only`, when given). The machine makes the key; the templates are what a tune
-    considers, recorded in its entry and held against a stored one (`answers`)."""
+    considers, recorded in its entry and held against a stored one (`answer`)."""
     templates = {t.uid: t.source_hash() for t in templates_for(problem, only)}
     return Fingerprint.of(device, templates)
 
 
-def answers(entry: Entry, wanted: Mapping[str, str]) -> bool:
-    """Whether `entry`'s winner is the one a tune of the templates `wanted` ({uid: source
-    hash}) would pick: it was tuned with every one of them as its source is now (so no
-    template changed since, and none it never timed could beat it), and its winner is one
-    of them (a winner of a wider selection serves a narrower one that holds it)."""
+def answer(entry: Entry, wanted: Mapping[str, str]) -> Entry | None:
+    """`entry` as a tune of the templates `wanted` ({uid: source hash}) would have made it,
+    or None where it cannot say: it must have been tuned with every one of them as its
+    source is now (so none changed since, and none it never timed could beat it). An entry
+    may hold results of templates the selection leaves out (a wider tune's, kept by a
+    narrower one: `with_other_templates`): the answer is the selection's own results and
+    their pick, which may win nothing."""
     recorded = entry.templates
-    return (entry.winner is not None and entry.winner.uid in wanted
-            and all(recorded.get(uid) == digest for uid, digest in wanted.items()))
+    if entry.winner is None or not all(recorded.get(uid) == digest for uid, digest in wanted.items()):
+        return None
+    view = selection_view(entry, wanted)
+    return view if view.winner is not None else None
+
+
+def selection_view(entry: Entry, wanted: Mapping[str, str]) -> Entry:
+    """`entry` with only the results of the templates `wanted` and their pick as its winner
+    (itself where it holds no other template's)."""
+    if set(entry.templates) <= set(wanted) and (entry.winner is None or entry.winner.uid in wanted):
+        return entry
+    from ..search.pick import pick_winner  # only here: a hit needs no search machinery
+
+    within = tuple(c for c in entry.candidates if c.uid in wanted)
+    best = pick_winner(list(within))
+    return replace(entry, candidates=within, winner=None if best is None else Winner.of(best, entry.problem))
+
+
+def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[str, str]) -> Entry:
+    """`entry` (a tune's results) with the results `stored` holds of templates the tune did
+    not select whose source (`current`: {uid: source hash} of every template serving the
+    problem) has not changed since: a narrower tune (--templates) adds to what a wider one
+    learned instead of throwing it away. The winner is the pick over them all."""
+    if stored is None:
+        return entry
+    from ..search.pick import pick_winner
+
+    selected, recorded = set(entry.templates), stored.templates
+    kept = {uid: digest for uid, digest in recorded.items()
+            if uid not in selected and current.get(uid) == digest}
+    others = tuple(c for c in stored.candidates if c.uid in kept)
+    if not others:
+        return entry
+    candidates = tuple(sorted((*entry.candidates, *others),
+                              key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0)))
+    best = pick_winner(list(candidates))
+    fingerprint = {**entry.fingerprint, "templates": {**kept, **entry.templates}}
+    return replace(entry, candidates=candidates, fingerprint=fingerprint,
+                   winner=None if best is None else Winner.of(best, entry.problem))
 
 
 def reusable(entry: Entry, wanted: Mapping[str, str]) -> bool:
@@ -73,10 +112,11 @@ class Lookup:
     def hit(self) -> TuneOutcome | None:
         """The outcome to answer with. An entry without a winner (all failed, or an
         interrupted run), or not tuned with every template of this selection as it is now
-        (`answers`), is no hit: it is tuned again (resumed) and replaced."""
-        if self.stored is None or not answers(self.stored, self.fingerprint.template_hashes):
+        (`answer`), is no hit: it is tuned again (resumed) and replaced."""
+        view = None if self.stored is None else answer(self.stored, self.fingerprint.template_hashes)
+        if view is None:
             return None
-        return TuneOutcome(self.problem, self.key, self.stored, from_cache=True)
+        return TuneOutcome(self.problem, self.key, view, from_cache=True)
 
 
 def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,

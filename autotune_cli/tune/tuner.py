@@ -21,15 +21,17 @@ from ..store.entry import Entry, Winner
 from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
-from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
+from .hits import (TuneOutcome, fingerprint_for, look_up, selection_view,  # noqa: F401  (TuneOutcome: re-exported)
+                   with_other_templates)
 from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
 from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
 from ..search.pick import pick_winner
-from ..store.results import Candidate
+from ..store.results import Candidate, params_str
 from ..search import SearchContext, get_strategy
 from ..settings import TuneSettings, check_writable_folder
+from ..text import printable
 
 
 class TuneListener:
@@ -198,9 +200,10 @@ class Tuner:
             self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
+        others = self._others(problem, fingerprint, stored)
         progress = TuneProgress(
             self.listener, self.cache, self.settings.measure,
-            lambda kept: self._entry(problem, fingerprint, kept, choice_set, time.perf_counter() - started),
+            lambda kept: others(self._entry(problem, fingerprint, kept, choice_set, time.perf_counter() - started)),
             problem, key, choice_set, reused, started, clock)
         if upcoming:  # after this problem's compiles are asked for: at its first result
             progress.at_first_result = lambda: clock.add("prefetch", _seconds(self.prefetch, list(upcoming)))
@@ -229,16 +232,31 @@ class Tuner:
         record = TuneRecord.of(clock, started, (c.phases for c in candidates), resumed=len(reused),
                                timeline=progress.timeline, compiles=stats.compiles,
                                compile_pool=stats.compile_pool, startups=stats.startups)
-        entry = self._entry(problem, fingerprint, candidates, choice_set, seconds, record)
+        entry = others(self._entry(problem, fingerprint, candidates, choice_set, seconds, record))
         with clock.phase("save"):
             self.cache.put(key, entry)
-        # the finished entry's own save is known only once it is written: the outcome's
-        # copy has it, the stored one stops at the search
-        entry = replace(entry, phases=clock.with_total())
+        # what this tune's selection picked (the stored entry may hold a wider tune's results
+        # too); the finished entry's own save is known only once it is written: the
+        # outcome's copy has it, the stored one stops at the search
+        view = replace(selection_view(entry, fingerprint.template_hashes), phases=clock.with_total())
+        if entry.winner is not None and view.winner is not None and entry.winner.identity != view.winner.identity:
+            self.listener.notice(printable(
+                f"the cache keeps {entry.winner.uid} {params_str(entry.winner.params)} "
+                f"({entry.winner.ms:.4f} ms) as the winner of {problem.describe()}: an earlier tune's, of "
+                f"templates not selected here"))
         self._emit_notices()
-        outcome = TuneOutcome(problem, key, entry, from_cache=False)
+        outcome = TuneOutcome(problem, key, view, from_cache=False)
         self.listener.finished(outcome)
         return outcome
+
+    def _others(self, problem: GemmProblem, fingerprint: Fingerprint, stored: Entry | None):
+        """What makes a tune's entry keep `stored`'s results of templates this tune did not
+        select (hits.with_other_templates): the hashes of every template serving the problem
+        are read only where `stored` holds such results."""
+        if stored is None or set(stored.templates) <= set(fingerprint.template_hashes):
+            return lambda entry: entry
+        current = fingerprint_for(problem, self.device).template_hashes
+        return lambda entry: with_other_templates(entry, stored, current)
 
     def _tuned_with_space(self, problem: GemmProblem, entry: Entry) -> bool:
         """Whether `entry` measured exactly the configs --space lists for `problem` (after
