@@ -179,7 +179,7 @@ DAMAGED_ENTRIES = {  # an entry of the wrong shape, beside a good one
                     "candidates": [], "winner": None}, "--m must be an integer"),
     "winner time": ({**make_entry(m=2), "winner": {**make_entry(m=2)["winner"], "ms": "fast"}},
                     "winner time 'fast' is not a number"),
-    "not an object": (7, "is a int, not an object"),
+    "not an object": (7, "is a number, not an object"),
 }
 
 

@@ -19,8 +19,9 @@ from .app import Stopped, app, err, out
 
 
 def one_line(message: str) -> str:
-    """click's message on one line (a missing choice lists the choices one a line)."""
-    return re.sub(r"\s*\n\s*", " ", message.strip())
+    """click's message on one line (a missing choice lists the choices one a line), without
+    the "Value error, " that typer's validation puts before a bad choice."""
+    return re.sub(r"\s*\n\s*", " ", message.strip()).replace(": Value error, ", ": ")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

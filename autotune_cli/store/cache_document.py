@@ -186,7 +186,7 @@ def parse_document(text: str) -> Document:
         document = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
                               object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
-        raise DamagedCache(f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise DamagedCache(f"not valid JSON: {exc.msg}, line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise DamagedCache("not valid JSON (nested too deeply)") from None
     except DamagedCache:

@@ -109,6 +109,15 @@ class CacheKey:
         return cls(data["problem"], data["fingerprint"])
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words: "a number", "a list", ..."""
+    for kind, name in ((bool, "true or false"), (int, "a number"), (float, "a number"), (str, "a string"),
+                       (list, "a list"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return f"a {type(value).__name__}"
+
+
 def key_for(problem: GemmProblem, fingerprint_digest: str) -> str:
     """The key string `problem` is stored under for a fingerprint."""
     return str(CacheKey.of(problem, fingerprint_digest))
@@ -308,7 +317,7 @@ class Entry:
         with a one-line reason if it is not what autotune writes."""
         _require(isinstance(key, str), f"key {_show(key)} is not a string")
         where = f"entry {_show(key)}"
-        _require(isinstance(data, dict), f"{where} is a {type(data).__name__}, not an object")
+        _require(isinstance(data, dict), f"{where} is {_json_kind(data)}, not an object")
         for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
             _require(isinstance(data.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
         winner = None if data.get("winner") is None else Winner.from_dict(data["winner"], where)
