@@ -409,6 +409,33 @@ def test_tune_false_tunes_nothing_and_says_what_was_left(cache_dir, capfd):
         (cache_dir / "autotune-cache.json").read_text()).get("entries")
 
 
+class ScaledAddmm(torch.nn.Module):
+    """A GEMM with alpha= and beta= (our ops take neither) beside a plain linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(32, 32))
+        self.b = torch.nn.Parameter(torch.randn(32))
+        self.linear = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.linear(torch.addmm(self.b, x, self.w.t(), beta=0.5, alpha=2.0))
+
+
+def test_a_gemm_with_alpha_or_beta_is_met_and_said_to_stay_torchs(cache_dir, capfd):
+    model = ScaledAddmm().eval()
+    x = torch.randn(16, 32)
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="eager", routes=routes, tune=False)(x)
+        torch.testing.assert_close(got, model(x))
+    err = capfd.readouterr().err
+    assert "routed 0 of 2 matmuls; left to the compiler: " in err
+    assert "1 with alpha=, beta= or out=" in err and "1 with nothing cached" in err
+    (scaled,) = [r for r in routes if r.reason.startswith("arguments our ops do not take")]
+    assert scaled.fallback and scaled.reason == "arguments our ops do not take (alpha=, beta=)"
+
+
 class Attention(torch.nn.Module):
     """Eager attention's 4-D q @ k^T and a rotary-like outer product (K = 1)."""
 

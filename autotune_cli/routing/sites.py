@@ -27,6 +27,7 @@ class MatmulMatch:
     fold: tuple[int, ...] | None  # A's leading dims, folded into M (None: A is the matrix)
     transpose_b: bool  # B is a linear's weight: the product takes W.T
     batch: tuple[int, ...] | None = None  # both operands' leading dims, folded into a bmm's batch
+    unrouted: str = ""  # why the call stays torch's though it is a GEMM (alpha=, beta=, out=)
 
 
 def _targets():
@@ -122,16 +123,18 @@ def match_matmul(node) -> MatmulMatch | None:
         if w.dim() != 2 or x.dim() < 2:
             return None
         return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True)
-    if kwargs:
-        return None  # out=, alpha=, beta=: left to torch
+    # out=, alpha=, beta=: a GEMM our ops do not take, met and left to torch (said in the summary)
+    unrouted = f"{UNROUTED_ARGUMENTS} ({', '.join(f'{k}=' for k in sorted(kwargs))})" if kwargs else ""
     if target is mm or name == "mm":
-        return MatmulMatch(args[0], args[1], None, None, False) if len(args) == 2 else None
+        return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted) if len(args) == 2 else None
     if target is bmm or name == "bmm":
-        return MatmulMatch(args[0], args[1], None, None, False) if len(args) == 2 else None
+        return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted) if len(args) == 2 else None
     if target is addmm or name == "addmm":
         if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
             return None
-        return MatmulMatch(args[1], args[2], args[0], None, False)
+        return MatmulMatch(args[1], args[2], args[0], None, False, unrouted=unrouted)
+    if kwargs:
+        return None  # a matmul with out=: not one this module reads
     if target in matmul or name in ("matmul", "__matmul__"):
         if len(args) != 2:
             return None
@@ -210,6 +213,7 @@ def _operand_nodes(node) -> list:
     return found
 
 
+UNROUTED_ARGUMENTS = "arguments our ops do not take"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
 
@@ -235,7 +239,9 @@ def matmul_sites(graph):
         want = node_value(node)
         cast = want is not None and any(t is not None and t.dtype != want.dtype for t in (x, w, bias))
         if not is_static(x, w, bias):
-            if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
+            if match.unrouted:
+                yield Site(node, op, match, None, static=False, skip=match.unrouted)
+            elif concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
             elif cast:
                 yield Site(node, op, match, None, static=False, skip=AUTOCAST)
@@ -254,7 +260,9 @@ def matmul_sites(graph):
         if match.batch is not None:
             a, b = x.reshape(-1, *x.shape[-2:]), w.reshape(-1, *w.shape[-2:])
         skip, outer = "", False
-        if a.shape[-1] == 1:
+        if match.unrouted:
+            skip = match.unrouted
+        elif a.shape[-1] == 1:
             skip, outer = OUTER, True
         elif cast:
             skip = AUTOCAST
