@@ -171,21 +171,28 @@ FROM_HELP = (
     "cache are answered from it, so an interrupted list resumes where it stopped.")
 
 
+def _path_arg(what: str):
+    """A path parser: an empty path is refused, not read as the current directory (Path("")
+    is "."), which would make "" a folder where a file was asked for."""
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise typer.BadParameter(f"an empty path; give a {what}")
+        return Path(text)
+    return parse
+
+
+_cache_dir_arg = _path_arg("folder")
+file_arg = _path_arg("file")  # a file's argument or option: parser=file_arg
+
+
 # Options shared by the tuning commands.
 DeviceOpt = typer.Option(None, "--device", help="cuda (default with a GPU) or cpu (Triton interpreter).")
 SearchOpt = typer.Option(Search.default, "--search", help="Config space: the default list or exhaustive.")
-SpaceOpt = typer.Option(None, "--space", metavar="FILE",
+SpaceOpt = typer.Option(None, "--space", metavar="FILE", parser=file_arg,
                         help="JSON file of Triton configs to try instead of the defaults.")
 TemplatesOpt = typer.Option(None, "--templates", help="Comma-separated uids or backends, e.g. aten or triton::mm.")
 WorkersOpt = typer.Option(None, "--workers", help="Benchmark worker processes (default: 1 per GPU, or per CPU core).")
 TimeoutOpt = typer.Option(120.0, "--timeout", help="Seconds one candidate may take before it is killed.")
-def _cache_dir_arg(text: str) -> Path:
-    """--cache-dir as given: an empty one would be the current directory (Path("") is ".")."""
-    if not text.strip():
-        raise typer.BadParameter("an empty path; give a folder")
-    return Path(text)
-
-
 CacheDirOpt = typer.Option(None, "--cache-dir", parser=_cache_dir_arg, metavar="DIR",
                            help="Cache folder (default: $AUTOTUNE_CACHE_DIR or the user cache dir).")
 ForceOpt = typer.Option(False, "--force", help="Re-tune even if the cache has a winner.")

@@ -20,7 +20,7 @@ from typing import Callable, List, Optional
 
 import typer
 
-from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, gpu_present, out
+from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, file_arg, gpu_present, out
 from ..store.entry import Entry
 from ..errors import UserError
 from ..text import plural, printable
@@ -319,8 +319,9 @@ def cache_export(
 
 @cache_app.command("import")
 def cache_import(
-    path: Path = typer.Argument(..., metavar="FILE", help="A file written by `autotune cache export --format autotune` "
-                                "(or another machine's cache file)."),
+    path: Path = typer.Argument(..., metavar="FILE", parser=file_arg,
+                                help="A file written by `autotune cache export --format autotune` (or another "
+                                "machine's cache file)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would change."),
     cache_dir: Optional[Path] = CacheDirOpt,
     plugin: Optional[List[str]] = PluginOpt,

@@ -22,6 +22,7 @@ from .app import (
     DeviceOpt,
     err,
     ExecutorKind,
+    file_arg,
     ForceOpt,
     FROM_HELP,
     JsonOpt,
@@ -81,7 +82,7 @@ def mm(
     seed: int = SeedOpt,
     budget: Optional[float] = TuneBudgetOpt,
     compile_workers: Optional[int] = CompileWorkersOpt,
-    from_file: Optional[Path] = typer.Option(None, "--from", metavar="FILE", help=FROM_HELP),
+    from_file: Optional[Path] = typer.Option(None, "--from", metavar="FILE", parser=file_arg, help=FROM_HELP),
     profile: bool = typer.Option(False, "--profile", help="Say where each tune's seconds went (stderr; --json has them "
                                  "as 'phases')."),
 ) -> None:
@@ -200,7 +201,7 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
 
 @app.command()
 def model(
-    path: Path = typer.Argument(..., metavar="MODEL",
+    path: Path = typer.Argument(..., metavar="MODEL", parser=file_arg,
                                 help="A TorchScript file (torch.jit.save) or a torch.export program (.pt2)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", metavar="SHAPE", help="An example "
                                                     "input, e.g. "
