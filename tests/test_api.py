@@ -232,6 +232,12 @@ def test_addmm_and_bmm_run_their_triton_winners(cli, cache_dir, space):
     info = autotune_cli.dispatch_info(a, b, bias=bias)
     assert (info.op, info.uid, info.key) == ("addmm", "triton::mm", add["key"])
     assert autotune_cli.dispatch_info(x, y).uid == "triton::bmm"
+    # lookup takes the bias as the flags and a --from list give it, or as the problem holds it
+    fields = dict(m=48, n=64, k=32, dtype="bfloat16", layout="tn", op="addmm", device="cpu")
+    assert autotune_cli.lookup(**fields, bias=True) == autotune_cli.lookup(**fields, bias="n") == add["winner"]
+    assert autotune_cli.lookup(**fields, bias=True, bias_shape="mn") is None
+    with pytest.raises(TypeError, match="bias_shape needs bias=True"):
+        autotune_cli.lookup(**fields, bias_shape="mn")
 
     with torch_forbidden("mm", "addmm", "bmm", "matmul"), NoWarnings():
         out_add = autotune_cli.addmm(bias, a, b)

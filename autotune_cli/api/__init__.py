@@ -124,9 +124,10 @@ class Dispatcher:
                      ) -> tuple[str, Entry] | None:
         """(key, entry) of the cached result for `problem` on this machine, or None.
 
-        `templates`: only the entry tuned with exactly this selection (as `--templates`).
-        Otherwise any entry for this problem whose fingerprint is this machine's, for the
-        templates it was tuned with, and whose winner is registered here; the fastest wins.
+        `templates`: the entry as a tune of this selection (as `--templates`) would have made
+        it, where it covers that selection (tune/hits.answer). Otherwise any entry for this
+        problem whose fingerprint is this machine's, for the templates it was tuned with, and
+        whose winner is registered here; the fastest wins.
         """
         return self._lookup.find(problem, templates, current_gpu(problem))
 
@@ -135,8 +136,8 @@ class Dispatcher:
         """The cached winner ({uid, params, ms, …}) for a problem on this machine, or None.
 
         Give a GemmProblem, its dict, or the fields as keywords (as the CLI's flags):
-        m, n, k, batch, dtype, layout, bias ("n"/"mn"), allow_tf32, op, device (default:
-        cuda where a GPU is present, else cpu).
+        m, n, k, batch, dtype, layout, bias ("n"/"mn", or True with bias_shape as in a
+        --from list), allow_tf32, op, device (default: cuda where a GPU is present, else cpu).
         """
         problem = as_problem(problem, fields)
         found = self._lookup.find(problem, templates, current_gpu(problem))

@@ -164,6 +164,14 @@ def as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
     if problem is not None:
         raise TypeError(f"expected a GemmProblem or a dict, got {type(problem).__name__}")
     fields = dict(fields)
+    # bias as the flags and a --from list give it: True (with bias_shape, default "n") or False
+    shape = fields.pop("bias_shape", None)
+    if fields.get("bias") is True:
+        fields["bias"] = shape or "n"
+    elif fields.get("bias") is False:
+        fields["bias"] = None
+    elif shape is not None:
+        raise TypeError("bias_shape needs bias=True")
     if fields.get("device") is None:
         from ..hardware.device import cuda_available
 
