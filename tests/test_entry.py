@@ -150,7 +150,7 @@ def good() -> dict:
     (lambda d: d["candidates"][0].pop("status"), "entry 'k@fp': candidate 0 is malformed"),
     (lambda d: d["candidates"][0].update(ms=None), "entry 'k@fp': candidate 0 is ok but has no time"),
     (lambda d: d["candidates"][0].update(status="lost"), "entry 'k@fp': candidate 0 has an unknown status 'lost'"),
-    (lambda d: d["problem"].update(m=0), "entry 'k@fp': problem is invalid (--m must be at least 1, got 0)"),
+    (lambda d: d["problem"].update(m=0), "entry 'k@fp': problem is invalid ('m' must be at least 1, got 0)"),
     (lambda d: d["fingerprint"].pop("device_name"), "entry 'k@fp': fingerprint has no device_name"),
     (lambda d: d["fingerprint"].update(templates={"a": 1}), "entry 'k@fp': fingerprint templates are not {uid: hash}"),
     (lambda d: d.update(machine=3), "entry 'k@fp': 'machine' is not a string"),

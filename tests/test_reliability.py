@@ -176,7 +176,7 @@ def test_cache_show_on_a_damaged_file_says_one_line_and_keeps_it(tmp_path, name)
 
 DAMAGED_ENTRIES = {  # an entry of the wrong shape, beside a good one
     "wrong type": ({"problem": {"op": "mm", "m": "64", "n": 8, "k": 8}, "fingerprint": {"device_name": "cpu"},
-                    "candidates": [], "winner": None}, "--m must be an integer"),
+                    "candidates": [], "winner": None}, "'m' must be an integer"),
     "winner time": ({**make_entry(m=2), "winner": {**make_entry(m=2)["winner"], "ms": "fast"}},
                     "winner time 'fast' is not a number"),
     "not an object": (7, "is a number, not an object"),

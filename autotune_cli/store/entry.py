@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -354,7 +355,9 @@ def _problem(where: str, data: Any) -> GemmProblem:
     try:
         return GemmProblem.from_dict(data)
     except (UserError, TypeError, ValueError) as exc:
-        reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        # the check speaks of the CLI's flags (--m, --bias-shape): here they are fields
+        reason = re.sub(r"--([a-z][a-z0-9-]*)", lambda m: repr(m.group(1).replace("-", "_")), str(exc))
+        reason = reason if len(reason) <= 120 else reason[:117] + "..."
         raise DamagedCache(f"{where}: problem is invalid ({reason})") from None
 
 
