@@ -95,6 +95,7 @@ def test_show_lists_the_templates_of_every_entry_of_a_machine(cli, tmp_path):
     assert code == 0, err
     line = " ".join(out[out.index("fingerprint "):].split())
     assert out.count("fingerprint ") == 1
+    assert not [row for row in out.splitlines() if row.endswith(" ")]  # wrapped at words, no space left over
     for uid in ("aten::mm", "aten::addmm", "triton::mm"):
         assert f"{uid}=" in line, line
 

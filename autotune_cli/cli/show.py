@@ -10,6 +10,7 @@ A plain `cache show` is one whose every argument `plain_show` understands (--cac
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import Iterable, List, Optional
 
@@ -115,10 +116,13 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
                 hashes.setdefault(uid, set()).add(str(source)[:8])
     for digest, fp in fingerprints.items():
         templates = ", ".join(f"{uid}={'/'.join(sorted(h))}" for uid, h in sorted(used[digest].items()))
-        out.print(printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
-                            f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
-                            f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
-                            f"templates {templates}"), markup=False)
+        line = printable(f"fingerprint {digest}: {fp.get('device_name')} cc{fp.get('capability') or '-'} "
+                         f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
+                         f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
+                         f"templates {templates}")
+        # wrapped here at words, each line printed whole: rich's wrap leaves a space at each end
+        for part in textwrap.wrap(line, width=max(20, out.width), break_on_hyphens=False):
+            out.print(part, markup=False, soft_wrap=True)
 
 
 def plain_show(argv: List[str]) -> Optional[dict]:
