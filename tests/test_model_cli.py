@@ -471,7 +471,7 @@ def test_human_output_plan_first_then_summary(cli, cache_dir, models):
 def test_plan_only_lists(cli, cache_dir, models):
     ts, pt2, shapes = models["mlp_bias"]
     doc, _ = model_json(cli, ts, TRUST, "--plan", "--input-shape", *shapes)
-    assert set(doc) == {"model", "plan"}
+    assert set(doc) == {"model", "plan", "not_tuned"}
     assert rows(doc["plan"]) == MLP_BIAS
     assert_shares(doc["plan"])
     for p in doc["plan"]:

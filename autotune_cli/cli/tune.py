@@ -271,14 +271,18 @@ def model(
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
     notes: list[str] = []
+    not_tuned: list = []  # model.NotTuned: the work no listed problem stands for, by kind
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
-                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, groups=groups, notes=notes)
+                       allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, groups=groups, notes=notes,
+                       not_tuned=not_tuned)
+    untuned = [item.to_dict() for item in not_tuned]
     say_notes(notes)
     clock.mark("found")
     plan = plan_rows(found)
     if plan_only:
         if json_out:
-            out.print(dumps({"model": str(path), "plan": plan}), markup=False, soft_wrap=True)
+            out.print(dumps({"model": str(path), "plan": plan, "not_tuned": untuned}), markup=False,
+                      soft_wrap=True)
         else:
             out.print(plan_table(plan))
         return
@@ -329,7 +333,7 @@ def model(
         # figures only where there is one pass
         passes = pass_totals(rows)
         one = passes[0] if len(passes) == 1 else {}
-        out.print(dumps({"model": str(path), "problems": rows, "passes": passes,
+        out.print(dumps({"model": str(path), "problems": rows, "not_tuned": untuned, "passes": passes,
                          "saved_ms_per_pass": one.get("saved_ms"), "aten_ms_per_pass": one.get("aten_ms"),
                          "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:

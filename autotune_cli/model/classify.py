@@ -18,16 +18,28 @@ GEMMs, and are not looked into.
   baddbmm(bias, A, B)       bmm (the bias add is left out; `sources` says baddbmm)
   linear(x, W[, bias])      x [..., K] flattened to [M, K] with M the product of the
                             leading dims; B = W.T, so a row-major W gives layout "?t";
-                            with a bias: addmm, bias "n"; without: mm
-  matmul(x, y)              as aten dispatches it (at::matmul, no-grad):
+                            with a bias, for x 2-D or contiguous (3-D, or a 1-D bias):
+                            addmm, bias "n"; otherwise matmul(x, W.T) below (the bias
+                            added apart), as at::linear runs it
+  matmul(x, y)              as at::matmul dispatches it:
                             2-D @ 2-D -> mm;
-                            N-D @ 2-D -> mm with M = prod(leading dims) (aten folds
-                            whenever the 2-D operand requires grad, as a saved model's
-                            weights do; x is copied first if its rows don't fold);
-                            2-D @ N-D and N-D @ N-D -> bmm with b = the product of the
-                            broadcast batch dims (for 2-D @ N-D with a weight requiring
-                            grad aten instead runs the transposed problem as one mm);
-                            any 1-D operand -> skipped (aten runs dot/mv, not a GEMM).
+                            N-D @ 2-D and 2-D @ N-D fold the N-D operand's batch into
+                            one mm when the 2-D operand requires grad (a Parameter, or a
+                            view of one, does even under no_grad), or, for N-D @ 2-D,
+                            when x's rows fold without a copy: N-D @ 2-D -> mm with
+                            M = prod(leading dims) (x copied first if its rows don't
+                            fold); 2-D @ N-D -> the transposed problem, mm with
+                            M = prod(batch) * N, B = the 2-D operand transposed;
+                            otherwise, and for N-D @ N-D -> bmm with b = the product of
+                            the broadcast batch dims;
+                            any 1-D operand -> a matrix-vector product (aten runs mv,
+                            dot, or a GEMM with one dim of 1): not tuned, counted.
+  linear(v, W) with v 1-D   a matrix-vector product, as above.
+  einsum(eq, a, b, ...)     read by einsum.py: the bmm calls at::einsum makes, each
+                            mapped as bmm above.
+
+An operand's `requires_grad` (None where the reader cannot know it) decides the fold;
+None counts as True, as for a saved model's weights.
 
 Layout: an operand is "n" if its last-dim stride is 1, "t" if its dim -2 stride is 1 (it
 is the transpose of a contiguous matrix), else "n" (aten copies it first). Where aten
@@ -40,7 +52,7 @@ float64) are skipped, and if that leaves none it is a UserError.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, scale_blocks
@@ -62,6 +74,22 @@ MATMUL_OPS = {
 # The dtypes a matmul (other than scaled_mm) is tuned in: the problem dtypes less float8.
 _GEMM_DTYPES = FLOAT_DTYPES
 
+# Ops that do much of a model's arithmetic but are no GEMM autotune tunes, by kind: the
+# not-tuned note counts them, so that a Linear's share of the GEMMs is not read as its
+# share of the model. Attention kernels are fused ops and are not looked into.
+UNTUNED_KINDS = {
+    "convolution": ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                    "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution"),
+    "attention op": ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                     "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
+                     "_efficient_attention_forward"),
+}
+UNTUNED_OPS = {op: kind for kind, ops in UNTUNED_KINDS.items() for op in ops}
+VECTOR_PRODUCT = "matrix-vector product"
+EINSUM_NO_MATMUL = "einsum without a matmul"  # an elementwise or outer product
+EINSUM_UNREAD = "einsum whose matmuls are not read"  # see einsum.py: a diagonal, a sum within one operand
+
 
 @dataclass(frozen=True)
 class Operand:
@@ -70,6 +98,15 @@ class Operand:
     sizes: tuple[Any, ...]
     strides: tuple[Any, ...]
     dtype: str  # torch dtype name without the "torch." prefix
+    requires_grad: bool | None = None  # None: not known (counts as True, see the module)
+
+
+@dataclass(frozen=True)
+class Untuned:
+    """A call whose work is no GEMM autotune tunes (`kind`, e.g. VECTOR_PRODUCT): counted
+    in the not-tuned note, never listed."""
+
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,7 @@ class MatmulCall:
     # reads from, not what it is, so not compared
     input: str | None = field(default=None, compare=False)
     weight: str | None = field(default=None, compare=False)  # a linear's Parameter, by its name (None: a buffer)
+    times: Any = 1  # runs per call of the model: a map or scan body's trip count (maybe symbolic)
 
 
 def sym(value: Any) -> Any:
@@ -139,6 +177,16 @@ def _rows_foldable(t: Operand) -> bool:
     """Whether t[..., K] views as [prod(leading), K] without a copy (at::matmul's test)."""
     return all(sym_eq(t.strides[i], t.strides[i + 1] * t.sizes[i + 1])
                for i in range(len(t.sizes) - 2))
+
+
+def _contiguous(t: Operand) -> bool:
+    """Whether t is row-major contiguous (the strides of dims of size 1 do not count)."""
+    step = sym(1)
+    for size, stride in zip(reversed(t.sizes), reversed(t.strides)):
+        if not sym_eq(size, 1) and not sym_eq(stride, step):
+            return False
+        step = step * size
+    return True
 
 
 def _flat_layout(t: Operand) -> str:
@@ -225,10 +273,11 @@ def _classify_scaled(args: Sequence[Any], out: Operand | None, source: str,
 
 
 def classify_call(name: str, args: Sequence[Any], out: Operand | None = None,
-                  fast_accum: bool = False) -> MatmulCall | None | str:
-    """Map one matmul-like call to a MatmulCall. Returns None to skip (1-D matmul), or the
-    dtype name (str) when the dtype is not one we tune. `out`: the call's output, where
-    known (a scaled_mm's output dtype is its own); `fast_accum`: a scaled_mm's use_fast_accum."""
+                  fast_accum: bool = False) -> MatmulCall | Untuned | None | str:
+    """Map one matmul-like call to a MatmulCall. Returns Untuned for a matrix-vector product,
+    the dtype name (str) when the dtype is not one we tune, None when the operands are not
+    read. `out`: the call's output, where known (a scaled_mm's output dtype is its own);
+    `fast_accum`: a scaled_mm's use_fast_accum."""
     kind = MATMUL_OPS[name][0]
     source = name.replace("::", ".")
     if kind == "scaled_mm":
@@ -267,26 +316,44 @@ def classify_call(name: str, args: Sequence[Any], out: Operand | None = None,
         return MatmulCall("bmm", a.sizes[1], b.sizes[2], a.sizes[2], a.sizes[0], dtype,
                           _mat_layout(a) + _mat_layout(b), None, source)
     if kind == "linear":
-        if len(a.sizes) < 2 or len(b.sizes) != 2:
-            return None  # a 1-D input is a matrix-vector product
-        w_t = Operand(b.sizes[::-1], b.strides[::-1], b.dtype)  # B = W.T
-        layout = _flat_layout(a) + _mat_layout(w_t)
-        m = sym_prod(a.sizes[:-1])
-        if bias is not None:
-            return MatmulCall("addmm", m, b.sizes[0], a.sizes[-1], one, dtype, layout, "n", source)
-        return MatmulCall("mm", m, b.sizes[0], a.sizes[-1], one, dtype, layout, None, source)
+        if len(b.sizes) != 2:
+            return None
+        if len(a.sizes) < 2:
+            return Untuned(VECTOR_PRODUCT)
+        w_t = _transposed(b)  # B = W.T, a view: it requires grad as W does
+        if bias is not None and (len(a.sizes) == 2 or (
+                _contiguous(a) and (len(a.sizes) == 3 or len(bias.sizes) == 1))):
+            return MatmulCall("addmm", sym_prod(a.sizes[:-1]), b.sizes[0], a.sizes[-1], one, dtype,
+                              _flat_layout(a) + _mat_layout(w_t), "n", source)
+        return _classify_matmul(a, w_t, dtype, source)
 
-    # matmul, following at::matmul's dispatch (no-grad)
+    return _classify_matmul(a, b, dtype, source)
+
+
+def _classify_matmul(a: Operand, b: Operand, dtype: str, source: str) -> MatmulCall | Untuned:
+    """aten.matmul as at::matmul dispatches it (see the module)."""
+    one = sym(1)
     da, db = len(a.sizes), len(b.sizes)
     if da < 2 or db < 2:
-        return None  # dot / mv / vector-matrix: not a GEMM
+        return Untuned(VECTOR_PRODUCT)
     if da == 2 and db == 2:
         return MatmulCall("mm", a.sizes[0], b.sizes[1], a.sizes[1], one, dtype,
                           _mat_layout(a) + _mat_layout(b), None, source)
-    if da >= 3 and db == 2:
+    if da >= 3 and db == 2 and (b.requires_grad is not False or _rows_foldable(a)):
         return MatmulCall("mm", sym_prod(a.sizes[:-1]), b.sizes[1], a.sizes[-1], one, dtype,
                           _flat_layout(a) + _mat_layout(b), None, source)
+    if da == 2 and db >= 3 and a.requires_grad is not False:
+        # b.mT [..., N, K] folded to [prod(batch) * N, K], times a.t(): C.mT of the product
+        bt = _transposed(b)
+        return MatmulCall("mm", sym_prod(bt.sizes[:-1]), a.sizes[0], a.sizes[1], one, dtype,
+                          _flat_layout(bt) + _mat_layout(_transposed(a)), None, source)
     batch = _broadcast(a.sizes[:-2], b.sizes[:-2])
     layout = _batched_layout(a, batch) + _batched_layout(b, batch)
     return MatmulCall("bmm", a.sizes[-2], b.sizes[-1], a.sizes[-1], sym_prod(batch), dtype,
                       layout, None, source)
+
+
+def _transposed(t: Operand) -> Operand:
+    """t.mT: its last two dims swapped."""
+    order = list(range(len(t.sizes) - 2)) + [len(t.sizes) - 1, len(t.sizes) - 2]
+    return replace(t, sizes=tuple(t.sizes[i] for i in order), strides=tuple(t.strides[i] for i in order))

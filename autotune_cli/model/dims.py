@@ -15,8 +15,9 @@ the sizes given (one combination) and are checked against the static sizes and t
 dtypes.
 
 Within one combination of values, identical problems (same GemmProblem, same hint) are
-merged with their counts summed; a problem already listed for an earlier combination
-(e.g. a static one, hint None) is not listed again. Order: combination by combination,
+merged with their counts summed (a call in a map or scan body counts its trip count); a
+problem already listed for an earlier combination (e.g. a static one, hint None) is not
+listed again. Order: combination by combination,
 then first appearance in the forward pass. `hint` keys are the names --hint gave, else torch's symbols.
 """
 
@@ -36,6 +37,7 @@ from .text import shown
 
 DEFAULT_HINT_CAP = 4096
 MAX_COMBINATIONS = 1024  # combinations of hint values one model may be read at
+MAX_COUNT = 2 ** 40  # calls of one matmul per forward pass (a map body's trip count)
 
 
 def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
@@ -53,7 +55,7 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     used: list[str] = []
     for raw in raws:
         if isinstance(raw, MatmulCall):
-            for e in (raw.b, raw.m, raw.n, raw.k):
+            for e in (raw.b, raw.m, raw.n, raw.k, sym(raw.times)):
                 for s in sorted(e.free_symbols, key=str):
                     if s.name not in used:
                         used.append(s.name)
@@ -257,6 +259,15 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                 layout=raw.layout, bias=raw.bias,
                 allow_tf32=bool(allow_tf32 and raw.dtype == "float32"), device=device,
                 scale=raw.scale, out_dtype=raw.out_dtype, fast_accum=raw.fast_accum)
+            times = _evaluate(sym(raw.times), binding)  # a map or scan body's trip count
+            if times is None:
+                raise UserError(f"a {raw.op} runs {shown(str(raw.times), 120)} times per call, a count "
+                                "with a symbol with no value")
+            if times > MAX_COUNT:
+                raise UserError(f"a {raw.op} runs {times} times per call, more than the {MAX_COUNT} read")
+            if times < 1:
+                continue  # a body that runs no time
+            symbols |= {s.name for s in sym(raw.times).free_symbols}
             hint = {names.get(s, s): binding[s] for s in sorted(symbols)} or None
             # a group's one GEMM (GROUP_SOURCE) stays a row of its own, even where a linear of
             # the model poses the same problem: it is no call of the model, and counts as none
@@ -264,9 +275,9 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
             if key in local:
                 prev = local[key]
                 sources = prev.sources + ((raw.source,) if raw.source not in prev.sources else ())
-                local[key] = replace(prev, count=prev.count + 1, sources=sources)
+                local[key] = replace(prev, count=prev.count + times, sources=sources)
             else:
-                local[key] = FoundGemm(problem, 1, (raw.source,), hint)
+                local[key] = FoundGemm(problem, times, (raw.source,), hint)
                 order.append(key)
         for key in order:
             if key not in index:  # the same problem at the same values in another combination

@@ -29,7 +29,7 @@ class ArchiveUnreadable(Exception):
 
 
 # schema.py's ScalarType -> torch dtype name (str(dtype) without "torch.")
-_EXPORT_DTYPES = {
+EXPORT_DTYPES = {
     1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
     8: "float64", 9: "complex32", 10: "complex64", 11: "complex128", 12: "bool",
     13: "bfloat16", 28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2",
@@ -305,12 +305,18 @@ class ExprReader:
 
     def tensor(self, meta: Any) -> Operand:
         dtype = meta["dtype"]
-        if type(dtype) is not int or dtype not in _EXPORT_DTYPES:
+        if type(dtype) is not int or dtype not in EXPORT_DTYPES:
             raise ArchiveUnreadable(f"unknown dtype {dtype!r}")
         sizes = tuple(self.symint(v) for v in meta["sizes"])
         strides = tuple(self.symint(v) for v in meta["strides"])
         if len(sizes) != len(strides):
             raise ArchiveUnreadable("sizes and strides differ in length")
-        return Operand(sizes, strides, _EXPORT_DTYPES[dtype])
+        return Operand(sizes, strides, EXPORT_DTYPES[dtype])
+
+    def scalar_type(self, code: Any) -> str:
+        """The dtype name of a serialized ScalarType (an autocast region's dtype)."""
+        if type(code) is not int or code not in EXPORT_DTYPES:
+            raise ArchiveUnreadable(f"unknown dtype {code!r}")
+        return EXPORT_DTYPES[code]
 
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 from ..problem import MIN_GEMM_K, one_gemm
-from ..text import plural
-from .classify import MatmulCall
+from .classify import VECTOR_PRODUCT, MatmulCall, Untuned
 from .dims import concretize, export_bindings, outside_ranges
 from .export_archive import read_export
-from .found import GROUP_SOURCE, FoundGemm
+from .found import GROUP_SOURCE, FoundGemm, NotTuned
 from .torchscript import read_torchscript
 
 
@@ -64,6 +64,7 @@ def find_gemms(
     trust_torchscript: bool = False,
     groups: bool = False,
     notes: list[str] | None = None,
+    not_tuned: list[NotTuned] | None = None,
 ) -> list[FoundGemm]:
     """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
 
@@ -72,7 +73,10 @@ def find_gemms(
     only with trust_torchscript (reading it runs it). `groups`: each one GEMM of linears of
     one input follows (one_gemm_groups; a torch.export program's, whose graph names the
     input: a TorchScript run does not). What the list leaves out that the caller should know
-    (matmuls inside a fused op) is appended to `notes`, one line each.
+    (matmuls inside a fused op, counts that are not exact) is appended to `notes`, one line
+    each; the calls no listed problem stands for (convolutions, matrix-vector products,
+    matmuls in other dtypes, ...) to `not_tuned`, one NotTuned per kind, and to `notes` as
+    one "not tuned:" line.
     """
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
@@ -80,7 +84,7 @@ def find_gemms(
     names: dict[str, str] = {}  # symbol -> the name --hint gave it
     if fmt == "export":
         graph = read_export(path)
-        raws = graph.raws
+        raws, untuned = graph.raws, graph.untuned
         scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
                                     graph.input_dtypes)
         if notes is not None:
@@ -89,11 +93,14 @@ def find_gemms(
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
                             "a TorchScript model takes its sizes from --input-shape")
-        raws, fused = read_torchscript(path, input_shapes)
+        raws, fused, untuned = read_torchscript(path, input_shapes)
         scenarios = [{}]
 
     calls = [r for r in raws if isinstance(r, MatmulCall)]
     kept = [r for r in calls if not _outer_product(r)]
+    skipped = _not_tuned(raws, untuned, len(calls) - len(kept))
+    if not_tuned is not None:
+        not_tuned.extend(skipped)
     if len(kept) < len(calls) and notes is not None:
         small = len(calls) - len(kept)
         notes.append(f"{small} matmul{'s' if small != 1 else ''} with K = 1 (an outer product, pointwise "
@@ -110,23 +117,46 @@ def find_gemms(
                 "autotune does not look into (nn.Transformer layers traced in eval mode take "
                 f"this fast path); {way_out}")
         other = sorted({r for r in raws if isinstance(r, str)})
-        extra = f" (only matmuls in {', '.join(other)}, which are not tuned)" if other else ""
+        only = ([f"matmuls in {', '.join(other)}"] if other else []) + [
+            item.many for item in skipped if item.what == VECTOR_PRODUCT]
+        extra = f" (only {' and '.join(only)}, which are not tuned)" if only else ""
         raise UserError(f"no matmuls found in {path}{extra}")
-    if fmt == "export" and graph.untuned and notes is not None:
-        ops = ", ".join(plural(n, kind) for kind, n in sorted(graph.untuned.items()))
-        notes.append(f"not tuned: {ops}, whose work is not a GEMM autotune tunes; each matmul's "
+    said = [item.said() for item in skipped if item.what != _OUTER_PRODUCT]  # that one has its note
+    if said and notes is not None:
+        notes.append(f"not tuned: {', '.join(said)}, whose work is not a GEMM autotune tunes; each matmul's "
                      "share is of the matmuls listed, not of the model")
+    if fmt == "export" and notes is not None:
+        notes.extend(graph.notes)
+        notes.extend(f"the matmuls inside torch.autocast({kind!r}) are listed in {dtype}, as they run on "
+                     f"{kind}; on {device} that region leaves them in their operands' dtypes"
+                     for kind, dtype in graph.autocast.items() if kind != device)
     if fused and notes is not None:
         notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
                      f"to list them, {way_out}")
     if groups and fmt != "export" and notes is not None:
         notes.append("--groups reads a torch.export program: a TorchScript run does not say which "
                      "linears share an input, so no group is listed")
-    if groups and fmt == "export" and notes is not None and not any(c.input for c in kept):
+    if groups and fmt == "export" and notes is not None and not any(c.source == "aten.linear" for c in kept):
         notes.append("--groups found no aten.linear to group: a program after run_decompositions() "
                      "holds mm and addmm instead; export it without decomposing to list groups")
     extra = one_gemm_groups(kept) if groups else []
     return concretize(kept + extra, scenarios, device=device, allow_tf32=allow_tf32, names=names)
+
+
+_OUTER_PRODUCT = "matmul with K = 1"
+
+
+def _not_tuned(raws: list[Any], untuned: dict[str, int], outer: int) -> list[NotTuned]:
+    """The calls no listed problem stands for, one NotTuned per kind, by name: the ops the
+    reader counted, matrix-vector products, matmuls in a dtype not tuned, outer products."""
+    counts = dict(untuned)
+    for raw in raws:
+        what = raw.kind if isinstance(raw, Untuned) else f"matmul in {raw}" if isinstance(raw, str) else None
+        if what:
+            counts[what] = counts.get(what, 0) + 1
+    if outer:
+        counts[_OUTER_PRODUCT] = outer
+    return [NotTuned(what, n) for what, n in sorted(counts.items())]
 
 
 def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:

@@ -30,6 +30,31 @@ class FoundGemm:
                      tuple(sorted(self.hint.items())) if self.hint else None))
 
 
+@dataclass(frozen=True)
+class NotTuned:
+    """Calls of one kind a model makes that no listed problem stands for (convolutions,
+    matrix-vector products, matmuls in an integer dtype, ...): `what` names one of them,
+    `count` says how many one forward pass makes."""
+
+    what: str
+    count: int
+
+    @property
+    def many(self) -> str:
+        """`what` for several: the noun that leads it made plural ("matmuls in int64")."""
+        head, space, rest = self.what.partition(" ")
+        if head in ("matmul", "einsum"):
+            return f"{head}s{space}{rest}"
+        return self.what + "s"
+
+    def said(self) -> str:
+        """"2 convolutions", "1 matmul in int64"."""
+        return f"{self.count} {self.what if self.count == 1 else self.many}"
+
+    def to_dict(self) -> dict:
+        return {"what": self.what, "count": self.count}
+
+
 def plan_flops_share(found: Sequence[FoundGemm]) -> list[float]:
     """Each entry's share of sum(flops * count) over the model's own matmuls (those sum to 1;
     [] for []); a group's one GEMM (GROUP_SOURCE) is the share of the linears it holds."""

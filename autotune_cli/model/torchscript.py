@@ -12,7 +12,10 @@ arithmetic, no memory for activations); if the module cannot run there it is run
 CPU with random inputs (integer and bool inputs are zeros, so that they are valid
 indices); so is a model whose meta run multiplied operands of two dtypes (a meta kernel may
 let through what torch refuses: an input of another dtype than the weights). Only the
-outermost matmul-like op of each call counts; attention ops are not looked into. Fused ops
+outermost matmul-like op of each call counts, save that aten::linear, aten::matmul (but
+for a 1-D operand, a matrix-vector product) and aten::einsum count the mm, addmm or bmm
+calls they ran, under the run's no_grad: those depend on the operands' requires_grad,
+which the profiler does not record. Attention ops and convolutions are counted, not looked into. Fused ops
 whose matmuls run inside them (nn.TransformerEncoderLayer's fast path,
 `aten::_transformer_encoder_layer_fwd`) are not looked into either; they are named,
 so that find_gemms can say so.
@@ -24,12 +27,13 @@ import contextlib
 import itertools
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..text import article
-from .classify import MATMUL_OPS, Operand, classify_call, sym, sym_eq
+from .classify import EINSUM_NO_MATMUL, MATMUL_OPS, UNTUNED_OPS, MatmulCall, Operand, classify_call, sym, sym_eq
 from .text import one_line
 
 # Fused kernels that may call matmuls inside (math fallbacks); never looked into.
@@ -39,6 +43,11 @@ _OPAQUE_PREFIXES = (
     "aten::_flash_attention",
     "aten::_efficient_attention",
 )
+
+# Composite ops whose matmuls are read from the calls they run (at::linear's and
+# at::matmul's dispatch depends on whether an operand requires grad; at::einsum runs bmm),
+# by the source they show.
+_COMPOSITE_MATMULS = {"aten::linear": "aten.linear", "aten::matmul": "aten.matmul", "aten::einsum": "aten.einsum"}
 
 # Fused kernels with matmuls inside that the profiler does not see (nn.Transformer layers'
 # fast path in eval mode); named when they hide every matmul of a TorchScript model.
@@ -117,9 +126,10 @@ def _make_inputs(input_shapes, device: str, random: bool) -> list[Any]:
     return out
 
 
-def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
-    """Run once under the profiler: the outermost matmul-like calls, and the names of the
-    fused ops (_FUSED_MATMUL_OPS) that ran."""
+def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str], dict[str, int]]:
+    """Run once under the profiler: the outermost matmul-like calls (for a composite one,
+    the calls it ran), the names of the fused ops (_FUSED_MATMUL_OPS) that ran, and the
+    counts of the ops of classify.UNTUNED_KINDS."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -138,6 +148,7 @@ def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
 
     found: list[Any] = []
     fused: list[str] = []
+    untuned: dict[str, int] = {}
 
     def convert(value: Any) -> Operand | None:
         sizes = getattr(value, "sizes", None)
@@ -151,25 +162,66 @@ def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str]]:
     def events_sorted(events):
         return sorted(events, key=lambda e: e.start_time_ns)
 
-    stack = list(reversed(events_sorted(roots)))
-    while stack:
-        event = stack.pop()
+    def count(kind: str) -> None:
+        untuned[kind] = untuned.get(kind, 0) + 1
+
+    def matmul(event: Any, source: str | None, out: list[Any]) -> None:
+        """One matmul-like call: classified, or, for a composite op (matmul, einsum), the
+        calls it ran (torch's dispatch decides them: what a model runs, recorded)."""
         name = event.name
+        raw = None
         if name in MATMUL_OPS:
             operands = _operand_window(name, [convert(v) for v in getattr(event.extra_fields, "inputs", None) or []])
             dtypes = {op.dtype for op in operands if isinstance(op, Operand)}
             if MATMUL_OPS[name][0] != "scaled_mm" and len(dtypes) > 1:  # torch refuses it; a meta kernel may not
                 raise TypeError(f"{name} on operands of {' and '.join(sorted(dtypes))}")
             raw = classify_call(name, operands)
-            if raw is not None:
-                found.append(raw)
+            if source is not None and isinstance(raw, MatmulCall):
+                raw = replace(raw, source=source)
+            if name not in _COMPOSITE_MATMULS or not isinstance(raw, MatmulCall):
+                if raw is not None:
+                    out.append(raw)
+                return
+        inner: list[Any] = []
+        stack = list(reversed(events_sorted(event.children)))
+        while stack:
+            child = stack.pop()
+            if child.name in _COMPOSITE_MATMULS or child.name in MATMUL_OPS:
+                matmul(child, source or _COMPOSITE_MATMULS.get(name), inner)
+            else:
+                stack.extend(reversed(events_sorted(child.children)))
+        if any(isinstance(r, MatmulCall) for r in inner):
+            out.extend(inner)
+        elif raw is not None:
+            out.append(raw)
+        elif name == "aten::einsum" and len([v for v in _event_inputs(event) if convert(v)]) > 1:
+            count(EINSUM_NO_MATMUL)  # a product of two operands with no matmul in it
+
+    stack = list(reversed(events_sorted(roots)))
+    while stack:
+        event = stack.pop()
+        name = event.name
+        if name in MATMUL_OPS or name in _COMPOSITE_MATMULS:
+            matmul(event, None, found)
             continue
         if name.startswith(_OPAQUE_PREFIXES):
+            count("attention op")
+            continue
+        if name.removeprefix("aten::") in UNTUNED_OPS:
+            count(UNTUNED_OPS[name.removeprefix("aten::")])
             continue
         if name in _FUSED_MATMUL_OPS and name not in fused:
             fused.append(name)
         stack.extend(reversed(events_sorted(event.children)))
-    return found, fused
+    return found, fused, untuned
+
+
+def _event_inputs(event: Any) -> list[Any]:
+    """The recorded inputs of an event, a list of tensors flattened (an einsum's operands)."""
+    out: list[Any] = []
+    for value in getattr(event.extra_fields, "inputs", None) or []:
+        out.extend(value if isinstance(value, list) else [value])
+    return out
 
 
 def _operand_window(name: str, operands: list[Any]) -> list[Any]:
@@ -202,9 +254,9 @@ def _operands_fit(name: str, args: list[Any]) -> bool:
     return sym_eq(a.sizes[-1], b.sizes[0 if len(b.sizes) == 1 else -2])
 
 
-def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str]]:
-    """The matmul-like calls of one run (and the fused ops that ran); the caller has
-    checked that the file is trusted (check_model)."""
+def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str], dict[str, int]]:
+    """The matmul-like calls of one run (and the fused ops that ran, and the counts of the
+    ops that are no GEMM); the caller has checked that the file is trusted (check_model)."""
     import torch
 
     if not input_shapes:
