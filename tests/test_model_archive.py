@@ -598,3 +598,15 @@ def test_reader_imports_no_torch(archives):
     doc = json.loads(proc.stdout)
     assert doc["n"] >= 4
     assert doc["mods"] == []  # neither torch nor torch._dynamo / torch._export
+
+
+def test_an_aotinductor_package_is_named_as_one(tmp_path):
+    """A .pt2 that aoti_compile_and_package wrote holds compiled code and no program (its
+    layout as torch writes it): the error says what it is and what to give instead."""
+    path = tmp_path / "aoti.pt2"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("aoti/data/aotinductor/model/c5q4.wrapper.cpp", "// compiled")
+        zf.writestr("aoti/archive_format", "pt2")
+        zf.writestr("aoti/archive_version", "0")
+    with pytest.raises(UserError, match=r"it is an AOTInductor package .*give the torch.export.save file"):
+        find_gemms(path, device="cpu")

@@ -61,6 +61,10 @@ def read_export_archive(path: Path) -> ExportGraph:
         if (read("archive_format", _MAX_MARKER_BYTES) != b"pt2"
                 or read("archive_version", _MAX_MARKER_BYTES) != b"0"):
             raise ArchiveUnreadable("unknown archive format or version")
+        if f"{root}/models/model.json" not in names and any(
+                name.startswith(f"{root}/data/aotinductor/") for name in names):
+            raise ArchiveUnreadable("it is an AOTInductor package (compiled code, no program to read); "
+                                    "give the torch.export.save file of the program it was compiled from")
         doc = json.loads(read("models/model.json", MAX_PROGRAM_BYTES))
     return parse_exported_program(doc)
 
