@@ -436,6 +436,25 @@ def test_a_gemm_with_alpha_or_beta_is_met_and_said_to_stay_torchs(cache_dir, cap
     assert scaled.fallback and scaled.reason == "arguments our ops do not take (alpha=, beta=)"
 
 
+class Einsum(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(32, 16))
+
+    def forward(self, x):
+        return torch.einsum("bik,kj->bij", x, self.w)
+
+
+def test_an_einsum_is_met_and_said_to_stay_the_compilers(cache_dir, capfd):
+    routes: list = []
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        got = autotune_cli.compile(Einsum().eval(), backend="eager", routes=routes, tune=False)(x)
+    assert "routed 0 of 1 matmul; left to the compiler: 1 written as einsum" in capfd.readouterr().err
+    assert [(r.op, r.fallback) for r in routes] == [("einsum", True)] and r"einsum" in routes[0].reason
+    assert got.shape == (2, 8, 16)
+
+
 class Attention(torch.nn.Module):
     """Eager attention's 4-D q @ k^T and a rotary-like outer product (K = 1)."""
 

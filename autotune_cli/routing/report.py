@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import UNROUTED_ARGUMENTS
+from .sites import EINSUM, UNROUTED_ARGUMENTS
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -48,7 +48,7 @@ def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
     for start, short in (("nothing cached", "with nothing cached"), ("K = 1", "with K = 1 (a multiply)"),
                          (STALE, "whose cached entry is not used (see routes)"),
-                         (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="),
+                         (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),

@@ -214,6 +214,7 @@ def _operand_nodes(node) -> list:
 
 
 UNROUTED_ARGUMENTS = "arguments our ops do not take"
+EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
 
@@ -222,7 +223,12 @@ def matmul_sites(graph):
     """Every matmul node of `graph` (see the module) as a Site, in graph order."""
     from ..problem import MIN_GEMM_K
 
+    import torch
+
     for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.einsum:  # met, and said to stay the compiler's
+            yield Site(node, "einsum", None, None, static=False, skip=EINSUM)
+            continue
         scaled = match_scaled(node)
         if scaled is not None:
             values = tuple(node_value(x) for x in (scaled.a, scaled.b, scaled.scale_a, scaled.scale_b, scaled.bias))
