@@ -445,6 +445,26 @@ class Einsum(torch.nn.Module):
         return torch.einsum("bik,kj->bij", x, self.w)
 
 
+class MatrixByBatch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 32))
+
+    def forward(self, y):
+        return self.w @ y
+
+
+def test_a_matrix_times_a_batch_is_met_and_said_to_stay_torchs(cache_dir, capfd):
+    routes: list = []
+    y = torch.randn(4, 32, 24)
+    model = MatrixByBatch().eval()
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="eager", routes=routes, tune=False)(y)
+        torch.testing.assert_close(got, model(y))
+    assert "routed 0 of 1 matmul; left to the compiler: 1 as 2-D @ N-D" in capfd.readouterr().err
+    assert [(r.op, r.fallback) for r in routes] == [("mm", True)] and "2-D @ N-D" in routes[0].reason
+
+
 def test_an_einsum_is_met_and_said_to_stay_the_compilers(cache_dir, capfd):
     routes: list = []
     x = torch.randn(2, 8, 32)

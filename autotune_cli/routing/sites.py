@@ -148,6 +148,8 @@ def match_matmul(node) -> MatmulMatch | None:
         if x.dim() == y.dim() > 3 and tuple(x.shape[:-2]) == tuple(y.shape[:-2]):
             # attention's q @ k^T: the leading dims (no broadcast) are one bmm's batch
             return MatmulMatch(args[0], args[1], None, None, False, tuple(x.shape[:-2]))
+        if x.dim() == 2 and y.dim() > 2:  # met, and said to stay torch's
+            return MatmulMatch(args[0], args[1], None, None, False, unrouted=MATRIX_BY_BATCH)
     return None
 
 
@@ -214,6 +216,7 @@ def _operand_nodes(node) -> list:
 
 
 UNROUTED_ARGUMENTS = "arguments our ops do not take"
+MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
 EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
@@ -242,12 +245,13 @@ def matmul_sites(graph):
         x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
         op = "addmm" if match.bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
             else "mm"
+        if match.unrouted:  # read no further: its operands need not make a GEMM problem
+            yield Site(node, op, match, None, static=False, skip=match.unrouted)
+            continue
         want = node_value(node)
         cast = want is not None and any(t is not None and t.dtype != want.dtype for t in (x, w, bias))
         if not is_static(x, w, bias):
-            if match.unrouted:
-                yield Site(node, op, match, None, static=False, skip=match.unrouted)
-            elif concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
+            if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
             elif cast:
                 yield Site(node, op, match, None, static=False, skip=AUTOCAST)
@@ -266,9 +270,7 @@ def matmul_sites(graph):
         if match.batch is not None:
             a, b = x.reshape(-1, *x.shape[-2:]), w.reshape(-1, *w.shape[-2:])
         skip, outer = "", False
-        if match.unrouted:
-            skip = match.unrouted
-        elif a.shape[-1] == 1:
+        if a.shape[-1] == 1:
             skip, outer = OUTER, True
         elif cast:
             skip = AUTOCAST
