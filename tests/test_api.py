@@ -236,8 +236,11 @@ def test_addmm_and_bmm_run_their_triton_winners(cli, cache_dir, space):
     fields = dict(m=48, n=64, k=32, dtype="bfloat16", layout="tn", op="addmm", device="cpu")
     assert autotune_cli.lookup(**fields, bias=True) == autotune_cli.lookup(**fields, bias="n") == add["winner"]
     assert autotune_cli.lookup(**fields, bias=True, bias_shape="mn") is None
-    with pytest.raises(TypeError, match="bias_shape needs bias=True"):
-        autotune_cli.lookup(**fields, bias_shape="mn")
+    for wrong in ({"bias_shape": "mn"}, {"bias": False, "bias_shape": "mn"}):
+        with pytest.raises(TypeError, match="bias_shape needs bias=True"):
+            autotune_cli.lookup(**fields, **wrong)
+    with pytest.raises(TypeError, match="bias_shape must be 'n' or 'mn', got 'x'"):
+        autotune_cli.lookup(**fields, bias=True, bias_shape="x")
 
     with torch_forbidden("mm", "addmm", "bmm", "matmul"), NoWarnings():
         out_add = autotune_cli.addmm(bias, a, b)

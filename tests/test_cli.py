@@ -72,6 +72,7 @@ def test_planted_wrong_candidate_never_wins(cli, cache_dir):
     by_uid = {c["uid"]: c for c in doc["candidates"]}
     wrong = by_uid["test::wrong_mm"]
     assert wrong["status"] == "wrong_result" and "element" in wrong["error"] or "relative" in wrong["error"]
+    assert wrong["worst_of_allowed"] > 1  # the failing check's margin, though the norm decided
     assert doc["winner"]["uid"] == "aten::mm"
 
 
@@ -98,6 +99,7 @@ def test_table_output(cli, cache_dir):
     (["model", ""], "'MODEL': an empty path; give a file"),
     (["mm", "--from", ""], "'--from': an empty path; give a file"),
     (["cache", "import", ""], "'FILE': an empty path; give a file"),
+    (["cache", "export", "--format", "autotune", "-o", " "], "'--output' / '-o': an empty path; give a file"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--space", ""], "'--space': an empty path; give a file"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", "nope::mm"], "unknown template"),
     (["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", " , "], "--templates names no"),

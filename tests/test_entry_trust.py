@@ -277,6 +277,55 @@ def test_export_leaves_out_what_an_import_would_refuse(cli, tmp_path):
     assert code == 0 and "imported 1" in err, err
 
 
+def _with_unregistered_result(entry: dict, ms: float) -> dict:
+    """`entry` holding too a result of a template not registered here (a plugin's, from a
+    tune with --plugin), faster than its own, as its winner."""
+    entry["fingerprint"]["templates"]["test::gone"] = "0" * 16
+    gone = {"uid": "test::gone", "params": {}, "status": "ok", "ms": ms}
+    entry["candidates"].insert(0, gone)
+    entry["winner"] = {"uid": "test::gone", "params": {}, "ms": ms, "p20": None, "p80": None, "tflops": 1.0}
+    return entry
+
+
+def test_a_result_of_a_template_not_registered_here_does_not_keep_the_others_from_serving(tmp_path):
+    cache_dir = tmp_path / "cache"
+    key, entry = crafted(cache_dir, uid="aten::mm", params={})
+    Cache(cache_dir).put(key, _with_unregistered_result(entry, ms=0.0001))
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback, no warning
+        assert api.Dispatcher(cache_dir).dispatch_info(a, b).uid == "aten::mm"
+    # where the unregistered template's result is the only one, the reason names it
+    alone = _with_unregistered_result(crafted(cache_dir, uid="aten::mm", params={})[1], ms=0.0001)
+    alone["candidates"] = alone["candidates"][:1]
+    del alone["fingerprint"]["templates"]["aten::mm"]
+    Cache(cache_dir).put(key, alone)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = api.Dispatcher(cache_dir).dispatch_info(a, b)
+    assert info.fallback and info.reason.startswith("its cached entry names test::gone, not registered here")
+
+
+def test_an_import_of_a_narrower_later_tune_keeps_what_ours_learned(cli, tmp_path):
+    """Theirs, tuned later with --templates triton::mm alone, replaces ours (aten's) as a
+    narrower tune here would: aten's results stay, the winner is the best of both."""
+    cache_dir = tmp_path / "cache"
+    key, ours = crafted(tmp_path / "elsewhere", uid="aten::mm", params={})
+    ours["winner"]["ms"] = ours["candidates"][0]["ms"] = 0.001
+    _, theirs = crafted(tmp_path / "elsewhere")
+    theirs["winner"]["ms"] = theirs["candidates"][0]["ms"] = 0.5
+    theirs["tuned_at"] = "2026-12-01T00:00:00+00:00"
+    Cache(cache_dir).put(key, ours)
+    code, out, err = cli("cache", "import", export_file(tmp_path / "export.json", (key, theirs)),
+                         "--cache-dir", cache_dir)
+    assert code == 0 and "replaced 1" in err, err
+    entry = Cache(cache_dir).load()[key]
+    assert set(entry.templates) == {"aten::mm", "triton::mm"} and entry.winner.uid == "aten::mm"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert api.Dispatcher(cache_dir).lookup(PROBLEM, templates="triton::mm")["uid"] == "triton::mm"
+
+
 def test_import_lists_what_it_adds(cli, tmp_path):
     cache_dir = tmp_path / "cache"
     key, entry = crafted(tmp_path / "elsewhere")

@@ -284,6 +284,25 @@ def test_an_entry_given_twice_keeps_the_later_tune_and_says_so(tmp_path):
     assert Cache(tmp_path).load()[A].winner.ms == 0.5 and not Cache(tmp_path).notices
 
 
+def test_the_copy_tuned_latest_is_told_by_its_time_not_its_text(tmp_path):
+    utc = make_entry(ms=0.5, tuned_at="2026-12-05T08:51:02+00:00")
+    earlier = make_entry(ms=9.99, tuned_at="2026-12-05T10:00:00+05:00")  # 05:00 UTC
+    entries = _dumps_pairs([(A, utc), (A, earlier)])
+    (tmp_path / CACHE_FILE).write_text(_dumps_pairs([("schema", SCHEMA), ("entries", entries)]))
+    assert Cache(tmp_path).load()[A].winner.ms == 0.5
+
+
+@pytest.mark.parametrize("value", ["'abc'", "-1", "true", "[1]"])
+def test_a_candidate_number_that_is_no_number_damages_its_entry(tmp_path, value):
+    bad = make_entry(m=2)
+    bad["candidates"][0]["worst_of_allowed"] = "PLACEHOLDER"
+    text = json.dumps({"schema": SCHEMA, "entries": {A: make_entry(), B: bad}})
+    (tmp_path / CACHE_FILE).write_text(text.replace('"PLACEHOLDER"', value.replace("'", '"')))
+    cache = Cache(tmp_path)
+    assert set(cache.load()) == {A}
+    assert "candidate 0 worst_of_allowed" in cache.notices[0], cache.notices
+
+
 def test_two_caches_pasted_into_one_file_lose_no_entry(tmp_path):
     first = _dumps_pairs([(A, make_entry())])
     second = _dumps_pairs([(B, make_entry(m=2)), (A, make_entry(ms=0.25, tuned_at="2026-12-02T00:00:00+00:00"))])

@@ -136,10 +136,13 @@ class WinnerLookup:
         return NOTHING_CACHED
 
     def _examined(self, problem: GemmProblem, index: int):
-        """(key, entry, why it is not used, or "") for each entry of `problem` read from the
-        cache that was made on this machine (GPU `index`): an entry of another machine is
-        none of this one's business."""
+        """(key, entry as this process sees it, why it is not used or "") for each entry of
+        `problem` read from the cache that was made on this machine (GPU `index`): an entry
+        of another machine is none of this one's business. An entry may hold results of
+        templates not registered here (a plugin's, a tune with --plugin): it is seen as a
+        tune of the registered ones alone would have made it (hits.selection_view)."""
         from ..templates import get_template
+        from ..tune.hits import selection_view
 
         entries = self._by_problem.get(problem.key(), ())
         if not entries:
@@ -149,29 +152,33 @@ class WinnerLookup:
             if key != here:
                 continue
             if entry.winner is None:
-                yield key, entry, f"{STALE} has no winner (every candidate failed, or its tune was interrupted)"
+                yield key, entry, (f"{STALE} has no winner (every candidate failed, its tune was interrupted, "
+                                   f"or --budget ran out before any finished)")
                 continue
-            unknown = []
-            for uid in sorted({*entry.templates, entry.winner.uid}):
+            known = {}
+            for uid, digest in entry.templates.items():
                 try:
                     get_template(uid)
                 except UserError:
-                    unknown.append(uid)
-            if unknown:
-                yield key, entry, (f"{STALE} names {', '.join(unknown)}, not registered here "
-                                   f"(a plugin not loaded?)")
+                    continue
+                known[uid] = digest
+            uids = tuple(sorted(known))
+            now = self.fingerprint(problem, uids, index).template_hashes if uids else {}
+            changed = [uid for uid in uids if now.get(uid) != known[uid]]
+            if changed:
+                yield key, entry, (f"{STALE} was tuned with an earlier {', '.join(changed)} (changed since: "
+                                   f"a tune again is due)")
                 continue
-            if not self._usable(key, entry):  # its params are refused (warned about once)
-                yield key, entry, f"{STALE} is refused: {self._refused[(key, entry.winner.identity)]}"
+            view = selection_view(entry, known)
+            if view.winner is None:
+                unknown = sorted({*entry.templates, entry.winner.uid} - set(known))
+                yield key, entry, (f"{STALE} names {', '.join(unknown)}, not registered here (a plugin not loaded?)"
+                                   if unknown else f"{STALE} records no templates")
                 continue
-            uids = tuple(sorted(entry.templates))
-            now = self.fingerprint(problem, uids, index).template_hashes
-            changed = [uid for uid in uids if now.get(uid) != entry.templates[uid]]
-            if changed or not uids:
-                yield key, entry, (f"{STALE} was tuned with an earlier {', '.join(changed)} (changed "
-                                   f"since: a tune again is due)" if changed else f"{STALE} records no templates")
+            if not self._usable(key, view):  # its params are refused (warned about once)
+                yield key, view, f"{STALE} is refused: {self._refused[(key, view.winner.identity)]}"
                 continue
-            yield key, entry, ""
+            yield key, view, ""
 
     def _usable(self, key: str, entry: Entry) -> bool:
         """A winner whose template is registered here (a plugin's must be imported first)

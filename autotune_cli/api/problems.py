@@ -166,12 +166,14 @@ def as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
     fields = dict(fields)
     # bias as the flags and a --from list give it: True (with bias_shape, default "n") or False
     shape = fields.pop("bias_shape", None)
+    if shape is not None and fields.get("bias") is not True:
+        raise TypeError("bias_shape needs bias=True")
+    if shape is not None and shape not in ("n", "mn"):
+        raise TypeError(f"bias_shape must be 'n' or 'mn', got {shape!r}")
     if fields.get("bias") is True:
         fields["bias"] = shape or "n"
     elif fields.get("bias") is False:
         fields["bias"] = None
-    elif shape is not None:
-        raise TypeError("bias_shape needs bias=True")
     if fields.get("device") is None:
         from ..hardware.device import cuda_available
 

@@ -21,7 +21,7 @@ from typing import Callable, List, Optional
 import typer
 
 from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, file_arg, gpu_present, out
-from ..store.entry import Entry
+from ..store.entry import Entry, tuned_time
 from ..errors import UserError
 from ..text import plural, printable
 from .show import Items, entry_matches, open_cache, print_notices, select, show, winners_only
@@ -99,17 +99,6 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 
 
-def _tuned_at(entry: Entry) -> datetime | None:
-    value = entry.tuned_at
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def check_import(theirs: dict, path: Path) -> None:
     """UserError naming the first entry, and its field, that must not be imported: a winner
     whose template is not registered here or whose params are not what it declares and
@@ -136,7 +125,8 @@ def describe_import(verb: str, key: str, entry: Entry) -> str:
 
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
     """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
-    later; identical entries and older ones are skipped, and so are entries that do not
+    later, keeping ours's results of templates theirs did not tune (hits.stored_after);
+    identical entries and older ones are skipped, and so are entries that do not
     agree with their keys (`refused` by the reader, or found here) and entries without a
     winner (a failed or interrupted tune: nothing to use). Entries under another
     fingerprint have other keys, so they are kept alongside ours (and never used here)."""
@@ -152,9 +142,12 @@ def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> Import
         elif mine.to_dict(copy_=False) == entry.to_dict(copy_=False):
             plan.skipped.append((key, "already here"))
         else:
-            new, old = _tuned_at(entry), _tuned_at(mine)
+            new, old = tuned_time(entry), tuned_time(mine)
             if new is not None and (old is None or new > old):
-                plan.replaced[key] = entry
+                # ours's results of templates theirs did not tune stay (as a narrower tune's would)
+                from ..tune.hits import stored_after, template_hashes
+
+                plan.replaced[key] = stored_after(entry, mine, template_hashes(entry.problem))
             else:
                 plan.skipped.append((key, "ours was tuned at the same time or later"))
     return plan
@@ -215,7 +208,7 @@ def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str,
         if filter_text and not entry_matches(key, entry, filter_text):
             return False
         if older_than is not None:
-            when = _tuned_at(entry)
+            when = tuned_time(entry)
             if when is None or when >= older_than:
                 return False
         if machines is not None:
@@ -279,6 +272,7 @@ def cache_export(
     format_: ExportFormat = typer.Option(..., "--format", "-f", help="inductor: torch.compile's lookup "
                                          "table; autotune: entries for `cache import` on another machine."),
     output: Optional[str] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                         parser=lambda text: str(file_arg(text)),
                                          help="File to write (default or '-': stdout)."),
     filter_text: Optional[str] = FilterOpt,
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="inductor: export float32 entries tuned "

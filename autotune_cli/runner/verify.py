@@ -262,8 +262,8 @@ class Check:
     ok: bool
     rel_error: float
     reason: str = ""
-    # the largest element error over what it is allowed (passing: at most 1); None where the
-    # norm or a NaN decided first
+    # the largest element error over what it is allowed (passing: at most 1; infinite where
+    # an output is not finite)
     worst_of_allowed: float | None = None
 
 
@@ -281,20 +281,20 @@ def check(problem: GemmProblem, out, ref: Reference) -> Check:
     finite = torch.isfinite(out)
     if not bool(finite.all()):
         bad = int((~finite).sum())
-        return Check(False, math.inf, f"{bad} of {out.numel()} outputs are NaN/inf or never written")
+        return Check(False, math.inf, f"{bad} of {out.numel()} outputs are NaN/inf or never written", math.inf)
     del finite
     exact = ref.exact
     diff = out.to(torch.float64, copy=True).sub_(exact).abs_()  # the kernel's output is left alone
     ref_norm = float(torch.linalg.vector_norm(exact))
     rel = float(torch.linalg.vector_norm(diff)) / max(ref_norm, 1e-30)
-    if rel > norm_tolerance:
-        return Check(False, rel, f"relative error {rel:.2e} > {norm_tolerance:.2g}")
     scale = ref.entry_scale()
     if not problem.fast_accum:
         scale.clamp_(max=ref_norm / math.sqrt(max(exact.numel(), 1)))
     ratio = diff.div_(scale.add_(exact.abs()).mul_(element_tolerance).clamp_min_(1e-300))
     worst = int(ratio.argmax())
     worst_ratio = float(ratio.flatten()[worst])
+    if rel > norm_tolerance:  # the entries' margin is reported all the same
+        return Check(False, rel, f"relative error {rel:.2e} > {norm_tolerance:.2g}", worst_ratio)
     if not worst_ratio <= 1:  # NaN too (a bias that is not finite)
         over = int((~(ratio <= 1)).sum())
         where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), exact.shape))

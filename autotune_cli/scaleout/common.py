@@ -33,6 +33,12 @@ class MemoryCache(CacheStore):
     def put(self, key: str, entry: Entry) -> None:
         self.entries[key] = entry
 
+    def put_with(self, key: str, make) -> Entry | None:
+        entry = make(self.entries.get(key))
+        if entry is not None:
+            self.put(key, entry)
+        return entry
+
 
 class LockedListener(TuneListener):
     """Serializes a listener's events: several devices report at once."""

@@ -49,6 +49,7 @@ from ..hardware.device import probe_device
 from ..problem import GemmProblem
 from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
 from ..settings import TuneSettings
+from ..tune.hits import stored_after, template_hashes
 from ..tune.tuner import TuneListener, TuneOutcome, Tuner
 
 CONNECT_TIMEOUT_S = 5.0  # a cluster's head that does not accept a connection in this long is unreachable
@@ -138,6 +139,13 @@ class TuneActor:
 
 
 RemoteTuneActor = ray.remote(max_restarts=0, max_task_retries=0)(TuneActor)
+
+
+def store_report(cache, key: str, entry: Entry) -> None:
+    """An actor's entry written as its tuner would have written it here (hits.stored_after:
+    what the cache learned of other templates stays; a partial one never replaces a winner)."""
+    hashes = template_hashes(entry.problem)
+    cache.put_with(key, lambda current: stored_after(entry, current, hashes))
 
 
 def _cluster_count(settings: TuneSettings) -> int:
@@ -330,13 +338,13 @@ class RayTuner:
                     finish(result)
                 continue
             if report.partial:  # results measured so far: stored now, the tune goes on
-                self.cache.put(report.key, report.entry)
+                store_report(self.cache, report.key, report.entry)
                 continue
             del in_flight[stream]
             idle.append(slot)
             outcome = TuneOutcome(result.problem, report.key, report.entry, report.from_cache)
             if not outcome.from_cache:
-                self.cache.put(outcome.key, outcome.entry)  # the driver alone writes
+                store_report(self.cache, outcome.key, outcome.entry)  # the driver alone writes
             else:
                 self.listener.cache_hit(result.problem, outcome.entry)
             self.listener.finished(outcome)

@@ -10,7 +10,7 @@ hit is answered without either.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
     from .entry import Entry
@@ -31,6 +31,12 @@ class CacheStore(Protocol):
 
     def put(self, key: str, entry: Entry) -> None:
         """Store `entry` under `key`, replacing what was there."""
+        ...
+
+    def put_with(self, key: str, make: Callable[[Entry | None], Entry | None]) -> Entry | None:
+        """Store under `key` what `make(the entry stored there now, or None)` returns (None:
+        leave it as it is), the look and the write one step that no other writer comes
+        between; returns what was stored."""
         ...
 
     def load(self) -> dict[str, Entry]:

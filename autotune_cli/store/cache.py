@@ -373,6 +373,19 @@ class Cache(CacheStore):
                 self._write_unlocked(current)
             return writes
 
+    def put_with(self, key: str, make: Callable[[Entry | None], Entry | None]) -> Entry | None:
+        made: list[Entry] = []
+
+        def change(current: dict[str, Entry]) -> dict[str, Entry]:
+            entry = make(current.get(key))
+            if entry is None:
+                return {}
+            made.append(entry)
+            return {key: entry}
+
+        self.merge(change)
+        return made[0] if made else None
+
     def remove(self, predicate: Callable[[str, Entry], bool]) -> int:
         with self.locked():
             current = self._read_unlocked()

@@ -40,7 +40,7 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ..safe_read import read_regular_file, too_deep
-from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for
+from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for, tuned_time
 from .fingerprint import digest_of, legacy_digest_of
 
 SCHEMA = 1
@@ -253,7 +253,8 @@ def _latest_copy(key: str, copies: list[Any]) -> tuple[Any, Entry]:
         except DamagedCache as exc:
             error = error or exc
             continue
-        rank = (str(entry.tuned_at or ""), order)
+        when = tuned_time(entry)
+        rank = (when is not None, when.timestamp() if when is not None else 0.0, order)
         if best is None or rank > best[0]:
             best = (rank, data, entry)
     if best is None:

@@ -28,6 +28,7 @@ import copy
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from ..errors import UserError
@@ -119,6 +120,19 @@ def _json_kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def tuned_time(entry: "Entry") -> datetime | None:
+    """When `entry` was tuned, as a time (UTC where it names no zone), or None where it does
+    not say: times written in other zones compare as times, not as text."""
+    value = entry.tuned_at
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 def key_for(problem: GemmProblem, fingerprint_digest: str) -> str:
     """The key string `problem` is stored under for a fingerprint."""
     return str(CacheKey.of(problem, fingerprint_digest))
@@ -202,8 +216,10 @@ class StoredCandidates(Sequence):
 # The fields an entry may hold besides problem, fingerprint, winner and candidates, in the
 # order the tuner writes them; any other field is kept as it is (Entry.extra).
 _RECORDED = ("pruned", "considered", "search", "tool_version", "tuned_at", "tune_seconds",
-             "partial", "resumed", "timeline", "compiles", "compile_pool",
+             "partial", "cut_short", "resumed", "timeline", "compiles", "compile_pool",
              "phases", "worker_s", "rounds", "compile_pool_s", "startups")
+# A candidate's numbers besides its time: each a finite number of 0 or more, or null.
+_CANDIDATE_NUMBERS = ("p20", "p80", "max_rel_error", "worst_of_allowed", "compile_s", "first_run_s")
 # Where a tune's seconds went (phases.py), in the order the reports give them.
 PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
 
@@ -225,6 +241,9 @@ class Entry:
     tuned_at: str | None = None  # ISO date-time, UTC
     tune_seconds: float | None = None
     partial: bool = False  # an interrupted run's results so far: resumed, never a hit
+    # --budget ended the tune before every candidate was timed: its winner serves, and a
+    # tune without a budget resumes it (tune/hits.Lookup.hit)
+    cut_short: bool = False
     resumed: int | None = None  # results kept from an interrupted run
     timeline: list | None = None  # [candidate, round, seconds since the start]
     compiles: list | None = None  # [sent, done, seconds compiling] per kernel
@@ -331,6 +350,10 @@ class Entry:
             _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
             _require(cand["status"] in STATUSES, f"{where}: candidate {i} has an unknown status "
                      f"{_show(cand['status'])}")
+            for name in _CANDIDATE_NUMBERS:
+                value = cand.get(name)
+                _require(value is None or (_is_number(value) and value >= 0),
+                         f"{where}: candidate {i} {name} {_show(value)} is not a number of 0 or more")
         problem = _problem(where, data["problem"])
         fingerprint = data["fingerprint"]
         _require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
@@ -343,8 +366,8 @@ class Entry:
         entry = cls(problem=problem, fingerprint=fingerprint, winner=winner,
                     candidates=StoredCandidates(data["candidates"]),
                     fingerprint_digest=data.get("fingerprint_digest"), machine=data.get("machine"),
-                    **{name: data.get(name) for name in _RECORDED if name != "partial"},
-                    partial=bool(data.get("partial")),
+                    **{name: data.get(name) for name in _RECORDED if name not in ("partial", "cut_short")},
+                    partial=bool(data.get("partial")), cut_short=bool(data.get("cut_short")),
                     extra={k: v for k, v in data.items() if k not in known})
         object.__setattr__(entry, "_source", data)
         return entry

@@ -68,6 +68,24 @@ def selection_view(entry: Entry, wanted: Mapping[str, str]) -> Entry:
     return replace(entry, candidates=within, winner=None if best is None else Winner.of(best, entry.problem))
 
 
+def template_hashes(problem: GemmProblem) -> dict[str, str]:
+    """{uid: source hash} of every template registered here that serves `problem`."""
+    return {t.uid: t.source_hash() for t in templates_for(problem)}
+
+
+def stored_after(entry: Entry, current: Entry | None, hashes: Mapping[str, str]) -> Entry | None:
+    """What a tune's `entry` makes of the key where `current` is stored now (None: leave it
+    as it is). A partial entry never replaces a finished one with a winner: an interrupted
+    tune must not take away the winner that is served (it starts afresh next time). A
+    finished one keeps what `current` learned of the templates it did not select
+    (`with_other_templates`, `hashes` every serving template's), never from a partial one
+    (those results are for resuming that tune alone)."""
+    finished = current is not None and not current.partial
+    if entry.partial:
+        return None if finished and current.winner is not None else entry
+    return with_other_templates(entry, current if finished else None, hashes)
+
+
 def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[str, str]) -> Entry:
     """`entry` (a tune's results) with the results `stored` holds of templates the tune did
     not select whose source (`current`: {uid: source hash} of every template serving the
@@ -107,6 +125,7 @@ class Lookup:
     # it shares with this tune has changed since: its results are not reused then
     stored: Entry | None
     refused: str = ""  # why what is stored there is not used (see look_up), if it is not
+    budgeted: bool = False  # this tune has a --budget: an entry one cut short answers it
 
     @property
     def hit(self) -> TuneOutcome | None:
@@ -114,13 +133,13 @@ class Lookup:
         interrupted run), or not tuned with every template of this selection as it is now
         (`answer`), is no hit: it is tuned again (resumed) and replaced."""
         view = None if self.stored is None else answer(self.stored, self.fingerprint.template_hashes)
-        if view is None:
-            return None
+        if view is None or (self.stored.cut_short and not self.budgeted):
+            return None  # a tune --budget cut short is resumed by one without
         return TuneOutcome(self.problem, self.key, view, from_cache=True)
 
 
 def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
-            only: tuple[str, ...] | None = None) -> Lookup:
+            only: tuple[str, ...] | None = None, budgeted: bool = False) -> Lookup:
     """`cache`: the cache file, or a Ray actor's entries. An entry whose
     params are not what its templates declare (templates/params.py: anyone who can write the
     file could have put it there) is not used, neither as a hit nor to resume from: the
@@ -137,7 +156,7 @@ def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
                       refused=printable(f"cache entry {key} is not used: {why}; tuning it again"))
     if stored is not None and not reusable(stored, fingerprint.template_hashes):
         stored = None  # a template changed since: nothing of it stands, it is tuned afresh
-    return Lookup(problem, fingerprint, key, stored)
+    return Lookup(problem, fingerprint, key, stored, budgeted=budgeted)
 
 
 def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneOutcome | None:
@@ -150,7 +169,7 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
     cache = Cache(settings.cache_dir)
     # On a GPU, the driver's answers as remembered beside the cache: no cuInit (gpu_memo.py).
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
-    found = look_up(cache, problem, device, settings.templates)
+    found = look_up(cache, problem, device, settings.templates, budgeted=bool(settings.budget_s))
     if listener is not None:
         while cache.notices:
             listener.notice(cache.notices.pop(0))
@@ -164,5 +183,5 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
 def any_to_tune(cache, problems, device, settings) -> bool:
     """Whether a tune of `problems` will run (and write the cache): --force, or a problem
     with no entry that answers it."""
-    return settings.force or any(look_up(cache, problem, device, settings.templates).hit is None
-                                 for problem in problems)
+    return settings.force or any(look_up(cache, problem, device, settings.templates,
+                                         budgeted=bool(settings.budget_s)).hit is None for problem in problems)

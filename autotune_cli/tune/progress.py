@@ -27,13 +27,14 @@ def known_results(stored: Entry | None, force: bool = False) -> dict[tuple, Cand
     everything measured by an interrupted (partial) run (never what it skipped: that includes
     a failure of the environment and a screening result, both to be measured again); from a
     finished run without a winner, only its deterministic failures (compile errors, wrong
-    results). `force` (--force) keeps nothing: everything is measured again."""
+    results); from a run --budget cut short, its finished results too (those it skipped are
+    measured). `force` (--force) keeps nothing: everything is measured again."""
     if stored is None or force:
         return {}
     keep = ("compile_error", "wrong_result")
     known = {}
     for candidate in stored.candidates:
-        if candidate.status in keep or (stored.partial and candidate.status != SKIPPED):
+        if candidate.status in keep or ((stored.partial or stored.cut_short) and candidate.status != SKIPPED):
             known[candidate.identity] = candidate
     return known
 
@@ -61,14 +62,17 @@ class TuneProgress:
     def __init__(self, listener, cache: CacheStore, measure: MeasurePolicy,
                  make_entry: Callable[[list[Candidate]], Entry], problem: GemmProblem, key: str,
                  choice_set: ChoiceSet, reused: list[Candidate], started: float,
-                 clock: PhaseClock | None = None) -> None:
+                 clock: PhaseClock | None = None, store: Callable[[Entry], Entry | None] | None = None) -> None:
         """`listener`: the tuner's TuneListener; `cache`: where partial entries go (put);
         `make_entry(kept)`: the entry of these results (the tuner's, so that a partial entry
-        has a finished one's shape)."""
+        has a finished one's shape); `store(entry)`: how one is written in place of a plain
+        put (it may keep what is stored: then None)."""
         self.listener = listener
         self.cache = cache
         self.measure = measure
         self.make_entry = make_entry
+        self.store = store or (lambda entry: (cache.put(key, entry), entry)[1])
+        self.held_back = False  # a partial entry was not written: a finished one is stored there
         self.clock = clock or PhaseClock()
         self.at_first_result: Callable[[], None] | None = None  # called once, at the first result
         self.problem = problem
@@ -143,7 +147,7 @@ class TuneProgress:
         results the stored partial entry holds."""
         with self._save_lock:
             with self._lock:
-                if self._closed or not self._dirty:
+                if self._closed or not self._dirty or self.held_back:
                     return self.saved
                 kept = [c for c in self.latest.values() if c.status != SKIPPED]
                 self._dirty = False
@@ -152,10 +156,13 @@ class TuneProgress:
             began = time.monotonic()
             entry = replace(self.make_entry(kept), winner=None, partial=True)
             try:
-                self.cache.put(self.key, entry)
+                written = self.store(entry)
             except BaseException:
                 self._dirty = True
                 raise
+            if written is None:
+                self.held_back = True
+                return self.saved
             self.saved = len(kept)
             self.last_save = time.monotonic()
             self.clock.add("partial_save", self.last_save - began)

@@ -22,13 +22,13 @@ from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
 from .hits import (TuneOutcome, fingerprint_for, look_up, selection_view,  # noqa: F401  (TuneOutcome: re-exported)
-                   with_other_templates)
+                   stored_after, template_hashes)
 from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
 from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
 from ..search.pick import pick_winner
-from ..store.results import Candidate, params_str
+from ..store.results import BUDGET_RAN_OUT, Candidate, params_str
 from ..search import SearchContext, get_strategy
 from ..settings import TuneSettings, check_writable_folder
 from ..text import printable
@@ -121,7 +121,8 @@ class Tuner:
             return 0  # nothing compiles ahead of the timing (the interpreter, another executor)
         asked = 0
         for problem in problems:
-            found = look_up(self.cache, problem, self.device, self.settings.templates)
+            found = look_up(self.cache, problem, self.device, self.settings.templates,
+                            budgeted=bool(self.settings.budget_s))
             if found.hit is not None and not self.settings.force:
                 continue
             try:
@@ -150,7 +151,8 @@ class Tuner:
             raise ValueError(f"problem is for {problem.device}, tuner for {self.settings.device}")
         clock = PhaseClock()  # where this tune's seconds go (phases.py)
         with clock.phase("lookup"):
-            found = look_up(self.cache, problem, self.device, self.settings.templates)
+            found = look_up(self.cache, problem, self.device, self.settings.templates,
+                            budgeted=bool(self.settings.budget_s))
         self._emit_notices()
         if found.refused:
             self.listener.notice(found.refused)
@@ -196,15 +198,20 @@ class Tuner:
         # choice set, but results of it all the same
         reused += [known[t.identity] for t in map(KernelTemplateChoice.fixed_twin, choice_set.choices)
                    if t is not None and t.identity in known]
-        if reused and stored is not None and stored.partial:
-            self.listener.notice(f"resuming an interrupted tune of {problem.describe()}: "
+        if reused and stored is not None and (stored.partial or stored.cut_short):
+            what = "an interrupted tune" if stored.partial else "a tune --budget cut short"
+            self.listener.notice(f"resuming {what} of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
-        others = self._others(problem, fingerprint, stored)
+        hashes = template_hashes(problem)
+
+        def store(entry: Entry) -> Entry | None:  # what a wider tune learned stays (hits.stored_after)
+            return self.cache.put_with(key, lambda current: stored_after(entry, current, hashes))
+
         progress = TuneProgress(
             self.listener, self.cache, self.settings.measure,
-            lambda kept: others(self._entry(problem, fingerprint, kept, choice_set, time.perf_counter() - started)),
-            problem, key, choice_set, reused, started, clock)
+            lambda kept: self._entry(problem, fingerprint, kept, choice_set, time.perf_counter() - started),
+            problem, key, choice_set, reused, started, clock, store=store)
         if upcoming:  # after this problem's compiles are asked for: at its first result
             progress.at_first_result = lambda: clock.add("prefetch", _seconds(self.prefetch, list(upcoming)))
         for candidate in reused:
@@ -232,9 +239,9 @@ class Tuner:
         record = TuneRecord.of(clock, started, (c.phases for c in candidates), resumed=len(reused),
                                timeline=progress.timeline, compiles=stats.compiles,
                                compile_pool=stats.compile_pool, startups=stats.startups)
-        entry = others(self._entry(problem, fingerprint, candidates, choice_set, seconds, record))
+        entry = self._entry(problem, fingerprint, candidates, choice_set, seconds, record)
         with clock.phase("save"):
-            self.cache.put(key, entry)
+            entry = store(entry)
         # what this tune's selection picked (the stored entry may hold a wider tune's results
         # too); the finished entry's own save is known only once it is written: the
         # outcome's copy has it, the stored one stops at the search
@@ -248,15 +255,6 @@ class Tuner:
         outcome = TuneOutcome(problem, key, view, from_cache=False)
         self.listener.finished(outcome)
         return outcome
-
-    def _others(self, problem: GemmProblem, fingerprint: Fingerprint, stored: Entry | None):
-        """What makes a tune's entry keep `stored`'s results of templates this tune did not
-        select (hits.with_other_templates): the hashes of every template serving the problem
-        are read only where `stored` holds such results."""
-        if stored is None or set(stored.templates) <= set(fingerprint.template_hashes):
-            return lambda entry: entry
-        current = fingerprint_for(problem, self.device).template_hashes
-        return lambda entry: with_other_templates(entry, stored, current)
 
     def _tuned_with_space(self, problem: GemmProblem, entry: Entry) -> bool:
         """Whether `entry` measured exactly the configs --space lists for `problem` (after
@@ -277,6 +275,9 @@ class Tuner:
             return Interrupted(f"interrupted ({name}); the finished results of {problem.describe()} "
                                f"could not be saved: {error}", code)
         progress.close()
+        if progress.held_back:
+            return Interrupted(f"interrupted ({name}); the cached entry of {problem.describe()} is kept as it "
+                               f"was (its winner still serves), this tune's results are not saved", code)
         if not saved:
             return Interrupted(f"interrupted ({name}) before any result of {problem.describe()} "
                                f"finished; nothing saved", code)
@@ -310,6 +311,7 @@ class Tuner:
             pruned=choice_set.pruned_counts(),
             considered=choice_set.considered,
             search=self.settings.search,
+            cut_short=any(c.error == BUDGET_RAN_OUT for c in candidates),
             tool_version=__version__,
             tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             tune_seconds=round(seconds, 3),

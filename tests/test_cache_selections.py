@@ -1,0 +1,112 @@
+"""One entry per problem and machine holds what every template selection's tune learned
+(tune/hits.stored_after): an interrupted tune never takes away the winner that is served,
+an interrupted tune's partial results are never answered as finished, a tune cut short by
+--budget is resumed by one without, and writes merge with what the file holds at the time."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune_cli.errors import Interrupted
+from autotune_cli.hardware.device import probe_device
+from autotune_cli.settings import TuneSettings
+from autotune_cli.store.cache import Cache
+from autotune_cli.store.results import BUDGET_RAN_OUT, SKIPPED, Candidate
+from autotune_cli.tune.hits import stored_after, template_hashes
+from autotune_cli.tune.tuner import Tuner
+from test_interrupts import PROBLEM, SLEEPY, ScriptedExecutor, all_ok, ok
+
+
+class Heard:
+    def __init__(self):
+        self.notices = []
+
+    def notice(self, message):
+        self.notices.append(message)
+
+    def __getattr__(self, name):  # the other listener events are not looked at
+        return lambda *args: None
+
+
+def tuner(tmp_path, step, templates, listener=None, **settings):
+    executor = ScriptedExecutor(step)
+    settings = TuneSettings(device="cpu", cache_dir=tmp_path, templates=templates, plugins=(SLEEPY,), **settings)
+    return Tuner(settings, listener, executor_factory=lambda device, s: executor, device=probe_device("cpu")), executor
+
+
+def interrupted_after(count):
+    def step(call, choices, on_result):
+        for index, choice in enumerate(choices[:count]):
+            on_result(index, ok(choice, ms=10.0 + index))
+        raise KeyboardInterrupt
+    return step
+
+
+def the_entry(folder):
+    (entry,) = Cache(folder).load().values()
+    return entry
+
+
+def test_an_interrupted_narrower_tune_keeps_the_served_winner(tmp_path):
+    wide, _ = tuner(tmp_path, all_ok, ("aten",))
+    assert wide.tune(PROBLEM).winner.uid == "aten::mm"
+    narrow, _ = tuner(tmp_path, interrupted_after(3), ("test::sleepy",))
+    with pytest.raises(Interrupted, match="the cached entry of .* is kept as it was"):
+        narrow.tune(PROBLEM)
+    entry = the_entry(tmp_path)
+    assert not entry.partial and entry.winner.uid == "aten::mm"
+
+
+def test_a_tune_between_an_interrupted_one_and_its_resume_answers_nothing_of_it(tmp_path):
+    first, _ = tuner(tmp_path, interrupted_after(3), ("test::sleepy",))
+    with pytest.raises(Interrupted):
+        first.tune(PROBLEM)
+    assert the_entry(tmp_path).partial
+    aten, _ = tuner(tmp_path, all_ok, ("aten",))
+    aten.tune(PROBLEM)
+    assert set(the_entry(tmp_path).templates) == {"aten::mm"}  # the partial results were no finished tune's
+    again, executor = tuner(tmp_path, all_ok, ("test::sleepy",))
+    outcome = again.tune(PROBLEM)
+    assert not outcome.from_cache and len(executor.calls[0]) == 8  # every config timed, none taken as done
+    assert {c.uid for c in outcome.entry.candidates} == {"test::sleepy"}
+    assert set(the_entry(tmp_path).templates) == {"aten::mm", "test::sleepy"}
+
+
+def test_a_tune_cut_short_by_its_budget_is_resumed_by_one_without(tmp_path):
+    def half_skipped(call, choices, on_result):
+        for index, choice in enumerate(choices):
+            if index < 4:
+                on_result(index, ok(choice, ms=10.0 - index))
+            else:
+                on_result(index, Candidate(uid=choice.uid, params=choice.params, status=SKIPPED,
+                                           error=BUDGET_RAN_OUT))
+        return []
+
+    budgeted, _ = tuner(tmp_path, half_skipped, ("test::sleepy",), budget_s=60.0)
+    first = budgeted.tune(PROBLEM)
+    assert first.entry.cut_short and first.winner.params["id"] == 3
+    again, _ = tuner(tmp_path, all_ok, ("test::sleepy",), budget_s=60.0)
+    assert again.tune(PROBLEM).from_cache  # a budgeted tune is answered by one
+    heard = Heard()
+    resumed, executor = tuner(tmp_path, lambda call, choices, on_result: [
+        on_result(i, ok(c, ms=1.0)) for i, c in enumerate(choices)], ("test::sleepy",), listener=heard)
+    outcome = resumed.tune(PROBLEM)
+    assert not outcome.from_cache and [c.params["id"] for c in executor.calls[0]] == [4, 5, 6, 7]
+    assert any(n.startswith("resuming a tune --budget cut short") for n in heard.notices), heard.notices
+    assert not outcome.entry.cut_short and outcome.winner.ms == 1.0
+    assert len(outcome.entry.candidates) == 8
+
+
+def test_a_write_merges_with_what_the_file_holds_when_it_is_written(tmp_path):
+    """Two tunes of other selections at once: the later write keeps the earlier's results,
+    whatever the cache held when the later tune began."""
+    aten, _ = tuner(tmp_path / "a", all_ok, ("aten",))
+    wide = aten.tune(PROBLEM)
+    sleepy, _ = tuner(tmp_path / "b", all_ok, ("test::sleepy",))
+    narrow = sleepy.tune(PROBLEM)  # in another folder: it saw nothing stored
+    cache = Cache(tmp_path / "a")
+    hashes = template_hashes(PROBLEM)
+    stored = cache.put_with(wide.key, lambda current: stored_after(narrow.entry, current, hashes))
+    assert set(stored.templates) == {"aten::mm", "test::sleepy"}
+    assert {c.uid for c in the_entry(tmp_path / "a").candidates} == {"aten::mm", "test::sleepy"}
+    assert stored.winner.uid == "aten::mm"  # all_ok times everything alike: the tie is cuBLAS's
