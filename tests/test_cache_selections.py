@@ -12,7 +12,7 @@ from autotune_cli.hardware.device import probe_device
 from autotune_cli.settings import TuneSettings
 from autotune_cli.store.cache import Cache
 from autotune_cli.store.results import BUDGET_RAN_OUT, SKIPPED, Candidate
-from autotune_cli.tune.hits import stored_after, template_hashes
+from autotune_cli.tune.selections import stored_after, template_hashes
 from autotune_cli.tune.tuner import Tuner
 from test_interrupts import PROBLEM, SLEEPY, ScriptedExecutor, all_ok, ok
 
@@ -110,3 +110,66 @@ def test_a_write_merges_with_what_the_file_holds_when_it_is_written(tmp_path):
     assert set(stored.templates) == {"aten::mm", "test::sleepy"}
     assert {c.uid for c in the_entry(tmp_path / "a").candidates} == {"aten::mm", "test::sleepy"}
     assert stored.winner.uid == "aten::mm"  # all_ok times everything alike: the tie is cuBLAS's
+
+
+def half_skipped(call, choices, on_result):
+    """The first half timed, the rest left by --budget."""
+    for index, choice in enumerate(choices):
+        if index < len(choices) // 2:
+            on_result(index, ok(choice, ms=10.0 - index))
+        else:
+            on_result(index, Candidate(uid=choice.uid, params=choice.params, status=SKIPPED, error=BUDGET_RAN_OUT))
+    return []
+
+
+def test_a_selection_cut_short_stays_so_through_another_selections_tune(tmp_path):
+    cut, _ = tuner(tmp_path, half_skipped, ("test::sleepy",), budget_s=60.0)
+    cut.tune(PROBLEM)
+    heard = Heard()
+    aten, _ = tuner(tmp_path, all_ok, ("aten",), listener=heard)
+    aten.tune(PROBLEM)
+    assert not any(n.startswith("resuming") for n in heard.notices), heard.notices
+    assert the_entry(tmp_path).cut_short
+    again, _ = tuner(tmp_path, all_ok, ("aten",))
+    assert again.tune(PROBLEM).from_cache  # aten's own results were not cut short
+    resumed, executor = tuner(tmp_path, all_ok, ("test::sleepy",))
+    outcome = resumed.tune(PROBLEM)
+    assert not outcome.from_cache and [c.params["id"] for c in executor.calls[0]] == [4, 5, 6, 7]
+    assert not the_entry(tmp_path).cut_short
+
+
+def test_results_of_a_template_not_registered_here_are_kept_unjudged(tmp_path):
+    """A tune run without the --plugin an earlier tune had keeps that plugin's results
+    (their source cannot be checked here; a process that registers it will)."""
+    sleepy, _ = tuner(tmp_path / "a", all_ok, ("test::sleepy",))
+    earlier = sleepy.tune(PROBLEM).entry
+    aten, _ = tuner(tmp_path / "b", all_ok, ("aten",))
+    later = aten.tune(PROBLEM).entry
+    without_plugin = {uid: digest for uid, digest in template_hashes(PROBLEM).items() if uid != "test::sleepy"}
+    merged = stored_after(later, earlier, without_plugin)
+    assert set(merged.templates) == {"aten::mm", "test::sleepy"} and len(merged.candidates) == 9
+    assert merged.winner.uid == "aten::mm"  # one it cannot judge never wins here
+
+
+def test_an_interrupted_tune_dropped_by_another_selections_tune_is_said(tmp_path):
+    first, _ = tuner(tmp_path, interrupted_after(3), ("test::sleepy",))
+    with pytest.raises(Interrupted):
+        first.tune(PROBLEM)
+    heard = Heard()
+    aten, _ = tuner(tmp_path, all_ok, ("aten",), listener=heard)
+    aten.tune(PROBLEM)
+    assert any("will not be resumed" in n and "test::sleepy" in n for n in heard.notices), heard.notices
+
+
+def test_a_winner_that_no_longer_serves_does_not_keep_an_interrupted_tune_from_saving(tmp_path):
+    """A finished entry whose template changed since answers nothing: an interrupted tune
+    of it saves its results (to resume), and the interrupt does not say the winner serves."""
+    sleepy, _ = tuner(tmp_path, all_ok, ("test::sleepy",))
+    key = sleepy.tune(PROBLEM).key
+    stale = the_entry(tmp_path).to_dict()
+    stale["fingerprint"]["templates"]["test::sleepy"] = "0" * 16
+    Cache(tmp_path).put(key, stale)
+    again, _ = tuner(tmp_path, interrupted_after(3), ("test::sleepy",))
+    with pytest.raises(Interrupted, match="3 finished result"):
+        again.tune(PROBLEM)
+    assert the_entry(tmp_path).partial

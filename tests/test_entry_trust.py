@@ -326,6 +326,22 @@ def test_an_import_of_a_narrower_later_tune_keeps_what_ours_learned(cli, tmp_pat
         assert api.Dispatcher(cache_dir).lookup(PROBLEM, templates="triton::mm")["uid"] == "triton::mm"
 
 
+def test_an_import_cut_short_by_its_budget_does_not_replace_a_whole_tune(cli, tmp_path):
+    cache_dir = tmp_path / "cache"
+    key, ours = crafted(tmp_path / "elsewhere")
+    _, theirs = crafted(tmp_path / "elsewhere")
+    theirs["candidates"].append({"uid": "triton::mm", "params": {**theirs["winner"]["params"], "BLOCK_M": 64},
+                                 "status": "skipped", "error": "the tuning budget ran out"})
+    theirs.update(cut_short=True, tuned_at="2026-12-01T00:00:00+00:00")
+    theirs["winner"]["ms"] = theirs["candidates"][0]["ms"] = 0.5
+    Cache(cache_dir).put(key, ours)
+    code, out, err = cli("cache", "import", export_file(tmp_path / "export.json", (key, theirs)),
+                         "--cache-dir", cache_dir)
+    assert code == 0, err
+    assert f"skipped {key}: theirs was cut short by --budget where ours timed every config" in err
+    assert Cache(cache_dir).load()[key].winner.ms == 0.001
+
+
 def test_import_lists_what_it_adds(cli, tmp_path):
     cache_dir = tmp_path / "cache"
     key, entry = crafted(tmp_path / "elsewhere")

@@ -125,7 +125,7 @@ class Dispatcher:
         """(key, entry) of the cached result for `problem` on this machine, or None.
 
         `templates`: the entry as a tune of this selection (as `--templates`) would have made
-        it, where it covers that selection (tune/hits.answer). Otherwise any entry for this
+        it, where it covers that selection (tune/selections.answer). Otherwise any entry for this
         problem whose fingerprint is this machine's, for the templates it was tuned with, and
         whose winner is registered here; the fastest wins.
         """

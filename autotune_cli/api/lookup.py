@@ -101,11 +101,11 @@ class WinnerLookup:
         operands' device), or None.
 
         `templates`: the entry as a tune with this selection (as `--templates`) would have
-        made it (hits.answer), if it can say. Otherwise the entry of this machine for the
+        made it (selections.answer), if it can say. Otherwise the entry of this machine for the
         problem, if every template it was tuned with is registered here with the source it
         had then, and its winner is registered here.
         """
-        from ..tune.hits import answer
+        from ..tune.selections import answer
 
         if problem.device == "cuda":
             from ..hardware.device import cuda_available
@@ -140,9 +140,9 @@ class WinnerLookup:
         `problem` read from the cache that was made on this machine (GPU `index`): an entry
         of another machine is none of this one's business. An entry may hold results of
         templates not registered here (a plugin's, a tune with --plugin): it is seen as a
-        tune of the registered ones alone would have made it (hits.selection_view)."""
+        tune of the registered ones alone would have made it (selections.selection_view)."""
         from ..templates import get_template
-        from ..tune.hits import selection_view
+        from ..tune.selections import selection_view
 
         entries = self._by_problem.get(problem.key(), ())
         if not entries:
@@ -195,7 +195,7 @@ class WinnerLookup:
             get_template(winner.uid)
         except UserError:
             return False
-        memo = (key, winner.identity)  # a selection's answer (hits.answer) may have its own winner
+        memo = (key, winner.identity)  # a selection's answer (selections.answer) may have its own winner
         why = self._refused.get(memo)
         if why is None:
             why = self._refused[memo] = winner_problem(entry) or ""

@@ -99,6 +99,18 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
         raise UserError(f"{path} is not an autotune export: {exc}") from None
 
 
+def _cut_where_ours_is_whole(theirs: Entry, ours: Entry) -> bool:
+    """Whether --budget left some of theirs untimed while ours timed every config of the
+    templates theirs tuned, with the same sources: later, but knowing less."""
+    from ..store.results import BUDGET_RAN_OUT
+
+    if not theirs.cut_short or ours.partial:
+        return False
+    tuned = theirs.templates
+    return (all(ours.templates.get(uid) == digest for uid, digest in tuned.items())
+            and not any(c.error == BUDGET_RAN_OUT and c.uid in tuned for c in ours.candidates))
+
+
 def check_import(theirs: dict, path: Path) -> None:
     """UserError naming the first entry, and its field, that must not be imported: a winner
     whose template is not registered here or whose params are not what it declares and
@@ -125,7 +137,7 @@ def describe_import(verb: str, key: str, entry: Entry) -> str:
 
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
     """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
-    later, keeping ours's results of templates theirs did not tune (hits.stored_after);
+    later, keeping ours's results of templates theirs did not tune (selections.stored_after);
     identical entries and older ones are skipped, and so are entries that do not
     agree with their keys (`refused` by the reader, or found here) and entries without a
     winner (a failed or interrupted tune: nothing to use). Entries under another
@@ -143,9 +155,11 @@ def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> Import
             plan.skipped.append((key, "already here"))
         else:
             new, old = tuned_time(entry), tuned_time(mine)
-            if new is not None and (old is None or new > old):
+            if _cut_where_ours_is_whole(entry, mine):
+                plan.skipped.append((key, "theirs was cut short by --budget where ours timed every config"))
+            elif new is not None and (old is None or new > old):
                 # ours's results of templates theirs did not tune stay (as a narrower tune's would)
-                from ..tune.hits import stored_after, template_hashes
+                from ..tune.selections import stored_after, template_hashes
 
                 plan.replaced[key] = stored_after(entry, mine, template_hashes(entry.problem))
             else:

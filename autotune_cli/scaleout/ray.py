@@ -49,7 +49,7 @@ from ..hardware.device import probe_device
 from ..problem import GemmProblem
 from .common import MAX_ATTEMPTS, LockedListener, MemoryCache, ProblemResult
 from ..settings import TuneSettings
-from ..tune.hits import stored_after, template_hashes
+from ..tune.selections import stored_after, template_hashes
 from ..tune.tuner import TuneListener, TuneOutcome, Tuner
 
 CONNECT_TIMEOUT_S = 5.0  # a cluster's head that does not accept a connection in this long is unreachable
@@ -142,7 +142,7 @@ RemoteTuneActor = ray.remote(max_restarts=0, max_task_retries=0)(TuneActor)
 
 
 def store_report(cache, key: str, entry: Entry) -> None:
-    """An actor's entry written as its tuner would have written it here (hits.stored_after:
+    """An actor's entry written as its tuner would have written it here (selections.stored_after:
     what the cache learned of other templates stays; a partial one never replaces a winner)."""
     hashes = template_hashes(entry.problem)
     cache.put_with(key, lambda current: stored_after(entry, current, hashes))

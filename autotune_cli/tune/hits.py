@@ -7,7 +7,7 @@ search), so that a cached problem is answered for the cost of reading the cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping
 
 from ..store import CacheStore
@@ -19,6 +19,7 @@ from ..plugins import load_plugins
 from ..problem import GemmProblem
 from ..settings import TuneSettings
 from ..templates import templates_for
+from .selections import answer, cut_short_in
 
 
 @dataclass(frozen=True)
@@ -40,73 +41,6 @@ def fingerprint_for(problem: GemmProblem, device: DeviceInfo,
     considers, recorded in its entry and held against a stored one (`answer`)."""
     templates = {t.uid: t.source_hash() for t in templates_for(problem, only)}
     return Fingerprint.of(device, templates)
-
-
-def answer(entry: Entry, wanted: Mapping[str, str]) -> Entry | None:
-    """`entry` as a tune of the templates `wanted` ({uid: source hash}) would have made it,
-    or None where it cannot say: it must have been tuned with every one of them as its
-    source is now (so none changed since, and none it never timed could beat it). An entry
-    may hold results of templates the selection leaves out (a wider tune's, kept by a
-    narrower one: `with_other_templates`): the answer is the selection's own results and
-    their pick, which may win nothing."""
-    recorded = entry.templates
-    if entry.winner is None or not all(recorded.get(uid) == digest for uid, digest in wanted.items()):
-        return None
-    view = selection_view(entry, wanted)
-    return view if view.winner is not None else None
-
-
-def selection_view(entry: Entry, wanted: Mapping[str, str]) -> Entry:
-    """`entry` with only the results of the templates `wanted` and their pick as its winner
-    (itself where it holds no other template's)."""
-    if set(entry.templates) <= set(wanted) and (entry.winner is None or entry.winner.uid in wanted):
-        return entry
-    from ..search.pick import pick_winner  # only here: a hit needs no search machinery
-
-    within = tuple(c for c in entry.candidates if c.uid in wanted)
-    best = pick_winner(list(within))
-    return replace(entry, candidates=within, winner=None if best is None else Winner.of(best, entry.problem))
-
-
-def template_hashes(problem: GemmProblem) -> dict[str, str]:
-    """{uid: source hash} of every template registered here that serves `problem`."""
-    return {t.uid: t.source_hash() for t in templates_for(problem)}
-
-
-def stored_after(entry: Entry, current: Entry | None, hashes: Mapping[str, str]) -> Entry | None:
-    """What a tune's `entry` makes of the key where `current` is stored now (None: leave it
-    as it is). A partial entry never replaces a finished one with a winner: an interrupted
-    tune must not take away the winner that is served (it starts afresh next time). A
-    finished one keeps what `current` learned of the templates it did not select
-    (`with_other_templates`, `hashes` every serving template's), never from a partial one
-    (those results are for resuming that tune alone)."""
-    finished = current is not None and not current.partial
-    if entry.partial:
-        return None if finished and current.winner is not None else entry
-    return with_other_templates(entry, current if finished else None, hashes)
-
-
-def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[str, str]) -> Entry:
-    """`entry` (a tune's results) with the results `stored` holds of templates the tune did
-    not select whose source (`current`: {uid: source hash} of every template serving the
-    problem) has not changed since: a narrower tune (--templates) adds to what a wider one
-    learned instead of throwing it away. The winner is the pick over them all."""
-    if stored is None:
-        return entry
-    from ..search.pick import pick_winner
-
-    selected, recorded = set(entry.templates), stored.templates
-    kept = {uid: digest for uid, digest in recorded.items()
-            if uid not in selected and current.get(uid) == digest}
-    others = tuple(c for c in stored.candidates if c.uid in kept)
-    if not others:
-        return entry
-    candidates = tuple(sorted((*entry.candidates, *others),
-                              key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0)))
-    best = pick_winner(list(candidates))
-    fingerprint = {**entry.fingerprint, "templates": {**kept, **entry.templates}}
-    return replace(entry, candidates=candidates, fingerprint=fingerprint,
-                   winner=None if best is None else Winner.of(best, entry.problem))
 
 
 def reusable(entry: Entry, wanted: Mapping[str, str]) -> bool:
@@ -133,7 +67,7 @@ class Lookup:
         interrupted run), or not tuned with every template of this selection as it is now
         (`answer`), is no hit: it is tuned again (resumed) and replaced."""
         view = None if self.stored is None else answer(self.stored, self.fingerprint.template_hashes)
-        if view is None or (self.stored.cut_short and not self.budgeted):
+        if view is None or (not self.budgeted and cut_short_in(view)):
             return None  # a tune --budget cut short is resumed by one without
         return TuneOutcome(self.problem, self.key, view, from_cache=True)
 

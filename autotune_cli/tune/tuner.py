@@ -21,8 +21,8 @@ from ..store.entry import Entry, Winner
 from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
-from .hits import (TuneOutcome, fingerprint_for, look_up, selection_view,  # noqa: F401  (TuneOutcome: re-exported)
-                   stored_after, template_hashes)
+from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
+from .selections import selection_view, stored_after, template_hashes
 from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
 from ..problem import GemmProblem
@@ -198,14 +198,22 @@ class Tuner:
         # choice set, but results of it all the same
         reused += [known[t.identity] for t in map(KernelTemplateChoice.fixed_twin, choice_set.choices)
                    if t is not None and t.identity in known]
-        if reused and stored is not None and (stored.partial or stored.cut_short):
+        listed = {c.identity for c in choice_set.choices}
+        cut = stored is not None and any(c.error == BUDGET_RAN_OUT and c.identity in listed
+                                         for c in (stored.candidates if stored.cut_short else ()))
+        if reused and stored is not None and (stored.partial or cut):
             what = "an interrupted tune" if stored.partial else "a tune --budget cut short"
             self.listener.notice(f"resuming {what} of {problem.describe()}: "
                                  f"{len(reused)} result(s) kept, {len(todo)} to measure")
         self.listener.planned(problem, choice_set)
         hashes = template_hashes(problem)
 
-        def store(entry: Entry) -> Entry | None:  # what a wider tune learned stays (hits.stored_after)
+        if stored is not None and stored.partial and set(stored.templates) - set(fingerprint.template_hashes):
+            self.listener.notice(printable(  # the entry holds one tune's resume: this tune's takes its place
+                f"an interrupted tune of {problem.describe()} with {', '.join(sorted(stored.templates))} "
+                f"will not be resumed: this tune's entry takes its place (that tune starts afresh)"))
+
+        def store(entry: Entry) -> Entry | None:  # what a wider tune learned stays (selections.stored_after)
             return self.cache.put_with(key, lambda current: stored_after(entry, current, hashes))
 
         progress = TuneProgress(

@@ -1,0 +1,105 @@
+"""How one cache entry holds what every template selection's tune of a problem learned.
+
+A key is a problem on a machine, whatever `--templates` said, so its entry gathers the
+results of each selection tuned (their templates' sources as recorded): a narrower tune adds
+to what a wider one learned (`stored_after`, `with_other_templates`), and a selection the
+entry covers is answered with its own results and their pick (`answer`). An interrupted
+tune's results (a partial entry) resume that tune alone, and a tune --budget cut short is
+answered only by a tune with a budget (`cut_short_in`).
+
+Plain Python: a hit imports neither torch nor triton (the pick is imported where needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+from ..problem import GemmProblem
+from ..store.entry import Entry, Winner
+from ..store.results import BUDGET_RAN_OUT
+from ..templates import templates_for
+
+
+def answer(entry: Entry, wanted: Mapping[str, str]) -> Entry | None:
+    """`entry` as a tune of the templates `wanted` ({uid: source hash}) would have made it,
+    or None where it cannot say: it must have been tuned with every one of them as its
+    source is now (so none changed since, and none it never timed could beat it). An entry
+    may hold results of templates the selection leaves out (a wider tune's, kept by a
+    narrower one: `with_other_templates`): the answer is the selection's own results and
+    their pick, which may win nothing."""
+    recorded = entry.templates
+    if entry.winner is None or not all(recorded.get(uid) == digest for uid, digest in wanted.items()):
+        return None
+    view = selection_view(entry, wanted)
+    return view if view.winner is not None else None
+
+
+def selection_view(entry: Entry, wanted: Mapping[str, str]) -> Entry:
+    """`entry` with only the results of the templates `wanted` and their pick as its winner
+    (itself where it holds no other template's)."""
+    if set(entry.templates) <= set(wanted) and (entry.winner is None or entry.winner.uid in wanted):
+        return entry
+    from ..search.pick import pick_winner  # only here: a hit needs no search machinery
+
+    within = tuple(c for c in entry.candidates if c.uid in wanted)
+    best = pick_winner(list(within))
+    return replace(entry, candidates=within, winner=None if best is None else Winner.of(best, entry.problem))
+
+
+def template_hashes(problem: GemmProblem) -> dict[str, str]:
+    """{uid: source hash} of every template registered here that serves `problem`."""
+    return {t.uid: t.source_hash() for t in templates_for(problem)}
+
+
+def cut_short_in(entry: Entry) -> bool:
+    """Whether --budget left some of `entry`'s results untimed (a selection's view of an
+    entry answers for its own results alone)."""
+    return entry.cut_short and any(c.error == BUDGET_RAN_OUT for c in entry.candidates)
+
+
+def serves(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
+    """Whether `entry` is finished, has a winner and no template it records has changed
+    its source since (`hashes`: every serving template's; one not registered here is not
+    judged): an entry the lookups answer with."""
+    return (entry is not None and not entry.partial and entry.winner is not None
+            and all(hashes.get(uid, digest) == digest for uid, digest in entry.templates.items()))
+
+
+def stored_after(entry: Entry, current: Entry | None, hashes: Mapping[str, str]) -> Entry | None:
+    """What a tune's `entry` makes of the key where `current` is stored now (None: leave it
+    as it is). A partial entry never replaces one that `serves`: an interrupted tune must
+    not take away the winner that is served (it starts afresh next time). A finished one
+    keeps what `current` learned of the templates it did not select
+    (`with_other_templates`, `hashes` every serving template's), never from a partial one
+    (those results are for resuming that tune alone)."""
+    if entry.partial:
+        return None if serves(current, hashes) else entry
+    finished = current is not None and not current.partial
+    return with_other_templates(entry, current if finished else None, hashes)
+
+
+def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[str, str]) -> Entry:
+    """`entry` (a tune's results) with the results `stored` holds of templates the tune did
+    not select whose source (`current`: {uid: source hash} of every template serving the
+    problem) has not changed since: a narrower tune (--templates) adds to what a wider one
+    learned instead of throwing it away. The winner is the pick over them all."""
+    if stored is None:
+        return entry
+    from ..search.pick import pick_winner
+
+    selected, recorded = set(entry.templates), stored.templates
+    # a template not registered here (a plugin's) cannot be judged: its results stay as
+    # they are, and a process that registers it checks its source when it reads them
+    kept = {uid: digest for uid, digest in recorded.items()
+            if uid not in selected and current.get(uid, digest) == digest}
+    others = tuple(c for c in stored.candidates if c.uid in kept)
+    if not others:
+        return entry
+    candidates = tuple(sorted((*entry.candidates, *others),
+                              key=lambda c: (not c.ok, c.ms if c.ms is not None else 0.0)))
+    best = pick_winner([c for c in candidates if c.uid in current or c.uid in selected])
+    fingerprint = {**entry.fingerprint, "templates": {**kept, **entry.templates}}
+    return replace(entry, candidates=candidates, fingerprint=fingerprint,
+                   winner=None if best is None else Winner.of(best, entry.problem),
+                   cut_short=entry.cut_short or any(c.error == BUDGET_RAN_OUT for c in others))
