@@ -173,3 +173,13 @@ def test_a_winner_that_no_longer_serves_does_not_keep_an_interrupted_tune_from_s
     with pytest.raises(Interrupted, match="3 finished result"):
         again.tune(PROBLEM)
     assert the_entry(tmp_path).partial
+
+
+def test_an_exhaustive_search_is_not_answered_by_a_default_one(tmp_path):
+    default, _ = tuner(tmp_path, all_ok, ("test::sleepy",))
+    default.tune(PROBLEM)
+    wider, executor = tuner(tmp_path, all_ok, ("test::sleepy",), search="exhaustive")
+    assert not wider.tune(PROBLEM).from_cache and executor.calls
+    assert the_entry(tmp_path).search == "exhaustive"
+    again, _ = tuner(tmp_path, all_ok, ("test::sleepy",))
+    assert again.tune(PROBLEM).from_cache  # the wider search answers the default one

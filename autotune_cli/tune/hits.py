@@ -60,6 +60,7 @@ class Lookup:
     stored: Entry | None
     refused: str = ""  # why what is stored there is not used (see look_up), if it is not
     budgeted: bool = False  # this tune has a --budget: an entry one cut short answers it
+    exhaustive: bool = False  # --search exhaustive: an entry of the default search does not answer it
 
     @property
     def hit(self) -> TuneOutcome | None:
@@ -69,11 +70,13 @@ class Lookup:
         view = None if self.stored is None else answer(self.stored, self.fingerprint.template_hashes)
         if view is None or (not self.budgeted and cut_short_in(view)):
             return None  # a tune --budget cut short is resumed by one without
+        if self.exhaustive and view.search != "exhaustive":
+            return None  # asked to search wider than the stored tune did
         return TuneOutcome(self.problem, self.key, view, from_cache=True)
 
 
 def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
-            only: tuple[str, ...] | None = None, budgeted: bool = False) -> Lookup:
+            only: tuple[str, ...] | None = None, budgeted: bool = False, exhaustive: bool = False) -> Lookup:
     """`cache`: the cache file, or a Ray actor's entries. An entry whose
     params are not what its templates declare (templates/params.py: anyone who can write the
     file could have put it there) is not used, neither as a hit nor to resume from: the
@@ -90,7 +93,7 @@ def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
                       refused=printable(f"cache entry {key} is not used: {why}; tuning it again"))
     if stored is not None and not reusable(stored, fingerprint.template_hashes):
         stored = None  # a template changed since: nothing of it stands, it is tuned afresh
-    return Lookup(problem, fingerprint, key, stored, budgeted=budgeted)
+    return Lookup(problem, fingerprint, key, stored, budgeted=budgeted, exhaustive=exhaustive)
 
 
 def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneOutcome | None:
@@ -103,7 +106,7 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
     cache = Cache(settings.cache_dir)
     # On a GPU, the driver's answers as remembered beside the cache: no cuInit (gpu_memo.py).
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
-    found = look_up(cache, problem, device, settings.templates, budgeted=bool(settings.budget_s))
+    found = look_up(cache, problem, device, settings.templates, **lookup_terms(settings))
     if listener is not None:
         while cache.notices:
             listener.notice(cache.notices.pop(0))
@@ -117,5 +120,10 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
 def any_to_tune(cache, problems, device, settings) -> bool:
     """Whether a tune of `problems` will run (and write the cache): --force, or a problem
     with no entry that answers it."""
-    return settings.force or any(look_up(cache, problem, device, settings.templates,
-                                         budgeted=bool(settings.budget_s)).hit is None for problem in problems)
+    return settings.force or any(look_up(cache, problem, device, settings.templates, **lookup_terms(settings)).hit
+                                 is None for problem in problems)
+
+
+def lookup_terms(settings: TuneSettings) -> dict[str, bool]:
+    """What of a tune's settings decides whether a stored entry answers it (`look_up`)."""
+    return {"budgeted": bool(settings.budget_s), "exhaustive": settings.search == "exhaustive"}

@@ -21,7 +21,7 @@ from ..store.entry import Entry, Winner
 from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
-from .hits import TuneOutcome, fingerprint_for, look_up  # noqa: F401  (TuneOutcome: re-exported)
+from .hits import TuneOutcome, fingerprint_for, look_up, lookup_terms  # noqa: F401  (TuneOutcome: re-exported)
 from .selections import selection_view, stored_after, template_hashes
 from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
@@ -122,7 +122,7 @@ class Tuner:
         asked = 0
         for problem in problems:
             found = look_up(self.cache, problem, self.device, self.settings.templates,
-                            budgeted=bool(self.settings.budget_s))
+                            **lookup_terms(self.settings))
             if found.hit is not None and not self.settings.force:
                 continue
             try:
@@ -152,7 +152,7 @@ class Tuner:
         clock = PhaseClock()  # where this tune's seconds go (phases.py)
         with clock.phase("lookup"):
             found = look_up(self.cache, problem, self.device, self.settings.templates,
-                            budgeted=bool(self.settings.budget_s))
+                            **lookup_terms(self.settings))
         self._emit_notices()
         if found.refused:
             self.listener.notice(found.refused)
