@@ -465,6 +465,23 @@ def test_a_matrix_times_a_batch_is_met_and_said_to_stay_torchs(cache_dir, capfd)
     assert [(r.op, r.fallback) for r in routes] == [("mm", True)] and "2-D @ N-D" in routes[0].reason
 
 
+class ScaledScores(torch.nn.Module):
+    """Attention scores as some models write them: one baddbmm, the scale as alpha."""
+
+    def forward(self, bias, q, k):
+        return torch.baddbmm(bias, q, k.transpose(1, 2), beta=0.0, alpha=0.125)
+
+
+def test_a_baddbmm_is_met_and_said_to_stay_torchs(cache_dir, capfd):
+    routes: list = []
+    bias, q, k = torch.randn(4, 8, 8), torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+    with torch.no_grad():
+        got = autotune_cli.compile(ScaledScores(), backend="eager", routes=routes, tune=False)(bias, q, k)
+        torch.testing.assert_close(got, ScaledScores()(bias, q, k))
+    assert "routed 0 of 1 matmul; left to the compiler: 1 as baddbmm" in capfd.readouterr().err
+    assert [(r.op, r.fallback) for r in routes] == [("bmm", True)]
+
+
 def test_an_einsum_is_met_and_said_to_stay_the_compilers(cache_dir, capfd):
     routes: list = []
     x = torch.randn(2, 8, 32)

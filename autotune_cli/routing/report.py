@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import EINSUM, MATRIX_BY_BATCH, UNROUTED_ARGUMENTS
+from .sites import BADDBMM, EINSUM, MATRIX_BY_BATCH, UNROUTED_ARGUMENTS
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -49,7 +49,7 @@ def _reason_kind(reason: str) -> str:
     for start, short in (("nothing cached", "with nothing cached"), ("K = 1", "with K = 1 (a multiply)"),
                          (STALE, "whose cached entry is not used (see routes)"),
                          (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
-                         (MATRIX_BY_BATCH, "as 2-D @ N-D"),
+                         (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),

@@ -133,6 +133,10 @@ def match_matmul(node) -> MatmulMatch | None:
         if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
             return None
         return MatmulMatch(args[1], args[2], args[0], None, False, unrouted=unrouted)
+    if target is torch.baddbmm or name == "baddbmm":  # met, and said to stay torch's
+        if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
+            return None
+        return MatmulMatch(args[1], args[2], None, None, False, unrouted=BADDBMM)
     if kwargs:
         return None  # a matmul with out=: not one this module reads
     if target in matmul or name in ("matmul", "__matmul__"):
@@ -217,6 +221,7 @@ def _operand_nodes(node) -> list:
 
 UNROUTED_ARGUMENTS = "arguments our ops do not take"
 MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
+BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
 EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
