@@ -70,7 +70,8 @@ SCALED_FIELDS = {"scale": None, "out_dtype": None, "fast_accum": False}
 MAX_DIM = 2**31 - 1
 # A product over fewer terms than this is an outer product, pointwise work and not a GEMM
 # (the rotary embedding's [64, 1] x [1, T]): the compiler fuses it with its neighbours, and a
-# GEMM kernel would only add a launch. autotune_cli.compile and `autotune model` leave it alone.
+# GEMM kernel would only add a launch. autotune_cli.compile, `autotune model` and the recorder
+# leave it alone.
 MIN_GEMM_K = 2
 
 

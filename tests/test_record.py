@@ -232,3 +232,13 @@ def test_the_environment_variable_records_a_process(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import sys, autotune_cli; print('torch' in sys.modules)"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.stdout.strip() == "False"
+
+
+def test_an_outer_product_is_skipped_as_model_and_compile_skip_it(tmp_path, capsys):
+    """K = 1 (a rotary embedding's [64, 1] x [1, T]) is no problem to tune: named as skipped."""
+    path = tmp_path / "outer.json"
+    with autotune_cli.record(path):
+        torch.randn(2, 8, 1) @ torch.randn(2, 1, 12)
+        torch.randn(8, 16) @ torch.randn(16, 4)
+    assert listed(path) == [{"m": 8, "n": 4, "k": 16, "dtype": "float32", "layout": "nn", "count": 1}]
+    assert "skipped 1 call autotune cannot tune: bmm [2, 8, 1] x [2, 1, 12] float32 x1" in capsys.readouterr().err

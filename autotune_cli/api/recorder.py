@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import UserError
-from ..problem import GemmProblem, one_gemm
+from ..problem import MIN_GEMM_K, GemmProblem, one_gemm
 from ..model.shapes_file import counted_from_entry, entry_of
 from .problems import plain_parameter, problem_of, scaled_problem_of
 
@@ -160,6 +160,8 @@ def _problem(op: str, named: dict, t) -> GemmProblem:
     a, b = _operand_a(op, named), named["mat2"]
     if op == "addmm" and (named.get("beta", 1) != 1 or named.get("alpha", 1) != 1):
         raise UserError("addmm with beta or alpha other than 1 is not tuned")
+    if a.shape[-1] < MIN_GEMM_K:  # an outer product: left to the compiler, as `model` and compile leave it
+        raise UserError(f"K = {a.shape[-1]} is not tuned")
     tf32 = a.dtype is t.float32 and a.is_cuda and t.allow_tf32()
     return problem_of(op, a, b, named["self"] if op == "addmm" else None, tf32=tf32)[0]
 
