@@ -57,7 +57,7 @@ LOCK_FILE = ".autotune-cache.lock"
 TMP_PREFIX, TMP_SUFFIX = ".autotune-cache.", ".tmp"
 
 
-_TOLD: set[tuple[str, str, str]] = set()  # (cache file, key, why) of refusals told already
+_TOLD: set[tuple[str, str, str]] = set()  # (cache file, key or "", why) of notices told already
 
 
 class CacheUnavailable(UserError):
@@ -123,11 +123,8 @@ class Cache(CacheStore):
         """Tell of entries that do not belong under their keys, each once in this process
         (a command reads the file several times, through several Cache objects)."""
         for key, why in refused.items():
-            told = (str(self.path), key, why)
-            if told not in _TOLD:
-                _TOLD.add(told)
-                self.notices.append(printable(f"cache entry {key} is not used: {why}; "
-                                              "it is dropped at the next write"))
+            self._tell_once((key, why), printable(f"cache entry {key} is not used: {why}; "
+                                                  "it is dropped at the next write"))
 
     @property
     def lock_path(self) -> Path:
@@ -182,7 +179,7 @@ class Cache(CacheStore):
             if repair:
                 self._move_aside(reason)
             else:
-                self._tell_once("unusable", f"cache {self.path} is unusable ({' '.join(reason.split())}); "
+                self._tell_once(("", "unusable"), f"cache {self.path} is unusable ({' '.join(reason.split())}); "
                                             f"{LEFT_AS_IT_IS}, read as empty")
             return {}
         self._refuse(refused)
@@ -190,10 +187,10 @@ class Cache(CacheStore):
             return entries
         if not repair:
             if damaged:
-                self._tell_once("damaged", printable(f"cache {self.path}: {_damage_text(damaged)}; left out, "
+                self._tell_once(("", "damaged"), printable(f"cache {self.path}: {_damage_text(damaged)}; left out, "
                                                      f"{_others(entries)} used ({LEFT_AS_IT_IS})"))
             if repeated:
-                self._tell_once("repeated", printable(f"cache {self.path}: {_repeat_text(repeated)}; the copy "
+                self._tell_once(("", "repeated"), printable(f"cache {self.path}: {_repeat_text(repeated)}; the copy "
                                                       f"tuned latest is used ({LEFT_AS_IT_IS})"))
             return entries
         # rewritten as this autotune writes it, the file as it was kept beside it first
@@ -211,10 +208,11 @@ class Cache(CacheStore):
                                           f"latest is kept (the file as it was is at {kept})"))
         return entries
 
-    def _tell_once(self, what: str, notice: str) -> None:
-        """A notice said once per process for this file (a reader that cannot set the file
+    def _tell_once(self, what: tuple[str, str], notice: str) -> None:
+        """A notice said once per process for this file and `what` (a command reads the file
+        several times, through several Cache objects; a reader that cannot set the file
         right reads it again at each lookup)."""
-        told = (str(self.path), "", what)
+        told = (str(self.path), *what)
         if told not in _TOLD:
             _TOLD.add(told)
             self.notices.append(notice)
