@@ -102,13 +102,11 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
 def _cut_where_ours_is_whole(theirs: Entry, ours: Entry) -> bool:
     """Whether --budget left some of theirs untimed while ours timed every config of the
     templates theirs tuned, with the same sources: later, but knowing less."""
-    from ..store.results import BUDGET_RAN_OUT
-
     if not theirs.cut_short or ours.partial:
         return False
     tuned = theirs.templates
     return (all(ours.templates.get(uid) == digest for uid, digest in tuned.items())
-            and not any(c.error == BUDGET_RAN_OUT and c.uid in tuned for c in ours.candidates))
+            and not any(c.cut_by_budget and c.uid in tuned for c in ours.candidates))
 
 
 def check_import(theirs: dict, path: Path) -> None:

@@ -52,6 +52,11 @@ class Candidate:
         return self.status == OK and self.ms is not None
 
     @property
+    def cut_by_budget(self) -> bool:
+        """Skipped because --budget ran out before it finished (resumable, not judged)."""
+        return self.error == BUDGET_RAN_OUT
+
+    @property
     def identity(self) -> tuple:
         """Which config it is a result of (config_identity)."""
         return config_identity(self.uid, self.params)

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..store.entry import Entry
 from ..problem import GemmProblem
-from ..store.results import BUDGET_RAN_OUT, Candidate, params_str
+from ..store.results import Candidate, params_str
 from ..text import plural, printable
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def outcome_summary(outcome) -> str:
     entry: Entry = outcome.entry
     winner = entry.winner
     if winner is None:
-        if any(c.error == BUDGET_RAN_OUT for c in entry.candidates):
+        if any(c.cut_by_budget for c in entry.candidates):
             return f"no valid candidate ({_status_counts(entry)}): none finished within --budget; raise it"
         return f"no valid candidate ({_status_counts(entry)})"
     shown = printable(f"{winner.uid} {params_str(winner.params)}")

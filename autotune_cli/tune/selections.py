@@ -17,7 +17,6 @@ from typing import Mapping
 
 from ..problem import GemmProblem
 from ..store.entry import Entry, Winner
-from ..store.results import BUDGET_RAN_OUT
 from ..templates import templates_for
 
 
@@ -55,7 +54,7 @@ def template_hashes(problem: GemmProblem) -> dict[str, str]:
 def cut_short_in(entry: Entry) -> bool:
     """Whether --budget left some of `entry`'s results untimed (a selection's view of an
     entry answers for its own results alone)."""
-    return entry.cut_short and any(c.error == BUDGET_RAN_OUT for c in entry.candidates)
+    return entry.cut_short and any(c.cut_by_budget for c in entry.candidates)
 
 
 def serves(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
@@ -102,4 +101,4 @@ def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[st
     fingerprint = {**entry.fingerprint, "templates": {**kept, **entry.templates}}
     return replace(entry, candidates=candidates, fingerprint=fingerprint,
                    winner=None if best is None else Winner.of(best, entry.problem),
-                   cut_short=entry.cut_short or any(c.error == BUDGET_RAN_OUT for c in others))
+                   cut_short=entry.cut_short or any(c.cut_by_budget for c in others))

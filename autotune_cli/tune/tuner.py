@@ -28,7 +28,7 @@ from ..plugins import load_plugins
 from ..problem import GemmProblem
 from .progress import TuneProgress, known_results
 from ..search.pick import pick_winner
-from ..store.results import BUDGET_RAN_OUT, Candidate, params_str
+from ..store.results import Candidate, params_str
 from ..search import SearchContext, get_strategy
 from ..settings import TuneSettings, check_writable_folder
 from ..text import printable
@@ -199,7 +199,7 @@ class Tuner:
         reused += [known[t.identity] for t in map(KernelTemplateChoice.fixed_twin, choice_set.choices)
                    if t is not None and t.identity in known]
         listed = {c.identity for c in choice_set.choices}
-        cut = stored is not None and any(c.error == BUDGET_RAN_OUT and c.identity in listed
+        cut = stored is not None and any(c.cut_by_budget and c.identity in listed
                                          for c in (stored.candidates if stored.cut_short else ()))
         if reused and stored is not None and (stored.partial or cut):
             what = "an interrupted tune" if stored.partial else "a tune --budget cut short"
@@ -319,7 +319,7 @@ class Tuner:
             pruned=choice_set.pruned_counts(),
             considered=choice_set.considered,
             search=self.settings.search,
-            cut_short=any(c.error == BUDGET_RAN_OUT for c in candidates),
+            cut_short=any(c.cut_by_budget for c in candidates),
             tool_version=__version__,
             tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             tune_seconds=round(seconds, 3),
