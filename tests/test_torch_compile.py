@@ -615,6 +615,30 @@ def test_a_dynamic_m_is_routed_per_call(cache_dir, space, capfd):
     assert call.chosen[96].startswith("M = 96 is above the largest tuned (32)")
 
 
+def test_a_dynamic_m_below_a_tuned_one_is_right_on_strided_views(cache_dir, space):
+    """A slice of a wider activation (rows C + 16 apart) and a transposed weight: the config
+    borrowed at M below a tuned one is checked on operands of the call's own strides, so the
+    launch it binds serves the calls that follow (it bound the check's contiguous ones)."""
+    from autotune_cli.routing import ops
+    from autotune_cli.routing.dynamic import DynamicCall
+
+    weight = torch.randn(H, C, generator=torch.Generator().manual_seed(1))
+
+    def head(x):
+        return x[:, :C] @ weight.t()
+
+    compiled = autotune_cli.compile(head, backend="aot_eager", fullgraph=True,
+                                    tune=cpu_tuning(cache_dir, space))
+    for rows in (8, 3, 5, 6):
+        x = torch.randn(rows, C + 16, generator=torch.Generator().manual_seed(rows))
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), head(x), rtol=1e-4, atol=1e-4)
+    (call,) = [r.call for r in ops.ROUTES.values()
+               if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]
+    assert call.chosen[5] == "triton::mm (tuned at M = 8)"
+
+
 def test_batch_1_under_dynamic_shapes_is_routed_at_its_m(cache_dir, space, capfd):
     """compile(dynamic=True) at one row: torch fixes M = 1 (it specializes 0 and 1) while K
     stays symbolic: the matmul is tuned and routed at M = 1, not left as a shape with no hint."""

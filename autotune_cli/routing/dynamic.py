@@ -85,7 +85,7 @@ class DynamicCall:
                 run, info, built = self.dispatcher.plan_borrowed(a, b, bias, found)
                 why = info.reason if info.fallback else f"{info.uid} (tuned at M = {bucket})"
                 if built is not None:
-                    failed = self._check(run, replace(self.problem, m=m), a.device, bias is not None)
+                    failed = self._check(run, replace(self.problem, m=m), args)
                     if failed:
                         why = f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
                         run = self.torch_op
@@ -94,14 +94,33 @@ class DynamicCall:
             return run
 
     @staticmethod
-    def _check(run: Callable, problem: GemmProblem, device, has_bias: bool) -> str:
-        """'' where `run` gives float64's product on random operands of `problem`, else why not."""
-        from ..runner.verify import check, make_operands, reference
+    def _check(run: Callable, problem: GemmProblem, args: tuple) -> str:
+        """'' where `run` gives float64's product on random operands laid out as the call's
+        `args` (sizes and strides: `run` binds its launch to its first call's), else why not."""
+        import math
 
-        ops = make_operands(problem, seed=0, device=device.type if device.type == "cpu" else str(device))
-        out = run(ops.bias, ops.a, ops.b) if has_bias else run(ops.a, ops.b)
-        verdict = check(problem, out, reference(problem, ops))
+        import torch
+
+        from ..runner.verify import check, reference_of
+
+        generator = torch.Generator(device=args[-1].device).manual_seed(0)
+        ops = [_random_like(t, generator) for t in args]
+        if len(ops) == 3:  # as large as a typical product entry, so that a bias left out shows
+            ops[0] = _random_like(args[0], generator, math.sqrt(problem.k))
+        out = run(*ops)
+        a, b, bias = ops[-2], ops[-1], (ops[0] if len(ops) == 3 else None)
+        verdict = check(problem, out, reference_of(a.double(), b.double(), bias))
         return "" if verdict.ok else verdict.reason
+
+
+def _random_like(t, generator, scale: float = 1.0):
+    """Random values in a tensor with `t`'s sizes, strides and dtype (a view whose entries
+    overlap, as an expanded bias's do, reads repeated values)."""
+    import torch
+
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    storage = torch.randn(span, generator=generator, dtype=torch.float32, device=t.device) * scale
+    return storage.to(t.dtype).as_strided(t.shape, t.stride())
 
 
 def m_hint(size: Any) -> tuple[int, int, int | None] | None:
