@@ -240,6 +240,35 @@ def test_tensors_that_need_gradients_stay_on_torch(cli, cache_dir, space):
     assert model.fc1.weight.grad is not None
 
 
+def test_grad_mode_is_the_graphs_at_each_matmul(cli, cache_dir, space):
+    """Called under no_grad, a function that enables grad around one linear and disables it
+    around another: the first needs gradients (left to torch, and its backward runs), the
+    second is routed though its weight requires grad."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    lin = torch.nn.Linear(C, H)
+
+    def f(x):
+        with torch.enable_grad():
+            kept = lin(x)
+        with torch.no_grad():
+            routed_out = lin(x)
+        return kept, routed_out
+
+    routes: list = []
+    x = torch.randn(T, C)
+    with torch.no_grad():
+        kept, routed_out = autotune_cli.compile(f, backend="aot_eager", routes=routes)(x)
+    want = torch.nn.functional.linear(x, lin.weight.detach(), lin.bias.detach())
+    torch.testing.assert_close(kept, want)
+    torch.testing.assert_close(routed_out, want)
+    assert kept.requires_grad and not routed_out.requires_grad
+    assert [r.uid for r in routed(routes)] == ["triton::mm"]
+    assert [r.reason for r in routes if r.fallback] == ["needs gradients (our kernels have no backward)"]
+    kept.sum().backward()
+    assert lin.weight.grad is not None
+
+
 def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space):
     """A float32 winner is cached for fc1, but under autocast the matmul runs in bfloat16:
     compiled, it is left to the compiler and said so; called through the API, torch's op

@@ -30,8 +30,7 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..api.calls import needs_gradients
-from .sites import call_args, concrete, fill_example_values, node_value, writes_between
+from .sites import call_args, concrete, fill_example_values, node_value, records_gradients, writes_between
 
 __all__ = ["MIN_HEADS", "Fold", "attention_of", "find_folds", "fold_attention", "repeated_heads"]
 
@@ -248,7 +247,7 @@ def _kernel_splits(fold: Fold) -> int | None:
     if not decode_attention.serves(n * rows, dim, v_dim, keys, q.dtype) \
             or not k.dtype == v.dtype == want.dtype == q.dtype:
         return None
-    if needs_gradients(q, k, v, mask):
+    if records_gradients(node, q, k, v, mask):
         return None
     batch = batch or 2  # a symbolic batch: 2 or more (torch specialises 1)
     mine = torch.empty((batch, rows, heads, v_dim), device="meta").transpose(1, 2)

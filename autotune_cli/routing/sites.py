@@ -14,7 +14,7 @@ from typing import Any
 from ..api.calls import needs_gradients
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
-           "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
+           "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
 
 
 @dataclass
@@ -158,16 +158,18 @@ def match_matmul(node) -> MatmulMatch | None:
 
 
 def is_static(*tensors) -> bool:
-    import torch
+    """Whether every size and stride of `tensors` (None: absent) is a number."""
+    return all(t is None or all(isinstance(s, int) for s in (*t.shape, *t.stride())) for t in tensors)
 
-    for t in tensors:
-        if t is None:
-            continue
-        if any(not isinstance(s, int) for s in (*t.shape, *t.stride())):
-            return False
-        if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
-            return False
-    return True
+
+def records_gradients(node, *operands) -> bool:
+    """Whether autograd records `node`: its traced output requires grad. The grad mode is the
+    graph's at that node (an enable_grad region called under no_grad records), not the one
+    the graph is compiled under; `operands` decide where the node has no traced value."""
+    want = node_value(node)
+    if want is not None and hasattr(want, "requires_grad"):
+        return bool(want.requires_grad)
+    return needs_gradients(*operands)
 
 
 @dataclass
@@ -224,6 +226,7 @@ MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
 BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
 EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
+NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
 
 
@@ -241,8 +244,10 @@ def matmul_sites(graph):
         if scaled is not None:
             values = tuple(node_value(x) for x in (scaled.a, scaled.b, scaled.scale_a, scaled.scale_b, scaled.bias))
             static = is_static(*values)
-            yield Site(node, "scaled_mm", None, scaled, values=values, static=static,
-                       skip="" if static else "a dynamic shape")
+            skip = "" if static else "a dynamic shape"
+            if records_gradients(node, *values):
+                static, skip = False, NEEDS_GRADIENTS
+            yield Site(node, "scaled_mm", None, scaled, values=values, static=static, skip=skip)
             continue
         match = match_matmul(node)
         if match is None:
@@ -255,13 +260,14 @@ def matmul_sites(graph):
             continue
         want = node_value(node)
         cast = want is not None and any(t is not None and t.dtype != want.dtype for t in (x, w, bias))
-        if not is_static(x, w, bias):
+        grads = records_gradients(node, x, w, bias)
+        if grads or not is_static(x, w, bias):
             if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
             elif cast:
                 yield Site(node, op, match, None, static=False, skip=AUTOCAST)
-            elif needs_gradients(x, w, bias):
-                yield Site(node, op, match, None, static=False, skip="needs gradients (our kernels have no backward)")
+            elif grads:
+                yield Site(node, op, match, None, static=False, skip=NEEDS_GRADIENTS)
             elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
                 a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
