@@ -75,6 +75,13 @@ MAX_DIM = 2**31 - 1
 MIN_GEMM_K = 2
 
 
+def linear_fuses_bias(x_dims: int, x_contiguous: bool, bias_dims: int) -> bool:
+    """Whether at::linear runs x @ W.T + bias as one addmm: x 2-D, or contiguous and 3-D or
+    with a 1-D bias. Otherwise it runs the product (an mm of x folded) and adds the bias
+    after; autotune poses that call's problem as torch runs it, wherever it reads a linear."""
+    return x_dims == 2 or (x_contiguous and (x_dims == 3 or bias_dims == 1))
+
+
 def normalize_dtype(name: str) -> str:
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:

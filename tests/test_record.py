@@ -215,6 +215,35 @@ def test_the_list_is_tuned_then_all_hits_and_the_api_finds_the_winners(tmp_path,
             assert not info.fallback and info.uid == row["winner"]["uid"], info
 
 
+def test_a_linear_whose_bias_torch_adds_apart_is_found_by_linear_and_compile(tmp_path, cache_dir, cli, capsys):
+    """A sequence-first input transposed before its linear (non-contiguous, 3-D): at::linear
+    runs an mm of the folded input and adds the bias after. The list says mm, and
+    autotune_cli.linear and compile pose that mm too (the bias added after), so both find
+    its winner, with torch's values."""
+    api.reset()
+    proj = nn.Linear(16, 8)  # its weight requires grad: at::matmul folds the input (a copy)
+    x = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(2))
+
+    def seq_first(x):
+        return proj(x.transpose(0, 1))
+
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = seq_first(x)
+    assert listed(path) == [{"m": 6, "n": 8, "k": 16, "dtype": "float32", "layout": "nt", "count": 1}]
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    capsys.readouterr()
+    dispatcher = api.Dispatcher(cache_dir)
+    assert not dispatcher.dispatch_info(x.transpose(0, 1).reshape(6, 16), proj.weight.t()).fallback
+    routes: list = []
+    with torch.no_grad():
+        torch.testing.assert_close(dispatcher.linear(x.transpose(0, 1), proj.weight, proj.bias), want)
+        got = autotune_cli.compile(seq_first, backend="aot_eager", tune=False, routes=routes)(x)
+    torch.testing.assert_close(got, want)
+    assert [(r.op, r.fallback) for r in routes] == [("mm", False)], routes
+
+
 def test_the_environment_variable_records_a_process(tmp_path):
     path = tmp_path / "env.json"
     code = ("import os, torch, autotune_cli\n"

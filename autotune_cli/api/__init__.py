@@ -54,7 +54,7 @@ from typing import Callable
 
 from ..store.entry import Entry
 from ..errors import UserError, warn_caller
-from ..problem import GemmProblem
+from ..problem import GemmProblem, linear_fuses_bias
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
 from .lookup import AutotuneFallbackWarning, WinnerLookup
 from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, problem_of,
@@ -186,13 +186,16 @@ class Dispatcher:
     def linear(self, x, weight, bias=None):
         """torch.nn.functional.linear(x, weight, bias) with the cached winner: x [..., K]
         folded to [M, K] and B = weight.T (layout "?t"), as `autotune model` reads a linear;
-        addmm with a bias, else mm. A 1-d x or weight (a matrix-vector product) is torch's."""
+        addmm with a bias where at::linear runs one (problem.linear_fuses_bias), else mm and
+        the bias added after. A 1-d x or weight (a matrix-vector product) is torch's."""
         if x.dim() < 2 or weight.dim() != 2:
             return (self._t or self._torch()).torch.nn.functional.linear(x, weight, bias)
         a = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
         b = weight.t()
-        out = self.mm(a, b) if bias is None else self.addmm(bias, a, b)
-        return out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
+        fused = bias is not None and linear_fuses_bias(x.dim(), x.is_contiguous(), bias.dim())
+        out = self.addmm(bias, a, b) if fused else self.mm(a, b)
+        out = out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
+        return out + bias if bias is not None and not fused else out
 
     def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
         """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
-from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, scale_blocks
+from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, linear_fuses_bias, scale_blocks
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 MATMUL_OPS = {
@@ -321,8 +321,7 @@ def classify_call(name: str, args: Sequence[Any], out: Operand | None = None,
         if len(a.sizes) < 2:
             return Untuned(VECTOR_PRODUCT)
         w_t = _transposed(b)  # B = W.T, a view: it requires grad as W does
-        if bias is not None and (len(a.sizes) == 2 or (
-                _contiguous(a) and (len(a.sizes) == 3 or len(bias.sizes) == 1))):
+        if bias is not None and linear_fuses_bias(len(a.sizes), _contiguous(a), len(bias.sizes)):
             return MatmulCall("addmm", sym_prod(a.sizes[:-1]), b.sizes[0], a.sizes[-1], one, dtype,
                               _flat_layout(a) + _mat_layout(w_t), "n", source)
         return _classify_matmul(a, w_t, dtype, source)

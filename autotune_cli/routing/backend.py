@@ -1,6 +1,7 @@
 """The torch.compile backend that routes a graph's matmuls (see the package), and
 `compile`, torch.compile with it."""
 import functools
+import operator
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
 from typing import Any, Sequence
@@ -193,11 +194,13 @@ class routing_backend:
                     b_node = graph.call_function(torch.reshape, (b_node, tuple(b.shape)))
                 if match.transpose_b:
                     b_node = graph.call_function(torch.t, (b_node,))
-                out = graph.call_function(op, (a_node, b_node, match.bias, name))
+                out = graph.call_function(op, (a_node, b_node, None if match.bias_apart else match.bias, name))
                 if match.fold is not None:
                     out = graph.call_function(torch.reshape, (out, (*match.fold, b.shape[-1])))
                 if match.batch is not None:
                     out = graph.call_function(torch.reshape, (out, (*match.batch, a.shape[-2], b.shape[-1])))
+                if match.bias_apart:
+                    out = graph.call_function(operator.add, (out, match.bias))
             node.replace_all_uses_with(out)
             graph.erase_node(node)
             changed = True
@@ -251,7 +254,6 @@ class routing_backend:
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
         dynamic.py), where a winner is cached at one of its tuned M values at least."""
-        import operator
 
         import torch
 
@@ -279,12 +281,14 @@ class routing_backend:
                 a_node = graph.call_function(torch.reshape, (a_node, (-1, problem.k)))
             if match.transpose_b:
                 b_node = graph.call_function(torch.t, (b_node,))
-            out = graph.call_function(ops["gemm"], (a_node, b_node, match.bias, name))
+            out = graph.call_function(ops["gemm"], (a_node, b_node, None if match.bias_apart else match.bias, name))
             if match.fold is not None:  # back to A's leading dims, whatever their sizes
                 sizes = graph.call_method("size", (match.a,))
                 lead = graph.call_function(operator.getitem, (sizes, slice(None, -1)))
                 shape = graph.call_function(operator.add, (lead, (problem.n,)))
                 out = graph.call_function(torch.reshape, (out, shape))
+            if match.bias_apart:
+                out = graph.call_function(operator.add, (out, match.bias))
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         return True
@@ -420,7 +424,6 @@ def _rewrite_outer(graph, site: Site) -> None:
     """A matmul with K = 1 as `a * b` broadcast (plus its bias): each output is the one product
     the GEMM would make, and the compiler fuses it with its neighbours, where the GEMM is a
     launch of its own (Inductor's default mode sends a float32 bmm to cuBLAS)."""
-    import operator
 
     import torch
 

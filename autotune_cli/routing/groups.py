@@ -70,7 +70,7 @@ def find_groups(sites: list[Site], real_of: Callable[[Any], Any], problem_of: Ca
     for site in sites:
         match = site.match
         if (site.skip or not site.static or site.scaled is not None or match is None or not match.transpose_b
-                or match.batch is not None):
+                or match.batch is not None or match.bias_apart):
             continue
         by_input.setdefault(match.a, []).append(site)
     groups = []

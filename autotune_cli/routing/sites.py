@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.calls import needs_gradients
+from ..problem import linear_fuses_bias
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
            "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
@@ -28,6 +29,7 @@ class MatmulMatch:
     transpose_b: bool  # B is a linear's weight: the product takes W.T
     batch: tuple[int, ...] | None = None  # both operands' leading dims, folded into a bmm's batch
     unrouted: str = ""  # why the call stays torch's though it is a GEMM (alpha=, beta=, out=)
+    bias_apart: bool = False  # a linear's bias added after the product, as at::linear adds it there
 
 
 def _targets():
@@ -122,7 +124,9 @@ def match_matmul(node) -> MatmulMatch | None:
         x, w = tensors[0], tensors[1]
         if w.dim() != 2 or x.dim() < 2:
             return None
-        return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True)
+        apart = bias is not None and not linear_fuses_bias(x.dim(), x.is_contiguous(), node_value(bias).dim())
+        return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True,
+                           bias_apart=apart)
     # out=, alpha=, beta=: a GEMM our ops do not take, met and left to torch (said in the summary)
     unrouted = f"{UNROUTED_ARGUMENTS} ({', '.join(f'{k}=' for k in sorted(kwargs))})" if kwargs else ""
     if target is mm or name == "mm":
@@ -252,8 +256,9 @@ def matmul_sites(graph):
         match = match_matmul(node)
         if match is None:
             continue
-        x, w, bias = node_value(match.a), node_value(match.b), node_value(match.bias)
-        op = "addmm" if match.bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
+        x, w = node_value(match.a), node_value(match.b)
+        bias = None if match.bias_apart else node_value(match.bias)
+        op = "addmm" if bias is not None else "bmm" if (x.dim() == 3 and match.fold is None) or match.batch \
             else "mm"
         if match.unrouted:  # read no further: its operands need not make a GEMM problem
             yield Site(node, op, match, None, static=False, skip=match.unrouted)
