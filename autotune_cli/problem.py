@@ -75,6 +75,11 @@ MAX_DIM = 2**31 - 1
 MIN_GEMM_K = 2
 
 
+# torch's fused kernels whose matmuls run inside them, out of autotune's reach (the inference
+# fast path of nn.MultiheadAttention and nn.TransformerEncoderLayer): met, and named as such.
+FUSED_OPS = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd")
+
+
 def linear_fuses_bias(x_dims: int, x_contiguous: bool, bias_dims: int) -> bool:
     """Whether at::linear runs x @ W.T + bias as one addmm: x 2-D, or contiguous and 3-D or
     with a 1-D bias. Otherwise it runs the product (an mm of x folded) and adds the bias

@@ -244,6 +244,23 @@ def test_a_linear_whose_bias_torch_adds_apart_is_found_by_linear_and_compile(tmp
     assert [(r.op, r.fallback) for r in routes] == [("mm", False)], routes
 
 
+def test_torchs_fused_attention_and_encoder_layers_are_named_as_skipped(tmp_path, capsys):
+    """In inference, nn.TransformerEncoderLayer and nn.MultiheadAttention run one fused op each
+    whose matmuls the mode cannot see: each call is named on the skipped line, not lost."""
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    path = tmp_path / "shapes.json"
+    with torch.inference_mode(), autotune_cli.record(path):
+        encoder(x)
+        mha(x, x, x)
+    err = capsys.readouterr().err
+    assert "0 matmul problems" in err and "left as it was" in err
+    assert ("skipped 3 calls autotune cannot tune: transformer_encoder_layer_fwd [2, 5, 16] float32 x2, "
+            "native_multi_head_attention [2, 5, 16] float32 x1") in err
+
+
 def test_the_environment_variable_records_a_process(tmp_path):
     path = tmp_path / "env.json"
     code = ("import os, torch, autotune_cli\n"

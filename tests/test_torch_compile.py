@@ -269,6 +269,19 @@ def test_grad_mode_is_the_graphs_at_each_matmul(cli, cache_dir, space):
     assert lin.weight.grad is not None
 
 
+def test_an_attention_module_is_said_to_stay_torchs(cache_dir, capfd):
+    """nn.MultiheadAttention in inference: Dynamo keeps its function whole, its matmuls out of
+    routing's reach; the compile says so rather than nothing, with torch's values."""
+    mha = torch.nn.MultiheadAttention(C, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, C)
+    routes: list = []
+    with torch.no_grad():
+        got, _ = autotune_cli.compile(mha, backend="eager", tune=False, routes=routes)(x, x, x)
+        torch.testing.assert_close(got, mha(x, x, x)[0])
+    assert [(r.fallback, r.reason.startswith("matmuls inside one op of torch's")) for r in routes] == [(True, True)]
+    assert "left to the compiler: 1 inside an attention or encoder layer op" in capfd.readouterr().err
+
+
 def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space):
     """A float32 winner is cached for fc1, but under autocast the matmul runs in bfloat16:
     compiled, it is left to the compiler and said so; called through the API, torch's op

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import UserError
-from ..problem import MIN_GEMM_K, GemmProblem, one_gemm
+from ..problem import FUSED_OPS, MIN_GEMM_K, GemmProblem, one_gemm
 from ..model.shapes_file import counted_from_entry, entry_of
 from .problems import plain_parameter, problem_of, scaled_problem_of
 
@@ -42,7 +42,8 @@ ENVIRONMENT = "AUTOTUNE_RECORD"
 RECORDED = ("mm", "addmm", "bmm", "_scaled_mm")
 # Matmuls autotune has no problem for: counted and named as skipped (those a torch lacks are
 # left out of the lookup).
-UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm")
+UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm",
+               *FUSED_OPS)
 NAMED_SKIPS = 4  # the skipped problems named on the exit line; the rest are counted
 
 
@@ -198,7 +199,7 @@ def _name(op: str, named: dict, known: bool = True) -> str:
     import torch
 
     tensors = [value for name, value in named.items() if isinstance(value, torch.Tensor)
-               and name in ("self", "mat1", "mat2", "vec", "tensor", "batch1", "batch2")]
+               and name in ("self", "mat1", "mat2", "vec", "tensor", "batch1", "batch2", "query", "src")]
     shapes = " x ".join("[" + ", ".join(map(str, value.shape)) + "]" for value in tensors)
     dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else ""
     return " ".join(part for part in (op.lstrip("_"), shapes, dtype, "" if known else "(unread)") if part)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import BADDBMM, EINSUM, MATRIX_BY_BATCH, UNROUTED_ARGUMENTS
+from .sites import BADDBMM, EINSUM, FUSED, MATRIX_BY_BATCH, UNROUTED_ARGUMENTS
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -50,6 +50,7 @@ def _reason_kind(reason: str) -> str:
                          (STALE, "whose cached entry is not used (see routes)"),
                          (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
                          (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
+                         (FUSED, "inside an attention or encoder layer op"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),

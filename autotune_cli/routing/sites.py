@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.calls import needs_gradients
-from ..problem import linear_fuses_bias
+from ..problem import FUSED_OPS, linear_fuses_bias
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
            "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
@@ -228,6 +228,7 @@ def _operand_nodes(node) -> list:
 UNROUTED_ARGUMENTS = "arguments our ops do not take"
 MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
 BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
+FUSED = "matmuls inside one op of torch's (an attention or encoder layer), not read by routing"
 EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
@@ -240,9 +241,14 @@ def matmul_sites(graph):
 
     import torch
 
+    fused = {getattr(torch, name): name for name in FUSED_OPS if hasattr(torch, name)}
+    fused[torch.nn.functional.multi_head_attention_forward] = "multi_head_attention"  # Dynamo keeps it whole
     for node in graph.nodes:
         if node.op == "call_function" and node.target is torch.einsum:  # met, and said to stay the compiler's
             yield Site(node, "einsum", None, None, static=False, skip=EINSUM)
+            continue
+        if node.op == "call_function" and node.target in fused:
+            yield Site(node, fused[node.target], None, None, static=False, skip=FUSED)
             continue
         scaled = match_scaled(node)
         if scaled is not None:
