@@ -337,6 +337,22 @@ def test_a_tma_winner_takes_views_off_its_alignment_as_torch_does(cli, cache_dir
         close(autotune_cli.mm(a, b), product(a, b))
 
 
+@needs_interpreter
+def test_a_bias_off_its_alignment_runs_torchs_addmm(cli, cache_dir, tmp_path):
+    """A Triton winner's launch is bound to 16-byte aligned addresses: a bias sliced 4 bytes
+    off that boundary (a packed bias's part) runs torch's addmm, with its values."""
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 16, "--k", 48, "--dtype", "float32", "--bias",
+               "--templates", "triton::mm", space=ONE_CONFIG)
+    assert doc["winner"]["uid"] == "triton::mm"
+    a, b = operand(32, 48, torch.float32, seed=1), operand(48, 16, torch.float32, seed=2)
+    packed = operand(1, 17, torch.float32, seed=3)[0]
+    aligned, off = packed[:16], packed[1:]
+    assert api.dispatch_info(a, b, aligned).uid == "triton::mm"
+    assert api.dispatch_info(a, b, off).reason == "a view whose data starts off a 16-byte boundary"
+    for bias in (aligned, off, aligned):
+        close(autotune_cli.addmm(bias, a, b), torch.addmm(bias, a, b))
+
+
 def test_a_cache_that_cannot_be_read_warns_once_and_leaves_torch_to_run(tmp_path, monkeypatch):
     """A file where the cache folder should be: the API warns (once) and runs torch's op, as
     with nothing cached, instead of raising the system's error."""

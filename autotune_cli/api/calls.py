@@ -113,7 +113,7 @@ def torch_runs(torch, a, b, bias=None) -> str:
         return "needs gradients (the kernels have no backward)"
     if torch.is_autocast_enabled(a.device.type):
         return "under torch.autocast (torch's op casts the operands)"
-    if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES:
+    if (a.data_ptr() | b.data_ptr() | (0 if bias is None else bias.data_ptr())) % ALIGN_BYTES:
         return "a view whose data starts off a 16-byte boundary"
     return ""
 
@@ -123,8 +123,9 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
     """A function with torch's signature for `op` that runs `launch` (lazily_bound or
     per_caller), for operands on `device`, into an output with the row pitch its template
     asked for (`pitch`; None: contiguous; `whole_rows`: see out_allocator). Tensors that
-    need gradients go to `torch_op`, and so do views whose data starts off a 16-byte
-    boundary (the winner was tuned on aligned operands, and TMA's loads take no other) and
+    need gradients go to `torch_op`, and so do views (a bias too) whose data starts off a
+    16-byte boundary (the winner was tuned on aligned operands, its launch bound to
+    aligned addresses, and TMA's loads take no other) and
     calls under torch.autocast on the operands' device (torch's op computes in the dtype
     autocast gives it; the winner was tuned for the operands' own)."""
     from ..templates.base import out_allocator, torch_dtype
@@ -149,7 +150,7 @@ def kernel_call(op: str, problem: GemmProblem, how: Adapt, launch: Callable[[Any
         def call(bias, a, b):
             if (a.requires_grad or b.requires_grad or bias.requires_grad) and grad_enabled():
                 return torch_op(bias, a, b)
-            if (a.data_ptr() | b.data_ptr()) % ALIGN_BYTES or autocast(device_type):
+            if (a.data_ptr() | b.data_ptr() | bias.data_ptr()) % ALIGN_BYTES or autocast(device_type):
                 return torch_op(bias, a, b)
             if adapt:
                 if copy_a:
