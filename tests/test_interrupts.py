@@ -66,13 +66,13 @@ def partial_entry(tmp_path):
     return entry.to_dict()
 
 
-def wait_for(predicate, seconds=30.0):
+def wait_for(predicate, seconds=30.0, every_s=0.05):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(every_s)
     return predicate()
 
 
@@ -199,6 +199,13 @@ def alive(pid):
     except OSError:
         return False
     return state != "Z"
+
+
+def maps(pid):
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""
 
 
 def command_line(pid):
@@ -363,4 +370,32 @@ def test_a_stopped_list_says_what_it_saved_and_exits_by_its_signal(tmp_path, sig
     assert lines[0].startswith(f"autotune: interrupted ({name}): 0 of 2 problem(s) of the list done and saved; "
                                "1 finished result(s) of mm 16x16x16 float32 nn saved"), lines[0]
     assert "run the same command again to resume" in lines[0] and "Traceback" not in err
+    assert out == ""
+
+
+def test_ctrl_c_while_the_forkserver_preloads_prints_one_line_at_most(tmp_path):
+    """A terminal's Ctrl-C goes to the whole process group: the forkserver, still importing
+    torch, shares it and must ignore it (no traceback of its own); the command alone says so."""
+    args = [sys.executable, "-m", "autotune_cli", "mm", "--m", "64", "--n", "48", "--k", "32", "--device", "cpu"]
+    env = {**os.environ, "AUTOTUNE_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "80"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+    def importing_torch():  # the server has loaded torch's library: its Python imports follow (a second)
+        return [p for p in descendants(proc.pid) if "forkserver" in command_line(p) and "libtorch" in maps(p)]
+
+    try:
+        server = wait_for(importing_torch, 60, every_s=0.005)
+        assert server, "the command started no forkserver"
+        os.kill(server[0], signal.SIGINT)  # the server's share of a Ctrl-C, alone: it must live on
+        time.sleep(0.3)
+        assert alive(server[0]) or proc.poll() is not None
+        os.killpg(proc.pid, signal.SIGINT)  # the Ctrl-C as the terminal sends it
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(err.strip().splitlines()) <= 1, err
     assert out == ""

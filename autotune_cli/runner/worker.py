@@ -43,11 +43,15 @@ def _setup_environment(device_type: str, device_index: int, environ: dict[str, s
 def _own_group() -> None:
     """Lead a process group of its own: the executor kills the group (runner/processes
     kill_group), so a candidate's children die with it, and the terminal's Ctrl-C reaches
-    the command alone, which stops the workers itself."""
+    the command alone, which stops the workers itself. Out of the terminal's group, SIGINT
+    raises KeyboardInterrupt again (a forkserver child starts with it ignored, as the server)."""
+    import signal
+
     try:
         os.setpgid(0, 0)
     except (OSError, AttributeError):
         pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _kill_group() -> None:
