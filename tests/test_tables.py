@@ -251,3 +251,59 @@ def test_a_tune_on_an_80_column_terminal(tmp_path):
     words = " ".join(screen.split())
     assert "tuning scaled_mm 8x64x64 float8_e4m3fn row-scaled->bfloat16 nt on cpu: 3 candidates" in words, words
     assert "triton::scaled_gemv" in words and "winner: aten::_scaled_mm" in words
+
+
+def _configs_of(template, problem):
+    """What a tune of `problem` may time with `template`: its heuristic's configs (default and
+    exhaustive search), and each of those with one --space choice (a Choice param) changed."""
+    from autotune_cli.heuristics.registry import lookup_heuristic
+    from autotune_cli.templates.params import Choice
+
+    heuristic = lookup_heuristic(template.uid, problem.device, problem.op)
+    offered = [c for search in ("default", "exhaustive") for c in heuristic.get_configs(problem, search)]
+    choices = {name: kind.values for name, kind in template.params_schema.items() if isinstance(kind, Choice)}
+    for config in offered[:3] or [{}]:
+        for name, values in choices.items():
+            offered += [{**config, name: value} for value in values]
+    for config in offered:
+        try:
+            yield template.full_params(problem, config)
+        except (ValueError, KeyError):  # a combination the template refuses
+            pass
+
+
+def test_distinct_configs_of_every_template_read_differently():
+    """A table row, the winner's line and `cache show` name a config by params_str alone: two
+    configs of one template that differ must not read the same (aten::mm_aligned's six once
+    read as six bare `aten::mm_aligned` rows)."""
+    import autotune_cli.heuristics  # noqa: F401  (registers the built-in heuristics)
+    from autotune_cli.problem import SCALES
+    from autotune_cli.store.results import config_identity
+    from autotune_cli.templates import all_templates
+
+    problems = []
+    for device in ("cpu", "cuda"):
+        for m, n, k in [(4, 4, 4), (1, 4096, 4096), (64, 48, 32), (4096, 4096, 4096), (8, 8192, 2048),
+                        (2048, 16, 8192), (1000, 50257, 777)]:
+            for dtype in ("float16", "bfloat16", "float32"):
+                problems += [make_problem(m=m, n=n, k=k, dtype=dtype, device=device),
+                             make_problem(m=m, n=n, k=k, dtype=dtype, device=device, bias="n"),
+                             make_problem(m=m, n=n, k=k, dtype=dtype, device=device, batch=4)]
+            for scale in SCALES:
+                if scale != "block" or (k % 128 == 0 and n % 128 == 0):
+                    problems.append(make_problem(m=m, n=n, k=k, dtype="float8_e4m3fn", scale=scale, device=device))
+    templates = [t for t in all_templates() if type(t).__module__.startswith("autotune_cli.")]
+    varied = set()
+    for template in templates:
+        for problem in problems:
+            if not template.supports(problem):
+                continue
+            read_as: dict[str, tuple] = {}
+            for params in _configs_of(template, problem):
+                text, identity = params_str(params), config_identity(template.uid, params)
+                assert read_as.setdefault(text, identity) == identity, \
+                    f"{template.uid} on {problem.describe()}: {dict(identity[1])} and {dict(read_as[text][1])} " \
+                    f"both read {text!r}"
+                if len(read_as) > 1:
+                    varied.add(template.uid)
+    assert {"aten::mm_aligned", "triton::gemv", "triton::scaled_mm_persistent_tma"} <= varied

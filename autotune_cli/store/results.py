@@ -80,20 +80,27 @@ def config_identity(uid: str, params: Mapping[str, Any]) -> tuple:
     return (uid, tuple(sorted((k, str(v)) for k, v in params.items())))
 
 
+# Every param that tells one config of a template from another (tuned, or a --space
+# choice) has a short name here: a table row, the winner's line and `cache show` name the
+# config by these alone (tests/test_tables.py checks every registered template).
 SHORT_NAMES = {
     "BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
     "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic",
     "FUSED_REDUCE": "fused", "FLATTEN": "flat", "FIXED_NK": "fixed",
+    "PAD_BYTES": "pad", "ZERO_PAD": "zpad", "DOT": "dot", "REDUCE_EACH": "each", "EVICT": "evict",
+    "PDL": "pdl", "WARP_SPECIALIZE": "ws", "PROMOTE_IN_DOT": "promote",
 }
 
 
-# Flags shown only where set: a config's FIXED_NK twin says `fixed1`, the config itself nothing.
-SHOWN_WHEN_SET = frozenset({"FIXED_NK"})
+# Flags left unsaid at their usual value, to keep rows short: a config's FIXED_NK twin says
+# `fixed1`, the config itself nothing; a gemv that does not evict B's loads early, `evict0`.
+UNSAID_AT = {"FIXED_NK": 0, "ZERO_PAD": 0, "DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "PDL": 0,
+             "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0}
 
 
 def params_str(params: dict[str, Any]) -> str:
     """One line: the tuned values only (the ones fixed by the problem are left out)."""
     shown = [f"{short}{params[key]}" for key, short in SHORT_NAMES.items()
-             if key in params and (params[key] or key not in SHOWN_WHEN_SET)]
+             if key in params and not (key in UNSAID_AT and params[key] == UNSAID_AT[key])]
     return " ".join(shown)
 
