@@ -15,7 +15,7 @@ from autotune_cli.tune.hits import TuneOutcome
 from autotune_cli.problem import make_problem
 from autotune_cli.tune.report import fmt_ms, fmt_tflops, tuned_text
 from autotune_cli.cli.tables import FitTable, cache_table, model_summary_table, outcome_table, plan_table
-from autotune_cli.store.results import params_str
+from autotune_cli.store.results import Candidate, params_str
 
 WIDTHS = (80, 120)
 
@@ -307,3 +307,31 @@ def test_distinct_configs_of_every_template_read_differently():
                 if len(read_as) > 1:
                     varied.add(template.uid)
     assert {"aten::mm_aligned", "triton::gemv", "triton::scaled_mm_persistent_tma"} <= varied
+
+
+def test_top_bounds_the_rows_and_the_skipped_are_one_line():
+    """--top is every row there is: the fastest, then the failures worth seeing; the skipped
+    (the budget's, the search's) are counted under the table, never listed."""
+    from autotune_cli.store.results import BUDGET_RAN_OUT
+
+    result = outcome()
+    tile = CANDIDATES[0][1]
+    extra = [Candidate(uid="triton::mm", params={**tile, "BLOCK_K": 16 * (i + 1)}, status="skipped",
+                       error=BUDGET_RAN_OUT) for i in range(7)]
+    extra += [Candidate(uid="triton::mm", params={**tile, "num_warps": 2 ** i}, status="skipped",
+                        error="ranked below the top 10 by the tile model") for i in range(3)]
+    extra.append(Candidate(uid="triton::mm", params={**tile, "GROUP_M": 4}, status="timeout", error="hung"))
+    entry = Entry.from_dict({**result.entry.to_dict(),
+                             "candidates": [c.to_dict() for c in (*result.entry.candidates, *extra)]})
+    result = TuneOutcome(problem=result.problem, key="k", entry=entry, from_cache=False)
+
+    def rows(text):
+        return [line for line in text.splitlines() if re.match(r"│ +(\d+|-) +│", line)]
+
+    one = draw(outcome_table(result, top=1), 120)
+    assert len(rows(one)) == 1 and "skipped" not in one
+    assert "7 not timed: the tuning budget ran out; 3 passed over by the search" in one
+    seven = draw(outcome_table(result, top=7), 120)
+    statuses = [row.split("│")[-2].strip() for row in rows(seven)]
+    assert statuses == ["ok, winner", "ok", "ok", "ok", "ok", "compile_error", "timeout"]
+    assert len(rows(draw(outcome_table(result, top=20), 120))) == 7

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..store.entry import Entry
 from ..tune.report import fmt_ms, fmt_tflops, tuned_text
-from ..store.results import Candidate, params_str
+from ..store.results import BUDGET_RAN_OUT, OK, SKIPPED, Candidate, params_str
 from ..text import printable
 
 
@@ -99,10 +99,11 @@ class FitTable:
     fields, arranged otherwise; `fallbacks` leave some out, for when no layout fits."""
 
     def __init__(self, title: str, layouts: Sequence[Sequence[Col]],
-                 fallbacks: Sequence[Sequence[Col]] = ()) -> None:
+                 fallbacks: Sequence[Sequence[Col]] = (), note: str = "") -> None:
         self.title = title
         self.layouts = [list(layout) for layout in layouts]
         self.fallbacks = [list(layout) for layout in fallbacks]
+        self.note = note  # a line under the table, for what its rows leave out
 
     def layout_for(self, width: int) -> list[Col]:
         def total(layout, size) -> int:
@@ -128,6 +129,8 @@ class FitTable:
         # the title a line of its own: as the table's title rich pads it with spaces to its width
         yield Text(self.title, style="table.title", overflow="fold")  # no markup
         yield self.table(options.max_width)
+        if self.note:
+            yield Text(self.note, overflow="fold")
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         every = self.layouts + self.fallbacks
@@ -190,32 +193,41 @@ def model_summary_table(rows: list[dict]) -> FitTable:
     ], fallbacks=[[problem_notes, winner_params, ms, speed, saved]])
 
 def outcome_table(outcome, top: int = 10) -> FitTable:
-    """Narrower, the candidate's params go under its template's uid."""
+    """At most `top` rows: the fastest, then the failures worth seeing (a compile error, a
+    wrong result, a timeout). The skipped (what --budget left untimed, what the search passed
+    over) are counted in one line under the table, not listed: nothing went wrong with them.
+    Narrower, the candidate's params go under its template's uid."""
     entry: Entry = outcome.entry
     problem = outcome.problem
     winner = entry.winner
     title = f"{problem.describe()} on {entry.device_name}"
     if outcome.from_cache:
         title += " (from cache)"
-    ok = sorted((c for c in entry.candidates if c.status == "ok"), key=lambda c: c.ms)
-    failed = [c for c in entry.candidates if c.status != "ok"]
+    ok = sorted((c for c in entry.candidates if c.status == OK), key=lambda c: c.ms)
+    failed = [c for c in entry.candidates if c.status not in (OK, SKIPPED)]
+    skipped = [c for c in entry.candidates if c.status == SKIPPED]
+    untimed = sum(c.cut_by_budget for c in skipped)
+    passed_over = len(skipped) - untimed
+    note = "; ".join(part for part in (
+        f"{untimed} not timed: {BUDGET_RAN_OUT}" if untimed else "",
+        f"{passed_over} passed over by the search (--json says why)" if passed_over else "") if part)
     best = ok[0].ms if ok else None  # the fastest; the winner may be cuBLAS within the margin
 
     def is_winner(cand: Candidate) -> bool:
         return winner is not None and cand.identity == winner.identity
 
     shown = [(str(rank), cand) for rank, cand in enumerate(ok[:top], 1)]
-    shown += [("-", cand) for cand in (failed[: max(0, top - len(ok[:top]))] if len(failed) <= 5 else failed[:5])]
-    chosen = [cand.status == "ok" and is_winner(cand) for _, cand in shown]
+    shown += [("-", cand) for cand in failed[: max(0, top - len(shown))]]
+    chosen = [cand.status == OK and is_winner(cand) for _, cand in shown]
     uids = [Text(printable(cand.uid), style="bold green" if pick else "")
             for (_, cand), pick in zip(shown, chosen)]
     params = [printable(params_str(cand.params)) for _, cand in shown]
     statuses = [Text("ok, winner", style="bold green") if pick else
-                Text("ok") if cand.status == "ok" else Text(printable(cand.status), style="red")
+                Text("ok") if cand.status == OK else Text(printable(cand.status), style="red")
                 for (_, cand), pick in zip(shown, chosen)]
 
     def measured(fmt):
-        return [fmt(cand.ms) if cand.status == "ok" else "-" for _, cand in shown]
+        return [fmt(cand.ms) if cand.status == OK else "-" for _, cand in shown]
 
     rank = Col("#", [r for r, _ in shown], number=True)
     numbers = [Col("ms", measured(fmt_ms), number=True),
@@ -225,7 +237,7 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     return FitTable(printable(title), [
         [rank, Col("template", uids, whole=True), Col("params", params), *numbers, status],
         [rank, Col("kernel", [_lines(u, p) for u, p in zip(uids, params)], whole=True), *numbers, status],
-    ])
+    ], note=note)
 
 
 def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None = None) -> FitTable:
