@@ -330,3 +330,33 @@ def test_a_space_file_is_checked_before_the_cache_and_a_new_space_is_tuned(cli, 
                                 for c in first["candidates"] if c["uid"] == "triton::mm"]
     again, _ = tune_json(cli, *base, "--space", space)
     assert again["from_cache"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+@pytest.mark.parametrize("args", [["mm", "--m", "4", "--n", "4", "--k", "4", "--device", "cpu", "--templates", "aten"],
+                                  ["cache", "show", "--json"], ["cache", "show"], ["cache", "path"],
+                                  ["cache", "export", "-f", "autotune"]],
+                         ids=["mm", "show-json", "show", "path", "export"])
+def test_a_failed_write_to_stdout_is_one_line_exit_1(cache_dir, args):
+    """stdout on a full disk: one line on stderr and exit 1, in every command, whoever writes."""
+    subprocess.run([sys.executable, "-m", "autotune_cli", "mm", "--m", "4", "--n", "4", "--k", "4",
+                    "--device", "cpu", "--templates", "aten"], capture_output=True,
+                   env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}, timeout=300, check=True)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "autotune_cli", *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir)}, timeout=300)
+    said = [line for line in proc.stderr.splitlines() if line.startswith("autotune:")]
+    assert proc.returncode == 1, proc.stderr
+    assert said == ["autotune: error: cannot write to stdout: No space left on device"], proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+
+
+def test_a_closed_pipe_on_stdout_stays_quiet(cache_dir):
+    """A reader that stops early (`| head -1`): no error, no traceback."""
+    reader = subprocess.Popen([sys.executable, "-m", "autotune_cli", "cache", "show", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "80"})
+    reader.stdout.close()  # before the command writes anything
+    err = reader.stderr.read()
+    reader.wait(timeout=60)
+    assert "Traceback" not in err and "error" not in err, err

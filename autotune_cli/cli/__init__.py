@@ -17,8 +17,11 @@ from typing import List, Optional
 
 def run() -> None:
     """The `autotune` command: main(), then the forkserver is stopped (it holds the command's
-    stdout and stderr open: runner/processes.stop_forkserver) before the process exits."""
+    stdout and stderr open: runner/processes.stop_forkserver) before the process exits. A
+    failed write to stdout is one line and exit 1 (console.StdoutFailed)."""
     import signal
+
+    from .console import GuardedStdout, StdoutFailed
 
     def terminate(signum, frame):  # SIGTERM stops the command as Ctrl-C does (errors.Terminated)
         from ..errors import Terminated
@@ -26,13 +29,34 @@ def run() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, terminate)
+    sys.stdout = GuardedStdout(sys.stdout)
     try:
-        code = main()
+        try:
+            code = main()
+            sys.stdout.flush()  # what is still buffered fails here, not unreported at exit
+        except StdoutFailed as exc:
+            _stdout_failed(exc)
+            code = 1
     finally:
         processes = sys.modules.get("autotune_cli.runner.processes")
         if processes is not None:  # not imported: no worker, no forkserver was started
             processes.stop_forkserver()
     sys.exit(code)
+
+
+def _stdout_failed(exc: Exception) -> None:
+    """Say so in one line; then stdout goes to the null device, so that the interpreter's
+    own flush at exit (of what could not be written) neither fails nor prints."""
+    import os
+
+    from .console import err
+
+    err.print(f"autotune: error: cannot write to stdout: {exc}", markup=False, highlight=False)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def main(argv: Optional[List[str]] = None) -> int:
