@@ -3,6 +3,7 @@ entry and the field), and a list tuned in one process with one executor, resumed
 cache."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -119,3 +120,27 @@ def test_a_list_is_tuned_with_one_executor_and_resumes(tmp_path, cache_dir, cli,
     code, out, _ = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten")
     assert code == 0 and len(executors) == 2
     assert "winners" in out and "aten::addmm" in out and out.count("yes") == 3
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dtype", "float16"], "--dtype goes there (field 'dtype')"),  # its default, given: refused all the same
+    (["--layout", "nn"], "--layout goes there"),
+    (["--fast-accum"], "--fast-accum goes there"),
+    (["--top", "10"], "--top does not apply to --from: its table has one row per problem"),
+])
+def test_from_refuses_what_it_would_ignore_even_at_its_default(tmp_path, cache_dir, cli, flags, message):
+    """A flag given with --from is refused whatever its value: the file's fields say, and
+    the winners' table has no per-problem rows for --top to bound."""
+    path = write(tmp_path, [{"m": 4, "n": 4, "k": 4}])
+    code, out, err = cli("mm", "--from", path, *flags, "--device", "cpu")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and out == "" and len(lines) == 1 and message in lines[0], err
+    assert not (cache_dir / "autotune-cache.json").exists()
+
+
+def test_from_help_names_every_field_the_file_takes():
+    from autotune_cli.cli.app import FROM_HELP
+    from autotune_cli.model.shapes_file import FIELDS
+
+    assert [name for name in FIELDS if not re.search(rf"\b{name}\b", FROM_HELP)] == []
+    assert "--top" in FROM_HELP

@@ -165,10 +165,13 @@ FROM_HELP = (
     "Tune a list of problems in one process (one worker pool, one table of winners) instead "
     "of --m/--n/--k: a JSON file holding a list of objects (or {\"problems\": [...]}), one per "
     "problem, with the fields of this command's flags: m, n, k (required), batch, dtype, "
-    "layout, bias (true or false), bias_shape (n or mn), allow_tf32 (true or false); e.g. "
+    "layout, bias (true or false), bias_shape (n or mn), allow_tf32 (true or false), scale, "
+    "out_dtype, fast_accum (true or false); and count (calls that ran it, weighing its share) "
+    "and group (true: a group's one GEMM), as autotune_cli.record writes them; e.g. "
     "[{\"m\": 1, \"n\": 4096, \"k\": 4096, \"dtype\": \"bfloat16\", \"layout\": \"nt\"}, "
-    "{\"m\": 4096, \"n\": 4096, \"k\": 1024, \"bias\": true}]. Problems already in the "
-    "cache are answered from it, so an interrupted list resumes where it stopped.")
+    "{\"m\": 4096, \"n\": 4096, \"k\": 1024, \"bias\": true}]. Those flags themselves, and "
+    "--top, do not go with --from: the table has a row per problem, its winner. Problems "
+    "already in the cache are answered from it, so an interrupted list resumes where it stopped.")
 
 
 def _path_arg(what: str):

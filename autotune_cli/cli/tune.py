@@ -45,8 +45,15 @@ from ..errors import UserError
 from .rows import StageClock, pass_estimates, pass_totals, plan_rows, result_row
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave the parameter `name` (its default does not count)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 @app.command()
 def mm(
+    ctx: typer.Context,
     m: Optional[int] = typer.Option(None, "--m", help="Rows of A and of the output (required, unless --from)."),
     n: Optional[int] = typer.Option(None, "--n", help="Columns of B and of the output."),
     k: Optional[int] = typer.Option(None, "--k", help="The reduction dimension."),
@@ -76,7 +83,8 @@ def mm(
     cache_dir: Optional[Path] = CacheDirOpt,
     force: bool = ForceOpt,
     json_out: bool = JsonOpt,
-    top: int = typer.Option(10, "--top", help="Rows in the candidate table."),
+    top: int = typer.Option(10, "--top", help="Rows in the candidate table (not with --from: its table has a "
+                            "row per problem, its winner)."),
     plugin: Optional[List[str]] = PluginOpt,
     interpreter_budget: float = BudgetOpt,
     seed: int = SeedOpt,
@@ -98,16 +106,16 @@ def mm(
     from .tables import outcome_table
 
     if from_file is not None:
-        given = [flag for flag, value, default in (
-            ("--m", m, None), ("--n", n, None), ("--k", k, None), ("--batch", batch, None),
-            ("--bias", bias, False), ("--bias-shape", bias_shape, None),
-            ("--dtype", dtype, "float16"), ("--layout", layout, None), ("--allow-tf32", allow_tf32, False),
-            ("--scale", scale, None), ("--out-dtype", out_dtype, None), ("--fast-accum", fast_accum, False),
-            ("--top", top, 10)) if value != default]
-        if given:
-            raise UserError(f"--from takes each problem's fields from the file; {given[0]} goes there")
         from .from_list import tune_list
-        from ..model.shapes_file import read_listed
+        from ..model.shapes_file import FIELDS, read_listed
+
+        # A problem option given with --from, even at its default value, is refused: the file says.
+        given = [name for name in FIELDS if name in ctx.params and _given(ctx, name)]
+        if given:
+            raise UserError(f"--from takes each problem's fields from the file; --{given[0].replace('_', '-')} "
+                            f"goes there (field {given[0]!r})")
+        if _given(ctx, "top"):
+            raise UserError("--top does not apply to --from: its table has one row per problem, its winner")
 
         counted = read_listed(from_file, device.value if device else "cpu")  # bad file: said first
         dev, notes = resolve_device(device, remembered_in=cache_dir or _default_cache_dir())
