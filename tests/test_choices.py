@@ -254,3 +254,26 @@ def test_the_readmes_gpu_example_on_the_cpu_is_refused_at_once(cli, cache_dir):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("autotune: error: mm 1024x4096x4096 bfloat16 nn is too large")
     assert not (cache_dir / "autotune-cache.json").exists()
+
+
+def test_an_estimate_under_a_second_reads_as_its_value_not_zero():
+    """A small --interpreter-budget: the estimate over it says how far over (~0.023 s), never
+    ~0 s; the prune reasons likewise."""
+    import re
+
+    import pytest
+
+    from autotune_cli.candidates.choices import check_interpretable, interpreter_runs, interpreter_seconds
+    from autotune_cli.errors import UserError
+
+    settings = TuneSettings(device="cpu", interpreter_budget_s=0.001)
+    problem = make_problem(m=64, n=48, k=32, device="cpu")
+    chosen = get_choices(problem, CPU, settings)
+    with pytest.raises(UserError) as raised:
+        check_interpretable(problem, chosen, settings)
+    said = float(re.search(r"would take ~([0-9.e+-]+) s, over --interpreter-budget 0.001 s", str(raised.value))[1])
+    cheapest = min(interpreter_seconds(problem, p.choice.config_dict, interpreter_runs(settings))
+                   for p in chosen.pruned if p.stage == "interpreter_cost")
+    assert said > 0.001 and abs(said - cheapest) <= 0.05 * cheapest
+    reasons = [p.reason for p in chosen.pruned if p.stage == "interpreter_cost"]
+    assert reasons and not any("~0 s" in reason for reason in reasons)

@@ -169,13 +169,19 @@ def interpreter_limit(settings: TuneSettings) -> tuple[float, str]:
     return settings.interpreter_budget_s, "--interpreter-budget"
 
 
+def _seconds_text(seconds: float) -> str:
+    """Whole seconds from 10 s; below, two significant digits (0.0043), so that an estimate
+    over a limit of 0.001 s never reads as ~0 s."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
+
+
 def interpreter_stage(choice: KernelTemplateChoice, ctx: PruneContext) -> str | None:
     if not _triton(choice) or ctx.device.device_type != "cpu":
         return None
     seconds = interpreter_seconds(ctx.problem, choice.config_dict, interpreter_runs(ctx.settings))
     limit, option = interpreter_limit(ctx.settings)
     if seconds > limit:
-        return f"the interpreter would take ~{seconds:.0f} s (over {option} {limit:g} s)"
+        return f"the interpreter would take ~{_seconds_text(seconds)} s (over {option} {limit:g} s)"
     return None
 
 
@@ -195,7 +201,7 @@ def check_interpretable(problem: GemmProblem, choice_set: ChoiceSet, settings: T
     fits = _fitting_size(problem, cheapest, runs, limit)
     size = "no size fits" if fits is None else f"about {fits} fits"
     raise UserError(f"{problem.describe()} is too large to time under Triton's interpreter on the CPU: "
-                    f"its fastest config would take ~{seconds:.0f} s, over {option} {limit:g} s; "
+                    f"its fastest config would take ~{_seconds_text(seconds)} s, over {option} {limit:g} s; "
                     f"{size} (--templates aten times the BLAS call alone)")
 
 
