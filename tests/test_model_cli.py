@@ -558,6 +558,22 @@ def test_bad_input_in_process(cli, cache_dir, models, tmp_path):
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]])
+def test_a_problem_that_cannot_fit_is_refused_before_any_tune(cli, cache_dir, tmp_path, gpus):
+    """Each problem's memory is checked before the first tune, on one device or several: one
+    that cannot fit is an error naming the values it was read at and --hint, and nothing
+    was tuned (batch=1's problem, listed first, is not in the cache)."""
+    pt2 = tmp_path / "batch.pt2"
+    torch.export.save(torch.export.export(TwoDims().eval(), (torch.randn(2, 3, 16),),
+                                          dynamic_shapes=({0: torch.export.Dim("batch")},)), str(pt2))
+    code, out, err = cli("model", pt2, "--device", "cpu", *ATEN, "--hint", "batch=1,700000000", *gpus)
+    assert code == 2 and out == "", err
+    line = one_error_line(err)
+    assert "addmm 2100000000x8x16 float32 nt bias[n] needs" in line and "does not fit" in line
+    assert "read at batch=700000000" in line and "--hint" in line
+    assert not (cache_dir / "autotune-cache.json").exists()
+
+
 @pytest.mark.parametrize("case", ["notes", "wrong_count", "huge_hint"])
 def test_bad_input_subprocess_no_traceback(cache_dir, models, case):
     ts, pt2, shapes = models["mlp_bias"]

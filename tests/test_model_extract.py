@@ -326,6 +326,31 @@ def test_dynamic_batch_defaults(saved):
     ]
 
 
+class Flatten2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 8, bias=False)
+
+    def forward(self, x):  # x [B, S, 16]: M = B * S
+        return self.lin(x)
+
+
+def test_unbounded_dims_of_one_call_share_the_default_cap(tmp_path):
+    """Two unbounded dims in one call's M (batch x sequence): their defaults are capped so
+    that the product stays within one dim's largest default (4096), not 4096 x 4096; a dim
+    alone in its calls keeps 4096."""
+    pt2 = tmp_path / "flatten2.pt2"
+    dims = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},)
+    torch.export.save(torch.export.export(Flatten2().eval(), (torch.randn(2, 8, 16),), dynamic_shapes=dims),
+                      str(pt2))
+    found = find_gemms(pt2)
+    assert [f.problem.m for f in found] == [1, 64, 4096]
+    assert [sorted(f.hint.values()) for f in found] == [[1, 1], [8, 8], [64, 64]]
+    # one dim hinted: the other, the one defaulted dim of the call, keeps 4096
+    hinted = find_gemms(pt2, hints={"x.0": [2]})
+    assert [f.problem.m for f in hinted] == [2, 2 * 64, 2 * 4096]
+
+
 def test_dynamic_batch_hints(saved):
     _, pt2, _ = saved["dynamic"]
     by_alias = find_gemms(pt2, hints={"x.0": [2, 8]})

@@ -207,6 +207,36 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
     return rows
 
 
+def refuse_what_does_not_fit(found, devices, cache, settings, input_shapes: bool) -> None:
+    """Every problem to be tuned (no cache entry answers it) checked against each device's
+    memory before the first tune starts: one that cannot fit is refused now, in one line that
+    says which sizes to change, rather than after the others' tunes with no table. Ray's
+    devices are known to its actors alone: there a problem that does not fit is failed."""
+    from ..tune.hits import look_up, lookup_terms
+    from ..tune.tuner import does_not_fit
+
+    refused = []
+    for item in found:
+        if not settings.force and look_up(cache, item.problem, devices[0], settings.templates,
+                                          **lookup_terms(settings)).hit is not None:
+            continue
+        why = next(filter(None, (does_not_fit(item.problem, device) for device in devices)), None)
+        if why:
+            refused.append((item, why))
+    if not refused:
+        return
+    item, why = refused[0]
+    more = f"; so do {len(refused) - 1} more of the model's problems" if len(refused) > 1 else ""
+    if item.hint:
+        at = ", ".join(f"{name}={value}" for name, value in item.hint.items())
+        way = f"; it is read at {at}: give the dynamic dims smaller values with --hint (--plan lists the problems)"
+    elif input_shapes:
+        way = "; give a smaller --input-shape (--plan lists the problems)"
+    else:
+        way = ""
+    raise UserError(f"{why}{more}{way}")
+
+
 @app.command()
 def model(
     path: Path = typer.Argument(..., metavar="MODEL", parser=file_arg,
@@ -308,14 +338,14 @@ def model(
     clock.mark("checked")
     if settings.executor == "local":  # Ray's actors probe their own devices
         here = probe_device(dev)
-        if scaled:  # --gpus N: that many visible
-            local_devices(settings)
         from ..settings import check_writable_folder
         from ..store.cache import Cache
         from ..tune.hits import any_to_tune
 
         looked_up = Cache(settings.cache_dir)
         if any_to_tune(looked_up, [item.problem for item in found], here, settings):
+            refuse_what_does_not_fit(found, local_devices(settings) if scaled else [here], looked_up, settings,
+                                     bool(shapes))
             check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
         device_notes = device_notes + looked_up.notices  # told once: here, not by the tuner
     clock.mark("probed")

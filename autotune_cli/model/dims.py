@@ -5,7 +5,10 @@ as `s0` (the names torch chose at export). Each symbol can also be named
 `<input>.<dim>` (e.g. `x.0` for the first dim of input `x`) where it is the whole size of
 a user input's dim. Values per symbol come from `hints`; a symbol without a hint takes its
 default values: {max(lower, 1), the power of two nearest the geometric mean of that and
-the capped upper bound, min(upper, 4096)} from `ep.range_constraints`, deduplicated. The
+the capped upper bound, min(upper, cap)} from `ep.range_constraints`, deduplicated, where
+cap is 4096 shared among the defaulted symbols one call's sizes hold: 4096 ** (1/n) (a power
+of two) for n of them, so that their product, the rows of an attention's `mm` over batch and
+sequence, stays within what one dim's default reaches (4096 each would make 16M). The
 value lists of all symbols are combined position by position when they are all the same
 length, else as their cartesian product; each combination gives concrete problems, and
 each FoundGemm records the values of the symbols it depends on in `hint`. Values outside
@@ -52,13 +55,8 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
 
     aliases = input_dims(inputs)
 
-    used: list[str] = []
-    for raw in raws:
-        if isinstance(raw, MatmulCall):
-            for e in (raw.b, raw.m, raw.n, raw.k, sym(raw.times)):
-                for s in sorted(e.free_symbols, key=str):
-                    if s.name not in used:
-                        used.append(s.name)
+    per_call = [_call_symbols(raw) for raw in raws if isinstance(raw, MatmulCall)]
+    used = list(dict.fromkeys(name for names_of_call in per_call for name in names_of_call))
 
     if input_shapes is not None:
         if hints:
@@ -66,7 +64,8 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
         binding = _bind_input_shapes(inputs, input_shapes, dtypes or {})
         missing = [s for s in used if s not in binding]
         if missing:
-            extra = {s: _default_values(ranges.get(s)) for s in missing}
+            caps = _default_caps(per_call, missing)
+            extra = {s: _default_values(ranges.get(s), caps[s]) for s in missing}
             return [{**binding, **c} for c in _combine(extra)]
         return [binding]
 
@@ -79,8 +78,32 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
         given[symbol] = list(values)
         if names is not None:
             names[symbol] = key
-    per_symbol = {s: given.get(s) or _default_values(ranges.get(s)) for s in used}
+    caps = _default_caps(per_call, [s for s in used if s not in given])
+    per_symbol = {s: given.get(s) or _default_values(ranges.get(s), caps[s]) for s in used}
     return _combine(per_symbol)
+
+
+def _call_symbols(raw: MatmulCall) -> list[str]:
+    """The symbols one call's sizes and trip count hold, in a stable order."""
+    names: list[str] = []
+    for e in (raw.b, raw.m, raw.n, raw.k, sym(raw.times)):
+        for s in sorted(e.free_symbols, key=str):
+            if s.name not in names:
+                names.append(s.name)
+    return names
+
+
+def _default_caps(per_call: list[list[str]], defaulted: list[str]) -> dict[str, int]:
+    """{symbol: its largest default value}: DEFAULT_HINT_CAP ** (1/n), rounded down to a power
+    of two, for the most defaulted symbols (n) any call holding it holds: the product of the
+    defaults one call is read at stays within DEFAULT_HINT_CAP (see the module)."""
+    together = {s: 1 for s in defaulted}
+    for names_of_call in per_call:
+        mine = [s for s in names_of_call if s in together]
+        for s in mine:
+            together[s] = max(together[s], len(mine))
+    bits = DEFAULT_HINT_CAP.bit_length() - 1
+    return {s: 2 ** (bits // n) for s, n in together.items()}
 
 
 def input_dims(inputs: list[tuple[str, tuple[Any, ...]]]) -> dict[str, str]:
@@ -174,13 +197,13 @@ def _bind_input_shapes(inputs, input_shapes, dtypes: dict[str, str]) -> dict[str
     return binding
 
 
-def _default_values(vr: Any) -> list[int]:
-    """{max(lower, 1), a middle power of two, min(upper, 4096)}, deduplicated, ascending."""
-    lo, hi = 1, DEFAULT_HINT_CAP
+def _default_values(vr: Any, cap: int = DEFAULT_HINT_CAP) -> list[int]:
+    """{max(lower, 1), a middle power of two, min(upper, cap)}, deduplicated, ascending."""
+    lo, hi = 1, cap
     if vr is not None:
         if not bool(vr.lower <= 1):
             lo = int(vr.lower)
-        if not bool(vr.upper >= DEFAULT_HINT_CAP):
+        if not bool(vr.upper >= cap):
             hi = int(vr.upper)
     hi = max(hi, lo)
     mid = 2 ** int(math.floor(math.log2(lo * hi) / 2 + 0.5))

@@ -50,9 +50,17 @@ class TuneListener:
 
 
 def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
-    """Refuse, before any allocation, a problem whose tensors cannot fit on the device:
-    operands and output, the float64 reference of the output, and beside it the float64
-    operands that make it or the arrays the check works in, whichever is larger."""
+    """Refuse, before any allocation, a problem whose tensors cannot fit on the device
+    (`does_not_fit` says why)."""
+    why = does_not_fit(problem, device)
+    if why:
+        raise UserError(why)
+
+
+def does_not_fit(problem: GemmProblem, device: DeviceInfo) -> str | None:
+    """Why a problem's tensors cannot fit on the device, or None where they do: operands and
+    output, the float64 reference of the output, and beside it the float64 operands that
+    make it or the arrays the check works in, whichever is larger."""
     from ..runner.verify import CHECK_WORKING_ARRAYS
 
     operand_elems = problem.b * (problem.m * problem.k + problem.k * problem.n)
@@ -65,11 +73,12 @@ def check_fits(problem: GemmProblem, device: DeviceInfo) -> None:
         try:
             limit = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
         except (ValueError, OSError, AttributeError):
-            return
+            return None
         where = f"this machine's memory ({limit / 0.8 / 2**30:.0f} GiB)"
     if need > limit:
-        raise UserError(f"{problem.describe()} needs ~{need / 2**30:.1f} GiB to benchmark and "
-                        f"verify; it does not fit in {where}")
+        return (f"{problem.describe()} needs ~{need / 2**30:.1f} GiB to benchmark and "
+                f"verify; it does not fit in {where}")
+    return None
 
 
 def _seconds(call: Callable, *args) -> float:
