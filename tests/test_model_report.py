@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-def pass_estimates(rows):
+def pass_estimates(rows, scenarios=({},)):
     from autotune_cli.cli.rows import pass_estimates
 
-    return pass_estimates(rows)
+    return pass_estimates(rows, list(scenarios))
 
 
 def row(hint, ms, aten, count=1):
@@ -25,7 +25,7 @@ def row(hint, ms, aten, count=1):
 
 def test_each_pass_sums_its_own_problems():
     rows = [row(None, 1.0, 1.5, count=2), row({"batch": 1}, 0.1, 0.2), row({"batch": 16}, 1.1, 1.2)]
-    lines = pass_estimates(rows)
+    lines = pass_estimates(rows, [{"batch": 1}, {"batch": 16}])
     assert lines == [
         "estimated GEMM time per forward pass at batch=1: aten 3.2000 ms, tuned 2.1000 ms (saves 1.1000 ms)",
         "estimated GEMM time per forward pass at batch=16: aten 4.2000 ms, tuned 3.1000 ms (saves 1.1000 ms)"]
@@ -33,9 +33,35 @@ def test_each_pass_sums_its_own_problems():
     assert static == ["estimated GEMM time per forward pass: aten 3.0000 ms, tuned 2.0000 ms (saves 1.0000 ms)"]
     # two dims paired: a problem of one dim runs in each pass its value agrees with
     paired = [row({"b": 1}, 1.0, 1.0), row({"b": 1, "s": 8}, 2.0, 2.0), row({"b": 4, "s": 64}, 3.0, 3.0)]
-    assert [line.split(":")[0] for line in pass_estimates(paired)] == [
+    at = [{"b": 1, "s": 8}, {"b": 4, "s": 64}]
+    assert [line.split(":")[0] for line in pass_estimates(paired, at)] == [
         "estimated GEMM time per forward pass at b=1, s=8", "estimated GEMM time per forward pass at b=4, s=64"]
-    assert "aten 3.0000 ms" in pass_estimates(paired)[0]
+    assert "aten 3.0000 ms" in pass_estimates(paired, at)[0]
+
+
+def test_a_pass_sums_the_problems_of_independent_dims_at_its_values():
+    """Two inputs' dims, each in its own matmul: a pass runs both, so each scenario's line
+    sums both problems (not one line per problem's own hint)."""
+    rows = [row({"nx": 1}, 1.0, 1.0), row({"ny": 1}, 2.0, 2.0), row({"nx": 8}, 3.0, 3.0), row({"ny": 8}, 4.0, 4.0)]
+    lines = pass_estimates(rows, [{"nx": 1, "ny": 1}, {"nx": 8, "ny": 8}])
+    assert lines == [
+        "estimated GEMM time per forward pass at nx=1, ny=1: aten 3.0000 ms, tuned 3.0000 ms (saves 0.0000 ms)",
+        "estimated GEMM time per forward pass at nx=8, ny=8: aten 7.0000 ms, tuned 7.0000 ms (saves 0.0000 ms)"]
+
+
+def test_the_json_passes_are_the_scenarios_of_two_inputs(cli, cache_dir, saved):
+    code, out, err = cli("model", saved / "two.pt2", "--json", "--device", "cpu", "--hint", "x.0=1,8",
+                         "--hint", "y.0=1,8", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [p["at"] for p in doc["passes"]] == [{"x.0": 1, "y.0": 1}, {"x.0": 8, "y.0": 8}]
+    assert [p["problems"] for p in doc["passes"]] == [2, 2]
+    for one in doc["passes"]:
+        ran = [r for r in doc["problems"] if r["hint"].items() <= one["at"].items()]
+        assert one["aten_ms"] == pytest.approx(sum(r["aten_ms"] * r["count"] for r in ran))
+    code, out, err = cli("model", saved / "two.pt2", "--device", "cpu", "--hint", "x.0=1", "--hint", "y.0=1",
+                         "--templates", "aten", "--workers", "1")
+    assert code == 0 and "x.0=1" in out.split("estimated")[0] and "y.0=1" in out.split("estimated")[0], out
 
 
 def test_the_json_totals_are_each_pass_s_never_their_sum(cli, cache_dir, saved):
@@ -76,6 +102,18 @@ def saved(tmp_path_factory):
     batch = torch.export.Dim("batch", max=512)
     torch.export.save(torch.export.export(mlp, (torch.randn(8, 16),), dynamic_shapes=({0: batch},)),
                       str(folder / "dyn.pt2"))
+
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 16, bias=False), torch.nn.Linear(16, 16, bias=False)
+
+        def forward(self, x, y):
+            return self.a(x).sum() + self.b(y).sum()
+
+    dims = ({0: torch.export.Dim("nx", max=64)}, {0: torch.export.Dim("ny", max=64)})
+    torch.export.save(torch.export.export(TwoInputs().eval(), (torch.randn(8, 16), torch.randn(4, 16)),
+                                          dynamic_shapes=dims), str(folder / "two.pt2"))
     return folder
 
 

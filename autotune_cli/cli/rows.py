@@ -71,20 +71,16 @@ def result_row(item, planned: dict, outcome, clock: StageClock, slot=0, device_n
     return row
 
 
-def pass_totals(rows: list[dict]) -> list[dict]:
-    """The GEMM time of one forward pass, aten's and the winners': one record per set of
-    dynamic-dim values the model was read at (a pass runs at one of them, never all), each
-    summing the problems that run there (the static ones, and those hinted at those values):
+def pass_totals(rows: list[dict], scenarios: list[dict]) -> list[dict]:
+    """The GEMM time of one forward pass, aten's and the winners': one record per scenario
+    (set of dynamic-dim values, model.find_gemms's `scenarios`) the model was read at, each
+    summing every problem that runs there: the static ones and those whose hint agrees with
+    its values (two independent dims' problems both run in a pass):
     {"at": values, "problems": n, "aten_ms", "tuned_ms", "saved_ms"}; where cuBLAS was not
     timed for some (--templates left aten out) aten_ms and saved_ms are None and
     "aten_untimed" counts them."""
-    # the values a pass runs at: each hint that no other hint extends (a problem that
-    # depends on fewer dims runs in every pass its values agree with)
-    hints = [dict(h) for h in {tuple(sorted(row["hint"].items())) for row in rows if row.get("hint")}]
-    passes = [h for h in hints if not any(h != o and h.items() <= o.items() for o in hints)]
-    passes = sorted(passes, key=lambda h: [h[name] for name in sorted(h)]) or [{}]
     totals = []
-    for at in passes:
+    for at in scenarios or [{}]:
         ran = [row for row in rows if (not row.get("hint") or row["hint"].items() <= at.items())
                and not row.get("group")]  # a group's one GEMM: its linears' time again
         untimed = sum(1 for row in ran if not row["aten_ms"])
@@ -100,10 +96,10 @@ def pass_totals(rows: list[dict]) -> list[dict]:
     return totals
 
 
-def pass_estimates(rows: list[dict]) -> list[str]:
+def pass_estimates(rows: list[dict], scenarios: list[dict]) -> list[str]:
     """`pass_totals` as lines."""
     lines = []
-    for one in pass_totals(rows):
+    for one in pass_totals(rows, scenarios):
         at = one["at"]
         where = f" at {', '.join(f'{name}={value}' for name, value in at.items())}" if at else ""
         if one["aten_ms"] is None:

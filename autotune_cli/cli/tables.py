@@ -168,8 +168,10 @@ def model_summary_table(rows: list[dict]) -> FitTable:
     winners = [row["winner"] or {} for row in rows]
     uids = [printable(w.get("uid", "(none)")) for w in winners]
     params = [printable(params_str(w.get("params", {}))) for w in winners]
-    problem = Col("problem", [_lines(row["describe"], GROUP_SOURCE) if row.get("group") else row["describe"]
-                              for row in rows])
+    # a problem read at dynamic-dim values says them: two inputs' dims may pose one problem each
+    at = [printable(", ".join(f"{k}={v}" for k, v in (row.get("hint") or {}).items())) for row in rows]
+    problem = Col("problem", [_lines(row["describe"], GROUP_SOURCE if row.get("group") else "", where)
+                              for row, where in zip(rows, at)])
     count = Col("count", [str(row["count"]) for row in rows], number=True)
     ms = Col("ms", [fmt_ms(w.get("ms")) for w in winners], number=True)
     aten = Col("aten ms", [fmt_ms(row["aten_ms"]) for row in rows], number=True)
@@ -181,10 +183,10 @@ def model_summary_table(rows: list[dict]) -> FitTable:
     winner_params = Col("winner", [_lines(Text(u), p) for u, p in zip(uids, params)], whole=True)
     problem_notes = Col("problem", [
         _lines(row["describe"], ", ".join(note for note in (
-            GROUP_SOURCE if row.get("group") else "",
+            GROUP_SOURCE if row.get("group") else "", where,
             f"count {row['count']}" if row["count"] != 1 else "",
             "cached" if row["from_cache"] else "") if note))
-        for row in rows])
+        for row, where in zip(rows, at)])
     return FitTable("winners", [
         [problem, count, Col("winner", uids, whole=True), Col("params", params), ms, aten, speed,
          saved, cached],

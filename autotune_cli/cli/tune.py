@@ -310,9 +310,10 @@ def model(
             raise UserError("--executor ray needs Ray: pip install 'gemm-autotune[ray]'") from None
     notes: list[str] = []
     not_tuned: list = []  # model.NotTuned: the work no listed problem stands for, by kind
+    scenarios: list[dict[str, int]] = []  # the dynamic dims' values each forward pass runs at
     found = find_gemms(path, input_shapes=shapes or None, hints=hints or None, device=dev,
                        allow_tf32=allow_tf32, trust_torchscript=trust_torchscript, groups=groups, notes=notes,
-                       not_tuned=not_tuned)
+                       not_tuned=not_tuned, scenarios=scenarios)
     untuned = [item.to_dict() for item in not_tuned]
     say_notes(notes)
     clock.mark("found")
@@ -369,14 +370,14 @@ def model(
     if json_out:
         # a pass runs at one set of hint values: one total each ("passes"); the single
         # figures only where there is one pass
-        passes = pass_totals(rows)
+        passes = pass_totals(rows, scenarios)
         one = passes[0] if len(passes) == 1 else {}
         out.print(dumps({"model": str(path), "problems": rows, "not_tuned": untuned, "passes": passes,
                          "saved_ms_per_pass": one.get("saved_ms"), "aten_ms_per_pass": one.get("aten_ms"),
                          "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
         out.print(model_summary_table(rows))
-        for line in pass_estimates(rows):
+        for line in pass_estimates(rows, scenarios):
             out.print(line)
     if any(r["winner"] is None for r in rows):
         raise typer.Exit(code=1)

@@ -65,6 +65,7 @@ def find_gemms(
     groups: bool = False,
     notes: list[str] | None = None,
     not_tuned: list[NotTuned] | None = None,
+    scenarios: list[dict[str, int]] | None = None,
 ) -> list[FoundGemm]:
     """Every GEMM in one forward pass of the saved model at `path`, merged, with counts.
 
@@ -76,7 +77,9 @@ def find_gemms(
     (matmuls inside a fused op, counts that are not exact) is appended to `notes`, one line
     each; the calls no listed problem stands for (convolutions, matrix-vector products,
     matmuls in other dtypes, ...) to `not_tuned`, one NotTuned per kind, and to `notes` as
-    one "not tuned:" line.
+    one "not tuned:" line. `scenarios` receives each set of dynamic-dim values the model was
+    read at, by the names a FoundGemm's hint uses ([{}] where it has none): a forward pass
+    runs at one of them, and every problem whose hint agrees with it.
     """
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
@@ -85,16 +88,16 @@ def find_gemms(
     if fmt == "export":
         graph = read_export(path)
         raws, untuned = graph.raws, graph.untuned
-        scenarios = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
-                                    graph.input_dtypes)
+        bindings = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
+                                   graph.input_dtypes)
         if notes is not None:
-            notes.extend(outside_ranges(scenarios, graph.ranges, names, graph.inputs))
+            notes.extend(outside_ranges(bindings, graph.ranges, names, graph.inputs))
     else:
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
                             "a TorchScript model takes its sizes from --input-shape")
         raws, fused, untuned = read_torchscript(path, input_shapes)
-        scenarios = [{}]
+        bindings = [{}]
 
     calls = [r for r in raws if isinstance(r, MatmulCall)]
     kept = [r for r in calls if not _outer_product(r)]
@@ -140,7 +143,9 @@ def find_gemms(
         notes.append("--groups found no aten.linear to group: a program after run_decompositions() "
                      "holds mm and addmm instead; export it without decomposing to list groups")
     extra = one_gemm_groups(kept) if groups else []
-    return concretize(kept + extra, scenarios, device=device, allow_tf32=allow_tf32, names=names)
+    if scenarios is not None:
+        scenarios.extend({names.get(s, s): value for s, value in at.items()} for at in bindings)
+    return concretize(kept + extra, bindings, device=device, allow_tf32=allow_tf32, names=names)
 
 
 _OUTER_PRODUCT = "matmul with K = 1"
