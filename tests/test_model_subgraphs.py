@@ -99,6 +99,41 @@ def test_an_autocast_region_runs_its_matmuls_in_its_dtype(tmp_path):
                      "on cuda that region leaves them in their operands' dtypes"]
 
 
+def test_a_program_exported_under_an_outer_autocast_is_listed_as_the_loaded_program_runs(tmp_path):
+    """Exported inside torch.autocast, the program keeps no casts, yet its metadata says the
+    linears give bfloat16 (and the second one reads it): each is listed in the dtype the
+    loaded program runs, float32 for both, as a dispatch mode sees it run, and a note says
+    why the saved dtypes differ."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 48)).eval()
+    x = torch.randn(16, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        program = torch.export.export(model, (x,))
+    path = tmp_path / "outer.pt2"
+    torch.export.save(program, str(path))
+
+    class Dtypes(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.addmm, torch.ops.aten.mm):
+                self.seen.append(str(args[1].dtype).removeprefix("torch."))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Dtypes():
+        torch.export.load(str(path)).module()(x)
+    assert Dtypes.seen == ["float32", "float32"]
+    notes: list[str] = []
+    found = find_gemms(path, device="cpu", notes=notes)
+    assert rows(found) == [("addmm", 1, 16, 64, 64, "float32", "nt", "n", 1),
+                           ("addmm", 1, 16, 48, 64, "float32", "nt", "n", 1)]
+    assert [f.problem.dtype for f in found] == Dtypes.seen
+    assert len(notes) == 1 and notes[0].startswith(
+        "2 matmuls of float32 operands outside any autocast region are saved with bfloat16 outputs"), notes
+    assert "exported under torch.autocast" in notes[0]
+
+
 class AutocastWeight(nn.Module):
     def __init__(self):
         super().__init__()

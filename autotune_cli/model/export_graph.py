@@ -23,6 +23,13 @@ nodes in order, and each inner graph where its node runs:
   any other higher-order op                       its graphs read, each matmul counted once
                                                   (a note names the op)
 
+A program exported under an outer torch.autocast keeps none of its casts: its metadata gives
+a matmul outside any autocast region an output in autocast's dtype from float32 operands
+(and what follows inherits it), while the loaded program runs the operands' dtype. Such a
+matmul's output, and each result that takes its dtype from one (an op with no dtype
+argument), is followed in the dtype it runs in (`runs_in`), so that every matmul is listed
+in the dtype the loaded program runs, and a note says so.
+
 Whether a matmul's 2-D operand requires grad decides the problem torch runs (classify.py),
 so each tensor's requires_grad is followed as a pair (with grad enabled, without; None
 where unknown): a Parameter's is (True, True) and so is a view's of it; what an op computes
@@ -111,6 +118,10 @@ class GraphReader:
         self.inexact: dict[str, int] = {}  # higher-order op -> matmuls counted once inside it
         self.grad_differs = 0  # matmuls grad mode would make another problem
         self.graphs = 0
+        # tensors (by outermost name) that run in another dtype than their metadata says:
+        # downstream of a matmul exported under an outer autocast (see the module)
+        self.runs_in: dict[str, str] = {}
+        self.outer_autocast: dict[tuple[str, str], int] = {}  # (operands', output's dtype) -> matmuls
 
     def read(self, graph: Any, scope: Scope, names: dict[str, str], grads: dict[str, Grad],
              prefix: str = "") -> list[Grad]:
@@ -147,6 +158,7 @@ class GraphReader:
                     raise ArchiveUnreadable(f"target {target!r} not understood")
                 op = parts[3]
                 self._aten(node, op, parts[4], scope, lambda n: names.get(n, prefix + n), grads, tensor)
+                self._follow_dtype(node, op, scope, lambda n: names.get(n, prefix + n), tensor)
             self._follow(node, op, scope, grads, values)
         return [grads.get(n, _UNKNOWN) if n else _NO_GRAD
                 for arg in graph["outputs"] for n in _tensor_names(arg)]
@@ -174,6 +186,43 @@ class GraphReader:
             if name:
                 grads[name] = state
 
+    # -- the dtype a tensor runs in --------------------------------------------------------
+
+    def _running(self, t: Operand, outer_name: str) -> Operand:
+        """`t` in the dtype the loaded program runs it in (`runs_in`, else its metadata's)."""
+        dtype = self.runs_in.get(outer_name)
+        return dataclasses.replace(t, dtype=dtype) if dtype and dtype != t.dtype else t
+
+    def _follow_dtype(self, node: Any, op: str, scope: Scope, outer, tensor) -> None:
+        """Record in `runs_in` the outputs of one aten node that run in another dtype than
+        their metadata: a matmul outside autocast whose float operands share a dtype its
+        output's metadata does not (the program was exported under an outer autocast); any
+        other op with no dtype argument, for each output whose metadata dtype is that of an
+        input already recorded (it took that input's dtype)."""
+        ins = [n for named in node["inputs"] for n in _tensor_names(named["arg"]) if n]
+        outs = [n for arg in node.get("outputs") or [] for n in _tensor_names(arg) if n]
+        if op in AUTOCAST_OPS and node["target"].endswith((".default", ".out")):
+            if scope.autocast:  # a region the program keeps: its casts run
+                return
+            running = {self._running(tensor(n), outer(n)).dtype for n in ins}
+            if len(running) == 1 and running <= _AUTOCAST_CASTS:
+                (dtype,) = running
+                for name in outs:
+                    said = tensor(name).dtype
+                    if said != dtype and said in _AUTOCAST_CASTS:
+                        self.runs_in[outer(name)] = dtype
+                        key = (dtype, said)
+                        self.outer_autocast[key] = self.outer_autocast.get(key, 0) + 1
+            return
+        if any(named["name"] == "dtype" and one_field(named["arg"])[0] == "as_scalar_type"
+               for named in node["inputs"]):
+            return  # a cast the program keeps: its output's dtype is its own
+        taken = {tensor(n).dtype: self.runs_in[outer(n)] for n in ins if outer(n) in self.runs_in}
+        for name in outs:
+            dtype = taken.get(tensor(name).dtype)
+            if dtype:
+                self.runs_in[outer(name)] = dtype
+
     # -- aten ops -------------------------------------------------------------------------
 
     def _aten(self, node: Any, op: str, overload: str, scope: Scope, outer,
@@ -183,7 +232,7 @@ class GraphReader:
         if op in UNTUNED_OPS:
             self.untuned[UNTUNED_OPS[op]] = self.untuned.get(UNTUNED_OPS[op], 0) + 1
         if op == "einsum":
-            self._einsum(node, scope, tensor)
+            self._einsum(node, scope, lambda n: self._running(tensor(n), outer(n)))
             return
         name = f"aten::{op}"
         if name not in MATMUL_OPS:
@@ -200,11 +249,12 @@ class GraphReader:
             field, body = one_field(named["arg"])
             if field == "as_tensor":
                 i = arg_names.index(named["name"])
-                args[i] = self._cast(tensor(body["name"]), cast)
+                given = self._running(tensor(body["name"]), outer(body["name"]))
+                args[i] = self._cast(given, cast)
                 states[i] = grads.get(body["name"], _UNKNOWN)
-                if args[i].dtype != tensor(body["name"]).dtype and not (
+                if args[i].dtype != given.dtype and not (
                         scope.autocast[2] and outer(body["name"]) in self.parameters
-                        and tensor(body["name"]).dtype == "float32"):
+                        and given.dtype == "float32"):
                     states[i] = _computed([states[i]], scope.mode)  # a cast copy; autocast caches a weight's
             elif field not in NON_TENSOR_ARGS:
                 raise ArchiveUnreadable(f"argument form {field!r} not handled")
@@ -352,6 +402,11 @@ class GraphReader:
             else:
                 out.append(counted.format(f"inside torch.ops.higher_order.{hop}") + "; how many times "
                            "a call runs it is not known")
+        for (dtype, said), n in self.outer_autocast.items():
+            out.append(f"{plural(n, 'matmul')} of {dtype} operands outside any autocast region "
+                       f"{'is' if n == 1 else 'are'} saved with {said} outputs: the program was exported under "
+                       f"torch.autocast, whose casts it does not keep; listed in {dtype}, as the loaded program "
+                       f"runs {'it' if n == 1 else 'them'} (called under torch.autocast, in {said})")
         if self.grad_differs:
             n = self.grad_differs
             out.append(f"{plural(n, 'matmul')} listed as torch runs {'it' if n == 1 else 'them'} without "
