@@ -431,6 +431,15 @@ def test_combinations_are_bounded(archives):
                    hints={"x.0": list(range(1, 65)), "x.1": list(range(2, 65))})
 
 
+def test_an_input_shape_binds_a_derived_dim(archives):
+    """x [2*half, 16]: --input-shape 24x16 reads the program at half = 12 (not at the
+    defaults); a size no whole half gives (21) is refused, naming the dim and its form."""
+    bound = find_gemms(archives["halves"], device="cpu", input_shapes=[((24, 16), "float32")])
+    assert [(f.problem.m, tuple(f.hint.values())) for f in bound] == [(12, (12,)), (48, (12,))]
+    with pytest.raises(UserError, match=r"input 'x' dim 0 is 2\*s\w+, a multiple of 2; --input-shape gives 21"):
+        find_gemms(archives["halves"], device="cpu", input_shapes=[((21, 16), "float32")])
+
+
 def test_reader_failure_is_a_user_error(archives, monkeypatch, no_torch_load):
     def broken(_path):
         raise KeyError("graph_module\x1b[2J")  # any exception, not only ArchiveUnreadable

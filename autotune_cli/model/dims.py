@@ -14,8 +14,8 @@ length, else as their cartesian product; each combination gives concrete problem
 each FoundGemm records the values of the symbols it depends on in `hint`. Values outside
 the exported range are accepted (tuning batch 1 of a program exported for batch >= 2 is
 still useful). `input_shapes` given for an exported program instead bind the symbols to
-the sizes given (one combination) and are checked against the static sizes and the inputs'
-dtypes.
+the sizes given (one combination; a derived size such as 8*b binds b, and one no whole b
+gives is refused) and are checked against the static sizes and the inputs' dtypes.
 
 Within one combination of values, identical problems (same GemmProblem, same hint) are
 merged with their counts summed (a call in a map or scan body counts its trip count); a
@@ -189,12 +189,46 @@ def _bind_input_shapes(inputs, input_shapes, dtypes: dict[str, str]) -> dict[str
                                     f"{binding[expr.name]}; got {want}")
             else:
                 checks.append((name, i, expr, want))
-    for name, i, expr, want in checks:
-        value = _evaluate(expr, binding)
-        if value is not None and value != want:
-            how = "" if expr.is_Integer else f" (= {expr})"
-            raise UserError(f"input '{name}' dim {i} must be {value}{how}; got {want}")
+    # a derived size (8*b, b + 1) binds its one unbound symbol where it is linear in it;
+    # a size no whole value gives is refused; others are checked once their symbols are bound
+    waiting = checks
+    while waiting:
+        left = []
+        for name, i, expr, want in waiting:
+            value = _evaluate(expr, binding)
+            if value is None:
+                solved = _solve_linear(expr, want, binding, f"input '{name}' dim {i}")
+                if solved is None:
+                    left.append((name, i, expr, want))
+                else:
+                    binding[solved[0]] = solved[1]
+            elif value != want:
+                how = "" if expr.is_Integer else f" (= {expr})"
+                raise UserError(f"input '{name}' dim {i} must be {value}{how}; got {want}")
+        if len(left) == len(waiting):
+            break  # sizes of several unbound symbols: those take their defaults
+        waiting = left
     return binding
+
+
+def _solve_linear(expr: Any, want: int, binding: dict[str, int], where: str) -> tuple[str, int] | None:
+    """(symbol, value) for the one unbound symbol of `expr` where expr is a*symbol + c (a, c
+    whole numbers) and equals `want` at a whole value >= 1; a UserError where no whole value
+    gives `want`; None where expr is not of that form."""
+    free = [s for s in expr.free_symbols if s.name not in binding]
+    if len(free) != 1:
+        return None
+    (symbol,) = free
+    bound = expr.xreplace({s: binding[s.name] for s in expr.free_symbols if s.name in binding})
+    poly = bound.expand().as_poly(symbol) if bound.is_polynomial(symbol) else None
+    if poly is None or poly.degree() != 1 or not all(c.is_Integer for c in poly.all_coeffs()):
+        return None
+    a, c = (int(v) for v in poly.all_coeffs())
+    value, rest = divmod(want - c, a)
+    if rest or value < 1:
+        form = f"a multiple of {a}" if c == 0 else f"{a}*n {'+' if c > 0 else '-'} {abs(c)} for a whole n >= 1"
+        raise UserError(f"{where} is {shown(str(expr), 60)}, {form}; --input-shape gives {want}")
+    return symbol.name, value
 
 
 def _default_values(vr: Any, cap: int = DEFAULT_HINT_CAP) -> list[int]:
