@@ -406,6 +406,21 @@ def test_bad_files(saved, tmp_path):
         find_gemms(ckpt)
 
 
+@pytest.mark.parametrize("fmt", [0, 1])
+@pytest.mark.parametrize("cut", [1, 100, 5000])
+def test_a_truncated_model_is_said_to_be_damaged(saved, tmp_path, fmt, cut):
+    """A .pt2 or TorchScript file cut short (an interrupted copy): "damaged or truncated",
+    never a checkpoint (zipfile would list an archive stored inside a .pt2) nor "not a saved
+    model"; the whole file still reads."""
+    whole = saved["mlp_bias"][fmt]
+    data = whole.read_bytes()
+    short = tmp_path / whole.name
+    short.write_bytes(data[:len(data) - cut])
+    with pytest.raises(UserError, match=r"is damaged or truncated"):
+        find_gemms(short, trust_torchscript=True, input_shapes=saved["mlp_bias"][2])
+    assert find_gemms(whole, trust_torchscript=True, input_shapes=saved["mlp_bias"][2] if fmt == 0 else None)
+
+
 def test_torchscript_needs_right_input_shapes(saved):
     ts, _, shapes = saved["mlp_bias"]
     with pytest.raises(UserError, match="--input-shape"):

@@ -1,7 +1,8 @@
 """model/find.py: what a model file is, whether it may be read, and its matrix multiplies.
 
 `model_format` tells a torch.export archive from TorchScript by the zip's listing alone (a
-plain `torch.save` checkpoint, a pickle, is refused without being opened); `check_model`
+plain `torch.save` checkpoint, a pickle, is refused without being opened; a zip cut short is
+said to be damaged); `check_model`
 refuses TorchScript unless trusted; `find_gemms` reads the file the way its format needs
 (export_archive.py, torchscript.py), classifies its calls, and makes the concrete problems
 at each combination of dynamic-dim values (dims.py).
@@ -32,6 +33,13 @@ def model_format(path: Path) -> str:
         raise UserError(f"not a model file: {path} is a directory")
     if not path.is_file():
         raise UserError(f"not a model file: {path} is not a regular file")
+    try:
+        cut = _cut_short(path)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if cut:
+        raise UserError(f"{path} is damaged or truncated: it starts as a zip archive (as a .pt2 or TorchScript "
+                        "file does) but does not end as one; copy or save it again")
     if not zipfile.is_zipfile(path):
         raise UserError(
             f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
@@ -52,6 +60,25 @@ def model_format(path: Path) -> str:
             "torch.export.save or torch.jit.save")
     raise UserError(
         f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
+
+
+_ZIP_START = b"PK\x03\x04"  # a zip archive's first local file header
+_ZIP_END = b"PK\x05\x06"  # its end-of-central-directory record: 22 bytes, then a comment
+_ZIP_END_SPAN = 22 + 0xFFFF  # the record and the longest comment
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether a file that starts as a zip archive lacks an end record that ends it (a copy or
+    download cut short). zipfile looks for the last end record near the end, and in a cut
+    file finds that of an archive stored inside (a .pt2's weights), whose entries it lists."""
+    with open(path, "rb") as f:
+        if f.read(4) != _ZIP_START:
+            return False
+        size = f.seek(0, 2)
+        f.seek(max(0, size - _ZIP_END_SPAN))
+        tail = f.read()
+    at = tail.rfind(_ZIP_END)
+    return at < 0 or at + 22 > len(tail) or at + 22 + int.from_bytes(tail[at + 20:at + 22], "little") != len(tail)
 
 
 def find_gemms(
