@@ -458,3 +458,56 @@ def test_what_is_not_tuned_is_one_entry_per_kind(tmp_path):
                      "not tuned: 1 attention op, 1 convolution, 2 matmuls in float64, whose work is not a GEMM "
                      "autotune tunes; each matmul's share is of the matmuls listed, not of the model"]
     assert json.loads(json.dumps([item.to_dict() for item in not_tuned]))[2]["count"] == 2
+
+
+class GRUOnly(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.r = nn.GRU(16, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.r(x)[0]
+
+
+class RecurrentHeads(nn.Module):
+    """An LSTM, a tanh RNN, an int8 matmul, and a linear head: the head alone is tuned."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(16, 8, batch_first=True)
+        self.rnn = nn.RNN(16, 8, batch_first=True)
+        self.head = nn.Linear(8, 4)
+        self.w8 = nn.Parameter(torch.ones(32, 32, dtype=torch.int8), requires_grad=False)
+
+    def forward(self, x, q):
+        h = self.lstm(x)[0] + self.rnn(x)[0]
+        return self.head(h).sum() + torch._int_mm(q, self.w8).sum()
+
+
+def test_recurrent_ops_and_int8_matmuls_are_named_not_tuned(tmp_path):
+    """aten.gru/lstm/rnn_tanh (fused recurrent ops, not looked into) and torch._int_mm (int8)
+    are each a not-tuned entry by name; a model of a GRU alone says what it holds; TorchScript
+    names the GRU alike."""
+    x = torch.randn(2, 5, 16)
+    path = export(GRUOnly(), (x,), tmp_path / "gru.pt2")
+    alone = r"no matmuls found in .*\(only 1 recurrent op \(aten\.gru\), which is not tuned\)"
+    with pytest.raises(UserError, match=alone):
+        find_gemms(path, device="cpu")
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(GRUOnly().eval(), (x,)), str(tmp_path / "gru.pt"))
+    with pytest.raises(UserError, match=r"only 1 recurrent op \(aten\.gru\)"):
+        find_gemms(tmp_path / "gru.pt", device="cpu", trust_torchscript=True, input_shapes=[((2, 5, 16), "float32")])
+
+    notes: list[str] = []
+    not_tuned: list[NotTuned] = []
+    q = torch.ones(32, 32, dtype=torch.int8)
+    found = find_gemms(export(RecurrentHeads(), (x, q), tmp_path / "heads.pt2"), device="cpu", notes=notes,
+                       not_tuned=not_tuned)
+    assert [(f.problem.m, f.problem.n, f.problem.k, f.sources) for f in found] == [(10, 4, 8, ("aten.linear",))]
+    assert [item.to_dict() for item in not_tuned] == [
+        {"what": "matmul in int8 (torch._int_mm)", "count": 1}, {"what": "recurrent op (aten.lstm)", "count": 1},
+        {"what": "recurrent op (aten.rnn_tanh)", "count": 1}]
+    assert notes[0].startswith("not tuned: 1 matmul in int8 (torch._int_mm), 1 recurrent op (aten.lstm), "
+                               "1 recurrent op (aten.rnn_tanh), whose work")
+    assert NotTuned("recurrent op (aten.lstm)", 2).said() == "2 recurrent ops (aten.lstm)"
+    assert NotTuned("matmul in int8 (torch._int_mm)", 3).said() == "3 matmuls in int8 (torch._int_mm)"

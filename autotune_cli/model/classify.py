@@ -35,6 +35,8 @@ GEMMs, and are not looked into.
                             any 1-D operand -> a matrix-vector product (aten runs mv,
                             dot, or a GEMM with one dim of 1): not tuned, counted.
   linear(v, W) with v 1-D   a matrix-vector product, as above.
+  gru, lstm, rnn_tanh,      fused recurrent ops, and an int8 matmul: not tuned, counted
+  rnn_relu, _int_mm         (UNTUNED_KINDS).
   einsum(eq, a, b, ...)     read by einsum.py: the bmm calls at::einsum makes, each
                             mapped as bmm above.
 
@@ -76,7 +78,8 @@ _GEMM_DTYPES = FLOAT_DTYPES
 
 # Ops that do much of a model's arithmetic but are no GEMM autotune tunes, by kind: the
 # not-tuned note counts them, so that a Linear's share of the GEMMs is not read as its
-# share of the model. Attention kernels are fused ops and are not looked into.
+# share of the model. Attention kernels and recurrent layers are fused ops (cuDNN runs
+# them whole) and are not looked into; an int8 matmul is in a dtype no template takes.
 UNTUNED_KINDS = {
     "convolution": ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                     "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution"),
@@ -84,6 +87,8 @@ UNTUNED_KINDS = {
                      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
                      "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
                      "_efficient_attention_forward"),
+    **{f"recurrent op (aten.{op})": (op,) for op in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
+    "matmul in int8 (torch._int_mm)": ("_int_mm",),
 }
 UNTUNED_OPS = {op: kind for kind, ops in UNTUNED_KINDS.items() for op in ops}
 VECTOR_PRODUCT = "matrix-vector product"

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..problem import MIN_GEMM_K, one_gemm
-from .classify import VECTOR_PRODUCT, MatmulCall, Untuned
+from .classify import UNTUNED_KINDS as UNTUNED_KIND_NAMES, VECTOR_PRODUCT, MatmulCall, Untuned
 from .dims import concretize, export_bindings, outside_ranges
 from .export_archive import read_export
 from .found import GROUP_SOURCE, FoundGemm, NotTuned
@@ -149,7 +149,11 @@ def find_gemms(
         other = sorted({r for r in raws if isinstance(r, str)})
         only = ([f"matmuls in {', '.join(other)}"] if other else []) + [
             item.many for item in skipped if item.what == VECTOR_PRODUCT]
-        extra = f" (only {' and '.join(only)}, which are not tuned)" if only else ""
+        fused_ops = [item for item in skipped if item.what in UNTUNED_KIND_NAMES]
+        if fused_ops:  # a recurrent layer, a convolution: what the model does instead
+            only.append(", ".join(item.said() for item in fused_ops))
+        one = len(only) == 1 and len(fused_ops) == 1 and fused_ops[0].count == 1
+        extra = f" (only {' and '.join(only)}, which {'is' if one else 'are'} not tuned)" if only else ""
         raise UserError(f"no matmuls found in {path}{extra}")
     said = [item.said() for item in skipped if item.what != _OUTER_PRODUCT]  # that one has its note
     if said and notes is not None:

@@ -41,11 +41,13 @@ class NotTuned:
 
     @property
     def many(self) -> str:
-        """`what` for several: the noun that leads it made plural ("matmuls in int64")."""
-        head, space, rest = self.what.partition(" ")
+        """`what` for several: the noun that leads it made plural ("matmuls in int64",
+        "recurrent ops (aten.gru)": what is in brackets names it, and stays)."""
+        noun, bracket, named = self.what.partition(" (")
+        head, space, rest = noun.partition(" ")
         if head in ("matmul", "einsum"):
-            return f"{head}s{space}{rest}"
-        return self.what + "s"
+            return f"{head}s{space}{rest}{bracket}{named}"
+        return f"{noun}s{bracket}{named}"
 
     def said(self) -> str:
         """"2 convolutions", "1 matmul in int64"."""
