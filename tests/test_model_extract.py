@@ -421,6 +421,20 @@ def test_a_truncated_model_is_said_to_be_damaged(saved, tmp_path, fmt, cut):
     assert find_gemms(whole, trust_torchscript=True, input_shapes=saved["mlp_bias"][2] if fmt == 0 else None)
 
 
+def test_a_size_past_the_largest_dim_names_the_input_shape_that_gave_it(saved):
+    """TorchScript takes its sizes from --input-shape alone: a GEMM dim past 2**31 - 1
+    names that shape (the one thing to change), whole, in one line."""
+    ts, pt2, _ = saved["mlp_bias"]
+    with pytest.raises(UserError) as caught:
+        find_gemms(ts, trust_torchscript=True, input_shapes=[((50000, 50000, 64), None)])
+    assert str(caught.value) == ("the addmm's size m=2500000000 from --input-shape 50000x50000x64 is more than "
+                                 "2147483647; choose smaller values")
+    _, dynamic, _ = saved["dynamic"]  # x [B, 4, 16]: M = 4B, named by its symbol and the shape
+    with pytest.raises(UserError, match=r"size m=4\*s\w+ = 2400000000 at s\w+=600000000 and from "
+                                         r"--input-shape 600000000x4x16:float32 is more than 2147483647"):
+        find_gemms(dynamic, input_shapes=[((600000000, 4, 16), "float32")])
+
+
 def test_torchscript_needs_right_input_shapes(saved):
     ts, _, shapes = saved["mlp_bias"]
     with pytest.raises(UserError, match="--input-shape"):

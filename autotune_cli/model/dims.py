@@ -283,10 +283,27 @@ def _evaluate(expr: Any, binding: dict[str, int]) -> int | None:
 
 
 
+def _size_out_of_bounds(op: str, field: str, expr: Any, value: int, binding: dict[str, int],
+                        symbols: set[str], sizes_from: str | None) -> str:
+    """Why a size is no GEMM dim (more than MAX_DIM, or below 1), and what set it: the
+    symbols' values, the --input-shape, or the program as saved."""
+    size = f"{field}={value}" if expr.is_Integer else f"{field}={shown(str(expr), 120)} = {value}"
+    at = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
+    where = " and ".join(part for part in (f"at {at}" if at else "", f"from {sizes_from}" if sizes_from else "")
+                         if part) or "as the program was saved"
+    if value < 1:
+        return f"the {op}'s size {size} {where} is below 1; choose larger values"
+    change = "choose smaller values" if sizes_from or at else "autotune tunes sizes up to that"
+    return f"the {op}'s size {size} {where} is more than {MAX_DIM}; {change}"
+
+
 def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, device: str,
-               allow_tf32: bool, names: dict[str, str] | None = None) -> list[FoundGemm]:
+               allow_tf32: bool, names: dict[str, str] | None = None,
+               sizes_from: str | None = None) -> list[FoundGemm]:
     """One FoundGemm per distinct problem (see the module); its `hint` names each dim as
-    `names` does (the user's --hint name), else by its symbol."""
+    `names` does (the user's --hint name), else by its symbol. `sizes_from` says what set
+    the sizes where that was not --hint (the --input-shape given): a size out of bounds
+    names it, the one thing the user can change."""
     names = names or {}
     out: list[FoundGemm] = []
     index: dict[tuple, int] = {}
@@ -302,14 +319,9 @@ def concretize(raws: list[MatmulCall], scenarios: list[dict[str, int]], *, devic
                 value = _evaluate(expr, binding)
                 if value is None:
                     raise UserError(f"matmul size {field}={expr} depends on a symbol with no value")
-                if value > MAX_DIM:  # export_expr bounds it to a few thousand bits
-                    raise UserError(f"a {raw.op} size {field}={shown(str(expr), 120)} is more "
-                                    f"than {MAX_DIM} at " + ", ".join(
-                                        f"{s}={binding[s]}" for s in sorted(symbols)))
-                if value < 1:
-                    at = ", ".join(f"{s}={binding[s]}" for s in sorted(symbols))
-                    raise UserError(f"at {at} a {raw.op} size {field}={expr} is {value}; "
-                                    "choose larger hint values")
+                if value > MAX_DIM or value < 1:  # export_expr bounds it to a few thousand bits
+                    raise UserError(_size_out_of_bounds(raw.op, field, expr, value, binding, symbols,
+                                                        sizes_from))
                 dims[field] = value
             problem = GemmProblem(
                 op=raw.op, m=dims["m"], n=dims["n"], k=dims["k"], b=dims["b"], dtype=raw.dtype,

@@ -176,7 +176,10 @@ def find_gemms(
     extra = one_gemm_groups(kept) if groups else []
     if scenarios is not None:
         scenarios.extend({names.get(s, s): value for s, value in at.items()} for at in bindings)
-    return concretize(kept + extra, bindings, device=device, allow_tf32=allow_tf32, names=names)
+    given = None if input_shapes is None else "--input-shape " + " ".join(
+        "x".join(map(str, shape)) + (f":{dtype}" if dtype else "") for shape, dtype in input_shapes)
+    return concretize(kept + extra, bindings, device=device, allow_tf32=allow_tf32, names=names,
+                      sizes_from=given)
 
 
 _OUTER_PRODUCT = "matmul with K = 1"
