@@ -230,10 +230,10 @@ class QKWide(nn.Module):
         return self.wide(torch.cat([self.q(x), self.k(x)], -1)[..., :16].relu())
 
 
-def test_a_group_stays_a_row_of_its_own_and_dynamic_dims_make_none(saved, tmp_path):
+def test_a_group_stays_a_row_of_its_own_and_a_dynamic_m_groups_at_each_value(saved, tmp_path):
     """The group's one GEMM is no call of the model: where a linear poses the same problem the
-    two rows stay apart (the linear's count and share unchanged); a dynamic M makes no group
-    (the compile groups static shapes only)."""
+    two rows stay apart (the linear's count and share unchanged); a dynamic M makes a group
+    at each value M is read at (the compile groups a graph of static shapes: each M it meets)."""
     pt2 = tmp_path / "qkwide.pt2"
     torch.export.save(torch.export.export(QKWide(), (torch.randn(8, 16),)), str(pt2))
     found = find_gemms(pt2, groups=True)
@@ -242,8 +242,12 @@ def test_a_group_stays_a_row_of_its_own_and_dynamic_dims_make_none(saved, tmp_pa
         ("mm 8x32x16 float32 nt", 1, ("grouped linears",))]
     shares = plan_flops_share(found)
     assert abs(sum(shares[:2]) - 1) < 1e-9 and abs(shares[2] - shares[0]) < 1e-9
-    dynamic = saved["dynamic"][1]
-    assert rows(find_gemms(dynamic, groups=True)) == rows(find_gemms(dynamic))
+    dynamic = tmp_path / "qkwide_dyn.pt2"
+    torch.export.save(torch.export.export(QKWide(), (torch.randn(8, 16),),
+                                          dynamic_shapes=({0: torch.export.Dim("tokens", max=256)},)), str(dynamic))
+    grouped = [(f.problem.describe(), f.hint) for f in find_gemms(dynamic, groups=True, hints={"tokens": [4, 64]})
+               if f.group]
+    assert grouped == [("mm 4x32x16 float32 nt", {"tokens": 4}), ("mm 64x32x16 float32 nt", {"tokens": 64})]
 
 
 class OneLayerTwice(nn.Module):

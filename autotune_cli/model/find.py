@@ -200,9 +200,11 @@ def _not_tuned(raws: list[Any], untuned: dict[str, int], outer: int) -> list[Not
 
 def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
     """The one GEMM (problem.one_gemm) of each set of linears that read one input (attention's
-    q, k and v) at a static M: what autotune_cli.compile may run in their place
-    (routing/groups.py, which groups static shapes alone), and looks up, so that a cache
-    tuned from this list serves it."""
+    q, k and v): what autotune_cli.compile may run in their place, and looks up, so that a
+    cache tuned from this list serves it. The compile groups a graph of static shapes alone
+    (routing/groups.py), as torch.compile's first graph of a shape is: a dynamic M stays a
+    symbol here, and concretize makes the group at each value M is read at, beside its
+    linears."""
     by_input: dict[str, list[MatmulCall]] = {}
     for call in calls:
         if call.input is not None:
@@ -211,8 +213,7 @@ def one_gemm_groups(calls: list[MatmulCall]) -> list[MatmulCall]:
     for members in by_input.values():
         group = one_gemm(members)
         weights = [c.weight for c in members]
-        if (group is not None and not getattr(group.m, "free_symbols", None)
-                and None not in weights and len(set(weights)) == len(weights)):  # one layer twice: no group
+        if group is not None and None not in weights and len(set(weights)) == len(weights):  # one layer twice: no group
             out.append(replace(group, source=GROUP_SOURCE, input=None))
     return out
 
