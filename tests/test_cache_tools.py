@@ -261,6 +261,45 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
     assert entries_of(cache_dir)[key] == newer
 
 
+@pytest.mark.parametrize("ours_is", ["winnerless", "cut short", "partial"])
+def test_import_replaces_a_later_entry_of_ours_that_is_not_whole(cli, cache_dir, tuned_here, tmp_path, ours_is):
+    """Ours tuned later but without a winner, cut short by --budget, or interrupted does not
+    outrank their finished winner by its date: theirs replaces it."""
+    from autotune_cli import api
+    from autotune_cli.store.results import BUDGET_RAN_OUT
+    from autotune_cli.tune.selections import template_hashes
+
+    (key, theirs), = tuned_here.items()
+    ours = json.loads(json.dumps(theirs))
+    ours["tuned_at"] = "2099-01-01T00:00:00+00:00"
+    hashes = template_hashes(GemmProblem.from_dict(theirs["problem"]))
+    ours["fingerprint"]["templates"] = {"aten::mm": hashes["aten::mm"], "triton::mm": hashes["triton::mm"]}
+    untimed = {"uid": "triton::mm", "params": TRITON_PARAMS, "status": "skipped", "error": BUDGET_RAN_OUT}
+    if ours_is == "winnerless":
+        ours["winner"] = None
+        ours["candidates"] = [{**c, "status": "timeout", "ms": None} for c in ours["candidates"]]
+    elif ours_is == "cut short":
+        ours["cut_short"] = True
+        ours["candidates"] = [*ours["candidates"], untimed]
+    else:
+        ours.update(winner=None, partial=True)
+    write(cache_dir, (key, ours))
+    export = tmp_path / "theirs.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: theirs}}))
+    code, _, err = cli("cache", "import", export)
+    assert code == 0 and "imported 0, replaced 1, skipped 0 of 1 entry" in err, err
+    merged = entries_of(cache_dir)[key]
+    assert merged["winner"] == theirs["winner"] and not merged.get("partial")
+    assert api.Dispatcher(cache_dir).lookup(m=32, n=32, k=32, device="cpu") == theirs["winner"]
+    # their partial entry is skipped like one without a winner, whatever its date
+    write(cache_dir, (key, theirs))
+    export.write_text(json.dumps({"schema": 1, "entries": {key: {**ours, "winner": theirs["winner"],
+                                                                 "partial": True}}}))
+    code, _, err = cli("cache", "import", export)
+    assert code == 0 and "replaced 0, skipped 1" in err and "(partial)" in err, err
+    assert entries_of(cache_dir)[key] == theirs
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "import file not found"),
     ('{"schema": 1, "entries": {', "not valid JSON"),

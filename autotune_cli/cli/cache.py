@@ -134,15 +134,17 @@ def describe_import(verb: str, key: str, entry: Entry) -> str:
 
 
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
-    """New keys are imported; for a key we have, theirs replaces ours only when it was tuned
-    later, keeping ours's results of templates theirs did not tune (selections.stored_after);
-    identical entries and older ones are skipped, and so are entries that do not
-    agree with their keys (`refused` by the reader, or found here) and entries without a
-    winner (a failed or interrupted tune: nothing to use). Entries under another
+    """New keys are imported; for a key we have, theirs replaces ours when it was tuned
+    later, or when theirs is whole and ours is not (no winner, partial, stale or cut short
+    by --budget: selections.whole), keeping ours's results of templates theirs did not tune
+    (selections.stored_after); identical entries and older ones are skipped, and so are
+    entries that do not agree with their keys (`refused` by the reader, or found here) and
+    entries without a winner or partial (a failed or interrupted tune: nothing to use). Entries under another
     fingerprint have other keys, so they are kept alongside ours (and never used here)."""
     plan = ImportPlan(skipped=list((refused or {}).items()))
     for key, entry in theirs.items():
-        why = entry.disagreement(key) or ("" if entry.winner is not None else "no winner")
+        why = (entry.disagreement(key) or ("no winner" if entry.winner is None else "")
+               or ("an interrupted tune's (partial)" if entry.partial else ""))
         if why:
             plan.skipped.append((key, why))
             continue
@@ -152,14 +154,16 @@ def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> Import
         elif mine.to_dict(copy_=False) == entry.to_dict(copy_=False):
             plan.skipped.append((key, "already here"))
         else:
+            from ..tune.selections import stored_after, template_hashes, whole
+
+            hashes = template_hashes(entry.problem)
             new, old = tuned_time(entry), tuned_time(mine)
             if _cut_where_ours_is_whole(entry, mine):
                 plan.skipped.append((key, "theirs was cut short by --budget where ours timed every config"))
-            elif new is not None and (old is None or new > old):
+            elif ((whole(entry, hashes) and not whole(mine, hashes))
+                  or (new is not None and (old is None or new > old))):
                 # ours's results of templates theirs did not tune stay (as a narrower tune's would)
-                from ..tune.selections import stored_after, template_hashes
-
-                plan.replaced[key] = stored_after(entry, mine, template_hashes(entry.problem))
+                plan.replaced[key] = stored_after(entry, mine, hashes)
             else:
                 plan.skipped.append((key, "ours was tuned at the same time or later"))
     return plan

@@ -65,6 +65,12 @@ def serves(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
             and all(hashes.get(uid, digest) == digest for uid, digest in entry.templates.items()))
 
 
+def whole(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
+    """Whether `entry` `serves` and --budget left none of its results untimed: one that is
+    not never outranks one that is by being tuned later (it knows less)."""
+    return serves(entry, hashes) and not cut_short_in(entry)
+
+
 def stored_after(entry: Entry, current: Entry | None, hashes: Mapping[str, str]) -> Entry | None:
     """What a tune's `entry` makes of the key where `current` is stored now (None: leave it
     as it is). A partial entry never replaces one that `serves`: an interrupted tune must
