@@ -355,9 +355,25 @@ def test_prune_filter_alone_removes_what_show_filter_lists(cli, cache_dir, dated
     assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
 
 
+def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):
+    """--device, with or without --not-this-machine, removes only entries of that device."""
+    gpu_bf16, cpu_bf16 = synthetic(m=16, dtype="bfloat16"), synthetic(m=16, dtype="bfloat16", device="cpu")
+    gpu_fp16 = synthetic(m=32)
+    write(cache_dir, gpu_bf16, cpu_bf16, gpu_fp16)
+    code, out, err = cli("cache", "prune", "--device", "cuda", "--filter", "bf16", "--dry-run")
+    assert code == 0 and "would remove 1 of 3" in err and out.split() == [gpu_bf16[0]]
+    code, _, err = cli("cache", "prune", "--device", "cuda", "--filter", "bf16")
+    assert code == 0 and "removed 1 entry" in err
+    assert set(entries_of(cache_dir)) == {cpu_bf16[0], gpu_fp16[0]}
+    code, _, err = cli("cache", "prune", "--device", "cpu")
+    assert code == 0 and "removed 1 entry" in err and set(entries_of(cache_dir)) == {gpu_fp16[0]}
+    code, out, _ = cli("cache", "prune", "--help")
+    assert code == 0 and "Entries of this device type" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("args, message", [
-    ([], "needs --older-than DATE, --not-this-machine and/or --filter TEXT"),
-    (["--filter", "  "], "needs --older-than DATE, --not-this-machine and/or --filter TEXT"),
+    ([], "needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT"),
+    (["--filter", "  "], "needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT"),
     (["--older-than", "2026-13-01"], "not an ISO date"),
     (["--older-than", "last week"], "not an ISO date"),
     (["--not-this-machine", "--device", "tpu"], "'--device'"),

@@ -215,23 +215,22 @@ def entry_machine(entry: Entry) -> str | None:
 
 def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str, set]],
                     filter_text: Optional[str], device: Optional[str] = None) -> Callable[[str, Entry], bool]:
-    """Remove an entry when every given condition holds. `machines` ({device type: digests},
-    from `this_machine_digests`): entries whose machine is not among them. `device` limits
-    that judgement to entries of one device type (`--device cpu` leaves GPU entries alone).
+    """Remove an entry when every given condition holds. `device`: entries whose key names
+    that device type (`--device cpu` leaves GPU entries alone). `machines` ({device type:
+    digests}, from `this_machine_digests`): entries whose machine is not among them.
     """
 
     def remove(key: str, entry: Entry) -> bool:
         if filter_text and not entry_matches(key, entry, filter_text):
+            return False
+        if device is not None and entry.problem.device != device:
             return False
         if older_than is not None:
             when = tuned_time(entry)
             if when is None or when >= older_than:
                 return False
         if machines is not None:
-            kind = entry.device_type
-            if device is not None and kind != device:
-                return False  # --device names the other kind: not ours to judge
-            if entry_machine(entry) in machines.get(kind, set()):
+            if entry_machine(entry) in machines.get(entry.device_type, set()):
                 return False
         return True
 
@@ -377,16 +376,16 @@ def cache_prune(
                                              "(2026-11-01)."),
     not_this_machine: bool = typer.Option(False, "--not-this-machine", help="Entries whose machine "
                                           "(device, driver, runtime, torch, triton) is not this one's."),
-    device: Optional[Device] = typer.Option(None, "--device", help="With --not-this-machine: judge only "
-                                            "entries of this device (default: the CPU, and the GPUs if any)."),
+    device: Optional[Device] = typer.Option(None, "--device", help="Entries of this device type "
+                                            "(without it, --not-this-machine judges the CPU, and the GPUs if any)."),
     filter_text: Optional[str] = FilterOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be removed."),
     cache_dir: Optional[Path] = CacheDirOpt,
 ) -> None:
     """Remove entries that match every condition given."""
     filter_text = (filter_text or "").strip() or None  # blank matches all: no condition
-    if older_than is None and not not_this_machine and not filter_text:
-        raise UserError("cache prune needs --older-than DATE, --not-this-machine and/or --filter TEXT")
+    if older_than is None and not not_this_machine and not filter_text and device is None:
+        raise UserError("cache prune needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT")
     cutoff = parse_date(older_than) if older_than is not None else None
     kind = device.value if device else None
     machines = this_machine_digests(kind) if not_this_machine else None
