@@ -154,6 +154,18 @@ def good() -> dict:
     (lambda d: d["fingerprint"].pop("device_name"), "entry 'k@fp': fingerprint has no device_name"),
     (lambda d: d["fingerprint"].update(templates={"a": 1}), "entry 'k@fp': fingerprint templates are not {uid: hash}"),
     (lambda d: d.update(machine=3), "entry 'k@fp': 'machine' is not a string"),
+    (lambda d: d.update(tune_seconds="x"), "entry 'k@fp': tune_seconds 'x' is not a number of 0 or more"),
+    (lambda d: d.update(pruned=[1]), "entry 'k@fp': pruned [1] is not {stage: count}"),
+    (lambda d: d.update(considered=1.5), "entry 'k@fp': considered 1.5 is not a count"),
+    (lambda d: d.update(partial="yes"), "entry 'k@fp': partial 'yes' is not true or false"),
+    (lambda d: d.update(phases=[1]), "entry 'k@fp': phases [1] is not {phase: seconds}"),
+    (lambda d: d.update(phases={"x": "y"}), "entry 'k@fp': phases {'x': 'y'} is not {phase: seconds}"),
+    (lambda d: d.update(worker_s=3), "entry 'k@fp': worker_s 3 is not {step: seconds}"),
+    (lambda d: d.update(startups=[1]), "entry 'k@fp': startups [1] is not [[role, seconds], ...]"),
+    (lambda d: d.update(compile_pool_s={"kernels": 1}),
+     "entry 'k@fp': compile_pool_s {'kernels': 1} is not {kernels: count, busy: seconds, span: seconds}"),
+    (lambda d: d.update(timeline=[["a", 1, 2]]), "entry 'k@fp': timeline [['a', 1, 2]] is not "
+     "[[candidate, round, seconds], ...]"),
 ])
 def test_bad_entries_are_refused_naming_the_field(change, message):
     data = good()
@@ -162,6 +174,29 @@ def test_bad_entries_are_refused_naming_the_field(change, message):
     with pytest.raises(DamagedCache) as raised:
         Entry.from_dict(data, "k@fp")
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("field, value, flag", [
+    ("tune_seconds", "x", None), ("pruned", [1], "--json"), ("phases", [1], "--profile"),
+    ("worker_s", 3, "--profile"), ("startups", [1], "--profile"),
+])
+def test_a_wrongly_typed_recorded_field_damages_its_entry_alone(cli, tuned, tmp_path, field, value, flag):
+    """A hit, --json and --profile read these fields: a wrong type leaves that entry out
+    (one note) and is tuned again; the other entry stays."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    data = document(tuned)
+    key = next(k for k in data["entries"] if "/m32/" in k)
+    data["entries"][key][field] = value
+    (folder / CACHE_FILE).write_text(json.dumps(data))
+    code, out, err = cli("mm", "--device", "cpu", "--m", "32", "--n", "16", "--k", "16", "--templates", "aten",
+                         "--workers", "1", "--cache-dir", folder, *([flag] if flag else []))
+    assert code == 0 and "Traceback" not in err, err
+    assert f"is damaged ({field} {value!r} is not" in " ".join(err.split())
+    if flag == "--json":
+        assert json.loads(out)["from_cache"] is False
+    entries = Cache(folder).load()
+    assert len(entries) == 2 and entries[key].tune_seconds != value
 
 
 def test_entry_and_hits_import_neither_torch_nor_triton():

@@ -213,11 +213,56 @@ class StoredCandidates(Sequence):
         return f"StoredCandidates({len(self)})"
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_seconds(value: Any) -> bool:
+    return _is_number(value) and value >= 0
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _mapping_of(check: Any) -> Any:
+    """A check of {string: value} whose every value passes `check`."""
+    return lambda value: isinstance(value, dict) and all(_is_str(k) and check(v) for k, v in value.items())
+
+
+def _rows_of(*checks: Any) -> Any:
+    """A check of a list of rows, each a list whose items pass `checks` in turn."""
+    return lambda value: isinstance(value, list) and all(
+        isinstance(row, list) and len(row) == len(checks) and all(c(v) for c, v in zip(checks, row))
+        for row in value)
+
+
 # The fields an entry may hold besides problem, fingerprint, winner and candidates, in the
-# order the tuner writes them; any other field is kept as it is (Entry.extra).
-_RECORDED = ("pruned", "considered", "search", "tool_version", "tuned_at", "tune_seconds",
-             "partial", "cut_short", "resumed", "timeline", "compiles", "compile_pool",
-             "phases", "worker_s", "rounds", "compile_pool_s", "startups")
+# order the tuner writes them, each with its check and what it must be (null: not recorded);
+# any other field is kept as it is (Entry.extra). The reports format them, so a wrong type
+# must damage the entry when it is read, not crash a report later.
+_RECORDED_SHAPES: dict[str, tuple[Any, str]] = {
+    "pruned": (_mapping_of(_is_count), "{stage: count}"),
+    "considered": (_is_count, "a count"),
+    "search": (_is_str, "a string"),
+    "tool_version": (_is_str, "a string"),
+    "tuned_at": (_is_str, "a string"),
+    "tune_seconds": (_is_seconds, "a number of 0 or more"),
+    "partial": (lambda v: isinstance(v, bool), "true or false"),
+    "cut_short": (lambda v: isinstance(v, bool), "true or false"),
+    "resumed": (_is_count, "a count"),
+    "timeline": (_rows_of(_is_str, _is_str, _is_number), "[[candidate, round, seconds], ...]"),
+    "compiles": (_rows_of(_is_number, _is_number, _is_number), "[[sent, done, seconds], ...]"),
+    "compile_pool": (lambda v: isinstance(v, dict), "an object"),
+    "phases": (_mapping_of(_is_seconds), "{phase: seconds}"),
+    "worker_s": (_mapping_of(_is_seconds), "{step: seconds}"),
+    "rounds": (_mapping_of(_is_count), "{round: count}"),
+    "compile_pool_s": (lambda v: isinstance(v, dict) and _is_count(v.get("kernels"))
+                       and _is_seconds(v.get("busy")) and _is_seconds(v.get("span")),
+                       "{kernels: count, busy: seconds, span: seconds}"),
+    "startups": (_rows_of(_is_str, _is_seconds), "[[role, seconds], ...]"),
+}
+_RECORDED = tuple(_RECORDED_SHAPES)
 # A candidate's numbers besides its time: each a finite number of 0 or more, or null.
 _CANDIDATE_NUMBERS = ("p20", "p80", "max_rel_error", "worst_of_allowed", "compile_s", "first_run_s")
 # Where a tune's seconds went (phases.py), in the order the reports give them.
@@ -362,6 +407,9 @@ class Entry:
                  f"{where}: fingerprint templates are not {{uid: hash}}")
         for name in ("fingerprint_digest", "machine"):
             _require(name not in data or isinstance(data[name], str), f"{where}: {name!r} is not a string")
+        for name, (check, what) in _RECORDED_SHAPES.items():
+            value = data.get(name)
+            _require(value is None or check(value), f"{where}: {name} {_show(value)} is not {what}")
         known = {"problem", "fingerprint", "winner", "candidates", "fingerprint_digest", "machine", *_RECORDED}
         entry = cls(problem=problem, fingerprint=fingerprint, winner=winner,
                     candidates=StoredCandidates(data["candidates"]),
