@@ -355,6 +355,34 @@ def test_prune_filter_alone_removes_what_show_filter_lists(cli, cache_dir, dated
     assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
 
 
+def test_show_marks_stale_winners_and_prune_stale_removes_them(cli, cache_dir, tuned_here, monkeypatch):
+    """An entry tuned with a template source other than the installed one is not served
+    (a tune tunes it again, the API passes it by): show says so and why, prune --stale
+    removes it and nothing else."""
+    from autotune_cli.cli import console
+
+    (key, here), = tuned_here.items()
+    upgraded_key, upgraded = synthetic(m=48, device="cpu", fingerprint=Fingerprint.of(probe_device("cpu"), {}))
+    upgraded["fingerprint"]["templates"] = {"aten::mm": "0" * 16}
+    write(cache_dir, (key, here), (upgraded_key, upgraded))
+    code, out, _ = cli("cache", "show", "--json")
+    why = "was tuned with an earlier aten::mm (changed since: a tune again is due)"
+    assert code == 0 and json.loads(out)["stale"] == {upgraded_key: why}
+    for stream in (console.out, console.err):
+        monkeypatch.setattr(stream, "width", 80)
+    code, out, _ = cli("cache", "show")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80, out
+    assert out.count("not served") == 2  # the stale row's mark and the line saying why
+    device_name = upgraded["fingerprint"]["device_name"]
+    assert f"stale, not served: mm 48x64x64 float16 nn ({device_name}) {why}" in " ".join(out.split())
+    code, out, err = cli("cache", "prune", "--stale", "--dry-run")
+    assert code == 0 and out.split() == [upgraded_key] and "would remove 1 of 2" in err
+    code, _, err = cli("cache", "prune", "--stale")
+    assert code == 0 and "removed 1 entry" in err and set(entries_of(cache_dir)) == {key}
+    code, out, _ = cli("cache", "show")
+    assert code == 0 and "not served" not in out
+
+
 def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):
     """--device, with or without --not-this-machine, removes only entries of that device."""
     gpu_bf16, cpu_bf16 = synthetic(m=16, dtype="bfloat16"), synthetic(m=16, dtype="bfloat16", device="cpu")
@@ -372,8 +400,8 @@ def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):
 
 
 @pytest.mark.parametrize("args, message", [
-    ([], "needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT"),
-    (["--filter", "  "], "needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT"),
+    ([], "needs --older-than DATE, --not-this-machine, --stale, --device and/or --filter TEXT"),
+    (["--filter", "  "], "needs --older-than DATE, --not-this-machine, --stale, --device and/or --filter TEXT"),
     (["--older-than", "2026-13-01"], "not an ISO date"),
     (["--older-than", "last week"], "not an ISO date"),
     (["--not-this-machine", "--device", "tpu"], "'--device'"),

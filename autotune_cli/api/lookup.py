@@ -142,7 +142,7 @@ class WinnerLookup:
         templates not registered here (a plugin's, a tune with --plugin): it is seen as a
         tune of the registered ones alone would have made it (selections.selection_view)."""
         from ..templates import get_template
-        from ..tune.selections import selection_view
+        from ..tune.selections import selection_view, unserved_reason
 
         entries = self._by_problem.get(problem.key(), ())
         if not entries:
@@ -152,8 +152,7 @@ class WinnerLookup:
             if key != here:
                 continue
             if entry.winner is None:
-                yield key, entry, (f"{STALE} has no winner (every candidate failed, its tune was interrupted, "
-                                   f"or --budget ran out before any finished)")
+                yield key, entry, f"{STALE} {unserved_reason(entry, {})}"
                 continue
             known = {}
             for uid, digest in entry.templates.items():
@@ -164,10 +163,10 @@ class WinnerLookup:
                 known[uid] = digest
             uids = tuple(sorted(known))
             now = self.fingerprint(problem, uids, index).template_hashes if uids else {}
-            changed = [uid for uid in uids if now.get(uid) != known[uid]]
-            if changed:
-                yield key, entry, (f"{STALE} was tuned with an earlier {', '.join(changed)} (changed since: "
-                                   f"a tune again is due)")
+            # a registered template that no longer serves the problem counts as changed ("")
+            why = unserved_reason(entry, {uid: now.get(uid, "") for uid in uids})
+            if why:
+                yield key, entry, f"{STALE} {why}"
                 continue
             view = selection_view(entry, known)
             if view.winner is None:

@@ -214,14 +214,20 @@ def entry_machine(entry: Entry) -> str | None:
 
 
 def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str, set]],
-                    filter_text: Optional[str], device: Optional[str] = None) -> Callable[[str, Entry], bool]:
+                    filter_text: Optional[str], device: Optional[str] = None,
+                    stale: bool = False) -> Callable[[str, Entry], bool]:
     """Remove an entry when every given condition holds. `device`: entries whose key names
     that device type (`--device cpu` leaves GPU entries alone). `machines` ({device type:
     digests}, from `this_machine_digests`): entries whose machine is not among them.
+    `stale`: entries whose winner the installed templates no longer serve
+    (selections.stale_reason, as `cache show` marks them).
     """
+    from ..tune.selections import stale_reason
 
     def remove(key: str, entry: Entry) -> bool:
         if filter_text and not entry_matches(key, entry, filter_text):
+            return False
+        if stale and not stale_reason(entry):
             return False
         if device is not None and entry.problem.device != device:
             return False
@@ -378,18 +384,21 @@ def cache_prune(
                                           "(device, driver, runtime, torch, triton) is not this one's."),
     device: Optional[Device] = typer.Option(None, "--device", help="Entries of this device type "
                                             "(without it, --not-this-machine judges the CPU, and the GPUs if any)."),
+    stale: bool = typer.Option(False, "--stale", help="Entries whose winner is no longer served here (a "
+                               "template's source changed since: `cache show` marks them)."),
     filter_text: Optional[str] = FilterOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be removed."),
     cache_dir: Optional[Path] = CacheDirOpt,
 ) -> None:
     """Remove entries that match every condition given."""
     filter_text = (filter_text or "").strip() or None  # blank matches all: no condition
-    if older_than is None and not not_this_machine and not filter_text and device is None:
-        raise UserError("cache prune needs --older-than DATE, --not-this-machine, --device and/or --filter TEXT")
+    if older_than is None and not not_this_machine and not filter_text and device is None and not stale:
+        raise UserError("cache prune needs --older-than DATE, --not-this-machine, --stale, --device "
+                        "and/or --filter TEXT")
     cutoff = parse_date(older_than) if older_than is not None else None
     kind = device.value if device else None
     machines = this_machine_digests(kind) if not_this_machine else None
-    predicate = prune_predicate(cutoff, machines, filter_text, kind)
+    predicate = prune_predicate(cutoff, machines, filter_text, kind, stale)
     cache = open_cache(cache_dir)
     if dry_run:
         items = list(cache.items())

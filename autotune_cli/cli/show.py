@@ -73,14 +73,19 @@ def print_notices(cache) -> None:
 
 def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) -> None:
     """List the cached winners: a table (and each fingerprint's line), or one JSON document."""
+    from ..tune.selections import stale_reason
+
     cache = open_cache(cache_dir)
     items = select(cache.items(), filter_text)
     print_notices(cache)
+    # winners the installed templates no longer serve (a template's source changed since)
+    stale = {key: why for key, entry in items if (why := stale_reason(entry))}
     if json_out:
         from ..tune.report import dumps
 
         out.print(dumps({"path": str(cache.path),
-                         "entries": {key: entry.to_dict(copy_=False) for key, entry in items}}),
+                         "entries": {key: entry.to_dict(copy_=False) for key, entry in items},
+                         "stale": stale}),
                   markup=False, soft_wrap=True)
         return
     without = [key for key, entry in items if entry.winner is None]
@@ -103,7 +108,11 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
         from ..hardware.device import probe_device
 
         cpu_machine = Fingerprint.of(probe_device("cpu"), {}).machine_digest()  # imports no torch
-    out.print(cache_table(items, current_machine=cpu_machine))
+    out.print(cache_table(items, current_machine=cpu_machine, stale=stale))
+    for key, entry in items:
+        if key in stale:
+            _print_wrapped(f"stale, not served: {entry.problem.describe()} ({entry.device_name}) {stale[key]}; "
+                           "`cache prune --stale` removes it")
     # a digest is the machine's alone: the templates are those of all its entries (a uid
     # tuned at two sources of its template lists both hashes)
     fingerprints: dict = {}
@@ -120,9 +129,14 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
                          f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
                          f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
                          f"templates {templates}")
-        # wrapped here at words, each line printed whole: rich's wrap leaves a space at each end
-        for part in textwrap.wrap(line, width=max(20, out.width), break_on_hyphens=False):
-            out.print(part, markup=False, soft_wrap=True)
+        _print_wrapped(line)
+
+
+def _print_wrapped(line: str) -> None:
+    """`line` on stdout, wrapped here at words, each part printed whole: rich's wrap leaves a
+    space at each end."""
+    for part in textwrap.wrap(printable(line), width=max(20, out.width), break_on_hyphens=False):
+        out.print(part, markup=False, soft_wrap=True)
 
 
 def plain_show(argv: List[str]) -> Optional[dict]:

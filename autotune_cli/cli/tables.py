@@ -8,7 +8,7 @@ Imports rich only; never torch or triton.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -242,13 +242,15 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     ], note=note)
 
 
-def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None = None) -> FitTable:
+def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None = None,
+                stale: Mapping[str, str] | None = None) -> FitTable:
     """`current_machine`: this host's CPU machine digest. CPU entries say whether they were
     measured here; GPU entries say "?" (knowing needs torch; `cache prune --not-this-machine`
-    asks the GPU). Narrower, the device and "here" go under the problem, and params under
-    the winner's uid."""
+    asks the GPU). `stale`: the keys whose winner is not served (`selections.stale_reason`),
+    marked "not served" under their date. Narrower, the device and "here" go under the
+    problem, and params under the winner's uid."""
     rows = []
-    for _key, entry in items:
+    for key, entry in items:
         winner = entry.winner
         if entry.fingerprint.get("device_type") == "cpu" and current_machine:
             here = "yes" if entry.machine == current_machine else "no"
@@ -258,7 +260,7 @@ def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None 
                      printable(winner.uid if winner else "(none)"),
                      printable(params_str(winner.params if winner else {})), fmt_ms(winner.ms if winner else None),
                      fmt_tflops(winner.tflops) if winner and winner.tflops else "-",
-                     tuned_text(entry.tuned_at), here))
+                     _lines(tuned_text(entry.tuned_at), "not served" if key in (stale or {}) else ""), here))
     describe, device, uid, params, ms, tflops, tuned, here = (list(c) for c in zip(*rows)) if rows else ([],) * 8
     where = {"yes": "measured here", "no": "measured elsewhere", "?": ""}
     numbers = [Col("ms", ms, number=True), Col("TFLOP/s", tflops, number=True)]

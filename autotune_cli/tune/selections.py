@@ -57,12 +57,31 @@ def cut_short_in(entry: Entry) -> bool:
     return entry.cut_short and any(c.cut_by_budget for c in entry.candidates)
 
 
+def unserved_reason(entry: Entry, hashes: Mapping[str, str]) -> str:
+    """Why the lookups do not answer with `entry` ("" where they do), worded to follow "its
+    cached entry" (api/lookup.STALE): it has no winner, is partial, or a template it records
+    has changed its source since (`hashes`: every serving template's; one not registered
+    here is not judged)."""
+    if entry.winner is None:
+        return ("has no winner (every candidate failed, its tune was interrupted, "
+                "or --budget ran out before any finished)")
+    if entry.partial:
+        return "is an interrupted tune's (the next run resumes it)"
+    changed = sorted(uid for uid, digest in entry.templates.items() if hashes.get(uid, digest) != digest)
+    if changed:
+        return f"was tuned with an earlier {', '.join(changed)} (changed since: a tune again is due)"
+    return ""
+
+
 def serves(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
-    """Whether `entry` is finished, has a winner and no template it records has changed
-    its source since (`hashes`: every serving template's; one not registered here is not
-    judged): an entry the lookups answer with."""
-    return (entry is not None and not entry.partial and entry.winner is not None
-            and all(hashes.get(uid, digest) == digest for uid, digest in entry.templates.items()))
+    """Whether `entry` is one the lookups answer with (`unserved_reason` has none)."""
+    return entry is not None and not unserved_reason(entry, hashes)
+
+
+def stale_reason(entry: Entry) -> str:
+    """Why `entry`'s winner is no longer served by the templates installed here
+    (`unserved_reason`), or "" where it is, or where it has no winner to serve."""
+    return "" if entry.winner is None else unserved_reason(entry, template_hashes(entry.problem))
 
 
 def whole(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
