@@ -268,6 +268,19 @@ def test_cache_path_and_clear(cli, cache_dir):
     assert json.loads(out)["entries"] == {}
 
 
+def test_cache_clear_empties_entries_filed_under_the_wrong_key(cli, cache_dir):
+    """An entry not used (under a key that does not describe it) is in the file all the
+    same: clear removes it and counts it."""
+    tune_json(cli, "--m", 16, "--n", 16, "--k", 16, "--templates", "aten")
+    path = cache_dir / "autotune-cache.json"
+    document = json.loads(path.read_text())
+    document["entries"] = {key.replace("/m16/", "/m17/"): e for key, e in document["entries"].items()}
+    path.write_text(json.dumps(document))
+    code, _, err = cli("cache", "clear", "--yes")
+    assert code == 0 and "is not used" in err and "removed 1 entry" in err, err
+    assert json.loads(path.read_text())["entries"] == {}
+
+
 def _clear_with_stdin(cache_dir, stdin, *args):
     return subprocess.run([sys.executable, "-m", "autotune_cli", "cache", "clear", *args],
                           stdin=stdin, capture_output=True, text=True, timeout=120,

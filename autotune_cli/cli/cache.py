@@ -272,7 +272,7 @@ def cache_clear(
 ) -> None:
     """Remove every entry."""
     cache = open_cache(cache_dir)
-    count = len(cache.load())
+    count = len(cache.load()) + len(cache.unused)  # those not used are removed too
     if count and not yes:
         if not sys.stdin.isatty():  # a pipe's "n" is no answer to a question never shown
             raise UserError(f"cache clear would remove {plural(count, 'entry', 'entries')} from {cache.path}: "

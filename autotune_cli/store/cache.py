@@ -115,6 +115,9 @@ class Cache(CacheStore):
         self.directory = Path(directory)
         self.path = self.directory / CACHE_FILE
         self.notices: list[str] = []  # what the user must be told (a file moved aside, …)
+        # {key: why} of the entries the file held at its last read that are not used (not
+        # under their key): the next write drops them
+        self.unused: dict[str, str] = {}
         # (the file's stamp, its entries) as last read or written: a list of problems looks
         # each one up, and parsing the whole file per lookup made a list of hits quadratic
         self._memo: tuple[tuple, dict[str, Entry]] | None = None
@@ -122,6 +125,7 @@ class Cache(CacheStore):
     def _refuse(self, refused: dict[str, str]) -> None:
         """Tell of entries that do not belong under their keys, each once in this process
         (a command reads the file several times, through several Cache objects)."""
+        self.unused = dict(refused)
         for key, why in refused.items():
             self._tell_once((key, why), printable(f"cache entry {key} is not used: {why}; "
                                                   "it is dropped at the next write"))
@@ -169,6 +173,7 @@ class Cache(CacheStore):
     def _read_unlocked(self, repair: bool = True) -> dict[str, Entry]:
         """The file's entries; a damaged or older file is set right on disk (see the module),
         or, `repair` False (a folder this user cannot write), only in what is returned."""
+        self.unused = {}
         raw = self._read_bytes()
         if raw is None:
             return {}
@@ -324,6 +329,7 @@ class Cache(CacheStore):
         return dict(self._entries())
 
     def _read(self) -> dict[str, Entry]:
+        self.unused = {}
         raw = self._read_bytes()
         if raw is None:
             return {}
@@ -394,7 +400,13 @@ class Cache(CacheStore):
             return removed
 
     def clear(self) -> int:
-        return self.remove(lambda key, entry: True)
+        """Empty the file, entries not used included (`remove` writes only where it removes
+        a used one); how many entries it held."""
+        with self.locked():
+            held = len(self._read_unlocked()) + len(self.unused)
+            if held:
+                self._write_unlocked({})
+            return held
 
     def items(self) -> Iterable[tuple[str, Entry]]:
         return self.load().items()
