@@ -32,6 +32,9 @@ def test_writers_merge_instead_of_overwriting(tmp_path):
     ('{"schema": 1, "entries": {"a": ', "not valid JSON"),
     ('{"schema": 99, "entries": {}}', "newer than this autotune"),
     ('{"schema": 0, "entries": {}}', "cannot be migrated"),
+    ('{"schema": 1.0, "entries": {}}', "schema 1.0 is not a version number (a whole number such as 1)"),
+    ('{"schema": "1", "entries": {}}', "schema '1' is not a version number"),
+    ('{"entry": {}}', "no schema version"),
     ('[1, 2]', "top level"),
     ('{"schema": 1, "entries": {"a": {"problem": 3}}}', "'problem'"),
     ('{"schema": 1, "entries": {"a": {"problem": {}, "fingerprint": {}, "candidates": [],'

@@ -199,7 +199,9 @@ def parse_document(text: str) -> Document:
         schema, migrated_from = 0, 0
     else:
         schema, migrated_from = document.get("schema"), None
-        _require(isinstance(schema, int) and not isinstance(schema, bool), "no schema version")
+        _require("schema" in document, "no schema version")
+        _require(isinstance(schema, int) and not isinstance(schema, bool),
+                 f"schema {_show(schema)} is not a version number (a whole number such as {SCHEMA})")
         if schema > SCHEMA:
             raise DamagedCache(f"schema {_show(schema)} is newer than this autotune understands ({SCHEMA}); "
                                "upgrade autotune to use it")

@@ -170,7 +170,8 @@ class Winner:
         _require(isinstance(data.get("params"), dict), f"{where}: winner params not an object")
         for name, label in (("ms", "time"), ("tflops", "tflops")):
             value = data.get(name)
-            _require(_is_number(value) and value >= 0, f"{where}: winner {label} {_show(value)} is not a number")
+            _require(_is_number(value), f"{where}: winner {label} {_show(value)} is not a number")
+            _require(value >= 0, f"{where}: winner {label} {_show(value)} is negative")
         for name in ("p20", "p80"):
             value = data.get(name)
             _require(value is None or _is_number(value), f"{where}: winner {name} {_show(value)} is not a number")
