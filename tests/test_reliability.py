@@ -349,14 +349,20 @@ def test_non_finite_numbers_are_stored_as_null_and_never_break_a_write(tmp_path)
 
 
 def test_unusable_cache_dir_is_one_line_exit_2(tmp_path):
+    """Commands that read first and those that write first (import, prune) say the same."""
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    for args in (["cache", "show"], ["cache", "clear", "--yes"],
+    export = tmp_path / "export.json"
+    export.write_text('{"schema": 1, "entries": {}}')
+    said = set()
+    for args in (["cache", "show"], ["cache", "clear", "--yes"], ["cache", "import", export],
+                 ["cache", "prune", "--stale"],
                  ["mm", "--device", "cpu", "--templates", "aten", "--m", 4, "--n", 4, "--k", 4]):
         proc = run_cli(*args, "--cache-dir", not_a_dir)
         assert proc.returncode == 2, proc.stderr
         (line,) = stderr_lines(proc)
-        assert line.startswith("autotune: error: cannot") and "Not a directory" in line
+        said.add(line)
+    assert said == {f"autotune: error: cannot read the cache at {not_a_dir / CACHE_FILE}: Not a directory"}
     assert not_a_dir.read_text() == "x"
 
 

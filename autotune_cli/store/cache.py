@@ -147,6 +147,10 @@ class Cache(CacheStore):
             if exc.errno == errno.ELOOP:
                 raise CacheUnavailable(f"cannot lock the cache at {self.directory}: "
                                        f"{self.lock_path} is a symbolic link") from None
+            if isinstance(exc, (FileExistsError, NotADirectoryError)):
+                # a file where the folder (or one above it) should be: said as a read says it
+                raise _unavailable("read", self.path, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                                   ) from None
             raise _unavailable("lock", self.directory, exc) from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
