@@ -300,6 +300,32 @@ def test_import_replaces_a_later_entry_of_ours_that_is_not_whole(cli, cache_dir,
     assert entries_of(cache_dir)[key] == theirs
 
 
+def test_import_and_prune_lines_fit_80_columns(cli, cache_dir, tmp_path, monkeypatch):
+    """Their lines name an entry as the table does (problem, device), wrapped at words:
+    a key with its digest can be wider than a line."""
+    from autotune_cli.cli import console
+
+    for stream in (console.out, console.err):
+        monkeypatch.setattr(stream, "width", 80)
+    problem = GemmProblem(op="scaled_mm", m=16384, n=16384, k=16384, dtype="float8_e4m3fn", layout="nt",
+                          scale="row", out_dtype="bfloat16", fast_accum=True, bias="n", device="cuda")
+    key, entry = synthetic(m=64)
+    entry["problem"] = problem.to_dict()
+    entry["candidates"][0]["uid"] = entry["winner"]["uid"] = "aten::_scaled_mm"
+    key = f"{problem.key()}@{key.split('@')[1]}"
+    assert len(key) > 80
+    export = tmp_path / "theirs.json"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: entry}}))
+    code, out, err = cli("cache", "import", export)
+    assert code == 0 and "imported 1" in err, err
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert " ".join(out.split()) == (f"import {problem.describe()} ({H200}): aten::_scaled_mm - 0.0100 ms")
+    code, out, err = cli("cache", "prune", "--filter", "scaled_mm", "--dry-run")
+    assert code == 0 and "would remove 1 of 1" in err
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert " ".join(out.split()) == f"{problem.describe()} ({H200})"
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "import file not found"),
     ('{"schema": 1, "entries": {', "not valid JSON"),
@@ -334,7 +360,7 @@ def dated(cache_dir):
 def test_prune_older_than(cli, cache_dir, dated):
     code, out, err = cli("cache", "prune", "--older-than", "2026-11-01", "--dry-run")
     assert code == 0 and "would remove 2 of 4 entries" in err
-    assert {line.split("/")[1] for line in out.split()} == {"m16", "m48"}
+    assert sorted(line.split()[1] for line in out.splitlines()) == ["16x64x64", "48x64x64"]
     assert entries_of(cache_dir) == dated
     code, _, err = cli("cache", "prune", "--older-than", "2026-11-01", "--filter", "bf16")
     assert code == 0 and "removed 1 entry" in err
@@ -349,7 +375,7 @@ def test_prune_filter_alone_removes_what_show_filter_lists(cli, cache_dir, dated
     assert code == 0 and len(json.loads(shown)["entries"]) == 1
     code, out, err = cli("cache", "prune", "--filter", "bf16", "--dry-run")
     assert code == 0 and "would remove 1 of 4 entries" in err
-    assert out.split() == list(json.loads(shown)["entries"])
+    assert out.splitlines() == [f"mm 48x64x64 bfloat16 nn ({H200})"]  # as the table names it
     code, _, err = cli("cache", "prune", "--filter", "bf16")
     assert code == 0 and "removed 1 entry" in err
     assert sorted(e["problem"]["m"] for e in entries_of(cache_dir).values()) == [16, 32, 64]
@@ -376,7 +402,8 @@ def test_show_marks_stale_winners_and_prune_stale_removes_them(cli, cache_dir, t
     device_name = upgraded["fingerprint"]["device_name"]
     assert f"stale, not served: mm 48x64x64 float16 nn ({device_name}) {why}" in " ".join(out.split())
     code, out, err = cli("cache", "prune", "--stale", "--dry-run")
-    assert code == 0 and out.split() == [upgraded_key] and "would remove 1 of 2" in err
+    assert code == 0 and "would remove 1 of 2" in err
+    assert out.splitlines() == [f"mm 48x64x64 float16 nn ({device_name})"]
     code, _, err = cli("cache", "prune", "--stale")
     assert code == 0 and "removed 1 entry" in err and set(entries_of(cache_dir)) == {key}
     code, out, _ = cli("cache", "show")
@@ -389,7 +416,7 @@ def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):
     gpu_fp16 = synthetic(m=32)
     write(cache_dir, gpu_bf16, cpu_bf16, gpu_fp16)
     code, out, err = cli("cache", "prune", "--device", "cuda", "--filter", "bf16", "--dry-run")
-    assert code == 0 and "would remove 1 of 3" in err and out.split() == [gpu_bf16[0]]
+    assert code == 0 and "would remove 1 of 3" in err and out.splitlines() == [f"mm 16x64x64 bfloat16 nn ({H200})"]
     code, _, err = cli("cache", "prune", "--device", "cuda", "--filter", "bf16")
     assert code == 0 and "removed 1 entry" in err
     assert set(entries_of(cache_dir)) == {cpu_bf16[0], gpu_fp16[0]}
@@ -426,7 +453,7 @@ def test_prune_not_this_machine(cli, cache_dir, tuned_here):
     # --device cpu judges only CPU entries; both conditions must hold
     code, out, err = cli("cache", "prune", "--not-this-machine", "--device", "cpu",
                          "--older-than", "2026-06-01", "--dry-run")
-    assert code == 0 and "would remove 1 of 5" in err and "/m96/" in out
+    assert code == 0 and "would remove 1 of 5" in err and "mm 96x64x64 float16 nn (Other CPU)" in out
     code, _, err = cli("cache", "prune", "--not-this-machine", "--device", "cpu")
     assert code == 0 and "removed 2 entries" in err
     assert ms() == [32, 80, 128]

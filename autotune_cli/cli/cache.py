@@ -24,7 +24,8 @@ from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, file_a
 from ..store.entry import Entry, tuned_time
 from ..errors import UserError
 from ..text import plural, printable
-from .show import Items, entry_matches, open_cache, print_notices, select, show, winners_only
+from .show import (Items, entry_matches, entry_title, open_cache, print_notices, print_wrapped, select, show,
+                   winners_only)
 
 
 # -- exporting ---------------------------------------------------------------------------------
@@ -122,15 +123,16 @@ def check_import(theirs: dict, path: Path) -> None:
             raise UserError(printable(f"refusing to import {path}: entry {key}: {why} (nothing imported)"))
 
 
-def describe_import(verb: str, key: str, entry: Entry) -> str:
-    """One line for an entry an import adds: its key, winner, params and time."""
+def describe_import(verb: str, entry: Entry) -> str:
+    """What an import does with an entry: its problem and device (show.entry_title), winner,
+    params and time."""
     from ..tune.report import fmt_ms
 
     winner = entry.winner
     if winner is None:
-        return printable(f"{verb} {key}: no winner")
+        return printable(f"{verb} {entry_title(entry)}: no winner")
     params = " ".join(f"{k}={v}" for k, v in winner.params.items()) or "-"
-    return printable(f"{verb} {key}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
+    return printable(f"{verb} {entry_title(entry)}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
 
 
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
@@ -366,9 +368,8 @@ def cache_import(
         if why != "already here":
             err.print(printable(f"skipped {key}: {why}"), markup=False)
     for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
-        for key, entry in entries.items():
-            out.print(describe_import(("would " if dry_run else "") + verb, key, entry),
-                      markup=False, soft_wrap=True)
+        for entry in entries.values():
+            print_wrapped(describe_import(("would " if dry_run else "") + verb, entry), indent="  ")
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
@@ -402,10 +403,10 @@ def cache_prune(
     cache = open_cache(cache_dir)
     if dry_run:
         items = list(cache.items())
-        doomed = [key for key, entry in items if predicate(key, entry)]
+        doomed = [entry for key, entry in items if predicate(key, entry)]
         print_notices(cache)
-        for key in doomed:
-            out.print(printable(key), markup=False, soft_wrap=True)
+        for entry in doomed:
+            print_wrapped(entry_title(entry), indent="  ")
         err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}",
                   markup=False)
         return

@@ -111,8 +111,7 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     out.print(cache_table(items, current_machine=cpu_machine, stale=stale))
     for key, entry in items:
         if key in stale:
-            _print_wrapped(f"stale, not served: {entry.problem.describe()} ({entry.device_name}) {stale[key]}; "
-                           "`cache prune --stale` removes it")
+            print_wrapped(f"stale, not served: {entry_title(entry)} {stale[key]}; `cache prune --stale` removes it")
     # a digest is the machine's alone: the templates are those of all its entries (a uid
     # tuned at two sources of its template lists both hashes)
     fingerprints: dict = {}
@@ -129,13 +128,20 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
                          f"SMs {fp.get('sm_count')} driver {fp.get('driver') or '-'} "
                          f"runtime {fp.get('runtime') or '-'} torch {fp.get('torch')} triton {fp.get('triton')}; "
                          f"templates {templates}")
-        _print_wrapped(line)
+        print_wrapped(line)
 
 
-def _print_wrapped(line: str) -> None:
-    """`line` on stdout, wrapped here at words, each part printed whole: rich's wrap leaves a
-    space at each end."""
-    for part in textwrap.wrap(printable(line), width=max(20, out.width), break_on_hyphens=False):
+def entry_title(entry: Entry) -> str:
+    """An entry as a line names it: its problem as the table shows it, and its device (a
+    key, with its digest, can be wider than a line)."""
+    return f"{entry.problem.describe()} ({entry.device_name})"
+
+
+def print_wrapped(line: str, indent: str = "") -> None:
+    """`line` on stdout, wrapped here at words (`indent` before each line after the first),
+    each part printed whole: rich's wrap leaves a space at each end."""
+    for part in textwrap.wrap(printable(line), width=max(20, out.width), subsequent_indent=indent,
+                              break_on_hyphens=False):
         out.print(part, markup=False, soft_wrap=True)
 
 
