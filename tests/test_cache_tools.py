@@ -105,6 +105,13 @@ def mixed(cache_dir):
     ("m64", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("addmm", "float16", 64),
              ("mm", "float16", 640)}),
     ("/nt/", {("mm", "float16", 640)}),
+    # the problem as the table shows it, whole words
+    ("64x64x64", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("addmm", "float16", 64)}),
+    ("mm 64x64x64", {("mm", "float16", 64), ("mm", "bfloat16", 64)}),
+    ("mm 64x64x64 bf16", {("mm", "bfloat16", 64)}),
+    ("MM 640x64x64 FP16 NT", {("mm", "float16", 640)}),
+    ("4x128x64x64", {("bmm", "float32", 128)}),
+    ("4x64x64", set()),
 ])
 def test_show_filter(cli, mixed, text, expected):
     code, out, err = cli("cache", "show", "--json", "--filter", text)
@@ -120,6 +127,8 @@ def test_show_filter_table_and_no_match(cli, mixed):
     assert "mm 64x64x64 bfloat16 nn" in out and "bmm" not in out and "AMD EPYC" not in out
     code, out, err = cli("cache", "show", "--filter", "tf32")
     assert code == 0 and out == "" and "match 'tf32'" in err
+    code, out, _ = cli("cache", "show", "--help")
+    assert code == 0 and '"mm 64x64x64 bf16"' in out
 
 
 # -- export ----------------------------------------------------------------------------------

@@ -248,7 +248,8 @@ def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str,
 # -- the commands ------------------------------------------------------------------------------
 
 FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text: a dtype (bf16), "
-                         "an op (mm), key parts (mm/m64), or a device name (H200).")
+                         "an op (mm), key parts (mm/m64), the problem as the table shows it (64x64x64, "
+                         "\"mm 64x64x64 bf16\"), or a device name (H200).")
 
 
 @cache_app.command("path")

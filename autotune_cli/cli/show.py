@@ -29,8 +29,9 @@ def entry_matches(key: str, entry: Entry, text: str) -> bool:
     A dtype name or alias (bf16, fp16, float32, …) matches that dtype exactly, and an op name
     (mm, addmm, bmm) that op exactly: "fp16" does not match bfloat16 entries, nor "mm" addmm
     ones. Text with a "/" matches whole parts of the key ("mm/m64" is neither "addmm/m64"
-    nor "mm/m640").
-    Anything else is a substring of the key, the device name or the fingerprint digest.
+    nor "mm/m640"). Whole words of the problem as the table shows it match too ("64x64x64",
+    "mm 64x64x64 bf16"; not addmm's). Anything else is a substring of the key, the device
+    name or the fingerprint digest.
     """
     needle = text.strip().lower()
     if needle in DTYPE_ALIASES:
@@ -41,6 +42,9 @@ def entry_matches(key: str, entry: Entry, text: str) -> bool:
     if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
         needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
         return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
+    words = " ".join(DTYPE_ALIASES.get(word, word) for word in needle.split())  # bf16 -> bfloat16
+    if re.search(r"(?<!\S)" + re.escape(words) + r"(?!\S)", entry.problem.describe().lower()):
+        return True
     device_name = entry.device_name.lower()
     return needle in haystack or needle in device_name
 
