@@ -7,6 +7,7 @@ Imports rich only; never torch or triton.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -99,11 +100,11 @@ class FitTable:
     fields, arranged otherwise; `fallbacks` leave some out, for when no layout fits."""
 
     def __init__(self, title: str, layouts: Sequence[Sequence[Col]],
-                 fallbacks: Sequence[Sequence[Col]] = (), note: str = "") -> None:
+                 fallbacks: Sequence[Sequence[Col]] = (), notes: Sequence[str] = ()) -> None:
         self.title = title
         self.layouts = [list(layout) for layout in layouts]
         self.fallbacks = [list(layout) for layout in fallbacks]
-        self.note = note  # a line under the table, for what its rows leave out
+        self.notes = list(notes)  # lines under the table, for what its rows leave out
 
     def layout_for(self, width: int) -> list[Col]:
         def total(layout, size) -> int:
@@ -129,8 +130,8 @@ class FitTable:
         # the title a line of its own: as the table's title rich pads it with spaces to its width
         yield Text(self.title, style="table.title", overflow="fold")  # no markup
         yield self.table(options.max_width)
-        if self.note:
-            yield Text(self.note, overflow="fold")
+        for note in self.notes:
+            yield Text(note, overflow="fold")
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         every = self.layouts + self.fallbacks
@@ -210,16 +211,20 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     skipped = [c for c in entry.candidates if c.status == SKIPPED]
     untimed = sum(c.cut_by_budget for c in skipped)
     passed_over = len(skipped) - untimed
-    note = "; ".join(part for part in (
-        f"{untimed} not timed: {BUDGET_RAN_OUT}" if untimed else "",
-        f"{passed_over} passed over by the search (--json says why)" if passed_over else "") if part)
+    notes = [f"{untimed} not timed: {BUDGET_RAN_OUT}" if untimed else "",
+             f"{passed_over} passed over by the search (--json says why)" if passed_over else ""]
     best = ok[0].ms if ok else None  # the fastest; the winner may be cuBLAS within the margin
 
     def is_winner(cand: Candidate) -> bool:
         return winner is not None and cand.identity == winner.identity
 
     shown = [(str(rank), cand) for rank, cand in enumerate(ok[:top], 1)]
-    shown += [("-", cand) for cand in failed[: max(0, top - len(shown))]]
+    listed_failures = failed[: max(0, top - len(shown))]
+    shown += [("-", cand) for cand in listed_failures]
+    unlisted = Counter(c.status for c in failed[len(listed_failures):])
+    if unlisted:  # a failure is never out of sight without a word: each kind counted
+        counts = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in sorted(unlisted.items()))
+        notes.insert(0, f"not listed: {counts} (--top, --json)")
     chosen = [cand.status == OK and is_winner(cand) for _, cand in shown]
     uids = [Text(printable(cand.uid), style="bold green" if pick else "")
             for (_, cand), pick in zip(shown, chosen)]
@@ -239,7 +244,7 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     return FitTable(printable(title), [
         [rank, Col("template", uids, whole=True), Col("params", params), *numbers, status],
         [rank, Col("kernel", [_lines(u, p) for u, p in zip(uids, params)], whole=True), *numbers, status],
-    ], note=note)
+    ], notes=[note for note in notes if note])
 
 
 def cache_table(items: Iterable[tuple[str, Entry]], current_machine: str | None = None,
