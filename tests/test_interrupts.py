@@ -399,3 +399,30 @@ def test_ctrl_c_while_the_forkserver_preloads_prints_one_line_at_most(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert len(err.strip().splitlines()) <= 1, err
     assert out == ""
+
+
+def _sigint_handler(queue):
+    import signal
+
+    queue.put(repr(signal.getsignal(signal.SIGINT)))
+
+
+def test_a_forkserver_child_of_the_users_own_takes_ctrl_c_as_before():
+    """The forkserver autotune starts is the process's one: a child the user's program forks
+    from it (a DataLoader worker) starts with Python's own SIGINT handler, not the one the
+    server's preload ran under."""
+    import multiprocessing
+
+    from autotune_cli.runner import processes
+
+    processes.worker_context(None, "cpu")  # what a tune does first
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_sigint_handler, args=(queue,))
+        child.start()
+        handler = queue.get(timeout=120)
+        child.join(60)
+    finally:
+        processes.stop_forkserver()
+    assert handler == repr(signal.default_int_handler)

@@ -4,7 +4,6 @@ keep for each (`WorkerProcess`: start, assign a task with a deadline, stop, kill
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import signal
@@ -175,7 +174,8 @@ def stop_all(workers) -> None:
 
 # Modules a forkserver imports once, so that each worker it forks starts with them loaded
 # instead of importing torch and triton again (seconds each, and nine at once contend).
-FORKSERVER_PRELOAD = ["torch", "triton", "autotune_cli.runner.worker", "autotune_cli.templates"]
+# its imports, with a Ctrl-C on the terminal kept out of them (forkserver_preload.py)
+FORKSERVER_PRELOAD = ["autotune_cli.runner.forkserver_preload"]
 
 # Whether the forkserver this process started imported triton as Triton's interpreter
 # (TRITON_INTERPRET=1: CPU workers) or not (GPU workers). Triton decorates its own library
@@ -222,8 +222,7 @@ def _ensure_forkserver(interprets: bool) -> None:
     saved = {name: os.environ.get(name) for name in server_env}
     os.environ.update(server_env)
     try:
-        with _terminal_interrupt_ignored():
-            forkserver.ensure_running()  # a no-op while the server lives
+        forkserver.ensure_running()  # a no-op while the server lives
     finally:
         for name, value in saved.items():
             if value is None:
@@ -231,23 +230,6 @@ def _ensure_forkserver(interprets: bool) -> None:
             else:
                 os.environ[name] = value
     _forkserver_interprets = interprets
-
-
-@contextlib.contextmanager
-def _terminal_interrupt_ignored():
-    """SIGINT ignored while a process is started, so that it starts ignoring it: the
-    forkserver shares the terminal's process group, and a Ctrl-C during its preload would
-    print its own traceback (it ignores SIGINT only once the preload is done); the command
-    reports the Ctrl-C alone. Its workers take SIGINT back (worker._own_group). Only the main
-    thread can change a handler; elsewhere the process starts as it would have."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 def worker_environment(ctx, device_type: str) -> dict[str, str]:

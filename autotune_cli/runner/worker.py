@@ -44,7 +44,7 @@ def _own_group() -> None:
     """Lead a process group of its own: the executor kills the group (runner/processes
     kill_group), so a candidate's children die with it, and the terminal's Ctrl-C reaches
     the command alone, which stops the workers itself. Out of the terminal's group, SIGINT
-    raises KeyboardInterrupt again (a forkserver child starts with it ignored, as the server)."""
+    raises KeyboardInterrupt (whatever handler the process started with)."""
     import signal
 
     try:
