@@ -87,6 +87,14 @@ def linear_fuses_bias(x_dims: int, x_contiguous: bool, bias_dims: int) -> bool:
     return x_dims == 2 or (x_contiguous and (x_dims == 3 or bias_dims == 1))
 
 
+def matmul_folds(weight_requires_grad: bool, rows_fold: bool) -> bool:
+    """Whether at::matmul runs an N-D x (N >= 3) times a 2-D weight as one mm of x's rows
+    (x copied first where its rows do not fold as a view): where the weight requires grad
+    (a Parameter, even under no_grad), or x's leading dims fold without a copy; otherwise
+    it runs a bmm over x's batch, the weight expanded. Linears without a fused bias run so."""
+    return weight_requires_grad or rows_fold
+
+
 def normalize_dtype(name: str) -> str:
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:

@@ -244,6 +244,36 @@ def test_a_linear_whose_bias_torch_adds_apart_is_found_by_linear_and_compile(tmp
     assert [(r.op, r.fallback) for r in routes] == [("mm", False)], routes
 
 
+def test_a_linear_torch_runs_as_a_bmm_stays_torchs_and_the_bias_keeps_the_products_dtype(tmp_path, cache_dir,
+                                                                                         capfd):
+    """A weight that needs no grad times a transposed input whose rows do not fold: torch runs
+    a bmm over the batch, the weight expanded. record lists that bmm; autotune_cli.linear and
+    compile leave the call to torch (they would pose an mm), and say so. A bias added after
+    the product keeps the product's dtype, as torch's in-place add does."""
+    api.reset()
+    proj = nn.Linear(16, 8).requires_grad_(False)
+    x = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(2))
+
+    def seq_first(x):
+        return proj(x.transpose(0, 1))
+
+    path = tmp_path / "shapes.json"
+    with autotune_cli.record(path):
+        want = seq_first(x)
+    assert listed(path) == [{"m": 3, "n": 8, "k": 16, "batch": 2, "dtype": "float32", "layout": "nt", "count": 1}]
+    torch.testing.assert_close(autotune_cli.linear(x.transpose(0, 1), proj.weight, proj.bias), want)
+    routes: list = []
+    got = autotune_cli.compile(seq_first, backend="aot_eager", tune=False, routes=routes)(x)
+    torch.testing.assert_close(got, want)
+    assert [(r.fallback, r.reason.startswith("a matmul torch runs as a bmm")) for r in routes] == [(True, True)]
+    assert "1 run by torch as a bmm of unfolded rows" in capfd.readouterr().err
+
+    weight, bias = torch.randn(8, 16, dtype=torch.bfloat16, requires_grad=True), torch.randn(8)
+    xb = x.to(torch.bfloat16).transpose(0, 1)
+    with torch.no_grad():
+        assert autotune_cli.linear(xb, weight, bias).dtype == nn.functional.linear(xb, weight, bias).dtype
+
+
 def test_torchs_fused_attention_and_encoder_layers_are_named_as_skipped(tmp_path, capsys):
     """In inference, nn.TransformerEncoderLayer and nn.MultiheadAttention run one fused op each
     whose matmuls the mode cannot see: each call is named on the skipped line, not lost."""

@@ -57,7 +57,7 @@ from ..errors import UserError, warn_caller
 from ..problem import GemmProblem, linear_fuses_bias
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
 from .lookup import AutotuneFallbackWarning, WinnerLookup
-from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, problem_of,
+from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, folds_as_torch, problem_of,
                        scaled_problem_of, tune_hint)
 
 __all__ = [
@@ -187,15 +187,19 @@ class Dispatcher:
         """torch.nn.functional.linear(x, weight, bias) with the cached winner: x [..., K]
         folded to [M, K] and B = weight.T (layout "?t"), as `autotune model` reads a linear;
         addmm with a bias where at::linear runs one (problem.linear_fuses_bias), else mm and
-        the bias added after. A 1-d x or weight (a matrix-vector product) is torch's."""
-        if x.dim() < 2 or weight.dim() != 2:
+        the bias added after. A 1-d x or weight (a matrix-vector product) is torch's, and so
+        is a linear torch runs as a bmm over x's batch (problem.matmul_folds)."""
+        fused = bias is not None and x.dim() >= 2 and linear_fuses_bias(x.dim(), x.is_contiguous(), bias.dim())
+        if x.dim() < 2 or weight.dim() != 2 or not (fused or folds_as_torch(x, weight)):
+            # a matrix-vector product, or a bmm over x's batch (problem.matmul_folds): torch's
             return (self._t or self._torch()).torch.nn.functional.linear(x, weight, bias)
         a = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
         b = weight.t()
-        fused = bias is not None and linear_fuses_bias(x.dim(), x.is_contiguous(), bias.dim())
         out = self.addmm(bias, a, b) if fused else self.mm(a, b)
         out = out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
-        return out + bias if bias is not None and not fused else out
+        if bias is not None and not fused:
+            out.add_(bias)  # in place, as at::linear adds it: the product's dtype stays
+        return out
 
     def scaled_mm(self, a, b, scale_a, scale_b, bias=None, out_dtype=None, use_fast_accum=False):
         """torch._scaled_mm(a, b, scale_a=, scale_b=, bias=, out_dtype=) with this machine's

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..problem import FLOAT_DTYPES, GemmProblem, make_problem
+from ..problem import FLOAT_DTYPES, GemmProblem, make_problem, matmul_folds
 
 
 
@@ -35,6 +35,16 @@ class Adapt:
 
 
 ALIGN_BYTES = 16  # what TMA needs of a base and a row stride (the persistent template)
+
+
+def folds_as_torch(x, weight) -> bool:
+    """Whether torch's matmul of an N-D `x` by a 2-D `weight` (a linear without a fused bias
+    among them) runs one mm of x's rows, as autotune poses it (problem.matmul_folds)."""
+    if x.dim() <= 2:
+        return True
+    sizes, strides = x.shape, x.stride()
+    rows_fold = all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(x.dim() - 2))
+    return matmul_folds(bool(weight.requires_grad), rows_fold)
 
 
 def layout(tensor) -> tuple[str, bool]:

@@ -57,7 +57,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
-from ..problem import FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, linear_fuses_bias, scale_blocks
+from ..problem import (FLOAT_DTYPES, FP8_LAYOUT, OUT_DTYPES, SCALE_BLOCK, linear_fuses_bias, matmul_folds,
+                       scale_blocks)
 
 # aten op name (schema name) -> how to read its operands, and its number of arguments
 MATMUL_OPS = {
@@ -343,7 +344,7 @@ def _classify_matmul(a: Operand, b: Operand, dtype: str, source: str) -> MatmulC
     if da == 2 and db == 2:
         return MatmulCall("mm", a.sizes[0], b.sizes[1], a.sizes[1], one, dtype,
                           _mat_layout(a) + _mat_layout(b), None, source)
-    if da >= 3 and db == 2 and (b.requires_grad is not False or _rows_foldable(a)):
+    if da >= 3 and db == 2 and matmul_folds(b.requires_grad is not False, _rows_foldable(a)):
         return MatmulCall("mm", sym_prod(a.sizes[:-1]), b.sizes[1], a.sizes[-1], one, dtype,
                           _flat_layout(a) + _mat_layout(b), None, source)
     if da == 2 and db >= 3 and a.requires_grad is not False:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import BADDBMM, EINSUM, FUSED, MATRIX_BY_BATCH, UNROUTED_ARGUMENTS
+from .sites import BADDBMM, EINSUM, FUSED, MATRIX_BY_BATCH, UNFOLDED, UNROUTED_ARGUMENTS
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -51,6 +51,7 @@ def _reason_kind(reason: str) -> str:
                          (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
                          (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
                          (FUSED, "inside an attention or encoder layer op"),
+                         (UNFOLDED, "run by torch as a bmm of unfolded rows"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.calls import needs_gradients
+from ..api.problems import folds_as_torch
 from ..problem import FUSED_OPS, linear_fuses_bias
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
@@ -125,8 +126,9 @@ def match_matmul(node) -> MatmulMatch | None:
         if w.dim() != 2 or x.dim() < 2:
             return None
         apart = bias is not None and not linear_fuses_bias(x.dim(), x.is_contiguous(), node_value(bias).dim())
+        unfolded = (bias is None or apart) and not folds_as_torch(x, w)
         return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True,
-                           bias_apart=apart)
+                           unrouted=UNFOLDED if unfolded else "", bias_apart=apart)
     # out=, alpha=, beta=: a GEMM our ops do not take, met and left to torch (said in the summary)
     unrouted = f"{UNROUTED_ARGUMENTS} ({', '.join(f'{k}=' for k in sorted(kwargs))})" if kwargs else ""
     if target is mm or name == "mm":
@@ -150,7 +152,8 @@ def match_matmul(node) -> MatmulMatch | None:
         if x.dim() == 2 and y.dim() == 2:
             return MatmulMatch(args[0], args[1], None, None, False)
         if x.dim() > 2 and y.dim() == 2:
-            return MatmulMatch(args[0], args[1], None, tuple(x.shape[:-1]), False)
+            return MatmulMatch(args[0], args[1], None, tuple(x.shape[:-1]), False,
+                               unrouted="" if folds_as_torch(x, y) else UNFOLDED)
         if x.dim() == 3 and y.dim() == 3 and x.shape[0] == y.shape[0]:
             return MatmulMatch(args[0], args[1], None, None, False)
         if x.dim() == y.dim() > 3 and tuple(x.shape[:-2]) == tuple(y.shape[:-2]):
@@ -227,6 +230,8 @@ def _operand_nodes(node) -> list:
 
 UNROUTED_ARGUMENTS = "arguments our ops do not take"
 MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
+UNFOLDED = ("a matmul torch runs as a bmm over the input's batch (rows that do not fold without a copy, "
+            "times a weight that needs no grad), not read by routing")
 BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
 FUSED = "matmuls inside one op of torch's (an attention or encoder layer), not read by routing"
 EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
@@ -270,7 +275,8 @@ def matmul_sites(graph):
             yield Site(node, op, match, None, static=False, skip=match.unrouted)
             continue
         want = node_value(node)
-        cast = want is not None and any(t is not None and t.dtype != want.dtype for t in (x, w, bias))
+        cast = want is not None and any(t is not None and t.dtype != want.dtype
+                                        for t in (x, w, node_value(match.bias)))  # a bias apart too
         grads = records_gradients(node, x, w, bias)
         if grads or not is_static(x, w, bias):
             if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
