@@ -307,6 +307,13 @@ def test_import_replaces_a_later_entry_of_ours_that_is_not_whole(cli, cache_dir,
     code, _, err = cli("cache", "import", export)
     assert code == 0 and "replaced 0, skipped 1" in err and "(partial)" in err, err
     assert entries_of(cache_dir)[key] == theirs
+    # nor does their later entry replace ours where a template it was tuned with changed since
+    stale = {**json.loads(json.dumps(theirs)), "tuned_at": "2099-01-01T00:00:00+00:00"}
+    stale["fingerprint"]["templates"]["aten::mm"] = "0000000000000000"
+    export.write_text(json.dumps({"schema": 1, "entries": {key: stale}}))
+    code, _, err = cli("cache", "import", export)
+    assert code == 0 and "replaced 0, skipped 1" in err and "earlier aten::mm" in err, err
+    assert entries_of(cache_dir)[key] == theirs
 
 
 def test_import_and_prune_lines_fit_80_columns(cli, cache_dir, tmp_path, monkeypatch):
@@ -417,6 +424,24 @@ def test_show_marks_stale_winners_and_prune_stale_removes_them(cli, cache_dir, t
     assert code == 0 and "removed 1 entry" in err and set(entries_of(cache_dir)) == {key}
     code, out, _ = cli("cache", "show")
     assert code == 0 and "not served" not in out
+
+
+def test_show_and_the_api_judge_an_entry_alike(cli, cache_dir, tuned_here):
+    """An entry recording a registered template that no longer serves its problem (aten::bmm
+    for an mm) is held stale by one rule (selections.judged_hashes): show says so and the API
+    passes it by, saying the same."""
+    from autotune_cli import api
+
+    (key, here), = tuned_here.items()
+    here["fingerprint"]["templates"]["aten::bmm"] = "0123456789abcdef"
+    write(cache_dir, (key, here))
+    code, out, _ = cli("cache", "show", "--json")
+    why = json.loads(out)["stale"][key]
+    assert code == 0 and why.startswith("was tuned with an earlier aten::bmm")
+    problem = GemmProblem.from_dict(here["problem"])
+    dispatcher = api.Dispatcher(cache_dir)
+    assert dispatcher.lookup_entry(problem) is None
+    assert why in dispatcher._lookup.miss_reason(problem)
 
 
 def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):

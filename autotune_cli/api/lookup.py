@@ -142,7 +142,7 @@ class WinnerLookup:
         templates not registered here (a plugin's, a tune with --plugin): it is seen as a
         tune of the registered ones alone would have made it (selections.selection_view)."""
         from ..templates import get_template
-        from ..tune.selections import selection_view, unserved_reason
+        from ..tune.selections import judged_hashes, selection_view, unserved_reason
 
         entries = self._by_problem.get(problem.key(), ())
         if not entries:
@@ -161,10 +161,7 @@ class WinnerLookup:
                 except UserError:
                     continue
                 known[uid] = digest
-            uids = tuple(sorted(known))
-            now = self.fingerprint(problem, uids, index).template_hashes if uids else {}
-            # a registered template that no longer serves the problem counts as changed ("")
-            why = unserved_reason(entry, {uid: now.get(uid, "") for uid in uids})
+            why = unserved_reason(entry, judged_hashes(entry))
             if why:
                 yield key, entry, f"{STALE} {why}"
                 continue

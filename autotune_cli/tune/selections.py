@@ -78,10 +78,29 @@ def serves(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
     return entry is not None and not unserved_reason(entry, hashes)
 
 
+def judged_hashes(entry: Entry) -> dict[str, str]:
+    """{uid: source hash here} of each template `entry` records that is registered here, ""
+    for one that no longer serves its problem (changed, as far as the entry goes); one not
+    registered (a plugin not loaded) is left out, not judged. What `unserved_reason` holds a
+    stored entry against, wherever it is asked whether the lookups answer with it."""
+    from ..errors import UserError
+    from ..templates import get_template
+
+    now = template_hashes(entry.problem)
+    judged = {}
+    for uid in entry.templates:
+        try:
+            get_template(uid)
+        except UserError:
+            continue
+        judged[uid] = now.get(uid, "")
+    return judged
+
+
 def stale_reason(entry: Entry) -> str:
     """Why `entry`'s winner is no longer served by the templates installed here
     (`unserved_reason`), or "" where it is, or where it has no winner to serve."""
-    return "" if entry.winner is None else unserved_reason(entry, template_hashes(entry.problem))
+    return "" if entry.winner is None else unserved_reason(entry, judged_hashes(entry))
 
 
 def whole(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
