@@ -124,15 +124,15 @@ def check_import(theirs: dict, path: Path) -> None:
 
 
 def describe_import(verb: str, entry: Entry) -> str:
-    """What an import does with an entry: its problem and device (show.entry_title), winner,
-    params and time."""
+    """What an import does with an entry: its problem, device and machine (show.entry_title),
+    winner, params and time."""
     from ..tune.report import fmt_ms
 
     winner = entry.winner
     if winner is None:
-        return printable(f"{verb} {entry_title(entry)}: no winner")
+        return printable(f"{verb} {entry_title(entry, machine=True)}: no winner")
     params = " ".join(f"{k}={v}" for k, v in winner.params.items()) or "-"
-    return printable(f"{verb} {entry_title(entry)}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
+    return printable(f"{verb} {entry_title(entry, machine=True)}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
 
 
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
@@ -410,7 +410,7 @@ def cache_prune(
         doomed = [entry for key, entry in items if predicate(key, entry)]
         print_notices(cache)
         for entry in doomed:
-            print_wrapped(entry_title(entry), indent="  ")
+            print_wrapped(entry_title(entry, machine=True), indent="  ")
         err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}",
                   markup=False)
         return

@@ -135,9 +135,14 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
         print_wrapped(line)
 
 
-def entry_title(entry: Entry) -> str:
+def entry_title(entry: Entry, machine: bool = False) -> str:
     """An entry as a line names it: its problem as the table shows it, and its device (a
-    key, with its digest, can be wider than a line)."""
+    key, with its digest, can be wider than a line); with `machine`, the machine's short
+    digest too, which tells apart entries of one device model on other drivers or torch."""
+    if machine:
+        from ..store.fingerprint import machine_digest_of
+
+        return f"{entry.problem.describe()} ({entry.device_name}, machine {machine_digest_of(entry.fingerprint)})"
     return f"{entry.problem.describe()} ({entry.device_name})"
 
 
