@@ -23,7 +23,7 @@ from autotune_cli.templates import all_templates, get_template
 from autotune_cli.templates.params import BadParams, Choice, Int, Text, check_winner
 from autotune_cli.tune.tuner import Tuner
 from helpers_cache_writer import key_of, make_entry
-from autotune_cli.store.fingerprint import digest_of
+from autotune_cli.store.fingerprint import digest_of, machine_digest_of
 from helpers_devices import H200, CPU
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -348,7 +348,8 @@ def test_import_lists_what_it_adds(cli, tmp_path):
     export = export_file(tmp_path / "export.json", (key, entry))
     code, out, err = cli("cache", "import", export, "--cache-dir", cache_dir, "--dry-run")
     assert code == 0, err
-    title = f"{PROBLEM.describe()} ({entry['fingerprint']['device_name']})"
+    machine = machine_digest_of(entry["fingerprint"])
+    title = f"{PROBLEM.describe()} ({entry['fingerprint']['device_name']}, machine {machine})"
     assert " ".join(out.split()) == (f"would import {title}: triton::mm BLOCK_M=32 BLOCK_N=32 BLOCK_K=32 "
                                      "GROUP_M=8 num_stages=1 num_warps=4 FIXED_NK=0 EVEN_K=True "
                                      "ACC_TYPE=tl.float32 ALLOW_TF32=False 0.0010 ms")
