@@ -478,6 +478,25 @@ def test_a_gemm_with_alpha_or_beta_is_met_and_said_to_stay_torchs(cache_dir, cap
     assert scaled.fallback and scaled.reason == "arguments our ops do not take (alpha=, beta=)"
 
 
+def test_the_apis_addmm_and_an_addmm_with_beta_and_alpha_of_1_are_routed(cli, cache_dir, space):
+    """autotune_cli.addmm (and linear) inside a compiled function, and torch.addmm given
+    beta=1, alpha=1 (its own defaults): plain addmms, routed to the cached winner."""
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
+         "--templates", "triton::mm", "--space", space)
+    lin = torch.nn.Linear(C, H).requires_grad_(False)
+
+    def calls(x):
+        return (autotune_cli.linear(x, lin.weight, lin.bias),
+                torch.addmm(lin.bias, x, lin.weight.t(), beta=1, alpha=1.0))
+
+    routes: list = []
+    x = torch.randn(T, C)
+    got = autotune_cli.compile(calls, backend="aot_eager", routes=routes, tune=False)(x)
+    for value in got:
+        torch.testing.assert_close(value, lin(x))
+    assert [(r.uid, r.fallback) for r in routes] == [("triton::mm", False)] * 2
+
+
 class Einsum(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -175,8 +175,10 @@ class Dispatcher:
         """bias + a @ b with this machine's cached winner (torch.addmm where there is none).
         Other beta or alpha go to torch.addmm."""
         t = self._t or self._torch()
-        if beta != 1 or alpha != 1 or t.compiling():  # inside torch.compile, as mm
+        if beta != 1 or alpha != 1:
             return t.torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        if t.compiling():  # inside torch.compile, as mm (no beta=, alpha=: routing reads the call as written)
+            return t.torch.addmm(bias, a, b)
         key = call_key(t.float32, t.allow_tf32, a, b) + bias_key(bias)
         run = self._addmm.get(key)
         if run is None:

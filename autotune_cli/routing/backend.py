@@ -506,6 +506,9 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     if cache_dir is None and isinstance(tune, TuneSettings):
         cache_dir = tune.cache_dir
     dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
+    # what the API's functions read of torch, made now: Dynamo traces autotune_cli.linear and
+    # friends into the graph and guards on it; made by the backend in between, it failed them
+    default_dispatcher._torch()
     routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa,
                               split_keys)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)

@@ -113,7 +113,9 @@ def match_matmul(node) -> MatmulMatch | None:
     else:
         return None
     linear, matmul, mm, addmm, bmm = _targets()
-    kwargs = dict(node.kwargs)
+    # beta=1, alpha=1 are addmm's and baddbmm's own defaults: the call is the plain one
+    kwargs = {name: value for name, value in node.kwargs.items()
+              if not (name in ("beta", "alpha") and type(value) in (int, float) and value == 1)}
     target = node.target
     tensors = [node_value(x) for x in args]
     if not all(isinstance(t, torch.Tensor) for t in tensors[:2]) or len(args) < 2:
