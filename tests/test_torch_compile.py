@@ -279,7 +279,16 @@ def test_an_attention_module_is_said_to_stay_torchs(cache_dir, capfd):
         got, _ = autotune_cli.compile(mha, backend="eager", tune=False, routes=routes)(x, x, x)
         torch.testing.assert_close(got, mha(x, x, x)[0])
     assert [(r.fallback, r.reason.startswith("matmuls inside one op of torch's")) for r in routes] == [(True, True)]
-    assert "left to the compiler: 1 inside an attention or encoder layer op" in capfd.readouterr().err
+    assert "autotune: 1 attention or encoder layer op of torch's left whole (its matmuls inside)" \
+        in capfd.readouterr().err
+    # beside a linear: the op is not counted as a matmul
+    model = torch.nn.Sequential(torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(C, 2, H, batch_first=True), 2, enable_nested_tensor=False),
+        torch.nn.Linear(C, 10)).eval()
+    with torch.no_grad():
+        autotune_cli.compile(model, backend="eager", tune=False)(x)
+    assert ("routed 0 of 1 matmul; left to the compiler: 1 with nothing cached; "
+            "2 attention or encoder layer ops of torch's left whole (its matmuls inside)") in capfd.readouterr().err
 
 
 def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space):

@@ -22,9 +22,12 @@ def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: 
     import sys
     from collections import Counter
 
+    fused = sum(d.reason == FUSED for d in dispatches)  # ops holding matmuls, not matmuls
+    dispatches = [d for d in dispatches if d.reason != FUSED]
     if not dispatches:
-        if folds:
-            sys.stderr.write(f"autotune: {_folded(folds, split)}\n")
+        parts = [_fused(fused) if fused else "", _folded(folds, split) if folds else ""]
+        if any(parts):
+            sys.stderr.write(f"autotune: {'; '.join(part for part in parts if part)}\n")
         return
     left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
     routed = len(dispatches) - sum(left.values())
@@ -34,9 +37,15 @@ def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: 
         line += f" ({grouped} as {plural(groups, 'grouped GEMM')})"
     if left:
         line += "; left to the compiler: " + ", ".join(f"{n} {why}" for why, n in left.most_common())
+    if fused:
+        line += f"; {_fused(fused)}"
     if folds:
         line += f"; {_folded(folds, split)}"
     sys.stderr.write(line + "\n")
+
+
+def _fused(n: int) -> str:
+    return f"{plural(n, 'attention or encoder layer op')} of torch's left whole (its matmuls inside)"
 
 
 def _folded(folds: int, split: int) -> str:
@@ -50,7 +59,6 @@ def _reason_kind(reason: str) -> str:
                          (STALE, "whose cached entry is not used (see routes)"),
                          (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
                          (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
-                         (FUSED, "inside an attention or encoder layer op"),
                          (UNFOLDED, "run by torch as a bmm of unfolded rows"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
