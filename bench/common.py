@@ -112,16 +112,14 @@ class SideBySide:
 
 
 def placed(ops, index: int):
-    """(a copy of `ops` at addresses of placement `index`'s own, the pads to hold while it is
-    used): A, B and the bias copied above the tuner's pads of placement `index` + 1
-    (CandidateRunner.placement_pads), the output left as it is. A cuBLAS call's time moves
-    by up to 10% with where its operands lie (process_spread.py, "Placement"): rounds at
-    one placement read one of them."""
+    """(a copy of `ops` at addresses of placement `index` + 1's own, what to hold while it is
+    used: nothing, the copy holds its buffer): A, B and the bias copied as the tuner places
+    them (CandidateRunner.placed), the output left as it is. A cuBLAS call's time moves by up
+    to 10% with where its operands lie (process_spread.py, "Placement"): rounds at one
+    placement read one of them."""
     from autotune_cli.runner.candidate import CandidateRunner
 
-    pads = CandidateRunner.placement_pads(index + 1, ops.a.device)
-    copy = replace(ops, a=ops.a.clone(), b=ops.b.clone(), bias=None if ops.bias is None else ops.bias.clone())
-    return copy, pads
+    return CandidateRunner.placed(ops, index + 1, out=False), []
 
 
 def parse_tile(text: str) -> dict:

@@ -340,6 +340,30 @@ def test_the_messages_cross_a_pipe_as_they_were_made():
     assert not sent[5].ok and sent[5].closed
 
 
+def test_a_placement_copies_the_operands_into_a_buffer_a_step_further_in():
+    """CandidateRunner.placed: the same values, shapes, strides and storage offsets (a pitched
+    output's whole rows too), every tensor in one new buffer, placement x PLACEMENT_STEP
+    bytes in: each placement's A lies that far from its buffer's start."""
+    import torch
+
+    from autotune_cli.runner.verify import make_operands
+
+    problem = make_problem(m=5, n=24, k=16, dtype="float16", layout="tn", bias="n", op="addmm")
+    ops = make_operands(problem, 0, "cpu", pitch=32)
+    ops.out.fill_(1.5)
+    for placement in (1, 3):
+        moved = CandidateRunner.placed(ops, placement)
+        start = moved.a.untyped_storage().data_ptr()
+        assert all(t.untyped_storage().data_ptr() == start for t in (moved.b, moved.out, moved.bias))
+        assert moved.a.data_ptr() - start == placement * CandidateRunner.PLACEMENT_STEP
+        for name in ("a", "b", "out", "bias"):
+            old, new = getattr(ops, name), getattr(moved, name)
+            assert (new.shape, new.stride(), new.dtype) == (old.shape, old.stride(), old.dtype)
+            placed_at = new.data_ptr() - new.storage_offset() * new.element_size() - start
+            assert placed_at % CandidateRunner.ALIGN_PLACED == 0 and torch.equal(new, old)
+        assert moved.out.untyped_storage().nbytes() - (moved.out.data_ptr() - start) >= 5 * 32 * 2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(256, 4096, 4096), (1, 512, 384)], ids=["large-blocks", "small-blocks"])
 def test_each_placement_puts_the_operands_at_other_addresses(shape):

@@ -71,7 +71,6 @@ class _Inputs:
     # the fastest verified median timed on these inputs, per timing mode: what a candidate's
     # first runs are held against (TimingPolicy.give_up_over)
     best_ms: dict[str, float] = field(default_factory=dict)
-    pad: Any = None  # held below the operands of a placement other than 0 (PAD_STEPS)
 
 
 class CandidateRunner:
@@ -102,17 +101,38 @@ class CandidateRunner:
     right only at its first call, or on a random part of its calls, does not pass.
     """
 
-    # Bytes of pad per placement, held below a placement's operands: one step for torch's
-    # allocator's large blocks (over 1 MiB), one for its small ones, which come from another pool.
-    PAD_STEPS = (3 << 20, 4 << 10)
+    # How far a placement's operands move: `placement` of these bytes into a buffer of their
+    # own (a large tensor moves by MiBs, a small one's page by 4 KiB), each tensor after the
+    # one before at ALIGN_PLACED bytes
+    PLACEMENT_STEP = (3 << 20) + (4 << 10)
+    ALIGN_PLACED = 512
 
     @classmethod
-    def placement_pads(cls, placement: int, device) -> list:
-        """Pads of `placement` times each of PAD_STEPS on `device`: held while the tensors made
-        after them are used, they put those at placement `placement`'s own addresses."""
+    def placed(cls, ops, placement: int, out: bool = True):
+        """`ops` with its tensors (the output too, where `out`) copied into one new buffer,
+        `placement` x PLACEMENT_STEP bytes in: the same values, layouts and storage offsets
+        at addresses of that placement's own. A buffer of their own: under pads, the
+        allocator handed a later placement the blocks an earlier one had freed, and a tensor
+        of its own segment (over 10 MiB) never moved."""
         import torch
 
-        return [torch.empty(placement * step, dtype=torch.uint8, device=device) for step in cls.PAD_STEPS]
+        names = [name for name in ("a", "b", "bias", "scale_a", "scale_b", "out")
+                 if getattr(ops, name) is not None and (out or name != "out")]
+        sizes = [getattr(ops, name).untyped_storage().nbytes() for name in names]
+        offsets, at = [], placement * cls.PLACEMENT_STEP
+        for size in sizes:
+            offsets.append(at)
+            at += -(-size // cls.ALIGN_PLACED) * cls.ALIGN_PLACED
+        buffer = torch.empty(at, dtype=torch.uint8, device=ops.a.device)
+        moved = {}
+        for name, offset, size in zip(names, offsets, sizes):
+            t = getattr(ops, name)
+            whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+            region = buffer[offset:offset + size]
+            region.copy_(whole)
+            typed = region.view(t.dtype)
+            moved[name] = typed.as_strided(t.shape, t.stride(), typed.storage_offset() + t.storage_offset())
+        return replace(ops, **moved)
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
@@ -153,10 +173,10 @@ class CandidateRunner:
         elements apart (None: contiguous), one kept per pitch.
 
         `placement` (TimingPolicy.placement) other than the kept inputs': the same values are
-        made again at other addresses (pads of `PAD_STEPS` times the placement held below
-        them), the reference and the best times kept: a cuBLAS call's time moved by up to 10%
-        with its operands' addresses where a Triton tile's moved by 2% (bench/README.md,
-        "Placement"), so passes at several placements give each kernel its time over them."""
+        made again at other addresses (`placed`), the reference and the best times kept: a
+        cuBLAS call's time moved by up to 10% with its operands' addresses where a Triton
+        tile's moved by 2% (bench/README.md, "Placement"), so passes at several placements
+        give each kernel its time over them."""
         from .verify import make_operands, poison, reference
         from ..templates.base import empty_out
 
@@ -166,13 +186,12 @@ class CandidateRunner:
         if not (carried and kept.placement == placement):
             ref, best_ms = (kept.ref, kept.best_ms) if carried else (None, {})
             kept = self._inputs = None  # the old tensors go before the new are made
-            pad = None
-            if placement and self.device_type == "cuda":  # one in each of the allocator's pools
-                pad = self.placement_pads(placement, self.device)
             made = make_operands(problem, seed, self.device, pitch)
+            if placement and self.device_type == "cuda":
+                made = self.placed(made, placement)
             kept = self._inputs = _Inputs(key=key, placement=placement, ops=made,
                                           ref=ref if ref is not None else reference(problem, made),
-                                          outs={pitch: made.out}, best_ms=best_ms, pad=pad)
+                                          outs={pitch: made.out}, best_ms=best_ms)
             del made, ref
         out = kept.outs.get(pitch)
         if out is None:
