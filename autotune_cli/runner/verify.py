@@ -20,9 +20,10 @@ from ..problem import FP8_MAX, SCALE_BLOCK, GemmProblem
 from ..templates.base import Operands, empty_out, torch_dtype
 
 # Relative Frobenius error allowed, and per-element slack in units of an entry's own scale
-# plus its magnitude (Reference).
+# plus its magnitude (Reference). bfloat16's: the largest entry error measured over every
+# template's verified candidates stays under 0.26 of it (bench/README.md, "check margins").
 NORM_TOLERANCE = {"float16": 2e-3, "bfloat16": 1.2e-2, "float32": 1e-4, "tf32": 3e-3}
-ELEMENT_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2, "float32": 1e-4, "tf32": 1.5e-2}
+ELEMENT_TOLERANCE = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-4, "tf32": 1.5e-2}
 
 # float64 [M, N] arrays `check` works in beside the reference's own (tune/tuner.check_fits).
 CHECK_WORKING_ARRAYS = 3
