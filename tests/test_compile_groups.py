@@ -388,6 +388,31 @@ def test_record_starts_a_new_group_where_a_weight_comes_again(tmp_path):
     assert [(p.n, count) for p, count, group in read_listed(path, "cpu") if group] == [(C + 2 * KV, 2)]
 
 
+def test_record_groups_the_linears_of_one_input_wherever_they_come(tmp_path):
+    """A decoder's cross-attention: each layer's k and v read the encoder's output, its q the
+    layer's own input, attention between them. As a compile groups every linear of one
+    tensor with no write in place between, record lists one GEMM of all four; after a write
+    in place between the layers the runs start anew (two groups of two)."""
+    from autotune_cli.model.shapes_file import read_listed
+
+    layers = [Attention() for _ in range(2)]
+    memory, x = torch.randn(8, C), torch.randn(8, C)
+
+    def decoder(write_between):
+        h = x.clone()
+        for layer in layers:
+            q, k, v = layer.q(h), layer.k(memory), layer.v(memory)
+            h = h + (torch.softmax(q[:, :KV] @ k.t(), -1) @ v).repeat(1, C // KV)
+            if write_between:
+                h.mul_(0.5)
+
+    for write_between, listed in ((False, [(4 * KV, 1)]), (True, [(2 * KV, 2)])):
+        path = tmp_path / f"shapes{write_between}.json"
+        with torch.no_grad(), autotune_cli.record(path):
+            decoder(write_between)
+        assert [(p.n, count) for p, count, group in read_listed(path, "cpu") if group] == listed
+
+
 def test_a_tuned_list_says_which_rows_are_groups(tmp_path, cli, cache_dir):
     """`mm --from` of a recorded list: the group's row says so, and its share is its linears'."""
     model, x = Attention(), torch.randn(8, C)

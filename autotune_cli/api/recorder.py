@@ -55,33 +55,46 @@ class _Tally:
         self.lock = threading.Lock()
         self.problems: Counter[GemmProblem] = Counter()
         self.skipped: Counter[str] = Counter()
-        # Linears of one input in a row (q, k, v): each thread's run so far, (the input's
-        # mark, the input, [problems], the weights' addresses), and the one GEMMs they make
-        # (groups.py: what autotune_cli.compile may run in their place, and looks up)
-        self.runs: dict[int, tuple[tuple, Any, list[GemmProblem], set[int]]] = {}
+        # Linears of one input (q, k and v; a cross-attention's k and v of every layer): per
+        # thread, per input's mark, the open run ((a weak reference to the input, [problems],
+        # the weights' addresses)), and the one GEMMs they make (groups.py: what
+        # autotune_cli.compile may run in their place, and looks up)
+        self.runs: dict[int, dict[tuple, tuple[Any, list[GemmProblem], set[int]]]] = {}
         self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
 
     def follow(self, mark: tuple | None, a, weight: int, problem: GemmProblem) -> None:
         """Add `problem`, whose A is `a`, named by `mark` (None: not a linear's GEMM that a
         group may hold), and whose B is the weight at address `weight`, to this thread's run
-        of linears of one input; under the lock. A weight met again starts a new run (the
-        same layer run again on the same input). The run holds `a`: its memory cannot go to
-        a new tensor with the same mark meanwhile."""
-        thread = threading.get_ident()
-        run = self.runs.get(thread)
-        if mark is not None and run is not None and run[0] == mark and weight not in run[3]:
-            run[2].append(problem)
-            run[3].add(weight)
-            return
-        self.end_run(thread)
-        if mark is not None:
-            self.runs[thread] = (mark, a, [problem], {weight})
+        of linears of that input, wherever they come (as a compile groups every linear that
+        reads one tensor); under the lock. A weight met again starts a new run (the same layer
+        run again on the same input). A run ends when its input is gone: its memory may go to
+        a new tensor with the same mark."""
+        import weakref
 
-    def end_run(self, thread: int) -> None:
-        """Count the one GEMM of `thread`'s run, if it held two linears or more; under the lock."""
-        _, _, members, _ = self.runs.pop(thread, (None, None, [], None))
-        group = one_gemm(members)
+        runs = self.runs.setdefault(threading.get_ident(), {})
+        for gone in [key for key, run in runs.items() if run[0]() is None]:
+            self._count(runs.pop(gone))
+        if mark is None:
+            return
+        run = runs.get(mark)
+        if run is not None and weight not in run[2]:
+            run[1].append(problem)
+            run[2].add(weight)
+            return
+        if run is not None:
+            self._count(runs.pop(mark))
+        runs[mark] = (weakref.ref(a if a._base is None else a._base), [problem], {weight})
+
+    def end_runs(self, thread: int) -> None:
+        """End `thread`'s open runs (a write in place may change what a later linear reads, as
+        a compile's groups.writes_between says; or the record ends); under the lock."""
+        for run in self.runs.pop(thread, {}).values():
+            self._count(run)
+
+    def _count(self, run) -> None:
+        """Count the one GEMM of `run`, if it held two linears or more."""
+        group = one_gemm(run[1])
         if group is not None:
             self.groups[group] += 1
 
@@ -114,6 +127,9 @@ def _mode_class():
             packet = func.overloadpacket
             if packet in recorded or packet in unexpressed:
                 self._note(func, recorded.get(packet), unexpressed.get(packet), args, kwargs)
+            elif func._schema.is_mutable and self.tally.runs.get(threading.get_ident()):
+                with self.tally.lock:
+                    self.tally.end_runs(threading.get_ident())
             return out
 
         def _note(self, func, op, other, args, kwargs) -> None:
@@ -242,7 +258,7 @@ def _close(tally: _Tally) -> None:
         del _tallies[tally.path]
     with tally.lock:
         for thread in list(tally.runs):
-            tally.end_run(thread)
+            tally.end_runs(thread)
         problems, skipped, groups = dict(tally.problems), dict(tally.skipped), dict(tally.groups)
         tally.problems.clear()
         tally.skipped.clear()
