@@ -343,25 +343,30 @@ def test_the_messages_cross_a_pipe_as_they_were_made():
 def test_a_placement_copies_the_operands_into_a_buffer_a_step_further_in():
     """CandidateRunner.placed: the same values, shapes, strides and storage offsets (a pitched
     output's whole rows too), every tensor in one new buffer, placement x PLACEMENT_STEP
-    bytes in: each placement's A lies that far from its buffer's start."""
+    bytes in, each after the one before at an aligned offset; graph timing counts the bytes
+    they span as before (not the shared buffer's, which would rotate too few copies)."""
     import torch
 
+    from autotune_cli.runner.timing import _operand_bytes
     from autotune_cli.runner.verify import make_operands
 
     problem = make_problem(m=5, n=24, k=16, dtype="float16", layout="tn", bias="n", op="addmm")
     ops = make_operands(problem, 0, "cpu", pitch=32)
     ops.out.fill_(1.5)
+    align = CandidateRunner.ALIGN_PLACED
     for placement in (1, 3):
         moved = CandidateRunner.placed(ops, placement)
         start = moved.a.untyped_storage().data_ptr()
-        assert all(t.untyped_storage().data_ptr() == start for t in (moved.b, moved.out, moved.bias))
-        assert moved.a.data_ptr() - start == placement * CandidateRunner.PLACEMENT_STEP
-        for name in ("a", "b", "out", "bias"):
+        region = placement * CandidateRunner.PLACEMENT_STEP
+        for name in ("a", "b", "bias", "out"):  # the order they are placed in
             old, new = getattr(ops, name), getattr(moved, name)
+            assert new.untyped_storage().data_ptr() == start
             assert (new.shape, new.stride(), new.dtype) == (old.shape, old.stride(), old.dtype)
-            placed_at = new.data_ptr() - new.storage_offset() * new.element_size() - start
-            assert placed_at % CandidateRunner.ALIGN_PLACED == 0 and torch.equal(new, old)
-        assert moved.out.untyped_storage().nbytes() - (moved.out.data_ptr() - start) >= 5 * 32 * 2
+            assert new.data_ptr() - start == region + old.storage_offset() * old.element_size()
+            assert torch.equal(new, old)
+            region += -(-old.untyped_storage().nbytes() // align) * align
+        assert moved.out.untyped_storage().nbytes() == region  # the output's padded rows whole
+        assert _operand_bytes(moved) == _operand_bytes(ops)
 
 
 @pytest.mark.gpu

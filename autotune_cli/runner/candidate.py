@@ -114,25 +114,29 @@ class CandidateRunner:
         at addresses of that placement's own. A buffer of their own: under pads, the
         allocator handed a later placement the blocks an earlier one had freed, and a tensor
         of its own segment (over 10 MiB) never moved."""
-        import torch
-
         names = [name for name in ("a", "b", "bias", "scale_a", "scale_b", "out")
                  if getattr(ops, name) is not None and (out or name != "out")]
-        sizes = [getattr(ops, name).untyped_storage().nbytes() for name in names]
+        return replace(ops, **cls._into_buffer({name: getattr(ops, name) for name in names}, placement))
+
+    @classmethod
+    def _into_buffer(cls, tensors: dict, placement: int) -> dict:
+        """`tensors` copied, in their order, into one buffer as `placed` says."""
+        import torch
+
+        sizes = [t.untyped_storage().nbytes() for t in tensors.values()]
         offsets, at = [], placement * cls.PLACEMENT_STEP
         for size in sizes:
             offsets.append(at)
             at += -(-size // cls.ALIGN_PLACED) * cls.ALIGN_PLACED
-        buffer = torch.empty(at, dtype=torch.uint8, device=ops.a.device)
+        buffer = torch.empty(at, dtype=torch.uint8, device=next(iter(tensors.values())).device)
         moved = {}
-        for name, offset, size in zip(names, offsets, sizes):
-            t = getattr(ops, name)
+        for (name, t), offset, size in zip(tensors.items(), offsets, sizes):
             whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
             region = buffer[offset:offset + size]
             region.copy_(whole)
             typed = region.view(t.dtype)
             moved[name] = typed.as_strided(t.shape, t.stride(), typed.storage_offset() + t.storage_offset())
-        return replace(ops, **moved)
+        return moved
 
     def __init__(self, device_type: str, l2_bytes: int) -> None:
         import torch
@@ -194,8 +198,11 @@ class CandidateRunner:
                                           outs={pitch: made.out}, best_ms=best_ms)
             del made, ref
         out = kept.outs.get(pitch)
-        if out is None:
-            out = kept.outs[pitch] = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
+        if out is None:  # an output of another pitch: placed as the operands are
+            out = empty_out(problem, pitch, kept.ops.out.dtype, self.device)
+            if kept.placement and self.device_type == "cuda":
+                out = self._into_buffer({"out": out}, kept.placement)["out"]
+            kept.outs[pitch] = out
         ops = replace(kept.ops, out=out)  # its own Operands around the kept tensors
         poison(ops)
         return ops, kept.ref, carried
