@@ -291,6 +291,22 @@ def test_torchs_fused_attention_and_encoder_layers_are_named_as_skipped(tmp_path
             "native_multi_head_attention [2, 5, 16] float32 x1") in err
 
 
+def test_under_inference_mode_the_same_list_as_under_no_grad(tmp_path):
+    """inference_mode hands the mode linear and matmul whole (their decomposition below it):
+    they are decomposed in the mode, so the list is no_grad's, and the values torch's."""
+    model, args = Tiny(), inputs()
+    lists = []
+    for context in (torch.no_grad, torch.inference_mode):
+        path = tmp_path / f"{context.__name__}.json"
+        with context(), autotune_cli.record(path):
+            got = model(*args)
+        with torch.no_grad():
+            for value, want in zip(got, model(*args)):
+                torch.testing.assert_close(value, want)
+        lists.append(listed(path))
+    assert lists[0] == lists[1] == [dict(entry, count=1) for entry in FORWARD]
+
+
 def test_the_environment_variable_records_a_process(tmp_path):
     path = tmp_path / "env.json"
     code = ("import os, torch, autotune_cli\n"

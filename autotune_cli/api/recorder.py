@@ -110,6 +110,7 @@ def _mode_class():
     from .calls import Torch
 
     aten = torch.ops.aten
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
     recorded = {getattr(aten, name): name for name in RECORDED}
     unexpressed = {getattr(aten, name): name for name in UNEXPRESSED if hasattr(aten, name)}
     t = Torch()
@@ -123,6 +124,13 @@ def _mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func.has_kernel_for_dispatch_key(composite):
+                # under inference_mode a composite op (linear, matmul) comes whole: its
+                # decomposition run here, in this mode, shows the mm it runs
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
             out = func(*args, **kwargs)
             packet = func.overloadpacket
             if packet in recorded or packet in unexpressed:
