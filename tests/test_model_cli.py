@@ -558,6 +558,18 @@ def test_bad_input_in_process(cli, cache_dir, models, tmp_path):
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
+def test_more_worker_groups_than_cores_is_one_line_before_the_model_is_read(cli, cache_dir, models):
+    """--gpus on the CPU past its cores: the one error line, nothing read or drawn before it
+    (a model tuned before drew its plan first)."""
+    import os
+
+    assert cli("model", models["mlp_bias"][1], "--device", "cpu", *ATEN)[0] == 0
+    code, out, err = cli("model", models["mlp_bias"][1], "--device", "cpu", *ATEN,
+                         "--gpus", str((os.cpu_count() or 1) + 1))
+    assert code == 2 and out == ""
+    assert "worker groups (one per core)" in one_error_line(err)
+
+
 @pytest.mark.parametrize("gpus", [[], ["--gpus", "2"]])
 def test_a_problem_that_cannot_fit_is_refused_before_any_tune(cli, cache_dir, tmp_path, gpus):
     """Each problem's memory is checked before the first tune, on one device or several: one

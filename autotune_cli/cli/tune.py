@@ -303,6 +303,8 @@ def model(
                               budget=budget, compile_workers=compile_workers, gpus=gpus,
                               executor=executor.value, ray_address=ray_address, switches=switches)
     scaled = settings.executor == "ray" or settings.gpus != 1
+    if scaled and settings.executor == "local" and not plan_only:
+        local_devices(settings)  # a --gpus this host cannot give: its one line before the model is read
     if settings.executor == "ray" and not plan_only:
         try:
             import ray  # noqa: F401

@@ -45,18 +45,10 @@ __all__ = [
 
 
 def _describe(entry: Entry) -> str:
+    """The entry's problem as the tables name it (an IEEE float32 one says so: the table
+    exports one float32 mode), and its winner."""
     problem = entry.problem
-    names = ("b", "m", "n", "k") if problem.op == "bmm" else ("m", "n", "k")
-    dims = "x".join(str(getattr(problem, d)) for d in names)
-    text = f"{problem.op} {dims} {problem.dtype} {problem.layout}"
-    if problem.op == "scaled_mm":
-        text += f" {problem.scale}-scaled->{problem.result_dtype}"
-        if problem.fast_accum:
-            text += " fast-accum"
-    if problem.bias:
-        text += f" bias[{problem.bias}]"
-    if problem.fp32_mode is not None:
-        text += f" {problem.fp32_mode}"
+    text = problem.describe() + (" ieee" if problem.fp32_mode == "ieee" else "")
     if entry.winner is not None:
         text += f" ({entry.winner.uid})"
     return text
