@@ -110,7 +110,7 @@ def _mode_class():
     from .calls import Torch
 
     aten = torch.ops.aten
-    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+    composite = {aten.linear, aten.matmul, aten.einsum}
     recorded = {getattr(aten, name): name for name in RECORDED}
     unexpressed = {getattr(aten, name): name for name in UNEXPRESSED if hasattr(aten, name)}
     t = Torch()
@@ -124,9 +124,9 @@ def _mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func.has_kernel_for_dispatch_key(composite):
-                # under inference_mode a composite op (linear, matmul) comes whole: its
-                # decomposition run here, in this mode, shows the mm it runs
+            if func.overloadpacket in composite:
+                # under inference_mode these composite ops come whole: their decomposition
+                # (what runs below them anyway) run here, in this mode, shows the mm they run
                 with self:
                     out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
