@@ -307,6 +307,37 @@ def test_under_inference_mode_the_same_list_as_under_no_grad(tmp_path):
     assert lists[0] == lists[1] == [dict(entry, count=1) for entry in FORWARD]
 
 
+def test_under_inference_mode_groups_rnns_and_tensordot_are_listed_as_under_no_grad(tmp_path):
+    """The other composite ops that carry matmuls (an RNN, tensordot) and linears of one input
+    (their group) come out as under no_grad; a nested tensor's linear runs as torch runs it."""
+    torch.manual_seed(0)
+    q, k, v = (nn.Linear(16, 16) for _ in range(3))
+    rnn = nn.RNN(16, 8)
+    x, w = torch.randn(2, 4, 16), torch.randn(5, 16)
+
+    def program():
+        return q(x), k(x), v(x), rnn(torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(1)))[0], \
+            torch.tensordot(x, w, dims=([2], [1]))
+
+    lists = []
+    for context in (torch.no_grad, torch.inference_mode):
+        path = tmp_path / f"{context.__name__}.json"
+        with context(), autotune_cli.record(path):
+            program()
+        lists.append(listed(path))
+    assert lists[0] == lists[1]
+    assert any(entry.get("group") for entry in lists[0]) and len(lists[0]) >= 4
+
+    lin = nn.Linear(16, 8)
+    with torch.no_grad():
+        nested = torch.nested.nested_tensor([torch.randn(3, 16), torch.randn(5, 16)])
+        want = lin(nested)
+        with autotune_cli.record(tmp_path / "nested.json"):
+            got = lin(nested)
+    for a, b in zip(got.unbind(), want.unbind()):
+        torch.testing.assert_close(a, b)
+
+
 def test_the_environment_variable_records_a_process(tmp_path):
     path = tmp_path / "env.json"
     code = ("import os, torch, autotune_cli\n"

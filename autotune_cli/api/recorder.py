@@ -45,6 +45,7 @@ RECORDED = ("mm", "addmm", "bmm", "_scaled_mm")
 UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm",
                *FUSED_OPS)
 NAMED_SKIPS = 4  # the skipped problems named on the exit line; the rest are counted
+MAX_OPEN_RUNS = 8  # inputs of linears a thread's record holds at once (each one's run of linears)
 
 
 class _Tally:
@@ -56,9 +57,9 @@ class _Tally:
         self.problems: Counter[GemmProblem] = Counter()
         self.skipped: Counter[str] = Counter()
         # Linears of one input (q, k and v; a cross-attention's k and v of every layer): per
-        # thread, per input's mark, the open run ((a weak reference to the input, [problems],
-        # the weights' addresses)), and the one GEMMs they make (groups.py: what
-        # autotune_cli.compile may run in their place, and looks up)
+        # thread, per input's mark, the open run ((the input, [problems], the weights'
+        # addresses)), the most recently used last, and the one GEMMs they make (groups.py:
+        # what autotune_cli.compile may run in their place, and looks up)
         self.runs: dict[int, dict[tuple, tuple[Any, list[GemmProblem], set[int]]]] = {}
         self.groups: Counter[GemmProblem] = Counter()
         self.users = 0
@@ -68,23 +69,23 @@ class _Tally:
         group may hold), and whose B is the weight at address `weight`, to this thread's run
         of linears of that input, wherever they come (as a compile groups every linear that
         reads one tensor); under the lock. A weight met again starts a new run (the same layer
-        run again on the same input). A run ends when its input is gone: its memory may go to
-        a new tensor with the same mark."""
-        import weakref
-
-        runs = self.runs.setdefault(threading.get_ident(), {})
-        for gone in [key for key, run in runs.items() if run[0]() is None]:
-            self._count(runs.pop(gone))
+        run again on the same input). A run holds its input, so that its memory cannot go to
+        a new tensor with the same mark; the least recently used of more than MAX_OPEN_RUNS
+        ends (an input a later linear reads again is the last used)."""
         if mark is None:
             return
-        run = runs.get(mark)
+        runs = self.runs.setdefault(threading.get_ident(), {})
+        run = runs.pop(mark, None)
         if run is not None and weight not in run[2]:
             run[1].append(problem)
             run[2].add(weight)
+            runs[mark] = run
             return
         if run is not None:
-            self._count(runs.pop(mark))
-        runs[mark] = (weakref.ref(a if a._base is None else a._base), [problem], {weight})
+            self._count(run)
+        runs[mark] = (a, [problem], {weight})
+        while len(runs) > MAX_OPEN_RUNS:
+            self._count(runs.pop(next(iter(runs))))
 
     def end_runs(self, thread: int) -> None:
         """End `thread`'s open runs (a write in place may change what a later linear reads, as
@@ -106,11 +107,28 @@ _tallies_lock = threading.Lock()
 def _mode_class():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
 
     from .calls import Torch
 
     aten = torch.ops.aten
-    composite = {aten.linear, aten.matmul, aten.einsum}
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    below: dict = {}  # op -> whether its composite kernel is what runs below the mode (no backend's own)
+
+    def runs_composite(func, args, kwargs) -> bool:
+        """Under inference_mode a composite op (linear, matmul, an RNN) comes to the mode whole;
+        where its composite kernel is what would run below, on plain tensors, it is run here,
+        in the mode, so that the mm it runs is seen as under no_grad."""
+        if not torch.is_inference_mode_enabled():
+            return False
+        if func not in below:
+            name = func.name()
+            below[func] = has_kernel(name, "CompositeImplicitAutograd") and not any(
+                has_kernel(name, key) for key in ("CPU", "CUDA"))
+        if not below[func]:
+            return False
+        leaves = tree_leaves((args, kwargs))
+        return all(t.layout == torch.strided and not t.is_nested for t in leaves if isinstance(t, torch.Tensor))
     recorded = {getattr(aten, name): name for name in RECORDED}
     unexpressed = {getattr(aten, name): name for name in UNEXPRESSED if hasattr(aten, name)}
     t = Torch()
@@ -121,14 +139,22 @@ def _mode_class():
         def __init__(self, tally: _Tally) -> None:
             super().__init__()
             self.tally = tally
+            # the weights of the linears being decomposed (inference_mode keeps no view's
+            # base: their transposes are known by these)
+            self.linear_weights: list = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func.overloadpacket in composite:
-                # under inference_mode these composite ops come whole: their decomposition
-                # (what runs below them anyway) run here, in this mode, shows the mm they run
-                with self:
-                    out = func.decompose(*args, **kwargs)
+            if runs_composite(func, args, kwargs):
+                linear = func.overloadpacket is aten.linear and len(args) > 1
+                if linear:
+                    self.linear_weights.append(args[1])
+                try:
+                    with self:
+                        out = func.decompose(*args, **kwargs)
+                finally:
+                    if linear:
+                        self.linear_weights.pop()
                 if out is not NotImplemented:
                     return out
             out = func(*args, **kwargs)
@@ -157,7 +183,8 @@ def _mode_class():
                     self.tally.problems[problem] += 1
                     a = _operand_a(op, named)
                     b = named["mat2"]
-                    mark = _input_mark(a, problem) if _parameter_weight(b) else None
+                    weight = self.linear_weights[-1] if self.linear_weights else None
+                    mark = _input_mark(a, problem) if _parameter_weight(b, weight) else None
                     self.tally.follow(mark, a, b.data_ptr(), problem)
                 else:
                     self.tally.skipped[skipped] += 1
@@ -196,10 +223,14 @@ def _operand_a(op: str, named: dict):
     return named["mat1"] if op == "addmm" else named["self"]
 
 
-def _parameter_weight(b) -> bool:
+def _parameter_weight(b, linear_weight=None) -> bool:
     """B is a plain Parameter or its whole transpose (a Linear's weight.t()): the only weight
-    a compile groups, so a group of others (a buffer, a slice) would be tuned for nothing."""
+    a compile groups, so a group of others (a buffer, a slice) would be tuned for nothing.
+    `linear_weight`: the weight of the linear being run, whose transpose B may be where no
+    base is kept (inference_mode)."""
     base = b._base
+    if base is None and linear_weight is not None and not plain_parameter(b):
+        base = linear_weight
     if base is None:
         return plain_parameter(b)
     return plain_parameter(base) and b.data_ptr() == base.data_ptr() and tuple(b.shape) == tuple(base.shape)[::-1] \
