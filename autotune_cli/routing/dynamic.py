@@ -118,8 +118,9 @@ def _random_like(t, generator, scale: float = 1.0):
     overlap, as an expanded bias's do, reads repeated values)."""
     import torch
 
-    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    storage = torch.randn(span, generator=generator, dtype=torch.float32, device=t.device) * scale
+    from ..templates.base import elements_spanned
+
+    storage = torch.randn(elements_spanned(t), generator=generator, dtype=torch.float32, device=t.device) * scale
     return storage.to(t.dtype).as_strided(t.shape, t.stride())
 
 

@@ -287,7 +287,7 @@ def matmul_sites(graph):
                 yield Site(node, op, match, None, static=False, skip=AUTOCAST)
             elif grads:
                 yield Site(node, op, match, None, static=False, skip=NEEDS_GRADIENTS)
-            elif _static_shapes(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
+            elif is_static(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
                 a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
                 yield Site(node, op, match, None, a, w.t() if match.transpose_b else w, bias, static=False,
@@ -320,8 +320,6 @@ def concrete(size) -> int | None:
     return int(value) if value is not None else None
 
 
-def _static_shapes(*tensors) -> bool:
-    return all(t is None or all(isinstance(s, int) for s in (*t.shape, *t.stride())) for t in tensors)
 
 
 _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,

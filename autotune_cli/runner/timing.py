@@ -68,11 +68,12 @@ def _operand_bytes(ops, with_out: bool = True) -> int:
     """The bytes the operands' elements span (each from its first element to its last, a
     pitched row's padding between them included): not their storages', which placed
     operands share (CandidateRunner.placed: one buffer, a placement's offset in it)."""
+    from ..templates.base import elements_spanned
+
     total = 0
     for tensor in (ops.a, ops.b, ops.out if with_out else None, ops.bias):
         if tensor is not None and tensor.numel():
-            span = 1 + sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
-            total += span * tensor.element_size()
+            total += elements_spanned(tensor) * tensor.element_size()
     return total
 
 

@@ -198,6 +198,12 @@ def copy_when_changed(copy: Callable[[Any], None], capturing: Callable[[], bool]
     return run
 
 
+def elements_spanned(t) -> int:
+    """How many elements of its storage a non-empty tensor's view spans, from its first
+    element to its last (a pitched row's padding between them, its overlaps once)."""
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+
+
 def torch_dtype(name: str):
     """The torch dtype a problem's dtype name stands for (imports torch: call in `build`)."""
     import torch
