@@ -141,7 +141,6 @@ class WinnerLookup:
         of another machine is none of this one's business. An entry may hold results of
         templates not registered here (a plugin's, a tune with --plugin): it is seen as a
         tune of the registered ones alone would have made it (selections.selection_view)."""
-        from ..templates import get_template
         from ..tune.selections import judged_hashes, selection_view, unserved_reason
 
         entries = self._by_problem.get(problem.key(), ())
@@ -154,14 +153,9 @@ class WinnerLookup:
             if entry.winner is None:
                 yield key, entry, f"{STALE} {unserved_reason(entry, {})}"
                 continue
-            known = {}
-            for uid, digest in entry.templates.items():
-                try:
-                    get_template(uid)
-                except UserError:
-                    continue
-                known[uid] = digest
-            why = unserved_reason(entry, judged_hashes(entry))
+            judged = judged_hashes(entry)  # the registered templates it records, their sources here
+            known = {uid: entry.templates[uid] for uid in judged}
+            why = unserved_reason(entry, judged)
             if why:
                 yield key, entry, f"{STALE} {why}"
                 continue
