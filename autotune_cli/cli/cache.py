@@ -159,12 +159,13 @@ def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> Import
             from ..tune.selections import judged_hashes, stored_after, template_hashes, unserved_reason, whole
 
             hashes = template_hashes(entry.problem)
-            theirs_whole, ours_whole = whole(entry, judged_hashes(entry)), whole(mine, judged_hashes(mine))
+            theirs_judged = judged_hashes(entry)
+            theirs_whole, ours_whole = whole(entry, theirs_judged), whole(mine, judged_hashes(mine))
             new, old = tuned_time(entry), tuned_time(mine)
             if _cut_where_ours_is_whole(entry, mine):
                 plan.skipped.append((key, "theirs was cut short by --budget where ours timed every config"))
             elif ours_whole and not theirs_whole:  # later, but not one the lookups would answer with
-                why = unserved_reason(entry, judged_hashes(entry)) or "was cut short by --budget"
+                why = unserved_reason(entry, theirs_judged) or "was cut short by --budget"
                 plan.skipped.append((key, f"theirs {why}; ours is used here"))
             elif theirs_whole and not ours_whole or (new is not None and (old is None or new > old)):
                 # ours's results of templates theirs did not tune stay (as a narrower tune's would)
