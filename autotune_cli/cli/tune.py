@@ -207,19 +207,15 @@ def tune_found(tuner, found, plan: list[dict], scaled: bool, clock: StageClock) 
     return rows
 
 
-def refuse_what_does_not_fit(found, devices, cache, settings, input_shapes: bool) -> None:
-    """Every problem to be tuned (no cache entry answers it) checked against each device's
-    memory before the first tune starts: one that cannot fit is refused now, in one line that
-    says which sizes to change, rather than after the others' tunes with no table. Ray's
-    devices are known to its actors alone: there a problem that does not fit is failed."""
-    from ..tune.hits import look_up, lookup_terms
+def refuse_what_does_not_fit(pending, devices, input_shapes: bool) -> None:
+    """Every problem to be tuned (`pending`: no cache entry answers it) checked against each
+    device's memory before the first tune starts: one that cannot fit is refused now, in one
+    line that says which sizes to change, rather than after the others' tunes with no table.
+    Ray's devices are known to its actors alone: there a problem that does not fit is failed."""
     from ..tune.tuner import does_not_fit
 
     refused = []
-    for item in found:
-        if not settings.force and look_up(cache, item.problem, devices[0], settings.templates,
-                                          **lookup_terms(settings)).hit is not None:
-            continue
+    for item in pending:
         why = next(filter(None, (does_not_fit(item.problem, device) for device in devices)), None)
         if why:
             refused.append((item, why))
@@ -343,12 +339,12 @@ def model(
         here = probe_device(dev)
         from ..settings import check_writable_folder
         from ..store.cache import Cache
-        from ..tune.hits import any_to_tune
+        from ..tune.hits import to_tune
 
         looked_up = Cache(settings.cache_dir)
-        if any_to_tune(looked_up, [item.problem for item in found], here, settings):
-            refuse_what_does_not_fit(found, local_devices(settings) if scaled else [here], looked_up, settings,
-                                     bool(shapes))
+        pending = [item for item in found if to_tune(looked_up, item.problem, here, settings)]
+        if pending:
+            refuse_what_does_not_fit(pending, local_devices(settings) if scaled else [here], bool(shapes))
             check_writable_folder(settings.cache_dir)  # before the plan: the error is the one line
         device_notes = device_notes + looked_up.notices  # told once: here, not by the tuner
     clock.mark("probed")

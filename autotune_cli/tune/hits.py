@@ -117,11 +117,16 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
     return outcome
 
 
+def to_tune(cache, problem, device, settings) -> bool:
+    """Whether a tune of `problem` will run (and write the cache): --force, or no entry
+    answers it."""
+    return settings.force or look_up(cache, problem, device, settings.templates,
+                                     **lookup_terms(settings)).hit is None
+
+
 def any_to_tune(cache, problems, device, settings) -> bool:
-    """Whether a tune of `problems` will run (and write the cache): --force, or a problem
-    with no entry that answers it."""
-    return settings.force or any(look_up(cache, problem, device, settings.templates, **lookup_terms(settings)).hit
-                                 is None for problem in problems)
+    """Whether a tune of any of `problems` will run (`to_tune`)."""
+    return any(to_tune(cache, problem, device, settings) for problem in problems)
 
 
 def lookup_terms(settings: TuneSettings) -> dict[str, bool]:
