@@ -218,7 +218,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _is_seconds(value: Any) -> bool:
+def _is_non_negative(value: Any) -> bool:
     return _is_number(value) and value >= 0
 
 
@@ -248,20 +248,20 @@ _RECORDED_SHAPES: dict[str, tuple[Any, str]] = {
     "search": (_is_str, "a string"),
     "tool_version": (_is_str, "a string"),
     "tuned_at": (_is_str, "a string"),
-    "tune_seconds": (_is_seconds, "a number of 0 or more"),
+    "tune_seconds": (_is_non_negative, "a number of 0 or more"),
     "partial": (lambda v: isinstance(v, bool), "true or false"),
     "cut_short": (lambda v: isinstance(v, bool), "true or false"),
     "resumed": (_is_count, "a count"),
     "timeline": (_rows_of(_is_str, _is_str, _is_number), "[[candidate, round, seconds], ...]"),
     "compiles": (_rows_of(_is_number, _is_number, _is_number), "[[sent, done, seconds], ...]"),
     "compile_pool": (lambda v: isinstance(v, dict), "an object"),
-    "phases": (_mapping_of(_is_seconds), "{phase: seconds}"),
-    "worker_s": (_mapping_of(_is_seconds), "{step: seconds}"),
+    "phases": (_mapping_of(_is_non_negative), "{phase: seconds}"),
+    "worker_s": (_mapping_of(_is_non_negative), "{step: seconds}"),
     "rounds": (_mapping_of(_is_count), "{round: count}"),
     "compile_pool_s": (lambda v: isinstance(v, dict) and _is_count(v.get("kernels"))
-                       and _is_seconds(v.get("busy")) and _is_seconds(v.get("span")),
+                       and _is_non_negative(v.get("busy")) and _is_non_negative(v.get("span")),
                        "{kernels: count, busy: seconds, span: seconds}"),
-    "startups": (_rows_of(_is_str, _is_seconds), "[[role, seconds], ...]"),
+    "startups": (_rows_of(_is_str, _is_non_negative), "[[role, seconds], ...]"),
 }
 _RECORDED = tuple(_RECORDED_SHAPES)
 # A candidate's numbers besides its time: each a finite number of 0 or more, or null.
@@ -398,7 +398,7 @@ class Entry:
                      f"{_show(cand['status'])}")
             for name in _CANDIDATE_NUMBERS:
                 value = cand.get(name)
-                _require(value is None or (_is_number(value) and value >= 0),
+                _require(value is None or _is_non_negative(value),
                          f"{where}: candidate {i} {name} {_show(value)} is not a number of 0 or more")
         problem = _problem(where, data["problem"])
         fingerprint = data["fingerprint"]
