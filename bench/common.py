@@ -91,18 +91,18 @@ class SideBySide:
         samples = [[] for _ in runs]
         for round_index in range(rounds):
             order = range(len(runs)) if round_index % 2 == 0 else reversed(range(len(runs)))
-            moved, pads = self.placed(problem, ops, runs)
+            moved = self.placed(problem, ops, runs)
             for i in order:
                 samples[i].append(self.timer.measure(runs[i], moved[i], policy).median_ms)
-            del moved, pads
+            del moved
         return [statistics.median(s) for s in samples], verdicts
 
-    def placed(self, problem, ops, runs) -> tuple[list, list]:
-        """(operands for one round at the next placement of this process (`placed`), the
-        same for every runnable, each with its own output (its `out_pitch`); the pads)."""
-        base, pads = placed(ops, next(self.placements))
+    def placed(self, problem, ops, runs) -> list:
+        """Operands for one round at the next placement of this process (`placed`), the same
+        for every runnable, each with its own output (its `out_pitch`)."""
+        base = placed(ops, next(self.placements))
         return [replace(base, out=empty_out(problem, getattr(run, "out_pitch", None), ops.out.dtype, "cuda"))
-                for run in runs], pads
+                for run in runs]
 
     def time_winner(self, problem, winner: dict, kernel_dir: str, seed: int = 1234):
         """(ours ms, torch ms, verdict on ours)."""
@@ -112,14 +112,13 @@ class SideBySide:
 
 
 def placed(ops, index: int):
-    """(a copy of `ops` at addresses of placement `index` + 1's own, what to hold while it is
-    used: nothing, the copy holds its buffer): A, B and the bias copied as the tuner places
-    them (CandidateRunner.placed), the output left as it is. A cuBLAS call's time moves by up
-    to 10% with where its operands lie (process_spread.py, "Placement"): rounds at one
-    placement read one of them."""
+    """A copy of `ops` at addresses of placement `index` + 1's own: A, B and the bias copied
+    as the tuner places them (CandidateRunner.placed), the output left as it is. A cuBLAS
+    call's time moves by up to 10% with where its operands lie (process_spread.py,
+    "Placement"): rounds at one placement read one of them."""
     from autotune_cli.runner.candidate import CandidateRunner
 
-    return CandidateRunner.placed(ops, index + 1, out=False), []
+    return CandidateRunner.placed(ops, index + 1, out=False)
 
 
 def parse_tile(text: str) -> dict:

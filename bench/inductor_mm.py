@@ -106,10 +106,10 @@ def main() -> None:
     for round_index in range(6):  # as bench/common.py's time_many: the order reversed every other
         # pass, each pass's operands at addresses of its own (common.placed); every runnable
         # here makes its own output
-        moved, pads = placed(ops, round_index)
+        moved = placed(ops, round_index)
         for samples, runnable, _ in (runs if round_index % 2 == 0 else runs[::-1]):
             samples.append(timer.measure(runnable, moved, policy).median_ms)
-        del moved, pads
+        del moved
     if ours_ms:
         ours["ours_ms"] = statistics.median(ours_ms)
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
