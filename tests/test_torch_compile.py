@@ -506,15 +506,6 @@ def test_the_apis_addmm_and_an_addmm_with_beta_and_alpha_of_1_are_routed(cli, ca
     assert [(r.uid, r.fallback) for r in routes] == [("triton::mm", False)] * 2
 
 
-class Einsum(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(32, 16))
-
-    def forward(self, x):
-        return torch.einsum("bik,kj->bij", x, self.w)
-
-
 class MatrixByBatch(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -550,16 +541,6 @@ def test_a_baddbmm_is_met_and_said_to_stay_torchs(cache_dir, capfd):
         torch.testing.assert_close(got, ScaledScores()(bias, q, k))
     assert "routed 0 of 1 matmul; left to the compiler: 1 as baddbmm" in capfd.readouterr().err
     assert [(r.op, r.fallback) for r in routes] == [("bmm", True)]
-
-
-def test_an_einsum_is_met_and_said_to_stay_the_compilers(cache_dir, capfd):
-    routes: list = []
-    x = torch.randn(2, 8, 32)
-    with torch.no_grad():
-        got = autotune_cli.compile(Einsum().eval(), backend="eager", routes=routes, tune=False)(x)
-    assert "routed 0 of 1 matmul; left to the compiler: 1 written as einsum" in capfd.readouterr().err
-    assert [(r.op, r.fallback) for r in routes] == [("einsum", True)] and r"einsum" in routes[0].reason
-    assert got.shape == (2, 8, 16)
 
 
 class Attention(torch.nn.Module):

@@ -28,8 +28,9 @@ and each op is one a compiler keeps in its graph:
 A matmul with no cached winner for this machine's fingerprint (or one tuned on another
 machine, or with a template source that has changed since) is left as it was: Inductor
 handles it as it would without us. What is routed: linear (x [..., K] folded to [M, K],
-B = W.T), mm, addmm (alpha = beta = 1), bmm, and matmul / @ of 2-D by 2-D, N-D by 2-D and
-3-D by 3-D operands, with static shapes. Tensors that need gradients under grad mode stay
+B = W.T), mm, addmm (alpha = beta = 1), bmm, matmul / @ of 2-D by 2-D, N-D by 2-D and
+3-D by 3-D operands, and an einsum of two tensors that is one of these (einsum.py), with
+static shapes. Tensors that need gradients under grad mode stay
 on torch's ops (the kernels have no backward).
 
 torch._scaled_mm calls (float8, scales per tensor, row or block, a [n] bias, out_dtype and

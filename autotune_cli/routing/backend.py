@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatcher
 from .dynamic import DynamicCall, dynamic_problem
+from .einsum import lower_einsums
 from .eager import launch_parts, warmed_call, warmed_scaled_call
 from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
@@ -66,8 +67,12 @@ class routing_backend:
         self.pdl = self.inductor_pdl(config)
         dynamos = set(gm.graph.nodes)  # Dynamo's own nodes: fill_example_values leaves them alone
         folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
+        lowered, einsums_left = lower_einsums(gm.graph)  # the others are matmuls now, met as any
+        if lowered:
+            gm.recompile()
         sites = list(matmul_sites(gm.graph))
         for site in sites:
+            site.skip = einsums_left.get(site.node, site.skip)
             if site.dynamic_m:
                 site.plan = dynamic_problem(self.dispatcher, site.a, site.b, site.bias)
                 if isinstance(site.plan, str):

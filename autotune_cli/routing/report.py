@@ -57,7 +57,7 @@ def _reason_kind(reason: str) -> str:
     """A fallback's reason, short (the `routes` list keeps the whole)."""
     for start, short in (("nothing cached", "with nothing cached"), ("K = 1", "with K = 1 (a multiply)"),
                          (STALE, "whose cached entry is not used (see routes)"),
-                         (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "written as einsum"),
+                         (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "as einsums of another form"),
                          (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
                          (UNFOLDED, "run by torch as a bmm of unfolded rows"),
                          ("K = 0", "with K = 0"),

@@ -236,7 +236,7 @@ UNFOLDED = ("a matmul torch runs as a bmm over the input's batch (rows that do n
             "times a weight that needs no grad), not read by routing")
 BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
 FUSED = "matmuls inside one op of torch's (an attention or encoder layer), not read by routing"
-EINSUM = "an einsum, not read by routing (the compiler lowers it; autotune model lists its bmm)"
+EINSUM = "an einsum that is not one matmul, left to the compiler"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"

@@ -1,0 +1,144 @@
+"""Einsums under autotune_cli.compile (routing/einsum.py): one that is a GEMM becomes the
+matmul it is and is routed as any; another form stays the compiler's, said why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli.routing.einsum import einsum_gemm
+
+pytestmark = pytest.mark.usefixtures("fresh_compile")
+
+# (equation, A's shape, B's shape, the op routing meets)
+LOWERED = [
+    ("bsd,hd->bsh", (2, 8, 32), (16, 32), "mm"),  # a linear's projection
+    ("bik,kj->bij", (2, 8, 32), (32, 16), "mm"),
+    ("ij,jk", (8, 16), (16, 4), "mm"),  # implicit output
+    ("d,hd->h", (32,), (16, 32), "mm"),  # no rows: M = 1
+    ("bsd,d->bs", (2, 8, 32), (32,), "mm"),  # no columns: N = 1
+    ("...d,hd->...h", (2, 3, 8, 32), (16, 32), "mm"),
+    ("bsd,edh->bseh", (2, 8, 32), (4, 32, 8), "mm"),  # two columns, viewed back
+    ("bsd,ehd->ebsh", (2, 8, 32), (4, 8, 32), "mm"),  # the output permuted
+    ("abcd,cde->abe", (2, 3, 4, 5), (4, 5, 6), "mm"),  # two summed labels
+    ("bhqd,bhkd->bhqk", (2, 4, 8, 16), (2, 4, 8, 16), "bmm"),  # attention's scores
+    ("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16), "bmm"),  # heads after the tokens
+    ("ebd,edh->ebh", (4, 8, 32), (4, 32, 16), "bmm"),  # experts' weights
+    ("xbi,byi->bxy", (5, 2, 7), (2, 3, 7), "bmm"),
+    ("b...i,bij->b...j", (2, 3, 4, 7), (2, 7, 5), "bmm"),  # two rows in a batch, viewed back
+]
+
+LEFT = [
+    ("i,j->ij", (4,), (5,), "no label summed"),
+    ("ii,ij->j", (4, 4), (4, 5), "a diagonal"),
+    ("bij,bjk->bik", (1, 4, 8), (3, 8, 5), "broadcast"),
+    ("ij,kl->il", (3, 4), (5, 6), "summed within one operand"),
+]
+
+
+class Einsum(torch.nn.Module):
+    def __init__(self, equation: str):
+        super().__init__()
+        self.equation = equation
+
+    def forward(self, a, b):
+        return torch.einsum(self.equation, a, b)
+
+
+def compiled_routes(equation, a, b, backend="eager", **kwargs):
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(Einsum(equation), backend=backend, routes=routes, tune=False, **kwargs)(a, b)
+    return got, routes
+
+
+@pytest.mark.parametrize("equation,a_shape,b_shape,op", LOWERED, ids=[c[0] for c in LOWERED])
+def test_an_einsum_that_is_one_gemm_is_met_as_its_matmul(cache_dir, equation, a_shape, b_shape, op):
+    """The graph computes torch's einsum, through one matmul that routing meets as `op`."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(*a_shape, generator=g), torch.randn(*b_shape, generator=g)
+    got, routes = compiled_routes(equation, a, b)
+    torch.testing.assert_close(got, torch.einsum(equation, a, b))
+    assert [r.op for r in routes] == [op]
+    assert routes[0].reason.startswith("nothing cached"), routes[0].reason
+
+
+@pytest.mark.parametrize("equation,a_shape,b_shape,why", LEFT, ids=[c[0] for c in LEFT])
+def test_an_einsum_of_another_form_stays_the_compilers_said_why(cache_dir, capfd, equation, a_shape, b_shape, why):
+    a, b = torch.randn(*a_shape), torch.randn(*b_shape)
+    got, routes = compiled_routes(equation, a, b)
+    torch.testing.assert_close(got, torch.einsum(equation, a, b))
+    assert [(r.op, r.fallback) for r in routes] == [("einsum", True)]
+    assert why in routes[0].reason, routes[0].reason
+    assert "left to the compiler: 1 as einsums of another form" in capfd.readouterr().err
+
+
+def test_einsum_gemm_names_each_labels_part():
+    a, b, out, batch, rows, summed, columns = einsum_gemm("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16))
+    assert [chr(s) for s in batch] == ["b", "h"] and [chr(s) for s in rows] == ["q"]
+    assert [chr(s) for s in summed] == ["d"] and [chr(s) for s in columns] == ["k"]
+    assert einsum_gemm("ij,jk,kl->il", (2, 2), (2, 2)) == "not two operands"
+    assert einsum_gemm("ijk,jk->i", (2, 3), (3, 4)) == "the equation's dims are not the operand's"
+
+
+def test_an_einsum_projection_runs_its_tuned_triton_winner(cli, cache_dir, tmp_path):
+    """'bsd,hd->bsh' is x @ W.T folded: the mm 16x16x32 nt tuned with triton::mm is routed,
+    with torch's result."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps([{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 8,
+                                  "num_stages": 2, "num_warps": 4}]))
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", "--m", 16, "--n", 16, "--k", 32,
+                         "--layout", "nt", "--dtype", "float32", "--templates", "triton::mm", "--space", space)
+    assert code == 0, err
+    assert json.loads(out)["winner"]["uid"] == "triton::mm"
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 8, 32, generator=g), torch.randn(16, 32, generator=g)
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        got, routes = compiled_routes("bsd,hd->bsh", x, w, backend=backend, fullgraph=True)
+        assert [(r.op, r.uid, r.fallback) for r in routes] == [("mm", "triton::mm", False)], backend
+        torch.testing.assert_close(got, torch.einsum("bsd,hd->bsh", x, w), rtol=1e-4, atol=1e-4)
+
+
+class Heads(torch.nn.Module):
+    """A projection into heads written as an einsum over a weight [experts, d, h]."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 32, 8))
+
+    def forward(self, x):
+        return torch.einsum("bsd,edh->bseh", x, self.w)
+
+
+def test_an_einsum_with_dynamic_tokens_folds_them_into_m(cache_dir):
+    """Dynamic batch and sequence: the rows stay unflattened, a matmul of a dynamic M (met
+    as such), and every call computes torch's einsum."""
+    model = Heads()
+    routes: list = []
+    compiled = autotune_cli.compile(model, backend="eager", routes=routes, tune=False, dynamic=True)
+    with torch.no_grad():
+        for batch, tokens in ((2, 3), (3, 5), (1, 9)):
+            x = torch.randn(batch, tokens, 32)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert routes and all(r.op == "mm" for r in routes)
+    assert all("dynamic" in r.reason for r in routes), [r.reason for r in routes]
+
+
+def test_an_einsum_that_records_gradients_keeps_them(cache_dir):
+    """Under grad mode the matmul stays torch's (no backward in our kernels), and the
+    gradients are the einsum's."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 32, generator=g, requires_grad=True)
+    w = torch.randn(4, 8, 32, generator=g, requires_grad=True)
+    routes: list = []
+    compiled = autotune_cli.compile(Einsum("bsd,ehd->ebsh"), backend="aot_eager", routes=routes, tune=False)
+    compiled(x, w).square().sum().backward()
+    got = (x.grad, w.grad)
+    x.grad = w.grad = None
+    torch.einsum("bsd,ehd->ebsh", x, w).square().sum().backward()
+    torch.testing.assert_close(got, (x.grad, w.grad))
+    assert [(r.op, r.fallback) for r in routes] == [("mm", True)] and "gradients" in routes[0].reason
