@@ -9,26 +9,30 @@ import pytest
 import torch
 
 import autotune_cli
+from autotune_cli.model.shapes_file import read_listed
+from autotune_cli.model import find_gemms
 from autotune_cli.routing.einsum import einsum_gemm
 
 pytestmark = pytest.mark.usefixtures("fresh_compile")
 
-# (equation, A's shape, B's shape, the op routing meets)
+# (equation, A's shape, B's shape)
 LOWERED = [
-    ("bsd,hd->bsh", (2, 8, 32), (16, 32), "mm"),  # a linear's projection
-    ("bik,kj->bij", (2, 8, 32), (32, 16), "mm"),
-    ("ij,jk", (8, 16), (16, 4), "mm"),  # implicit output
-    ("d,hd->h", (32,), (16, 32), "mm"),  # no rows: M = 1
-    ("bsd,d->bs", (2, 8, 32), (32,), "mm"),  # no columns: N = 1
-    ("...d,hd->...h", (2, 3, 8, 32), (16, 32), "mm"),
-    ("bsd,edh->bseh", (2, 8, 32), (4, 32, 8), "mm"),  # two columns, viewed back
-    ("bsd,ehd->ebsh", (2, 8, 32), (4, 8, 32), "mm"),  # the output permuted
-    ("abcd,cde->abe", (2, 3, 4, 5), (4, 5, 6), "mm"),  # two summed labels
-    ("bhqd,bhkd->bhqk", (2, 4, 8, 16), (2, 4, 8, 16), "bmm"),  # attention's scores
-    ("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16), "bmm"),  # heads after the tokens
-    ("ebd,edh->ebh", (4, 8, 32), (4, 32, 16), "bmm"),  # experts' weights
-    ("xbi,byi->bxy", (5, 2, 7), (2, 3, 7), "bmm"),
-    ("b...i,bij->b...j", (2, 3, 4, 7), (2, 7, 5), "bmm"),  # two rows in a batch, viewed back
+    ("bsd,hd->bsh", (2, 8, 32), (16, 32)),  # a linear's projection
+    ("bik,kj->bij", (2, 8, 32), (32, 16)),
+    ("ij,jk", (8, 16), (16, 4)),  # implicit output
+    ("mk,kn->nm", (16, 32), (32, 24)),  # torch swaps the operands
+    ("d,hd->h", (32,), (16, 32)),  # no rows: M = 1
+    ("bsd,d->bs", (2, 8, 32), (32,)),  # no columns: N = 1
+    ("...d,hd->...h", (2, 3, 8, 32), (16, 32)),
+    ("bsd,edh->bseh", (2, 8, 32), (4, 32, 8)),  # two columns, viewed back
+    ("bsd,ehd->ebsh", (2, 8, 32), (4, 8, 32)),  # the output permuted
+    ("abcd,cde->abe", (2, 3, 4, 5), (4, 5, 6)),  # two summed labels
+    ("bhqd,bhkd->bhqk", (2, 4, 8, 16), (2, 4, 8, 16)),  # attention's scores
+    ("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16)),  # heads after the tokens
+    ("ebd,edh->ebh", (4, 8, 32), (4, 32, 16)),  # experts' weights
+    ("xbi,byi->bxy", (5, 2, 7), (2, 3, 7)),
+    ("b...i,bij->b...j", (2, 3, 4, 7), (2, 7, 5)),  # two rows in a batch, viewed back
+    ("bik,bkj->bji", (2, 8, 16), (2, 16, 12)),
 ]
 
 LEFT = [
@@ -55,15 +59,32 @@ def compiled_routes(equation, a, b, backend="eager", **kwargs):
     return got, routes
 
 
-@pytest.mark.parametrize("equation,a_shape,b_shape,op", LOWERED, ids=[c[0] for c in LOWERED])
-def test_an_einsum_that_is_one_gemm_is_met_as_its_matmul(cache_dir, equation, a_shape, b_shape, op):
-    """The graph computes torch's einsum, through one matmul that routing meets as `op`."""
+def problems(found) -> list[tuple]:
+    return sorted((p.op, p.b, p.m, p.n, p.k, p.dtype, p.layout, p.bias) for p in found)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("equation,a_shape,b_shape", LOWERED, ids=[c[0] for c in LOWERED])
+def test_an_einsum_that_is_one_gemm_is_met_as_the_bmm_torch_runs(cache_dir, tmp_path, equation, a_shape, b_shape,
+                                                                 transposed):
+    """The graph computes torch's einsum through one bmm: the problem a record of the eager
+    einsum writes, and `autotune model` lists for the exported one (so either serves it)."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(*a_shape, generator=g), torch.randn(*b_shape, generator=g)
+    if transposed:  # the same values, column-major
+        a, b = (t.mT.contiguous().mT if t.dim() >= 2 else t for t in (a, b))
     got, routes = compiled_routes(equation, a, b)
     torch.testing.assert_close(got, torch.einsum(equation, a, b))
-    assert [r.op for r in routes] == [op]
+    assert [r.op for r in routes] == ["bmm"]
     assert routes[0].reason.startswith("nothing cached"), routes[0].reason
+    with torch.no_grad(), autotune_cli.record(str(tmp_path / "ran.json")):
+        torch.einsum(equation, a, b)
+    ran = [p for p, _, _ in read_listed(tmp_path / "ran.json", "cpu")]
+    assert problems([routes[0].problem]) == problems(ran)
+    if not transposed:
+        torch.export.save(torch.export.export(Einsum(equation), (a, b)), str(tmp_path / "m.pt2"))
+        listed = [f.problem for f in find_gemms(str(tmp_path / "m.pt2"), device="cpu")]
+        assert problems(listed) == problems(ran)
 
 
 @pytest.mark.parametrize("equation,a_shape,b_shape,why", LEFT, ids=[c[0] for c in LEFT])
@@ -77,29 +98,33 @@ def test_an_einsum_of_another_form_stays_the_compilers_said_why(cache_dir, capfd
 
 
 def test_einsum_gemm_names_each_labels_part():
-    a, b, out, batch, rows, summed, columns = einsum_gemm("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16))
-    assert [chr(s) for s in batch] == ["b", "h"] and [chr(s) for s in rows] == ["q"]
-    assert [chr(s) for s in summed] == ["d"] and [chr(s) for s in columns] == ["k"]
+    plan = einsum_gemm("bqhd,bkhd->bhqk", (2, 8, 4, 16), (2, 8, 4, 16))
+    assert [chr(s) for s in plan.batch] == ["b", "h"] and [chr(s) for s in plan.rows] == ["q"]
+    assert [chr(s) for s in plan.summed] == ["d"] and [chr(s) for s in plan.columns] == ["k"]
+    assert not plan.swapped and not plan.fold
+    swapped = einsum_gemm("mk,kn->nm", (16, 32), (32, 24))  # B's columns lead: B @ A, as torch runs it
+    assert swapped.swapped and [chr(s) for s in swapped.rows] == ["n"] and [chr(s) for s in swapped.columns] == ["m"]
     assert einsum_gemm("ij,jk,kl->il", (2, 2), (2, 2)) == "not two operands"
     assert einsum_gemm("ijk,jk->i", (2, 3), (3, 4)) == "the equation's dims are not the operand's"
 
 
 def test_an_einsum_projection_runs_its_tuned_triton_winner(cli, cache_dir, tmp_path):
-    """'bsd,hd->bsh' is x @ W.T folded: the mm 16x16x32 nt tuned with triton::mm is routed,
-    with torch's result."""
+    """'bsd,hd->bsh' runs as one bmm of a batch of 1, x folded by W.T: that problem tuned
+    with triton::bmm is routed, with torch's result."""
     space = tmp_path / "space.json"
     space.write_text(json.dumps([{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 8,
                                   "num_stages": 2, "num_warps": 4}]))
-    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", "--m", 16, "--n", 16, "--k", 32,
-                         "--layout", "nt", "--dtype", "float32", "--templates", "triton::mm", "--space", space)
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--workers", "1", "--batch", 1, "--m", 16, "--n", 16,
+                         "--k", 32, "--layout", "nt", "--dtype", "float32", "--templates", "triton::bmm",
+                         "--space", space)
     assert code == 0, err
-    assert json.loads(out)["winner"]["uid"] == "triton::mm"
+    assert json.loads(out)["winner"]["uid"] == "triton::bmm"
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 8, 32, generator=g), torch.randn(16, 32, generator=g)
     for backend in ("eager", "aot_eager"):
         torch._dynamo.reset()
         got, routes = compiled_routes("bsd,hd->bsh", x, w, backend=backend, fullgraph=True)
-        assert [(r.op, r.uid, r.fallback) for r in routes] == [("mm", "triton::mm", False)], backend
+        assert [(r.op, r.uid, r.fallback) for r in routes] == [("bmm", "triton::bmm", False)], backend
         torch.testing.assert_close(got, torch.einsum("bsd,hd->bsh", x, w), rtol=1e-4, atol=1e-4)
 
 
@@ -141,4 +166,4 @@ def test_an_einsum_that_records_gradients_keeps_them(cache_dir):
     x.grad = w.grad = None
     torch.einsum("bsd,ehd->ebsh", x, w).square().sum().backward()
     torch.testing.assert_close(got, (x.grad, w.grad))
-    assert [(r.op, r.fallback) for r in routes] == [("mm", True)] and "gradients" in routes[0].reason
+    assert [(r.op, r.fallback) for r in routes] == [("bmm", True)] and "gradients" in routes[0].reason

@@ -222,7 +222,9 @@ def test_a_tiny_transformers_llama_decodes_the_same_folded(tmp_path):
     folds: list = []
     want = logits(model)
     got = logits(compiled(model, folds))
-    assert folds == [layers] * 2
+    # the prompt's attention takes a mask, or, in later transformers, is causal without one:
+    # a causal attention is not folded (its mask is not the folded rows')
+    assert folds[1] == layers and folds[0] in (0, layers)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 

@@ -427,7 +427,10 @@ def test_a_tiny_transformers_llama_decodes_the_same_with_split_keys():
     want = logits(model)
     got = logits(graph_targets(model, seen, split_keys=True))
     op = decode_attention.register_op()
-    assert [targets.count(op) for targets in seen] == [layers] * 2
+    prompt, step = (targets.count(op) for targets in seen)
+    # the prompt's attention takes a mask, or, in later transformers, is causal without one:
+    # a causal attention is not folded (its mask is not the folded rows')
+    assert step == layers and prompt in (0, layers)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 

@@ -779,3 +779,34 @@ def test_a_second_size_makes_m_dynamic_and_it_stays_routed(cache_dir, space, cap
             torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
     assert [r.uid for r in routes] == ["triton::mm", "dynamic"]
     assert capfd.readouterr().err.count("autotune: routed 1 of 1 matmul") == 2
+
+
+class Mixed(torch.nn.Module):
+    """A linear, an addmm, a bmm and an einsum: in an exported program's graph each is an aten op."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(C, H)
+        self.w = torch.nn.Parameter(torch.randn(H, C))
+        self.bias = torch.nn.Parameter(torch.randn(C))
+
+    def forward(self, x, q, k):
+        h = torch.addmm(self.bias, self.lin(x), self.w)
+        return h, torch.bmm(q, k.transpose(1, 2)), torch.einsum("bsd,hd->bsh", q, self.w)
+
+
+def test_an_exported_programs_module_is_routed_as_the_model(cache_dir):
+    """ExportedProgram.module() calls aten ops (aten.linear.default, ...) where the model
+    calls torch's functions: compiled, its matmuls are met as the same problems."""
+    x, q, k = torch.randn(T, C), torch.randn(2, 8, C), torch.randn(2, 8, C)
+    model = Mixed().eval()
+    met = []
+    for module in (model, torch.export.export(model, (x, q, k)).module()):
+        torch._dynamo.reset()
+        routes: list = []
+        with torch.no_grad():
+            got = autotune_cli.compile(module, backend="eager", routes=routes, tune=False)(x, q, k)
+            for value, want in zip(got, model(x, q, k)):
+                torch.testing.assert_close(value, want)
+        met.append(sorted((r.op, r.problem.key()) for r in routes))
+    assert met[0] == met[1] and [op for op, _ in met[0]] == ["addmm", "addmm", "bmm", "bmm"]

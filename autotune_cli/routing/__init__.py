@@ -29,8 +29,8 @@ A matmul with no cached winner for this machine's fingerprint (or one tuned on a
 machine, or with a template source that has changed since) is left as it was: Inductor
 handles it as it would without us. What is routed: linear (x [..., K] folded to [M, K],
 B = W.T), mm, addmm (alpha = beta = 1), bmm, matmul / @ of 2-D by 2-D, N-D by 2-D and
-3-D by 3-D operands, and an einsum of two tensors that is one of these (einsum.py), with
-static shapes. Tensors that need gradients under grad mode stay
+3-D by 3-D operands, and an einsum of two tensors that is one bmm (einsum.py), with static
+shapes; in an exported program's module, the aten ops of each. Tensors that need gradients under grad mode stay
 on torch's ops (the kernels have no backward).
 
 torch._scaled_mm calls (float8, scales per tensor, row or block, a [n] bias, out_dtype and

@@ -1,24 +1,26 @@
-"""Einsums of two tensors that are one GEMM, rewritten into the matmul they are before
-routing reads the graph, so that matmul_sites finds them as any mm, bmm or folded matmul.
+"""Einsums of two tensors that are one GEMM, rewritten before routing reads the graph into
+the bmm torch's einsum runs for them, so that routing meets the problem `autotune model`
+lists and `record` writes for them.
 
 Each label of the equation is, by where it appears: in both operands and the output, a
 batch dim; in both and not in the output, summed (K); in one operand and the output, that
-operand's rows (A: M) or columns (B: N). A is permuted to (batch, rows, summed) and B to
-(batch, summed, columns), the summed dims (and the columns, and with a batch the rows)
-flattened into one, one torch.matmul multiplies them, and its output is viewed back and
-permuted into the output's order: the steps torch's einsum takes, with the product left
-as a matmul (rows without a batch stay unflattened, so that a dynamic token count folds as
-a linear's does). Any other einsum stays the compiler's, with the reason `lower_einsums`
-gives: not two tensors, a diagonal (a label twice in one operand), a label summed within
-one operand, a broadcast label (size 1 against another size), no summed label (an outer
-product), or a size the view back needs that is dynamic.
+operand's rows (A: M) or columns (B: N). As torch does, A is permuted to (batch, rows,
+summed) and B to (batch, summed, columns), each part flattened into one dim (a dim of
+size 1 where there is none), the two multiplied by one bmm (swapped where B's dims all
+lead A's in the output), and the product viewed back and permuted into the output's
+order. Without a batch, rows of a dynamic size stay unflattened: [*rows, K] @ [K, N], a
+matmul of a dynamic M, as a linear's. Any other einsum stays the compiler's, with the
+reason `lower_einsums` gives: not two tensors, a diagonal (a label twice in one operand),
+a label summed within one operand, a broadcast label (size 1 against another size), no
+summed label (an outer product), or a dynamic size the view back needs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from .sites import EINSUM, concrete, fill_example_values, node_value
+from .sites import EINSUM, concrete, einsum_targets, fill_example_values, node_value
 
 __all__ = ["einsum_gemm", "lower_einsums"]
 
@@ -43,9 +45,26 @@ def _labels(term: str, dims: int, ellipsis_dims: int) -> list[int]:
     return [ord(c) for c in head] + dotted + [ord(c) for c in tail]
 
 
-def einsum_gemm(equation: str, a_shape: tuple, b_shape: tuple) -> tuple[list[int], ...] | str:
-    """(A's labels, B's, the output's, batch, rows, summed, columns) of `equation` over
-    operands of these shapes (sizes ints or symbols), or why it is not one GEMM."""
+@dataclass(frozen=True)
+class EinsumGemm:
+    """An einsum as one GEMM: each operand's labels (A the product's left: the einsum's right
+    operand where torch swaps them), the output's, and the labels of each part."""
+
+    a: list[int]
+    b: list[int]
+    out: list[int]
+    batch: list[int]
+    rows: list[int]  # A's alone: M
+    summed: list[int]  # K
+    columns: list[int]  # B's alone: N
+    fold: bool  # no batch and a dynamic row: a matmul of [*rows, K] by [K, N], rows unflattened
+    swapped: bool  # A is the einsum's right operand
+    sizes: dict  # each label's size
+
+
+def einsum_gemm(equation: str, a_shape: tuple, b_shape: tuple) -> EinsumGemm | str:
+    """`equation` over operands of these shapes (sizes ints or symbols) as one GEMM, or why
+    it is not one."""
     lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) != 2:
@@ -80,14 +99,19 @@ def einsum_gemm(equation: str, a_shape: tuple, b_shape: tuple) -> tuple[list[int
     batch = [s for s in out if s in a and s in b]
     rows = [s for s in out if s in a and s not in b]
     columns = [s for s in out if s in b and s not in a]
-    summed = [s for s in a if s in b and s not in out]
+    summed = sorted(s for s in a if s in b and s not in out)  # torch aligns them in code order
     if not summed:
         return "no label summed (an outer product)"
-    view_back = columns if len(columns) > 1 else []
-    view_back += rows if batch and len(rows) > 1 else []
-    if any(concrete(sizes[s]) is None for s in view_back):
+    fold = not batch and any(concrete(sizes[s]) is None for s in rows)
+    swapped = False
+    if not fold:  # torch's swap: the right's dims (of a size other than 1) all lead the left's
+        wide = [[out.index(s) for s in labels if concrete(sizes[s]) != 1] for labels in (rows, columns)]
+        if wide[0] and wide[1] and wide[1][-1] < wide[0][0]:
+            a, b, rows, columns, swapped = b, a, columns, rows, True
+    view_back = [part for part in ([columns] if fold else [columns, rows, batch]) if len(part) > 1]
+    if any(concrete(sizes[s]) is None for part in view_back for s in part):
         return "a dynamic size in the output's view"
-    return a, b, out, batch, rows, summed, columns
+    return EinsumGemm(a, b, out, batch, rows, summed, columns, fold, swapped, sizes)
 
 
 def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
@@ -96,14 +120,15 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
     import torch
 
     lowered, left = 0, {}
+    targets = einsum_targets()
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not torch.einsum:
+        if node.op != "call_function" or node.target not in targets:
             continue
         equation, operands = (node.args[0], list(node.args[1:])) if node.args else (None, [])
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-            operands = list(operands[0])
+            operands = list(operands[0])  # einsum(eq, [a, b]), as aten.einsum takes them
         values = [node_value(x) for x in operands]
-        if node.kwargs or not isinstance(equation, str) or len(values) != 2 \
+        if any(v is not None for v in node.kwargs.values()) or not isinstance(equation, str) or len(values) != 2 \
                 or not all(isinstance(v, torch.Tensor) for v in values):
             left[node] = f"{EINSUM}: not an equation over two tensors"
             continue
@@ -113,7 +138,7 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
             continue
         before = set(graph.nodes)
         with graph.inserting_before(node):
-            out = _gemm_nodes(graph, operands, values, *plan)
+            out = _gemm_nodes(graph, *(operands[::-1] if plan.swapped else operands), plan)
         node.replace_all_uses_with(out)
         want = node_value(node)
         graph.erase_node(node)
@@ -124,13 +149,13 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
     return lowered, left
 
 
-def _gemm_nodes(graph, operands: list, values: list, a: list, b: list, out: list, batch: list,
-                rows: list, summed: list, columns: list):
-    """The nodes computing the einsum as one matmul (see the module); its last."""
+def _gemm_nodes(graph, left, right, plan: EinsumGemm):
+    """The nodes computing the einsum as one bmm (a matmul of folded rows where `plan.fold`),
+    `left` and `right` the nodes of the plan's A and B; its last."""
     import torch
 
-    sizes = {**dict(zip(b, values[1].shape)), **dict(zip(a, values[0].shape))}
-    nb = len(batch)
+    batch, rows, summed, columns = plan.batch, plan.rows, plan.summed, plan.columns
+    nb, nr, ns, nc = len(batch), len(rows), len(summed), len(columns)
 
     def permuted(node, labels, order):
         at = [labels.index(s) for s in order]
@@ -142,21 +167,19 @@ def _gemm_nodes(graph, operands: list, values: list, a: list, b: list, out: list
             return graph.call_method("unsqueeze", (node, start))
         return node if count == 1 else graph.call_function(torch.flatten, (node, start, start + count - 1))
 
-    x = permuted(operands[0], a, batch + rows + summed)
-    x = one_dim(x, nb + len(rows), len(summed))
-    if batch or not rows:
-        x = one_dim(x, nb, len(rows))
-    y = permuted(operands[1], b, batch + summed + columns)
-    y = one_dim(one_dim(y, nb, len(summed)), nb + 1, len(columns))
-    got = graph.call_function(torch.matmul, (x, y))  # [*batch, M, N], or [*rows, N]
-    row_dim = nb if batch or not rows else nb + len(rows) - 1  # the dim the rows end at
-    col_dim = row_dim + 1
-    if not columns:
-        got = graph.call_method("squeeze", (got, col_dim))
-    elif len(columns) > 1:
-        got = graph.call_method("unflatten", (got, col_dim, tuple(concrete(sizes[s]) for s in columns)))
-    if not rows:
-        got = graph.call_method("squeeze", (got, row_dim))
-    elif batch and len(rows) > 1:
-        got = graph.call_method("unflatten", (got, row_dim, tuple(concrete(sizes[s]) for s in rows)))
-    return permuted(got, batch + rows + columns, out)
+    def view_back(node, dim: int, labels: list):
+        """Dim `dim` of `node` as the dims of `labels` (dropped for none)."""
+        if not labels:
+            return graph.call_method("squeeze", (node, dim))
+        sizes = tuple(concrete(plan.sizes[s]) for s in labels)
+        return node if len(labels) == 1 else graph.call_method("unflatten", (node, dim, sizes))
+
+    x = one_dim(permuted(left, plan.a, batch + rows + summed), nb + nr, ns)
+    y = one_dim(one_dim(permuted(right, plan.b, batch + summed + columns), nb + ns, nc), nb, ns)
+    if plan.fold:  # [*rows, K] @ [K, N]: a matmul of a dynamic M, as a linear's
+        got = view_back(graph.call_function(torch.matmul, (x, y)), nr, columns)
+    else:  # [B, M, K] @ [B, K, N], as torch's einsum runs it
+        x, y = one_dim(one_dim(x, nb, nr), 0, nb), one_dim(y, 0, nb)
+        got = graph.call_function(torch.bmm, (x, y))
+        got = view_back(view_back(view_back(got, 2, columns), 1, rows), 0, batch)
+    return permuted(got, batch + rows + columns, plan.out)

@@ -15,8 +15,9 @@ from ..api.calls import needs_gradients
 from ..api.problems import folds_as_torch
 from ..problem import FUSED_OPS, linear_fuses_bias
 
-__all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "fill_example_values", "is_static",
-           "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value", "writes_between"]
+__all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "einsum_targets", "fill_example_values",
+           "is_static", "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value",
+           "writes_between"]
 
 
 @dataclass
@@ -34,11 +35,27 @@ class MatmulMatch:
 
 
 def _targets():
+    """Each routed op's call targets: torch's function, and the aten op a graph of an
+    exported program (ExportedProgram.module()) calls in its place."""
     import torch
 
-    linear = {torch._C._nn.linear, torch.nn.functional.linear}
-    matmul = {torch.matmul, operator.matmul}
-    return linear, matmul, torch.mm, torch.addmm, torch.bmm
+    aten = torch.ops.aten
+    linear = {torch._C._nn.linear, torch.nn.functional.linear, aten.linear.default}
+    matmul = {torch.matmul, operator.matmul, aten.matmul.default}
+    return linear, matmul, {torch.mm, aten.mm.default}, {torch.addmm, aten.addmm.default}, \
+        {torch.bmm, aten.bmm.default}
+
+
+def einsum_targets() -> set:
+    import torch
+
+    return {torch.einsum, torch.ops.aten.einsum.default}
+
+
+def _scaled_targets() -> set:
+    import torch
+
+    return {torch._scaled_mm, torch.ops.aten._scaled_mm.default}
 
 
 def node_value(arg):
@@ -85,7 +102,7 @@ def match_scaled(node) -> ScaledMatch | None:
     scale_result; anything else (out=, a traced flag) is left to the compiler."""
     import torch
 
-    if node.op != "call_function" or node.target is not torch._scaled_mm:
+    if node.op != "call_function" or node.target not in _scaled_targets():
         return None
     args = call_args(node, _SCALED_ARGS, _SCALED_DEFAULTS, _SCALED_KWARG_NAMES)
     if args is None:
@@ -133,15 +150,15 @@ def match_matmul(node) -> MatmulMatch | None:
                            unrouted=UNFOLDED if unfolded else "", bias_apart=apart)
     # out=, alpha=, beta=: a GEMM our ops do not take, met and left to torch (said in the summary)
     unrouted = f"{UNROUTED_ARGUMENTS} ({', '.join(f'{k}=' for k in sorted(kwargs))})" if kwargs else ""
-    if target is mm or name == "mm":
+    if target in mm or name == "mm":
         return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted) if len(args) == 2 else None
-    if target is bmm or name == "bmm":
+    if target in bmm or name == "bmm":
         return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted) if len(args) == 2 else None
-    if target is addmm or name == "addmm":
+    if target in addmm or name == "addmm":
         if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
             return None
         return MatmulMatch(args[1], args[2], args[0], None, False, unrouted=unrouted)
-    if target is torch.baddbmm or name == "baddbmm":  # met, and said to stay torch's
+    if target in (torch.baddbmm, torch.ops.aten.baddbmm.default) or name == "baddbmm":  # met, and said to stay torch's
         if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
             return None
         return MatmulMatch(args[1], args[2], None, None, False, unrouted=BADDBMM)
@@ -250,8 +267,9 @@ def matmul_sites(graph):
 
     fused = {getattr(torch, name): name for name in FUSED_OPS if hasattr(torch, name)}
     fused[torch.nn.functional.multi_head_attention_forward] = "multi_head_attention"  # Dynamo keeps it whole
+    einsums = einsum_targets()
     for node in graph.nodes:
-        if node.op == "call_function" and node.target is torch.einsum:  # met, and said to stay the compiler's
+        if node.op == "call_function" and node.target in einsums:  # met, and said to stay the compiler's
             yield Site(node, "einsum", None, None, static=False, skip=EINSUM)
             continue
         if node.op == "call_function" and node.target in fused:
