@@ -365,3 +365,36 @@ def test_an_outer_product_is_skipped_as_model_and_compile_skip_it(tmp_path, caps
         torch.randn(8, 16) @ torch.randn(16, 4)
     assert listed(path) == [{"m": 8, "n": 4, "k": 16, "dtype": "float32", "layout": "nn", "count": 1}]
     assert "skipped 1 call autotune cannot tune: bmm [2, 8, 1] x [2, 1, 12] float32 x1" in capsys.readouterr().err
+
+
+class Branches(nn.Module):
+    """Tiny's forward in the branch torch.cond picks (the other branch a linear of another
+    width), then a torch.while_loop applying a square linear three times."""
+
+    def __init__(self):
+        super().__init__()
+        self.tiny, self.other = Tiny(), nn.Linear(16, 12)
+        self.square = nn.Linear(24, 24, bias=False)
+
+    def forward(self, flag, x, a, b, q, k):
+        h, ab, qk = torch.cond(flag, lambda *t: self.tiny(*t),
+                               lambda x, a, b, q, k: (self.other(x), b[:, :5].clone(), q[..., :5].clone()),
+                               (x, a, b, q, k))
+        g = torch.zeros(2, 24)
+        _, g = torch.while_loop(lambda i, g: i < 3, lambda i, g: (i + 1, self.square(g)), (torch.tensor(0), g))
+        return h, ab, qk, g
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_the_matmuls_in_torch_cond_and_while_loop_bodies_are_recorded(tmp_path, context):
+    """A higher-order op's body runs under the record (below autograd, where linear comes to
+    it whole): the branch taken and each loop iteration list their matmuls; values torch's."""
+    model, args = Branches().eval(), inputs()
+    path = tmp_path / "r.json"
+    with context(), autotune_cli.record(path):
+        got = model(torch.tensor(True), *args)
+    with torch.no_grad():
+        for value, want in zip(got, model(torch.tensor(True), *args)):
+            torch.testing.assert_close(value, want)
+    square = {"m": 2, "n": 24, "k": 24, "dtype": "float32", "layout": "nt", "count": 3}
+    assert listed(path) == [dict(entry, count=1) for entry in FORWARD] + [square]

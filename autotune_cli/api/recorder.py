@@ -106,6 +106,8 @@ _tallies_lock = threading.Lock()
 
 def _mode_class():
     import torch
+    from torch._C import DispatchKey
+    from torch._ops import HigherOrderOperator
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
@@ -115,11 +117,12 @@ def _mode_class():
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     below: dict = {}  # op -> whether its composite kernel is what runs below the mode (no backend's own)
 
-    def runs_composite(func, args, kwargs) -> bool:
-        """Under inference_mode a composite op (linear, matmul, an RNN) comes to the mode whole;
-        where its composite kernel is what would run below, on plain tensors, it is run here,
-        in the mode, so that the mm it runs is seen as under no_grad."""
-        if not torch.is_inference_mode_enabled():
+    def runs_composite(func, args, kwargs, in_body: bool) -> bool:
+        """Under inference_mode, and in a higher-order op's body (`in_body`: run below autograd),
+        a composite op (linear, matmul, an RNN) comes to the mode whole; where its composite
+        kernel is what would run below, on plain tensors, it is run here, in the mode, so that
+        the mm it runs is seen as under no_grad."""
+        if not (in_body or torch.is_inference_mode_enabled()):
             return False
         if func not in below:
             name = func.name()
@@ -142,10 +145,17 @@ def _mode_class():
             # the weights of the linears being decomposed (inference_mode keeps no view's
             # base: their transposes are known by these)
             self.linear_weights: list = []
+            self.bodies = 0  # higher-order ops' bodies running (_run_higher_order)
+            self.wrappers: set = set()  # the code torch compiled to run them (forget_wrappers)
+
+        # torch.cond, while_loop, ... come here too: their bodies run under this mode (below)
+        supports_higher_order_operators = True
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if runs_composite(func, args, kwargs):
+            if isinstance(func, HigherOrderOperator):
+                return self._run_higher_order(func, args, kwargs)
+            if runs_composite(func, args, kwargs, self.bodies > 0):
                 linear = func.overloadpacket is aten.linear and len(args) > 1
                 if linear:
                     self.linear_weights.append(args[1])
@@ -165,6 +175,25 @@ def _mode_class():
                 with self.tally.lock:
                     self.tally.end_runs(threading.get_ident())
             return out
+
+        def _run_higher_order(self, func, args, kwargs):
+            """A higher-order op run by its dense kernel (the one eager runs), with this mode
+            on, so that the matmuls of the body it runs are recorded; one without such a
+            kernel runs as it is, counted as skipped (its body's matmuls unseen)."""
+            self.wrappers.update(_eager_wrappers())
+            dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
+            if func is torch.ops.higher_order.cond:  # its dense kernel refuses to run under a mode
+                dense = _run_cond
+            if dense is not None:
+                self.bodies += 1
+                try:
+                    with self:
+                        return dense(*args, **kwargs)
+                finally:
+                    self.bodies -= 1
+            with self.tally.lock:
+                self.tally.skipped[f"torch.ops.higher_order.{func.name()} (its body unseen)"] += 1
+            return func(*args, **kwargs)
 
         def _note(self, func, op, other, args, kwargs) -> None:
             named = dict(zip((arg.name for arg in func._schema.arguments), args), **kwargs)
@@ -190,6 +219,40 @@ def _mode_class():
                     self.tally.skipped[skipped] += 1
 
     return RecordMode
+
+
+def _eager_wrappers() -> set:
+    """The code objects torch is running a higher-order op through, in eager code: each is
+    compiled by _hop_compile_and_call, found up the stack."""
+    import inspect
+
+    found = set()
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "_hop_compile_and_call":
+            code = getattr(frame.f_locals.get("fn"), "__code__", None)
+            if code is not None:
+                found.add(code)
+        frame = frame.f_back
+    return found
+
+
+def forget_wrappers(mode) -> None:
+    """Drop what Dynamo compiled for the wrappers `mode` saw run: compiled while a dispatch
+    mode was on, their cache makes the next eager torch.cond, outside the record, fail to
+    compile (torch 2.13). Without the internal API, nothing is dropped."""
+    try:
+        from torch._dynamo.eval_frame import reset_code
+    except ImportError:
+        return
+    for code in mode.wrappers:
+        reset_code(code)
+    mode.wrappers.clear()
+
+
+def _run_cond(pred, true_fn, false_fn, operands):
+    """torch.cond as eager runs it: the branch `pred` picks, on the operands."""
+    return (true_fn if pred else false_fn)(*operands)
 
 
 _mode_cls = None
@@ -276,6 +339,7 @@ def record(path: str | os.PathLike) -> Iterator[None]:
     finally:
         if pushed is not None:
             pushed.__exit__(None, None, None)
+            forget_wrappers(pushed)
         _close(tally)
 
 
