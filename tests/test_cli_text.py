@@ -4,6 +4,7 @@ unless COLUMNS says otherwise), and a namesake distribution named when it is ins
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,22 @@ def test_tables_to_a_pipe_fit_80_columns_unless_columns_says(cache_dir):
         assert max(widths) >= 60  # drawn at 80, not squeezed
     wide = run("cache", "show", env={**env, "COLUMNS": "200"})
     assert max(cell_len(line) for line in wide.stdout.splitlines()) > 80
+
+
+def test_columns_zero_is_no_width_and_silences_nothing(tmp_path):
+    """COLUMNS=0 (set by some CI runners and shells) draws as if it were unset: the error,
+    the JSON document and the table all print (rich, given 0, printed nothing at all)."""
+    from test_cache_tools import synthetic, write
+
+    write(tmp_path, synthetic(m=64, device_name="NVIDIA H200"))
+    env = {"AUTOTUNE_CACHE_DIR": str(tmp_path), "COLUMNS": "0"}
+    bad = run("mm", "--m", 0, "--n", 16, "--k", 16, "--device", "cpu", env=env)
+    assert bad.returncode == 2 and "autotune: error: --m must be at least 1, got 0" in bad.stderr, bad
+    document = run("cache", "show", "--json", env=env)
+    assert document.returncode == 0 and len(json.loads(document.stdout)["entries"]) == 1, document
+    table = run("cache", "show", env=env)
+    widths = [cell_len(line) for line in table.stdout.splitlines()]
+    assert "mm 64x64x64 float16 nn" in table.stdout and 60 <= max(widths) <= 80, table.stdout
 
 
 def test_a_plan_does_not_say_anything_runs(cache_dir, tmp_path):

@@ -9,16 +9,34 @@ import sys
 from rich.console import Console
 
 
+def _width(stream) -> int | None:
+    """The width to draw at: COLUMNS where it is a positive number; else a terminal's own
+    (None: rich asks it as it draws); else 80. COLUMNS=0, as some CI runners and shells set
+    it, is no width: rich would read it and draw at 0 columns, which prints nothing at all,
+    errors and --json included."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if stream is None or not stream.isatty():
+        return 80
+    if not columns.isdigit():  # unset or not a number: rich leaves it alone
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
 def _console(stderr: bool) -> Console:
     """Without a terminal (a pipe, a file), draw 80 columns, as a terminal of the usual
-    width shows: what a script or a log keeps reads the same. COLUMNS overrides both.
+    width shows: what a script or a log keeps reads the same. COLUMNS overrides both
+    (`_width`).
 
     Prose on stdout (fingerprints, totals) wraps at words to the width; JSON is printed
     with soft_wrap=True, unbroken. Errors on stderr stay one line each, wrapped by the
     terminal, so that a script reading them gets one line."""
     stream = sys.stderr if stderr else sys.stdout
-    width = None if (stream is not None and stream.isatty()) or os.environ.get("COLUMNS") else 80
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=width)
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, width=_width(stream))
 
 
 out = _console(stderr=False)
