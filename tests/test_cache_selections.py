@@ -183,3 +183,37 @@ def test_an_exhaustive_search_is_not_answered_by_a_default_one(tmp_path):
     assert the_entry(tmp_path).search == "exhaustive"
     again, _ = tuner(tmp_path, all_ok, ("test::sleepy",))
     assert again.tune(PROBLEM).from_cache  # the wider search answers the default one
+
+
+def every_one(status, error=""):
+    """A step whose every candidate ends with `status` (skipped: left by --budget)."""
+    def step(call, choices, on_result):
+        for index, choice in enumerate(choices):
+            on_result(index, Candidate(uid=choice.uid, params=choice.params, status=status, error=error))
+        return []
+    return step
+
+
+def test_a_tune_without_a_winner_keeps_the_served_winner(tmp_path):
+    """A re-tune whose every candidate --budget left untimed, or timed out, finds nothing
+    against the winner that serves: that entry stays, and the command says so."""
+    first, _ = tuner(tmp_path, all_ok, ("aten",))
+    first.tune(PROBLEM)
+    served = the_entry(tmp_path).to_dict()
+    for status, error in ((SKIPPED, BUDGET_RAN_OUT), ("timeout", "took longer than 1 s")):
+        heard = Heard()
+        again, executor = tuner(tmp_path, every_one(status, error), ("aten",), listener=heard, force=True,
+                                budget_s=60.0)
+        outcome = again.tune(PROBLEM)
+        assert executor.calls and outcome.winner is None  # it did tune, and found no winner
+        assert the_entry(tmp_path).to_dict() == served
+        assert any("the cache keeps the winner it serves, aten::mm (" in n for n in heard.notices), heard.notices
+
+
+def test_a_tune_that_finds_the_served_winner_wrong_replaces_it(tmp_path):
+    first, _ = tuner(tmp_path, all_ok, ("aten",))
+    assert first.tune(PROBLEM).winner.uid == "aten::mm"
+    again, _ = tuner(tmp_path, every_one("wrong_result", "mismatch"), ("aten",), force=True)
+    assert again.tune(PROBLEM).winner is None
+    entry = the_entry(tmp_path)
+    assert entry.winner is None and {c.status for c in entry.candidates} == {"wrong_result"}

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from ..problem import GemmProblem
 from ..store.entry import Entry, Winner
+from ..store.results import COMPILE_ERROR, RUNTIME_ERROR, WRONG_RESULT
 from ..templates import templates_for
 
 
@@ -112,14 +113,27 @@ def whole(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
 def stored_after(entry: Entry, current: Entry | None, hashes: Mapping[str, str]) -> Entry | None:
     """What a tune's `entry` makes of the key where `current` is stored now (None: leave it
     as it is). A partial entry never replaces one that `serves`: an interrupted tune must
-    not take away the winner that is served (it starts afresh next time). A finished one
-    keeps what `current` learned of the templates it did not select
+    not take away the winner that is served (it starts afresh next time). Nor does a
+    finished one without a winner (its candidates went untimed by --budget, timed out or
+    failed), unless it found the served winner's own config failing (`fails_winner_of`).
+    A finished one keeps what `current` learned of the templates it did not select
     (`with_other_templates`, `hashes` every serving template's), never from a partial one
     (those results are for resuming that tune alone)."""
     if entry.partial:
         return None if serves(current, hashes) else entry
+    if entry.winner is None and serves(current, hashes) and not fails_winner_of(entry, current):
+        return None
     finished = current is not None and not current.partial
     return with_other_templates(entry, current if finished else None, hashes)
+
+
+def fails_winner_of(entry: Entry, current: Entry) -> bool:
+    """Whether `entry` holds a result of `current`'s winning config that failed to compile,
+    to run or to match the reference: news against that winner. A timeout or a skip says
+    nothing against the kernel (a short --timeout or --budget)."""
+    won = current.winner.identity if current.winner is not None else None
+    return any(c.identity == won and c.status in (COMPILE_ERROR, RUNTIME_ERROR, WRONG_RESULT)
+               for c in entry.candidates)
 
 
 def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[str, str]) -> Entry:

@@ -258,7 +258,16 @@ class Tuner:
                                compile_pool=stats.compile_pool, startups=stats.startups)
         entry = self._entry(problem, fingerprint, candidates, choice_set, seconds, record)
         with clock.phase("save"):
-            entry = store(entry)
+            written = store(entry)
+        if written is None:  # no winner: the one served stays (selections.stored_after)
+            kept = self.cache.get(key)
+            if kept is not None and kept.winner is not None:
+                label = f"{kept.winner.uid} {params_str(kept.winner.params)}".strip()
+                self.listener.notice(printable(
+                    f"no candidate of this tune of {problem.describe()} won; the cache keeps the winner it "
+                    f"serves, {label} ({kept.winner.ms:.4f} ms), and not this tune's results"))
+        else:
+            entry = written
         # what this tune's selection picked (the stored entry may hold a wider tune's results
         # too); the finished entry's own save is known only once it is written: the
         # outcome's copy has it, the stored one stops at the search
