@@ -73,6 +73,17 @@ def test_columns_zero_is_no_width_and_silences_nothing(tmp_path):
     assert "mm 64x64x64 float16 nn" in table.stdout and 60 <= max(widths) <= 80, table.stdout
 
 
+@pytest.mark.parametrize("group", [[], ["cache"]])
+def test_command_lists_at_80_columns_say_each_command_whole(group):
+    """The commands' one-line summaries in `autotune -h` and `autotune cache -h` end where
+    they end, not cut into "... or a..." by the list's width."""
+    shown = run(*group, "--help", env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stderr
+    listed = shown.stdout.split("Commands:", 1)[1].strip().splitlines()
+    assert len(listed) >= 3 and not any(line.rstrip().endswith("...") for line in listed), listed
+    assert all(cell_len(line) <= 80 for line in listed), listed
+
+
 def test_a_plan_does_not_say_anything_runs(cache_dir, tmp_path):
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(16, 32)).eval()

@@ -295,7 +295,7 @@ class ExportFormat(str, Enum):
     autotune = "autotune"
 
 
-@cache_app.command("export")
+@cache_app.command("export", short_help="Write the winners for torch.compile or another machine's cache.")
 def cache_export(
     format_: ExportFormat = typer.Option(..., "--format", "-f", help="inductor: torch.compile's lookup "
                                          "table; autotune: entries for `cache import` on another machine."),
@@ -339,7 +339,7 @@ def cache_export(
               f"to {where}", markup=False)
 
 
-@cache_app.command("import")
+@cache_app.command("import", short_help="Merge another machine's entries into this cache.")
 def cache_import(
     path: Path = typer.Argument(..., metavar="FILE", parser=file_arg,
                                 help="A file written by `autotune cache export --format autotune` (or another "

@@ -51,7 +51,7 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-@app.command()
+@app.command(short_help="Tune one mm, addmm, bmm or float8 scaled_mm, or a list (--from).")
 def mm(
     ctx: typer.Context,
     m: Optional[int] = typer.Option(None, "--m", help="Rows of A and of the output (required, unless --from)."),
