@@ -337,3 +337,18 @@ def test_top_bounds_the_rows_and_the_skipped_are_one_line():
     statuses = [row.split("│")[-2].strip() for row in rows(seven)]
     assert statuses == ["ok, winner", "ok", "ok", "ok", "ok", "compile_error", "timeout"]
     assert len(rows(draw(outcome_table(result, top=20), 120))) == 7
+
+
+def test_a_tune_whose_candidates_were_all_skipped_draws_no_empty_grid():
+    """Every candidate left by --budget or passed over: no row to show, so the title and the
+    lines that count them, not a header over nothing."""
+    from autotune_cli.store.results import BUDGET_RAN_OUT
+
+    result = outcome()
+    skipped = [Candidate(uid=uid, params=params, status="skipped", error=BUDGET_RAN_OUT)
+               for uid, params, _ in CANDIDATES]
+    data = {**result.entry.to_dict(), "winner": None, "candidates": [c.to_dict() for c in skipped]}
+    empty = TuneOutcome(problem=result.problem, key="k", entry=Entry.from_dict(data), from_cache=False)
+    text = draw(outcome_table(empty), 80)
+    assert text.splitlines() == [f"{result.problem.describe()} on NVIDIA H200",
+                                 f"{len(CANDIDATES)} not timed: the tuning budget ran out"], text

@@ -129,7 +129,8 @@ class FitTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         # the title a line of its own: as the table's title rich pads it with spaces to its width
         yield Text(self.title, style="table.title", overflow="fold")  # no markup
-        yield self.table(options.max_width)
+        if any(col.cells for col in self.layouts[0]):  # no rows: the notes say why, not an empty grid
+            yield self.table(options.max_width)
         for note in self.notes:
             yield Text(note, overflow="fold")
 
