@@ -34,6 +34,23 @@ def test_every_field_of_the_flags(tmp_path):
     assert (fourth.op, fourth.dtype, fourth.layout, fourth.device) == ("mm", "float16", "nn", "cpu")
 
 
+def test_a_list_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """Windows editors and PowerShell's Out-File begin UTF-8 with a BOM, which json refuses."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"m": 16, "n": 32, "k": 64, "dtype": "bf16"}]).encode())
+    (problem,) = read_problems(path, "cpu")
+    assert (problem.m, problem.n, problem.k, problem.dtype) == (16, 32, 64, "bfloat16")
+
+
+def test_a_space_saved_with_a_byte_order_mark_is_read(tmp_path):
+    from autotune_cli.heuristics.spaces import load_space_file
+
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    path = tmp_path / "space.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([config]).encode())
+    assert load_space_file(path)["*"][0]["BLOCK_M"] == 32
+
+
 @pytest.mark.parametrize("data, message", [
     ("[{\"m\": 1,", "not JSON"),
     ({"m": 1, "n": 2, "k": 3}, "must hold a list of problems"),

@@ -82,7 +82,7 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     if not path.is_file():  # a folder, a device, a pipe: never a list of configs
         raise UserError(f"space file {path} is not a regular file")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # UTF-8, an editor's BOM or not
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise UserError(f"space file {path} is not valid JSON: {reason}") from None

@@ -166,7 +166,7 @@ def read_counted(path: Path, device: str) -> list[tuple[GemmProblem, int]]:
 def read_listed(path: Path, device: str) -> list[tuple[GemmProblem, int, bool]]:
     """Every (problem, count, whether it is a group's one GEMM) of the file, in its order."""
     try:
-        text = read_regular_file(path, MAX_LIST_BYTES).decode("utf-8")
+        text = read_regular_file(path, MAX_LIST_BYTES).decode("utf-8-sig")  # an editor's BOM is no JSON
     except FileNotFoundError:
         raise UserError(f"--from: file not found: {path}") from None
     except NotAFile as exc:
