@@ -250,6 +250,28 @@ def test_plain_cache_show_reads_its_options_as_typer_does():
         {"cache_dir": Path("x"), "json_out": True, "filter_text": "b"}
 
 
+@pytest.mark.parametrize("argv", [["cache", "path"], ["cache", "show", "--json"]])
+def test_a_tilde_in_a_path_option_is_the_home_folder(tmp_path, monkeypatch, cli, argv):
+    """`--cache-dir=~/x` reaches us with its ~ (the shell expands none after "="): it is the
+    home folder's x, as AUTOTUNE_CACHE_DIR=~/x is, not a folder named "~" in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*argv, "--cache-dir=~/tuned")
+    assert code == 0, err
+    assert str(tmp_path / "home" / "tuned" / "autotune-cache.json") in out
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_tilde_in_from_is_the_home_folder(tmp_path, monkeypatch, cli):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "list.json").write_text("[]")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("mm", "--from=~/list.json", "--device", "cpu")
+    assert code == 2 and f"{home / 'list.json'}: the list of problems is empty" in err, err
+
+
 def test_an_empty_cache_dir_is_refused_on_either_path(cache_dir):
     for entry in ("autotune_cli.cli", "autotune_cli.cli.commands"):
         code = f"import sys; from {entry} import main; sys.exit(main(['cache', 'show']))"

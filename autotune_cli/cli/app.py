@@ -176,11 +176,13 @@ FROM_HELP = (
 
 def _path_arg(what: str):
     """A path parser: an empty path is refused, not read as the current directory (Path("")
-    is "."), which would make "" a folder where a file was asked for."""
+    is "."), which would make "" a folder where a file was asked for; a leading ~ is the
+    home folder, as in $AUTOTUNE_CACHE_DIR (the shell leaves `--cache-dir=~/x` as it is,
+    which made a folder named "~" here)."""
     def parse(text: str) -> Path:
         if not text.strip():
             raise typer.BadParameter(f"an empty path; give a {what}")
-        return Path(text)
+        return Path(text).expanduser()
     return parse
 
 

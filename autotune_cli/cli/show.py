@@ -180,7 +180,7 @@ def plain_show(argv: List[str]) -> Optional[dict]:
         if name == "--cache-dir":
             if not value.strip():
                 return None  # typer's refusal of an empty path
-            found["cache_dir"] = Path(value)
+            found["cache_dir"] = Path(value).expanduser()  # as typer's parser (app._path_arg)
         else:
             found["filter_text"] = value
     return found
