@@ -1,5 +1,5 @@
 """Routed GEMVs as programmatic dependent launches where Inductor launches its own kernels so
-(routing/backend.py: `inductor_pdl`, `pdl_form`)."""
+(routing/backend.py: `inductor_pdl`; routing/pdl.py: `pdl_form`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from autotune_cli.api import Built, Dispatch, Dispatcher
 from autotune_cli.api.problems import Adapt
 from autotune_cli.hardware.device import DeviceInfo
 from autotune_cli.problem import make_problem
-from autotune_cli.routing import backend
+from autotune_cli.routing import backend, pdl
 from autotune_cli.settings import TuneSettings
 from autotune_cli.templates import get_template
 
@@ -40,10 +40,10 @@ def test_a_gemv_takes_its_pdl_form_on_hopper_and_nothing_else_changes(tmp_path, 
     import autotune_cli.hardware.device as device
 
     monkeypatch.setattr(device, "probe_device", hopper())
-    backend._pdl_kernel.cache_clear()
+    pdl._pdl_kernel.cache_clear()
     info, built = gemv_winner(tmp_path)
     dispatcher = Dispatcher(tmp_path / "cache")
-    pdl_info, pdl_built = backend.pdl_form(dispatcher, info, built, CUDA0)
+    pdl_info, pdl_built = pdl.pdl_form(dispatcher, info, built, CUDA0)
     assert pdl_info.params["PDL"] == 1
     assert {k: v for k, v in pdl_info.params.items() if k != "PDL"} == {k: v for k, v in info.params.items()
                                                                          if k != "PDL"}
@@ -54,18 +54,18 @@ def test_a_gemv_takes_its_pdl_form_on_hopper_and_nothing_else_changes(tmp_path, 
     assert any("gdc_wait()" in f.read_text() for f in source.glob("*.py"))
 
     # made once per winner and GPU: the same kernel again
-    assert backend.pdl_form(dispatcher, info, built, CUDA0)[1].kernel is pdl_built.kernel
+    assert pdl.pdl_form(dispatcher, info, built, CUDA0)[1].kernel is pdl_built.kernel
 
     # before Hopper, on the CPU, for another template, or already PDL: as given
-    backend._pdl_kernel.cache_clear()  # what it remembers of a GPU: another GPU here
+    pdl._pdl_kernel.cache_clear()  # what it remembers of a GPU: another GPU here
     monkeypatch.setattr(device, "probe_device", hopper("8.0"))
-    assert backend.pdl_form(dispatcher, info, built, CUDA0) == (info, built)
+    assert pdl.pdl_form(dispatcher, info, built, CUDA0) == (info, built)
     monkeypatch.setattr(device, "probe_device", hopper())
-    assert backend.pdl_form(dispatcher, info, built, SimpleNamespace(type="cpu", index=None)) == (info, built)
-    assert backend.pdl_form(dispatcher, pdl_info, pdl_built, CUDA0) == (pdl_info, pdl_built)
+    assert pdl.pdl_form(dispatcher, info, built, SimpleNamespace(type="cpu", index=None)) == (info, built)
+    assert pdl.pdl_form(dispatcher, pdl_info, pdl_built, CUDA0) == (pdl_info, pdl_built)
     other = Dispatch("mm", "triton::mm", info.problem, "key", {})
-    assert backend.pdl_form(dispatcher, other, built, CUDA0) == (other, built)
-    assert backend.pdl_form(dispatcher, info, None, CUDA0) == (info, None)
+    assert pdl.pdl_form(dispatcher, other, built, CUDA0) == (other, built)
+    assert pdl.pdl_form(dispatcher, info, None, CUDA0) == (info, None)
 
 
 def test_inductors_pdl_switch_is_read_from_the_options_then_its_config(monkeypatch):

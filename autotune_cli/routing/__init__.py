@@ -57,6 +57,7 @@ becomes, and their routes), report.py (the line a compile prints of its routes),
 backend.py (the torch.compile backend that rewrites the graph, and `compile`).
 """
 
-from .backend import DEFAULT_MODE, compile, routing_backend
+from .backend import routing_backend
+from .torch_compile import DEFAULT_MODE, compile
 
 __all__ = ["DEFAULT_MODE", "compile", "routing_backend"]

@@ -1,12 +1,10 @@
-"""The torch.compile backend that routes a graph's matmuls (see the package), and
-`compile`, torch.compile with it."""
-import functools
+"""The torch.compile backend that routes a graph's matmuls (see the package)."""
 import operator
 import warnings  # no `from __future__ import annotations`: torch.library reads the ops' annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher, default_dispatcher
+from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher
 from .dynamic import DynamicCall, dynamic_problem
 from .einsum import lower_einsums
 from .eager import launch_parts, warmed_call, warmed_scaled_call
@@ -14,9 +12,11 @@ from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
+from .outer import rewrite_outer
+from .pdl import pdl_form
 from .sites import ScaledMatch, Site, fill_example_values, matmul_sites, node_value
 
-__all__ = ["compile", "routing_backend"]
+__all__ = ["routing_backend"]
 
 
 # -- the backend ---------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class routing_backend:
             node, match = site.node, site.match
             if site.skip:
                 if site.outer:
-                    _rewrite_outer(graph, site)
+                    rewrite_outer(graph, site)
                     changed = True
                 self.routes.append(Dispatch(site.op, f"torch.{site.op}", self._problem(site) if site.static else None,
                                             fallback=True, reason=site.skip))
@@ -383,137 +383,3 @@ class routing_backend:
             tuple(shape), tuple(strides), built, parts if triton_ok else None))
         self.routes.append(info)
         return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
-
-
-DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
-PDL_UIDS = ("triton::gemv",)  # the templates with a programmatic dependent launch form (PDL=1)
-
-
-def pdl_form(dispatcher: Dispatcher, info: Dispatch, built, device):
-    """(info, built) of the winner as a programmatic dependent launch, where it is a PDL_UIDS
-    kernel launched without one and the device and Triton can launch so (the template's
-    `fit_to_device`): in a graph whose kernels Inductor launches so, each boundary of a
-    decode step may then overlap the kernel before it draining. Else as given. The same
-    kernel but for its first instruction (it waits for the kernel before it) and its launch."""
-    from pathlib import Path
-
-    from ..api import gpu_index
-
-    if built is None or info.uid not in PDL_UIDS or info.params.get("PDL") or device.type != "cuda":
-        return info, built
-    made = _pdl_kernel(info.uid, built.problem, tuple(sorted(info.params.items())),
-                       str(Path(dispatcher.cache_dir) / "kernels"), gpu_index(device))
-    if made is None:
-        return info, built
-    params, kernel = made
-    return replace(info, params=params), replace(built, kernel=kernel)
-
-
-@functools.lru_cache(maxsize=None)
-def _pdl_kernel(uid: str, problem, params: tuple, kernel_dir: str, gpu: int):
-    """(params, kernel) of a winner's PDL form, or None where the device or Triton cannot
-    launch so: built once per winner and GPU, as the dispatcher builds the plain form once
-    per call signature (every layer's matmul of one problem asks again)."""
-    from ..hardware.device import probe_device
-    from ..templates import get_template
-
-    template = get_template(uid)
-    fitted = template.fit_to_device({**dict(params), "PDL": 1}, probe_device("cuda", gpu))
-    if not fitted.get("PDL"):
-        return None
-    fitted = template.full_params(problem, fitted)
-    return fitted, template.build(problem, fitted, kernel_dir)
-
-
-def _rewrite_outer(graph, site: Site) -> None:
-    """A matmul with K = 1 as `a * b` broadcast (plus its bias): each output is the one product
-    the GEMM would make, and the compiler fuses it with its neighbours, where the GEMM is a
-    launch of its own (Inductor's default mode sends a float32 bmm to cuBLAS)."""
-
-    import torch
-
-    match = site.match
-    want = node_value(site.node)
-    dtype = want.dtype if want is not None else None
-
-    def as_output(n):  # an autocast region casts a matmul's operands, not a multiply's
-        value = node_value(n)
-        return n if dtype is None or value is None or value.dtype == dtype else graph.call_method("to", (n, dtype))
-
-    with graph.inserting_before(site.node):
-        a_node, b_node = as_output(match.a), as_output(match.b)
-        b_node = graph.call_function(torch.t, (b_node,)) if match.transpose_b else b_node
-        out = graph.call_function(operator.mul, (a_node, b_node))
-        if match.bias is not None:
-            out = graph.call_function(operator.add, (as_output(match.bias), out))
-        out = graph.call_method("contiguous", (out,))  # as the matmul's output is
-    site.node.replace_all_uses_with(out)
-    graph.erase_node(site.node)
-
-
-def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
-            options: dict | None = None, routes: list | None = None, tune: Any = None,
-            group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool | None = None,
-            **torch_compile_kwargs):
-    """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
-    (see the module). `cache_dir`: the cache to read (default: the one autotune_cli.mm
-    reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
-    `routes` (a list) collects the Dispatch of each matmul met, as graphs compile: the
-    routed ones, and the others with `fallback` True and the reason.
-
-    `tune`: the problems a graph meets with no winner here are tuned as it compiles (all of
-    a graph in one tuner, progress on stderr, the winners cached): None (the default) where
-    they are on a GPU, True also on the CPU (Triton under its interpreter), False never (a
-    deployment with a filled cache), or a TuneSettings to tune with (its cache folder is the
-    one read: `cache_dir` where given).
-
-    `group_linears`: linears that read one input (attention's q, k and v) run as one GEMM
-    where its tuned time beats theirs summed (groups.py): their weights are moved side by
-    side into one buffer as the graph compiles (each Parameter a view of it, its values
-    unchanged). None (the default): on a GPU where Inductor replays CUDA graphs (the op's host
-    work is paid once, at capture); True always; False never (the model's storage is left
-    alone).
-
-    `fold_gqa`: an attention that repeats its K and V heads for the query heads sharing them
-    (transformers' repeat_kv before scaled_dot_product_attention, at decode) runs over K and V
-    once, those query heads folded into its rows (gqa.py), where batch x K/V heads is at
-    least gqa.MIN_HEADS: the same sums, without a copy of the cache per step. False leaves
-    the attention as written.
-
-    `split_keys`: such an attention at decode (a few rows per K/V head, a static cache) may run
-    autotune's split-key kernel (decode_attention.py) at any batch x K/V heads, where SDPA's
-    kernels run one program per head over all the keys: None (the default) where it beat the
-    form the compile would run otherwise, timed on this GPU as the graph compiles
-    (split_choice.py; never off a GPU); True always; False never.
-
-    Where Inductor launches its kernels as programmatic dependent launches (`options=
-    {"triton.enable_pdl": True}` or TORCHINDUCTOR_ENABLE_PDL=1; Hopper and later), the routed
-    triton::gemv winners of static shape are launched so too (`pdl_form`), so that no
-    boundary of a decode step breaks the chain. It is not our default: on a Llama decode
-    step it gained 0.7% at batch 1 and lost 11% at batch 8 (bench/README.md, `ours-pdl`).
-
-    With Inductor and no `mode`, the mode is DEFAULT_MODE: CUDA graphs replay the compiled
-    model, as under `mode="max-autotune"` (without them a small batch is bound by the
-    CPU's launches; bench/model_e2e.py). `mode="default"` (or `options` that set
-    "triton.cudagraphs") compiles without them."""
-    import torch
-
-    from ..settings import TuneSettings
-
-    if not (tune is None or isinstance(tune, (bool, TuneSettings))):
-        raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
-    if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
-        mode = DEFAULT_MODE
-    if backend == "inductor":
-        # as torch.compile(backend="inductor") does as it wraps: a backend given as a callable
-        # would import Inductor at the first call, inside the compile it times
-        import torch._inductor.compile_fx  # noqa: F401
-    if cache_dir is None and isinstance(tune, TuneSettings):
-        cache_dir = tune.cache_dir
-    dispatcher = default_dispatcher if cache_dir is None else Dispatcher(cache_dir)
-    # what the API's functions read of torch, made now: Dynamo traces autotune_cli.linear and
-    # friends into the graph and guards on it; made by the backend in between, it failed them
-    default_dispatcher._torch()
-    routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa,
-                              split_keys)
-    return torch.compile(model, backend=routing, **torch_compile_kwargs)
