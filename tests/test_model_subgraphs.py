@@ -134,6 +134,45 @@ def test_a_program_exported_under_an_outer_autocast_is_listed_as_the_loaded_prog
     assert "exported under torch.autocast" in notes[0]
 
 
+class CudaAutocast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(64, 48)
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.float16):
+            return self.a(x)
+
+
+def test_a_scripted_autocast_region_runs_its_matmuls_in_its_dtype(tmp_path):
+    """TorchScript applies autocast as a pass of its optimizing executor: the reader, which
+    runs the saved graph, applies it too, and lists a region's matmuls in its dtype, as the
+    loaded model runs them (and as the exported program is listed)."""
+    x = torch.randn(16, 64)
+    path = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.script(AutocastTail().eval()), str(path))
+    notes: list[str] = []
+    found = find_gemms(path, device="cpu", trust_torchscript=True, input_shapes=[((16, 64), "float32")],
+                       notes=notes)
+    run = torch.jit.load(str(path))
+    assert rows(found) == recorded(lambda: run(x), tmp_path / "ran.json") == [
+        ("addmm", 1, 16, 48, 64, "float32", "nt", "n", 1),
+        ("addmm", 1, 16, 80, 48, "bfloat16", "nt", "n", 1),
+        ("addmm", 1, 16, 80, 48, "float32", "nt", "n", 1)]
+    assert notes == []
+    # a CUDA region casts CUDA tensors alone: listed in its dtype, and, tuned for the CPU, said
+    path = tmp_path / "cuda.pt"
+    torch.jit.save(torch.jit.script(CudaAutocast().eval()), str(path))
+    for device, said in (("cuda", []), ("cpu", [
+            "the matmuls inside torch.autocast('cuda') are listed in float16, as they run on cuda; "
+            "on cpu that region leaves them in their operands' dtypes"])):
+        notes = []
+        found = find_gemms(path, device=device, trust_torchscript=True, input_shapes=[((16, 64), None)],
+                           notes=notes)
+        assert rows(found) == [("addmm", 1, 16, 48, 64, "float16", "nt", "n", 1)]
+        assert notes == said
+
+
 class AutocastWeight(nn.Module):
     def __init__(self):
         super().__init__()

@@ -111,10 +111,11 @@ def find_gemms(
     path = Path(path)
     fmt = check_model(path, trust_torchscript=trust_torchscript)
     fused: list[str] = []
+    autocast: dict[str, str] = {}  # autocast region's device type -> its matmuls' dtype
     names: dict[str, str] = {}  # symbol -> the name --hint gave it
     if fmt == "export":
         graph = read_export(path)
-        raws, untuned = graph.raws, graph.untuned
+        raws, untuned, autocast = graph.raws, graph.untuned, graph.autocast
         bindings = export_bindings(graph.raws, graph.inputs, graph.ranges, input_shapes, hints, names,
                                    graph.input_dtypes)
         if notes is not None:
@@ -123,7 +124,7 @@ def find_gemms(
         if hints:
             raise UserError("--hint applies to exported programs with dynamic dims; "
                             "a TorchScript model takes its sizes from --input-shape")
-        raws, fused, untuned = read_torchscript(path, input_shapes)
+        raws, fused, untuned, autocast = read_torchscript(path, input_shapes)
         bindings = [{}]
 
     calls = [r for r in raws if isinstance(r, MatmulCall)]
@@ -161,9 +162,10 @@ def find_gemms(
                      "share is of the matmuls listed, not of the model")
     if fmt == "export" and notes is not None:
         notes.extend(graph.notes)
+    if notes is not None:
         notes.extend(f"the matmuls inside torch.autocast({kind!r}) are listed in {dtype}, as they run on "
                      f"{kind}; on {device} that region leaves them in their operands' dtypes"
-                     for kind, dtype in graph.autocast.items() if kind != device)
+                     for kind, dtype in autocast.items() if kind != device)
     if fused and notes is not None:
         notes.append(f"the matmuls inside {', '.join(fused)} (a fused op) are not listed; "
                      f"to list them, {way_out}")

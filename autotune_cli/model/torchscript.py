@@ -7,7 +7,8 @@ reached). Sizes are not stored, so the module is run once on example inputs buil
 `input_shapes` under `torch.profiler` with `record_shapes`, which records every aten op
 with its operands' sizes, strides and dtype, nested as they were called, with the graph
 executor's optimizations off so that the ops are the saved ones (the optimizing executor
-rewrites e.g. addmm into mm + add). The run is first tried on the meta device (no
+rewrites e.g. addmm into mm + add; the torch.autocast regions it would apply are applied
+by torchscript_autocast.py). The run is first tried on the meta device (no
 arithmetic, no memory for activations); if the module cannot run there it is run on the
 CPU with random inputs (integer and bool inputs are zeros, so that they are valid
 indices); so is a model whose meta run multiplied operands of two dtypes (a meta kernel may
@@ -35,6 +36,7 @@ from ..errors import UserError
 from ..text import article
 from .classify import EINSUM_NO_MATMUL, MATMUL_OPS, UNTUNED_OPS, MatmulCall, Operand, classify_call, sym, sym_eq
 from .text import one_line
+from .torchscript_autocast import autocast_forward
 
 # Fused kernels that may call matmuls inside (math fallbacks); never looked into.
 _OPAQUE_PREFIXES = (
@@ -126,10 +128,11 @@ def _make_inputs(input_shapes, device: str, random: bool) -> list[Any]:
     return out
 
 
-def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str], dict[str, int]]:
-    """Run once under the profiler: the outermost matmul-like calls (for a composite one,
-    the calls it ran), the names of the fused ops (_FUSED_MATMUL_OPS) that ran, and the
-    counts of the ops of classify.UNTUNED_KINDS."""
+def _profile_run(module: Any, inputs: list[Any], forward: Any = None) -> tuple[list[Any], list[str], dict[str, int]]:
+    """Run once under the profiler (`forward`, where given, in place of the module's): the
+    outermost matmul-like calls (for a composite one, the calls it ran), the names of the
+    fused ops (_FUSED_MATMUL_OPS) that ran, and the counts of the ops of
+    classify.UNTUNED_KINDS."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -140,7 +143,7 @@ def _profile_run(module: Any, inputs: list[Any]) -> tuple[list[Any], list[str], 
         # optimized_execution(False): run the graph as saved; the optimizing executor
         # rewrites ops on the first run (e.g. addmm into mm + add).
         with torch.no_grad(), torch.jit.optimized_execution(False):
-            module(*inputs)
+            (forward or module)(*inputs)
     finally:
         with _quiet_stderr():
             prof.__exit__(None, None, None)
@@ -254,9 +257,11 @@ def _operands_fit(name: str, args: list[Any]) -> bool:
     return sym_eq(a.sizes[-1], b.sizes[0 if len(b.sizes) == 1 else -2])
 
 
-def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str], dict[str, int]]:
-    """The matmul-like calls of one run (and the fused ops that ran, and the counts of the
-    ops that are no GEMM); the caller has checked that the file is trusted (check_model)."""
+def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str], dict[str, int], dict[str, str]]:
+    """The matmul-like calls of one run (and the fused ops that ran, the counts of the ops
+    that are no GEMM, and the autocast regions' device type -> dtype); the caller has checked
+    that the file is trusted (check_model). A model with autocast regions runs on the CPU:
+    autocast casts no meta tensor (torchscript_autocast.py)."""
     import torch
 
     if not input_shapes:
@@ -281,15 +286,15 @@ def read_torchscript(path: Path, input_shapes) -> tuple[list[Any], list[str], di
                         f"got {len(input_shapes)} --input-shape")
     if _is_meta(module):
         try:
-            return _profile_run(module.eval(), _make_inputs(input_shapes, "meta", random=False))
+            if autocast_forward(module)[0] is None:
+                return (*_profile_run(module.eval(), _make_inputs(input_shapes, "meta", random=False)), {})
         except Exception:  # noqa: BLE001 - run it for real below
             pass
     try:
         module = torch.jit.load(str(path), map_location="cpu").eval()
-        return _profile_run(module, _make_inputs(input_shapes, "cpu", random=True))
+        forward, regions = autocast_forward(module)
+        return (*_profile_run(module, _make_inputs(input_shapes, "cpu", random=True), forward), regions)
     except Exception as exc:  # noqa: BLE001
         raise UserError(f"running {path.name} on inputs "
                         f"{', '.join('x'.join(map(str, s)) + ':' + (d or 'float32') for s, d in input_shapes)} "
                         f"failed (check --input-shape): {one_line(exc)}") from None
-
-
