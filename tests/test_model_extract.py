@@ -425,6 +425,28 @@ def test_a_truncated_model_is_said_to_be_damaged(saved, tmp_path, fmt, cut):
     assert find_gemms(whole, trust_torchscript=True, input_shapes=saved["mlp_bias"][2] if fmt == 0 else None)
 
 
+@pytest.mark.parametrize("fmt", [0, 1])
+@pytest.mark.parametrize("damage", ["name", "version"])
+def test_a_zip_whose_listing_does_not_read_is_said_to_be_damaged(saved, tmp_path, fmt, damage):
+    """A damaged central directory makes zipfile raise what the damage leads it to (a name
+    flagged UTF-8 that is not: UnicodeDecodeError; an unknown version: NotImplementedError):
+    a one-line UserError, not a traceback."""
+    whole = saved["mlp_bias"][fmt]
+    data = bytearray(whole.read_bytes())
+    end = data.rindex(b"PK\x05\x06")  # the end record: where the central directory starts
+    at = int.from_bytes(data[end + 16:end + 20], "little")  # its first entry's record
+    if damage == "name":
+        data[at + 8] |= 0x08  # flag bit 11: the name is UTF-8 ...
+        data[at + 47] = 0xFF  # ... and it is not
+    else:
+        data[at + 6] = 216  # made by / needs zip version 21.6
+    bad = tmp_path / whole.name
+    bad.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"is damaged or truncated: its zip listing does not read \("
+                                        r"(UnicodeDecodeError|NotImplementedError)"):
+        find_gemms(bad, trust_torchscript=True, input_shapes=saved["mlp_bias"][2])
+
+
 def test_a_size_past_the_largest_dim_names_the_input_shape_that_gave_it(saved):
     """TorchScript takes its sizes from --input-shape alone: a GEMM dim past 2**31 - 1
     names that shape (the one thing to change), whole, in one line."""

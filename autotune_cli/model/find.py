@@ -21,6 +21,7 @@ from .classify import UNTUNED_KINDS as UNTUNED_KIND_NAMES, VECTOR_PRODUCT, Matmu
 from .dims import concretize, export_bindings, outside_ranges
 from .export_archive import read_export
 from .found import GROUP_SOURCE, FoundGemm, NotTuned
+from .text import one_line, shown
 from .torchscript import read_torchscript
 
 
@@ -40,14 +41,13 @@ def model_format(path: Path) -> str:
     if cut:
         raise UserError(f"{path} is damaged or truncated: it starts as a zip archive (as a .pt2 or TorchScript "
                         "file does) but does not end as one; copy or save it again")
-    if not zipfile.is_zipfile(path):
+    try:
+        names = _zip_names(path)
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if names is None:
         raise UserError(
             f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
     if any(n == "archive_format" or n.endswith("/archive_format") for n in names):
         return "export"
     if any("/code/" in n or n.startswith("code/") for n in names) and any(
@@ -60,6 +60,22 @@ def model_format(path: Path) -> str:
             "torch.export.save or torch.jit.save")
     raise UserError(
         f"{path} is not a saved model: expected a torch.export program (.pt2) or TorchScript (.pt)")
+
+
+def _zip_names(path: Path) -> list[str] | None:
+    """The zip's listing; None for a file that is no zip archive. A zip whose listing does not
+    read (zipfile raises what the damage leads it to: BadZipFile, a name that is no UTF-8, an
+    unknown version) is damaged: a UserError that says so in one line, not a traceback."""
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return zf.namelist()
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - damage shows as any of zipfile's errors
+        raise UserError(f"{path} is damaged or truncated: its zip listing does not read "
+                        f"({shown(one_line(exc))}); copy or save it again") from None
 
 
 _ZIP_START = b"PK\x03\x04"  # a zip archive's first local file header
