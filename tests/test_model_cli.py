@@ -356,6 +356,8 @@ def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     beyond, err = model_json(cli, pt2, "--plan", "--hint", "batch=1,100")
     assert [p["problem"]["m"] for p in beyond["plan"]] == [4, 8, 400]
     assert "note: batch=100: outside the range the program was exported for (1 to 64); kept all the same" in err
+    assert beyond["notes"] == ["batch=100: outside the range the program was exported for (1 to 64); kept all the same"]
+    assert bound["notes"] == []  # a script reads what stderr said
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
@@ -471,7 +473,7 @@ def test_human_output_plan_first_then_summary(cli, cache_dir, models):
 def test_plan_only_lists(cli, cache_dir, models):
     ts, pt2, shapes = models["mlp_bias"]
     doc, _ = model_json(cli, ts, TRUST, "--plan", "--input-shape", *shapes)
-    assert set(doc) == {"model", "plan", "not_tuned"}
+    assert set(doc) == {"model", "plan", "not_tuned", "notes"}
     assert rows(doc["plan"]) == MLP_BIAS
     assert_shares(doc["plan"])
     for p in doc["plan"]:

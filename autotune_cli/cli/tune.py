@@ -318,8 +318,8 @@ def model(
     plan = plan_rows(found)
     if plan_only:
         if json_out:
-            out.print(dumps({"model": str(path), "plan": plan, "not_tuned": untuned}), markup=False,
-                      soft_wrap=True)
+            out.print(dumps({"model": str(path), "plan": plan, "not_tuned": untuned, "notes": notes}),
+                      markup=False, soft_wrap=True)
         else:
             out.print(plan_table(plan))
         return
@@ -370,7 +370,8 @@ def model(
         # figures only where there is one pass
         passes = pass_totals(rows, scenarios)
         one = passes[0] if len(passes) == 1 else {}
-        out.print(dumps({"model": str(path), "problems": rows, "not_tuned": untuned, "passes": passes,
+        out.print(dumps({"model": str(path), "problems": rows, "not_tuned": untuned, "notes": notes + device_notes,
+                         "passes": passes,
                          "saved_ms_per_pass": one.get("saved_ms"), "aten_ms_per_pass": one.get("aten_ms"),
                          "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:
