@@ -810,3 +810,42 @@ def test_an_exported_programs_module_is_routed_as_the_model(cache_dir):
                 torch.testing.assert_close(value, want)
         met.append(sorted((r.op, r.problem.key()) for r in routes))
     assert met[0] == met[1] and [op for op, _ in met[0]] == ["addmm", "addmm", "bmm", "bmm"]
+
+
+def test_a_winner_with_padded_rows_serves_views_and_dynamic_m_as_torch_would(cache_dir):
+    """aten::mm_aligned pads C's rows (N = 50 halves: rows of 100 bytes). A static route's
+    view that merges the last dim and the graph's output get the rows whole (a copy), a
+    pointwise consumer reads them padded; a dynamic M's route returns them whole, as its fake
+    says: every call gives torch's values."""
+    from autotune_cli.settings import TuneSettings
+
+    tune = TuneSettings(device="cpu", templates=("aten::mm_aligned",), cache_dir=cache_dir)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 50).half()
+
+    def heads(x):
+        y = lin(x)
+        return y.view(-1), torch.nn.functional.gelu(y) * 2, y
+
+    graphs: list = []
+    routes: list = []
+    with torch.no_grad():
+        x = torch.randn(8, 32).half()
+        got = autotune_cli.compile(heads, backend=capturing(graphs), routes=routes, tune=tune)(x)
+        for value, want in zip(got, heads(x)):
+            torch.testing.assert_close(value, want)
+            assert value.is_contiguous()
+    assert [(r.uid, r.fallback) for r in routes] == [("aten::mm_aligned", False)]
+    (op,) = [n for n in graphs[0].graph.nodes if "autotune" in str(n.target)]
+    (copy,) = [n for n in op.users if n.target == "contiguous"]
+    assert {str(u.target) for u in copy.users} == {"view", "output"}  # gelu reads the padded rows
+
+    torch._dynamo.reset()
+    routes.clear()
+    compiled = autotune_cli.compile(lambda x: lin(x).view(-1), backend="aot_eager", routes=routes, tune=tune,
+                                    dynamic=True)
+    with torch.no_grad():
+        for m in (8, 5, 16, 3):
+            x = torch.randn(m, 32).half()
+            torch.testing.assert_close(compiled(x), lin(x).view(-1))
+    assert [r.uid for r in routes] == ["dynamic"]

@@ -13,6 +13,7 @@ from .groups import Group, find_groups, place_side_by_side, real_values, rewrite
 from .report import GROUPED, summary
 from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
 from .outer import rewrite_outer
+from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .sites import ScaledMatch, Site, fill_example_values, matmul_sites, node_value
 
@@ -189,7 +190,7 @@ class routing_backend:
                 route = self._route(a, b, bias, pin_aten)
             if route is None:
                 continue
-            op, name = route
+            op, name, padded = route
             with graph.inserting_before(node):
                 a_node, b_node = match.a, match.b
                 if match.fold is not None:
@@ -208,6 +209,8 @@ class routing_backend:
                     out = graph.call_function(operator.add, (out, match.bias))
             node.replace_all_uses_with(out)
             graph.erase_node(node)
+            if padded:
+                rows_whole_for_strict_users(graph, out)
             changed = True
         if changed:
             fill_example_values(graph, dynamos)  # AOTAutograd's cache reads them
@@ -355,7 +358,8 @@ class routing_backend:
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
     def _route(self, a, b, bias, pin_aten: bool):
-        """(op, route name) for this matmul, or None to leave it to the compiler."""
+        """(op, route name, whether its output rows are padded) for this matmul, or None to
+        leave it to the compiler."""
         call, info, built = self.dispatcher.route(a, b, bias)
         if info.fallback or info.problem is None:
             self.routes.append(info)
@@ -382,4 +386,4 @@ class routing_backend:
             info, warmed_call(self.dispatcher, info, built, a, b, bias) if warmed else call,
             tuple(shape), tuple(strides), built, parts if triton_ok else None))
         self.routes.append(info)
-        return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name
+        return (ops["triton_gemm"] if triton_ok else ops["gemm"]), name, pitch is not None

@@ -76,8 +76,9 @@ class DynamicCall:
             if bucket is not None and found is None:
                 why = f"nothing cached at M = {bucket}"
             elif found is not None and bucket == m:
-                run, info, _ = self.dispatcher.route(a, b, bias)
+                run, info, built = self.dispatcher.route(a, b, bias)
                 why = info.reason if info.fallback else info.uid
+                run = _rows_whole(run) if built is not None and built.pitch is not None else run
             elif found is not None and capturing:
                 # no check can run inside a capture: torch's op, planned again after it
                 return self.torch_op
@@ -89,6 +90,8 @@ class DynamicCall:
                     if failed:
                         why = f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
                         run = self.torch_op
+                    elif built.pitch is not None:
+                        run = _rows_whole(run)
             self.plans[key] = run
             self.chosen[m] = why
             return run
@@ -111,6 +114,16 @@ class DynamicCall:
         a, b, bias = ops[-2], ops[-1], (ops[0] if len(ops) == 3 else None)
         verdict = check(problem, out, reference_of(a.double(), b.double(), bias))
         return "" if verdict.ok else verdict.reason
+
+
+def _rows_whole(run: Callable) -> Callable:
+    """`run` with its output's rows made contiguous: the op's fake implementation says a
+    dynamic M's output is (ops.py), and a winner that pads its rows (`pitch`) leaves them
+    apart; one copy of C, where the padded kernel won by far more (bench/README.md)."""
+    def whole(*args):
+        return run(*args).contiguous()
+
+    return whole
 
 
 def _random_like(t, generator, scale: float = 1.0):
