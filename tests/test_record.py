@@ -398,3 +398,28 @@ def test_the_matmuls_in_torch_cond_and_while_loop_bodies_are_recorded(tmp_path, 
             torch.testing.assert_close(value, want)
     square = {"m": 2, "n": 24, "k": 24, "dtype": "float32", "layout": "nt", "count": 3}
     assert listed(path) == [dict(entry, count=1) for entry in FORWARD] + [square]
+
+
+def test_code_compiled_inside_a_record_compiles_after_it(tmp_path):
+    """torch.compile runs code eagerly while a record is open, and compiles it once the record
+    is closed: Dynamo meeting it under the record's dispatch mode had marked it to skip, and
+    neither it nor another module of its class compiled again in the process."""
+    compiled_graphs: list = []
+
+    def backend(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(16, 8))
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        with autotune_cli.record(tmp_path / "r.json"):
+            torch.testing.assert_close(compiled(x), model(x))
+        assert compiled_graphs == [] and listed(tmp_path / "r.json")[0]["m"] == 4  # recorded, run eagerly
+        compiled(x)
+        assert len(compiled_graphs) == 1
+        torch.compile(nn.Sequential(nn.Linear(8, 8)), backend=backend)(torch.randn(2, 8))
+        assert len(compiled_graphs) == 2
+    torch._dynamo.reset()

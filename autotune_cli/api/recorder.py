@@ -97,6 +97,7 @@ class _Tally:
 
 
 _tallies: dict[Path, _Tally] = {}  # resolved path -> its tally, while open
+_stance = None  # torch.compiler's "force_eager" stance, held while any tally is open (_hold_eager)
 _tallies_lock = threading.Lock()
 
 
@@ -142,7 +143,6 @@ def _mode_class():
             # base: their transposes are known by these)
             self.linear_weights: list = []
             self.bodies = 0  # higher-order ops' bodies running (_run_higher_order)
-            self.wrappers: set = set()  # the code torch compiled to run them (forget_wrappers)
 
         # torch.cond, while_loop, ... come here too: their bodies run under this mode (below)
         supports_higher_order_operators = True
@@ -176,7 +176,6 @@ def _mode_class():
             """A higher-order op run by its dense kernel (the one eager runs), with this mode
             on, so that the matmuls of the body it runs are recorded; one without such a
             kernel runs as it is, counted as skipped (its body's matmuls unseen)."""
-            self.wrappers.update(_eager_wrappers())
             dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
             if func is torch.ops.higher_order.cond:  # its dense kernel refuses to run under a mode
                 dense = _run_cond
@@ -215,35 +214,6 @@ def _mode_class():
                     self.tally.skipped[skipped] += 1
 
     return RecordMode
-
-
-def _eager_wrappers() -> set:
-    """The code objects torch is running a higher-order op through, in eager code: each is
-    compiled by _hop_compile_and_call, found up the stack."""
-    import inspect
-
-    found = set()
-    frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code.co_name == "_hop_compile_and_call":
-            code = getattr(frame.f_locals.get("fn"), "__code__", None)
-            if code is not None:
-                found.add(code)
-        frame = frame.f_back
-    return found
-
-
-def forget_wrappers(mode) -> None:
-    """Drop what Dynamo compiled for the wrappers `mode` saw run: compiled while a dispatch
-    mode was on, their cache makes the next eager torch.cond, outside the record, fail to
-    compile (torch 2.13). Without the internal API, nothing is dropped."""
-    try:
-        from torch._dynamo.eval_frame import reset_code
-    except ImportError:
-        return
-    for code in mode.wrappers:
-        reset_code(code)
-    mode.wrappers.clear()
 
 
 def _run_cond(pred, true_fn, false_fn, operands):
@@ -335,7 +305,6 @@ def record(path: str | os.PathLike) -> Iterator[None]:
     finally:
         if pushed is not None:
             pushed.__exit__(None, None, None)
-            forget_wrappers(pushed)
         _close(tally)
 
 
@@ -344,9 +313,25 @@ def _open(path: str | os.PathLike) -> _Tally:
         raise ValueError("record: the path is empty")
     target = Path(path).expanduser().resolve()
     with _tallies_lock:
+        if not _tallies:
+            _hold_eager(True)
         tally = _tallies.setdefault(target, _Tally(target))
         tally.users += 1
     return tally
+
+
+def _hold_eager(hold: bool) -> None:
+    """While a record is open, torch.compile runs code eagerly (the "force_eager" stance):
+    code Dynamo meets under a dispatch mode is marked to skip, and would never compile
+    again in this process, the record closed. Called under _tallies_lock."""
+    global _stance
+    import torch
+
+    if hold and _stance is None:
+        _stance = torch.compiler.set_stance("force_eager")
+    elif not hold and _stance is not None:
+        _stance.__exit__(None, None, None)  # the stance in force before
+        _stance = None
 
 
 def _close(tally: _Tally) -> None:
@@ -355,6 +340,8 @@ def _close(tally: _Tally) -> None:
         if tally.users:
             return
         del _tallies[tally.path]
+        if not _tallies:
+            _hold_eager(False)
     with tally.lock:
         for thread in list(tally.runs):
             tally.end_runs(thread)
