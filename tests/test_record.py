@@ -17,6 +17,7 @@ from torch import nn
 import autotune_cli
 from autotune_cli import api
 from autotune_cli.errors import UserError
+from autotune_cli.model import find_gemms
 from autotune_cli.model.shapes_file import read_counted
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
@@ -423,3 +424,44 @@ def test_code_compiled_inside_a_record_compiles_after_it(tmp_path):
         torch.compile(nn.Sequential(nn.Linear(8, 8)), backend=backend)(torch.randn(2, 8))
         assert len(compiled_graphs) == 2
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("x_shape,bias_shape,op", [
+    ((2, 3, 16), (8,), "addmm"),
+    ((2, 3, 16), (1, 8), "addmm"),  # torch squeezes the bias to decide
+    ((2, 3, 16), (3, 8), "mm"),  # a bias per position: the product, then the bias added
+    ((2, 2, 3, 16), (1, 8), "addmm"),
+    ((2, 2, 3, 16), (3, 8), "mm"),
+])
+def test_a_linears_bias_is_fused_where_torch_fuses_it(tmp_path, cache_dir, x_shape, bias_shape, op):
+    """record lists what at::linear runs for each bias shape; autotune_cli.linear, compile
+    and `autotune model` (the exported program) pose that same problem, with torch's values."""
+    api.reset()
+    g = torch.Generator().manual_seed(3)
+    x, weight, bias = torch.randn(*x_shape, generator=g), torch.randn(8, 16, generator=g), torch.randn(*bias_shape,
+                                                                                                  generator=g)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = torch.nn.functional.linear(x, weight, bias)
+    (entry,) = listed(path)
+    assert ("addmm" if entry.get("bias") else "mm") == op
+    with torch.no_grad():
+        torch.testing.assert_close(autotune_cli.linear(x, weight, bias), want)
+        info = api.Dispatcher(cache_dir).dispatch_info(x.reshape(-1, 16), weight.t(), bias if op == "addmm" else None)
+        assert info.problem.op == op
+        routes: list = []
+        got = autotune_cli.compile(torch.nn.functional.linear, backend="eager", tune=False, routes=routes)(x, weight,
+                                                                                                          bias)
+    torch.testing.assert_close(got, want)
+    assert [r.op for r in routes] == [op]
+
+    class Linear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.bias = nn.Parameter(weight), nn.Parameter(bias)
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    torch.export.save(torch.export.export(Linear(), (x,)), str(tmp_path / "m.pt2"))
+    assert [f.problem.op for f in find_gemms(str(tmp_path / "m.pt2"), device="cpu")] == [op]

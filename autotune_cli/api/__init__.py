@@ -191,7 +191,7 @@ class Dispatcher:
         addmm with a bias where at::linear runs one (problem.linear_fuses_bias), else mm and
         the bias added after. A 1-d x or weight (a matrix-vector product) is torch's, and so
         is a linear torch runs as a bmm over x's batch (problem.matmul_folds)."""
-        fused = bias is not None and x.dim() >= 2 and linear_fuses_bias(x.dim(), x.is_contiguous(), bias.dim())
+        fused = bias is not None and x.dim() >= 2 and linear_fuses_bias(x.dim(), x.is_contiguous(), bias.shape)
         if x.dim() < 2 or weight.dim() != 2 or not (fused or folds_as_torch(x, weight)):
             # a matrix-vector product, or a bmm over x's batch (problem.matmul_folds): torch's
             return (self._t or self._torch()).torch.nn.functional.linear(x, weight, bias)

@@ -327,7 +327,7 @@ def classify_call(name: str, args: Sequence[Any], out: Operand | None = None,
         if len(a.sizes) < 2:
             return Untuned(VECTOR_PRODUCT)
         w_t = _transposed(b)  # B = W.T, a view: it requires grad as W does
-        if bias is not None and linear_fuses_bias(len(a.sizes), _contiguous(a), len(bias.sizes)):
+        if bias is not None and linear_fuses_bias(len(a.sizes), _contiguous(a), bias.sizes):
             return MatmulCall("addmm", sym_prod(a.sizes[:-1]), b.sizes[0], a.sizes[-1], one, dtype,
                               _flat_layout(a) + _mat_layout(w_t), "n", source)
         return _classify_matmul(a, w_t, dtype, source)

@@ -144,7 +144,7 @@ def match_matmul(node) -> MatmulMatch | None:
         x, w = tensors[0], tensors[1]
         if w.dim() != 2 or x.dim() < 2:
             return None
-        apart = bias is not None and not linear_fuses_bias(x.dim(), x.is_contiguous(), node_value(bias).dim())
+        apart = bias is not None and not linear_fuses_bias(x.dim(), x.is_contiguous(), node_value(bias).shape)
         unfolded = (bias is None or apart) and not folds_as_torch(x, w)
         return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True,
                            unrouted=UNFOLDED if unfolded else "", bias_apart=apart)
