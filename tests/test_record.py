@@ -465,3 +465,23 @@ def test_a_linears_bias_is_fused_where_torch_fuses_it(tmp_path, cache_dir, x_sha
 
     torch.export.save(torch.export.export(Linear(), (x,)), str(tmp_path / "m.pt2"))
     assert [f.problem.op for f in find_gemms(str(tmp_path / "m.pt2"), device="cpu")] == [op]
+
+
+def test_matmuls_in_place_and_of_other_kinds_are_named_as_skipped(tmp_path, capsys):
+    """In-place products (the result written into self), int8 and vector products, and the
+    bilinear form are no problem autotune poses: each is counted and named, none dropped."""
+    w, v = torch.randn(32, 48), torch.randn(32)
+    path = tmp_path / "skipped.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        torch.randn(8, 48).addmm_(torch.randn(8, 32), w)
+        torch.randn(2, 8, 48).baddbmm_(torch.randn(2, 8, 32), w.expand(2, 32, 48))
+        torch._int_mm(torch.ones(32, 32, dtype=torch.int8), torch.ones(32, 32, dtype=torch.int8))
+        torch.vdot(v, v)
+        torch.addr(torch.randn(32, 32), v, v)
+        torch.nn.functional.bilinear(torch.randn(4, 32), torch.randn(4, 32), torch.randn(5, 32, 32))
+    line = capsys.readouterr().err.strip()
+    assert "0 matmul problems" in line and not path.exists()
+    assert "skipped 6 calls autotune cannot tune: " in line and line.endswith(" and 2 more")  # 4 named
+    for name in ("addmm_ [8, 48] x [8, 32] x [32, 48]", "baddbmm_", "int_mm [32, 32] x [32, 32] int8",
+                 "vdot [32] x [32]"):
+        assert name in line, (name, line)

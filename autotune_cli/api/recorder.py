@@ -39,7 +39,9 @@ ENVIRONMENT = "AUTOTUNE_RECORD"
 RECORDED = ("mm", "addmm", "bmm", "_scaled_mm")
 # Matmuls autotune has no problem for: counted and named as skipped (those a torch lacks are
 # left out of the lookup).
-UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm",
+UNEXPRESSED = ("baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "addr", "_scaled_mm_v2", "_grouped_mm",
+               "_scaled_grouped_mm", "_int_mm", "_addmm_activation", "_trilinear",
+               "addmm_", "baddbmm_", "addbmm_", "addmv_", "addr_",  # in place: the result written into self
                *FUSED_OPS)
 MAX_OPEN_RUNS = 8  # inputs of linears a thread's record holds at once (each one's run of linears)
 
@@ -283,7 +285,8 @@ def _name(op: str, named: dict, known: bool = True) -> str:
     import torch
 
     tensors = [value for name, value in named.items() if isinstance(value, torch.Tensor)
-               and name in ("self", "mat1", "mat2", "vec", "tensor", "batch1", "batch2", "query", "src")]
+               and name in ("self", "mat1", "mat2", "vec", "vec1", "vec2", "other", "tensor", "batch1", "batch2",
+                            "query", "src", "i1", "i2")]
     shapes = " x ".join("[" + ", ".join(map(str, value.shape)) + "]" for value in tensors)
     dtype = str(tensors[0].dtype).removeprefix("torch.") if tensors else ""
     return " ".join(part for part in (op.lstrip("_"), shapes, dtype, "" if known else "(unread)") if part)
