@@ -849,3 +849,36 @@ def test_a_winner_with_padded_rows_serves_views_and_dynamic_m_as_torch_would(cac
             x = torch.randn(m, 32).half()
             torch.testing.assert_close(compiled(x), lin(x).view(-1))
     assert [r.uid for r in routes] == ["dynamic"]
+
+
+OTHER_PRODUCTS = {
+    "matrix @ vector": (lambda w, v, x: w.t() @ v, "with a vector"),
+    "batch @ vector": (lambda w, v, x: x @ v, "with a vector"),
+    "broadcast batch": (lambda w, v, x: x @ w.unsqueeze(0), "with broadcast batches"),
+    "mv": (lambda w, v, x: torch.mv(w.t(), v), "of other kinds"),
+    "tensordot": (lambda w, v, x: torch.tensordot(x, w, dims=([2], [0])), "of other kinds"),
+    "addmm_": (lambda w, v, x: torch.zeros(8, 48).addmm_(x[0], w), "of other kinds"),
+    "multi_dot": (lambda w, v, x: torch.linalg.multi_dot([x[0], w, w.t()]), "of other kinds"),
+}
+
+
+@pytest.mark.parametrize("case", OTHER_PRODUCTS)
+def test_a_product_routing_does_not_read_is_met_and_said(cache_dir, capfd, case):
+    """What is not routed is said: every product the graph holds has its Dispatch in
+    `routes` and its kind in the summary, none dropped in silence."""
+    run, kind = OTHER_PRODUCTS[case]
+    w, v, x = torch.randn(32, 48), torch.randn(32), torch.randn(2, 8, 32)
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(run, backend="eager", routes=routes, tune=False)(w, v, x)
+    torch.testing.assert_close(got, run(w, v, x))
+    assert len(routes) == 1 and routes[0].fallback, routes
+    assert "routed 0 of 1 matmul; left to the compiler: 1 " + kind in capfd.readouterr().err
+
+
+def test_linalg_matmul_is_routed_as_matmul(cache_dir):
+    routes: list = []
+    a, b = torch.randn(8, 32), torch.randn(32, 48)
+    with torch.no_grad():
+        autotune_cli.compile(lambda a, b: torch.linalg.matmul(a, b), backend="eager", routes=routes, tune=False)(a, b)
+    assert [(r.op, r.reason.split(" (")[0]) for r in routes] == [("mm", "nothing cached for it on this machine")]

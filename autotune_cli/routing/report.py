@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import BADDBMM, EINSUM, FUSED, MATRIX_BY_BATCH, UNFOLDED, UNROUTED_ARGUMENTS
+from .sites import (BADDBMM, BROADCAST, EINSUM, FUSED, MATRIX_BY_BATCH, OTHER_KIND, UNFOLDED, UNROUTED_ARGUMENTS,
+                    VECTOR)
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -59,6 +60,8 @@ def _reason_kind(reason: str) -> str:
                          (STALE, "whose cached entry is not used (see routes)"),
                          (UNROUTED_ARGUMENTS, "with alpha=, beta= or out="), (EINSUM, "as einsums of another form"),
                          (MATRIX_BY_BATCH, "as 2-D @ N-D"), (BADDBMM, "as baddbmm"),
+                         (VECTOR, "with a vector"), (BROADCAST, "with broadcast batches"),
+                         (OTHER_KIND, "of other kinds (see routes)"),
                          (UNFOLDED, "run by torch as a bmm of unfolded rows"),
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),

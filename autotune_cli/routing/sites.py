@@ -41,7 +41,7 @@ def _targets():
 
     aten = torch.ops.aten
     linear = {torch._C._nn.linear, torch.nn.functional.linear, aten.linear.default}
-    matmul = {torch.matmul, operator.matmul, aten.matmul.default}
+    matmul = {torch.matmul, operator.matmul, torch.linalg.matmul, aten.matmul.default}
     return linear, matmul, {torch.mm, aten.mm.default}, {torch.addmm, aten.addmm.default}, \
         {torch.bmm, aten.bmm.default}
 
@@ -178,9 +178,29 @@ def match_matmul(node) -> MatmulMatch | None:
         if x.dim() == y.dim() > 3 and tuple(x.shape[:-2]) == tuple(y.shape[:-2]):
             # attention's q @ k^T: the leading dims (no broadcast) are one bmm's batch
             return MatmulMatch(args[0], args[1], None, None, False, tuple(x.shape[:-2]))
-        if x.dim() == 2 and y.dim() > 2:  # met, and said to stay torch's
-            return MatmulMatch(args[0], args[1], None, None, False, unrouted=MATRIX_BY_BATCH)
+        # met, and said to stay torch's
+        if x.dim() == 2 and y.dim() > 2:
+            unrouted = MATRIX_BY_BATCH
+        elif x.dim() == 1 or y.dim() == 1:
+            unrouted = VECTOR
+        else:
+            unrouted = BROADCAST
+        return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted)
     return None
+
+
+def _other_kinds() -> dict:
+    """The calls of other products (by target, or a method's name) that routing does not
+    read: met and said (OTHER_KIND), never dropped from the routes."""
+    import torch
+
+    functions = {torch.tensordot: "tensordot", torch.addbmm: "addbmm", torch.linalg.multi_dot: "multi_dot",
+                 torch.chain_matmul: "chain_matmul", torch.nn.functional.bilinear: "bilinear",
+                 torch._int_mm: "_int_mm", torch.mv: "mv", torch.dot: "dot", torch.vdot: "vdot",
+                 torch.inner: "inner", torch.addmv: "addmv", torch.addr: "addr"}
+    methods = {name: name for name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addbmm", "mv", "dot", "vdot",
+                                       "inner", "addmv", "addr", "addr_")}
+    return {**functions, **methods}
 
 
 def is_static(*tensors) -> bool:
@@ -252,6 +272,9 @@ MATRIX_BY_BATCH = "a matrix times a batch (2-D @ N-D), not read by routing"
 UNFOLDED = ("a matmul torch runs as a bmm over the input's batch (rows that do not fold without a copy, "
             "times a weight that needs no grad), not read by routing")
 BADDBMM = "a baddbmm (a batched product added to a tensor), not read by routing"
+VECTOR = "a product with a vector (1-D operand), not read by routing"
+BROADCAST = "a matmul whose batch dims broadcast, not read by routing"
+OTHER_KIND = "a product routing does not read"
 FUSED = "matmuls inside one op of torch's (an attention or encoder layer), not read by routing"
 EINSUM = "an einsum that is not one matmul, left to the compiler"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
@@ -268,7 +291,12 @@ def matmul_sites(graph):
     fused = {getattr(torch, name): name for name in FUSED_OPS if hasattr(torch, name)}
     fused[torch.nn.functional.multi_head_attention_forward] = "multi_head_attention"  # Dynamo keeps it whole
     einsums = einsum_targets()
+    others = _other_kinds()
     for node in graph.nodes:
+        other = others.get(node.target) if node.op in ("call_function", "call_method") else None
+        if other is not None:
+            yield Site(node, other, None, None, static=False, skip=f"{OTHER_KIND} ({other})")
+            continue
         if node.op == "call_function" and node.target in einsums:  # met, and said to stay the compiler's
             yield Site(node, "einsum", None, None, static=False, skip=EINSUM)
             continue
