@@ -882,3 +882,26 @@ def test_linalg_matmul_is_routed_as_matmul(cache_dir):
     with torch.no_grad():
         autotune_cli.compile(lambda a, b: torch.linalg.matmul(a, b), backend="eager", routes=routes, tune=False)(a, b)
     assert [(r.op, r.reason.split(" (")[0]) for r in routes] == [("mm", "nothing cached for it on this machine")]
+
+
+def test_a_graph_compiled_again_after_a_restart_is_reported_once(cache_dir, capfd):
+    """Dynamo restarts its analysis when the compiler asks (a float input made a tensor, as
+    Inductor asks under dynamic=True): the backend runs again for the graph, and its
+    matmuls are in `routes` and the summary once."""
+    restart = getattr(torch._dynamo.exc, "TensorifyScalarRestartAnalysis", None)
+    if restart is None:
+        pytest.skip("this torch restarts no analysis")
+    calls: list = []
+
+    def inner(gm, example_inputs):
+        calls.append(gm)
+        if len(calls) == 1:
+            raise restart()
+        return gm.forward
+
+    routes: list = []
+    lin = torch.nn.Linear(C, H)
+    with torch.no_grad():
+        autotune_cli.compile(lin, backend=inner, routes=routes, tune=False)(torch.randn(T, C))
+    assert len(calls) == 2 and len(routes) == 1
+    assert capfd.readouterr().err.count("autotune: routed 0 of 1 matmul") == 1

@@ -63,6 +63,7 @@ class routing_backend:
     def __call__(self, gm, example_inputs):
         import torch
 
+        routed_before = len(self.routes)  # this graph's Dispatches follow
         config = self.inductor_config()
         pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
         self.pdl = self.inductor_pdl(config)
@@ -87,13 +88,20 @@ class routing_backend:
         routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
-        if self.inner == "inductor":
-            from torch._inductor.compile_fx import compile_fx
+        try:
+            if self.inner == "inductor":
+                from torch._inductor.compile_fx import compile_fx
 
-            compiled = compile_fx(gm, example_inputs, config_patches=config)
-        else:
-            inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
-            compiled = inner(gm, example_inputs)
+                compiled = compile_fx(gm, example_inputs, config_patches=config)
+            else:
+                inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
+                compiled = inner(gm, example_inputs)
+        except BaseException:
+            # the graph is not compiled (an error, or a restart of Dynamo's analysis that
+            # calls the backend again): its routes are not the compile's
+            del self.routes[routed_before:]
+            raise
+        summary(self.routes[routed_before:], len(routed_groups), len(folds), sum(f.splits is not None for f in folds))
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights, group.biases)
         return compiled
@@ -150,8 +158,8 @@ class routing_backend:
                  groups: Sequence[tuple[Group, str, Dispatch]] = (), folds: Sequence = (),
                  dynamos: set | None = None) -> None:
         """Replace the graph's matmuls by our ops: `groups` ((Group, route name, Dispatch)) by
-        one op each, the other `sites` one by one (`folds`: the attentions gqa.py rewrote, for
-        the summary line; `dynamos`: the nodes Dynamo made, by default those there now)."""
+        one op each, the other `sites` one by one (`folds`: the attentions gqa.py rewrote;
+        `dynamos`: the nodes Dynamo made, by default those there now)."""
         import torch
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -159,7 +167,6 @@ class routing_backend:
         dynamos = set(graph.nodes) if dynamos is None else dynamos
         sites = list(matmul_sites(graph)) if sites is None else sites
         changed = bool(groups) or bool(folds)
-        routed_before = len(self.routes)
         grouped = set()
         for group, name, info in groups:
             for site in group.sites:
@@ -216,7 +223,6 @@ class routing_backend:
             fill_example_values(graph, dynamos)  # AOTAutograd's cache reads them
             graph.lint()
             gm.recompile()
-        summary(self.routes[routed_before:], len(groups), len(folds), sum(f.splits is not None for f in folds))
 
     def _route_group(self, group: Group, graphs: bool) -> tuple[str, Dispatch] | None:
         """(route name, Dispatch) of `group`'s one GEMM (`group.problem`), where its winner's time beats
