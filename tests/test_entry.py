@@ -151,6 +151,8 @@ def good() -> dict:
     (lambda d: d["candidates"][0].pop("status"), "entry 'k@fp': candidate 0 is malformed"),
     (lambda d: d["candidates"][0].update(ms=None), "entry 'k@fp': candidate 0 is ok but has no time"),
     (lambda d: d["candidates"][0].update(status="lost"), "entry 'k@fp': candidate 0 has an unknown status 'lost'"),
+    (lambda d: d["candidates"][0].update(ms=-5.0),
+     "entry 'k@fp': candidate 0 time -5.0 is not a number of 0 or more"),
     (lambda d: d["problem"].update(m=0), "entry 'k@fp': problem is invalid ('m' must be at least 1, got 0)"),
     (lambda d: d["fingerprint"].pop("device_name"), "entry 'k@fp': fingerprint has no device_name"),
     (lambda d: d["fingerprint"].update(templates={"a": 1}), "entry 'k@fp': fingerprint templates are not {uid: hash}"),
@@ -175,6 +177,29 @@ def test_bad_entries_are_refused_naming_the_field(change, message):
     with pytest.raises(DamagedCache) as raised:
         Entry.from_dict(data, "k@fp")
     assert str(raised.value) == message
+
+
+def test_a_negative_candidate_time_damages_its_entry_and_a_narrower_tune_stores_its_own(cli, tuned, tmp_path):
+    """A candidate time below 0 (written by hand) would be the pick of a narrower tune's
+    merge, whose winner no reader accepts: the entry is left out when read (one note), the
+    tune stores its own result, and the other entry stays."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    data = document(tuned)
+    key = next(k for k in data["entries"] if "/m16/" in k)  # aten + triton::mm
+    for candidate in data["entries"][key]["candidates"]:
+        if candidate["uid"] == "triton::mm":
+            candidate["ms"] = -5.0
+    (folder / CACHE_FILE).write_text(json.dumps(data))
+    code, out, err = cli("mm", "--device", "cpu", "--m", "16", "--n", "16", "--k", "16", "--templates", "aten",
+                         "--workers", "1", "--cache-dir", folder)
+    assert code == 0 and "Traceback" not in err, err
+    assert "is damaged (candidate" in " ".join(err.split()) and "time -5.0 is not a number of 0 or more" in err
+    entries = Cache(folder).load()
+    assert len(entries) == 2
+    stored = entries[key]
+    assert stored.winner is not None and stored.winner.uid == "aten::mm" and stored.winner.ms > 0
+    assert all(c.ms is None or c.ms >= 0 for c in stored.candidates)
 
 
 @pytest.mark.parametrize("field, value, flag", [

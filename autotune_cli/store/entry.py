@@ -391,8 +391,11 @@ class Entry:
             _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
                      and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
                      f"{where}: candidate {i} is malformed")
+            # a time below 0 would win every pick that reads it (a narrower tune's merge, a
+            # selection's answer) and write a winner no reader accepts
             ms = cand.get("ms")
-            _require(ms is None or _is_number(ms), f"{where}: candidate {i} time {_show(ms)} is not a number")
+            _require(ms is None or _is_non_negative(ms),
+                     f"{where}: candidate {i} time {_show(ms)} is not a number of 0 or more")
             _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
             _require(cand["status"] in STATUSES, f"{where}: candidate {i} has an unknown status "
                      f"{_show(cand['status'])}")
