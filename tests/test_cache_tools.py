@@ -452,6 +452,32 @@ def test_show_and_the_api_judge_an_entry_alike(cli, cache_dir, tuned_here):
     assert why in dispatcher._lookup.miss_reason(problem)
 
 
+def test_show_marks_a_winner_its_template_refuses_as_the_api_does(cli, cache_dir, tuned_here):
+    """A winner whose params its template does not derive for the problem (BLOCK_K 64 at
+    K = 32 kept EVEN_K true: a hand edit) is never built by the API: show marks it not
+    served with the API's reason, and prune --stale removes it."""
+    from autotune_cli import api
+    from autotune_cli.templates import get_template
+
+    (key, here), = json.loads(json.dumps(tuned_here)).items()
+    params = {**TRITON_PARAMS, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "num_stages": 1}
+    here["winner"].update(uid="triton::mm", params=params)
+    here["fingerprint"]["templates"] = {uid: get_template(uid).source_hash() for uid in ("aten::mm", "triton::mm")}
+    write(cache_dir, (key, here))
+    code, out, _ = cli("cache", "show", "--json")
+    why = json.loads(out)["stale"].get(key, "")
+    assert code == 0 and why.startswith("is refused: winner param EVEN_K = True is not what triton::mm derives")
+    code, out, _ = cli("cache", "show")
+    assert code == 0 and "stale, not served: mm 32x32x32 float16 nn" in out
+    problem = GemmProblem.from_dict(here["problem"])
+    dispatcher = api.Dispatcher(cache_dir)
+    with pytest.warns(api.AutotuneFallbackWarning):
+        assert dispatcher.lookup_entry(problem) is None
+        assert why.removeprefix("is refused: ") in dispatcher._lookup.miss_reason(problem)
+    code, _, err = cli("cache", "prune", "--stale")
+    assert code == 0 and "removed 1 entry" in err and entries_of(cache_dir) == {}
+
+
 def test_prune_device_is_a_condition_of_its_own(cli, cache_dir):
     """--device, with or without --not-this-machine, removes only entries of that device."""
     gpu_bf16, cpu_bf16 = synthetic(m=16, dtype="bfloat16"), synthetic(m=16, dtype="bfloat16", device="cpu")

@@ -100,8 +100,25 @@ def judged_hashes(entry: Entry) -> dict[str, str]:
 
 def stale_reason(entry: Entry) -> str:
     """Why `entry`'s winner is no longer served by the templates installed here
-    (`unserved_reason`), or "" where it is, or where it has no winner to serve."""
-    return "" if entry.winner is None else unserved_reason(entry, judged_hashes(entry))
+    (`unserved_reason`), or is refused by its template (params it does not declare or
+    derive for the problem: the lookups never build it), or "" where it is served, or where
+    it has no winner to serve. A winner of a template not registered here (a plugin's) is
+    not judged."""
+    if entry.winner is None:
+        return ""
+    why = unserved_reason(entry, judged_hashes(entry))
+    if why:
+        return why
+    from ..errors import UserError
+    from ..templates import get_template
+    from ..templates.params import winner_problem
+
+    try:
+        get_template(entry.winner.uid)
+    except UserError:
+        return ""
+    refused = winner_problem(entry)
+    return f"is refused: {refused}" if refused else ""
 
 
 def whole(entry: Entry | None, hashes: Mapping[str, str]) -> bool:
