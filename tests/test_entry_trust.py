@@ -277,6 +277,44 @@ def test_export_leaves_out_what_an_import_would_refuse(cli, tmp_path):
     assert code == 0 and "imported 1" in err, err
 
 
+def gpu_entry(problem, params: dict) -> tuple[str, dict]:
+    """(key, entry) of a triton::mm winner with `params` for `problem` on an H200 (another
+    machine's: an export carries it as it is)."""
+    from autotune_cli.store.fingerprint import Fingerprint
+
+    fingerprint = Fingerprint(device_type="cuda", device_name="NVIDIA H200", capability="9.0", sm_count=132,
+                              driver="580", runtime="12.8", torch="2.13.0", triton="3.9.0",
+                              templates=(("triton::mm", get_template("triton::mm").source_hash()),))
+    winner = {"uid": "triton::mm", "params": params, "ms": 0.01, "p20": None, "p80": None, "tflops": 1.0}
+    entry = {"problem": problem.to_dict(), "fingerprint": fingerprint.to_dict(),
+             "fingerprint_digest": fingerprint.digest(), "machine": fingerprint.machine_digest(),
+             "winner": winner, "candidates": [{"uid": "triton::mm", "params": params, "status": "ok", "ms": 0.01}],
+             "tuned_at": "2026-11-30T00:00:00+00:00"}
+    return str(CacheKey(problem.key(), fingerprint.digest())), entry
+
+
+def test_the_inductor_export_leaves_out_a_winner_its_template_refuses(cli, tmp_path):
+    """Inductor's table names the one config Inductor compiles, unchecked: a winner the
+    lookups would never build (BLOCK_K 64 at K = 32 kept EVEN_K true: a hand edit) is left
+    out with a note, as from an autotune export; the others are written."""
+    good_problem = make_problem(m=64, n=64, k=64, device="cuda")
+    bad_problem = make_problem(m=64, n=64, k=32, device="cuda")
+    tile = {**TILE, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}
+    good_key, good = gpu_entry(good_problem, get_template("triton::mm").full_params(good_problem, tile))
+    bad_params = get_template("triton::mm").full_params(good_problem, tile)  # EVEN_K true: 32 % 64 != 0
+    bad_key, bad = gpu_entry(bad_problem, bad_params)
+    cache_dir = tmp_path / "cache"
+    Cache(cache_dir).update({good_key: good, bad_key: bad})
+    table = tmp_path / "table.json"
+    code, out, err = cli("cache", "export", "--format", "inductor", "--no-hash", "-o", table,
+                         "--cache-dir", cache_dir)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"note: left out {bad_key}: winner param EVEN_K = True is not what triton::mm derives" in err
+    written = json.loads(table.read_text())
+    assert len(written) == 1 and "[64, 64]" in next(iter(written)) and "[32, 64]" not in json.dumps(written)
+    assert next(iter(written.values()))[0]["BLOCK_K"] == 64 and "exported 1 lookup-table key from 1 entry" in err
+
+
 def _with_unregistered_result(entry: dict, ms: float) -> dict:
     """`entry` holding too a result of a template not registered here (a plugin's, from a
     tune with --plugin), faster than its own, as its winner."""

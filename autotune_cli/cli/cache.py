@@ -318,13 +318,15 @@ def cache_export(
     items = winners_only(select(cache.items(), filter_text))
     print_notices(cache)
     where = "stdout" if output in (None, "-") else output
-    if format_ is ExportFormat.autotune:
-        from ..templates.params import entry_problem  # the package registers the built-ins
+    from ..templates.params import entry_problem  # the package registers the built-ins
 
-        refused = {key: why for key, entry in items if (why := entry_problem(entry))}
-        for key, why in refused.items():  # what `cache import` would refuse, with the whole file
-            err.print(printable(f"note: left out {key}: {why}"), markup=False, highlight=False)
-        items = [(key, entry) for key, entry in items if key not in refused]
+    # what `cache import` would refuse, with the whole file, and the lookups never build: in
+    # Inductor's table too, where it would be the one config Inductor compiles, unchecked
+    refused = {key: why for key, entry in items if (why := entry_problem(entry))}
+    for key, why in refused.items():
+        err.print(printable(f"note: left out {key}: {why}"), markup=False, highlight=False)
+    items = [(key, entry) for key, entry in items if key not in refused]
+    if format_ is ExportFormat.autotune:
         write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
         err.print(f"exported {plural(len(items), 'entry', 'entries')} to {where}", markup=False)
         return
