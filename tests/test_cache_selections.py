@@ -72,6 +72,25 @@ def test_a_tune_between_an_interrupted_one_and_its_resume_answers_nothing_of_it(
     assert set(the_entry(tmp_path).templates) == {"aten::mm", "test::sleepy"}
 
 
+def test_a_partial_entry_holding_a_winner_is_no_hit_for_any_selection(tmp_path):
+    """An interrupted tune's entry is resumed, never answered, even where it holds a winner
+    (a hand edit, a file of another writer): neither a tune of its selection nor the API's
+    lookup of that selection takes it as finished."""
+    from autotune_cli import api
+
+    first, _ = tuner(tmp_path, all_ok, ("aten",))
+    first.tune(PROBLEM)
+    cache = Cache(tmp_path)
+    (key, entry), = cache.load().items()
+    cache.put(key, {**entry.to_dict(), "partial": True})
+    assert the_entry(tmp_path).partial and the_entry(tmp_path).winner is not None
+    assert api.Dispatcher(tmp_path).lookup_entry(PROBLEM, templates="aten") is None
+    again, _ = tuner(tmp_path, all_ok, ("aten",))
+    outcome = again.tune(PROBLEM)
+    assert not outcome.from_cache  # resumed (its results kept) and stored finished
+    assert not the_entry(tmp_path).partial and the_entry(tmp_path).winner.uid == "aten::mm"
+
+
 def test_a_tune_cut_short_by_its_budget_is_resumed_by_one_without(tmp_path):
     def half_skipped(call, choices, on_result):
         for index, choice in enumerate(choices):

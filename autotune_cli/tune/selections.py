@@ -27,9 +27,11 @@ def answer(entry: Entry, wanted: Mapping[str, str]) -> Entry | None:
     source is now (so none changed since, and none it never timed could beat it). An entry
     may hold results of templates the selection leaves out (a wider tune's, kept by a
     narrower one: `with_other_templates`): the answer is the selection's own results and
-    their pick, which may win nothing."""
+    their pick, which may win nothing. An interrupted tune's entry (partial) answers no
+    selection, whatever winner it holds: it is resumed, never a hit."""
     recorded = entry.templates
-    if entry.winner is None or not all(recorded.get(uid) == digest for uid, digest in wanted.items()):
+    if entry.winner is None or entry.partial or not all(recorded.get(uid) == digest
+                                                         for uid, digest in wanted.items()):
         return None
     view = selection_view(entry, wanted)
     return view if view.winner is not None else None
