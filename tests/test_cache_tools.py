@@ -205,6 +205,26 @@ def test_export_bad_format_and_output(cli, cache_dir, gpu_entries, tmp_path):
     assert code == 2 and "is a directory" in one_error_line(err)
 
 
+@pytest.mark.parametrize("name", ["itself", "symlink", "hard link"])
+@pytest.mark.parametrize("format_", ["autotune", "inductor"])
+def test_an_export_is_never_written_over_the_cache_it_reads(cli, cache_dir, gpu_entries, tmp_path, name, format_):
+    """-o naming the cache file (or a link to it) would replace every entry with the export
+    (a lookup table holds none of them): one line, exit 2, the cache byte for byte as it was."""
+    before = (cache_dir / CACHE_FILE).read_bytes()
+    target = cache_dir / CACHE_FILE
+    if name == "symlink":
+        target = tmp_path / "table.json"
+        target.symlink_to(cache_dir / CACHE_FILE)
+    elif name == "hard link":
+        target = tmp_path / "table.json"
+        os.link(cache_dir / CACHE_FILE, target)
+    code, out, err = cli("cache", "export", "--format", format_, "-o", target)
+    assert code == 2 and "is the cache file itself" in one_error_line(err) and out == ""
+    assert (cache_dir / CACHE_FILE).read_bytes() == before
+    assert sorted(p.name for p in cache_dir.iterdir() if p.name.startswith(CACHE_FILE)) == [CACHE_FILE]
+    assert entries_of(cache_dir) == gpu_entries
+
+
 # -- import ----------------------------------------------------------------------------------
 
 def test_export_import_round_trip_between_machines(cli, cache_dir, tuned_here, tmp_path):

@@ -11,6 +11,7 @@ nor triton.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -42,6 +43,20 @@ def autotune_document(items: Items) -> dict:
         "tool_version": __version__,
         "entries": {key: entry.to_dict(copy_=False) for key, entry in sorted(items)},
     }
+
+
+def refuse_cache_file(target: Optional[str], cache_file: Path) -> None:
+    """UserError where `target` is `cache_file` by any name (a link, a hard link): an export
+    written there would replace the entries it is read from, losing what it leaves out (all
+    of them, as a lookup table)."""
+    if target in (None, "-"):
+        return
+    try:
+        same = os.path.samefile(target, cache_file)
+    except OSError:  # either is missing: nothing of the cache's to write over
+        return
+    if same:
+        raise UserError(f"--output {target} is the cache file itself; write the export to another file")
 
 
 def write_output(text: str, target: Optional[str]) -> None:
@@ -315,6 +330,7 @@ def cache_export(
 
     load_plugins(tuple(plugin or ()))  # an entry of a plugin's template is checked by its declaration
     cache = open_cache(cache_dir)
+    refuse_cache_file(output, cache.path)
     items = winners_only(select(cache.items(), filter_text))
     print_notices(cache)
     where = "stdout" if output in (None, "-") else output
