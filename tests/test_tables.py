@@ -144,6 +144,22 @@ def test_cache_table_fits(width):
     assert "NVIDIA H200" in text or ("NVIDIA" in text and "H200" in text)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cache_table_fits_whatever_finite_numbers_the_file_holds(width):
+    """Times and rates are any finite number a cache file holds (a hand edit): written with
+    an exponent where large, every table still fits and shows them whole."""
+    items = []
+    for i, (ms, tflops) in enumerate(((1e308, 1e308), (5e-324, 1e-300), (12345678.9, 2.5e7))):
+        problem = make_problem(m=64 << i, n=4096, k=4096, dtype="bfloat16", device="cuda")
+        entry = Entry.from_dict({"problem": problem.to_dict(), "fingerprint": GPU, "candidates": [],
+                                 "winner": {"uid": "aten::mm", "params": {}, "ms": ms, "tflops": tflops},
+                                 "tuned_at": "2026-11-01T10:05:06+00:00"})
+        items.append((problem.key() + "@d", entry))
+    numbers = [fmt_ms(e.winner.ms) for _, e in items] + [fmt_tflops(e.winner.tflops) for _, e in items]
+    assert max(map(len, numbers)) <= 10 and "1e+308" in numbers and "2.5e+07" in numbers
+    assert_fits(draw(cache_table(items), width), width, numbers)
+
+
 def test_cache_table_says_where_measured_when_narrow():
     text = draw(cache_table(cache_items(), current_machine="here"), 80)
     assert "measured here" in text or re.search(r"\byes\b", text)

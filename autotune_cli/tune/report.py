@@ -32,14 +32,21 @@ def _progress(console: Console) -> "Progress":
                     TimeElapsedColumn(), console=console, transient=True)
 
 
+# from here up a number is written with an exponent: a time or a rate read from a cache file
+# may be any finite number, and 1e308 written out is 309 digits that no table column holds
+_EXPONENT_FROM = 1e7
+
+
 def fmt_ms(ms: float | None) -> str:
     if ms is None:
         return "-"
+    if ms >= _EXPONENT_FROM:
+        return f"{ms:.3g}"
     return f"{ms:.4f}" if ms < 1 else f"{ms:.3f}" if ms < 100 else f"{ms:.1f}"
 
 
 def fmt_tflops(value: float) -> str:
-    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+    return f"{value:.1f}" if 10 <= value < _EXPONENT_FROM else f"{value:.3g}"
 
 
 def say_notes(console: Console, notes: list[str]) -> None:
