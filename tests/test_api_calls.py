@@ -379,3 +379,5 @@ def test_linear_of_a_vector_weight_and_a_bad_tune_value_are_torchs_answers():
     torch.testing.assert_close(autotune_cli.linear(x[0], w[None]), torch.nn.functional.linear(x[0], w[None]))
     with pytest.raises(TypeError, match="tune takes None, True, False or a TuneSettings"):
         autotune_cli.compile(torch.nn.Linear(4, 4), tune="yes")
+    with pytest.raises(TypeError, match="routes takes a list"):  # at the call, not at the first forward
+        autotune_cli.compile(torch.nn.Linear(4, 4), routes=())

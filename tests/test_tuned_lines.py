@@ -18,3 +18,19 @@ def test_each_tuned_problem_is_told_in_lines_that_fit_80_columns(tmp_path, cache
     assert lines[first + 1].startswith("  BM") and lines[first + 2].startswith("  [") and "ok" in lines[first + 2]
     assert any(line.startswith("tuned: mm 16x32x16 float16 nn -> triton::mm ") for line in lines)
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+
+
+def test_a_long_head_puts_the_times_on_a_line_of_their_own():
+    """A problem described at length and a long uid: the times move under it, each line <= 80."""
+    from types import SimpleNamespace
+
+    from autotune_cli.problem import make_problem
+    from autotune_cli.store.entry import Entry, Winner
+    from autotune_cli.tune.report import tuned_lines
+
+    problem = make_problem(m=16, n=50, k=32, dtype="float16", layout="nt", bias="n", device="cpu")
+    winner = Winner(uid="aten::mm_aligned", params={}, ms=0.0094, tflops=0.00274)
+    entry = Entry(problem=problem, fingerprint={}, winner=winner, tune_seconds=1.0)
+    lines = tuned_lines(SimpleNamespace(problem=problem, entry=entry))
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].endswith("-> aten::mm_aligned") and lines[1] == "  0.0094 ms, 0.00274 TFLOP/s"

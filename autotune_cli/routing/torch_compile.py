@@ -63,6 +63,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     if not (tune is None or isinstance(tune, (bool, TuneSettings))):
         raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
+    if routes is not None and not isinstance(routes, list):
+        raise TypeError(f"routes takes a list (each Dispatch is appended to it), not {type(routes).__name__}")
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
         mode = DEFAULT_MODE
     if backend == "inductor":

@@ -148,6 +148,9 @@ class ModelProgress(ProgressReporter):
         self.overall.stop()
 
 
+TERMINAL_WIDTH = 80  # the lines of a tune fit it; a longer head puts the times on a line of their own
+
+
 def tuned_lines(outcome) -> list[str]:
     """A fresh tune as lines that each fit an 80-column terminal: the problem and its
     winner's uid and time, then (indented) the winner's params and the candidates' counts."""
@@ -156,7 +159,9 @@ def tuned_lines(outcome) -> list[str]:
     winner = entry.winner
     if winner is None:
         return [head + outcome_summary(outcome)]
-    lines = [printable(f"{head}{winner.uid} {fmt_ms(winner.ms)} ms, {fmt_tflops(winner.tflops)} TFLOP/s")]
+    times = f"{fmt_ms(winner.ms)} ms, {fmt_tflops(winner.tflops)} TFLOP/s"
+    first = printable(f"{head}{winner.uid} {times}")
+    lines = [first] if len(first) <= TERMINAL_WIDTH else [printable(f"{head}{winner.uid}"), f"  {times}"]
     shown = params_str(winner.params)
     if shown:
         lines.append(printable(f"  {shown}"))
