@@ -14,6 +14,7 @@ import torch
 
 import autotune_cli
 from autotune_cli import api
+from autotune_cli.routing.sites import NEEDS_GRADIENTS
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 T, C, H, V = 16, 32, 64, 48  # tokens, width, hidden, vocabulary
@@ -293,8 +294,8 @@ def test_an_attention_module_is_said_to_stay_torchs(cache_dir, capfd):
 
 def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space):
     """A float32 winner is cached for fc1, but under autocast the matmul runs in bfloat16:
-    compiled, it is left to the compiler and said so; called through the API, torch's op
-    runs; either way the dtype and values are torch's."""
+    compiled, it is met as the bfloat16 problem (nothing cached for it: the compiler's);
+    called through the API, torch's op runs; either way the dtype and values are torch's."""
     tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--bias", "--dtype", "float32",
          "--templates", "triton::mm", "--space", space)
     model, x = Block(), torch.randn(T, C)
@@ -308,7 +309,8 @@ def test_under_autocast_a_winner_gives_way_to_torchs_cast(cli, cache_dir, space)
         assert api.dispatch_info(x, model.fc1.weight.t(), model.fc1.bias).reason.startswith("under torch.autocast")
         eager = autotune_cli.linear(x, model.fc1.weight, model.fc1.bias)
         torch.testing.assert_close(eager, torch.nn.functional.linear(x, model.fc1.weight, model.fc1.bias))
-    assert routed(routes) == [] and len(routes) == 4 and all(r.reason.startswith("under autocast") for r in routes)
+    assert routed(routes) == [] and len(routes) == 4
+    assert all(r.problem.dtype == "bfloat16" and r.reason.startswith("nothing cached") for r in routes)
     assert autotune_cli.linear(x, model.fc1.weight, model.fc1.bias).dtype == torch.float32  # its winner again
 
 
@@ -905,3 +907,48 @@ def test_a_graph_compiled_again_after_a_restart_is_reported_once(cache_dir, capf
         autotune_cli.compile(lin, backend=inner, routes=routes, tune=False)(torch.randn(T, C))
     assert len(calls) == 2 and len(routes) == 1
     assert capfd.readouterr().err.count("autotune: routed 0 of 1 matmul") == 1
+
+
+class Autocast(torch.nn.Module):
+    """A linear (bias), a bias-free linear and x @ x.T under autocast, on float32 operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(C, H), torch.nn.Linear(H, C, bias=False)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.down(torch.relu(self.up(x))), x @ x.t()
+
+
+def test_matmuls_under_autocast_are_routed_in_the_dtype_they_run_in(tmp_path, cli, cache_dir):
+    """Autocast runs each matmul in bfloat16: record lists it so, and compile, the operands
+    cast as autocast casts them, routes each to the winner of that problem; torch's values.
+    With gradients recorded the graph is left as written (torch's op has a backward)."""
+    torch.manual_seed(0)
+    model, x = Autocast().eval(), torch.randn(T, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = model(x)
+    listed = json.loads(path.read_text())["problems"]
+    assert {p["dtype"] for p in listed} == {"bfloat16"} and len(listed) == 3
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    for value, expected in zip(got, want):
+        assert value.dtype == torch.bfloat16
+        torch.testing.assert_close(value, expected)
+    assert [r.fallback for r in routes] == [False] * 3, routes
+    ran = sorted((p["m"], p["n"], p["k"]) for p in listed)
+    assert sorted((r.problem.m, r.problem.n, r.problem.k) for r in routes) == ran
+    assert {r.problem.dtype for r in routes} == {"bfloat16"}
+
+    torch._dynamo.reset()
+    routes.clear()
+    model.train()
+    out, _ = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    out.float().sum().backward()
+    assert model.up.weight.grad is not None
+    assert [r.reason.split(" (")[0] for r in routes if r.fallback] == [NEEDS_GRADIENTS.split(" (")[0]] * 2

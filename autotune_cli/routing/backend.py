@@ -5,6 +5,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher
+from .autocast import cast_autocast_operands
 from .dynamic import DynamicCall, dynamic_problem
 from .einsum import lower_einsums
 from .eager import launch_parts, warmed_call, warmed_scaled_call
@@ -70,7 +71,7 @@ class routing_backend:
         dynamos = set(gm.graph.nodes)  # Dynamo's own nodes: fill_example_values leaves them alone
         folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
         lowered, einsums_left = lower_einsums(gm.graph)  # the others are matmuls now, met as any
-        if lowered:
+        if cast_autocast_operands(gm.graph) or lowered:  # under autocast: met in the dtype they run in
             gm.recompile()
         sites = list(matmul_sites(gm.graph))
         for site in sites:

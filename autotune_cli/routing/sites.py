@@ -329,10 +329,10 @@ def matmul_sites(graph):
         if grads or not is_static(x, w, bias):
             if concrete(x.shape[-1]) == 1:  # a multiply serves any shapes, and has a backward
                 yield Site(node, op, match, None, static=False, skip=OUTER, outer=True)
-            elif cast:
-                yield Site(node, op, match, None, static=False, skip=AUTOCAST)
             elif grads:
                 yield Site(node, op, match, None, static=False, skip=NEEDS_GRADIENTS)
+            elif cast:
+                yield Site(node, op, match, None, static=False, skip=AUTOCAST)
             elif is_static(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
                 a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
