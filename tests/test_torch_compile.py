@@ -706,7 +706,7 @@ def test_batch_1_under_dynamic_shapes_is_routed_at_its_m(cache_dir, space, capfd
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), lin(x), rtol=1e-4, atol=1e-4)
     (route,) = routes
-    assert (route.uid, route.fallback, route.params["m"]) == ("dynamic", False, [1])
+    assert (route.uid, route.fallback, route.params["m"], route.problem.m) == ("dynamic", False, [1], 1)
     assert "routed 1 of 1 matmul" in capfd.readouterr().err
     (call,) = [r.call for r in ops.ROUTES.values()
                if isinstance(r.call, DynamicCall) and r.call.dispatcher.cache_dir == cache_dir]

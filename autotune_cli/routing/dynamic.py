@@ -188,4 +188,5 @@ def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...
     problem = dispatcher.problem_for(stand_in, b, bias)
     if problem is None:
         return "not a problem autotune tunes"
-    return problem, tuned_m_values(hint, lower, upper)
+    # the stand-in has two rows at least (one row's layout reads either way); the problem, M's hint
+    return replace(problem, m=hint), tuned_m_values(hint, lower, upper)
