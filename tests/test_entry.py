@@ -16,7 +16,7 @@ import pytest
 
 from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache
 from autotune_cli.cli import main
-from autotune_cli.cli.cache import plan_import
+from autotune_cli.cli.cache_import import plan_import
 from autotune_cli.store.entry import BadKey, CacheKey, Entry, Winner
 from autotune_cli.store.fingerprint import digest_of
 from autotune_cli.problem import GemmProblem
