@@ -2,9 +2,9 @@
 
 The commands register themselves on `app.cache_app` when the cli package imports this
 module. The plain functions above the commands (exporting, pruning) and cache_import.py
-(merging another machine's entries) hold the logic; the commands parse, call them, and print. Only `prune --not-this-machine` on a GPU and
-`export --format inductor` with Triton winners import torch; the rest import neither torch
-nor triton.
+(merging another machine's entries) hold the logic; the commands parse, call them, and
+print. Only `prune --not-this-machine` on a GPU and `export --format inductor` with Triton
+winners import torch; the rest import neither torch nor triton.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ from typing import Callable, Iterable, Iterator
 from ..safe_read import NotAFile
 from . import CacheStore
 from .cache_document import SCHEMA, json_value, parse_document, read_cache_file
-from .entry import DamagedCache, Entry, _require, _show
+from .entry import Entry
+from .entry_checks import DamagedCache, require, show_value
 from ..errors import UserError
 from ..text import printable
 
@@ -87,14 +88,14 @@ def _damage_text(damaged: dict[str, str]) -> str:
     """The first damaged entry and why, and how many more."""
     key, why = next(iter(damaged.items()))
     more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
-    return f"entry {_show(key)} is damaged ({' '.join(why.split())}){more}"
+    return f"entry {show_value(key)} is damaged ({' '.join(why.split())}){more}"
 
 
 def _repeat_text(repeated: dict[str, int]) -> str:
     """The first key the file held more than once, how many times, and how many more such."""
     key, copies = next(iter(repeated.items()))
     more = f" (and {len(repeated) - 1} more keys)" if len(repeated) > 1 else ""
-    return f"entry {_show(key)} is in the file {copies} times{more}"
+    return f"entry {show_value(key)} is in the file {copies} times{more}"
 
 
 def _others(entries: dict) -> str:
@@ -373,9 +374,9 @@ class Cache(CacheStore):
             clean = {}
             for key, entry in writes.items():
                 data = entry.to_dict(copy_=False) if isinstance(entry, Entry) else entry
-                clean[key] = Entry.from_dict(json_value(data, f"entry {_show(key)}"), key)
+                clean[key] = Entry.from_dict(json_value(data, f"entry {show_value(key)}"), key)
                 why = clean[key].disagreement(key)
-                _require(not why, f"entry {_show(key)} cannot be stored under its key: {why}")
+                require(not why, f"entry {show_value(key)} cannot be stored under its key: {why}")
             if clean:
                 current.update(clean)
                 self._write_unlocked(current)

@@ -40,7 +40,8 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ..safe_read import read_regular_file, too_deep
-from .entry import DamagedCache, Entry, _require, _show, check_problem, key_for, tuned_time
+from .entry import Entry, check_problem, key_for, tuned_time
+from .entry_checks import DamagedCache, require, show_value
 from .fingerprint import digest_of, legacy_digest_of
 
 SCHEMA = 1
@@ -64,7 +65,7 @@ def json_value(value: Any, where: str) -> Any:
         value = float(value)
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        _require(all(isinstance(k, str) for k in value), f"{where}: an object key is not a string")
+        require(all(isinstance(k, str) for k in value), f"{where}: an object key is not a string")
         return {k: json_value(v, where) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_value(v, where) for v in value]
@@ -77,7 +78,7 @@ def _reject_constant(name: str) -> Any:
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    _require(math.isfinite(value), f"the number {text[:20]} is out of range")
+    require(math.isfinite(value), f"the number {text[:20]} is out of range")
     return value
 
 
@@ -138,23 +139,23 @@ def _migrate_0(document: dict) -> dict:
     from .fingerprint import Fingerprint  # plain Python: no torch
 
     old = document.get("entries")
-    _require(isinstance(old, dict), "schema 0: 'entries' is not an object")
+    require(isinstance(old, dict), "schema 0: 'entries' is not an object")
     entries: dict[str, dict] = {}
     for old_key, entry in old.items():
-        where = f"schema 0 entry {_show(old_key)} cannot be migrated"
-        _require(isinstance(entry, dict), f"{where}: not an object")
+        where = f"schema 0 entry {show_value(old_key)} cannot be migrated"
+        require(isinstance(entry, dict), f"{where}: not an object")
         problem = check_problem(old_key, entry.get("problem"))
-        _require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
+        require(isinstance(entry.get("fingerprint"), dict), f"{where}: no fingerprint object")
         missing = [name for name in Fingerprint.__dataclass_fields__
                    if name != "templates" and name not in entry["fingerprint"]]
-        _require(not missing, f"{where}: its fingerprint lacks {', '.join(missing)}")
+        require(not missing, f"{where}: its fingerprint lacks {', '.join(missing)}")
         try:
             fingerprint = Fingerprint.from_dict(entry["fingerprint"])
             digest, machine = fingerprint.digest(), fingerprint.machine_digest()
         except (TypeError, ValueError) as exc:
-            raise DamagedCache(f"{where}: its fingerprint is malformed ({_show(str(exc))})") from None
+            raise DamagedCache(f"{where}: its fingerprint is malformed ({show_value(str(exc))})") from None
         key = key_for(problem, digest)
-        _require(key not in entries, f"{where}: it and another entry both become {_show(key)}")
+        require(key not in entries, f"{where}: it and another entry both become {show_value(key)}")
         entries[key] = {**entry, "fingerprint_digest": digest, "machine": machine}
     return {**document, "schema": 1, "entries": entries}
 
@@ -193,25 +194,25 @@ def parse_document(text: str) -> Document:
         raise
     except ValueError:  # an integer of more digits than Python converts
         raise DamagedCache("not valid JSON (a number too long to read)") from None
-    _require(isinstance(document, dict), "the top level is not an object")
-    _require(not too_deep(document, MAX_DEPTH), f"nested more than {MAX_DEPTH} deep")
+    require(isinstance(document, dict), "the top level is not an object")
+    require(not too_deep(document, MAX_DEPTH), f"nested more than {MAX_DEPTH} deep")
     if "schema" not in document and "entries" in document:
         schema, migrated_from = 0, 0
     else:
         schema, migrated_from = document.get("schema"), None
-        _require("schema" in document, "no schema version")
-        _require(isinstance(schema, int) and not isinstance(schema, bool),
-                 f"schema {_show(schema)} is not a version number (a whole number such as {SCHEMA})")
+        require("schema" in document, "no schema version")
+        require(isinstance(schema, int) and not isinstance(schema, bool),
+                 f"schema {show_value(schema)} is not a version number (a whole number such as {SCHEMA})")
         if schema > SCHEMA:
-            raise DamagedCache(f"schema {_show(schema)} is newer than this autotune understands ({SCHEMA}); "
+            raise DamagedCache(f"schema {show_value(schema)} is newer than this autotune understands ({SCHEMA}); "
                                "upgrade autotune to use it")
-        _require(schema == SCHEMA, f"schema {_show(schema)} is older than {SCHEMA} and cannot be migrated"
+        require(schema == SCHEMA, f"schema {show_value(schema)} is older than {SCHEMA} and cannot be migrated"
                  + (" (only a file without a schema field is read as schema 0)" if schema == 0 else ""))
     while schema < SCHEMA:
         document = MIGRATIONS[schema](document)
         schema = document["schema"]
     entries, repeated = _every_entry(document)
-    _require(isinstance(entries, dict), "'entries' is missing or not an object")
+    require(isinstance(entries, dict), "'entries' is missing or not an object")
     kept: dict[str, Entry] = {}
     refused: dict[str, str] = {}
     damaged: dict[str, str] = {}
@@ -222,7 +223,7 @@ def parse_document(text: str) -> Document:
             why = entry.disagreement(key)
             rekeyed = None if not why else _rekeyed(key, data, entry)
         except DamagedCache as exc:  # its reason, less the "entry '<key>'" that starts it
-            damaged[key] = str(exc).removeprefix(f"entry {_show(key)}").removeprefix(":").strip()
+            damaged[key] = str(exc).removeprefix(f"entry {show_value(key)}").removeprefix(":").strip()
             continue
         if not why:
             kept[key] = entry
@@ -250,7 +251,7 @@ def _latest_copy(key: str, copies: list[Any]) -> tuple[Any, Entry]:
     for order, data in enumerate(copies):
         try:
             twice = _repeats_within(data)
-            _require(twice is None, f"entry {_show(key)}: {_show(twice)} is given twice in it")
+            require(twice is None, f"entry {show_value(key)}: {show_value(twice)} is given twice in it")
             entry = Entry.from_dict(data, key)
         except DamagedCache as exc:
             error = error or exc

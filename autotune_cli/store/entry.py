@@ -25,7 +25,6 @@ Plain Python: no torch, no triton (a cache hit is answered without either).
 from __future__ import annotations
 
 import copy
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,38 +33,15 @@ from typing import Any, Mapping, Sequence
 from ..errors import UserError
 from .fingerprint import digest_of, machine_digest_of
 from ..problem import GemmProblem
+from .entry_checks import (CANDIDATE_NUMBERS, PHASE_FIELDS, RECORDED, RECORDED_SHAPES, DamagedCache, is_non_negative,
+                           is_number, json_kind, require, show_value)
 from .results import STATUSES, Candidate, config_identity
 
 KEY_SEPARATOR = "@"
 
 
-class DamagedCache(ValueError):
-    """A cache document, or an entry in it, is not what autotune writes."""
-
-
 class BadKey(ValueError):
     """A cache key that is not "<problem key>@<fingerprint digest>"."""
-
-
-def _show(value: Any) -> str:
-    """repr, cut short: a message stays one readable line whatever the file holds."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise DamagedCache(message)
-
-
-def _is_number(value: Any) -> bool:
-    """A finite int or float that the tables can format as a float (so not 10**400)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
 
 
 @dataclass(frozen=True, order=True)
@@ -83,7 +59,7 @@ class CacheKey:
     def parse(cls, text: Any) -> "CacheKey":
         """The key a stored string names; BadKey ("key has no fingerprint part", ...)."""
         if not isinstance(text, str):
-            raise BadKey(f"key {_show(text)} is not a string")
+            raise BadKey(f"key {show_value(text)} is not a string")
         if KEY_SEPARATOR not in text:
             raise BadKey("key has no fingerprint part")
         problem, _, digest = text.rpartition(KEY_SEPARATOR)
@@ -105,19 +81,10 @@ class CacheKey:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CacheKey":
         if not isinstance(data, Mapping) or not all(isinstance(data.get(f), str) for f in ("problem", "fingerprint")):
-            raise BadKey(f"a cache key needs 'problem' and 'fingerprint' strings, got {_show(data)}")
+            raise BadKey(f"a cache key needs 'problem' and 'fingerprint' strings, got {show_value(data)}")
         if KEY_SEPARATOR in data["problem"]:
-            raise BadKey(f"a problem key holds no {KEY_SEPARATOR!r}: {_show(data['problem'])}")
+            raise BadKey(f"a problem key holds no {KEY_SEPARATOR!r}: {show_value(data['problem'])}")
         return cls(data["problem"], data["fingerprint"])
-
-
-def _json_kind(value: Any) -> str:
-    """What a JSON value is, in words: "a number", "a list", ..."""
-    for kind, name in ((bool, "true or false"), (int, "a number"), (float, "a number"), (str, "a string"),
-                       (list, "a list"), (type(None), "null")):
-        if isinstance(value, kind):
-            return name
-    return f"a {type(value).__name__}"
 
 
 def tuned_time(entry: "Entry") -> datetime | None:
@@ -165,16 +132,16 @@ class Winner:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "entry") -> "Winner":
-        _require(isinstance(data, dict), f"{where}: 'winner' is not an object")
-        _require(isinstance(data.get("uid"), str), f"{where}: winner has no uid")
-        _require(isinstance(data.get("params"), dict), f"{where}: winner params not an object")
+        require(isinstance(data, dict), f"{where}: 'winner' is not an object")
+        require(isinstance(data.get("uid"), str), f"{where}: winner has no uid")
+        require(isinstance(data.get("params"), dict), f"{where}: winner params not an object")
         for name, label in (("ms", "time"), ("tflops", "tflops")):
             value = data.get(name)
-            _require(_is_number(value), f"{where}: winner {label} {_show(value)} is not a number")
-            _require(value >= 0, f"{where}: winner {label} {_show(value)} is negative")
+            require(is_number(value), f"{where}: winner {label} {show_value(value)} is not a number")
+            require(value >= 0, f"{where}: winner {label} {show_value(value)} is negative")
         for name in ("p20", "p80"):
             value = data.get(name)
-            _require(value is None or _is_number(value), f"{where}: winner {name} {_show(value)} is not a number")
+            require(value is None or is_number(value), f"{where}: winner {name} {show_value(value)} is not a number")
         return cls(data["uid"], data["params"], data["ms"], data["tflops"], data.get("p20"), data.get("p80"))
 
 
@@ -212,62 +179,6 @@ class StoredCandidates(Sequence):
 
     def __repr__(self) -> str:
         return f"StoredCandidates({len(self)})"
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_non_negative(value: Any) -> bool:
-    return _is_number(value) and value >= 0
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _mapping_of(check: Any) -> Any:
-    """A check of {string: value} whose every value passes `check`."""
-    return lambda value: isinstance(value, dict) and all(_is_str(k) and check(v) for k, v in value.items())
-
-
-def _rows_of(*checks: Any) -> Any:
-    """A check of a list of rows, each a list whose items pass `checks` in turn."""
-    return lambda value: isinstance(value, list) and all(
-        isinstance(row, list) and len(row) == len(checks) and all(c(v) for c, v in zip(checks, row))
-        for row in value)
-
-
-# The fields an entry may hold besides problem, fingerprint, winner and candidates, in the
-# order the tuner writes them, each with its check and what it must be (null: not recorded);
-# any other field is kept as it is (Entry.extra). The reports format them, so a wrong type
-# must damage the entry when it is read, not crash a report later.
-_RECORDED_SHAPES: dict[str, tuple[Any, str]] = {
-    "pruned": (_mapping_of(_is_count), "{stage: count}"),
-    "considered": (_is_count, "a count"),
-    "search": (_is_str, "a string"),
-    "tool_version": (_is_str, "a string"),
-    "tuned_at": (_is_str, "a string"),
-    "tune_seconds": (_is_non_negative, "a number of 0 or more"),
-    "partial": (lambda v: isinstance(v, bool), "true or false"),
-    "cut_short": (lambda v: isinstance(v, bool), "true or false"),
-    "resumed": (_is_count, "a count"),
-    "timeline": (_rows_of(_is_str, _is_str, _is_number), "[[candidate, round, seconds], ...]"),
-    "compiles": (_rows_of(_is_number, _is_number, _is_number), "[[sent, done, seconds], ...]"),
-    "compile_pool": (lambda v: isinstance(v, dict), "an object"),
-    "phases": (_mapping_of(_is_non_negative), "{phase: seconds}"),
-    "worker_s": (_mapping_of(_is_non_negative), "{step: seconds}"),
-    "rounds": (_mapping_of(_is_count), "{round: count}"),
-    "compile_pool_s": (lambda v: isinstance(v, dict) and _is_count(v.get("kernels"))
-                       and _is_non_negative(v.get("busy")) and _is_non_negative(v.get("span")),
-                       "{kernels: count, busy: seconds, span: seconds}"),
-    "startups": (_rows_of(_is_str, _is_non_negative), "[[role, seconds], ...]"),
-}
-_RECORDED = tuple(_RECORDED_SHAPES)
-# A candidate's numbers besides its time: each a finite number of 0 or more, or null.
-_CANDIDATE_NUMBERS = ("p20", "p80", "max_rel_error", "worst_of_allowed", "compile_s", "first_run_s")
-# Where a tune's seconds went (phases.py), in the order the reports give them.
-PHASE_FIELDS = ("phases", "worker_s", "compile_pool_s", "startups", "rounds")
 
 
 @dataclass(frozen=True)
@@ -348,14 +259,14 @@ class Entry:
             return f"it holds the problem {self.problem.key()}, not the key's"
         digest = digest_of(self.fingerprint)
         if parsed.fingerprint != digest:
-            return f"its fingerprint ({_show(self.device_name)}) has the digest {digest}, not the key's"
+            return f"its fingerprint ({show_value(self.device_name)}) has the digest {digest}, not the key's"
         if self.fingerprint_digest not in (None, digest):
-            return f"its fingerprint_digest {_show(self.fingerprint_digest)} is not its fingerprint's {digest}"
+            return f"its fingerprint_digest {show_value(self.fingerprint_digest)} is not its fingerprint's {digest}"
         machine = machine_digest_of(self.fingerprint)
         if self.machine not in (None, machine):
-            return f"its machine {_show(self.machine)} is not its fingerprint's {machine}"
+            return f"its machine {show_value(self.machine)} is not its fingerprint's {machine}"
         if self.fingerprint.get("device_type", self.problem.device) != self.problem.device:
-            return (f"its fingerprint is a {_show(self.fingerprint['device_type'])} device's, "
+            return (f"its fingerprint is a {show_value(self.fingerprint['device_type'])} device's, "
                     f"its problem {self.problem.device}'s")
         return ""
 
@@ -370,7 +281,7 @@ class Entry:
                 data[name] = getattr(self, name)
         data["winner"] = None if self.winner is None else self.winner.to_dict()
         data["candidates"] = [c.to_dict() for c in self.candidates]
-        for name in _RECORDED:
+        for name in RECORDED:
             value = getattr(self, name)
             if value is not None and value is not False:
                 data[name] = value
@@ -381,44 +292,44 @@ class Entry:
     def from_dict(cls, data: Any, key: Any = "?") -> "Entry":
         """The entry a JSON object holds, stored under `key` (named in messages); DamagedCache
         with a one-line reason if it is not what autotune writes."""
-        _require(isinstance(key, str), f"key {_show(key)} is not a string")
-        where = f"entry {_show(key)}"
-        _require(isinstance(data, dict), f"{where} is {_json_kind(data)}, not an object")
+        require(isinstance(key, str), f"key {show_value(key)} is not a string")
+        where = f"entry {show_value(key)}"
+        require(isinstance(data, dict), f"{where} is {json_kind(data)}, not an object")
         for name, kind in (("problem", dict), ("fingerprint", dict), ("candidates", list)):
-            _require(isinstance(data.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
+            require(isinstance(data.get(name), kind), f"{where}: {name!r} missing or not a {kind.__name__}")
         winner = None if data.get("winner") is None else Winner.from_dict(data["winner"], where)
         for i, cand in enumerate(data["candidates"]):
-            _require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
+            require(isinstance(cand, dict) and isinstance(cand.get("uid"), str)
                      and isinstance(cand.get("status"), str) and isinstance(cand.get("params", {}), dict),
                      f"{where}: candidate {i} is malformed")
             # a time below 0 would win every pick that reads it (a narrower tune's merge, a
             # selection's answer) and write a winner no reader accepts
             ms = cand.get("ms")
-            _require(ms is None or _is_non_negative(ms),
-                     f"{where}: candidate {i} time {_show(ms)} is not a number of 0 or more")
-            _require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
-            _require(cand["status"] in STATUSES, f"{where}: candidate {i} has an unknown status "
-                     f"{_show(cand['status'])}")
-            for name in _CANDIDATE_NUMBERS:
+            require(ms is None or is_non_negative(ms),
+                     f"{where}: candidate {i} time {show_value(ms)} is not a number of 0 or more")
+            require(cand["status"] != "ok" or ms is not None, f"{where}: candidate {i} is ok but has no time")
+            require(cand["status"] in STATUSES, f"{where}: candidate {i} has an unknown status "
+                     f"{show_value(cand['status'])}")
+            for name in CANDIDATE_NUMBERS:
                 value = cand.get(name)
-                _require(value is None or _is_non_negative(value),
-                         f"{where}: candidate {i} {name} {_show(value)} is not a number of 0 or more")
+                require(value is None or is_non_negative(value),
+                         f"{where}: candidate {i} {name} {show_value(value)} is not a number of 0 or more")
         problem = _problem(where, data["problem"])
         fingerprint = data["fingerprint"]
-        _require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
+        require(isinstance(fingerprint.get("device_name"), str), f"{where}: fingerprint has no device_name")
         templates = fingerprint.get("templates", {})
-        _require(isinstance(templates, dict) and all(isinstance(h, str) for h in templates.values()),
+        require(isinstance(templates, dict) and all(isinstance(h, str) for h in templates.values()),
                  f"{where}: fingerprint templates are not {{uid: hash}}")
         for name in ("fingerprint_digest", "machine"):
-            _require(name not in data or isinstance(data[name], str), f"{where}: {name!r} is not a string")
-        for name, (check, what) in _RECORDED_SHAPES.items():
+            require(name not in data or isinstance(data[name], str), f"{where}: {name!r} is not a string")
+        for name, (check, what) in RECORDED_SHAPES.items():
             value = data.get(name)
-            _require(value is None or check(value), f"{where}: {name} {_show(value)} is not {what}")
-        known = {"problem", "fingerprint", "winner", "candidates", "fingerprint_digest", "machine", *_RECORDED}
+            require(value is None or check(value), f"{where}: {name} {show_value(value)} is not {what}")
+        known = {"problem", "fingerprint", "winner", "candidates", "fingerprint_digest", "machine", *RECORDED}
         entry = cls(problem=problem, fingerprint=fingerprint, winner=winner,
                     candidates=StoredCandidates(data["candidates"]),
                     fingerprint_digest=data.get("fingerprint_digest"), machine=data.get("machine"),
-                    **{name: data.get(name) for name in _RECORDED if name not in ("partial", "cut_short")},
+                    **{name: data.get(name) for name in RECORDED if name not in ("partial", "cut_short")},
                     partial=bool(data.get("partial")), cut_short=bool(data.get("cut_short")),
                     extra={k: v for k, v in data.items() if k not in known})
         object.__setattr__(entry, "_source", data)
@@ -426,7 +337,7 @@ class Entry:
 
 
 def _problem(where: str, data: Any) -> GemmProblem:
-    _require(isinstance(data, dict), f"{where}: 'problem' missing or not a dict")
+    require(isinstance(data, dict), f"{where}: 'problem' missing or not a dict")
     try:
         return GemmProblem.from_dict(data)
     except (UserError, TypeError, ValueError) as exc:
@@ -438,4 +349,4 @@ def _problem(where: str, data: Any) -> GemmProblem:
 
 def check_problem(key: str, data: Any) -> GemmProblem:
     """The problem an entry stored under `key` holds; DamagedCache when it is not one."""
-    return _problem(f"entry {_show(key)}", data)
+    return _problem(f"entry {show_value(key)}", data)
