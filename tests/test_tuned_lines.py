@@ -34,3 +34,22 @@ def test_a_long_head_puts_the_times_on_a_line_of_their_own():
     lines = tuned_lines(SimpleNamespace(problem=problem, entry=entry))
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[0].endswith("-> aten::mm_aligned") and lines[1] == "  0.0094 ms, 0.00274 TFLOP/s"
+
+
+def test_the_winner_line_keeps_its_counts_whole():
+    """`mm`'s last line: where it would pass 80 columns, the counts go whole onto a second line."""
+    from types import SimpleNamespace
+
+    from autotune_cli.problem import make_problem
+    from autotune_cli.store.entry import Entry, Winner
+    from autotune_cli.store.results import Candidate
+    from autotune_cli.tune.report import outcome_summary
+
+    problem = make_problem(m=16, n=16, k=16, dtype="float16", device="cpu")
+    params = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    winner = Winner(uid="triton::mm", params=params, ms=0.0123, tflops=0.0123)
+    candidates = [Candidate(uid="triton::mm", params=params, status="ok", ms=0.0123)] * 6
+    entry = Entry(problem=problem, fingerprint={}, winner=winner, candidates=candidates, tune_seconds=3.9)
+    lines = outcome_summary(SimpleNamespace(problem=problem, entry=entry)).split("\n")
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[-1] == "  [6 ok; tuned in 3.9 s]" and lines[0].startswith("winner: triton::mm")

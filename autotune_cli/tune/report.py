@@ -189,8 +189,10 @@ def outcome_summary(outcome) -> str:
             return f"no valid candidate ({_status_counts(entry)}): none finished within --budget; raise it"
         return f"no valid candidate ({_status_counts(entry)})"
     shown = printable(f"{winner.uid} {params_str(winner.params)}")
-    return (f"winner: {shown}  {fmt_ms(winner.ms)} ms  "
-            f"{fmt_tflops(winner.tflops)} TFLOP/s  {_counts_and_seconds(entry)}")
+    line = f"winner: {shown}  {fmt_ms(winner.ms)} ms  {fmt_tflops(winner.tflops)} TFLOP/s"
+    counts = _counts_and_seconds(entry)
+    # the counts whole on a line of their own where the one line would wrap inside them
+    return f"{line}  {counts}" if len(line) + 2 + len(counts) <= TERMINAL_WIDTH else f"{line}\n  {counts}"
 
 
 def outcome_json(outcome) -> dict[str, Any]:
