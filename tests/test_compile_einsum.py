@@ -167,3 +167,41 @@ def test_an_einsum_that_records_gradients_keeps_them(cache_dir):
     torch.einsum("bsd,ehd->ebsh", x, w).square().sum().backward()
     torch.testing.assert_close(got, (x.grad, w.grad))
     assert [(r.op, r.fallback) for r in routes] == [("bmm", True)] and "gradients" in routes[0].reason
+
+
+class AutocastEinsum(torch.nn.Module):
+    """A projection written as an einsum, under autocast, on float32 operands."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 32))
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.einsum("bsd,hd->bsh", x, self.w)
+
+
+def test_an_einsum_under_autocast_is_routed_in_the_dtype_it_runs_in(cli, cache_dir, tmp_path):
+    """Autocast runs the einsum's bmm in bfloat16: the lowered bmm is met so (the problem
+    record lists), its winner runs on the operands autocast casts, and the output is
+    torch's, in bfloat16 (met in float32, a float32 winner gave a float32 output)."""
+    torch.manual_seed(0)
+    model, x = AutocastEinsum().eval(), torch.randn(2, 8, 32)
+    with torch.no_grad(), autotune_cli.record(str(tmp_path / "ran.json")):
+        want = model(x)
+    (ran,) = [p for p, _, _ in read_listed(tmp_path / "ran.json", "cpu")]
+    assert ran.dtype == "bfloat16"
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps([{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 8,
+                                  "num_stages": 2, "num_warps": 4}]))
+    for dtype in ("bfloat16", "float32"):  # a float32 winner too: not the problem that runs
+        code, _, err = cli("mm", "--device", "cpu", "--workers", "1", "--batch", 1, "--m", 16, "--n", 16, "--k", 32,
+                           "--layout", "nt", "--dtype", dtype, "--templates", "triton::bmm", "--space", space)
+        assert code == 0, err
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    assert [(r.uid, r.fallback) for r in routes] == [("triton::bmm", False)]
+    assert problems([routes[0].problem]) == problems([ran])
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-1)

@@ -137,16 +137,32 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
             left[node] = f"{EINSUM}: {plan}"
             continue
         before = set(graph.nodes)
+        want = node_value(node)
         with graph.inserting_before(node):
+            operands = _cast_as_autocast(graph, operands, values, want)
             out = _gemm_nodes(graph, *(operands[::-1] if plan.swapped else operands), plan)
         node.replace_all_uses_with(out)
-        want = node_value(node)
         graph.erase_node(node)
         # grad mode as the einsum was traced under: routing reads whether the product records
         with torch.set_grad_enabled(bool(getattr(want, "requires_grad", False))):
             fill_example_values(graph, before)
         lowered += 1
     return lowered, left
+
+
+def _cast_as_autocast(graph, operands: list, values: list, want) -> list:
+    """The operand nodes in the dtype the einsum's product runs in (its output's): under
+    torch.autocast, the cast autocast makes inside the einsum, made a node of its own (the
+    rewrite's values are computed with autocast off, and the routed op does not cast)."""
+    import torch
+
+    if not isinstance(want, torch.Tensor):
+        return operands
+    casts: dict = {}
+    for operand, value in zip(operands, values):
+        if value.dtype != want.dtype and operand not in casts:
+            casts[operand] = graph.call_method("to", (operand, want.dtype))
+    return [casts.get(operand, operand) for operand in operands]
 
 
 def _gemm_nodes(graph, left, right, plan: EinsumGemm):
