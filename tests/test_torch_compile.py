@@ -952,3 +952,39 @@ def test_matmuls_under_autocast_are_routed_in_the_dtype_they_run_in(tmp_path, cl
     out.float().sum().backward()
     assert model.up.weight.grad is not None
     assert [r.reason.split(" (")[0] for r in routes if r.fallback] == [NEEDS_GRADIENTS.split(" (")[0]] * 2
+
+
+class DecodeOutput(torch.nn.Module):
+    """Attention's output projection at decode (one token): SDPA's [B, heads, 1, d] back to
+    [B, 1, heads x d], times a frozen weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.o = torch.nn.Linear(C, C, bias=False).requires_grad_(False)
+
+    def forward(self, q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1))
+
+
+def test_a_size_one_dims_stride_does_not_unfold_a_linear(tmp_path, cli, cache_dir, space):
+    """The traced [B, 1, C] input's size-1 dim has another stride than the run's (a fake
+    view's): the rows fold all the same, the mm the record of the eager run lists is routed
+    (it was left to the compiler as a bmm of unfolded rows)."""
+    torch.manual_seed(0)
+    model = DecodeOutput().eval()
+    q, k, v = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = model(q, k, v)
+    (listed,) = json.loads(path.read_text())["problems"]
+    assert (listed["m"], "batch" in listed) == (2, False)
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "triton::mm", "--space", space,
+                       "--workers", "1")
+    assert code == 0, err
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert [(r.uid, r.fallback) for r in routes] == [("triton::mm", False)], routes
+    assert (routes[0].problem.m, routes[0].problem.n, routes[0].problem.k) == (2, C, C)

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api.calls import needs_gradients
-from ..api.problems import folds_as_torch
-from ..problem import FUSED_OPS, linear_fuses_bias
+from ..problem import FUSED_OPS, linear_fuses_bias, matmul_folds
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "einsum_targets", "fill_example_values",
-           "is_static", "records_gradients", "match_matmul", "match_scaled", "matmul_sites", "node_value",
-           "writes_between"]
+           "folds_traced", "is_static", "records_gradients", "match_matmul", "match_scaled", "matmul_sites",
+           "node_value", "writes_between"]
 
 
 @dataclass
@@ -145,7 +144,7 @@ def match_matmul(node) -> MatmulMatch | None:
         if w.dim() != 2 or x.dim() < 2:
             return None
         apart = bias is not None and not linear_fuses_bias(x.dim(), x.is_contiguous(), node_value(bias).shape)
-        unfolded = (bias is None or apart) and not folds_as_torch(x, w)
+        unfolded = (bias is None or apart) and not folds_traced(x, w)
         return MatmulMatch(args[0], args[1], bias, tuple(x.shape[:-1]) if x.dim() > 2 else None, True,
                            unrouted=UNFOLDED if unfolded else "", bias_apart=apart)
     # out=, alpha=, beta=: a GEMM our ops do not take, met and left to torch (said in the summary)
@@ -172,7 +171,7 @@ def match_matmul(node) -> MatmulMatch | None:
             return MatmulMatch(args[0], args[1], None, None, False)
         if x.dim() > 2 and y.dim() == 2:
             return MatmulMatch(args[0], args[1], None, tuple(x.shape[:-1]), False,
-                               unrouted="" if folds_as_torch(x, y) else UNFOLDED)
+                               unrouted="" if folds_traced(x, y) else UNFOLDED)
         if x.dim() == 3 and y.dim() == 3 and x.shape[0] == y.shape[0]:
             return MatmulMatch(args[0], args[1], None, None, False)
         if x.dim() == y.dim() > 3 and tuple(x.shape[:-2]) == tuple(y.shape[:-2]):
@@ -187,6 +186,18 @@ def match_matmul(node) -> MatmulMatch | None:
             unrouted = BROADCAST
         return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted)
     return None
+
+
+def folds_traced(x, weight) -> bool:
+    """Whether torch's matmul of a traced N-D `x` by a 2-D `weight` runs one mm of x's rows
+    (problem.matmul_folds), a dim of size 1 never stopping the fold: its stride in a traced
+    value need not be the one the run sees (a fake view's differs from torch's own), and
+    the rows view as one dim whatever it is."""
+    if x.dim() <= 2:
+        return True
+    dims = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if concrete(size) != 1]
+    rows_fold = all(outer == inner * size for (_, outer), (size, inner) in zip(dims, dims[1:]))
+    return matmul_folds(bool(weight.requires_grad), rows_fold)
 
 
 def _other_kinds() -> dict:
