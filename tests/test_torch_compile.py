@@ -853,6 +853,59 @@ def test_a_winner_with_padded_rows_serves_views_and_dynamic_m_as_torch_would(cac
     assert [r.uid for r in routes] == ["dynamic"]
 
 
+
+def _written_then_viewed(lin, x):
+    y = lin(x)
+    y.add_(1)
+    return y.view(-1), torch.nn.functional.gelu(y)
+
+
+def _view_written(lin, x):
+    y = lin(x)
+    y.view(-1).mul_(2)
+    return torch.nn.functional.gelu(y)
+
+
+def _item_set(lin, x):
+    y = lin(x)
+    y[0] = 0.0
+    return y
+
+
+PADDED_USES = {
+    "written, then viewed": _written_then_viewed,
+    "a view written": _view_written,
+    "an item set": _item_set,
+    "a slice viewed": lambda lin, x: lin(x)[2:4].view(-1),
+    "split, a part viewed": lambda lin, x: lin(x).chunk(2)[0].view(-1),
+    "unflattened out": lambda lin, x: lin(x).unflatten(1, (5, 10)),
+    "transposed out": lambda lin, x: lin(x).t(),
+}
+
+
+@pytest.mark.parametrize("use", PADDED_USES)
+def test_a_padded_product_written_or_viewed_gives_torchs_values_and_strides(cache_dir, use):
+    """A product written in place, or a view of it that needs whole rows (a slice's view, an
+    output): every user reads the one contiguous copy, so the writes are seen (a copy made
+    for the strict users alone read the rows before them) and views of views compile, with
+    torch's strides."""
+    from autotune_cli.settings import TuneSettings
+
+    tune = TuneSettings(device="cpu", templates=("aten::mm_aligned",), cache_dir=cache_dir)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 50).half()
+    run = PADDED_USES[use]
+    x = torch.randn(8, 32).half()
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(lambda x: run(lin, x), backend="aot_eager", routes=routes, tune=tune)(x)
+        want = run(lin, x)
+    assert [(r.uid, r.fallback) for r in routes] == [("aten::mm_aligned", False)]
+    for value, expected in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        torch.testing.assert_close(value, expected)
+        assert value.stride() == expected.stride()
+
+
 OTHER_PRODUCTS = {
     "matrix @ vector": (lambda w, v, x: w.t() @ v, "with a vector"),
     "batch @ vector": (lambda w, v, x: x @ v, "with a vector"),

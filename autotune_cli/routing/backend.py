@@ -216,9 +216,10 @@ class routing_backend:
                 if match.bias_apart:
                     out = graph.call_function(operator.add, (out, match.bias))
             node.replace_all_uses_with(out)
+            product = node_value(node)
             graph.erase_node(node)
             if padded:
-                rows_whole_for_strict_users(graph, out)
+                rows_whole_for_strict_users(graph, out, product)
             changed = True
         if changed:
             fill_example_values(graph, dynamos)  # AOTAutograd's cache reads them

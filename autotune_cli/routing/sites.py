@@ -16,7 +16,7 @@ from ..problem import FUSED_OPS, linear_fuses_bias, matmul_folds
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "einsum_targets", "fill_example_values",
            "folds_traced", "is_static", "records_gradients", "match_matmul", "match_scaled", "matmul_sites",
-           "node_value", "writes_between"]
+           "node_value", "writes", "writes_between"]
 
 
 @dataclass
@@ -384,17 +384,23 @@ _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itr
                        operator.ilshift, operator.irshift, operator.imatmul, operator.setitem}
 
 
+def writes(node) -> bool:
+    """Whether graph node `node` may write a tensor in place: a method or function named with
+    a trailing _, an augmented assignment, an item set, an out=."""
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
+        or "out" in node.kwargs
+
+
 def writes_between(first, last) -> bool:
-    """Whether a node after `first` and before `last` may write a tensor in place (a method
-    or function named with a trailing _, an augmented assignment, an item set, an out=): a
-    rewrite that reads, at `last`, what was read at `first` would see the write."""
+    """Whether a node after `first` and before `last` may write a tensor in place (`writes`):
+    a rewrite that reads, at `last`, what was read at `first` would see the write."""
     node = first.next
     while node is not last:
-        if node.op in ("call_method", "call_function"):
-            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-            if (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
-                    or "out" in node.kwargs:
-                return True
+        if writes(node):
+            return True
         node = node.next
     return False
 
