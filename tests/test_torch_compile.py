@@ -914,18 +914,35 @@ OTHER_PRODUCTS = {
     "tensordot": (lambda w, v, x: torch.tensordot(x, w, dims=([2], [0])), "of other kinds"),
     "addmm_": (lambda w, v, x: torch.zeros(8, 48).addmm_(x[0], w), "of other kinds"),
     "multi_dot": (lambda w, v, x: torch.linalg.multi_dot([x[0], w, w.t()]), "of other kinds"),
+    "dot": (lambda w, v, x: torch.dot(v, v), "of other kinds"),
+    "mm out=": (lambda w, v, x: torch.mm(x[0], w, out=torch.empty(8, 48)), "with alpha=, beta= or out="),
+    "matmul out=": (lambda w, v, x: torch.matmul(x[0], w, out=torch.empty(8, 48)), "with alpha=, beta= or out="),
 }
 
 
+class Products(torch.nn.Module):
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+
+    def forward(self, w, v, x):
+        return self.run(w, v, x)
+
+
+@pytest.mark.parametrize("exported", [False, True], ids=["model", "exported"])
 @pytest.mark.parametrize("case", OTHER_PRODUCTS)
-def test_a_product_routing_does_not_read_is_met_and_said(cache_dir, capfd, case):
+def test_a_product_routing_does_not_read_is_met_and_said(cache_dir, capfd, case, exported):
     """What is not routed is said: every product the graph holds has its Dispatch in
-    `routes` and its kind in the summary, none dropped in silence."""
+    `routes` and its kind in the summary, none dropped in silence; in an exported program's
+    module too, whose graph calls their aten ops (aten.mv.default, aten.mm.out, ...)."""
     run, kind = OTHER_PRODUCTS[case]
     w, v, x = torch.randn(32, 48), torch.randn(32), torch.randn(2, 8, 32)
+    model = Products(run)
+    if exported:
+        model = torch.export.export(model, (w, v, x)).module()
     routes: list = []
     with torch.no_grad():
-        got = autotune_cli.compile(run, backend="eager", routes=routes, tune=False)(w, v, x)
+        got = autotune_cli.compile(model, backend="eager", routes=routes, tune=False)(w, v, x)
     torch.testing.assert_close(got, run(w, v, x))
     assert len(routes) == 1 and routes[0].fallback, routes
     assert "routed 0 of 1 matmul; left to the compiler: 1 " + kind in capfd.readouterr().err

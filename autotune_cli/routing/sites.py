@@ -13,6 +13,7 @@ from typing import Any
 
 from ..api.calls import needs_gradients
 from ..problem import FUSED_OPS, linear_fuses_bias, matmul_folds
+from .products import fused_kind, other_kind, other_overload, other_targets
 
 __all__ = ["MatmulMatch", "ScaledMatch", "Site", "call_args", "concrete", "einsum_targets", "fill_example_values",
            "folds_traced", "is_static", "records_gradients", "match_matmul", "match_scaled", "matmul_sites",
@@ -133,6 +134,15 @@ def match_matmul(node) -> MatmulMatch | None:
     kwargs = {name: value for name, value in node.kwargs.items()
               if not (name in ("beta", "alpha") and type(value) in (int, float) and value == 1)}
     target = node.target
+    overload = other_overload(node)
+    if overload is not None:  # aten.mm.out, aten.mm.dtype, ...: met and left to torch (said)
+        name, how = overload
+        operands = args[1:3] if name in ("addmm", "baddbmm") else args[:2]
+        if len(operands) != 2 or not all(isinstance(node_value(x), torch.Tensor) for x in operands):
+            return None
+        a, b = operands
+        said = ", ".join(f"{k}=" for k in sorted(kwargs)) or how
+        return MatmulMatch(a, b, None, None, name == "linear", unrouted=f"{UNROUTED_ARGUMENTS} ({said})")
     tensors = [node_value(x) for x in args]
     if not all(isinstance(t, torch.Tensor) for t in tensors[:2]) or len(args) < 2:
         return None
@@ -161,9 +171,9 @@ def match_matmul(node) -> MatmulMatch | None:
         if len(args) != 3 or not isinstance(node_value(args[2]), torch.Tensor):
             return None
         return MatmulMatch(args[1], args[2], None, None, False, unrouted=BADDBMM)
-    if kwargs:
-        return None  # a matmul with out=: not one this module reads
     if target in matmul or name in ("matmul", "__matmul__"):
+        if kwargs:  # out=: met and left to torch (said)
+            return MatmulMatch(args[0], args[1], None, None, False, unrouted=unrouted) if len(args) == 2 else None
         if len(args) != 2:
             return None
         x, y = tensors
@@ -198,20 +208,6 @@ def folds_traced(x, weight) -> bool:
     dims = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if concrete(size) != 1]
     rows_fold = all(outer == inner * size for (_, outer), (size, inner) in zip(dims, dims[1:]))
     return matmul_folds(bool(weight.requires_grad), rows_fold)
-
-
-def _other_kinds() -> dict:
-    """The calls of other products (by target, or a method's name) that routing does not
-    read: met and said (OTHER_KIND), never dropped from the routes."""
-    import torch
-
-    functions = {torch.tensordot: "tensordot", torch.addbmm: "addbmm", torch.linalg.multi_dot: "multi_dot",
-                 torch.chain_matmul: "chain_matmul", torch.nn.functional.bilinear: "bilinear",
-                 torch._int_mm: "_int_mm", torch.mv: "mv", torch.dot: "dot", torch.vdot: "vdot",
-                 torch.inner: "inner", torch.addmv: "addmv", torch.addr: "addr"}
-    methods = {name: name for name in ("addmm_", "baddbmm_", "addbmm_", "addmv_", "addbmm", "mv", "dot", "vdot",
-                                       "inner", "addmv", "addr", "addr_")}
-    return {**functions, **methods}
 
 
 def is_static(*tensors) -> bool:
@@ -302,17 +298,18 @@ def matmul_sites(graph):
     fused = {getattr(torch, name): name for name in FUSED_OPS if hasattr(torch, name)}
     fused[torch.nn.functional.multi_head_attention_forward] = "multi_head_attention"  # Dynamo keeps it whole
     einsums = einsum_targets()
-    others = _other_kinds()
+    others = other_targets()
     for node in graph.nodes:
-        other = others.get(node.target) if node.op in ("call_function", "call_method") else None
+        other = other_kind(node, others)
         if other is not None:
             yield Site(node, other, None, None, static=False, skip=f"{OTHER_KIND} ({other})")
             continue
         if node.op == "call_function" and node.target in einsums:  # met, and said to stay the compiler's
             yield Site(node, "einsum", None, None, static=False, skip=EINSUM)
             continue
-        if node.op == "call_function" and node.target in fused:
-            yield Site(node, fused[node.target], None, None, static=False, skip=FUSED)
+        kind = fused_kind(node, fused)
+        if kind is not None:
+            yield Site(node, kind, None, None, static=False, skip=FUSED)
             continue
         scaled = match_scaled(node)
         if scaled is not None:
