@@ -1058,3 +1058,43 @@ def test_a_size_one_dims_stride_does_not_unfold_a_linear(tmp_path, cli, cache_di
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert [(r.uid, r.fallback) for r in routes] == [("triton::mm", False)], routes
     assert (routes[0].problem.m, routes[0].problem.n, routes[0].problem.k) == (2, C, C)
+
+
+def test_a_graph_run_with_its_autocast_regions_runs_the_winners(cli, cache_dir, space, monkeypatch):
+    """A backend that runs Dynamo's graph as it is (backend="eager") runs our op inside the
+    autocast region: the operands are already in the product's dtype, and the winner runs
+    (under autocast the call gave way to torch's op, the route said routed)."""
+    from autotune_cli.api import calls
+
+    launches: list = []
+    kernel_call = calls.kernel_call
+
+    def counting(op, problem, how, launch, *rest):
+        def counted(*args):
+            launches.append(problem.dtype)
+            return launch(*args)
+
+        return kernel_call(op, problem, how, counted, *rest)
+
+    monkeypatch.setattr(calls, "kernel_call", counting)
+    tune(cli, "--m", T, "--n", H, "--k", C, "--layout", "nt", "--dtype", "bfloat16", "--bias",
+         "--templates", "triton::mm", "--space", space)
+    torch.manual_seed(0)
+    up = torch.nn.Linear(C, H).requires_grad_(False)
+
+    def run(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return up(x)
+
+    x = torch.randn(T, C)
+    routes: list = []
+    with torch.no_grad():
+        compiled = autotune_cli.compile(run, backend="eager", routes=routes, tune=False)
+        compiled(x)
+        launches.clear()
+        got = compiled(x)
+        want = run(x)
+    assert [(r.uid, r.problem.dtype) for r in routes] == [("triton::mm", "bfloat16")]
+    assert launches == ["bfloat16"]
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)

@@ -72,6 +72,9 @@ def register_ops() -> dict[str, Any]:
         @custom_op("autotune::gemm", mutates_args=())
         def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: str) -> torch.Tensor:
             call = ROUTES[route].call
+            if torch.is_autocast_enabled(a.device.type):  # see _autocast_off
+                with _autocast_off(a.device.type):
+                    return call(a, b) if bias is None else call(bias, a, b)
             return call(a, b) if bias is None else call(bias, a, b)
 
         @gemm.register_fake
@@ -151,6 +154,16 @@ def register_ops() -> dict[str, Any]:
 
             _OPS["triton_scaled_gemm"] = torch.ops.autotune.triton_scaled_gemm.default
         return _OPS
+
+
+def _autocast_off(device_type: str):
+    """Autocast off for a route's call: the graph gave its operands the dtype the product runs
+    in (autocast.py), and a call made under autocast runs torch's op instead of the winner
+    (kernel_call), as one does where the graph runs with autocast on (a backend that runs
+    Dynamo's graph as it is: its autocast regions are calls)."""
+    import torch
+
+    return torch.autocast(device_type, enabled=False)
 
 
 _APART: set[str] = set()
