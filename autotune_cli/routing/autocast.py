@@ -18,7 +18,8 @@ def cast_autocast_operands(graph) -> int:
     module) its operands cast; how many were."""
     import torch
 
-    from .sites import fill_example_values, match_matmul, node_value, records_gradients
+    from .graph_edits import fill_example_values
+    from .sites import match_matmul, node_value, records_gradients
 
     cast = 0
     for node in list(graph.nodes):

@@ -16,7 +16,8 @@ from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, rout
 from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
-from .sites import ScaledMatch, Site, fill_example_values, matmul_sites, node_value
+from .graph_edits import fill_example_values
+from .sites import ScaledMatch, Site, matmul_sites, node_value
 
 __all__ = ["routing_backend"]
 

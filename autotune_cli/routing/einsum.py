@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .sites import EINSUM, concrete, einsum_targets, fill_example_values, node_value
+from .graph_edits import fill_example_values
+from .sites import EINSUM, concrete, einsum_targets, node_value
 
 __all__ = ["einsum_gemm", "lower_einsums"]
 

@@ -30,7 +30,8 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .sites import call_args, concrete, fill_example_values, node_value, records_gradients, writes_between
+from .graph_edits import fill_example_values, writes_between
+from .sites import call_args, concrete, node_value, records_gradients
 
 __all__ = ["MIN_HEADS", "Fold", "attention_of", "find_folds", "fold_attention", "repeated_heads"]
 

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 from ..api.problems import plain_parameter
 from ..problem import one_gemm
-from .sites import Site, writes_between
+from .graph_edits import writes_between
+from .sites import Site
 
 __all__ = ["Group", "find_groups", "movable", "place_side_by_side", "real_values", "rewrite_group", "side_by_side",
            "wholes", "worth_grouping"]

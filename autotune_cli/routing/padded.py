@@ -68,7 +68,7 @@ def rows_whole_for_strict_users(graph, node, value) -> None:
     that need its rows whole at one contiguous copy of it, the others reading it as it is; or
     every user, where the product is written in place or a view of it that keeps its padded
     rows needs them whole (see the module)."""
-    from .sites import writes
+    from .graph_edits import writes
 
     aliases = _aliases(graph, node, value)
     strict = [user for user in node.users if needs_rows_whole(user)]
