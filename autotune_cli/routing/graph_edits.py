@@ -15,10 +15,14 @@ _IN_PLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itr
 
 
 def writes(node) -> bool:
-    """Whether graph node `node` may write a tensor in place: a method or function named with
-    a trailing _, an augmented assignment, an item set, an out=."""
+    """Whether graph node `node` may write a tensor in place: an op whose schema says it
+    mutates (an exported program's aten.add_.Tensor), a method or function named with a
+    trailing _, an augmented assignment, an item set, an out=."""
     if node.op not in ("call_method", "call_function"):
         return False
+    schema = getattr(node.target, "_schema", None)  # an OpOverload: its name carries the overload
+    if schema is not None:
+        return bool(schema.is_mutable)
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return (name.endswith("_") and not name.startswith("__")) or node.target in _IN_PLACE_OPERATORS \
         or "out" in node.kwargs

@@ -32,6 +32,9 @@ def needs_rows_whole(user: Any) -> bool:
     target = user.target
     if target in (torch.Tensor.view, torch.Tensor.view_as, torch.as_strided):
         return True
+    aten = torch.ops.aten
+    if getattr(target, "overloadpacket", target) in (aten.view, aten._unsafe_view, aten.view_as, aten.as_strided):
+        return True  # an exported program's views
     namespace = getattr(target, "namespace", None)  # an OpOverload(Packet): torch.ops.<namespace>
     return namespace is not None and namespace not in ("aten", "prims", "autotune")
 
