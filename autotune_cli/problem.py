@@ -82,10 +82,12 @@ FUSED_OPS = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd")
 
 def linear_fuses_bias(x_dims: int, x_contiguous: bool, bias_sizes) -> bool:
     """Whether at::linear runs x @ W.T + bias as one addmm: x 2-D, or contiguous with a bias
-    of one size other than 1 at most ([n], [1, n]: torch squeezes the bias to decide).
-    Otherwise it runs the product (an mm of x folded) and adds the bias after; autotune poses
-    that call's problem as torch runs it, wherever it reads a linear."""
-    return x_dims == 2 or (x_contiguous and sum(str(size) != "1" for size in bias_sizes) <= 1)
+    of one dim or more and one size other than 1 at most ([n], [1, n]: torch squeezes the
+    bias to decide; a 0-d bias is added after). Otherwise it runs the product (an mm of x
+    folded) and adds the bias after; autotune poses that call's problem as torch runs it,
+    wherever it reads a linear."""
+    return x_dims == 2 or (x_contiguous and len(bias_sizes) >= 1
+                           and sum(str(size) != "1" for size in bias_sizes) <= 1)
 
 
 def matmul_folds(weight_requires_grad: bool, rows_fold: bool) -> bool:

@@ -107,6 +107,7 @@ def _mode_class():
     import torch
     from torch._C import DispatchKey
     from torch._ops import HigherOrderOperator
+    from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
@@ -178,6 +179,8 @@ def _mode_class():
             """A higher-order op run by its dense kernel (the one eager runs), with this mode
             on, so that the matmuls of the body it runs are recorded; one without such a
             kernel runs as it is, counted as skipped (its body's matmuls unseen)."""
+            if any(isinstance(t, FakeTensor) for t in tree_leaves((args, kwargs))):
+                return func(*args, **kwargs)  # torch tracing its branches (autograd's, export's): no run
             dense = func.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
             if func is torch.ops.higher_order.cond:  # its dense kernel refuses to run under a mode
                 dense = _run_cond

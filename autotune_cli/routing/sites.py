@@ -341,7 +341,7 @@ def matmul_sites(graph):
                 yield Site(node, op, match, None, static=False, skip=NEEDS_GRADIENTS)
             elif cast:
                 yield Site(node, op, match, None, static=False, skip=AUTOCAST)
-            elif is_static(w, bias) and (bias is None or bias.dim() == 1) and match.batch is None \
+            elif is_static(w, bias) and (bias is None or _row_bias(bias)) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
                 a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
                 yield Site(node, op, match, None, a, w.t() if match.transpose_b else w, bias, static=False,
@@ -358,11 +358,16 @@ def matmul_sites(graph):
             skip, outer = OUTER, True
         elif cast:
             skip = AUTOCAST
-        elif bias is not None and bias.dim() == 2 and match.fold is not None:
+        elif bias is not None and match.fold is not None and not _row_bias(bias):
             skip = "a linear's bias of two dims"
         elif a.shape[-1] < MIN_GEMM_K:
             skip = f"K = {a.shape[-1]}: an empty product, left to the compiler"
         yield Site(node, op, match, None, a, b, bias, skip=skip, outer=outer)
+
+
+def _row_bias(bias) -> bool:
+    """A bias the folded rows all add: [N], or [1, N] (at::linear fuses it, squeezed)."""
+    return bias.dim() == 1 or (bias.dim() == 2 and concrete(bias.shape[0]) == 1)
 
 
 def concrete(size) -> int | None:
