@@ -486,3 +486,15 @@ def test_matmuls_in_place_and_of_other_kinds_are_named_as_skipped(tmp_path, caps
     for name in ("addmm_ [8, 48] x [8, 32] x [32, 48]", "baddbmm_", "int_mm [32, 32] x [32, 32] int8",
                  "vdot [32] x [32]"):
         assert name in line, (name, line)
+
+
+def test_a_list_saved_with_a_byte_order_mark_is_merged(tmp_path, capsys):
+    """The list as `--from` reads it (UTF-8 with or without a byte-order mark): a record adds
+    its counts to such a file instead of moving it aside as unreadable."""
+    path = tmp_path / "shapes.json"
+    path.write_text('{"problems": [{"m": 4, "n": 8, "k": 16, "dtype": "float32", "count": 2}]}',
+                    encoding="utf-8-sig")
+    with torch.no_grad(), autotune_cli.record(path):
+        torch.randn(4, 16) @ torch.randn(16, 8)
+    assert not list(tmp_path.glob("*.unreadable*"))
+    assert listed(path) == [{"m": 4, "n": 8, "k": 16, "dtype": "float32", "layout": "nn", "count": 3}]

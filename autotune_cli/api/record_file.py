@@ -76,7 +76,7 @@ def _existing(path: Path) -> tuple[dict[str, int], str]:
     """{entry key: count} of the list at `path`, in its order ({} when there is none), and a
     note when a file there could not be read and was moved aside."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # as --from reads it: a byte-order mark or none
     except FileNotFoundError:
         return {}, ""
     try:

@@ -327,14 +327,19 @@ def _open(path: str | os.PathLike) -> _Tally:
 
 
 def _hold_eager(hold: bool) -> None:
-    """While a record is open, torch.compile runs code eagerly (the "force_eager" stance):
-    code Dynamo meets under a dispatch mode is marked to skip, and would never compile
-    again in this process, the record closed. Called under _tallies_lock."""
+    """While a record is open, torch.compile runs code eagerly, in every thread (the
+    "force_eager" stance is the process's): code Dynamo meets under a dispatch mode is
+    marked to skip, and would never compile again in this process, the record closed. A
+    record opened inside a compiled region (torch refuses a stance there) records without
+    it. Called under _tallies_lock."""
     global _stance
     import torch
 
     if hold and _stance is None:
-        _stance = torch.compiler.set_stance("force_eager")
+        try:
+            _stance = torch.compiler.set_stance("force_eager")
+        except RuntimeError:  # inside torch.compile: the stance cannot be set there
+            _stance = None
     elif not hold and _stance is not None:
         _stance.__exit__(None, None, None)  # the stance in force before
         _stance = None

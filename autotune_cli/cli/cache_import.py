@@ -35,7 +35,7 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
     it."""
     from ..safe_read import NotAFile
     from ..store.cache_document import parse_document, read_cache_file
-    from ..store.entry import DamagedCache
+    from ..store.entry_checks import DamagedCache
 
     if not path.exists():
         raise UserError(f"import file not found: {path}")

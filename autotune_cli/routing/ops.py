@@ -112,6 +112,9 @@ def register_ops() -> dict[str, Any]:
                 return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
                                   for i, w in enumerate(weights)], dim=-1)
             b, bias = whole
+            if torch.is_autocast_enabled(a.device.type):  # see _autocast_off
+                with _autocast_off(a.device.type):
+                    return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
             return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
 
         @gemm_group.register_fake

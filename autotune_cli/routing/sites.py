@@ -200,9 +200,10 @@ def match_matmul(node) -> MatmulMatch | None:
 
 def folds_traced(x, weight) -> bool:
     """Whether torch's matmul of a traced N-D `x` by a 2-D `weight` runs one mm of x's rows
-    (problem.matmul_folds), a dim of size 1 never stopping the fold: its stride in a traced
-    value need not be the one the run sees (a fake view's differs from torch's own), and
-    the rows view as one dim whatever it is."""
+    (problem.matmul_folds; api/problems.folds_as_torch reads real strides), a dim of size 1
+    left out: its stride in a traced value need not be the run's (after SDPA's transpose a
+    fake view's differs from torch's own). A run whose size-1 dim's stride does stop the
+    fold is then posed as the mm of its rows, not the bmm torch runs: the same values."""
     if x.dim() <= 2:
         return True
     dims = [(size, stride) for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if concrete(size) != 1]
