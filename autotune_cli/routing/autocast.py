@@ -10,7 +10,17 @@ gradients is left as written (routing leaves it to torch's op, which has a backw
 
 from __future__ import annotations
 
-__all__ = ["cast_autocast_operands"]
+__all__ = ["cast_autocast_operands", "casts_to"]
+
+
+def casts_to(graph, operands: list, dtype) -> dict:
+    """{operand node: its `.to(dtype)` node} for each distinct one of `operands` whose traced
+    dtype is another (x @ x: one cast), made at the graph's insertion point: the cast
+    autocast makes as the op runs."""
+    from .sites import node_value
+
+    return {operand: graph.call_method("to", (operand, dtype)) for operand in dict.fromkeys(operands)
+            if node_value(operand).dtype != dtype}
 
 
 def cast_autocast_operands(graph) -> int:
@@ -33,10 +43,9 @@ def cast_autocast_operands(graph) -> int:
         if records_gradients(node, *(node_value(n) for n in operands)):
             continue
         before = set(graph.nodes)
-        for operand in dict.fromkeys(operands):  # x @ x: one cast
-            if node_value(operand).dtype != want.dtype:
-                with graph.inserting_before(node):
-                    node.replace_input_with(operand, graph.call_method("to", (operand, want.dtype)))
+        with graph.inserting_before(node):
+            for operand, cast_node in casts_to(graph, operands, want.dtype).items():
+                node.replace_input_with(operand, cast_node)
         fill_example_values(graph, before)
         cast += 1
     return cast

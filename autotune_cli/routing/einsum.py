@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .autocast import casts_to
 from .graph_edits import fill_example_values
 from .sites import EINSUM, concrete, einsum_targets, node_value
 
@@ -140,7 +141,10 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
         before = set(graph.nodes)
         want = node_value(node)
         with graph.inserting_before(node):
-            operands = _cast_as_autocast(graph, operands, values, want)
+            # under torch.autocast, the cast autocast makes inside the einsum, a node of its own
+            # (the rewrite's values are computed with autocast off, and the routed op does not cast)
+            casts = casts_to(graph, operands, want.dtype) if isinstance(want, torch.Tensor) else {}
+            operands = [casts.get(operand, operand) for operand in operands]
             out = _gemm_nodes(graph, *(operands[::-1] if plan.swapped else operands), plan)
         node.replace_all_uses_with(out)
         graph.erase_node(node)
@@ -149,21 +153,6 @@ def lower_einsums(graph) -> tuple[int, dict[Any, str]]:
             fill_example_values(graph, before)
         lowered += 1
     return lowered, left
-
-
-def _cast_as_autocast(graph, operands: list, values: list, want) -> list:
-    """The operand nodes in the dtype the einsum's product runs in (its output's): under
-    torch.autocast, the cast autocast makes inside the einsum, made a node of its own (the
-    rewrite's values are computed with autocast off, and the routed op does not cast)."""
-    import torch
-
-    if not isinstance(want, torch.Tensor):
-        return operands
-    casts: dict = {}
-    for operand, value in zip(operands, values):
-        if value.dtype != want.dtype and operand not in casts:
-            casts[operand] = graph.call_method("to", (operand, want.dtype))
-    return [casts.get(operand, operand) for operand in operands]
 
 
 def _gemm_nodes(graph, left, right, plan: EinsumGemm):

@@ -71,11 +71,7 @@ def register_ops() -> dict[str, Any]:
 
         @custom_op("autotune::gemm", mutates_args=())
         def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, route: str) -> torch.Tensor:
-            call = ROUTES[route].call
-            if torch.is_autocast_enabled(a.device.type):  # see _autocast_off
-                with _autocast_off(a.device.type):
-                    return call(a, b) if bias is None else call(bias, a, b)
-            return call(a, b) if bias is None else call(bias, a, b)
+            return _uncast(ROUTES[route].call, a, b, bias)
 
         @gemm.register_fake
         def _(a, b, bias, route):
@@ -112,10 +108,7 @@ def register_ops() -> dict[str, Any]:
                 return torch.cat([torch.nn.functional.linear(a, w, biases[i] if biases else None)
                                   for i, w in enumerate(weights)], dim=-1)
             b, bias = whole
-            if torch.is_autocast_enabled(a.device.type):  # see _autocast_off
-                with _autocast_off(a.device.type):
-                    return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
-            return r.call(a, b.t()) if bias is None else r.call(bias, a, b.t())
+            return _uncast(r.call, a, b.t(), bias)
 
         @gemm_group.register_fake
         def _(a, weights, biases, route):
@@ -159,14 +152,17 @@ def register_ops() -> dict[str, Any]:
         return _OPS
 
 
-def _autocast_off(device_type: str):
-    """Autocast off for a route's call: the graph gave its operands the dtype the product runs
-    in (autocast.py), and a call made under autocast runs torch's op instead of the winner
-    (kernel_call), as one does where the graph runs with autocast on (a backend that runs
-    Dynamo's graph as it is: its autocast regions are calls)."""
+def _uncast(call: Callable, a, b, bias):
+    """A route's call (torch's signature) with autocast off where it is on: the graph gave its
+    operands the dtype the product runs in (autocast.py), and a call made under autocast runs
+    torch's op instead of the winner (kernel_call), as one does where the graph runs with
+    autocast on (a backend that runs Dynamo's graph as it is: its autocast regions are calls)."""
     import torch
 
-    return torch.autocast(device_type, enabled=False)
+    if torch.is_autocast_enabled(a.device.type):
+        with torch.autocast(a.device.type, enabled=False):
+            return call(a, b) if bias is None else call(bias, a, b)
+    return call(a, b) if bias is None else call(bias, a, b)
 
 
 _APART: set[str] = set()

@@ -7,6 +7,7 @@ torch when called.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +35,7 @@ class MatmulMatch:
     bias_apart: bool = False  # a linear's bias added after the product, as at::linear adds it there
 
 
+@functools.cache  # torch's objects: the same sets for every node
 def _targets():
     """Each routed op's call targets: torch's function, and the aten op a graph of an
     exported program (ExportedProgram.module()) calls in its place."""
@@ -46,12 +48,14 @@ def _targets():
         {torch.bmm, aten.bmm.default}
 
 
+@functools.cache
 def einsum_targets() -> set:
     import torch
 
     return {torch.einsum, torch.ops.aten.einsum.default}
 
 
+@functools.cache
 def _scaled_targets() -> set:
     import torch
 
