@@ -115,7 +115,7 @@ def main() -> None:
     print(json.dumps({"m": m, "n": n, "k": k, "dtype": dtype_name, "mode": mode, "op": op,
                       "tune_s": tune_s, "process_s": process_s, "inductor_ms": statistics.median(inductor_ms),
                       "torch_mm_ms": statistics.median(torch_ms), "rel_error": rel, "out_stride": list(out.stride()),
-                      "timing": policy.mode, "pick": describe_pick("\n".join(sources)), **ours}))
+                      "timing": policy.mode, "pick": describe_pick("\n".join(sources), tuned_kernels()), **ours}))
 
 
 def our_kernel(problem, winner: dict, ops, scratch: str):
@@ -136,14 +136,34 @@ def our_kernel(problem, winner: dict, ops, scratch: str):
     return run, own
 
 
-def describe_pick(source: str) -> str:
-    """What Inductor's generated code runs for the matmul: an extern call (cuBLAS), or a
-    template kernel with its block sizes, stages and warps."""
+def tuned_kernels() -> list[str]:
+    """Each of Inductor's Triton kernels in this process that runs one config (after its
+    autotuning or coordinate descent), with that config: what a matmul Inductor lowered
+    to a reduction (M = 1) runs."""
+    import gc
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    kernels = []
+    for obj in gc.get_objects():
+        if isinstance(obj, CachingAutotuner) and len(obj.launchers) == 1:
+            config = obj.launchers[0].config
+            name = getattr(obj.fn, "__name__", "kernel")
+            kernels.append(f"{name} {config.kwargs} warps {config.num_warps} stages {config.num_stages}")
+    return sorted(kernels)
+
+
+def describe_pick(source: str, kernels: list[str] = ()) -> str:
+    """What Inductor's generated code runs for the matmul: an extern call (cuBLAS), a
+    template kernel with its block sizes, stages and warps, or else its own kernels with
+    the configs they were tuned to (`kernels`, tuned_kernels)."""
     import re
 
     if re.search(r"extern_kernels\.(mm|addmm|bmm)\b", source):
         return "extern " + ",".join(sorted(set(re.findall(r"extern_kernels\.(\w+)", source))))
     names = sorted(set(re.findall(r"def (triton_tem_\w+)\(", source)))
+    if not names and kernels:
+        return "; ".join(kernels)
     blocks = dict(re.findall(r"\b(BLOCK_[MNK]|GROUP_M|NUM_SMS|EVEN_K)\s*:\s*tl\.constexpr\s*=\s*(\w+)", source))
     launch = dict(re.findall(r"\b(num_stages|num_warps)=(\d+)", source))
     return f"{','.join(names) or 'no template'} {blocks} {launch}"
