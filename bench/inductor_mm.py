@@ -141,12 +141,16 @@ def tuned_kernels() -> list[str]:
     autotuning or coordinate descent), with that config: what a matmul Inductor lowered
     to a reduction (M = 1) runs."""
     import gc
+    import warnings
 
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     kernels = []
-    for obj in gc.get_objects():
-        if isinstance(obj, CachingAutotuner) and len(obj.launchers) == 1:
+    with warnings.catch_warnings():  # isinstance on a deprecated module attribute warns
+        warnings.simplefilter("ignore")
+        tuners = [obj for obj in gc.get_objects() if isinstance(obj, CachingAutotuner)]
+    for obj in tuners:
+        if len(obj.launchers) == 1:
             config = obj.launchers[0].config
             name = getattr(obj.fn, "__name__", "kernel")
             kernels.append(f"{name} {config.kwargs} warps {config.num_warps} stages {config.num_stages}")
