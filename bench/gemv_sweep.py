@@ -6,7 +6,8 @@ The configs are compiled first by a pool of processes (one per core), then timed
 PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
     [--families fma,each,dot,short] [--top 12] [--pdl 0,1]
 --families short: a grid for a short K along B^T (BLOCK_K 256 or K's power of two in one
-masked step, 4-64 columns a program), the CUDA-core forms and DOT.
+masked step, 1-64 columns a program: down to a row or two, as a reduction over K is
+tiled), the CUDA-core forms and DOT.
 --pdl 0,1 times every config as a plain launch and as a programmatic dependent launch.
 Prints, per problem, every config's time (sorted), x floor (bytes / 4.3 TB/s) and x torch.mm.
 """
@@ -112,12 +113,12 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
                     out.append(config(bm, bn, bk, warps, stages, max(1, split // 2)))
     if "short" in families and k_fast:  # a short K along B^T: few steps, wider column blocks
         # BLOCK_K a divisor of K (256) or K's power of two in one masked step; tiles of
-        # 8-64 values a thread, 512-16384 programs' worth of column blocks.
+        # 4-64 values a thread, 512 to N programs' worth of column blocks.
         for bk in sorted({256, pow2(k)}):
-            for bn in (4, 8, 16, 32, 64):
-                for warps in (4, 8, 16):
+            for bn in (1, 2, 4, 8, 16, 32, 64):
+                for warps in (2, 4, 8, 16):
                     per_thread = bm * bn * bk / (32 * warps)
-                    if bk > pow2(k) or not 8 <= per_thread <= 64:
+                    if bk > pow2(k) or not 4 <= per_thread <= 64:
                         continue
                     steps = -(-k // bk)
                     for stages in ((1, 2) if steps > 1 else (1,)):
