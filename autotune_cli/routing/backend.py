@@ -17,7 +17,8 @@ from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .graph_edits import fill_example_values
-from .sites import ScaledMatch, Site, matmul_sites, node_value
+from .sites import NEEDS_GRADIENTS, ScaledMatch, Site, matmul_sites, node_value
+from .training import PADDED, TrainingCompile, mark, marked, marked_anywhere, without_autograd_cache
 
 __all__ = ["routing_backend"]
 
@@ -62,12 +63,18 @@ class routing_backend:
 
         return {**(list_mode_options(self.mode) if self.mode else {}), **self.options}
 
+    def pins_aten(self) -> bool:
+        """Whether an aten winner is pinned through the opaque op (under Inductor's GEMM
+        tuning, which would otherwise choose again), rather than left as torch's call."""
+        config = self.inductor_config()
+        return bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
+
     def __call__(self, gm, example_inputs):
         import torch
 
         routed_before = len(self.routes)  # this graph's Dispatches follow
         config = self.inductor_config()
-        pin_aten = bool(config.get("max_autotune") or config.get("max_autotune_gemm"))
+        pin_aten = self.pins_aten()
         self.pdl = self.inductor_pdl(config)
         dynamos = set(gm.graph.nodes)  # Dynamo's own nodes: fill_example_values leaves them alone
         folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
@@ -75,6 +82,11 @@ class routing_backend:
         if cast_autocast_operands(gm.graph) or lowered:  # under autocast: met in the dtype they run in
             gm.recompile()
         sites = list(matmul_sites(gm.graph))
+        if self.inner == "inductor":  # routed in the training step's split graphs (training.py)
+            for site in sites:
+                if site.skip == NEEDS_GRADIENTS and site.match is not None:
+                    mark(site.node)
+            sites = [site for site in sites if not marked(site.node)]
         for site in sites:
             site.skip = einsums_left.get(site.node, site.skip)
             if site.dynamic_m:
@@ -91,7 +103,13 @@ class routing_backend:
                          if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
         try:
-            if self.inner == "inductor":
+            if self.inner == "inductor" and marked_anywhere(gm.graph):
+                from torch._inductor.compile_fx import compile_fx
+
+                with without_autograd_cache():
+                    compiled = compile_fx(gm, example_inputs, inner_compile=TrainingCompile(self),
+                                          config_patches=config)
+            elif self.inner == "inductor":
                 from torch._inductor.compile_fx import compile_fx
 
                 compiled = compile_fx(gm, example_inputs, config_patches=config)
@@ -129,12 +147,6 @@ class routing_backend:
         """Tune, in one tuner, the problems of `sites` and `group_problems` (the groups' one
         GEMMs) that have no winner here (see tuning.py; in a torch.distributed job the ranks share
         them): `tune` True or a TuneSettings, or None where they are on a GPU."""
-        if self.tune is False:
-            return
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        from .tuning import settings_for, tune_graph
-
         # every problem the graph routes, cached or not: the same list on every rank of a job
         problems = []
         for site in sites:
@@ -144,9 +156,19 @@ class routing_backend:
                 problems += [replace(site.plan[0], m=m) for m in site.plan[1]]
             else:
                 problems.append(self._problem(site))
+        self.tune_problems(problems + list(group_problems or []))
+
+    def tune_problems(self, problems: list) -> None:
+        """Tune, in one tuner, those of `problems` (None: not a problem) that have no winner
+        here, where `tune` asks for it (see `_tune_missing`)."""
+        if self.tune is False:
+            return
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        from .tuning import settings_for, tune_graph
+
         # on the CPU, only when asked: Triton runs there under the interpreter alone
-        wanted = {p: None for p in problems + list(group_problems or [])
-                  if p is not None and (self.tune is not None or p.device == "cuda")}
+        wanted = {p: None for p in problems if p is not None and (self.tune is not None or p.device == "cuda")}
         if not wanted:
             return
         device = next(iter(wanted)).device
@@ -366,12 +388,24 @@ class routing_backend:
         self.routes.append(info)
         return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
-    def _route(self, a, b, bias, pin_aten: bool):
+    def opaque_route(self, a, b, bias):
+        """(the opaque op, route name) for a matmul of a graph that is past AOTAutograd
+        (training.py: the Triton op is traced by AOTAutograd, which has run), or None to leave
+        it to the compiler. A winner with padded rows is left too: the graph's views and its
+        saved tensors were traced with contiguous rows."""
+        route = self._route(a, b, bias, self.pins_aten(), opaque=True)
+        return None if route is None else route[:2]
+
+    def _route(self, a, b, bias, pin_aten: bool, opaque: bool = False):
         """(op, route name, whether its output rows are padded) for this matmul, or None to
-        leave it to the compiler."""
+        leave it to the compiler. `opaque`: the opaque op, never the Triton op; no padded
+        winner (see `opaque_route`)."""
         call, info, built = self.dispatcher.route(a, b, bias)
         if info.fallback or info.problem is None:
             self.routes.append(info)
+            return None
+        if opaque and built is not None and built.pitch is not None:
+            self.routes.append(replace(info, uid=f"torch.{info.op}", fallback=True, reason=PADDED))
             return None
         if self.pdl:
             info, built = pdl_form(self.dispatcher, info, built, a.device)
@@ -384,8 +418,8 @@ class routing_backend:
         else:
             strides = contiguous((*shape[:-1], pitch))[:-1] + (1,)
         parts = launch_parts(built)
-        triton_ok = (parts is not None and "triton_gemm" in ops and not built.keeps_buffers and pitch is None
-                     and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
+        triton_ok = (not opaque and parts is not None and "triton_gemm" in ops and not built.keeps_buffers
+                     and pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:4] == ("A", "B", "C", "BIAS"))
         if built is None and not pin_aten:
             self.routes.append(info)
             return None  # torch's own op is the winner: the compiler's ATen choice runs it

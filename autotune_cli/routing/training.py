@@ -1,0 +1,148 @@
+"""Matmuls that record gradients, routed in the graphs AOTAutograd makes of a training step.
+
+Our ops have no backward, so in Dynamo's graph a matmul whose output requires grad stays
+torch's. Inductor's AOTAutograd then splits the step into a forward graph and a backward
+graph of aten ops, where every product is a plain aten.mm, addmm or bmm that records
+nothing: the forward's, and the two each one gets in the backward (dA = dC @ B^T and
+dB = A^T @ dC, with their own layouts). Each is a GEMM problem of its own, the one `record`
+lists for it, and is routed there to its winner through the opaque op.
+
+Dynamo's pass marks those matmuls (`mark`: a key of node.meta["custom"], which AOTAutograd
+copies onto the aten nodes it traces from a node, the backward's included); a matmul of
+the split graphs met unmarked was routed, or said to stay the compiler's, in Dynamo's
+graph already. Inference graphs are left alone: Dynamo's pass did all there is.
+
+A compile that marks one runs without AOTAutograd's own cache: it keys a compiled step by
+Dynamo's graph, which holds none of the routing done here, and would hand the routed step to
+a compile that routes nothing (and ours a step compiled without it). Inductor's cache of
+each split graph still serves: it keys them by their text, routes included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+__all__ = ["ADDMM_SCALED", "DYNAMIC", "PADDED", "TrainingCompile", "mark", "marked", "marked_anywhere"]
+
+MARK = "autotune"  # the key of node.meta["custom"]
+TRAINING = "training"
+ADDMM_SCALED = "an addmm with beta or alpha (arguments our ops do not take)"
+DYNAMIC = "a dynamic shape"
+PADDED = "a winner with padded output rows, not routed in a training step's graphs"
+
+
+def mark(node) -> None:
+    """Mark a matmul of Dynamo's graph that records gradients, for the split graphs' pass."""
+    node.meta["custom"] = {**(node.meta.get("custom") or {}), MARK: TRAINING}
+
+
+def marked(node) -> bool:
+    return (node.meta.get("custom") or {}).get(MARK) == TRAINING
+
+
+def marked_anywhere(graph) -> bool:
+    return any(marked(node) for node in graph.nodes)
+
+
+def without_autograd_cache():
+    """AOTAutograd's cache off (see the module)."""
+    import torch._functorch.config as functorch
+
+    return functorch.patch(enable_autograd_cache=False)
+
+
+class TrainingCompile:
+    """Inductor's inner compile (compile_fx's `inner_compile`) for a graph with marked matmuls:
+    in the forward and backward graphs of a training step, route them (see the module), then
+    compile as Inductor does. `backend`: the routing backend, whose dispatcher, tuning and
+    `routes` serve here as in Dynamo's graph."""
+
+    def __init__(self, backend, inner: Callable | None = None) -> None:
+        self.backend = backend
+        self.inner = inner
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        from .report import summary
+
+        inner = self.inner
+        if inner is None:
+            from torch._inductor.compile_fx import compile_fx_inner as inner
+        if kwargs.get("is_inference"):
+            return inner(gm, example_inputs, **kwargs)
+        before = len(self.backend.routes)
+        route_marked(self.backend, gm)
+        compiled = inner(gm, example_inputs, **kwargs)
+        if kwargs.get("is_backward"):  # compiled at the first backward, after the forward's line
+            summary(self.backend.routes[before:])
+        return compiled
+
+
+def _aten_matmuls() -> dict:
+    import torch
+
+    aten = torch.ops.aten
+    return {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm"}
+
+
+def _value(arg):
+    return arg.meta.get("val") if hasattr(arg, "meta") else None
+
+
+def route_marked(backend, gm) -> int:
+    """Replace each marked aten matmul of `gm` (a forward or backward graph) that has a
+    winner by the opaque op; report every one in `backend.routes`. How many were."""
+    import warnings
+
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from ..api import AutotuneFallbackWarning, Dispatch
+    from .sites import is_static
+
+    targets = _aten_matmuls()
+    found: list[tuple[Any, tuple, tuple]] = []  # (node, its operand nodes, their values): bias, a, b
+    for node in gm.graph.nodes:
+        op = targets.get(node.target) if node.op == "call_function" else None
+        if op is None or not marked(node):
+            continue
+        operands = (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
+        values = tuple(None if n is None else _value(n) for n in operands)  # bias, a, b
+        skip = ""
+        if op == "addmm" and (len(node.args) > 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))):
+            skip = ADDMM_SCALED
+        elif not all(isinstance(v, torch.Tensor) for v in values[1:]) or not is_static(*values):
+            skip = DYNAMIC
+        if skip:
+            backend.routes.append(Dispatch(op, f"torch.{op}", None, fallback=True, reason=skip))
+            continue
+        found.append((node, operands, values))
+    if not found:
+        return 0
+    backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found])
+    routed = 0
+    for node, operands, values in found:
+        bias, a, b = values
+        with unset_fake_temporarily(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
+            route = backend.opaque_route(a, b, bias)
+        if route is None:
+            continue
+        gemm, name = route
+        with gm.graph.inserting_before(node):
+            out = gm.graph.call_function(gemm, (operands[1], operands[2], operands[0], name))
+        out.meta = {**node.meta, "val": _fake_result(gemm, a, b, bias, name)}
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+        routed += 1
+    if routed:
+        gm.graph.lint()
+        gm.recompile()
+    return routed
+
+
+def _fake_result(gemm, a, b, bias, name: str):
+    """The op's value on the nodes' fake values, in their own mode (Inductor reads it)."""
+    mode = getattr(a, "fake_mode", None)
+    with mode if mode is not None else contextlib.nullcontext():
+        return gemm(a, b, bias, name)

@@ -1,0 +1,169 @@
+"""autotune_cli.compile on a training step (CPU, Triton under the interpreter): the matmuls
+that record gradients are routed in AOTAutograd's forward and backward graphs
+(routing/training.py), to the winners of the very problems `record` lists for the step, with
+torch's values and gradients."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import autotune_cli
+from autotune_cli.model.shapes_file import read_counted
+from autotune_cli.routing.sites import NEEDS_GRADIENTS
+
+ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
+B, T, C, H = 2, 8, 32, 64
+
+pytestmark = pytest.mark.usefixtures("fresh_compile")
+
+
+class Net(torch.nn.Module):
+    """fc1 (bias) -> GELU -> fc2 (no bias) on [B, T, C], then the rows' products (a bmm)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = torch.nn.Linear(C, H)
+        self.fc2 = torch.nn.Linear(H, C, bias=False)
+
+    def forward(self, x):
+        h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+        return h @ h.transpose(-1, -2)
+
+
+def step(model, x):
+    """One training step's forward and backward: the output and every parameter's gradient."""
+    out = model(x)
+    out.square().mean().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def recorded_problems(tmp_path, x) -> tuple:
+    """The training step recorded (eager): the list file and its problems' keys."""
+    path = tmp_path / "train.json"
+    with autotune_cli.record(path):
+        step(Net(), x)
+    return path, {key(problem) for problem, _ in read_counted(path, "cpu")}  # as `mm --from` reads it
+
+
+def key(problem) -> tuple:
+    return problem.op, problem.m, problem.n, problem.k, problem.b, problem.layout
+
+
+def tune_list(cli, path, space) -> None:
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "triton::mm,triton::bmm",
+                       "--space", space, "--workers", "1", "--json")
+    assert code == 0, err
+
+
+@pytest.fixture
+def space(tmp_path):
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(ONE_CONFIG))
+    return path
+
+
+def test_forward_and_backward_run_the_recorded_problems_winners(tmp_path, cache_dir, cli, space, capsys):
+    x = torch.randn(B, T, C)
+    path, listed = recorded_problems(tmp_path, x)
+    tune_list(cli, path, space)
+    capsys.readouterr()
+
+    model, eager = Net(), Net()
+    routes: list = []
+    compiled = autotune_cli.compile(model, mode="default", routes=routes, tune=False)
+    out, grads = step(compiled, x)
+    want, want_grads = step(eager, x)
+    torch.testing.assert_close(out, want)
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected)
+
+    # the forward's products (fc1's addmm, fc2's mm, the bmm) and the backward's, every one
+    # routed to a Triton winner, and each the problem the record listed
+    assert routes and not [r for r in routes if r.fallback], routes
+    assert {r.uid for r in routes} <= {"triton::mm", "triton::bmm"}
+    assert {key(r.problem) for r in routes} == listed
+    assert len(routes) > 3  # the backward's too
+    err = capsys.readouterr().err
+    assert err.count("autotune: routed") == 2  # the forward graph, then the backward at its first run
+
+
+def test_nothing_cached_leaves_each_product_to_the_compiler_and_says_why(cache_dir, capsys):
+    x = torch.randn(B, T, C)
+    model, eager = Net(), Net()
+    routes: list = []
+    out, grads = step(autotune_cli.compile(model, mode="default", routes=routes, tune=False), x)
+    want, want_grads = step(eager, x)
+    torch.testing.assert_close(out, want)
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected)
+    assert routes and all(r.fallback and r.reason.startswith("nothing cached") for r in routes), routes
+    assert not any(r.reason == NEEDS_GRADIENTS for r in routes)  # met in the split graphs instead
+    assert "left to the compiler" in capsys.readouterr().err
+
+
+def test_a_step_under_no_grad_is_routed_in_dynamos_graph_as_before(tmp_path, cache_dir, cli, space):
+    x = torch.randn(B, T, C)
+    path, _ = recorded_problems(tmp_path, x)
+    tune_list(cli, path, space)
+    model = Net()
+    routes: list = []
+    with torch.no_grad():
+        out = autotune_cli.compile(model, mode="default", routes=routes, tune=False)(x)
+        want = Net()(x)
+    torch.testing.assert_close(out, want)
+    assert len(routes) == 3 and not [r for r in routes if r.fallback]
+
+
+def test_torchs_compile_caches_never_hand_the_routed_step_to_a_plain_compile(tmp_path, cache_dir, cli, space,
+                                                                             monkeypatch, request):
+    """With Inductor's and AOTAutograd's caches on: a routed training step, then torch.compile
+    of the same model (which must not load the routed step from AOTAutograd's cache), then
+    the routed step again in a fresh Dynamo (its routes made anew), each with torch's values."""
+    import torch._functorch.config as functorch
+    import torch._inductor.config as inductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    caches = inductor.patch(fx_graph_cache=True, force_disable_caches=False)
+    caches.__enter__()
+    request.addfinalizer(lambda: caches.__exit__(None, None, None))
+    autograd_cache = functorch.patch(enable_autograd_cache=True)
+    autograd_cache.__enter__()
+    request.addfinalizer(lambda: autograd_cache.__exit__(None, None, None))
+    x = torch.randn(B, T, C)
+    path, _ = recorded_problems(tmp_path, x)
+    tune_list(cli, path, space)
+    want, want_grads = step(Net(), x)
+
+    def check(got):
+        out, grads = got
+        torch.testing.assert_close(out, want)
+        for g, expected in zip(grads, want_grads):
+            torch.testing.assert_close(g, expected)
+
+    routes: list = []
+    check(step(autotune_cli.compile(Net(), mode="default", routes=routes, tune=False), x))
+    assert routes and not [r for r in routes if r.fallback]
+    torch._dynamo.reset()
+    check(step(torch.compile(Net(), mode="default"), x))
+    torch._dynamo.reset()
+    again: list = []
+    check(step(autotune_cli.compile(Net(), mode="default", routes=again, tune=False), x))
+    assert [key(r.problem) for r in again] == [key(r.problem) for r in routes]
+
+
+def test_the_backward_tunes_what_it_meets_when_asked(cache_dir, capsys):
+    x = torch.randn(B, T, C)
+    model, eager = Net(), Net()
+    routes: list = []
+    out, grads = step(autotune_cli.compile(model, mode="default", routes=routes, tune=True), x)
+    want, want_grads = step(eager, x)
+    torch.testing.assert_close(out, want)
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected)
+    assert routes and not [r for r in routes if r.fallback], routes
+    err = capsys.readouterr().err
+    assert err.count("matmul problems this graph meets") == 2  # the forward's, then the backward's
