@@ -146,9 +146,15 @@ def tuned_kernels() -> list[str]:
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     kernels = []
+    tuners = []
     with warnings.catch_warnings():  # isinstance on a deprecated module attribute warns
         warnings.simplefilter("ignore")
-        tuners = [obj for obj in gc.get_objects() if isinstance(obj, CachingAutotuner)]
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, CachingAutotuner):
+                    tuners.append(obj)
+            except ReferenceError:  # a weak proxy whose object is gone
+                continue
     for obj in tuners:
         if len(obj.launchers) == 1:
             config = obj.launchers[0].config

@@ -98,10 +98,11 @@ DEFAULT_TILES = {
 }
 # Where K is short (at most SHORT_K) on B^T with the CUDA-core forms, the whole-row tiles above
 # become one masked step in tens of thousands of short programs; DOT 64x128 with 4 stages
-# (six steps of 128 at K = 768) streamed B fastest there (1x50257x768: 21.34 us, the next
-# tile 23.12, swap-AB's pick 22.1; bench/README.md, "Decode GEMV").
+# (six steps of 128 at K = 768) streamed B fastest on an H200 (1x50257x768: 21.34 us, the next
+# tile 23.12, swap-AB's pick 22.1), two whole rows a program on two warps on an H100 (28.18
+# us, DOT's 28.85, a kernel that only reads B 27.95; bench/README.md, "Decode GEMV").
 SHORT_K = 1024
-SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1),)
+SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1), Tile(EACH, 2, 1024, 2))
 # The exhaustive search's products, per form (each tile with its SPLIT_K and twice it, DOT's
 # without a split and with one; fitted and deduplicated).
 EXHAUSTIVE = {
