@@ -41,11 +41,11 @@ def step(model, x):
     return out.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def recorded_problems(tmp_path, x) -> tuple:
-    """The training step recorded (eager): the list file and its problems' keys."""
+def recorded_problems(tmp_path, x, make=None) -> tuple:
+    """The training step of `make()` (default: Net) recorded (eager): the list file and its problems' keys."""
     path = tmp_path / "train.json"
     with autotune_cli.record(path):
-        step(Net(), x)
+        step((make or Net)(), x)
     return path, {key(problem) for problem, _ in read_counted(path, "cpu")}  # as `mm --from` reads it
 
 
@@ -168,6 +168,38 @@ def test_the_backward_tunes_what_it_meets_when_asked(cache_dir, capsys):
     err = capsys.readouterr().err
     assert err.count("matmul problems this graph meets") == 2  # the forward's, then the backward's
 
+
+def same_step(compiled, eager, x) -> None:
+    """A training step of `compiled` gives `eager`'s output and gradients."""
+    out, grads = step(compiled, x)
+    want, want_grads = step(eager, x)
+    torch.testing.assert_close(out, want)
+    assert len(grads) == len(want_grads)
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected)
+
+
+class Chain(torch.nn.Module):
+    """Two linears back to back: the first one's product is the second one's A."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc0 = torch.nn.Linear(C, C)
+        self.fc1 = torch.nn.Linear(C, H, bias=False)
+
+    def forward(self, x):
+        return self.fc1(self.fc0(x))
+
+
+def test_a_product_that_feeds_the_next_one_is_routed_with_it(tmp_path, cache_dir, cli, space):
+    x = torch.randn(B, T, C)
+    path, listed = recorded_problems(tmp_path, x, Chain)
+    tune_list(cli, path, space)
+    routes: list = []
+    same_step(autotune_cli.compile(Chain(), mode="default", routes=routes, tune=False), Chain(), x)
+    assert routes and not [r for r in routes if r.fallback], routes
+    assert {key(r.problem) for r in routes} == listed
 
 @pytest.mark.gpu
 def test_gpu_a_bf16_step_under_cuda_graphs_tunes_and_routes_forward_and_backward(tmp_path):

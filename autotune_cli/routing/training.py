@@ -89,6 +89,11 @@ def _value(arg):
     return arg.meta.get("val") if hasattr(arg, "meta") else None
 
 
+def _operands(node, op: str) -> tuple:
+    """A matmul node's operand nodes: bias (None), a, b."""
+    return (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
+
+
 def route_marked(backend, gm) -> int:
     """Replace each marked aten matmul of `gm` (a forward or backward graph) that has a
     winner by the opaque op; report every one in `backend.routes`. How many were."""
@@ -101,13 +106,12 @@ def route_marked(backend, gm) -> int:
     from .sites import is_static
 
     targets = _aten_matmuls()
-    found: list[tuple[Any, tuple, tuple]] = []  # (node, its operand nodes, their values): bias, a, b
+    found: list[tuple[Any, str, tuple]] = []  # (node, op, its operands' values): bias, a, b
     for node in gm.graph.nodes:
         op = targets.get(node.target) if node.op == "call_function" else None
         if op is None or not marked(node):
             continue
-        operands = (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
-        values = tuple(None if n is None else _value(n) for n in operands)  # bias, a, b
+        values = tuple(None if n is None else _value(n) for n in _operands(node, op))  # bias, a, b
         skip = ""
         if op == "addmm" and (len(node.args) > 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))):
             skip = ADDMM_SCALED
@@ -116,12 +120,12 @@ def route_marked(backend, gm) -> int:
         if skip:
             backend.routes.append(Dispatch(op, f"torch.{op}", None, fallback=True, reason=skip))
             continue
-        found.append((node, operands, values))
+        found.append((node, op, values))
     if not found:
         return 0
     backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found])
     routed = 0
-    for node, operands, values in found:
+    for node, op, values in found:
         bias, a, b = values
         with unset_fake_temporarily(), warnings.catch_warnings():
             warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
@@ -129,6 +133,7 @@ def route_marked(backend, gm) -> int:
         if route is None:
             continue
         gemm, name = route
+        operands = _operands(node, op)  # read now: one routed before may feed it (replaced in its args)
         with gm.graph.inserting_before(node):
             out = gm.graph.call_function(gemm, (operands[1], operands[2], operands[0], name))
         out.meta = {**node.meta, "val": _fake_result(gemm, a, b, bias, name)}
