@@ -201,6 +201,122 @@ def test_a_product_that_feeds_the_next_one_is_routed_with_it(tmp_path, cache_dir
     assert routes and not [r for r in routes if r.fallback], routes
     assert {key(r.problem) for r in routes} == listed
 
+
+def said_matmuls(err: str) -> int:
+    """How many matmuls the compile's summary lines on stderr count, all lines together."""
+    import re
+
+    return sum(int(n) for n in re.findall(r"autotune: routed \d+ of (\d+) matmul", err))
+
+
+def test_a_backward_compiled_with_the_forward_is_said_once(cache_dir, capsys):
+    """A dynamic shape saved for the backward makes AOTAutograd compile it with the forward,
+    inside the compile of Dynamo's graph: its matmuls are said in that graph's line only."""
+    x = torch.randn(B, T, C)
+    routes: list = []
+    same_step(autotune_cli.compile(Net(), mode="default", routes=routes, tune=False, dynamic=True), Net(), x)
+    assert routes and all(r.fallback and r.reason.startswith("a dynamic shape") for r in routes), routes
+    err = capsys.readouterr().err
+    assert said_matmuls(err) == len(routes), err
+    assert err.count("autotune: routed") == 1, err
+
+
+def test_a_backward_product_over_one_row_is_left_to_the_compiler_as_record_leaves_it(tmp_path, cache_dir, cli,
+                                                                                     space):
+    """A step of one row: each weight's gradient is a product with K = 1 (an outer product),
+    which `record` does not list and compile leaves to the compiler, as in Dynamo's graph."""
+    x = torch.randn(1, 1, C)
+    path, listed = recorded_problems(tmp_path, x, Chain)
+    tune_list(cli, path, space)
+    routes: list = []
+    same_step(autotune_cli.compile(Chain(), mode="default", routes=routes, tune=False), Chain(), x)
+    left = [r for r in routes if r.fallback]
+    assert left and all(r.reason.startswith("K = 1") for r in left), left
+    assert {key(r.problem) for r in routes if not r.fallback} == listed
+
+
+class Checkpointed(Net):
+    """Net with its linears in an activation-checkpointed region (recomputed in the backward)."""
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        h = checkpoint(lambda t: self.fc2(torch.nn.functional.gelu(self.fc1(t))), x, use_reentrant=False)
+        return h @ h.transpose(-1, -2)
+
+
+def test_a_checkpointed_regions_products_are_routed_in_the_steps_graphs(tmp_path, cache_dir, cli, space, capsys):
+    """Dynamo keeps the region a subgraph; AOTAutograd inlines it, its recomputation in the
+    backward: each of its products is routed there (none silently left out of `routes`)."""
+    x = torch.randn(B, T, C)
+    path, listed = recorded_problems(tmp_path, x, Checkpointed)
+    tune_list(cli, path, space)
+    capsys.readouterr()
+    routes: list = []
+    same_step(autotune_cli.compile(Checkpointed(), mode="default", routes=routes, tune=False), Checkpointed(), x)
+    assert routes and not [r for r in routes if r.fallback], routes
+    assert {key(r.problem) for r in routes} == listed
+    assert {r.op for r in routes} == {"addmm", "mm", "bmm"}
+    assert said_matmuls(capsys.readouterr().err) == len(routes)
+
+
+def test_a_checkpointed_region_under_no_grad_is_routed_too(tmp_path, cache_dir, cli, space):
+    x = torch.randn(B, T, C)
+    path, _ = recorded_problems(tmp_path, x, Checkpointed)
+    tune_list(cli, path, space)
+    routes: list = []
+    with torch.no_grad():
+        out = autotune_cli.compile(Checkpointed(), mode="default", routes=routes, tune=False)(x)
+        want = Checkpointed()(x)
+    torch.testing.assert_close(out, want)
+    assert len(routes) == 3 and not [r for r in routes if r.fallback], routes
+
+
+def test_another_compiler_says_a_checkpointed_regions_products_stay_its_own(cache_dir):
+    x = torch.randn(B, T, C)
+    routes: list = []
+    same_step(autotune_cli.compile(Checkpointed(), backend="aot_eager", routes=routes, tune=False),
+              Checkpointed(), x)
+    assert [r.reason for r in routes].count(NEEDS_GRADIENTS) == 3, routes  # fc1, fc2 and the bmm
+
+
+def test_the_summary_names_each_reason_a_steps_graphs_give():
+    from autotune_cli.routing.report import _reason_kind
+    from autotune_cli.routing.training import ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC, PADDED, short_k
+
+    kinds = [_reason_kind(reason) for reason in (ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC, PADDED, short_k(1),
+                                                 short_k(0))]
+    assert "other (see routes)" not in kinds, kinds
+    assert len(set(kinds)) == len(kinds), kinds
+
+
+def test_a_product_the_compiler_makes_pointwise_is_said_so(cache_dir, capsys):
+    """Inductor's decompositions turn some products into pointwise work as AOTAutograd traces
+    the step (here the bmm of one row by one column, on the CPU): no GEMM is left to route,
+    and the matmul is said to be the compiler's, not left out of `routes`."""
+    from autotune_cli.routing.training import DECOMPOSED
+
+    x = torch.randn(1, 1, C)
+    routes: list = []
+    same_step(autotune_cli.compile(Net(), mode="default", routes=routes, tune=False), Net(), x)
+    assert [r.op for r in routes if r.reason == DECOMPOSED] == ["bmm"], routes
+    assert said_matmuls(capsys.readouterr().err) == len(routes)
+
+
+def test_a_checkpointed_region_called_twice_is_read_once():
+    """Its matmuls are marked once (numbered once): a body Dynamo shared between two calls."""
+    from autotune_cli.routing.training import checkpointed
+
+    body = torch.fx.symbolic_trace(torch.nn.Linear(C, C))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    region = graph.get_attr("body")
+    tag = torch.ops.higher_order.tag_activation_checkpoint
+    once = graph.call_function(tag, (region, x))
+    graph.output(graph.call_function(tag, (region, once)))
+    assert checkpointed(torch.fx.GraphModule({"body": body}, graph)) == [body]
+
+
 @pytest.mark.gpu
 def test_gpu_a_bf16_step_under_cuda_graphs_tunes_and_routes_forward_and_backward(tmp_path):
     """On a GPU with the defaults (CUDA graphs; the problems tuned as the graphs compile):

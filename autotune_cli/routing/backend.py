@@ -17,8 +17,8 @@ from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .graph_edits import fill_example_values
-from .sites import NEEDS_GRADIENTS, ScaledMatch, Site, matmul_sites, node_value
-from .training import PADDED, TrainingCompile, mark, marked, marked_anywhere, without_autograd_cache
+from .sites import AUTOCAST, NEEDS_GRADIENTS, ScaledMatch, Site, matmul_sites, node_value
+from .training import CHECKPOINTED, PADDED, TrainingCompile, checkpointed, mark, marked, without_autograd_cache
 
 __all__ = ["routing_backend"]
 
@@ -82,11 +82,13 @@ class routing_backend:
         if cast_autocast_operands(gm.graph) or lowered:  # under autocast: met in the dtype they run in
             gm.recompile()
         sites = list(matmul_sites(gm.graph))
+        marks: list[str] = []  # the marked matmuls' ops (training.mark)
         if self.inner == "inductor":  # routed in the training step's split graphs (training.py)
             for site in sites:
                 if site.skip == NEEDS_GRADIENTS and site.match is not None:
-                    mark(site.node)
+                    mark(site.node, marks, site.op)
             sites = [site for site in sites if not marked(site.node)]
+        self._checkpointed(gm, marks)
         for site in sites:
             site.skip = einsums_left.get(site.node, site.skip)
             if site.dynamic_m:
@@ -103,12 +105,14 @@ class routing_backend:
                          if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
         try:
-            if self.inner == "inductor" and marked_anywhere(gm.graph):
+            if self.inner == "inductor" and marks:
                 from torch._inductor.compile_fx import compile_fx
 
+                training = TrainingCompile(self)
                 with without_autograd_cache():
-                    compiled = compile_fx(gm, example_inputs, inner_compile=TrainingCompile(self),
-                                          config_patches=config)
+                    compiled = compile_fx(gm, example_inputs, inner_compile=training, config_patches=config)
+                training.lazy = True
+                self.routes += training.unmet(marks)
             elif self.inner == "inductor":
                 from torch._inductor.compile_fx import compile_fx
 
@@ -125,6 +129,19 @@ class routing_backend:
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights, group.biases)
         return compiled
+
+    def _checkpointed(self, gm, marks: list) -> None:
+        """The matmuls of `gm`'s activation-checkpointed regions (training.checkpointed): with
+        Inductor, each that may be routed is marked, for the graphs AOTAutograd makes
+        (under autocast too: there it is traced in the dtype it runs in); the others, and
+        every one under another compiler, are said to stay the compiler's."""
+        for body in checkpointed(gm):
+            for site in matmul_sites(body.graph):
+                if self.inner == "inductor" and site.match is not None and site.skip in ("", NEEDS_GRADIENTS, AUTOCAST):
+                    mark(site.node, marks, site.op)
+                else:
+                    self.routes.append(Dispatch(site.op, f"torch.{site.op}", None, fallback=True,
+                                                reason=site.skip or CHECKPOINTED))
 
     def inductor_pdl(self, config: dict) -> bool:
         """Whether Inductor launches the graph's kernels as programmatic dependent launches

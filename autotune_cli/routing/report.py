@@ -8,6 +8,7 @@ from ..api.lookup import STALE
 from .sites import (BADDBMM, BROADCAST, EINSUM, FUSED, MATRIX_BY_BATCH, OTHER_KIND, UNFOLDED, UNROUTED_ARGUMENTS,
                     VECTOR)
 from ..text import plural
+from .training import CHECKPOINTED, DECOMPOSED, PADDED
 
 __all__ = ["GROUPED", "summary"]
 
@@ -67,7 +68,10 @@ def _reason_kind(reason: str) -> str:
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),
-                         ("needs gradients", "needing gradients"), ("under autocast", "under autocast")):
+                         ("needs gradients", "needing gradients"), ("under autocast", "under autocast"),
+                         (PADDED, "whose winner pads its rows (see routes)"),
+                         (CHECKPOINTED, "inside activation checkpoints"),
+                         (DECOMPOSED, "made pointwise by the compiler")):
         if reason.startswith(start):
             return short
     return "other (see routes)"

@@ -10,7 +10,13 @@ lists for it, and is routed there to its winner through the opaque op.
 Dynamo's pass marks those matmuls (`mark`: a key of node.meta["custom"], which AOTAutograd
 copies onto the aten nodes it traces from a node, the backward's included); a matmul of
 the split graphs met unmarked was routed, or said to stay the compiler's, in Dynamo's
-graph already. Inference graphs are left alone: Dynamo's pass did all there is.
+graph already.
+
+An activation-checkpointed region (torch.utils.checkpoint) is a subgraph of Dynamo's graph,
+which its pass does not rewrite; AOTAutograd inlines it into the graphs it makes, the
+inference graph included, and its recomputation into the backward's. So the region's
+matmuls that may be routed are marked too (`checkpointed`), whether they record gradients
+or not, and routed there.
 
 A compile that marks one runs without AOTAutograd's own cache: it keys a compiled step by
 Dynamo's graph, which holds none of the routing done here, and would hand the routed step to
@@ -23,26 +29,43 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-__all__ = ["ADDMM_SCALED", "DYNAMIC", "PADDED", "TrainingCompile", "mark", "marked", "marked_anywhere"]
+__all__ = ["ADDMM_SCALED", "CHECKPOINTED", "DECOMPOSED", "DYNAMIC", "PADDED", "TrainingCompile", "checkpointed", "mark",
+           "marked"]
 
 MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
-ADDMM_SCALED = "an addmm with beta or alpha (arguments our ops do not take)"
+NUMBER = "autotune_site"  # and the marked matmul's number in its Dynamo graph (`mark`)
+ADDMM_SCALED = "arguments our ops do not take (an addmm's beta=, alpha=)"  # sites.UNROUTED_ARGUMENTS first
 DYNAMIC = "a dynamic shape"
 PADDED = "a winner with padded output rows, not routed in a training step's graphs"
+CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
+DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
 
 
-def mark(node) -> None:
-    """Mark a matmul of Dynamo's graph that records gradients, for the split graphs' pass."""
-    node.meta["custom"] = {**(node.meta.get("custom") or {}), MARK: TRAINING}
+def mark(node, marks: list, op: str) -> None:
+    """Mark a matmul of Dynamo's graph (its op: mm, addmm or bmm) for the split graphs' pass,
+    numbered by its place in `marks` (the graph's marked matmuls' ops)."""
+    node.meta["custom"] = {**(node.meta.get("custom") or {}), MARK: TRAINING, NUMBER: len(marks)}
+    marks.append(op)
 
 
 def marked(node) -> bool:
     return (node.meta.get("custom") or {}).get(MARK) == TRAINING
 
 
-def marked_anywhere(graph) -> bool:
-    return any(marked(node) for node in graph.nodes)
+def checkpointed(gm) -> list:
+    """The subgraphs of `gm`'s activation-checkpointed regions (Dynamo's
+    tag_activation_checkpoint calls), nested ones included, each once (its matmuls are
+    marked once, whichever calls run it)."""
+    import torch
+
+    target = torch.ops.higher_order.tag_activation_checkpoint
+    found: list = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is target and getattr(node.args[0], "op", "") == "get_attr":
+            body = getattr(gm, node.args[0].target)
+            found += [b for b in (body, *checkpointed(body)) if all(b is not f for f in found)]
+    return found
 
 
 def without_autograd_cache():
@@ -54,13 +77,29 @@ def without_autograd_cache():
 
 class TrainingCompile:
     """Inductor's inner compile (compile_fx's `inner_compile`) for a graph with marked matmuls:
-    in the forward and backward graphs of a training step, route them (see the module), then
-    compile as Inductor does. `backend`: the routing backend, whose dispatcher, tuning and
-    `routes` serve here as in Dynamo's graph."""
+    in the graphs AOTAutograd makes of it, route them (see the module), then compile as
+    Inductor does. `backend`: the routing backend, whose dispatcher, tuning and
+    `routes` serve here as in Dynamo's graph.
+
+    A backward compiled at its first run says its own line; one compiled with the forward
+    (a dynamic shape saved for it) is in the line Dynamo's graph says (`lazy` False until
+    compile_fx returns), so that no matmul is counted twice. `met`: the numbers of the
+    marked matmuls the forward (or inference) graph holds as GEMMs (see `unmet`)."""
 
     def __init__(self, backend, inner: Callable | None = None) -> None:
         self.backend = backend
         self.inner = inner
+        self.lazy = False  # set by the backend once compile_fx has returned
+        self.met: set[int] = set()
+
+    def unmet(self, marks: list) -> list:
+        """A Dispatch for each of `marks` (`mark`) that the forward graph held no GEMM of:
+        Inductor's decompositions, applied as AOTAutograd traces, made it pointwise work
+        (a row by a column, K = 1, and under coordinate-descent tuning M or N = 1)."""
+        from ..api import Dispatch
+
+        return [Dispatch(op, f"torch.{op}", None, fallback=True, reason=DECOMPOSED)
+                for number, op in enumerate(marks) if number not in self.met]
 
     def __call__(self, gm, example_inputs, **kwargs):
         from .report import summary
@@ -68,12 +107,11 @@ class TrainingCompile:
         inner = self.inner
         if inner is None:
             from torch._inductor.compile_fx import compile_fx_inner as inner
-        if kwargs.get("is_inference"):
-            return inner(gm, example_inputs, **kwargs)
         before = len(self.backend.routes)
-        route_marked(self.backend, gm)
+        # the forward's or an inference graph's (a checkpointed region's) marked matmuls are met
+        route_marked(self.backend, gm, None if kwargs.get("is_backward") else self.met)
         compiled = inner(gm, example_inputs, **kwargs)
-        if kwargs.get("is_backward"):  # compiled at the first backward, after the forward's line
+        if kwargs.get("is_backward") and self.lazy:  # compiled at the first backward, after the forward's line
             summary(self.backend.routes[before:])
         return compiled
 
@@ -94,15 +132,24 @@ def _operands(node, op: str) -> tuple:
     return (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
 
 
-def route_marked(backend, gm) -> int:
+def short_k(k: int) -> str:
+    """Why a product over fewer than MIN_GEMM_K terms is left to the compiler: not a GEMM
+    (problem.MIN_GEMM_K), as Dynamo's graph and `record` leave it."""
+    return f"K = {k}: an outer product, left to the compiler" if k == 1 else \
+        f"K = {k}: an empty product, left to the compiler"
+
+
+def route_marked(backend, gm, met: set | None = None) -> int:
     """Replace each marked aten matmul of `gm` (a forward or backward graph) that has a
-    winner by the opaque op; report every one in `backend.routes`. How many were."""
+    winner by the opaque op; report every one in `backend.routes`. How many were. `met`
+    gets the number (`mark`) of each."""
     import warnings
 
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from ..api import AutotuneFallbackWarning, Dispatch
+    from ..problem import MIN_GEMM_K
     from .sites import is_static
 
     targets = _aten_matmuls()
@@ -111,12 +158,16 @@ def route_marked(backend, gm) -> int:
         op = targets.get(node.target) if node.op == "call_function" else None
         if op is None or not marked(node):
             continue
+        if met is not None:
+            met.add(node.meta["custom"].get(NUMBER))
         values = tuple(None if n is None else _value(n) for n in _operands(node, op))  # bias, a, b
         skip = ""
         if op == "addmm" and (len(node.args) > 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))):
             skip = ADDMM_SCALED
         elif not all(isinstance(v, torch.Tensor) for v in values[1:]) or not is_static(*values):
             skip = DYNAMIC
+        elif values[1].shape[-1] < MIN_GEMM_K:  # a one-row step's weight gradient: K = 1
+            skip = short_k(values[1].shape[-1])
         if skip:
             backend.routes.append(Dispatch(op, f"torch.{op}", None, fallback=True, reason=skip))
             continue
