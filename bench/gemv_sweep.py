@@ -9,6 +9,8 @@ PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--l
 masked step, 1-64 columns a program: down to a row or two, as a reduction over K is
 tiled), the CUDA-core forms and DOT.
 --pdl 0,1 times every config as a plain launch and as a programmatic dependent launch.
+--flat 0,1 times every one-row per-step-sum config along B^T with and without FLAT_ROW (a 2-D
+product in place of a [1, BLOCK_N, BLOCK_K] one).
 Prints, per problem, every config's time (sorted), x floor (bytes / 4.3 TB/s) and x torch.mm.
 """
 
@@ -155,7 +157,7 @@ def label(c: dict) -> str:
     return (f"{family:4} BN{c['BLOCK_N']} BK{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']}"
             f" sk{c['SPLIT_K']}" + ("" if c.get("EVICT", 1) else " noevict")
             + (" fused" if c.get("FUSED_REDUCE") else "")
-            + (" pdl" if c.get("PDL") else ""))
+            + (" pdl" if c.get("PDL") else "") + (" flat" if c.get("FLAT_ROW") else ""))
 
 
 def compile_case(args) -> str | None:
@@ -185,8 +187,11 @@ def main() -> None:
     parser.add_argument("--focus", action="store_true", help="the focused list (focus_configs) instead")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--pdl", default="0", help="PDL values each config is timed with: 0, 1 or 0,1")
+    parser.add_argument("--flat", default="0",
+                        help="FLAT_ROW values each one-row per-step-sum config along B^T is timed with: 0, 1 or 0,1")
     args = parser.parse_args()
     pdls = [int(v) for v in args.pdl.split(",")]
+    flats = [int(v) for v in args.flat.split(",")]
 
     from autotune_cli.problem import make_problem
     from autotune_cli.templates import get_template
@@ -201,6 +206,9 @@ def main() -> None:
             problem = make_problem(m=m, n=n, k=k, dtype="bfloat16", layout=layout, device="cuda")
             kept = []
             listed = focus_configs(m, n, k, layout) if args.focus else configs(m, n, k, layout, families)
+            flat_ok = m == 1 and layout.endswith("t")  # FLAT_ROW: one row, K along B^T, REDUCE_EACH
+            listed = [{**c, "FLAT_ROW": flat} for c in listed
+                      for flat in (flats if flat_ok and c["REDUCE_EACH"] and not c["DOT"] else (0,))]
             for c in ({**c, "PDL": pdl} for c in listed for pdl in pdls):
                 try:
                     template.full_params(problem, c)

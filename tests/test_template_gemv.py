@@ -91,10 +91,26 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     (tile(4, fused=1), "FUSED_REDUCE sums slices: it needs SPLIT_K > 1"),
     (tile(4, block_n=24), "BLOCK_N=24 must be a power of two"),
     (tile(4, split=0), "SPLIT_K must be at least 1"),
+    ({**tile(4, each=1), "FLAT_ROW": 1}, "FLAT_ROW is the per-step sum of one row"),
 ])
 def test_refuses_params_it_cannot_run(config, message):
     with pytest.raises(ValueError, match=message):
         get_template(GEMV).full_params(make_problem(m=3, n=64, k=64), config)
+
+
+def test_a_flat_row_is_one_row_summed_each_step_along_b_transposed():
+    template = get_template(GEMV)
+    flat = {**tile(1, each=1), "FLAT_ROW": 1}
+    assert template.full_params(make_problem(m=1, n=64, k=64, layout="nt"), flat)["FLAT_ROW"] == 1
+    for problem, config in ((make_problem(m=1, n=64, k=64, layout="nn"), flat),  # N contiguous
+                            (make_problem(m=1, n=64, k=64, layout="nt"), {**tile(1), "FLAT_ROW": 1})):  # FMA
+        with pytest.raises(ValueError, match="FLAT_ROW"):
+            template.full_params(problem, config)
+    # a --space tile asking for it keeps it where it applies and is left out elsewhere
+    space = [{"BLOCK_M": 1, "BLOCK_N": 2, "BLOCK_K": 1024, "num_stages": 1, "num_warps": 2, "REDUCE_EACH": 1,
+              "FLAT_ROW": 1}]
+    assert [c.get("FLAT_ROW") for c in configs(make_problem(m=1, n=50257, k=768, layout="nt"), space=space)] == [1]
+    assert configs(make_problem(m=1, n=50257, k=768, layout="nn"), space=space) == []
 
 
 def test_dot_serves_16_bit_dtypes_only():
@@ -139,11 +155,13 @@ def test_a_stored_winner_must_be_its_declared_params():
     (dict(m=1, n=70, k=300, dtype="bfloat16", layout="nn", bias="n"), tile(1, 32, 32, 4, each=1, fused=1)),
     (dict(m=6, n=45, k=96, dtype="float16", layout="nt"), tile(16, 16, 32, 3, dot=1, fused=1)),
     (dict(m=2, n=33, k=128, dtype="float32", layout="nn", bias="mn"), tile(2, 16, 16, 2, fused=1)),
+    (dict(m=1, n=33, k=300, dtype="bfloat16", layout="nt", bias="n"), {**tile(1, 2, 128, each=1), "FLAT_ROW": 1}),
+    (dict(m=1, n=64, k=512, dtype="float16", layout="nt"), {**tile(1, 2, 256, 2, each=1), "FLAT_ROW": 1}),
 ], ids=["m1-nt", "m1-nt-split2", "m1-even", "m4-nn-bias-split3", "m4-fp32", "m8-nt-bias-mn",
         "m8-nn-bf16", "m5-tt-bias", "m3-tn", "each-m1-nt", "each-m1-split2", "each-m3-nn-bias",
         "each-m13-fp32-split3", "dot-m16-even", "dot-m5-nt-bias", "dot-m12-nn-bias-mn-split2",
         "dot-m1-tt-split2", "dot-m9-tn", "fused-each-m1-nn-bias-split4", "fused-dot-m6-split3",
-        "fused-fma-m2-fp32-bias-mn"])
+        "fused-fma-m2-fp32-bias-mn", "flat-m1-nt-bias", "flat-m1-split2"])
 def test_computes_the_product(spec, config, tmp_path):
     problem = make_problem(device="cpu", **spec)
     result = run_kernel(problem, get_template(GEMV), config, tmp_path, seed=2, calls=2)

@@ -50,7 +50,7 @@ FP8_DOT_LEAST_K = 32  # the float8 MMA's K step
 # templates' lists (triton::scaled_mm_splitk's longest step).
 FP8_DOT_MOST_K = 512
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
-TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE")
+TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE", "FLAT_ROW")
 FMA, EACH, DOT = "fma", "each", "dot"
 FORMS = (FMA, EACH, DOT)
 # float32 values per thread (the accumulator, or the products): hardware/registers.py's
@@ -69,6 +69,7 @@ class Tile(NamedTuple):
     split: int | None = None  # None: chosen from the programs it makes
     fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
     pdl: int = 0  # PDL (a --space choice: templates/triton_gemv.py says why it is off here)
+    flat: int = 0  # FLAT_ROW (a --space choice: M = 1 as a 2-D product, templates/triton_gemv.py)
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
@@ -228,6 +229,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
             continue
         if blockwise and SCALE_BLOCK % block_k:
             continue
+        if tile.flat and not (block_m == 1 and tile.form == EACH and problem.b_transposed and not blockwise):
+            continue  # FLAT_ROW is one row's per-step sum along B^T's K
         for split in splits:
             if not slice_fits(problem, block_k, split):
                 continue
@@ -237,6 +240,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                       "FUSED_REDUCE": int(bool(tile.fused) and split > 1)}
             if tile.pdl:
                 config["PDL"] = 1
+            if tile.flat:
+                config["FLAT_ROW"] = 1
             ident = tuple(sorted(config.items()))
             if ident not in seen:
                 seen.add(ident)
@@ -260,7 +265,7 @@ def space_tiles(space: list[dict[str, Any]]) -> list[Tile]:
         form = DOT if config.get("DOT") else EACH if config.get("REDUCE_EACH") else FMA
         tiles.append(Tile(form, config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
                           config.get("num_stages") or 1, config.get("SPLIT_K"), config.get("FUSED_REDUCE", 0),
-                          config.get("PDL", 0)))
+                          config.get("PDL", 0), config.get("FLAT_ROW", 0)))
     return tiles
 
 

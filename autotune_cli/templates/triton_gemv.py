@@ -38,6 +38,10 @@ lets the next be scheduled at once; the same memory order as plain launches. It 
 --space choice, off in the shipped lists: it gains only after a kernel that signals its
 dependents early (another PDL kernel), which back-to-back timing of one kernel always has
 and a model's GEMV, after a norm or an activation, rarely has (bench/README.md).
+FLAT_ROW=1 (M = 1, REDUCE_EACH, B^T) multiplies A's one row into B's [BLOCK_N, BLOCK_K] tile
+as a 2-D product, as a reduction kernel tiles it, rather than through a [1, BLOCK_N,
+BLOCK_K] one: the same sums, another register layout (a --space choice, timed in
+bench/gemv_sweep.py --flat 0,1).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from .triton_splitk import REDUCE_BLOCK, SplitKKernel, check_workspace, k_per_sp
 TEMPLATE_FILE = Path(__file__).with_name("triton_gemv.py.jinja")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps")
 MAX_M = 16  # offered up to here; past it a tile with a matrix instruction reads B as fast
-DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0}
+DEFAULTS = {"DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "FUSED_REDUCE": 0, "PDL": 0, "FLAT_ROW": 0}
 PDL_CAPABILITY = (9, 0)  # griddepcontrol: Hopper and later
 PDL_TRITON = (3, 4)  # the first Triton with launch_pdl and tl.extra.cuda.gdc_*
 DOT_M = 16  # the dot's least size: BLOCK_M with DOT
@@ -83,6 +87,7 @@ class TritonGemvTemplate(TritonTemplate):
         "BLOCK_M": Int(1, MAX_M, power_of_two=True), "BLOCK_N": Int(1, 256, power_of_two=True),
         "BLOCK_K": Int(16, 8192, power_of_two=True), "SPLIT_K": Int(1, 128),
         "DOT": ZERO_ONE, "REDUCE_EACH": ZERO_ONE, "EVICT": ZERO_ONE, "FUSED_REDUCE": ZERO_ONE, "PDL": ZERO_ONE,
+        "FLAT_ROW": ZERO_ONE,
         "num_warps": Choice((1, 2, 4, 8, 16)),
         "EVEN_K": Bool(), "EVEN_N": Bool(), "EVEN_M": Bool(),
     }
@@ -126,6 +131,10 @@ class TritonGemvTemplate(TritonTemplate):
             if problem.dtype not in self.dot_dtypes:
                 raise ValueError(f"{self.uid}: DOT serves {' and '.join(self.dot_dtypes)}, not {problem.dtype}")
             params["REDUCE_EACH"] = 0
+        if params["FLAT_ROW"] and not (block_m == 1 and params["REDUCE_EACH"] and not params["DOT"]
+                                       and problem.b_transposed and problem.scale != "block"):
+            raise ValueError(f"{self.uid}: FLAT_ROW is the per-step sum of one row of A along B^T's K "
+                             "(BLOCK_M=1, REDUCE_EACH=1, layout ?t, no blockwise scales)")
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
         params["EVEN_N"] = problem.n % params["BLOCK_N"] == 0
         params["EVEN_M"] = problem.m == block_m
@@ -155,7 +164,7 @@ class TritonGemvTemplate(TritonTemplate):
             EVEN_K=params["EVEN_K"], EVEN_N=params["EVEN_N"], EVEN_M=params["EVEN_M"],
             K_FAST=problem.b_transposed, REDUCE_BLOCK=REDUCE_BLOCK,
             DOT=bool(params["DOT"]), REDUCE_EACH=bool(params["REDUCE_EACH"]), EVICT=bool(params["EVICT"]),
-            FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]),
+            FUSED_REDUCE=bool(params["FUSED_REDUCE"]), PDL=bool(params["PDL"]), FLAT_ROW=bool(params["FLAT_ROW"]),
         ))
 
     def build(self, problem: GemmProblem, params: dict[str, Any], kernel_dir: str) -> TritonKernel:
