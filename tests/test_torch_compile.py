@@ -462,6 +462,27 @@ def test_tune_false_tunes_nothing_and_says_what_was_left(cache_dir, capfd):
         (cache_dir / "autotune-cache.json").read_text()).get("entries")
 
 
+@pytest.mark.parametrize("kwargs, said", [
+    ({"mode": "max_autotune"}, "Unrecognized mode=max_autotune"),
+    ({"backend": "inductr"}, "Invalid backend: 'inductr'"),
+    ({"options": {"max_autotun": True}}, "Unexpected optimization option max_autotun"),
+])
+def test_a_bad_mode_backend_or_option_is_said_at_the_call(kwargs, said):
+    """As torch.compile says them: at the call, in one short line, not at the first forward
+    inside Dynamo's error about our backend object."""
+    with pytest.raises(RuntimeError, match=said) as raised:
+        autotune_cli.compile(torch.nn.Linear(4, 4), **kwargs)
+    assert len(str(raised.value)) < 200 and "routing_backend" not in str(raised.value)
+
+
+def test_an_option_is_taken_as_torch_compile_takes_it():
+    """Dashes in an option's name, as torch.compile reads them."""
+    model = autotune_cli.compile(torch.nn.Linear(4, 4), options={"epilogue-fusion": False}, tune=False)
+    with torch.no_grad():
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(model(x), model._orig_mod(x))
+
+
 class ScaledAddmm(torch.nn.Module):
     """A GEMM with alpha= and beta= (our ops take neither) beside a plain linear."""
 

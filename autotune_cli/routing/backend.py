@@ -38,7 +38,7 @@ class routing_backend:
         self.dispatcher = dispatcher
         self.inner = inner
         self.mode = mode
-        self.options = dict(options or {})
+        self.options = {key.replace("-", "_"): value for key, value in (options or {}).items()}  # as torch.compile
         self.routes = routes if routes is not None else []
         self.tune = tune
         self.group_linears = group_linears
@@ -47,6 +47,25 @@ class routing_backend:
         self.pdl = False  # Inductor's PDL, read from its config at each graph (inductor_pdl)
         if inner != "inductor" and (mode or options):
             raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
+        self._check_compiler()
+
+    def _check_compiler(self) -> None:
+        """A mode, option or backend name that torch does not know is said now, as
+        torch.compile says it (at the call, not at the first forward inside Dynamo's error)."""
+        import torch
+
+        if self.inner != "inductor":
+            if isinstance(self.inner, str):
+                torch._dynamo.lookup_backend(self.inner)  # InvalidBackend
+            return
+        from torch._inductor import config, list_mode_options
+
+        if self.mode:
+            list_mode_options(self.mode)  # "Unrecognized mode=..."
+        known = config.get_config_copy()
+        for key in self.options:
+            if key not in known:  # torch's message lists every option: this one names where
+                raise RuntimeError(f"Unexpected optimization option {key} (see torch._inductor.list_options())")
 
     def __deepcopy__(self, memo) -> "routing_backend":
         """Itself: a backend is the compile's settings, the shared dispatcher (its lock, its
