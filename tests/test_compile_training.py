@@ -221,6 +221,37 @@ def test_a_backward_compiled_with_the_forward_is_said_once(cache_dir, capsys):
     assert err.count("autotune: routed") == 1, err
 
 
+def test_an_optimizer_loop_keeps_its_graphs_and_a_last_smaller_batch_says_why_it_is_not_routed(
+        tmp_path, cache_dir, cli, space, capsys):
+    """Steps of SGD with momentum beside an eager copy: the same losses and weights at each
+    step, the step's graphs compiled once; a last batch of another size makes torch compile
+    again with a dynamic batch, whose products are the compiler's, each saying why (a
+    dynamic M is routed per call in an inference graph, not in a training step's)."""
+    x = torch.randn(B, T, C)
+    path, _ = recorded_problems(tmp_path, x)
+    tune_list(cli, path, space)
+    capsys.readouterr()
+    model, eager = Net(), Net()
+    routes: list = []
+    compiled = autotune_cli.compile(model, mode="default", routes=routes, tune=False)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
+    for batch in (x, torch.randn(B, T, C), torch.randn(B, T, C), torch.randn(B + 1, T, C)):
+        losses = []
+        for m, optimizer in zip((compiled, eager), optimizers):
+            optimizer.zero_grad()
+            loss = m(batch).square().mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(*losses)
+        for got, want in zip(model.parameters(), eager.parameters()):
+            torch.testing.assert_close(got, want)
+    left = [r for r in routes if r.fallback]
+    assert len(routes) - len(left) > 3 and len(left) == len(routes) - len(left), routes  # each once more, dynamic
+    assert all(r.reason.startswith("a dynamic shape") and "training step" in r.reason for r in left), left
+    assert capsys.readouterr().err.count("autotune: routed") == 3  # forward, backward, then the recompile
+
+
 def test_a_backward_product_over_one_row_is_left_to_the_compiler_as_record_leaves_it(tmp_path, cache_dir, cli,
                                                                                      space):
     """A step of one row: each weight's gradient is a product with K = 1 (an outer product),

@@ -36,7 +36,7 @@ MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
 NUMBER = "autotune_site"  # and the marked matmul's number in its Dynamo graph (`mark`)
 ADDMM_SCALED = "arguments our ops do not take (an addmm's beta=, alpha=)"  # sites.UNROUTED_ARGUMENTS first
-DYNAMIC = "a dynamic shape"
+DYNAMIC = "a dynamic shape (routed per call in an inference graph, not in a training step's graphs)"
 PADDED = "a winner with padded output rows, not routed in a training step's graphs"
 CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
 DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
