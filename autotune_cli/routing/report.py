@@ -16,11 +16,12 @@ __all__ = ["GROUPED", "summary"]
 GROUPED = "grouped: "
 
 
-def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: int = 0) -> None:
+def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: int = 0, graph: str = "") -> None:
     """One line on stderr per graph: how many of its matmuls were routed (how many of them in
     `groups` grouped GEMMs), why the others were not (the `routes` list holds each one's
     Dispatch, its reason with it), and how many attentions read K and V once (`folds`,
-    gqa.py; `split` of them through the split-key kernel)."""
+    gqa.py; `split` of them through the split-key kernel). `graph`: which one, where it is
+    not Dynamo's (" in the backward")."""
     import sys
     from collections import Counter
 
@@ -33,7 +34,7 @@ def summary(dispatches: list[Dispatch], groups: int = 0, folds: int = 0, split: 
         return
     left = Counter(_reason_kind(d.reason) for d in dispatches if d.fallback)
     routed = len(dispatches) - sum(left.values())
-    line = f"autotune: routed {routed} of {plural(len(dispatches), 'matmul')}"
+    line = f"autotune: routed {routed} of {plural(len(dispatches), 'matmul')}{graph}"
     if groups:
         grouped = sum(d.reason.startswith(GROUPED) for d in dispatches)
         line += f" ({grouped} as {plural(groups, 'grouped GEMM')})"

@@ -112,7 +112,7 @@ class TrainingCompile:
         route_marked(self.backend, gm, None if kwargs.get("is_backward") else self.met)
         compiled = inner(gm, example_inputs, **kwargs)
         if kwargs.get("is_backward") and self.lazy:  # compiled at the first backward, after the forward's line
-            summary(self.backend.routes[before:])
+            summary(self.backend.routes[before:], graph=" in the backward")  # not read as a graph break
         return compiled
 
 
