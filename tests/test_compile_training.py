@@ -316,7 +316,8 @@ def test_another_compiler_says_a_checkpointed_regions_products_stay_its_own(cach
 
 def test_the_summary_names_each_reason_a_steps_graphs_give():
     from autotune_cli.routing.report import _reason_kind
-    from autotune_cli.routing.training import ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC, PADDED, short_k
+    from autotune_cli.routing.sites import CHECKPOINTED, DECOMPOSED, PADDED
+    from autotune_cli.routing.training import ADDMM_SCALED, DYNAMIC, short_k
 
     kinds = [_reason_kind(reason) for reason in (ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC, PADDED, short_k(1),
                                                  short_k(0))]
@@ -328,7 +329,7 @@ def test_a_product_the_compiler_makes_pointwise_is_said_so(cache_dir, capsys):
     """Inductor's decompositions turn some products into pointwise work as AOTAutograd traces
     the step (here the bmm of one row by one column, on the CPU): no GEMM is left to route,
     and the matmul is said to be the compiler's, not left out of `routes`."""
-    from autotune_cli.routing.training import DECOMPOSED
+    from autotune_cli.routing.sites import DECOMPOSED
 
     x = torch.randn(1, 1, C)
     routes: list = []

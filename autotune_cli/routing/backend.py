@@ -17,8 +17,8 @@ from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .graph_edits import fill_example_values
-from .sites import AUTOCAST, NEEDS_GRADIENTS, ScaledMatch, Site, matmul_sites, node_value
-from .training import CHECKPOINTED, PADDED, TrainingCompile, checkpointed, mark, marked, without_autograd_cache
+from .sites import AUTOCAST, CHECKPOINTED, NEEDS_GRADIENTS, PADDED, ScaledMatch, Site, matmul_sites, node_value
+from .training import TrainingCompile, checkpointed, mark, marked, without_autograd_cache
 
 __all__ = ["routing_backend"]
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import (BADDBMM, BROADCAST, EINSUM, FUSED, MATRIX_BY_BATCH, OTHER_KIND, UNFOLDED, UNROUTED_ARGUMENTS,
-                    VECTOR)
+from .sites import (BADDBMM, BROADCAST, CHECKPOINTED, DECOMPOSED, EINSUM, FUSED, MATRIX_BY_BATCH, OTHER_KIND, PADDED,
+                    UNFOLDED, UNROUTED_ARGUMENTS, VECTOR)
 from ..text import plural
-from .training import CHECKPOINTED, DECOMPOSED, PADDED
 
 __all__ = ["GROUPED", "summary"]
 

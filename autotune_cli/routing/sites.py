@@ -292,6 +292,10 @@ EINSUM = "an einsum that is not one matmul, left to the compiler"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
+# what the graphs AOTAutograd makes of a training step leave (training.py)
+PADDED = "a winner with padded output rows, not routed in a training step's graphs"
+CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
+DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
 
 
 def matmul_sites(graph):

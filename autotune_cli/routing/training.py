@@ -29,17 +29,15 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-__all__ = ["ADDMM_SCALED", "CHECKPOINTED", "DECOMPOSED", "DYNAMIC", "PADDED", "TrainingCompile", "checkpointed", "mark",
-           "marked"]
+from .sites import DECOMPOSED
+
+__all__ = ["ADDMM_SCALED", "DYNAMIC", "TrainingCompile", "checkpointed", "mark", "marked"]
 
 MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
 NUMBER = "autotune_site"  # and the marked matmul's number in its Dynamo graph (`mark`)
 ADDMM_SCALED = "arguments our ops do not take (an addmm's beta=, alpha=)"  # sites.UNROUTED_ARGUMENTS first
 DYNAMIC = "a dynamic shape (routed per call in an inference graph, not in a training step's graphs)"
-PADDED = "a winner with padded output rows, not routed in a training step's graphs"
-CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
-DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
 
 
 def mark(node, marks: list, op: str) -> None:
