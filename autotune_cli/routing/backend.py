@@ -326,29 +326,38 @@ class routing_backend:
                                        f"{len(group.sites) - 1} other linear(s) of its input"))
         rewrite_group(graph, group, register_ops()["gemm_group"], name)
 
+    def dynamic_route(self, op: str, problem, m_values: tuple[int, ...]) -> str | None:
+        """The name of the route (the opaque op's) over a DynamicCall of a matmul whose M is
+        dynamic (`problem` at M's hint, tuned at `m_values`: dynamic.py), where a winner is
+        cached at one of them at least; else None, the matmul said to stay the compiler's."""
+        tuned = [m for m in m_values if self.dispatcher.lookup_entry(replace(problem, m=m)) is not None]
+        if not tuned:
+            self.routes.append(Dispatch(op, f"torch.{op}", problem, fallback=True,
+                                        reason="a dynamic M with nothing cached at M = "
+                                        + ", ".join(map(str, m_values))))
+            return None
+        t = self.dispatcher._torch()
+        # the name says which cache it reads: its plans are made per call from that cache
+        where = {"m": list(m_values), "cache": str(self.dispatcher.cache_dir)}
+        name = route_name(Dispatch(op, "dynamic", problem, None, where), (), "dynamic", None)
+        call = DynamicCall(self.dispatcher, op, problem, m_values, t.ops[op])
+        with LOCK:  # a new compile plans anew (the cache may have changed since the last)
+            ROUTES[name] = Route(Dispatch(op, "dynamic", problem), call, None, None, None, None)
+        self.routes.append(Dispatch(op, "dynamic", problem, None, {"m": list(m_values)},
+                                    reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
+        return name
+
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
         dynamic.py), where a winner is cached at one of its tuned M values at least."""
 
         import torch
 
-        problem, m_values = site.plan
-        tuned = [m for m in m_values if self.dispatcher.lookup_entry(replace(problem, m=m)) is not None]
-        if not tuned:
-            self.routes.append(Dispatch(site.op, f"torch.{site.op}", problem, fallback=True,
-                                        reason="a dynamic M with nothing cached at M = "
-                                        + ", ".join(map(str, m_values))))
+        name = self.dynamic_route(site.op, *site.plan)
+        if name is None:
             return False
         ops = register_ops()
-        t = self.dispatcher._torch()
-        # the name says which cache it reads: its plans are made per call from that cache
-        where = {"m": list(m_values), "cache": str(self.dispatcher.cache_dir)}
-        name = route_name(Dispatch(site.op, "dynamic", problem, None, where), (), "dynamic", None)
-        call = DynamicCall(self.dispatcher, site.op, problem, m_values, t.ops[site.op])
-        with LOCK:  # a new compile plans anew (the cache may have changed since the last)
-            ROUTES[name] = Route(Dispatch(site.op, "dynamic", problem), call, None, None, None, None)
-        self.routes.append(Dispatch(site.op, "dynamic", problem, None, {"m": list(m_values)},
-                                    reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
+        problem = site.plan[0]
         match, node = site.match, site.node
         with graph.inserting_before(node):
             a_node, b_node = match.a, match.b

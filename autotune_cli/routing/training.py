@@ -27,6 +27,7 @@ each split graph still serves: it keys them by their text, routes included.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any, Callable
 
 from .sites import DECOMPOSED
@@ -37,7 +38,7 @@ MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
 NUMBER = "autotune_site"  # and the marked matmul's number in its Dynamo graph (`mark`)
 ADDMM_SCALED = "arguments our ops do not take (an addmm's beta=, alpha=)"  # sites.UNROUTED_ARGUMENTS first
-DYNAMIC = "a dynamic shape (routed per call in an inference graph, not in a training step's graphs)"
+DYNAMIC = "a dynamic shape (per call only where M alone is dynamic, in a matrix product)"
 
 
 def mark(node, marks: list, op: str) -> None:
@@ -148,10 +149,12 @@ def route_marked(backend, gm, met: set | None = None) -> int:
 
     from ..api import AutotuneFallbackWarning, Dispatch
     from ..problem import MIN_GEMM_K
+    from .dynamic import dynamic_problem
     from .sites import is_static
 
     targets = _aten_matmuls()
     found: list[tuple[Any, str, tuple]] = []  # (node, op, its operands' values): bias, a, b
+    dynamic: list[tuple[Any, str, tuple, tuple]] = []  # and the plan of a dynamic M (dynamic.py)
     for node in gm.graph.nodes:
         op = targets.get(node.target) if node.op == "call_function" else None
         if op is None or not marked(node):
@@ -162,18 +165,27 @@ def route_marked(backend, gm, met: set | None = None) -> int:
         skip = ""
         if op == "addmm" and (len(node.args) > 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))):
             skip = ADDMM_SCALED
-        elif not all(isinstance(v, torch.Tensor) for v in values[1:]) or not is_static(*values):
+        elif not all(isinstance(v, torch.Tensor) for v in values[1:]):
             skip = DYNAMIC
+        elif not is_static(*values):  # a batch's rows (M) alone: routed per call, as in Dynamo's graph
+            plan = dynamic_problem(backend.dispatcher, values[1], values[2], values[0]) \
+                if op != "bmm" and is_static(*values[::2]) else DYNAMIC
+            if isinstance(plan, str):
+                skip = plan
+            else:
+                dynamic.append((node, op, values, plan))
+                continue
         elif values[1].shape[-1] < MIN_GEMM_K:  # a one-row step's weight gradient: K = 1
             skip = short_k(values[1].shape[-1])
         if skip:
             backend.routes.append(Dispatch(op, f"torch.{op}", None, fallback=True, reason=skip))
             continue
         found.append((node, op, values))
-    if not found:
+    if not found and not dynamic:
         return 0
-    backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found])
-    routed = 0
+    backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found]
+                          + [replace(plan[0], m=m) for *_, plan in dynamic for m in plan[1]])
+    routed = _route_dynamic(backend, gm, dynamic)
     for node, op, values in found:
         bias, a, b = values
         with unset_fake_temporarily(), warnings.catch_warnings():
@@ -181,13 +193,7 @@ def route_marked(backend, gm, met: set | None = None) -> int:
             route = backend.opaque_route(a, b, bias)
         if route is None:
             continue
-        gemm, name = route
-        operands = _operands(node, op)  # read now: one routed before may feed it (replaced in its args)
-        with gm.graph.inserting_before(node):
-            out = gm.graph.call_function(gemm, (operands[1], operands[2], operands[0], name))
-        out.meta = {**node.meta, "val": _fake_result(gemm, a, b, bias, name)}
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+        _replace(gm, node, op, *route, values)
         routed += 1
     if routed:
         gm.graph.lint()
@@ -195,8 +201,31 @@ def route_marked(backend, gm, met: set | None = None) -> int:
     return routed
 
 
-def _fake_result(gemm, a, b, bias, name: str):
-    """The op's value on the nodes' fake values, in their own mode (Inductor reads it)."""
+def _route_dynamic(backend, gm, dynamic: list) -> int:
+    """Replace each matmul of `dynamic` ((node, op, values, plan)) that a winner serves at one
+    of its M values by the opaque op over a DynamicCall (backend.dynamic_route); how many."""
+    from .ops import register_ops
+
+    routed = 0
+    for node, op, (bias, a, b), (problem, m_values) in dynamic:
+        name = backend.dynamic_route(op, problem, m_values)
+        if name is None:
+            continue
+        _replace(gm, node, op, register_ops()["gemm"], name, (bias, a, b))
+        routed += 1
+    return routed
+
+
+def _replace(gm, node, op: str, gemm, name: str, values: tuple) -> None:
+    """Replace a matmul node by `gemm` (our op) over route `name`; `values`: its operands'
+    (bias, a, b), on which the new node's value is made in their own fake mode (Inductor
+    reads it)."""
+    bias, a, b = values
+    operands = _operands(node, op)  # read now: one routed before may feed it (replaced in its args)
+    with gm.graph.inserting_before(node):
+        out = gm.graph.call_function(gemm, (operands[1], operands[2], operands[0], name))
     mode = getattr(a, "fake_mode", None)
     with mode if mode is not None else contextlib.nullcontext():
-        return gemm(a, b, bias, name)
+        out.meta = {**node.meta, "val": gemm(a, b, bias, name)}
+    node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
