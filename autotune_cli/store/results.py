@@ -88,14 +88,14 @@ SHORT_NAMES = {
     "num_stages": "s", "num_warps": "w", "SPLIT_K": "sk", "ATOMIC_ADD": "atomic",
     "FUSED_REDUCE": "fused", "FLATTEN": "flat", "FIXED_NK": "fixed",
     "PAD_BYTES": "pad", "ZERO_PAD": "zpad", "DOT": "dot", "REDUCE_EACH": "each", "EVICT": "evict",
-    "PDL": "pdl", "WARP_SPECIALIZE": "ws", "PROMOTE_IN_DOT": "promote",
+    "PDL": "pdl", "WARP_SPECIALIZE": "ws", "PROMOTE_IN_DOT": "promote", "FLAT_ROW": "row",
 }
 
 
 # Flags left unsaid at their usual value, to keep rows short: a config's FIXED_NK twin says
 # `fixed1`, the config itself nothing; a gemv that does not evict B's loads early, `evict0`.
 UNSAID_AT = {"FIXED_NK": 0, "ZERO_PAD": 0, "DOT": 0, "REDUCE_EACH": 0, "EVICT": 1, "PDL": 0,
-             "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0}
+             "WARP_SPECIALIZE": 0, "PROMOTE_IN_DOT": 0, "FLAT_ROW": 0}
 
 
 def params_str(params: dict[str, Any]) -> str:
