@@ -239,7 +239,8 @@ def test_an_optimizer_loop_keeps_its_graphs_and_a_batch_of_another_size_is_route
     capsys.readouterr()
     model, eager = Net(), Net()
     routes: list = []
-    compiled = autotune_cli.compile(model, mode="default", routes=routes, tune=False)
+    compiled = autotune_cli.compile(model, mode="default", routes=routes, tune=False,
+                                    cache_dir=cache_dir)  # its per-call routes name this cache alone
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, eager)]
     for batch in (x, torch.randn(B, T, C), torch.randn(B, T, C), torch.randn(B + 1, T, C), torch.randn(B, T, C)):
         losses = []
