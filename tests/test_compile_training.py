@@ -331,11 +331,10 @@ def test_another_compiler_says_a_checkpointed_regions_products_stay_its_own(cach
 
 def test_the_summary_names_each_reason_a_steps_graphs_give():
     from autotune_cli.routing.report import _reason_kind
-    from autotune_cli.routing.sites import CHECKPOINTED, DECOMPOSED, PADDED
-    from autotune_cli.routing.training import ADDMM_SCALED, DYNAMIC, short_k
+    from autotune_cli.routing.sites import ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, PADDED, short_k
 
-    kinds = [_reason_kind(reason) for reason in (ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC, PADDED, short_k(1),
-                                                 short_k(0))]
+    kinds = [_reason_kind(reason) for reason in (ADDMM_SCALED, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, PADDED,
+                                                 short_k(1), short_k(0))]
     assert "other (see routes)" not in kinds, kinds
     assert len(set(kinds)) == len(kinds), kinds
 

@@ -296,6 +296,14 @@ AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's
 PADDED = "a winner with padded output rows, not routed in a training step's graphs"
 CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
 DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
+ADDMM_SCALED = f"{UNROUTED_ARGUMENTS} (an addmm's beta=, alpha=)"
+DYNAMIC_IN_STEP = "a dynamic shape (per call only where M alone is dynamic, in a matrix product)"
+
+
+def short_k(k: int) -> str:
+    """Why a product of a step's graphs over fewer than MIN_GEMM_K terms is left to the
+    compiler: not a GEMM (problem.MIN_GEMM_K), as Dynamo's graph and `record` leave it."""
+    return f"K = {k}: an {'outer' if k == 1 else 'empty'} product, left to the compiler"
 
 
 def matmul_sites(graph):

@@ -30,15 +30,13 @@ import contextlib
 from dataclasses import replace
 from typing import Any, Callable
 
-from .sites import DECOMPOSED
+from .sites import ADDMM_SCALED, DECOMPOSED, DYNAMIC_IN_STEP, short_k
 
-__all__ = ["ADDMM_SCALED", "DYNAMIC", "TrainingCompile", "checkpointed", "mark", "marked"]
+__all__ = ["TrainingCompile", "checkpointed", "mark", "marked"]
 
 MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
 NUMBER = "autotune_site"  # and the marked matmul's number in its Dynamo graph (`mark`)
-ADDMM_SCALED = "arguments our ops do not take (an addmm's beta=, alpha=)"  # sites.UNROUTED_ARGUMENTS first
-DYNAMIC = "a dynamic shape (per call only where M alone is dynamic, in a matrix product)"
 
 
 def mark(node, marks: list, op: str) -> None:
@@ -131,13 +129,6 @@ def _operands(node, op: str) -> tuple:
     return (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
 
 
-def short_k(k: int) -> str:
-    """Why a product over fewer than MIN_GEMM_K terms is left to the compiler: not a GEMM
-    (problem.MIN_GEMM_K), as Dynamo's graph and `record` leave it."""
-    return f"K = {k}: an outer product, left to the compiler" if k == 1 else \
-        f"K = {k}: an empty product, left to the compiler"
-
-
 def route_marked(backend, gm, met: set | None = None) -> int:
     """Replace each marked aten matmul of `gm` (a forward or backward graph) that has a
     winner by the opaque op; report every one in `backend.routes`. How many were. `met`
@@ -166,10 +157,10 @@ def route_marked(backend, gm, met: set | None = None) -> int:
         if op == "addmm" and (len(node.args) > 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))):
             skip = ADDMM_SCALED
         elif not all(isinstance(v, torch.Tensor) for v in values[1:]):
-            skip = DYNAMIC
+            skip = DYNAMIC_IN_STEP
         elif not is_static(*values):  # a batch's rows (M) alone: routed per call, as in Dynamo's graph
             plan = dynamic_problem(backend.dispatcher, values[1], values[2], values[0]) \
-                if op != "bmm" and is_static(*values[::2]) else DYNAMIC
+                if op != "bmm" and is_static(*values[::2]) else DYNAMIC_IN_STEP
             if isinstance(plan, str):
                 skip = plan
             else:
