@@ -6,19 +6,19 @@ from typing import Any, Sequence
 
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher
 from .autocast import cast_autocast_operands
-from .dynamic import DynamicCall, dynamic_problem
+from .dynamic import dynamic_problem, dynamic_route
 from .einsum import lower_einsums
 from .eager import launch_parts, warmed_call, warmed_scaled_call
 from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
-from .ops import LOCK, ROUTES, Route, contiguous, keep_route, register_ops, route_name
+from .ops import Route, contiguous, keep_route, register_ops, route_name
 from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .graph_edits import fill_example_values
-from .sites import AUTOCAST, CHECKPOINTED, NEEDS_GRADIENTS, PADDED, ScaledMatch, Site, matmul_sites, node_value
-from .training import TrainingCompile, checkpointed, mark, marked, without_autograd_cache
+from .sites import PADDED, ScaledMatch, Site, matmul_sites, node_value
+from .training import compile_step, mark_step
 
 __all__ = ["routing_backend"]
 
@@ -100,14 +100,8 @@ class routing_backend:
         lowered, einsums_left = lower_einsums(gm.graph)  # the others are matmuls now, met as any
         if cast_autocast_operands(gm.graph) or lowered:  # under autocast: met in the dtype they run in
             gm.recompile()
-        sites = list(matmul_sites(gm.graph))
-        marks: list[str] = []  # the marked matmuls' ops (training.mark)
-        if self.inner == "inductor":  # routed in the training step's split graphs (training.py)
-            for site in sites:
-                if site.skip == NEEDS_GRADIENTS and site.match is not None:
-                    mark(site.node, marks, site.op)
-            sites = [site for site in sites if not marked(site.node)]
-        self._checkpointed(gm, marks)
+        # those that record gradients are routed in the training step's graphs (training.py)
+        sites, marks = mark_step(self, gm, list(matmul_sites(gm.graph)))
         for site in sites:
             site.skip = einsums_left.get(site.node, site.skip)
             if site.dynamic_m:
@@ -125,13 +119,7 @@ class routing_backend:
         self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
         try:
             if self.inner == "inductor" and marks:
-                from torch._inductor.compile_fx import compile_fx
-
-                training = TrainingCompile(self)
-                with without_autograd_cache():
-                    compiled = compile_fx(gm, example_inputs, inner_compile=training, config_patches=config)
-                training.lazy = True
-                self.routes += training.unmet(marks)
+                compiled = compile_step(self, gm, example_inputs, config, marks)
             elif self.inner == "inductor":
                 from torch._inductor.compile_fx import compile_fx
 
@@ -148,19 +136,6 @@ class routing_backend:
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights, group.biases)
         return compiled
-
-    def _checkpointed(self, gm, marks: list) -> None:
-        """The matmuls of `gm`'s activation-checkpointed regions (training.checkpointed): with
-        Inductor, each that may be routed is marked, for the graphs AOTAutograd makes
-        (under autocast too: there it is traced in the dtype it runs in); the others, and
-        every one under another compiler, are said to stay the compiler's."""
-        for body in checkpointed(gm):
-            for site in matmul_sites(body.graph):
-                if self.inner == "inductor" and site.match is not None and site.skip in ("", NEEDS_GRADIENTS, AUTOCAST):
-                    mark(site.node, marks, site.op)
-                else:
-                    self.routes.append(Dispatch(site.op, f"torch.{site.op}", None, fallback=True,
-                                                reason=site.skip or CHECKPOINTED))
 
     def inductor_pdl(self, config: dict) -> bool:
         """Whether Inductor launches the graph's kernels as programmatic dependent launches
@@ -326,34 +301,13 @@ class routing_backend:
                                        f"{len(group.sites) - 1} other linear(s) of its input"))
         rewrite_group(graph, group, register_ops()["gemm_group"], name)
 
-    def dynamic_route(self, op: str, problem, m_values: tuple[int, ...]) -> str | None:
-        """The name of the route (the opaque op's) over a DynamicCall of a matmul whose M is
-        dynamic (`problem` at M's hint, tuned at `m_values`: dynamic.py), where a winner is
-        cached at one of them at least; else None, the matmul said to stay the compiler's."""
-        tuned = [m for m in m_values if self.dispatcher.lookup_entry(replace(problem, m=m)) is not None]
-        if not tuned:
-            self.routes.append(Dispatch(op, f"torch.{op}", problem, fallback=True,
-                                        reason="a dynamic M with nothing cached at M = "
-                                        + ", ".join(map(str, m_values))))
-            return None
-        t = self.dispatcher._torch()
-        # the name says which cache it reads: its plans are made per call from that cache
-        where = {"m": list(m_values), "cache": str(self.dispatcher.cache_dir)}
-        name = route_name(Dispatch(op, "dynamic", problem, None, where), (), "dynamic", None)
-        call = DynamicCall(self.dispatcher, op, problem, m_values, t.ops[op])
-        with LOCK:  # a new compile plans anew (the cache may have changed since the last)
-            ROUTES[name] = Route(Dispatch(op, "dynamic", problem), call, None, None, None, None)
-        self.routes.append(Dispatch(op, "dynamic", problem, None, {"m": list(m_values)},
-                                    reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
-        return name
-
     def _rewrite_dynamic(self, graph, site: Site) -> bool:
         """Replace a matmul whose M is dynamic by our opaque op over a DynamicCall (see
         dynamic.py), where a winner is cached at one of its tuned M values at least."""
 
         import torch
 
-        name = self.dynamic_route(site.op, *site.plan)
+        name = dynamic_route(self.dispatcher, self.routes, site.op, *site.plan)
         if name is None:
             return False
         ops = register_ops()

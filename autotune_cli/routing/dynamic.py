@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .sites import concrete
 from ..problem import GemmProblem
 
-__all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "tuned_m_values"]
+__all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "dynamic_problem", "dynamic_route", "tuned_m_values"]
 
 # Tuned up to at least this many rows: a decode batch grows past the one it was traced at.
 DYNAMIC_M_FLOOR = 16
@@ -190,3 +190,28 @@ def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...
         return "not a problem autotune tunes"
     # the stand-in has two rows at least (one row's layout reads either way); the problem, M's hint
     return replace(problem, m=hint), tuned_m_values(hint, lower, upper)
+
+
+def dynamic_route(dispatcher, routes: list, op: str, problem: GemmProblem, m_values: tuple[int, ...]) -> str | None:
+    """The name of the route (the opaque op's) over a DynamicCall of a matmul whose M is
+    dynamic (`problem` at M's hint, tuned at `m_values`), where a winner is cached at one of
+    them at least; else None, the matmul said in `routes` to stay the compiler's. `routes`
+    gets its Dispatch either way."""
+    from ..api import Dispatch
+    from .ops import LOCK, ROUTES, Route, route_name
+
+    tuned = [m for m in m_values if dispatcher.lookup_entry(replace(problem, m=m)) is not None]
+    if not tuned:
+        routes.append(Dispatch(op, f"torch.{op}", problem, fallback=True,
+                               reason="a dynamic M with nothing cached at M = " + ", ".join(map(str, m_values))))
+        return None
+    t = dispatcher._torch()
+    # the name says which cache it reads: its plans are made per call from that cache
+    where = {"m": list(m_values), "cache": str(dispatcher.cache_dir)}
+    name = route_name(Dispatch(op, "dynamic", problem, None, where), (), "dynamic", None)
+    call = DynamicCall(dispatcher, op, problem, m_values, t.ops[op])
+    with LOCK:  # a new compile plans anew (the cache may have changed since the last)
+        ROUTES[name] = Route(Dispatch(op, "dynamic", problem), call, None, None, None, None)
+    routes.append(Dispatch(op, "dynamic", problem, None, {"m": list(m_values)},
+                           reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
+    return name

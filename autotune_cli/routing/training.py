@@ -30,9 +30,11 @@ import contextlib
 from dataclasses import replace
 from typing import Any, Callable
 
-from .sites import ADDMM_SCALED, DECOMPOSED, DYNAMIC_IN_STEP, short_k
+from .dynamic import dynamic_problem, dynamic_route
+from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, NEEDS_GRADIENTS,
+                    matmul_sites, short_k)
 
-__all__ = ["TrainingCompile", "checkpointed", "mark", "marked"]
+__all__ = ["TrainingCompile", "checkpointed", "compile_step", "mark", "mark_step", "marked"]
 
 MARK = "autotune"  # the key of node.meta["custom"]
 TRAINING = "training"
@@ -63,6 +65,45 @@ def checkpointed(gm) -> list:
             body = getattr(gm, node.args[0].target)
             found += [b for b in (body, *checkpointed(body)) if all(b is not f for f in found)]
     return found
+
+
+def mark_step(backend, gm, sites: list) -> tuple[list, list]:
+    """(the `sites` of Dynamo's graph `gm` routed there, the marked matmuls' ops): with
+    Inductor, those that record gradients are marked, and so is each matmul of `gm`'s
+    activation-checkpointed regions that may be routed (under autocast too: AOTAutograd
+    traces it in the dtype it runs in); the regions' others, and every one under another
+    compiler, are said in `backend.routes` to stay the compiler's."""
+    from ..api import Dispatch
+
+    marks: list[str] = []
+    inductor = backend.inner == "inductor"
+    if inductor:
+        for site in sites:
+            if site.skip == NEEDS_GRADIENTS and site.match is not None:
+                mark(site.node, marks, site.op)
+        sites = [site for site in sites if not marked(site.node)]
+    for body in checkpointed(gm):
+        for site in matmul_sites(body.graph):
+            if inductor and site.match is not None and site.skip in ("", NEEDS_GRADIENTS, AUTOCAST):
+                mark(site.node, marks, site.op)
+            else:
+                backend.routes.append(Dispatch(site.op, f"torch.{site.op}", None, fallback=True,
+                                               reason=site.skip or CHECKPOINTED))
+    return sites, marks
+
+
+def compile_step(backend, gm, example_inputs, config: dict, marks: list):
+    """Inductor's compile of Dynamo's graph `gm`, whose `marks` (`mark_step`) are routed in
+    the graphs AOTAutograd makes of it (`TrainingCompile`), without AOTAutograd's cache (see
+    the module); each marked matmul no graph held as a GEMM is said in `backend.routes`."""
+    from torch._inductor.compile_fx import compile_fx
+
+    training = TrainingCompile(backend)
+    with without_autograd_cache():
+        compiled = compile_fx(gm, example_inputs, inner_compile=training, config_patches=config)
+    training.lazy = True
+    backend.routes += training.unmet(marks)
+    return compiled
 
 
 def without_autograd_cache():
@@ -140,7 +181,6 @@ def route_marked(backend, gm, met: set | None = None) -> int:
 
     from ..api import AutotuneFallbackWarning, Dispatch
     from ..problem import MIN_GEMM_K
-    from .dynamic import dynamic_problem
     from .sites import is_static
 
     targets = _aten_matmuls()
@@ -194,12 +234,12 @@ def route_marked(backend, gm, met: set | None = None) -> int:
 
 def _route_dynamic(backend, gm, dynamic: list) -> int:
     """Replace each matmul of `dynamic` ((node, op, values, plan)) that a winner serves at one
-    of its M values by the opaque op over a DynamicCall (backend.dynamic_route); how many."""
+    of its M values by the opaque op over a DynamicCall (dynamic.dynamic_route); how many."""
     from .ops import register_ops
 
     routed = 0
     for node, op, (bias, a, b), (problem, m_values) in dynamic:
-        name = backend.dynamic_route(op, problem, m_values)
+        name = dynamic_route(backend.dispatcher, backend.routes, op, problem, m_values)
         if name is None:
             continue
         _replace(gm, node, op, register_ops()["gemm"], name, (bias, a, b))
