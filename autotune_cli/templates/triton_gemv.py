@@ -40,8 +40,8 @@ dependents early (another PDL kernel), which back-to-back timing of one kernel a
 and a model's GEMV, after a norm or an activation, rarely has (bench/README.md).
 FLAT_ROW=1 (M = 1, REDUCE_EACH, B^T) multiplies A's one row into B's [BLOCK_N, BLOCK_K] tile
 as a 2-D product, as a reduction kernel tiles it, rather than through a [1, BLOCK_N,
-BLOCK_K] one: the same sums, another register layout (a --space choice, timed in
-bench/gemv_sweep.py --flat 0,1).
+BLOCK_K] one: the same sums, another register layout. No list offers it (a --space file
+takes the shared tile keys alone); bench/gemv_sweep.py --flat 0,1 times it.
 """
 
 from __future__ import annotations
