@@ -23,11 +23,11 @@ pytestmark = pytest.mark.usefixtures("fresh_compile")
 class Net(torch.nn.Module):
     """fc1 (bias) -> GELU -> fc2 (no bias) on [B, T, C], then the rows' products (a bmm)."""
 
-    def __init__(self):
+    def __init__(self, c: int = C, h: int = H):
         super().__init__()
         torch.manual_seed(0)
-        self.fc1 = torch.nn.Linear(C, H)
-        self.fc2 = torch.nn.Linear(H, C, bias=False)
+        self.fc1 = torch.nn.Linear(c, h)
+        self.fc2 = torch.nn.Linear(h, c, bias=False)
 
     def forward(self, x):
         h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
@@ -39,6 +39,16 @@ def step(model, x):
     out = model(x)
     out.square().mean().backward()
     return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def same_step(compiled, eager, x) -> None:
+    """A training step of `compiled` gives `eager`'s output and gradients."""
+    out, grads = step(compiled, x)
+    want, want_grads = step(eager, x)
+    torch.testing.assert_close(out, want)
+    assert len(grads) == len(want_grads)
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected)
 
 
 def recorded_problems(tmp_path, x, make=None) -> tuple:
@@ -74,12 +84,7 @@ def test_forward_and_backward_run_the_recorded_problems_winners(tmp_path, cache_
 
     model, eager = Net(), Net()
     routes: list = []
-    compiled = autotune_cli.compile(model, mode="default", routes=routes, tune=False)
-    out, grads = step(compiled, x)
-    want, want_grads = step(eager, x)
-    torch.testing.assert_close(out, want)
-    for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected)
+    same_step(autotune_cli.compile(model, mode="default", routes=routes, tune=False), eager, x)
 
     # the forward's products (fc1's addmm, fc2's mm, the bmm) and the backward's, every one
     # routed to a Triton winner, and each the problem the record listed
@@ -98,11 +103,7 @@ def test_nothing_cached_leaves_each_product_to_the_compiler_and_says_why(cache_d
     x = torch.randn(B, T, C)
     model, eager = Net(), Net()
     routes: list = []
-    out, grads = step(autotune_cli.compile(model, mode="default", routes=routes, tune=False), x)
-    want, want_grads = step(eager, x)
-    torch.testing.assert_close(out, want)
-    for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected)
+    same_step(autotune_cli.compile(model, mode="default", routes=routes, tune=False), eager, x)
     assert routes and all(r.fallback and r.reason.startswith("nothing cached") for r in routes), routes
     assert not any(r.reason == NEEDS_GRADIENTS for r in routes)  # met in the split graphs instead
     assert "left to the compiler" in capsys.readouterr().err
@@ -162,24 +163,10 @@ def test_the_backward_tunes_what_it_meets_when_asked(cache_dir, capsys):
     x = torch.randn(B, T, C)
     model, eager = Net(), Net()
     routes: list = []
-    out, grads = step(autotune_cli.compile(model, mode="default", routes=routes, tune=True), x)
-    want, want_grads = step(eager, x)
-    torch.testing.assert_close(out, want)
-    for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected)
+    same_step(autotune_cli.compile(model, mode="default", routes=routes, tune=True), eager, x)
     assert routes and not [r for r in routes if r.fallback], routes
     err = capsys.readouterr().err
     assert err.count("matmul problems this graph meets") == 2  # the forward's, then the backward's
-
-
-def same_step(compiled, eager, x) -> None:
-    """A training step of `compiled` gives `eager`'s output and gradients."""
-    out, grads = step(compiled, x)
-    want, want_grads = step(eager, x)
-    torch.testing.assert_close(out, want)
-    assert len(grads) == len(want_grads)
-    for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected)
 
 
 class Chain(torch.nn.Module):
@@ -370,21 +357,9 @@ def test_a_checkpointed_region_called_twice_is_read_once():
 def test_gpu_a_bf16_step_under_cuda_graphs_tunes_and_routes_forward_and_backward(tmp_path):
     """On a GPU with the defaults (CUDA graphs; the problems tuned as the graphs compile):
     every matmul of the step routed, the values and gradients torch's within bf16's error."""
-    shapes = dict(b=4, t=128, c=256, h=512)
-
-    class Wide(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.fc1 = torch.nn.Linear(shapes["c"], shapes["h"])
-            self.fc2 = torch.nn.Linear(shapes["h"], shapes["c"], bias=False)
-
-        def forward(self, x):
-            h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-            return h @ h.transpose(-1, -2)
-
-    x = torch.randn(shapes["b"], shapes["t"], shapes["c"], device="cuda", dtype=torch.bfloat16)
-    model, eager = Wide().cuda().bfloat16(), Wide().cuda().bfloat16()
+    c, h = 256, 512
+    x = torch.randn(4, 128, c, device="cuda", dtype=torch.bfloat16)
+    model, eager = Net(c, h).cuda().bfloat16(), Net(c, h).cuda().bfloat16()
     routes: list = []
     compiled = autotune_cli.compile(model, cache_dir=tmp_path / "cache", routes=routes)
     for _ in range(3):  # CUDA graphs record at the second and third calls
