@@ -475,6 +475,22 @@ def test_a_bad_mode_backend_or_option_is_said_at_the_call(kwargs, said):
     assert len(str(raised.value)) < 200 and "routing_backend" not in str(raised.value)
 
 
+def test_another_backend_gets_mode_and_options_as_torch_compile_passes_them():
+    """Keywords of its call ("default" is no mode), not an error at the call."""
+    seen: list = []
+
+    def backend(gm, example_inputs, **kwargs):
+        seen.append(kwargs)
+        return gm.forward
+
+    x = torch.randn(2, 4)
+    for kwargs in ({"mode": "default"}, {"mode": "reduce-overhead", "options": {"x-y": 1}}):
+        model = autotune_cli.compile(torch.nn.Linear(4, 4), backend=backend, tune=False, **kwargs)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), model._orig_mod(x))
+    assert seen == [{}, {"mode": "reduce-overhead", "options": {"x-y": 1}}]
+
+
 def test_an_option_is_taken_as_torch_compile_takes_it():
     """Dashes in an option's name, as torch.compile reads them."""
     model = autotune_cli.compile(torch.nn.Linear(4, 4), options={"epilogue-fusion": False}, tune=False)

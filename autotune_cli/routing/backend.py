@@ -27,8 +27,8 @@ __all__ = ["routing_backend"]
 
 class routing_backend:
     """A torch.compile backend: route the graph's matmuls to cached winners (see the module),
-    then compile with `inner` ("inductor", with `mode` and `options` as torch.compile takes
-    them, another registered backend's name, or a backend function). `routes`: a list that
+    then compile with `inner` ("inductor", another registered backend's name, or a backend
+    function), `mode` and `options` taken as torch.compile takes them. `routes`: a list that
     gets the Dispatch of every matmul routed. `group_linears`, `fold_gqa`, `split_keys`: see
     `compile`."""
 
@@ -45,8 +45,9 @@ class routing_backend:
         self.fold_gqa = fold_gqa
         self.split_keys = split_keys
         self.pdl = False  # Inductor's PDL, read from its config at each graph (inductor_pdl)
-        if inner != "inductor" and (mode or options):
-            raise ValueError(f"mode and options apply to the inductor backend, not {inner!r}")
+        # another backend takes them as torch.compile passes them: keywords of its call
+        self.inner_kwargs = {} if inner == "inductor" else {
+            **({"mode": mode} if mode and mode != "default" else {}), **({"options": options} if options else {})}
         self._check_compiler()
 
     def _check_compiler(self) -> None:
@@ -126,7 +127,7 @@ class routing_backend:
                 compiled = compile_fx(gm, example_inputs, config_patches=config)
             else:
                 inner = self.inner if callable(self.inner) else torch._dynamo.lookup_backend(self.inner)
-                compiled = inner(gm, example_inputs)
+                compiled = inner(gm, example_inputs, **self.inner_kwargs)
         except BaseException:
             # the graph is not compiled (an error, or a restart of Dynamo's analysis that
             # calls the backend again): its routes are not the compile's
