@@ -271,6 +271,30 @@ def test_a_backward_product_over_one_row_is_left_to_the_compiler_as_record_leave
     assert {key(r.problem) for r in routes if not r.fallback} == listed
 
 
+class Head(torch.nn.Module):
+    """A linear, then one output column (a value head): its input's gradient has K = 1."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = torch.nn.Linear(C, H)
+        self.head = torch.nn.Linear(H, 1, bias=False)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def test_a_backward_product_over_one_column_is_left_to_the_compiler_at_a_dynamic_batch_too(cache_dir):
+    """dA = dC @ W of the one-column head (K = 1) is no GEMM with its rows dynamic either:
+    not tuned at M's values nor routed per call, as the static step and `record` leave it."""
+    from autotune_cli.routing.sites import short_k
+
+    routes: list = []
+    same_step(autotune_cli.compile(Head(), mode="default", routes=routes, tune=False, dynamic=True), Head(),
+              torch.randn(B, T, C))
+    assert [(r.op, r.reason) for r in routes if r.reason.startswith("K = ")] == [("mm", short_k(1))], routes
+
+
 class Checkpointed(Net):
     """Net with its linears in an activation-checkpointed region (recomputed in the backward)."""
 

@@ -31,8 +31,8 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .dynamic import dynamic_problem, dynamic_route
-from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, NEEDS_GRADIENTS,
-                    matmul_sites, short_k)
+from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, NEEDS_GRADIENTS, concrete,
+                    is_static, matmul_sites, short_k)
 
 __all__ = ["TrainingCompile", "checkpointed", "compile_step", "mark", "mark_step", "marked"]
 
@@ -181,7 +181,6 @@ def route_marked(backend, gm, met: set | None = None) -> int:
 
     from ..api import AutotuneFallbackWarning, Dispatch
     from ..problem import MIN_GEMM_K
-    from .sites import is_static
 
     targets = _aten_matmuls()
     found: list[tuple[Any, str, tuple]] = []  # (node, op, its operands' values): bias, a, b
@@ -198,6 +197,8 @@ def route_marked(backend, gm, met: set | None = None) -> int:
             skip = ADDMM_SCALED
         elif not all(isinstance(v, torch.Tensor) for v in values[1:]):
             skip = DYNAMIC_IN_STEP
+        elif (k := concrete(values[1].shape[-1])) is not None and k < MIN_GEMM_K:  # M dynamic or not
+            skip = short_k(k)  # a one-row step's weight gradients, a one-column output's input gradient
         elif not is_static(*values):  # a batch's rows (M) alone: routed per call, as in Dynamo's graph
             plan = dynamic_problem(backend.dispatcher, values[1], values[2], values[0]) \
                 if op != "bmm" and is_static(*values[::2]) else DYNAMIC_IN_STEP
@@ -206,8 +207,6 @@ def route_marked(backend, gm, met: set | None = None) -> int:
             else:
                 dynamic.append((node, op, values, plan))
                 continue
-        elif values[1].shape[-1] < MIN_GEMM_K:  # a one-row step's weight gradient: K = 1
-            skip = short_k(values[1].shape[-1])
         if skip:
             backend.routes.append(Dispatch(op, f"torch.{op}", None, fallback=True, reason=skip))
             continue
