@@ -4,7 +4,7 @@ rotating operand copies larger than the L2 (bench/common.py), every config verif
 The configs are compiled first by a pool of processes (one per core), then timed in this one.
 
 PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
-    [--families fma,each,dot,short] [--top 12] [--pdl 0,1]
+    [--families fma,each,dot,short] [--top 12] [--pdl 0,1] [--flat 0,1]
 --families short: a grid for a short K along B^T (BLOCK_K 256 or K's power of two in one
 masked step, 1-64 columns a program: down to a row or two, as a reduction over K is
 tiled), the CUDA-core forms and DOT.
