@@ -466,6 +466,7 @@ def test_tune_false_tunes_nothing_and_says_what_was_left(cache_dir, capfd):
     ({"mode": "max_autotune"}, "Unrecognized mode=max_autotune"),
     ({"backend": "inductr"}, "Invalid backend: 'inductr'"),
     ({"options": {"max_autotun": True}}, "Unexpected optimization option max_autotun"),
+    ({"options": {"max-autotun": True}}, "Unexpected optimization option max-autotun "),
 ])
 def test_a_bad_mode_backend_or_option_is_said_at_the_call(kwargs, said):
     """As torch.compile says them: at the call, in one short line, not at the first forward

@@ -48,9 +48,9 @@ class routing_backend:
         # another backend takes them as torch.compile passes them: keywords of its call
         self.inner_kwargs = {} if inner == "inductor" else {
             **({"mode": mode} if mode and mode != "default" else {}), **({"options": options} if options else {})}
-        self._check_compiler()
+        self._check_compiler(options or {})
 
-    def _check_compiler(self) -> None:
+    def _check_compiler(self, options: dict) -> None:
         """A mode, option or backend name that torch does not know is said now, as
         torch.compile says it (at the call, not at the first forward inside Dynamo's error)."""
         import torch
@@ -64,8 +64,8 @@ class routing_backend:
         if self.mode:
             list_mode_options(self.mode)  # "Unrecognized mode=..."
         known = config.get_config_copy()
-        for key in self.options:
-            if key not in known:  # torch's message lists every option: this one names where
+        for key in options:  # named as given
+            if key.replace("-", "_") not in known:  # torch's message lists every option: this one names where
                 raise RuntimeError(f"Unexpected optimization option {key} (see torch._inductor.list_options())")
 
     def __deepcopy__(self, memo) -> "routing_backend":
