@@ -81,3 +81,26 @@ def test_space_file(tmp_path):
         load_space_file(path)
     with pytest.raises(UserError, match="not found"):
         load_space_file(tmp_path / "missing.json")
+
+
+def test_a_space_listed_under_a_template_takes_its_own_keys_checked_by_it(tmp_path):
+    """Under triton::gemv's uid: its own keys (PDL, FLAT_ROW, REDUCE_EACH) and its own ranges
+    (BLOCK_N from 1); a value its schema refuses, a value it derives (EVEN_K), its keys in a
+    list for every template, and an unknown uid are said."""
+    path = tmp_path / "space.json"
+    gemv = {"BLOCK_M": 1, "BLOCK_N": 2, "BLOCK_K": 1024, "num_stages": 1, "num_warps": 2, "REDUCE_EACH": 1,
+            "FLAT_ROW": 1, "PDL": 1}
+    path.write_text(json.dumps({"triton::gemv": [gemv]}))
+    assert load_space_file(path) == {"triton::gemv": [{**gemv, "GROUP_M": 8}]}
+    for bad, message in (({**gemv, "PDL": 2}, "PDL=2 is not one of 0, 1"),
+                         ({**gemv, "EVEN_K": True}, "unknown config key"),
+                         ({**gemv, "num_warps": 3}, "num_warps=3 is not one of")):
+        path.write_text(json.dumps({"triton::gemv": [bad]}))
+        with pytest.raises(UserError, match=message):
+            load_space_file(path)
+    path.write_text(json.dumps([gemv]))
+    with pytest.raises(UserError, match="unknown config key"):
+        load_space_file(path)
+    path.write_text(json.dumps({"triton::nope": [gemv]}))
+    with pytest.raises(UserError, match="unknown template 'triton::nope'"):
+        load_space_file(path)

@@ -27,8 +27,9 @@ dimension, then along it, until it fits (`fit_tile`).
     the M allows, each with its SPLIT_K and twice it (bounded: the tile model does not rank
     these configs, every one is timed).
   - a user's --space: each config within the schema, its BLOCK_N, BLOCK_K, num_warps (and
-    SPLIT_K, num_stages, DOT, REDUCE_EACH where given; else SPLIT_K chosen, one stage, FMA),
-    BLOCK_M set to the problem's.
+    SPLIT_K, num_stages, DOT, REDUCE_EACH, FUSED_REDUCE, PDL, FLAT_ROW where given, under
+    the template's uid in the file; else SPLIT_K chosen, one stage, FMA), BLOCK_M set to the
+    problem's.
 On the CPU (the interpreter) two small tiles, one without and one with a split of K.
 """
 
@@ -69,7 +70,7 @@ class Tile(NamedTuple):
     split: int | None = None  # None: chosen from the programs it makes
     fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
     pdl: int = 0  # PDL (a --space choice: templates/triton_gemv.py says why it is off here)
-    flat: int = 0  # FLAT_ROW (M = 1 as a 2-D product; no list sets it: templates/triton_gemv.py)
+    flat: int = 0  # FLAT_ROW (M = 1 as a 2-D product; a --space choice: templates/triton_gemv.py)
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous

@@ -47,13 +47,27 @@ def exhaustive_space() -> list[dict[str, Any]]:
     ]
 
 
-def validate_config(config: Any, where: str) -> dict[str, Any]:
+def own_keys(schema: dict) -> set[str]:
+    """The keys a config listed under a template's uid may set beyond TRITON_KEYS: its
+    schema's, less the true/false values it derives from the problem (EVEN_K)."""
+    from ..templates.params import Bool
+
+    return {key for key, spec in schema.items() if not isinstance(spec, Bool)}
+
+
+def validate_config(config: Any, where: str, schema: dict | None = None) -> dict[str, Any]:
+    """A config of a space as the tiles' keys (TRITON_KEYS; GROUP_M 8 where not given),
+    checked. `schema`: the params_schema of the template whose uid lists it, which may then
+    set that template's own keys too (triton::gemv's PDL, DOT, REDUCE_EACH, SPLIT_K), each
+    value checked by it (its BLOCK_N from 1)."""
     if not isinstance(config, dict):
         raise UserError(f"{where}: each config must be an object, got {type(config).__name__}")
-    unknown = set(config) - set(TRITON_KEYS)
+    allowed = set(TRITON_KEYS) | (own_keys(schema) if schema else set())
+    unknown = set(config) - allowed
     if unknown:
+        expected = ", ".join(TRITON_KEYS) + (", and the template's own keys" if schema else "")
         raise UserError(f"{where}: unknown config key(s) {', '.join(sorted(map(repr, unknown)))}; "
-                        f"expected {', '.join(TRITON_KEYS)}")
+                        f"expected {expected}")
     out = {"GROUP_M": 8}
     out.update(config)
     for key in TRITON_KEYS:
@@ -62,6 +76,12 @@ def validate_config(config: Any, where: str) -> dict[str, Any]:
         value = out[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if schema:
+        for key, value in out.items():
+            problem = schema[key].problem(value) if key in schema else None
+            if problem:
+                raise UserError(f"{where}: {key}={value!r} is {problem}")
+        return out
     for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         value = out[key]
         if value & (value - 1) or not (BLOCK_RANGE[0] <= value <= 1024):
@@ -74,8 +94,9 @@ def validate_config(config: Any, where: str) -> dict[str, Any]:
 
 
 def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """A user's space: a JSON list of configs (for every Triton template) or an object
-    {uid: [configs]}. Returns {uid or "*": configs}."""
+    """A user's space: a JSON list of configs (for every Triton template: the tiles' keys
+    alone) or an object {uid: [configs]} (each may set its template's own keys too). Returns
+    {uid or "*": configs}."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"space file not found: {path}")
@@ -100,7 +121,12 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     for uid, configs in groups.items():
         if not isinstance(configs, list) or not configs:
             raise UserError(f"space file {path}: {str(uid)!r} must map to a non-empty list of configs")
-        out[str(uid)] = [validate_config(c, f"{path} [{uid}]") for c in configs]
+        schema = None
+        if uid != "*":  # listed under a template: its own keys allowed, its schema checks them
+            from ..templates import get_template
+
+            schema = get_template(str(uid)).params_schema
+        out[str(uid)] = [validate_config(c, f"{path} [{uid}]", schema) for c in configs]
     return out
 
 

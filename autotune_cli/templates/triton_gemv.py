@@ -35,13 +35,14 @@ kernel as a programmatic dependent launch (Hopper and later, Triton 3.4 and late
 `fit_to_device` turns it off elsewhere): the grid may be scheduled while the kernel before
 it drains, waits for that kernel to finish (griddepcontrol.wait) before its first load, and
 lets the next be scheduled at once; the same memory order as plain launches. It is a
---space choice, off in the shipped lists: it gains only after a kernel that signals its
-dependents early (another PDL kernel), which back-to-back timing of one kernel always has
-and a model's GEMV, after a norm or an activation, rarely has (bench/README.md).
+--space choice (listed under this template's uid), off in the shipped lists: it gains only
+after a kernel that signals its dependents early (another PDL kernel), which back-to-back
+timing of one kernel always has and a model's GEMV, after a norm or an activation, rarely
+has (bench/README.md).
 FLAT_ROW=1 (M = 1, REDUCE_EACH, B^T) multiplies A's one row into B's [BLOCK_N, BLOCK_K] tile
 as a 2-D product, as a reduction kernel tiles it, rather than through a [1, BLOCK_N,
-BLOCK_K] one: the same sums, another register layout. No list offers it (a --space file
-takes the shared tile keys alone); bench/gemv_sweep.py --flat 0,1 times it.
+BLOCK_K] one: the same sums, another register layout. No shipped list offers it: a --space
+file lists it under this template's uid (bench/gemv_sweep.py --flat 0,1 times it).
 """
 
 from __future__ import annotations
