@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from .dynamic import dynamic_problem, dynamic_route
 from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, NEEDS_GRADIENTS, concrete,
@@ -124,9 +124,8 @@ class TrainingCompile:
     compile_fx returns), so that no matmul is counted twice. `met`: the numbers of the
     marked matmuls the forward (or inference) graph holds as GEMMs (see `unmet`)."""
 
-    def __init__(self, backend, inner: Callable | None = None) -> None:
+    def __init__(self, backend) -> None:
         self.backend = backend
-        self.inner = inner
         self.lazy = False  # set by the backend once compile_fx has returned
         self.met: set[int] = set()
 
@@ -140,15 +139,14 @@ class TrainingCompile:
                 for number, op in enumerate(marks) if number not in self.met]
 
     def __call__(self, gm, example_inputs, **kwargs):
+        from torch._inductor.compile_fx import compile_fx_inner
+
         from .report import summary
 
-        inner = self.inner
-        if inner is None:
-            from torch._inductor.compile_fx import compile_fx_inner as inner
         before = len(self.backend.routes)
         # the forward's or an inference graph's (a checkpointed region's) marked matmuls are met
         route_marked(self.backend, gm, None if kwargs.get("is_backward") else self.met)
-        compiled = inner(gm, example_inputs, **kwargs)
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         if kwargs.get("is_backward") and self.lazy:  # compiled at the first backward, after the forward's line
             summary(self.backend.routes[before:], graph=" in the backward")  # not read as a graph break
         return compiled
@@ -170,10 +168,10 @@ def _operands(node, op: str) -> tuple:
     return (None, *node.args[:2]) if op != "addmm" else (node.args[0], *node.args[1:3])
 
 
-def route_marked(backend, gm, met: set | None = None) -> int:
+def route_marked(backend, gm, met: set | None = None) -> None:
     """Replace each marked aten matmul of `gm` (a forward or backward graph) that has a
-    winner by the opaque op; report every one in `backend.routes`. How many were. `met`
-    gets the number (`mark`) of each."""
+    winner by the opaque op; report every one in `backend.routes`. `met` gets the number
+    (`mark`) of each."""
     import warnings
 
     import torch
@@ -212,7 +210,7 @@ def route_marked(backend, gm, met: set | None = None) -> int:
             continue
         found.append((node, op, values))
     if not found and not dynamic:
-        return 0
+        return
     backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found]
                           + [replace(plan[0], m=m) for *_, plan in dynamic for m in plan[1]])
     routed = _route_dynamic(backend, gm, dynamic)
@@ -228,7 +226,6 @@ def route_marked(backend, gm, met: set | None = None) -> int:
     if routed:
         gm.graph.lint()
         gm.recompile()
-    return routed
 
 
 def _route_dynamic(backend, gm, dynamic: list) -> int:
@@ -236,12 +233,13 @@ def _route_dynamic(backend, gm, dynamic: list) -> int:
     of its M values by the opaque op over a DynamicCall (dynamic.dynamic_route); how many."""
     from .ops import register_ops
 
+    gemm = register_ops()["gemm"]
     routed = 0
-    for node, op, (bias, a, b), (problem, m_values) in dynamic:
+    for node, op, values, (problem, m_values) in dynamic:
         name = dynamic_route(backend.dispatcher, backend.routes, op, problem, m_values)
         if name is None:
             continue
-        _replace(gm, node, op, register_ops()["gemm"], name, (bias, a, b))
+        _replace(gm, node, op, gemm, name, values)
         routed += 1
     return routed
 
