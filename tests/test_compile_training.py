@@ -51,22 +51,20 @@ def same_step(compiled, eager, x) -> None:
         torch.testing.assert_close(got, expected)
 
 
-def recorded_problems(tmp_path, x, make=None) -> tuple:
-    """The training step of `make()` (default: Net) recorded (eager): the list file and its problems' keys."""
+def record_and_tune(tmp_path, cli, space, x, make=None) -> set:
+    """The training step of `make()` (default: Net) recorded (eager), its list tuned on the CPU
+    as a user tunes it (`mm --from`); the listed problems' keys."""
     path = tmp_path / "train.json"
     with autotune_cli.record(path):
         step((make or Net)(), x)
-    return path, {key(problem) for problem, _ in read_counted(path, "cpu")}  # as `mm --from` reads it
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "triton::mm,triton::bmm",
+                       "--space", space, "--workers", "1", "--json")
+    assert code == 0, err
+    return {key(problem) for problem, _ in read_counted(path, "cpu")}  # as `mm --from` reads it
 
 
 def key(problem) -> tuple:
     return problem.op, problem.m, problem.n, problem.k, problem.b, problem.layout
-
-
-def tune_list(cli, path, space) -> None:
-    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "triton::mm,triton::bmm",
-                       "--space", space, "--workers", "1", "--json")
-    assert code == 0, err
 
 
 @pytest.fixture
@@ -78,8 +76,7 @@ def space(tmp_path):
 
 def test_forward_and_backward_run_the_recorded_problems_winners(tmp_path, cache_dir, cli, space, capsys):
     x = torch.randn(B, T, C)
-    path, listed = recorded_problems(tmp_path, x)
-    tune_list(cli, path, space)
+    listed = record_and_tune(tmp_path, cli, space, x)
     capsys.readouterr()
 
     model, eager = Net(), Net()
@@ -111,8 +108,7 @@ def test_nothing_cached_leaves_each_product_to_the_compiler_and_says_why(cache_d
 
 def test_a_step_under_no_grad_is_routed_in_dynamos_graph_as_before(tmp_path, cache_dir, cli, space):
     x = torch.randn(B, T, C)
-    path, _ = recorded_problems(tmp_path, x)
-    tune_list(cli, path, space)
+    record_and_tune(tmp_path, cli, space, x)
     model = Net()
     routes: list = []
     with torch.no_grad():
@@ -138,8 +134,7 @@ def test_torchs_compile_caches_never_hand_the_routed_step_to_a_plain_compile(tmp
     autograd_cache.__enter__()
     request.addfinalizer(lambda: autograd_cache.__exit__(None, None, None))
     x = torch.randn(B, T, C)
-    path, _ = recorded_problems(tmp_path, x)
-    tune_list(cli, path, space)
+    record_and_tune(tmp_path, cli, space, x)
     want, want_grads = step(Net(), x)
 
     def check(got):
@@ -184,8 +179,7 @@ class Chain(torch.nn.Module):
 
 def test_a_product_that_feeds_the_next_one_is_routed_with_it(tmp_path, cache_dir, cli, space):
     x = torch.randn(B, T, C)
-    path, listed = recorded_problems(tmp_path, x, Chain)
-    tune_list(cli, path, space)
+    listed = record_and_tune(tmp_path, cli, space, x, Chain)
     routes: list = []
     same_step(autotune_cli.compile(Chain(), mode="default", routes=routes, tune=False), Chain(), x)
     assert routes and not [r for r in routes if r.fallback], routes
@@ -221,8 +215,7 @@ def test_an_optimizer_loop_keeps_its_graphs_and_a_batch_of_another_size_is_route
     dynamic; the bmm) said to be the compiler's; then a batch of the first size again runs
     the dynamic graph, its rows' winners chosen per call."""
     x = torch.randn(B, T, C)
-    path, _ = recorded_problems(tmp_path, x)
-    tune_list(cli, path, space)
+    record_and_tune(tmp_path, cli, space, x)
     capsys.readouterr()
     model, eager = Net(), Net()
     routes: list = []
@@ -262,8 +255,7 @@ def test_a_backward_product_over_one_row_is_left_to_the_compiler_as_record_leave
     """A step of one row: each weight's gradient is a product with K = 1 (an outer product),
     which `record` does not list and compile leaves to the compiler, as in Dynamo's graph."""
     x = torch.randn(1, 1, C)
-    path, listed = recorded_problems(tmp_path, x, Chain)
-    tune_list(cli, path, space)
+    listed = record_and_tune(tmp_path, cli, space, x, Chain)
     routes: list = []
     same_step(autotune_cli.compile(Chain(), mode="default", routes=routes, tune=False), Chain(), x)
     left = [r for r in routes if r.fallback]
@@ -309,8 +301,7 @@ def test_a_checkpointed_regions_products_are_routed_in_the_steps_graphs(tmp_path
     """Dynamo keeps the region a subgraph; AOTAutograd inlines it, its recomputation in the
     backward: each of its products is routed there (none silently left out of `routes`)."""
     x = torch.randn(B, T, C)
-    path, listed = recorded_problems(tmp_path, x, Checkpointed)
-    tune_list(cli, path, space)
+    listed = record_and_tune(tmp_path, cli, space, x, Checkpointed)
     capsys.readouterr()
     routes: list = []
     same_step(autotune_cli.compile(Checkpointed(), mode="default", routes=routes, tune=False), Checkpointed(), x)
@@ -322,8 +313,7 @@ def test_a_checkpointed_regions_products_are_routed_in_the_steps_graphs(tmp_path
 
 def test_a_checkpointed_region_under_no_grad_is_routed_too(tmp_path, cache_dir, cli, space):
     x = torch.randn(B, T, C)
-    path, _ = recorded_problems(tmp_path, x, Checkpointed)
-    tune_list(cli, path, space)
+    record_and_tune(tmp_path, cli, space, x, Checkpointed)
     routes: list = []
     with torch.no_grad():
         out = autotune_cli.compile(Checkpointed(), mode="default", routes=routes, tune=False)(x)
