@@ -40,7 +40,8 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..hardware.registers import register_budget
 from ..problem import FP8_DTYPES, SCALE_BLOCK, GemmProblem
-from ..templates.triton_gemv import DOT_DTYPES, DOT_M, TritonGemvTemplate, gemv_block_m, k_per_split
+from ..templates.triton_gemv import (DOT_DTYPES, DOT_M, TritonGemvTemplate, flat_row_serves, gemv_block_m,
+                                     k_per_split)
 from ..templates.triton_scaled_gemv import TritonScaledGemvTemplate
 from .registry import Heuristic, register_heuristic
 
@@ -229,8 +230,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
             continue
         if blockwise and SCALE_BLOCK % block_k:
             continue
-        if tile.flat and not (block_m == 1 and tile.form == EACH and problem.b_transposed and not blockwise):
-            continue  # FLAT_ROW is one row's per-step sum along B^T's K
+        if tile.flat and not flat_row_serves(problem, block_m, tile.form == EACH):
+            continue
         for split in splits:
             if not slice_fits(problem, block_k, split):
                 continue

@@ -75,6 +75,12 @@ def gemv_block_m(m: int) -> int:
     return 1 << max(0, (m - 1).bit_length())
 
 
+def flat_row_serves(problem: GemmProblem, block_m: int, sums_each_step: bool) -> bool:
+    """Whether FLAT_ROW can run a tile: one row of A (BLOCK_M 1) summed at every step
+    (REDUCE_EACH, not DOT) along B^T's contiguous K, without blockwise scales."""
+    return block_m == 1 and sums_each_step and problem.b_transposed and problem.scale != "block"
+
+
 class TritonGemvTemplate(TritonTemplate):
     uid = "triton::gemv"
     ops = ("mm", "addmm")
@@ -132,8 +138,7 @@ class TritonGemvTemplate(TritonTemplate):
             if problem.dtype not in self.dot_dtypes:
                 raise ValueError(f"{self.uid}: DOT serves {' and '.join(self.dot_dtypes)}, not {problem.dtype}")
             params["REDUCE_EACH"] = 0
-        if params["FLAT_ROW"] and not (block_m == 1 and params["REDUCE_EACH"] and not params["DOT"]
-                                       and problem.b_transposed and problem.scale != "block"):
+        if params["FLAT_ROW"] and not flat_row_serves(problem, block_m, bool(params["REDUCE_EACH"])):
             raise ValueError(f"{self.uid}: FLAT_ROW is the per-step sum of one row of A along B^T's K "
                              "(BLOCK_M=1, REDUCE_EACH=1, layout ?t, no blockwise scales)")
         params["EVEN_K"] = problem.k % (params["BLOCK_K"] * split) == 0
