@@ -30,8 +30,9 @@ machine, or with a template source that has changed since) is left as it was: In
 handles it as it would without us. What is routed: linear (x [..., K] folded to [M, K],
 B = W.T), mm, addmm (alpha = beta = 1), bmm, matmul / @ of 2-D by 2-D, N-D by 2-D and
 3-D by 3-D operands, and an einsum of two tensors that is one bmm (einsum.py), with static
-shapes; in an exported program's module, the aten ops of each. Tensors that need gradients under grad mode stay
-on torch's ops (the kernels have no backward).
+shapes; in an exported program's module, the aten ops of each. A matmul recording gradients
+is routed in the forward and backward graphs AOTAutograd makes, under Inductor only
+(training.py); any other backend leaves it on torch's op (the kernels have no backward).
 
 torch._scaled_mm calls (float8, scales per tensor, row or block, a [n] bias, out_dtype and
 use_fast_accum constants) are routed alike, to `autotune::triton_scaled_gemm` (the tiled or
@@ -53,7 +54,8 @@ split_choice.py (whether the kernel runs: timed as the graph compiles),
 sites.py (which graph nodes are matmuls, read as a GEMM's operands), tuning.py (the problems
 a graph meets with no winner, tuned as it compiles), dynamic.py (a dynamic M routed per
 call), groups.py (linears of one input as one GEMM), ops.py (the ops a routed matmul
-becomes, and their routes), report.py (the line a compile prints of its routes),
+becomes, and their routes), scaled.py (a torch._scaled_mm node's route), training.py (a
+training step's matmuls), report.py (the line a compile prints of its routes),
 backend.py (the torch.compile backend that rewrites the graph, and `compile`).
 """
 

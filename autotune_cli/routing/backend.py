@@ -8,7 +8,7 @@ from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher
 from .autocast import cast_autocast_operands
 from .dynamic import dynamic_problem, dynamic_route
 from .einsum import lower_einsums
-from .eager import launch_parts, warmed_call, warmed_scaled_call
+from .eager import launch_parts, warmed_call
 from .gqa import fold_attention
 from .groups import Group, find_groups, place_side_by_side, real_values, rewrite_group, worth_grouping
 from .report import GROUPED, summary
@@ -17,7 +17,8 @@ from .outer import rewrite_outer
 from .padded import rows_whole_for_strict_users
 from .pdl import pdl_form
 from .graph_edits import fill_example_values
-from .sites import PADDED, ScaledMatch, Site, matmul_sites, node_value
+from .scaled import rewrite_scaled
+from .sites import PADDED, Site, matmul_sites, node_value
 from .training import compile_step, mark_step
 
 __all__ = ["routing_backend"]
@@ -222,7 +223,7 @@ class routing_backend:
                                             fallback=True, reason=site.skip))
                 continue
             if site.scaled is not None:
-                changed |= self._rewrite_scaled(graph, node, site.scaled, pin_aten)
+                changed |= rewrite_scaled(self, graph, node, site.scaled, pin_aten)
                 continue
             if site.dynamic_m:
                 changed |= self._rewrite_dynamic(graph, site)
@@ -331,62 +332,6 @@ class routing_backend:
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         return True
-
-    def _rewrite_scaled(self, graph, node, match: ScaledMatch, pin_aten: bool) -> bool:
-        """Replace a torch._scaled_mm node by our op where its problem has a routed winner."""
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        values = [node_value(x) for x in (match.a, match.b, match.scale_a, match.scale_b, match.bias)]
-        with unset_fake_temporarily(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", AutotuneFallbackWarning)  # reported in `routes`
-            route = self._route_scaled(*values, match.out_dtype, match.fast_accum, pin_aten)
-        if route is None:
-            return False
-        op, name = route
-        with graph.inserting_before(node):
-            out = graph.call_function(op, (match.a, match.b, match.scale_a, match.scale_b, match.bias, name))
-        node.replace_all_uses_with(out)
-        graph.erase_node(node)
-        return True
-
-    def _route_scaled(self, a, b, scale_a, scale_b, bias, out_dtype, fast: bool, pin_aten: bool):
-        """(op, route name) for a torch._scaled_mm call, or None to leave it to the compiler:
-        a one-kernel Triton winner (the tiled kernel) as the Triton op, the persistent TMA
-        kernel (device-side descriptors need Triton's allocator, which the compiler's
-        launches do not set) and split-K (its workspace) as the opaque op, an aten winner
-        left as torch's call (pinned through the opaque op under max-autotune)."""
-        call, info, built = self.dispatcher.route_scaled(a, b, scale_a, scale_b, bias, out_dtype, fast)
-        if info.fallback or info.problem is None:
-            self.routes.append(info)
-            return None
-        if built is None and not pin_aten:
-            self.routes.append(info)
-            return None
-        ops = register_ops()
-        problem = info.problem
-        shape = problem.out_shape()
-        parts = launch_parts(built)
-        triton_ok = (parts is not None and "triton_scaled_gemm" in ops and not built.keeps_buffers
-                     and built.pitch is None and tuple(getattr(parts[0], "arg_names", ()))[:6]
-                     == ("A", "B", "C", "BIAS", "SCALE_A", "SCALE_B"))
-        strides = contiguous(shape)
-        name = route_name(info, tuple(strides), "triton" if triton_ok else "opaque", built)
-
-        def make() -> Route:
-            import torch
-
-            from ..templates.base import torch_dtype
-
-            run = warmed_scaled_call(self.dispatcher, built, (a, b, scale_a, scale_b, bias)) \
-                if built is not None and not triton_ok else call
-            route = Route(info, run, tuple(shape), tuple(strides), built, parts if triton_ok else None,
-                          out_dtype=torch_dtype(problem.result_dtype) if out_dtype is None else out_dtype)
-            assert isinstance(route.out_dtype, torch.dtype)
-            return route
-
-        keep_route(name, make)
-        self.routes.append(info)
-        return (ops["triton_scaled_gemm"] if triton_ok else ops["scaled_gemm"]), name
 
     def opaque_route(self, a, b, bias):
         """(the opaque op, route name) for a matmul of a graph that is past AOTAutograd
