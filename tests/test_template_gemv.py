@@ -83,6 +83,18 @@ def test_renders_real_triton_with_what_the_problem_fixes():
     assert 'a = tl.load(a_ptrs, mask=m_ok[None, :], other=0.0, eviction_policy="evict_last")' in dot
 
 
+def test_one_step_over_k_is_straight_line_code():
+    """SPLIT_K 1 and K within one BLOCK_K: no loop whose trip count is known at run time
+    only; a longer K, or slices of it, keep the loop."""
+    template = get_template(GEMV)
+    looped = "for k_start in range(k_first, k_last, BLOCK_K):"
+    for k, config, one_step in ((768, tile(1, 2, 1024, each=1), True), (70, tile(2, 16, 128), True),
+                                (1100, tile(1, 2, 1024, each=1), False), (768, tile(1, 2, 512, split=2), False)):
+        problem = make_problem(m=config["BLOCK_M"], n=50257, k=k, dtype="bfloat16", layout="nt")
+        source = template.render(problem, template.full_params(problem, config))
+        assert ("tl.static_range(1)" in source, looped in source) == (one_step, not one_step), (k, config)
+
+
 @pytest.mark.parametrize("config, message", [
     (tile(2), "must be M=3 rounded up to a power of two"),
     (tile(8), "must be M=3 rounded up to a power of two"),
@@ -157,11 +169,14 @@ def test_a_stored_winner_must_be_its_declared_params():
     (dict(m=2, n=33, k=128, dtype="float32", layout="nn", bias="mn"), tile(2, 16, 16, 2, fused=1)),
     (dict(m=1, n=33, k=300, dtype="bfloat16", layout="nt", bias="n"), {**tile(1, 2, 128, each=1), "FLAT_ROW": 1}),
     (dict(m=1, n=64, k=512, dtype="float16", layout="nt"), {**tile(1, 2, 256, 2, each=1), "FLAT_ROW": 1}),
+    (dict(m=1, n=33, k=70, dtype="bfloat16", layout="nt", bias="n"), {**tile(1, 2, 128, each=1), "FLAT_ROW": 1}),
+    (dict(m=2, n=45, k=100, dtype="float16", layout="nn"), tile(2, 16, 128)),
 ], ids=["m1-nt", "m1-nt-split2", "m1-even", "m4-nn-bias-split3", "m4-fp32", "m8-nt-bias-mn",
         "m8-nn-bf16", "m5-tt-bias", "m3-tn", "each-m1-nt", "each-m1-split2", "each-m3-nn-bias",
         "each-m13-fp32-split3", "dot-m16-even", "dot-m5-nt-bias", "dot-m12-nn-bias-mn-split2",
         "dot-m1-tt-split2", "dot-m9-tn", "fused-each-m1-nn-bias-split4", "fused-dot-m6-split3",
-        "fused-fma-m2-fp32-bias-mn", "flat-m1-nt-bias", "flat-m1-split2"])
+        "fused-fma-m2-fp32-bias-mn", "flat-m1-nt-bias", "flat-m1-split2",
+        "flat-m1-one-step-bias", "m2-nn-one-step"])
 def test_computes_the_product(spec, config, tmp_path):
     problem = make_problem(device="cpu", **spec)
     result = run_kernel(problem, get_template(GEMV), config, tmp_path, seed=2, calls=2)
