@@ -6,8 +6,8 @@ The configs are compiled first by a pool of processes (one per core), then timed
 PYTHONPATH=. python3 bench/gemv_sweep.py [--shapes 1x4096x4096,8x4096x4096] [--layouts nt,nn]
     [--families fma,each,dot,short] [--top 12] [--pdl 0,1] [--flat 0,1]
 --families short: a grid for a short K along B^T (BLOCK_K 256 or K's power of two in one
-masked step, 1-64 columns a program: down to a row or two, as a reduction over K is
-tiled), the CUDA-core forms and DOT.
+masked step, with and without the eviction hints, 1-64 columns a program: down to a row or
+two, as a reduction over K is tiled), the CUDA-core forms and DOT.
 --pdl 0,1 times every config as a plain launch and as a programmatic dependent launch.
 --flat 0,1 times every one-row per-step-sum config along B^T with and without FLAT_ROW (a 2-D
 product in place of a [1, BLOCK_N, BLOCK_K] one).
@@ -124,7 +124,10 @@ def configs(m: int, n: int, k: int, layout: str, families: set[str]) -> list[dic
                         continue
                     steps = -(-k // bk)
                     for stages in ((1, 2) if steps > 1 else (1,)):
-                        out.append(config(bm, bn, bk, warps, stages, each=1))
+                        # one step: with and without the eviction hints (Inductor's
+                        # persistent reduction marks A's loads only)
+                        for evict in ((1, 0) if steps == 1 else (1,)):
+                            out.append(config(bm, bn, bk, warps, stages, each=1, evict=evict))
                         if per_thread <= 32:
                             out.append(config(bm, bn, bk, warps, stages))
         for bn, bk, warps, stages in ((32, 256, 4, 3), (64, 256, 4, 3), (64, 256, 8, 3), (128, 256, 8, 3),
