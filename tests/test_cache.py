@@ -30,7 +30,6 @@ def test_writers_merge_instead_of_overwriting(tmp_path):
 
 @pytest.mark.parametrize("text, reason", [
     ('{"schema": 1, "entries": {"a": ', "not valid JSON"),
-    ('{"schema": 99, "entries": {}}', "newer than this autotune"),
     ('{"schema": 0, "entries": {}}', "cannot be migrated"),
     ('{"schema": 1.0, "entries": {}}', "schema 1.0 is not a version number (a whole number such as 1)"),
     ('{"schema": "1", "entries": {}}', "schema '1' is not a version number"),
@@ -50,6 +49,23 @@ def test_damaged_file_is_moved_aside_and_reported(tmp_path, text, reason):
     assert aside.read_text() == text  # kept byte for byte
     cache.put(A, make_entry(1))
     assert set(Cache(tmp_path).load()) == {A}
+
+
+def test_a_newer_schema_is_no_damage_readers_leave_it_writers_refuse_it(tmp_path):
+    from autotune_cli.store.cache import NewerCache
+
+    text = '{"schema": 99, "entries": {"x": {"from": "a newer autotune"}}}'
+    cache = Cache(tmp_path)
+    cache.path.write_text(text)
+    assert cache.load() == {} and cache.newer_schema == 99
+    (notice,) = cache.notices
+    assert "written by a newer autotune (schema 99; this one reads 1)" in notice
+    for write in (lambda c: c.put(A, make_entry(1)), lambda c: c.remove(lambda k, e: True),
+                  lambda c: c.clear(), lambda c: c.check_writable()):
+        with pytest.raises(NewerCache, match="schema 99; this one writes 1"):
+            write(Cache(tmp_path))
+    assert cache.path.read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == [
+        ".autotune-cache.lock", "autotune-cache.json"]
 
 
 def test_invalid_entry_is_refused_on_write(tmp_path):

@@ -178,6 +178,7 @@ def cache_clear(
 ) -> None:
     """Remove every entry."""
     cache = open_cache(cache_dir)
+    cache.check_writable()  # a newer autotune's file: refused before the question
     count = len(cache.load()) + len(cache.unused)  # those not used are removed too
     if count and not yes:
         if not sys.stdin.isatty():  # a pipe's "n" is no answer to a question never shown
@@ -257,6 +258,7 @@ def cache_import(
 
     load_plugins(tuple(plugin or ()))  # their templates declare their params
     cache = open_cache(cache_dir)
+    cache.check_writable()  # a newer autotune's file: a dry run says the import would be refused
     theirs, refused = read_export(path)
     check_import(theirs, path)
     if dry_run:
@@ -308,6 +310,7 @@ def cache_prune(
     machines = this_machine_digests(kind) if not_this_machine else None
     predicate = prune_predicate(cutoff, machines, filter_text, kind, stale)
     cache = open_cache(cache_dir)
+    cache.check_writable()  # a newer autotune's file: a dry run says the prune would be refused
     if dry_run:
         items = list(cache.items())
         doomed = [entry for key, entry in items if predicate(key, entry)]

@@ -101,7 +101,7 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     if not items:
         if filter_text:
             err.print(f"no winners in {cache.path} match {filter_text!r}", markup=False)
-        elif not without:
+        elif not without and cache.newer_schema is None:  # a newer autotune's: its note says so
             err.print(f"the cache at {cache.path} is empty", markup=False)
         return
     from .tables import cache_table

@@ -14,9 +14,14 @@ An entry that does not agree with its key (another problem, another fingerprint:
 Entry.disagreement) is not used: readers never see it, the user is told once, and the next
 write leaves it out; nothing is written under a key its entry does not agree with.
 
-A file that cannot be used (not JSON, not UTF-8, a schema it cannot read) is moved aside under
-a name that is never reused (kept byte for byte), the user is told in one line, and work
-carries on with an empty cache. An entry of the wrong shape takes only itself out of use: the
+A file of a newer schema (cache_document.NewerSchema) is a newer autotune's sharing the
+folder: never moved aside, rewritten nor merged into, which would lose its winners. A reader
+reads it as empty and is told once (`newer_schema`); a writer raises NewerCache (one line,
+exit 2) before it changes anything; `check_writable` lets a command refuse before its work.
+
+A file that cannot be used (not JSON, not UTF-8, an older schema it cannot read) is moved
+aside under a name that is never reused (kept byte for byte), the user is told in one line,
+and work carries on with an empty cache. An entry of the wrong shape takes only itself out of use: the
 file is copied aside as it is (the same name), then rewritten without it, and the user is
 told in one line; the other entries are used as before. Numbers must be finite:
 JSON has no NaN or infinity, so a non-finite number in an entry being stored (a candidate's
@@ -47,7 +52,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..safe_read import NotAFile
 from . import CacheStore
-from .cache_document import SCHEMA, json_value, parse_document, read_cache_file
+from .cache_document import SCHEMA, NewerSchema, json_value, parse_document, read_cache_file
 from .entry import Entry
 from .entry_checks import DamagedCache, require, show_value
 from ..errors import UserError
@@ -69,6 +74,16 @@ class CacheUnavailable(UserError):
     def __init__(self, message: str, errno_: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno_
+
+
+class NewerCache(CacheUnavailable):
+    """The cache file was written by a newer autotune (`schema`): this one must not write it."""
+
+    def __init__(self, path: Path, schema: int) -> None:
+        super().__init__(f"cache {path} was written by a newer autotune (schema {show_value(schema)}; this one "
+                         f"writes {SCHEMA}): it is left as it is; upgrade autotune, or use another --cache-dir "
+                         "or AUTOTUNE_CACHE_DIR")
+        self.schema = schema
 
 
 # a folder the user may read but not write (a deployed cache, a read-only mount): a reader
@@ -119,6 +134,8 @@ class Cache(CacheStore):
         # {key: why} of the entries the file held at its last read that are not used (not
         # under their key): the next write drops them
         self.unused: dict[str, str] = {}
+        # the schema of the file at its last read where a newer autotune wrote it (read as empty)
+        self.newer_schema: int | None = None
         # (the file's stamp, its entries) as last read or written: a list of problems looks
         # each one up, and parsing the whole file per lookup made a list of hits quadratic
         self._memo: tuple[tuple, dict[str, Entry]] | None = None
@@ -175,15 +192,30 @@ class Cache(CacheStore):
         except OSError as exc:
             raise _unavailable("read", self.path, exc) from None
 
-    def _read_unlocked(self, repair: bool = True) -> dict[str, Entry]:
+    def _newer(self, exc: NewerSchema, writing: bool) -> dict[str, Entry]:
+        """A newer autotune's file: NewerCache for a writer; for a reader, no entries and a
+        notice (once), the file left as it is."""
+        self.newer_schema = exc.schema
+        if writing:
+            raise NewerCache(self.path, exc.schema)
+        self._tell_once(("", "newer"), f"cache {self.path} was written by a newer autotune (schema "
+                                       f"{show_value(exc.schema)}; this one reads {SCHEMA}): left as it is "
+                                       "and read as empty; upgrade autotune to use its entries")
+        return {}
+
+    def _read_unlocked(self, repair: bool = True, writing: bool = False) -> dict[str, Entry]:
         """The file's entries; a damaged or older file is set right on disk (see the module),
-        or, `repair` False (a folder this user cannot write), only in what is returned."""
+        or, `repair` False (a folder this user cannot write), only in what is returned.
+        `writing`: the caller writes what it read back (a newer autotune's file refuses it)."""
         self.unused = {}
+        self.newer_schema = None
         raw = self._read_bytes()
         if raw is None:
             return {}
         try:
             entries, migrated_from, refused, damaged, repeated = parse_document(raw.decode("utf-8"))
+        except NewerSchema as exc:
+            return self._newer(exc, writing)
         except (UnicodeDecodeError, DamagedCache) as exc:
             reason = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
             if repair:
@@ -335,6 +367,7 @@ class Cache(CacheStore):
 
     def _read(self) -> dict[str, Entry]:
         self.unused = {}
+        self.newer_schema = None
         raw = self._read_bytes()
         if raw is None:
             return {}
@@ -343,6 +376,8 @@ class Cache(CacheStore):
             if migrated_from is None and not damaged and not repeated:
                 self._refuse(refused)
                 return entries
+        except NewerSchema as exc:  # nothing to set right: no lock taken
+            return self._newer(exc, writing=False)
         except (DamagedCache, UnicodeDecodeError):
             pass
         try:
@@ -352,6 +387,14 @@ class Cache(CacheStore):
             if exc.errno not in READ_ONLY_ERRNOS:
                 raise
         return self._read_unlocked(repair=False)
+
+    def check_writable(self) -> None:
+        """NewerCache where this autotune must not write the file (a newer autotune's): for a
+        command to refuse before its work (a tune, an import, a prune, their dry runs), not
+        after it. Reads only."""
+        self._entries()
+        if self.newer_schema is not None:
+            raise NewerCache(self.path, self.newer_schema)
 
     def get(self, key: str) -> Entry | None:
         return self._entries().get(key)
@@ -369,7 +412,7 @@ class Cache(CacheStore):
         decision that depends on what is stored (keep the later of two) is made here, so that
         no writer can come in between the look and the write."""
         with self.locked():
-            current = self._read_unlocked()
+            current = self._read_unlocked(writing=True)
             writes = change(dict(current))
             clean = {}
             for key, entry in writes.items():
@@ -397,7 +440,7 @@ class Cache(CacheStore):
 
     def remove(self, predicate: Callable[[str, Entry], bool]) -> int:
         with self.locked():
-            current = self._read_unlocked()
+            current = self._read_unlocked(writing=True)
             keep = {k: v for k, v in current.items() if not predicate(k, v)}
             removed = len(current) - len(keep)
             if removed:
@@ -408,7 +451,7 @@ class Cache(CacheStore):
         """Empty the file, entries not used included (`remove` writes only where it removes
         a used one); how many entries it held."""
         with self.locked():
-            held = len(self._read_unlocked()) + len(self.unused)
+            held = len(self._read_unlocked(writing=True)) + len(self.unused)
             if held:
                 self._write_unlocked({})
             return held

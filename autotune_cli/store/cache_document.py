@@ -28,6 +28,10 @@ migrated file is first copied to "autotune-cache.json.schema-0[.N]", then rewrit
 schema 1, and the user is told. An explicit "schema": 0 was never written by anyone and is
 refused like any other unknown older schema.
 
+A schema newer than SCHEMA is no damage: a newer autotune sharing the folder wrote it. It
+raises NewerSchema (a DamagedCache, so that an import refuses it as it refuses any document it
+cannot read), which cache.py never moves aside: its winners are that autotune's to use.
+
 This module imports neither torch nor triton.
 """
 
@@ -47,6 +51,16 @@ from .fingerprint import digest_of, legacy_digest_of
 SCHEMA = 1
 MAX_FILE_BYTES = 256 * 2**20  # a cache of many thousands of entries is a few MB
 MAX_DEPTH = 64  # containers within containers: our own entries need fewer than ten
+
+
+class NewerSchema(DamagedCache):
+    """The document is of a schema newer than this autotune reads (`schema`): written by a
+    newer autotune, not damaged."""
+
+    def __init__(self, schema: int) -> None:
+        super().__init__(f"schema {show_value(schema)} is newer than this autotune understands ({SCHEMA}); "
+                         "upgrade autotune to use it")
+        self.schema = schema
 
 
 def read_cache_file(path: str | os.PathLike, *, ours: bool = False) -> bytes:
@@ -204,8 +218,7 @@ def parse_document(text: str) -> Document:
         require(isinstance(schema, int) and not isinstance(schema, bool),
                  f"schema {show_value(schema)} is not a version number (a whole number such as {SCHEMA})")
         if schema > SCHEMA:
-            raise DamagedCache(f"schema {show_value(schema)} is newer than this autotune understands ({SCHEMA}); "
-                               "upgrade autotune to use it")
+            raise NewerSchema(schema)
         require(schema == SCHEMA, f"schema {show_value(schema)} is older than {SCHEMA} and cannot be migrated"
                  + (" (only a file without a schema field is read as schema 0)" if schema == 0 else ""))
     while schema < SCHEMA:

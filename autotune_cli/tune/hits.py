@@ -107,6 +107,8 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
     # On a GPU, the driver's answers as remembered beside the cache: no cuInit (gpu_memo.py).
     device = probe_device(settings.device, remembered_in=settings.cache_dir)
     found = look_up(cache, problem, device, settings.templates, **lookup_terms(settings))
+    if found.hit is None:
+        refuse_newer(cache)
     if listener is not None:
         while cache.notices:
             listener.notice(cache.notices.pop(0))
@@ -119,9 +121,20 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
 
 def to_tune(cache, problem, device, settings) -> bool:
     """Whether a tune of `problem` will run (and write the cache): --force, or no entry
-    answers it."""
-    return settings.force or look_up(cache, problem, device, settings.templates,
+    answers it. NewerCache where the file is a newer autotune's (`refuse_newer`)."""
+    tune = settings.force or look_up(cache, problem, device, settings.templates,
                                      **lookup_terms(settings)).hit is None
+    if tune:
+        refuse_newer(cache)
+    return tune
+
+
+def refuse_newer(cache: CacheStore) -> None:
+    """NewerCache where a tune is to follow and `cache` is a newer autotune's file (read as
+    empty): it would refuse the winner, so the tune is refused now, in one line, before any
+    work (its reader's note, not told, would only say it again)."""
+    if isinstance(cache, Cache) and cache.newer_schema is not None:
+        cache.check_writable()
 
 
 def any_to_tune(cache, problems, device, settings) -> bool:

@@ -21,7 +21,7 @@ from ..store.entry import Entry, Winner
 from ..errors import Interrupted, Terminated, UserError
 from ..store.fingerprint import Fingerprint
 from ..hardware.device import DeviceInfo, probe_device
-from .hits import TuneOutcome, fingerprint_for, look_up, lookup_terms  # noqa: F401  (TuneOutcome: re-exported)
+from .hits import TuneOutcome, fingerprint_for, look_up, lookup_terms, refuse_newer  # noqa: F401  (TuneOutcome: re-exported)
 from .selections import selection_view, stored_after, template_hashes
 from ..store.phases import PhaseClock, TuneRecord
 from ..plugins import load_plugins
@@ -162,6 +162,8 @@ class Tuner:
         with clock.phase("lookup"):
             found = look_up(self.cache, problem, self.device, self.settings.templates,
                             **lookup_terms(self.settings))
+        if found.hit is None or self.settings.force:
+            refuse_newer(self.cache)  # a newer autotune's file would refuse the winner
         self._emit_notices()
         if found.refused:
             self.listener.notice(found.refused)
