@@ -528,6 +528,19 @@ def test_prune_bad_input_is_one_line_exit_2(cli, cache_dir, dated, args, message
     assert entries_of(cache_dir) == dated
 
 
+@pytest.mark.parametrize("args", [
+    ("prune", "--stale"), ("prune", "--older-than", "2099-01-01"), ("prune", "--stale", "--dry-run"),
+    ("clear", "--yes"), ("clear",), ("show",), ("path",), ("export", "--format", "autotune"),
+])
+def test_commands_on_a_cache_folder_that_does_not_exist_create_nothing(cli, cache_dir, args):
+    """Nothing to remove, nothing to read: neither the folder nor its lock file is made (as
+    show, path and export make none)."""
+    code, _, err = cli("cache", *args)
+    assert code == 0, err
+    assert not cache_dir.exists()
+    assert "removed 0 entries" in err or args[0] != "prune" or "--dry-run" in args
+
+
 def test_prune_not_this_machine(cli, cache_dir, tuned_here):
     here_cpu = Fingerprint.of(probe_device("cpu"), {}).machine_digest()
     assert {e["machine"] for e in tuned_here.values()} == {here_cpu}

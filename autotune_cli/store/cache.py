@@ -438,7 +438,21 @@ class Cache(CacheStore):
         self.merge(change)
         return made[0] if made else None
 
+    def _absent(self) -> bool:
+        """Whether nothing is at the file's name (CacheUnavailable where that cannot be told:
+        a file where the folder should be). Removing from an absent cache removes nothing, so
+        it creates neither the folder nor the lock file, as a reader does not."""
+        try:
+            os.lstat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            raise _unavailable("read", self.path, exc) from None
+        return False
+
     def remove(self, predicate: Callable[[str, Entry], bool]) -> int:
+        if self._absent():
+            return 0
         with self.locked():
             current = self._read_unlocked(writing=True)
             keep = {k: v for k, v in current.items() if not predicate(k, v)}
@@ -450,6 +464,8 @@ class Cache(CacheStore):
     def clear(self) -> int:
         """Empty the file, entries not used included (`remove` writes only where it removes
         a used one); how many entries it held."""
+        if self._absent():
+            return 0
         with self.locked():
             held = len(self._read_unlocked(writing=True)) + len(self.unused)
             if held:
