@@ -24,6 +24,12 @@ def printable(value: Any) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """A file that is not UTF-8 text, as every reader says it (a cache, an import, a --from
+    list): where its first bad byte is, never Python's codec message."""
+    return f"not UTF-8 text (byte {exc.start})"
+
+
 def article(word: str) -> str:
     """`word` after "a" or "an" as it is spoken by its first letter: "an int", "a float"."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

@@ -390,6 +390,19 @@ def test_import_bad_input_is_one_line_exit_2(cli, cache_dir, tmp_path, content, 
     assert not (cache_dir / CACHE_FILE).exists()
 
 
+def test_import_of_a_binary_file_says_where_it_stops_being_text(cli, cache_dir, tmp_path):
+    """A model archive given to import by mistake: worded as `mm --from` words it, never
+    Python's codec message."""
+    model = tmp_path / "some_model.pt2"
+    model.write_bytes(b"PK\x03\x04" + b"a" * 61 + b"\x9b\x00\xff" * 10)
+    code, _, err = cli("cache", "import", model)
+    assert code == 2
+    assert one_error_line(err) == f"autotune: error: cannot read {model}: not UTF-8 text (byte 65)"
+    code, _, err = cli("mm", "--from", model)
+    assert code == 2 and one_error_line(err).endswith(f"--from: cannot read {model}: not UTF-8 text (byte 65)")
+    assert not cache_dir.exists()
+
+
 # -- prune -----------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..store.entry import Entry, tuned_time
-from ..text import printable
+from ..text import not_utf8, printable
 from .show import entry_title
 
 __all__ = ["ImportPlan", "check_import", "describe_import", "plan_import", "read_export"]
@@ -45,8 +45,10 @@ def read_export(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
         text = read_cache_file(path).decode("utf-8")
     except NotAFile as exc:
         raise UserError(f"cannot import: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # a model, an archive: said as `mm --from` says it
+        raise UserError(f"cannot read {path}: {not_utf8(exc)}") from None
     try:
         document = parse_document(text)
         damaged = {key: f"damaged ({why})" for key, why in document.damaged.items()}

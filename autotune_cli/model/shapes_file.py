@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..safe_read import NotAFile, read_regular_file
 from ..errors import UserError
+from ..text import not_utf8
 from ..problem import BIAS_SHAPES, LAYOUTS, MAX_DIM, GemmProblem, make_problem, normalize_dtype
 
 MAX_LIST_BYTES = 64 << 20  # a list of 100,000 problems is about 10 MB
@@ -174,7 +175,7 @@ def read_listed(path: Path, device: str) -> list[tuple[GemmProblem, int, bool]]:
     except OSError as exc:
         raise UserError(f"--from: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise UserError(f"--from: cannot read {path}: not UTF-8 text (byte {exc.start})") from None
+        raise UserError(f"--from: cannot read {path}: {not_utf8(exc)}") from None
     try:
         data = json.loads(text)
     except RecursionError:

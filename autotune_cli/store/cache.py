@@ -56,7 +56,7 @@ from .cache_document import SCHEMA, NewerSchema, json_value, parse_document, rea
 from .entry import Entry
 from .entry_checks import DamagedCache, require, show_value
 from ..errors import UserError
-from ..text import printable
+from ..text import not_utf8, printable
 
 CACHE_FILE = "autotune-cache.json"
 LOCK_FILE = ".autotune-cache.lock"
@@ -217,7 +217,7 @@ class Cache(CacheStore):
         except NewerSchema as exc:
             return self._newer(exc, writing)
         except (UnicodeDecodeError, DamagedCache) as exc:
-            reason = f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            reason = not_utf8(exc) if isinstance(exc, UnicodeDecodeError) else str(exc)
             if repair:
                 self._move_aside(reason)
             else:
