@@ -113,6 +113,12 @@ def mixed(cache_dir):
     ("MM 640x64x64 FP16 NT", {("mm", "float16", 640)}),
     ("4x128x64x64", {("bmm", "float32", 128)}),
     ("4x64x64", set()),
+    # sizes by their start, at a size's boundary: 640x64x64 is not 64x64's
+    ("64x64", {("mm", "float16", 64), ("mm", "bfloat16", 64), ("addmm", "float16", 64)}),
+    ("640x64", {("mm", "float16", 640)}),
+    ("mm 64x64 bf16", {("mm", "bfloat16", 64)}),
+    ("4x128", {("bmm", "float32", 128)}),
+    ("128x64", set()),
 ])
 def test_show_filter(cli, mixed, text, expected):
     code, out, err = cli("cache", "show", "--json", "--filter", text)
@@ -130,6 +136,17 @@ def test_show_filter_table_and_no_match(cli, mixed):
     assert code == 0 and out == "" and "match 'tf32'" in err
     code, out, _ = cli("cache", "show", "--help")
     assert code == 0 and '"mm 64x64x64 bf16"' in out
+
+
+def test_show_filter_by_the_start_of_the_sizes_the_table_shows(cli, cache_dir):
+    """`--filter 32x256` finds the row the table shows as addmm 32x256x64 (and not 32x2560x64)."""
+    write(cache_dir, synthetic(op="addmm", bias="n", m=32, n=256, k=64),
+          synthetic(op="addmm", bias="n", m=32, n=2560, k=64))
+    code, out, err = cli("cache", "show", "--filter", "32x256")
+    assert code == 0, err
+    assert "addmm 32x256x64" in out and "32x2560x64" not in out
+    code, out, _ = cli("cache", "show", "--filter", "addmm 32x256x64")
+    assert code == 0 and "addmm 32x256x64" in out and "32x2560x64" not in out
 
 
 # -- export ----------------------------------------------------------------------------------

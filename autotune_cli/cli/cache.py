@@ -152,7 +152,8 @@ def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str,
 
 FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text: a dtype (bf16), "
                          "an op (mm), key parts (mm/m64), the problem as the table shows it (64x64x64, "
-                         "\"mm 64x64x64 bf16\"), or a device name (H200).")
+                         "\"mm 64x64x64 bf16\"; sizes by their start: 32x256 is 32x256x64), or a device "
+                         "name (H200).")
 
 
 @cache_app.command("path")

@@ -21,6 +21,7 @@ from .console import err, out
 
 Items = List[tuple]  # [(key, Entry)]
 _VALUED = {"--cache-dir": "cache_dir", "--filter": "filter_text"}
+_SIZES = re.compile(r"\d+(?:x\d+)*")  # a problem's sizes as the table shows them: 32x256x64
 
 
 def entry_matches(key: str, entry: Entry, text: str) -> bool:
@@ -30,8 +31,9 @@ def entry_matches(key: str, entry: Entry, text: str) -> bool:
     (mm, addmm, bmm) that op exactly: "fp16" does not match bfloat16 entries, nor "mm" addmm
     ones. Text with a "/" matches whole parts of the key ("mm/m64" is neither "addmm/m64"
     nor "mm/m640"). Whole words of the problem as the table shows it match too ("64x64x64",
-    "mm 64x64x64 bf16"; not addmm's). Anything else is a substring of the key, the device
-    name or the fingerprint digest.
+    "mm 64x64x64 bf16"; not addmm's), sizes by their start as well ("32x256" is 32x256x64's
+    first two, not 32x2560x64's nor 4x32x256x64's). Anything else is a substring of the key,
+    the device name or the fingerprint digest.
     """
     needle = text.strip().lower()
     if needle in DTYPE_ALIASES:
@@ -42,8 +44,10 @@ def entry_matches(key: str, entry: Entry, text: str) -> bool:
     if "/" in needle:  # whole parts of the key: bf16/nn -> bfloat16/nn
         needle = "/".join(DTYPE_ALIASES.get(part, part) for part in needle.strip("/").split("/"))
         return re.search(re.escape("/" + needle) + r"(?=[/@]|$)", "/" + haystack) is not None
-    words = " ".join(DTYPE_ALIASES.get(word, word) for word in needle.split())  # bf16 -> bfloat16
-    if re.search(r"(?<!\S)" + re.escape(words) + r"(?!\S)", entry.problem.describe().lower()):
+    # bf16 -> bfloat16; sizes (NxN...) also match as the first of the sizes the table shows
+    words = r"\s+".join(re.escape(word) + r"(?:x\d+)*" if _SIZES.fullmatch(word)
+                        else re.escape(DTYPE_ALIASES.get(word, word)) for word in needle.split())
+    if re.search(r"(?<!\S)" + words + r"(?!\S)", entry.problem.describe().lower()):
         return True
     device_name = entry.device_name.lower()
     return needle in haystack or needle in device_name
