@@ -190,6 +190,21 @@ def test_export_inductor_to_file(cli, cache_dir, gpu_entries, tmp_path):
     assert "exported 4 lookup-table keys from 5 entries" in err
 
 
+def test_export_inductor_says_each_reason_once(cli, cache_dir, tmp_path):
+    """A CPU-only cache's 16 entries: one note for the reason they share, not 16 lines; an
+    entry with a reason of its own is still named."""
+    write(cache_dir, *[synthetic(m=16 * i, device="cpu", device_name="AMD EPYC") for i in range(1, 17)],
+          synthetic(m=256, n=256, k=256, dtype="float32", allow_tf32=True))
+    code, out, err = cli("cache", "export", "--format", "inductor", "-o", tmp_path / "table.json")
+    assert code == 0 and out == "", err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert notes == ["note: 16 entries skipped: tuned on cpu (Inductor's lookup table is CUDA-only)",
+                     "note: mm 256x256x256 float32 tf32 nn (aten::mm): skipped, tuned for TF32; export with "
+                     "allow_tf32=True for that precision mode"]
+    assert len(notes[0]) <= 80
+    assert "exported 0 lookup-table keys from 17 entries" in err
+
+
 @pytest.mark.parametrize("dash", [True, False])
 def test_export_inductor_to_stdout(cli, cache_dir, gpu_entries, dash):
     args = ["-o", "-"] if dash else []

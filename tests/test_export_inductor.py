@@ -181,6 +181,11 @@ def test_table_keys_values_and_skip_notes():
     assert "cpu" in notes[0] and "CUDA" in notes[0]
     assert "mm_swap_ab" in notes[1] and "no Inductor" in notes[1]
     assert "TF32" in notes[2] and "allow_tf32=True" in notes[2]
+    # Entries that share a reason are counted in one note; a reason of one entry names it.
+    cpu2 = entry(problem(m=8, device="cpu"), triton_winner(), device_name="Some CPU", device_type="cpu")
+    _, grouped = inductor_table([cpu, mm, cpu2, tf32], include_hash=False)
+    assert grouped[0] == "2 entries skipped: tuned on cpu (Inductor's lookup table is CUDA-only)"
+    assert len(grouped) == 2 and grouped[1] == notes[2]
     # The other precision mode is exported on request.
     table32, notes32 = inductor_table([tf32], allow_tf32=True)
     assert table32 == {inductor_key(tf32["problem"], H200): [{"template_id": "aten::mm"}]}

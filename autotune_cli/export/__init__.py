@@ -71,6 +71,27 @@ def _ms(entry: Entry) -> float:
     return float(entry.winner.ms) if entry.winner is not None else math.inf
 
 
+# How a note reads for one entry ("<entry>: <alone>, <why>") and for several that share its
+# reason, said once for all of them ("<n> entries<together>: <why>"): a CPU-only cache's
+# export is one line, not one per entry.
+_NOTE_KINDS = {"skipped": ("skipped", " skipped"), "dropped": ("dropped", " dropped"),
+               "hash": ("template_hash left out", " without template_hash"), "note": ("note", "")}
+
+
+def _note_lines(found: dict[tuple[str, str], list[str | None]]) -> list[str]:
+    """One line per (kind, why) of `found`, in the order first found: naming its entry where
+    it is one entry's, counting them where several share it."""
+    lines = []
+    for (kind, why), whats in found.items():
+        whats = list(dict.fromkeys(whats))  # an entry under several keys is noted once
+        alone, together = _NOTE_KINDS[kind]
+        if len(whats) > 1:
+            lines.append(f"{len(whats)} entries{together}: {why}")
+        else:
+            lines.append(f"{alone}, {why}" if whats[0] is None else f"{whats[0]}: {alone}, {why}")
+    return lines
+
+
 def inductor_table(
     entries: list[Entry | dict],
     *,
@@ -80,16 +101,21 @@ def inductor_table(
     """Build Inductor's lookup table from cache entries (or their JSON objects).
 
     Returns (table, notes): `table` maps each key to a one-config list; `notes` says, one
-    line each, which entries were left out and why (CPU entries, winners without an Inductor
-    equivalent, float32 entries tuned under the other precision mode, entries that lost to
-    a faster one for the same key) and where a template hash was left out.
+    line per reason, which entries were left out and why (CPU entries, winners without an
+    Inductor equivalent, float32 entries tuned under the other precision mode, entries that
+    lost to a faster one for the same key) and where a template hash was left out: a line
+    names its entry, or counts the entries that share its reason.
 
     Inductor's key does not say whether TF32 is allowed: it decides that at compile time
     from `torch.backends.cuda.matmul.fp32_precision`. Only float32 entries tuned with
     `allow_tf32` equal to this function's `allow_tf32` are exported (default: IEEE, torch's
     default).
     """
-    notes: list[str] = []
+    found: dict[tuple[str, str], list[str | None]] = {}  # (kind, why) -> the entries it is said of
+
+    def note(what: str | None, kind: str, why: str) -> None:
+        found.setdefault((kind, why), []).append(what)
+
     chosen: dict[str, tuple[Entry, dict]] = {}  # key -> (entry, config)
     installed = _installed_torch_version() if include_hash else None
     for entry in entries:
@@ -97,48 +123,47 @@ def inductor_table(
             try:
                 entry = Entry.from_dict(entry)
             except ValueError as exc:
-                notes.append(f"skipped, not a cache entry ({exc})")
+                note(None, "skipped", f"not a cache entry ({exc})")
                 continue
         what = _describe(entry)
         problem = entry.problem
         device = problem.device
         if device != "cuda" or entry.device_type != "cuda":
-            notes.append(f"{what}: skipped, tuned on {device} (Inductor's lookup table "
-                         "applies to CUDA devices only)")
+            note(what, "skipped", f"tuned on {device} (Inductor's lookup table is CUDA-only)")
             continue
         device_name = entry.device_name
         if not device_name:
-            notes.append(f"{what}: skipped, its fingerprint has no device name")
+            note(what, "skipped", "its fingerprint has no device name")
             continue
         if problem.dtype == "float32" and problem.allow_tf32 != allow_tf32:
             mode = "TF32" if problem.allow_tf32 else "IEEE float32"
-            notes.append(f"{what}: skipped, tuned for {mode}; export with "
-                         f"allow_tf32={not allow_tf32} for that precision mode")
+            note(what, "skipped", f"tuned for {mode}; export with allow_tf32={not allow_tf32} "
+                                  "for that precision mode")
             continue
         use_hash = include_hash
         tuned_torch = entry.torch_version
         if use_hash and tuned_torch and installed and _base_version(tuned_torch) != _base_version(installed):
             use_hash = False
-            notes.append(f"{what}: template_hash left out, tuned with torch {tuned_torch} "
-                         f"but torch {installed} is installed here")
+            note(what, "hash", f"tuned with torch {tuned_torch} but torch {installed} is installed here")
         sm_count = entry.sm_count
         config, why = convert(entry.winner, problem, use_hash, sm_count)
         if config is None:
-            notes.append(f"{what}: skipped, {why}")
+            note(what, "skipped", why)
             continue
         if problem.op == "scaled_mm":
             _, _, mapped = scaled_value(entry.winner.uid, entry.winner.params, problem, sm_count, lambda uid: None)
-            notes.extend(f"{what}: {note}" for note in mapped)
+            for text in mapped:  # "note, <why>"
+                note(what, "note", text.removeprefix("note, "))
         if config["template_id"] in TMA_TARGETS and as_int(entry.winner.params.get("FLATTEN")):
-            notes.append(f"{what}: note, mapped without loop flattening (FLATTEN=1 has no twin "
-                         "in Inductor's persistent TMA template)")
+            note(what, "note", "mapped without loop flattening (FLATTEN=1 has no twin "
+                               "in Inductor's persistent TMA template)")
         if config["template_id"] in TMA_TARGETS | {TMA_EPILOGUE}:
-            notes.append(f"{what}: note, Inductor offers its persistent TMA templates only with "
-                         f"{TMA_SWITCH} = True (TORCHINDUCTOR_PERSISTENT_TMA_MATMUL=1)")
+            note(what, "note", f"Inductor offers its persistent TMA templates only with "
+                               f"{TMA_SWITCH} = True (TORCHINDUCTOR_PERSISTENT_TMA_MATMUL=1)")
         if (config["template_id"].startswith("triton::") and isinstance(sm_count, int)
                 and 0 < sm_count < 68):
-            notes.append(f"{what}: note, Inductor uses Triton GEMM templates only on GPUs "
-                         f"with at least 68 SMs ({device_name} has {sm_count})")
+            note(what, "note", f"Inductor uses Triton GEMM templates only on GPUs "
+                               f"with at least 68 SMs ({device_name} has {sm_count})")
         keyed = [(inductor_key(problem, device_name), config)]
         if problem.op == "scaled_mm":  # every common form of the scales (scaled.py)
             keyed = [(key, config) for key in scaled_keys(problem, device_name)]
@@ -151,10 +176,10 @@ def inductor_table(
             if previous is None:
                 chosen[key] = (entry, config)
             elif _ms(entry) < _ms(previous[0]):
-                notes.append(f"{_describe(previous[0])}: dropped, {what} is faster for the same key")
+                note(_describe(previous[0]), "dropped", f"{what} is faster for the same key")
                 chosen[key] = (entry, config)
             else:
-                notes.append(f"{what}: dropped, {_describe(previous[0])} is faster for the same key")
+                note(what, "dropped", f"{_describe(previous[0])} is faster for the same key")
     table = {key: [dict(config)] for key, (_, config) in chosen.items()}
     # notes are printed and quote what the cache file holds (a uid, a device name): escaped
-    return table, [printable(note) for note in dict.fromkeys(notes)]
+    return table, [printable(line) for line in _note_lines(found)]
