@@ -79,8 +79,13 @@ def test_planted_lock_file_is_refused_and_nothing_elsewhere_is_touched(tmp_path,
     with pytest.raises(CacheUnavailable, match="cannot lock the cache"):
         Cache(folder).put(A, make_entry(m=1))
     assert not victim.exists() and not (folder / CACHE_FILE).exists()
+    # no cache file: nothing to clear, so the lock is not even taken
+    proc = run_cli("cache", "clear", "--yes", "--cache-dir", folder)
+    assert proc.returncode == 0 and "removed 0 entries" in proc.stderr and not victim.exists()
+    (folder / CACHE_FILE).write_text('{"schema": 1, "entries": {}}')
     proc = run_cli("cache", "clear", "--yes", "--cache-dir", folder)
     assert proc.returncode == 2 and "cannot lock the cache" in one_error_line(proc.stderr)
+    assert not victim.exists()
 
 
 def test_fifo_as_import_file_is_refused_in_one_line(tmp_path):
