@@ -323,6 +323,27 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
     assert entries_of(cache_dir)[key] == newer
 
 
+def test_import_says_why_it_skips_once_per_reason(cli, cache_dir, tmp_path):
+    """Entries already cached are counted in the summary with their reason; entries skipped
+    for a reason they share are one line, not one each; a reason of one entry names it."""
+    same = [synthetic(m=16 * i, device="cpu") for i in range(1, 4)]
+    ours = [synthetic(m=16 * i, device="cpu", tuned_at="2026-12-01T00:00:00+00:00") for i in range(4, 6)]
+    write(cache_dir, *same, *ours)
+    older = [synthetic(m=16 * i, device="cpu", tuned_at="2026-01-01T00:00:00+00:00") for i in range(4, 6)]
+    export = tmp_path / "exp.json"
+    export.write_text(json.dumps({"schema": 1, "entries": dict(same + older + [("k", {"problem": {}})])}))
+    before = entries_of(cache_dir)
+    for args, verb, summary in ((["--dry-run"], "would skip", "would import 0, replace 0, skip 6 of 6 entries"),
+                                ([], "skipped", "imported 0, replaced 0, skipped 6 of 6 entries")):
+        code, out, err = cli("cache", "import", export, *args)
+        assert code == 0 and out == "", err
+        assert err.splitlines() == [
+            f"{verb} k: damaged ('fingerprint' missing or not a dict)",
+            f"{verb} 2 entries: ours was tuned at the same time or later",
+            f"{summary} from {export} (3 already cached, identical)"]
+    assert entries_of(cache_dir) == before
+
+
 @pytest.mark.parametrize("ours_is", ["winnerless", "cut short", "partial"])
 def test_import_replaces_a_later_entry_of_ours_that_is_not_whole(cli, cache_dir, tuned_here, tmp_path, ours_is):
     """Ours tuned later but without a winner, cut short by --budget, or interrupted does not

@@ -23,7 +23,7 @@ from .app import CacheDirOpt, Device, JsonOpt, PluginOpt, cache_app, err, file_a
 from ..store.entry import Entry, tuned_time
 from ..errors import UserError
 from ..text import plural, printable
-from .cache_import import ImportPlan, check_import, describe_import, plan_import, read_export
+from .cache_import import IDENTICAL, ImportPlan, check_import, describe_import, plan_import, read_export, skip_lines
 from .show import (Items, entry_matches, entry_title, open_cache, print_notices, print_wrapped, select, show,
                    winners_only)
 
@@ -274,17 +274,17 @@ def cache_import(
         cache.merge(planned_writes)
         plan = plans[-1]
     print_notices(cache)
-    for key, why in plan.skipped:
-        if why != "already here":
-            err.print(printable(f"skipped {key}: {why}"), markup=False)
+    for line in skip_lines(plan.skipped, "would skip" if dry_run else "skipped"):
+        err.print(line, markup=False)
     for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
         for entry in entries.values():
             print_wrapped(describe_import(("would " if dry_run else "") + verb, entry), indent="  ")
     # A dry run changed nothing, so every count reads as what would happen.
     verbs = ("would import", "replace", "skip") if dry_run else ("imported", "replaced", "skipped")
+    identical = sum(why == IDENTICAL for _, why in plan.skipped)  # said here: no line of their own
     err.print(f"{verbs[0]} {len(plan.imported)}, {verbs[1]} {len(plan.replaced)}, {verbs[2]} "
-              f"{len(plan.skipped)} of {plural(len(theirs) + len(refused), 'entry', 'entries')} from {path}",
-              markup=False)
+              f"{len(plan.skipped)} of {plural(len(theirs) + len(refused), 'entry', 'entries')} from {path}"
+              + (f" ({identical} {IDENTICAL})" if identical else ""), markup=False)
 
 
 @cache_app.command("prune")

@@ -12,7 +12,9 @@ from ..store.entry import Entry, tuned_time
 from ..text import not_utf8, printable
 from .show import entry_title
 
-__all__ = ["ImportPlan", "check_import", "describe_import", "plan_import", "read_export"]
+__all__ = ["IDENTICAL", "ImportPlan", "check_import", "describe_import", "plan_import", "read_export", "skip_lines"]
+
+IDENTICAL = "already cached, identical"  # why an entry ours has as it is, byte for byte, is skipped
 
 
 @dataclass
@@ -92,6 +94,19 @@ def describe_import(verb: str, entry: Entry) -> str:
     return printable(f"{verb} {entry_title(entry, machine=True)}: {winner.uid} {params} {fmt_ms(winner.ms)} ms")
 
 
+def skip_lines(skipped: list, verb: str) -> list[str]:
+    """Why entries were skipped (`verb`: "skipped", "would skip"), one line per reason: naming
+    the entry where the reason is its own, counting them where several share it (their keys
+    are in --json), so that 16 entries skipped alike are one line. Identical entries are left
+    to the summary's count: nothing about them differs."""
+    by_reason: dict[str, list[str]] = {}
+    for key, why in skipped:
+        if why != IDENTICAL:
+            by_reason.setdefault(why, []).append(key)
+    return [printable(f"{verb} {keys[0]}: {why}" if len(keys) == 1 else f"{verb} {len(keys)} entries: {why}")
+            for why, keys in by_reason.items()]
+
+
 def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> ImportPlan:
     """New keys are imported; for a key we have, theirs replaces ours when it was tuned
     later, or when theirs is whole and ours is not (no winner, partial, stale or cut short
@@ -111,7 +126,7 @@ def plan_import(ours: dict, theirs: dict, refused: dict | None = None) -> Import
         if mine is None:
             plan.imported[key] = entry
         elif mine.to_dict(copy_=False) == entry.to_dict(copy_=False):
-            plan.skipped.append((key, "already here"))
+            plan.skipped.append((key, IDENTICAL))
         else:
             from ..tune.selections import judged_hashes, stored_after, template_hashes, unserved_reason, whole
 
