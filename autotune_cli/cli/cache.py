@@ -24,8 +24,8 @@ from ..store.entry import Entry, tuned_time
 from ..errors import UserError
 from ..text import plural, printable
 from .cache_import import IDENTICAL, ImportPlan, check_import, describe_import, plan_import, read_export, skip_lines
-from .show import (Items, entry_matches, entry_title, open_cache, print_notices, print_wrapped, select, show,
-                   winners_only)
+from .show import (Items, entry_matches, entry_title, open_cache, print_json, print_notices, print_wrapped, select,
+                   show, winners_only)
 
 
 # -- exporting ---------------------------------------------------------------------------------
@@ -148,6 +148,12 @@ def prune_predicate(older_than: Optional[datetime], machines: Optional[dict[str,
     return remove
 
 
+def pruned(path: Path, dry_run: bool, judged: dict[str, bool]) -> dict:
+    """`cache prune --json`: the keys it removed (or would remove) and those it kept."""
+    return {"path": str(path), "dry_run": dry_run, "removed": [key for key, gone in judged.items() if gone],
+            "kept": [key for key, gone in judged.items() if not gone]}
+
+
 # -- the commands ------------------------------------------------------------------------------
 
 FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text: a dtype (bf16), "
@@ -157,9 +163,13 @@ FilterOpt = typer.Option(None, "--filter", help="Only entries matching this text
 
 
 @cache_app.command("path")
-def cache_path(cache_dir: Optional[Path] = CacheDirOpt) -> None:
+def cache_path(cache_dir: Optional[Path] = CacheDirOpt, json_out: bool = JsonOpt) -> None:
     """Print the cache file's path."""
-    out.print(str(open_cache(cache_dir).path), markup=False, soft_wrap=True)
+    path = open_cache(cache_dir).path
+    if json_out:
+        print_json({"path": str(path), "exists": path.exists()})
+        return
+    out.print(str(path), markup=False, soft_wrap=True)
 
 
 @cache_app.command("show")
@@ -176,6 +186,7 @@ def cache_show(
 def cache_clear(
     cache_dir: Optional[Path] = CacheDirOpt,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+    json_out: bool = JsonOpt,
 ) -> None:
     """Remove every entry."""
     cache = open_cache(cache_dir)
@@ -185,9 +196,13 @@ def cache_clear(
         if not sys.stdin.isatty():  # a pipe's "n" is no answer to a question never shown
             raise UserError(f"cache clear would remove {plural(count, 'entry', 'entries')} from {cache.path}: "
                             "without a terminal to confirm on, pass --yes")
-        typer.confirm(f"remove {plural(count, 'entry', 'entries')} from {cache.path}?", abort=True)
+        # asked on stderr under --json: stdout holds the one JSON document
+        typer.confirm(f"remove {plural(count, 'entry', 'entries')} from {cache.path}?", abort=True, err=json_out)
     removed = cache.clear()
     print_notices(cache)
+    if json_out:
+        print_json({"path": str(cache.path), "removed": removed})
+        return
     err.print(f"removed {plural(removed, 'entry', 'entries')} from {cache.path}", markup=False)
 
 
@@ -210,10 +225,14 @@ def cache_export(
                                  "program running another torch version)."),
     plugin: Optional[List[str]] = PluginOpt,
     cache_dir: Optional[Path] = CacheDirOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print what was exported as one JSON document "
+                                  "(needs --output FILE)."),
 ) -> None:
     """Write the cached winners for torch.compile, or for another machine's cache."""
     from ..plugins import load_plugins
 
+    if json_out and output in (None, "-"):  # stdout holds the export itself
+        raise UserError("--json needs --output FILE: without it the export itself is written to stdout")
     load_plugins(tuple(plugin or ()))  # an entry of a plugin's template is checked by its declaration
     cache = open_cache(cache_dir)
     refuse_cache_file(output, cache.path)
@@ -225,11 +244,17 @@ def cache_export(
     # what `cache import` would refuse, with the whole file, and the lookups never build: in
     # Inductor's table too, where it would be the one config Inductor compiles, unchecked
     refused = {key: why for key, entry in items if (why := entry_problem(entry))}
-    for key, why in refused.items():
-        err.print(printable(f"note: left out {key}: {why}"), markup=False, highlight=False)
+    if not json_out:  # under --json, the document's "left_out"
+        for key, why in refused.items():
+            err.print(printable(f"note: left out {key}: {why}"), markup=False, highlight=False)
     items = [(key, entry) for key, entry in items if key not in refused]
+    done = {"path": str(cache.path), "format": format_.value, "output": output,
+            "entries": [key for key, _ in items], "left_out": refused}
     if format_ is ExportFormat.autotune:
         write_output(json.dumps(autotune_document(items), indent=1) + "\n", output)
+        if json_out:
+            print_json({**done, "notes": []})
+            return
         err.print(f"exported {plural(len(items), 'entry', 'entries')} to {where}", markup=False)
         return
     from ..export import inductor_table
@@ -237,6 +262,9 @@ def cache_export(
     table, notes = inductor_table([entry for _, entry in items], allow_tf32=allow_tf32,
                                   include_hash=not no_hash)
     write_output(json.dumps(table, indent=1) + "\n", output)
+    if json_out:  # "entries": those the table was built from; "notes": why some are not in it
+        print_json({**done, "notes": notes, "lookup_table_keys": len(table)})
+        return
     for note in notes:
         err.print(f"note: {note}", markup=False)
     err.print(f"exported {plural(len(table), 'lookup-table key')} from {plural(len(items), 'entry', 'entries')} "
@@ -251,6 +279,7 @@ def cache_import(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would change."),
     cache_dir: Optional[Path] = CacheDirOpt,
     plugin: Optional[List[str]] = PluginOpt,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Merge another machine's entries into this cache (a later tuning replaces an earlier one).
     Every entry is checked first (each winner's params against its template's declared ones):
@@ -274,6 +303,11 @@ def cache_import(
         cache.merge(planned_writes)
         plan = plans[-1]
     print_notices(cache)
+    if json_out:
+        print_json({"path": str(cache.path), "source": str(path), "dry_run": dry_run,
+                    "imported": list(plan.imported), "replaced": list(plan.replaced),
+                    "skipped": dict(plan.skipped)})
+        return
     for line in skip_lines(plan.skipped, "would skip" if dry_run else "skipped"):
         err.print(line, markup=False)
     for verb, entries in (("import", plan.imported), ("replace", plan.replaced)):
@@ -300,6 +334,7 @@ def cache_prune(
     filter_text: Optional[str] = FilterOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be removed."),
     cache_dir: Optional[Path] = CacheDirOpt,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Remove entries that match every condition given."""
     filter_text = (filter_text or "").strip() or None  # blank matches all: no condition
@@ -314,13 +349,27 @@ def cache_prune(
     cache.check_writable()  # a newer autotune's file: a dry run says the prune would be refused
     if dry_run:
         items = list(cache.items())
-        doomed = [entry for key, entry in items if predicate(key, entry)]
+        judged = {key: predicate(key, entry) for key, entry in items}
         print_notices(cache)
-        for entry in doomed:
-            print_wrapped(entry_title(entry, machine=True), indent="  ")
-        err.print(f"would remove {len(doomed)} of {plural(len(items), 'entry', 'entries')} from {cache.path}",
-                  markup=False)
+        if json_out:
+            print_json(pruned(cache.path, True, judged))
+            return
+        for key, entry in items:
+            if judged[key]:
+                print_wrapped(entry_title(entry, machine=True), indent="  ")
+        err.print(f"would remove {sum(judged.values())} of {plural(len(items), 'entry', 'entries')} "
+                  f"from {cache.path}", markup=False)
         return
-    removed = cache.remove(predicate)
+    judged: dict[str, bool] = {}  # as judged under the lock, where another writer's entries are seen too
+
+    def remove(key: str, entry: Entry) -> bool:
+        judged[key] = predicate(key, entry)
+        return judged[key]
+
+    removed = cache.remove(remove)
     print_notices(cache)
+    if json_out:
+        print_json(pruned(cache.path, False, judged))
+        return
     err.print(f"removed {plural(removed, 'entry', 'entries')} from {cache.path}", markup=False)
+

@@ -73,6 +73,13 @@ def open_cache(cache_dir: Optional[Path]):
     return Cache(cache_dir if cache_dir is not None else default_cache_dir())
 
 
+def print_json(document: dict) -> None:
+    """A cache command's --json: the one JSON document on stdout; notes stay on stderr."""
+    from ..tune.report import dumps
+
+    out.print(dumps(document), markup=False, soft_wrap=True)
+
+
 def print_notices(cache) -> None:
     for notice in cache.notices:
         err.print(f"note: {notice}", markup=False)
@@ -89,12 +96,8 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     # winners the installed templates no longer serve (a template's source changed since)
     stale = {key: why for key, entry in items if (why := stale_reason(entry))}
     if json_out:
-        from ..tune.report import dumps
-
-        out.print(dumps({"path": str(cache.path),
-                         "entries": {key: entry.to_dict(copy_=False) for key, entry in items},
-                         "stale": stale}),
-                  markup=False, soft_wrap=True)
+        print_json({"path": str(cache.path),
+                    "entries": {key: entry.to_dict(copy_=False) for key, entry in items}, "stale": stale})
         return
     without = [key for key, entry in items if entry.winner is None]
     items = winners_only(items)
