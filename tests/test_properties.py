@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache
+from autotune_cli.store.cache import CACHE_FILE, Cache, DamagedCache, NewerCache
 from autotune_cli.store.cache_document import parse_document
 from autotune_cli.store.entry import Entry
 from autotune_cli.errors import UserError
@@ -304,6 +304,14 @@ def test_any_cache_file_loads_or_is_moved_aside_intact(raw):
             assert set(parse_document(cache.path.read_text()).entries) == set(entries)
         elif kept:  # an unversioned document, migrated; the original kept
             assert kept[0].read_bytes() == raw and "migrated" in cache.notices[0]
+        elif cache.newer_schema is not None:  # a newer autotune's: read as empty, never written
+            assert entries == {} and cache.path.read_bytes() == raw
+            assert len(cache.notices) == 1 and "written by a newer autotune" in cache.notices[0]
+            assert cli_in_process("cache", "show", "--cache-dir", folder)[0] == 0
+            with pytest.raises(NewerCache):
+                cache.put(key_of(NEW), NEW)
+            assert cache.path.read_bytes() == raw
+            return
         else:  # untouched; an entry under a key that does not describe it is not used
             assert cache.path.read_bytes() == raw and all("is not used" in n for n in cache.notices)
         for key, entry in entries.items():
