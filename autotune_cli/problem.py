@@ -68,6 +68,9 @@ SCALED_FIELDS = {"scale": None, "out_dtype": None, "fast_accum": False}
 
 # A problem whose operands would exceed this many bytes is refused before any allocation.
 MAX_DIM = 2**31 - 1
+# The first element offset a 32-bit index cannot hold: a kernel's offsets into a matrix that
+# spans this many elements need 64 bits (GemmProblem.wide_offsets, api/problems.wide_view).
+INDEX_LIMIT = 2**31
 # A product over fewer terms than this is an outer product, pointwise work and not a GEMM
 # (the rotary embedding's [64, 1] x [1, T]): the compiler fuses it with its neighbours, and a
 # GEMM kernel would only add a launch. autotune_cli.compile, `autotune model` and the recorder
@@ -197,9 +200,10 @@ class GemmProblem:
 
     @property
     def wide_offsets(self) -> bool:
-        """Whether one matrix of an operand (or the output) holds 2**31 elements or more, so
-        that a kernel's offsets into it need 64 bits (triton::mm's WIDE_INDEX)."""
-        return max(self.m * self.k, self.k * self.n, self.m * self.n) >= 2**31
+        """Whether one matrix of an operand (or the output) holds INDEX_LIMIT elements or
+        more, so that a kernel's offsets into it need 64 bits (triton::mm's WIDE_INDEX). From
+        the sizes alone: a call's view that spans more is api/problems.wide_view's."""
+        return max(self.m * self.k, self.k * self.n, self.m * self.n) >= INDEX_LIMIT
 
     @property
     def dtype_size(self) -> int:

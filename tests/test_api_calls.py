@@ -381,3 +381,66 @@ def test_linear_of_a_vector_weight_and_a_bad_tune_value_are_torchs_answers():
         autotune_cli.compile(torch.nn.Linear(4, 4), tune="yes")
     with pytest.raises(TypeError, match="routes takes a list"):  # at the call, not at the first forward
         autotune_cli.compile(torch.nn.Linear(4, 4), routes=())
+
+
+def test_a_view_is_past_32_bit_offsets_by_its_matrix_span_not_its_problems_sizes():
+    """The rule (api/problems.wide_view), on fake tensors with real sizes and strides: an
+    operand (A, B or the bias) whose matrix spans 2**31 elements or more, past its dense
+    size (a wide row pitch, A's or a transposed B's), is named; a dense or slightly pitched
+    one, an operand the call copies, and a huge batch stride (64-bit in every kernel) are not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autotune_cli.api.problems import Adapt, problem_of, wide_view
+
+    pitch = 2**26 + 2**22  # 16-byte aligned in float16, < 2**31: passed to the kernel uncopied
+    with FakeTensorMode():
+        def view(shape, strides):
+            return torch.empty_strided(shape, strides, dtype=torch.float16)
+
+        dense, b = view((32, 32), (32, 1)), view((32, 32), (32, 1))
+        cases = {
+            "A": (view((32, 32), (pitch, 1)), b, None),  # 31 rows of `pitch`: 2.2e9 elements
+            "B": (dense, view((32, 32), (1, pitch)), None),  # a transposed B of long columns
+            "the bias": (dense, b, view((32, 32), (pitch, 1))),
+        }
+        for name, (a, b_, bias) in cases.items():
+            problem, how = problem_of("addmm" if bias is not None else "mm", a, b_, bias, tf32=False)
+            assert not (how.copy_a or how.copy_b) and not problem.wide_offsets
+            said = wide_view(problem, how, a, b_, bias)
+            assert said.startswith(f"{name} spans {31 * pitch + 32:,} elements") and "past 32-bit" in said, said
+            assert wide_view(problem, Adapt(copy_a=True, copy_b=True), a, b_, None) == ""  # copied: dense
+        problem, how = problem_of("mm", view((32, 32), (4096, 1)), b, None, tf32=False)
+        assert wide_view(problem, how, view((32, 32), (4096, 1)), b, None) == ""
+        batch = view((2**17, 32, 32), (2**15, 32, 1))  # 2**32 elements over the batch, 1024 a matrix
+        problem, how = problem_of("bmm", batch, batch, None, tf32=False)
+        assert wide_view(problem, how, batch, batch, None) == ""
+
+
+@needs_interpreter
+def test_a_view_past_32_bit_offsets_runs_torchs_op(cli, cache_dir, tmp_path, monkeypatch):
+    """A Triton winner's offsets are sized for its problem's dense operands: a view whose
+    rows are far apart (a pitch past the row, taken uncopied) spanning INDEX_LIMIT elements
+    would be read through wrapped offsets (rows of another part of memory), so it runs
+    torch's op, said in dispatch_info and warned about, eagerly and where a compile routes
+    it (the fake tensors' strides). The limit is lowered here: 2**31 elements are 4 GiB."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autotune_cli.api import problems
+
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 32, "--k", 32, "--templates", "triton::mm", space=ONE_CONFIG)
+    assert doc["winner"]["uid"] == "triton::mm"
+    a = operand(32, 48, seed=1)[:, :32]  # rows 96 bytes apart: a pitched view, not copied
+    b = operand(32, 32, seed=2)
+    assert api.dispatch_info(a, b).uid == "triton::mm"  # 1,520 elements: well within
+    monkeypatch.setattr(problems, "INDEX_LIMIT", 1500)
+    api.reset()
+    with pytest.warns(autotune_cli.AutotuneFallbackWarning, match="A spans 1,520 elements"):
+        info = api.dispatch_info(a, b)
+    assert (info.uid, info.fallback) == ("torch.mm", True) and "sized its offsets for dense" in info.reason
+    close(autotune_cli.mm(a, b), product(a, b))
+    assert api.dispatch_info(a.contiguous(), b).uid == "triton::mm"  # the dense problem stays served
+    with FakeTensorMode():  # what a compile plans its routes with (routing/backend.py)
+        fake_a = torch.empty_strided((32, 32), (48, 1), dtype=torch.float16)
+        _, routed, built = api.default_dispatcher.route(fake_a, torch.empty(32, 32, dtype=torch.float16))
+    assert routed.fallback and built is None and routed.reason == info.reason
+

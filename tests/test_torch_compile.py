@@ -188,6 +188,26 @@ def test_a_winner_of_another_fingerprint_is_not_used(cli, cache_dir, space):
     assert routed(routes) == []
 
 
+def test_a_view_past_32_bit_offsets_is_left_to_the_compiler(cli, cache_dir, space, monkeypatch):
+    """The compile plans a route from the graph's fake tensors with the eager call's rule
+    (api/problems.wide_view): an input whose rows are so far apart that its matrix spans
+    INDEX_LIMIT elements (lowered here from 2**31) is left to torch, with why, and the same
+    product of dense rows is routed."""
+    from autotune_cli.api import problems
+
+    tune(cli, "--m", T, "--n", C, "--k", C, "--dtype", "float32", "--templates", "triton::mm", "--space", space)
+    monkeypatch.setattr(problems, "INDEX_LIMIT", T * C + 16)
+    w = torch.randn(C, C)
+    for x, served in ((torch.randn(T, C + 4)[:, :C], False), (torch.randn(T, C), True)):
+        torch._dynamo.reset()
+        routes: list = []
+        out = autotune_cli.compile(lambda x: torch.mm(x, w), backend="eager", routes=routes, fullgraph=True)(x)
+        (route,) = routes
+        assert route.fallback is not served, route
+        assert served or "A spans 572 elements (strides (36, 1)), past 32-bit offsets" in route.reason
+        torch.testing.assert_close(out, x @ w)
+
+
 def test_padded_winner_under_inductor(cli, cache_dir, space):
     """aten::mm_aligned on a head whose width is not 16-byte aligned (fp16, V = 50): the
     opaque op under Inductor itself (on the CPU), output with padded rows, right values."""

@@ -17,7 +17,7 @@ from ..problem import GemmProblem, linear_fuses_bias
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
 from .lookup import AutotuneFallbackWarning, WinnerLookup
 from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, folds_as_torch, problem_of,
-                       scaled_problem_of, tune_hint)
+                       scaled_problem_of, tune_hint, wide_view)
 
 __all__ = ["Dispatch", "Dispatcher", "current_gpu", "gpu_index"]
 
@@ -226,7 +226,8 @@ class Dispatcher:
             op = "addmm" if bias is not None else "bmm" if a.dim() == 3 else "mm"
             problem, how = problem_of(op, a, b, bias, tf32=call_key(t.float32, t.allow_tf32, a, b)[TF32_AT])
             slot = ("borrowed", op, problem)
-            run, info = self._plan_problem(op, problem, how, t.ops[op], a.device, slot, found=found)
+            run, info = self._plan_problem(op, problem, how, t.ops[op], a.device, slot, found=found,
+                                           views=(a, b, bias))
             return run, info, self._built.pop(slot, None)
 
     def dispatch_info(self, a, b, bias=None) -> Dispatch:
@@ -268,7 +269,7 @@ class Dispatcher:
             except UserError as exc:  # a GEMM autotune does not tune
                 run, info = torch_op, self._fallback(op, None, f"{exc}")
             else:
-                run, info = self._plan_problem(op, problem, how, torch_op, a.device, (op, key))
+                run, info = self._plan_problem(op, problem, how, torch_op, a.device, (op, key), views=(a, b, bias))
             self._plans[op][key] = run
             self._info[(op, key)] = info
             return run
@@ -289,7 +290,7 @@ class Dispatcher:
                 run, info = torch_op, self._fallback("scaled_mm", None, f"{exc}")
             else:
                 run, info = self._plan_problem("scaled_mm", problem, Adapt(), torch_op, a.device,
-                                               ("scaled_mm", key))
+                                               ("scaled_mm", key), views=(a, b, bias))
             self._scaled[key] = run
             self._info[("scaled_mm", key)] = info
             return run
@@ -305,10 +306,11 @@ class Dispatcher:
         return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
 
     def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple,
-                      found: tuple[str, Entry] | None = None):
-        """What runs `problem` (its operands on `device`): torch's op or the winner's kernel
-        (then remembered in `_built[slot]`). `found`: the entry of this problem at another M
-        (plan_borrowed), in place of this problem's own."""
+                      found: tuple[str, Entry] | None = None, views: tuple = (None, None, None)):
+        """What runs `problem` (its operands on `device`; `views`: the call's a, b and bias,
+        maybe fake): torch's op or the winner's kernel (then remembered in `_built[slot]`).
+        `found`: the entry of this problem at another M (plan_borrowed), in place of this
+        problem's own."""
         from ..templates import get_template
         from ..templates.aten import AtenTemplate
         from ..templates.aten_scaled import AtenScaledMMTemplate
@@ -328,6 +330,13 @@ class Dispatcher:
         if problem.device == "cpu" and template.backend == "triton" and not interpreting():
             return torch_op, self._fallback(op, problem, f"its winner {winner.uid} runs on the CPU "
                                             "only under Triton's interpreter (TRITON_INTERPRET=1)")
+        # a view past 32-bit offsets that the dense problem stays within (a wide row pitch):
+        # torch's op, not a kernel whose offsets were sized and verified for dense operands
+        # (an aten winner's torch calls index any view)
+        wide = wide_view(problem, how, *views) if template.backend != "aten" else ""
+        if wide:
+            return torch_op, self._fallback(op, problem, f"{wide}: its winner {winner.uid} sized its offsets "
+                                            "for dense operands")
         params = dict(winner.params)
         t = self._torch()
         torch = t.torch

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..problem import FLOAT_DTYPES, GemmProblem, make_problem, matmul_folds
+from ..problem import FLOAT_DTYPES, INDEX_LIMIT, GemmProblem, make_problem, matmul_folds
 
 
 
@@ -62,6 +62,29 @@ def layout(tensor) -> tuple[str, bool]:
     if strides[-2] == 1 and takes(strides[-1], shape[-2], shape[-1]):
         return "t", False
     return "n", True
+
+
+def matrix_span(t) -> int:
+    """How many elements one matrix of `t` spans (its last two dims; a 1-d tensor whole),
+    from its first element to its last: a pitched row's padding counts."""
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape[-2:], t.stride()[-2:]))
+
+
+def wide_view(problem: GemmProblem, how: Adapt, a, b, bias) -> str:
+    """Which operand a winner's kernel cannot index ("" where none): one whose matrix spans
+    INDEX_LIMIT elements or more, more than the problem's dense one (a row pitch wider than
+    its rows, which `layout` passes uncopied). A kernel sizes its offsets from the problem
+    (GemmProblem.wide_offsets) and was verified on dense operands: such a view's offsets
+    would wrap. One matrix counts (every kernel's batch offset is 64-bit); an operand the
+    call copies (`how`) is dense."""
+    m, n, k = problem.m, problem.n, problem.k
+    views = (("A", None if how.copy_a else a, m * k), ("B", None if how.copy_b else b, k * n),
+             ("the bias", bias, n if problem.bias == "n" else m * n))
+    for name, t, dense in views:
+        span = 0 if t is None else matrix_span(t)
+        if span >= INDEX_LIMIT and span > dense:
+            return f"{name} spans {span:,} elements (strides {tuple(t.stride())}), past 32-bit offsets"
+    return ""
 
 
 TF32_AT = 8  # where call_key keeps whether TF32 was allowed
