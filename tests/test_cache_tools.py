@@ -376,8 +376,8 @@ def test_import_replaces_a_later_entry_of_ours_that_is_not_whole(cli, cache_dir,
     assert api.Dispatcher(cache_dir).lookup(m=32, n=32, k=32, device="cpu") == theirs["winner"]
     # their partial entry is skipped like one without a winner, whatever its date
     write(cache_dir, (key, theirs))
-    export.write_text(json.dumps({"schema": 1, "entries": {key: {**ours, "winner": theirs["winner"],
-                                                                 "partial": True}}}))
+    export.write_text(json.dumps({"schema": 1, "entries": {key: {**ours, "winner": theirs["winner"], "partial": True,
+                                                                 "candidates": theirs["candidates"]}}}))
     code, _, err = cli("cache", "import", export)
     assert code == 0 and "replaced 0, skipped 1" in err and "(partial)" in err, err
     assert entries_of(cache_dir)[key] == theirs

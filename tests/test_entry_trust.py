@@ -221,6 +221,53 @@ def test_an_entry_of_this_machine_that_is_not_used_is_named_as_the_reason(tmp_pa
         assert api.Dispatcher(cache_dir).dispatch_info(a, b).reason.startswith("nothing cached for it on this machine")
 
 
+def _failed(status):
+    def spoil(entry):
+        entry["candidates"][0].update(status=status, error="3 element(s) off")
+    return spoil
+
+
+def _not_among_results(entry):
+    entry["candidates"][0]["params"] = {**entry["candidates"][0]["params"], "num_warps": 8}
+
+
+def _no_results(entry):
+    entry["candidates"] = []
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (_failed("wrong_result"), "its own result is wrong_result"),
+    (_failed("compile_error"), "its own result is compile_error"),
+    (_not_among_results, "its config is none of the entry's results"),
+    (_no_results, "the entry records no results"),
+], ids=["wrong_result", "compile_error", "absent", "no-candidates"])
+def test_a_winner_that_is_not_a_verified_result_of_its_entry_is_never_served(cli, tmp_path, spoil, why):
+    """A tune picks its winner among its results that passed verification, and records them:
+    a winner whose own result failed, or that none of its results is, was never checked.
+    The API warns and runs torch's op (the compile's routes read the same lookup) and
+    `cache import` refuses the file, naming the entry and why."""
+    cache_dir = tmp_path / "cache"
+    key, entry = crafted(cache_dir)
+    spoil(entry)
+    Cache(cache_dir).put(key, entry)
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    dispatcher = api.Dispatcher(cache_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = dispatcher.mm(a, b)
+        info = dispatcher.dispatch_info(a, b)
+    assert info.fallback and info.uid == "torch.mm"
+    assert f"winner is not a verified candidate: {why}" in info.reason, info.reason
+    torch.testing.assert_close(out, a @ b)
+    assert any(f"cache entry {key} is not used: winner is not a verified candidate" in str(w.message)
+               for w in caught)
+    export = export_file(tmp_path / "export.json", (key, entry))
+    code, out, err = cli("cache", "import", export, "--cache-dir", tmp_path / "target")
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert key in line and f"winner is not a verified candidate: {why}" in line and "nothing imported" in line
+
+
 def test_a_tune_does_not_answer_with_a_crafted_entry_but_tunes_again(cli, tmp_path):
     cache_dir = tmp_path / "cache"
     key, entry = crafted(cache_dir, uid="aten::mm", params={"note": payload(tmp_path / "ran")})

@@ -9,6 +9,7 @@ from autotune_cli.api.lookup import WinnerLookup
 from autotune_cli.problem import make_problem
 from autotune_cli.store.cache import Cache
 from autotune_cli.store.entry import Entry, Winner, key_for
+from autotune_cli.store.results import Candidate
 from autotune_cli.tune.hits import fingerprint_for
 from helpers_devices import A100, H200
 
@@ -35,7 +36,8 @@ def test_each_gpu_finds_the_entry_tuned_on_its_own_model(tmp_path, two_gpu_model
     fingerprint = fingerprint_for(problem, GPUS[1], ("aten",))
     key = key_for(problem, fingerprint.digest())
     entry = Entry(problem=problem, fingerprint=fingerprint.to_dict(), fingerprint_digest=fingerprint.digest(),
-                  winner=Winner(uid="aten::mm", params={}, ms=0.01, tflops=1.0))
+                  winner=Winner(uid="aten::mm", params={}, ms=0.01, tflops=1.0),
+                  candidates=(Candidate("aten::mm", {}, "ok", ms=0.01),))  # a winner is one of its results
     Cache(tmp_path).put(key, entry)
     lookup = WinnerLookup(lambda: tmp_path)
     assert lookup.find(problem, index=1)[0] == key  # the A100's entry, on the A100

@@ -142,7 +142,8 @@ def _registered(uid: str):
 def winner_problem(entry: "Entry") -> str | None:
     """Why the winner of a cache entry (an entry.Entry, whose fields are checked) must not be
     built, naming the bad field, or None: its template must be registered here (a plugin's
-    loaded) and its params pass `check_winner` for the entry's problem."""
+    loaded), its params pass `check_winner` for the entry's problem, and it must be one of
+    the entry's own results that passed (`unverified_winner`)."""
     winner = entry.winner
     if winner is None:
         return None
@@ -153,7 +154,24 @@ def winner_problem(entry: "Entry") -> str | None:
         check_winner(template, entry.problem, winner.params)
     except BadParams as exc:
         return f"winner {exc}"
-    return None
+    return unverified_winner(entry)
+
+
+def unverified_winner(entry: "Entry") -> str | None:
+    """Why `entry`'s winner is not a verified result of its own candidates, or None. A tune
+    picks its winner among its `ok` candidates (search/pick.py), and every entry autotune
+    writes records them: a winner whose own result failed (wrong_result, compile_error), or
+    that none of its results is, was never checked against the reference, so it is refused."""
+    identity = entry.winner.identity
+    own = [c for c in entry.candidates if c.identity == identity]
+    if any(c.ok for c in own):
+        return None
+    if own:
+        status = own[0].status if own[0].status != "ok" else "ok without a time"
+        return f"winner is not a verified candidate: its own result is {status}"
+    if not entry.candidates:
+        return "winner is not a verified candidate: the entry records no results"
+    return "winner is not a verified candidate: its config is none of the entry's results"
 
 
 def entry_problem(entry: "Entry") -> str | None:
