@@ -215,6 +215,31 @@ def test_mm_runs_the_cached_triton_winner(cli, cache_dir, space):
     assert ag.grad is not None
 
 
+@pytest.mark.parametrize("order", ["triton first", "switch first"])
+def test_triton_imported_before_the_interpreter_switch_runs_torchs_op(cli, cache_dir, space, order):
+    """Triton's @jit reads TRITON_INTERPRET at each decoration, its own helpers (tl.cdiv)
+    at its import: imported before the switch is set, a winner's kernel would be interpreted
+    and call compiled helpers (InterpreterError). The API reads triton's mode, not the
+    variable alone: torch's op runs, with why; set first, the winner runs."""
+    tune(cli, "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--templates", "triton::mm", "--space", space)
+    first, then = "import triton", "os.environ['TRITON_INTERPRET'] = '1'"
+    code = "; ".join(["import os, warnings", *((first, then) if order == "triton first" else (then, first)),
+                      "import torch, autotune_cli", "warnings.simplefilter('always')",
+                      "a = torch.randn(32, 32)", "info = autotune_cli.dispatch_info(a, a)",
+                      "torch.testing.assert_close(autotune_cli.mm(a, a), a @ a)", "print(info.uid, info.reason)"])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**env, "PYTHONPATH": root, "AUTOTUNE_CACHE_DIR": str(cache_dir)})
+    assert proc.returncode == 0, proc.stderr
+    if order == "triton first":
+        assert proc.stdout.startswith("torch.mm its winner triton::mm cannot run here: triton was imported "
+                                      "before TRITON_INTERPRET=1 was set"), proc.stdout
+        assert "AutotuneFallbackWarning" in proc.stderr
+    else:
+        assert proc.stdout.strip() == "triton::mm", proc.stdout
+
+
 def test_addmm_and_bmm_run_their_triton_winners(cli, cache_dir, space):
     add = tune(cli, "--m", 48, "--n", 64, "--k", 32, "--bias", "--dtype", "bfloat16", "--layout", "tn",
                "--templates", "triton::mm", "--space", space)

@@ -314,6 +314,7 @@ class Dispatcher:
         from ..templates import get_template
         from ..templates.aten import AtenTemplate
         from ..templates.aten_scaled import AtenScaledMMTemplate
+        from ..templates.kernel_files import interpreter_mismatch
         from ..templates.triton_base import interpreting
 
         borrowed = found is not None
@@ -327,6 +328,10 @@ class Dispatcher:
         template = get_template(winner.uid)
         if isinstance(template, (AtenTemplate, AtenScaledMMTemplate)):
             return torch_op, info  # the winner is torch's own call, on the tensors as given
+        # the mode triton runs in (its helpers were made at its import), not the variable alone
+        mixed = interpreter_mismatch() if template.backend == "triton" else ""
+        if mixed:
+            return torch_op, self._fallback(op, problem, f"its winner {winner.uid} cannot run here: {mixed}")
         if problem.device == "cpu" and template.backend == "triton" and not interpreting():
             return torch_op, self._fallback(op, problem, f"its winner {winner.uid} runs on the CPU "
                                             "only under Triton's interpreter (TRITON_INTERPRET=1)")

@@ -98,3 +98,27 @@ def load_kernels(source: str, kernel_dir: str, count: int) -> list:
     if len(kernels) != count:
         raise RuntimeError(f"{module.__file__} defines {len(kernels)} kernels, expected {count}")
     return kernels
+
+
+def interpreter_mismatch() -> str:
+    """Why a kernel loaded now would not run in the mode autotune reads
+    (triton_base.interpreting: the variable), or "": `@triton.jit` reads triton's setting at
+    each decoration, and triton's own helpers (tl.cdiv, ...) were made when it was imported,
+    so a kernel whose kind differs from its helpers' fails on its first call
+    (InterpreterError). Nothing to say before triton is imported."""
+    from .triton_base import interpreting
+
+    triton = sys.modules.get("triton")
+    if triton is None:
+        return ""
+    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; before it, jit read the variable itself
+    now = bool(knobs.runtime.interpret) if knobs is not None else interpreting()
+    helper = getattr(sys.modules.get("triton.language"), "cdiv", None)  # a @triton.jit of triton's own
+    at_import = type(helper).__name__ == "InterpretedFunction" if helper is not None else now
+    if now and not at_import:
+        return "triton was imported before TRITON_INTERPRET=1 was set (set it before anything imports triton)"
+    if at_import and not now:
+        return "triton was imported under TRITON_INTERPRET=1, which is off now"
+    if now != interpreting():
+        return f"triton reads TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r} as {'on' if now else 'off'}"
+    return ""
