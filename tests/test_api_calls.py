@@ -444,3 +444,35 @@ def test_a_view_past_32_bit_offsets_runs_torchs_op(cli, cache_dir, tmp_path, mon
         _, routed, built = api.default_dispatcher.route(fake_a, torch.empty(32, 32, dtype=torch.float16))
     assert routed.fallback and built is None and routed.reason == info.reason
 
+
+@needs_interpreter
+def test_sparse_operands_and_negated_views_run_torchs_op(cli, cache_dir, tmp_path):
+    """A sparse operand (COO, CSR) has no memory a kernel can read through strides, and a
+    view with its neg bit reads as the negatives of its memory: both run torch's op, said
+    in dispatch_info, and never share the plan of a dense tensor of their shape and strides
+    (a COO's (0, 0) strides are a broadcast dense tensor's too) nor break it."""
+    doc = tune(cli, tmp_path, "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--bias",
+               "--templates", "triton::mm", space=ONE_CONFIG)
+    tune(cli, tmp_path, "--m", 32, "--n", 32, "--k", 32, "--dtype", "float32", "--templates", "triton::mm",
+         space=ONE_CONFIG)
+    assert doc["winner"]["uid"] == "triton::mm"
+    a, b, bias = operand(32, 32, torch.float32, 1), operand(32, 32, torch.float32, 2), operand(1, 32, torch.float32)[0]
+    broadcast = torch.ones(()).expand(32, 32)  # strides (0, 0), as a COO tensor's read
+    assert api.dispatch_info(broadcast, b).uid == "triton::mm"
+    sparse = "is not tuned (dense, strided tensors only)"
+    negated = "a view with its neg or conj bit set"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's beta warning for CSR, ours once per reason
+        for x, y, why in ((a.to_sparse(), b, sparse), (a.to_sparse_csr(), b, sparse),
+                          (torch._neg_view(a), b, negated), (a, torch._neg_view(b), negated)):
+            info = api.dispatch_info(x, y)
+            assert (info.uid, info.fallback) == ("torch.mm", True) and why in info.reason, info
+            close(autotune_cli.mm(x, y), torch.mm(x, y))
+        info = api.dispatch_info(a, b, torch._neg_view(bias))
+        assert info.uid == "torch.addmm" and negated in info.reason
+        close(autotune_cli.addmm(torch._neg_view(bias), a, b), torch.addmm(torch._neg_view(bias), a, b))
+        close(autotune_cli.linear(a, b.to_sparse()), torch.nn.functional.linear(a, b.to_sparse()))
+    for x in (a, broadcast):  # the dense plans of these shapes and strides are untouched
+        assert api.dispatch_info(x, b).uid == "triton::mm"
+        close(autotune_cli.mm(x, b), product(x, b))
+    assert api.dispatch_info(a, b, bias).uid == "triton::mm"

@@ -92,20 +92,51 @@ TF32_AT = 8  # where call_key keeps whether TF32 was allowed
 
 def call_key(float32, allow_tf32, a, b) -> tuple:
     """What a call's plan depends on, read cheaply: shapes, strides, dtypes, devices (as
-    index and whether CUDA: a torch.device hashes slowly) and, for float32, whether TF32 is
-    allowed (at TF32_AT)."""
+    index and whether CUDA: a torch.device hashes slowly), for float32 whether TF32 is
+    allowed (at TF32_AT), and the layouts and neg bits (`torch_only`: a sparse tensor or a
+    negated view has a dense one's shape and strides, and would share its plan)."""
     dtype = a.dtype
-    return (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.get_device(), b.get_device(),
-            dtype is float32 and allow_tf32(), a.is_cuda, b.is_cuda)
+    try:
+        return (a.shape, a.stride(), b.shape, b.stride(), dtype, b.dtype, a.get_device(), b.get_device(),
+                dtype is float32 and allow_tf32(), a.is_cuda, b.is_cuda, a.layout, b.layout,
+                a.is_neg() or b.is_neg())
+    except RuntimeError:  # no strides (a compressed sparse layout): a key of its own, planned as torch's op
+        return (a.shape, None, b.shape, None, dtype, b.dtype, a.get_device(), b.get_device(), False,
+                a.layout, b.layout)
 
 
 def bias_key(bias) -> tuple:
-    return (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda)
+    try:
+        return (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_cuda, bias.layout, bias.is_neg())
+    except RuntimeError:  # no strides, as in call_key
+        return (bias.shape, None, bias.dtype, bias.get_device(), bias.layout)
+
+
+def torch_only(*tensors) -> str:
+    """Why a call with these tensors (None: absent) runs torch's op whatever is cached, or
+    "": a layout other than strided (a sparse tensor's values are not where strides point)
+    or a neg or conj bit (a lazy view whose memory holds the values negated or conjugated:
+    torch's ops resolve it, a kernel would read the raw memory). A conj bit comes only with
+    a complex dtype, in the key: call_key folds in the layouts and the neg bit alone."""
+    import torch
+
+    for t in tensors:
+        if t is None:
+            continue
+        if t.layout is not torch.strided:
+            return f"an operand of layout {t.layout} is not tuned (dense, strided tensors only)"
+        if t.is_neg() or t.is_conj():
+            return ("a view with its neg or conj bit set (torch._neg_view, .imag of a conjugate) is not tuned: "
+                    "its memory holds other values than it reads as")
+    return ""
 
 
 def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
     """The GemmProblem these tensors pose, and how to adapt them to it (TorchDecides: not a
     valid call; UserError: a GEMM autotune does not tune)."""
+    why = torch_only(a, b, bias)
+    if why:
+        raise UserError(why)
     dims = 3 if op == "bmm" else 2
     if a.dim() != dims or b.dim() != dims:
         raise TorchDecides(f"{op} needs {dims}-d operands")
@@ -149,6 +180,9 @@ def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool)
     """The scaled_mm problem a torch._scaled_mm call poses (UserError: one not tuned)."""
     from ..problem import FP8_DTYPES, FP8_LAYOUT, scale_blocks
 
+    why = torch_only(a, b, scale_a, scale_b, bias)
+    if why:
+        raise UserError(why)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise TorchDecides("the operands' shapes do not match")
     if a.device != b.device or scale_a.device != a.device or scale_b.device != a.device:
