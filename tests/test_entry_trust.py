@@ -186,10 +186,22 @@ def _no_winner(entry):
     entry["candidates"][0]["status"] = "timeout"
 
 
+def _no_templates(entry):
+    entry["fingerprint"].pop("templates")
+
+
+def _winner_template_not_recorded(entry):
+    entry["fingerprint"]["templates"] = {"aten::mm": get_template("aten::mm").source_hash()}
+
+
 @pytest.mark.parametrize("spoil, why", [
     (_stale, "its cached entry was tuned with an earlier triton::mm (changed since"),
     (_unregistered, "its cached entry names triton::mm_old, not registered here"),
     (_no_winner, "its cached entry has no winner"),
+    # what is missing is the fingerprint's record of a template, not the template
+    (_no_templates, "its cached entry records no templates in its fingerprint (fingerprint.templates)"),
+    (_winner_template_not_recorded, "its cached entry does not record its winner's template triton::mm in its "
+                                    "fingerprint (fingerprint.templates)"),
 ])
 def test_an_entry_of_this_machine_that_is_not_used_is_named_as_the_reason(tmp_path, spoil, why):
     """A fallback over an entry of this machine that cannot serve says what it lacks, not

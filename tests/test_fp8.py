@@ -82,6 +82,23 @@ def test_bad_combinations_are_user_errors(kwargs, message):
         make_problem(m=16, n=16, k=16, **kwargs)
 
 
+def test_a_bias_the_api_does_not_take_is_said_for_what_it_is():
+    """torch._scaled_mm's operands through the API: a [n] bias whose stride is not 1 is
+    refused for its stride (its shape is the tuned one), another shape for its shape."""
+    from autotune_cli.api import Dispatcher
+    from autotune_cli.api.problems import scaled_problem_of
+
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(64, 32).to(torch.float8_e4m3fn).t()
+    one = torch.ones(())
+    strided = torch.randn(64, 2, dtype=torch.bfloat16)[:, 0]
+    with pytest.raises(UserError, match=r"^a bias \[n\] with stride 2 is not tuned \(a contiguous \[n\], stride 1\)$"):
+        scaled_problem_of(a, b, one, one, strided, torch.bfloat16, False)
+    with pytest.raises(UserError, match=r"^a bias of shape \[1, 64\] is not tuned"):
+        scaled_problem_of(a, b, one, one, strided[None], torch.bfloat16, False)
+    assert Dispatcher().scaled_problem_for(a, b, one, one, strided.contiguous(), torch.bfloat16) is not None
+
+
 def test_float8_dtype_needs_the_scaled_op_and_back():
     with pytest.raises(UserError, match="need scales"):
         GemmProblem(op="mm", m=2, n=2, k=2, dtype="float8_e4m3fn", layout="nt")

@@ -161,9 +161,7 @@ class WinnerLookup:
                 continue
             view = selection_view(entry, known)
             if view.winner is None:
-                unknown = sorted({*entry.templates, entry.winner.uid} - set(known))
-                yield key, entry, (f"{STALE} names {', '.join(unknown)}, not registered here (a plugin not loaded?)"
-                                   if unknown else f"{STALE} records no templates")
+                yield key, entry, f"{STALE} {_unjudged(entry, known)}"
                 continue
             if not self._usable(key, view):  # its params are refused (warned about once)
                 yield key, view, f"{STALE} is refused: {self._refused[(key, view.winner.identity)]}"
@@ -194,3 +192,28 @@ class WinnerLookup:
 
                 warn_caller(printable(f"autotune: cache entry {key} is not used: {why}"), AutotuneFallbackWarning)
         return not why
+
+
+def _unjudged(entry: Entry, known: dict) -> str:
+    """Why no winner of `entry` can be judged here (`known`: the templates it records that
+    are registered here), worded to follow STALE: say what is missing, the fingerprint's
+    record of the winner's template (its source then, to check against this one's) or the
+    template itself here."""
+    from ..templates import get_template
+
+    def registered(uid: str) -> bool:
+        try:
+            get_template(uid)
+        except UserError:
+            return False
+        return True
+
+    if not entry.templates:
+        return "records no templates in its fingerprint (fingerprint.templates): no source to check its winner by"
+    if entry.winner.uid not in entry.templates:
+        return (f"does not record its winner's template {entry.winner.uid} in its fingerprint "
+                "(fingerprint.templates): no source to check it by")
+    unregistered = sorted(uid for uid in entry.templates if not registered(uid))
+    if unregistered:
+        return f"names {', '.join(unregistered)}, not registered here (a plugin not loaded?)"
+    return f"records no result of {', '.join(sorted(known))} that passed"

@@ -208,8 +208,12 @@ def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool)
     if copy_a or copy_b or layout_a + layout_b != FP8_LAYOUT:
         raise UserError(f"float8 operands of layout {layout_a}{layout_b} are not tuned "
                         "(A row-major, B column-major only)")
-    if bias is not None and (tuple(bias.shape) != (n,) or bias.device != a.device or bias.stride(0) != 1):
+    if bias is not None and bias.device != a.device:
+        raise TorchDecides("the bias is on another device")
+    if bias is not None and tuple(bias.shape) != (n,):
         raise UserError(f"a bias of shape {list(bias.shape)} is not tuned (a contiguous [n])")
+    if bias is not None and bias.stride(0) != 1:  # the kernels read the bias as one contiguous row
+        raise UserError(f"a bias [n] with stride {bias.stride(0)} is not tuned (a contiguous [n], stride 1)")
     if bias is not None and bias.dtype != out_dtype:
         raise TorchDecides("the bias's dtype is not the output's")
     return make_problem(m=m, n=n, k=k, dtype=name, layout=FP8_LAYOUT, bias="n" if bias is not None else None,
