@@ -141,6 +141,20 @@ def test_lookup_and_mm_use_the_cached_aten_winner(cli, cache_dir):
         assert torch.equal(autotune_cli.mm(wide, b), torch.mm(wide.contiguous(), b))
 
 
+def test_a_bad_field_is_named_as_the_caller_wrote_it(cache_dir):
+    """The API's errors name its keywords (m, batch, allow_tf32), not the command's flags."""
+    from autotune_cli.errors import UserError
+
+    for fields, said in ((dict(m=-1, n=4, k=4), "m must be at least 1, got -1"),
+                         (dict(m=4, n=4, k=4, batch=0), "batch must be at least 1, got 0"),
+                         (dict(m=4, n=4, k=4, allow_tf32=True), "allow_tf32 only applies to float32")):
+        with pytest.raises(UserError) as raised:
+            autotune_cli.lookup(**fields, device="cpu")
+        assert str(raised.value) == said
+    with pytest.raises(UserError, match="^n must be at least 1, got 0$"):
+        autotune_cli.lookup({"op": "mm", "m": 4, "n": 0, "k": 4, "device": "cpu"})
+
+
 def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
     tune(cli, "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
     a, b = operand(48, 32, torch.float16), operand(32, 32, torch.float16, seed=1)

@@ -5,6 +5,7 @@ Reads only shapes, strides, dtypes and devices (the tensors may be torch.compile
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -221,9 +222,22 @@ def scaled_problem_of(a, b, scale_a, scale_b, bias, out_dtype, fast_accum: bool)
                         fast_accum=fast_accum)
 
 
+# The problem's checks name the command's flags (--m, --batch); a caller of the API gave
+# keywords or a dict: its errors name those (m, batch), as the caller wrote them.
+_FLAG = re.compile(r"--(m|n|k|batch|dtype|layout|bias-shape|bias|allow-tf32|scale|out-dtype|fast-accum)\b(?!-)")
+
+
 def as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
     """A GemmProblem from a problem, its dict, or its fields as keywords (device: cuda where
-    a GPU is present, else cpu)."""
+    a GPU is present, else cpu); a bad field is a UserError that names it as given (m, not
+    the command's --m)."""
+    try:
+        return _as_problem(problem, fields)
+    except UserError as exc:
+        raise UserError(_FLAG.sub(lambda m: m.group(1).replace("-", "_"), str(exc))) from None
+
+
+def _as_problem(problem: GemmProblem | dict | None, fields: dict) -> GemmProblem:
     if isinstance(problem, GemmProblem):
         if fields:
             raise TypeError("give a problem or its fields, not both")
