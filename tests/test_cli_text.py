@@ -116,3 +116,35 @@ def test_profile_on_a_cache_hit_says_where_its_tune_went(cache_dir):
     assert hit.returncode == 0, hit.stderr
     (line,) = [line for line in hit.stderr.splitlines() if line.startswith("phases:")]
     assert line.startswith("phases: a cache hit; when it was tuned, phases (s): total "), line
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """A static and a dynamic program of one linear: nn.Sequential names its input `input`."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("tiny")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32)).eval()
+    torch.export.save(torch.export.export(model, (torch.randn(4, 16),)), str(folder / "static.pt2"))
+    batch = torch.export.Dim("batch", max=64)
+    torch.export.save(torch.export.export(model, (torch.randn(4, 16),), dynamic_shapes=({0: batch},)),
+                      str(folder / "dyn.pt2"))
+    return folder
+
+
+def test_a_hint_names_a_dim_the_model_has(cache_dir, tiny_models):
+    """--help's example reads for any model; a name the program does not have is one line,
+    exit 2, listing the names it has, even where it has one dynamic dim (the Dim's own name
+    is not saved: `batch` and a typo look alike)."""
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "80"}
+    helped = run("model", "--help", env=env)
+    assert "input.0=1,16,128" in helped.stdout and "batch=" not in helped.stdout, helped.stdout
+    for name in ("nope", "batch"):
+        bad = run("model", tiny_models / "dyn.pt2", "--plan", "--device", "cpu", "--hint", f"{name}=4", env=env)
+        (line,) = bad.stderr.splitlines()
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert line.startswith(f"autotune: error: unknown dynamic dim '{name}' in --hint; known: input.0 (s"), line
+    planned = run("model", tiny_models / "dyn.pt2", "--plan", "--json", "--device", "cpu", "--hint", "input.0=4,8",
+                  env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert [(row["problem"]["m"], row["hint"]) for row in json.loads(planned.stdout)["plan"]] == [
+        (4, {"input.0": 4}), (8, {"input.0": 8})]

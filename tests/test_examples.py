@@ -49,7 +49,7 @@ def test_make_model_writes_what_readmes_commands_read(tmp_path):
     mlp = plan("mlp.pt2")
     assert sorted(row["describe"] for row in mlp) == ["addmm 32x256x64 float16 nt bias[n]",
                                                      "addmm 32x64x256 float16 nt bias[n]"]
-    dynamic = plan("dyn.pt2", "--hint", "batch=1,16,128")
+    dynamic = plan("dyn.pt2", "--hint", "input.0=1,16,128")
     assert {tuple(row["hint"].values()) for row in dynamic} == {(1,), (16,), (128,)}
     scripted = plan("mlp.pt", "--input-shape", "32x64:float16", "--trust-torchscript")
     assert sorted(row["describe"] for row in scripted) == sorted(row["describe"] for row in mlp)

@@ -324,12 +324,12 @@ def test_dynamic_batch_hints_one_problem_per_value(cli, cache_dir, models):
         ("mm", 8, 8, 16, 1, "float32", "nn", None, 1),
         ("addmm", 16, 32, 16, 1, "float32", "nt", "n", 1),
     ]
-    (sym,) = doc["problems"][0]["hint"]
-    assert [p["hint"] for p in doc["problems"]] == [{sym: 2}, None, {sym: 4}]
+    assert [p["hint"] for p in doc["problems"]] == [{"x.0": 2}, None, {"x.0": 4}]
     entries = assert_tuned_and_cached(cli, cache_dir, doc)
     assert len(entries) == 3
 
     # the symbol's own name works too; those problems are cached now
+    sym = dynamic_symbol(pt2)
     again, err = model_json(cli, pt2, "--hint", f"{sym}=4", *ATEN)
     assert [(p["problem"]["m"], p["hint"], p["from_cache"]) for p in again["problems"]] == [
         (16, {sym: 4}, True), (8, None, True)]
@@ -339,9 +339,9 @@ def test_dynamic_batch_hints_one_problem_per_value(cli, cache_dir, models):
 
 def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     _, pt2, _ = models["dynamic"]
-    # Dim(min=1, max=64): default values {1, 8, 64}
+    # Dim(min=1, max=64): default values {1, 8, 64}, the dim shown as x.0 (a name --hint takes)
     plan, _ = model_json(cli, pt2, "--plan")
-    (sym,) = plan["plan"][0]["hint"]
+    sym = "x.0"
     assert [(p["problem"]["op"], p["problem"]["m"], p["hint"]) for p in plan["plan"]] == [
         ("addmm", 4, {sym: 1}), ("mm", 8, None), ("addmm", 32, {sym: 8}), ("addmm", 256, {sym: 64})]
     bound, err = model_json(cli, pt2, "--plan", "--input-shape", "5x4x16")
@@ -350,27 +350,38 @@ def test_dynamic_batch_plan_defaults_and_input_shape(cli, cache_dir, models):
     # past the exported range: kept (another export may run it), and said, the dim named as
     # the --input-shape set it (the input's name and dim), not by torch's symbol
     _, err = model_json(cli, pt2, "--plan", "--input-shape", "100x4x16")
-    assert f"{sym}=" not in err and ".0=100: outside the range the program was exported for (1 to 64)" in err
+    assert f"{dynamic_symbol(pt2)}=" not in err
+    assert "x.0=100: outside the range the program was exported for (1 to 64)" in err
     _, half, _ = models["transposed"]  # a float16 program: a shape without a dtype takes its inputs' own
     assert model_json(cli, half, "--plan", "--input-shape", "4x32")[0]["plan"]
-    beyond, err = model_json(cli, pt2, "--plan", "--hint", "batch=1,100")
+    beyond, err = model_json(cli, pt2, "--plan", "--hint", f"{dynamic_symbol(pt2)}=1,100")
     assert [p["problem"]["m"] for p in beyond["plan"]] == [4, 8, 400]
-    assert "note: batch=100: outside the range the program was exported for (1 to 64); kept all the same" in err
-    assert beyond["notes"] == ["batch=100: outside the range the program was exported for (1 to 64); kept all the same"]
+    said = f"{dynamic_symbol(pt2)}=100: outside the range the program was exported for (1 to 64); kept all the same"
+    assert f"note: {said}" in err and beyond["notes"] == [said]  # named as --hint named it
     assert bound["notes"] == []  # a script reads what stderr said
     assert not (cache_dir / "autotune-cache.json").exists()
 
 
-def test_hint_by_dim_name_input_dim_or_symbol(cli, models):
-    """Dim("batch") is saved as a symbol of torch's choosing: --hint batch=, x.0= and the
-    symbol itself all name it (the program has that one dynamic dim)."""
+def dynamic_symbol(pt2) -> str:
+    """torch's name (s77) for the one dynamic dim of the program at `pt2`."""
+    (symbol,) = torch.export.load(str(pt2)).range_constraints
+    return str(symbol)
+
+
+def test_hint_by_input_dim_or_symbol(cli, models):
+    """Dim("batch") is saved as a symbol of torch's choosing: x.0= and the symbol itself name
+    it; `batch` is refused as any unknown name is (the file does not hold it: it and a typo
+    look alike), though the program has that one dynamic dim."""
     _, pt2, _ = models["dynamic"]
-    (sym,) = model_json(cli, pt2, "--plan")[0]["plan"][0]["hint"]  # unhinted: torch's symbol
+    sym = dynamic_symbol(pt2)
     plans = {name: model_json(cli, pt2, "--plan", "--hint", f"{name}=1,16,128")[0]["plan"]
-             for name in ("batch", "x.0", sym)}
+             for name in ("x.0", sym)}
     for name, plan in plans.items():  # the same problems, the dim named as the user named it
         assert [(p["problem"]["m"], p["hint"]) for p in plan] == [
             (4, {name: 1}), (8, None), (64, {name: 16}), (512, {name: 128})]
+    code, out, err = cli("model", pt2, "--device", "cpu", "--plan", "--hint", "batch=2")
+    assert code == 2 and out == ""
+    assert f"unknown dynamic dim 'batch' in --hint; known: x.0 ({sym})." in one_error_line(err)
 
 
 class TwoDims(nn.Module):
@@ -394,7 +405,7 @@ def test_hint_names_with_two_dynamic_dims(cli, tmp_path):
     code, out, err = cli("model", pt2, "--device", "cpu", "--plan", "--hint", "batch=2")
     assert code == 2 and out == ""
     line = one_error_line(err)
-    assert "unknown dynamic dim 'batch'" in line and "(x.0)" in line and "(x.1)" in line
+    assert "unknown dynamic dim 'batch'" in line and "x.0 (s" in line and "x.1 (s" in line
     assert "<input>.<dim>" in line and "does not save Dim names" in line
 
 
@@ -576,15 +587,15 @@ def test_more_worker_groups_than_cores_is_one_line_before_the_model_is_read(cli,
 def test_a_problem_that_cannot_fit_is_refused_before_any_tune(cli, cache_dir, tmp_path, gpus):
     """Each problem's memory is checked before the first tune, on one device or several: one
     that cannot fit is an error naming the values it was read at and --hint, and nothing
-    was tuned (batch=1's problem, listed first, is not in the cache)."""
+    was tuned (x.0=1's problem, listed first, is not in the cache)."""
     pt2 = tmp_path / "batch.pt2"
     torch.export.save(torch.export.export(TwoDims().eval(), (torch.randn(2, 3, 16),),
                                           dynamic_shapes=({0: torch.export.Dim("batch")},)), str(pt2))
-    code, out, err = cli("model", pt2, "--device", "cpu", *ATEN, "--hint", "batch=1,700000000", *gpus)
+    code, out, err = cli("model", pt2, "--device", "cpu", *ATEN, "--hint", "x.0=1,700000000", *gpus)
     assert code == 2 and out == "", err
     line = one_error_line(err)
     assert "addmm 2100000000x8x16 float32 nt bias[n] needs" in line and "does not fit" in line
-    assert "read at batch=700000000" in line and "--hint" in line
+    assert "read at x.0=700000000" in line and "--hint" in line
     assert not (cache_dir / "autotune-cache.json").exists()
 
 

@@ -242,9 +242,10 @@ def model(
                                                     "8x128x768:float16 (repeat, in order; TorchScript: needed, float32 "
                                                     "without a dtype; .pt2: the sizes its dynamic dims take)."),
     hint: Optional[List[str]] = typer.Option(None, "--hint", metavar="DIM=VALUES", help="Dynamic dims: "
-                                             "values to tune at, e.g. x.0=1,16,128 "
-                                             "(input x, dim 0), s77=1,16 (the symbol) or batch=1,16 (where there is "
-                                             "one dynamic dim); repeatable."),
+                                             "values to tune at, the dim named as <input>.<dim>, the forward "
+                                             "argument's name and the dim's index (dim 0 of an input named "
+                                             "input: input.0=1,16,128), or by torch's symbol (s77=1,16); --plan "
+                                             "shows each dim by a name this takes; repeatable."),
     trust_torchscript: bool = typer.Option(False, "--trust-torchscript", help="Read a TorchScript file: that loads and "
                                            "runs its code, so only for files you trust (a .pt2 never runs code)."),
     allow_tf32: bool = typer.Option(False, "--allow-tf32", help="float32 matmuls may use tf32."),

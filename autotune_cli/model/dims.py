@@ -3,7 +3,8 @@
 Dynamic dimensions (torch.export only): a size may be a sympy expression of symbols such
 as `s0` (the names torch chose at export). Each symbol can also be named
 `<input>.<dim>` (e.g. `x.0` for the first dim of input `x`) where it is the whole size of
-a user input's dim. Values per symbol come from `hints`; a symbol without a hint takes its
+a user input's dim; no other name (torch.export does not save a Dim's own name, so
+`batch` could not be told from a typo). Values per symbol come from `hints`; a symbol without a hint takes its
 default values: {max(lower, 1), the power of two nearest the geometric mean of that and
 the capped upper bound, min(upper, cap)} from `ep.range_constraints`, deduplicated, where
 cap is 4096 shared among the defaulted symbols one call's sizes hold: 4096 ** (1/n) (a power
@@ -21,7 +22,8 @@ Within one combination of values, identical problems (same GemmProblem, same hin
 merged with their counts summed (a call in a map or scan body counts its trip count); a
 problem already listed for an earlier combination (e.g. a static one, hint None) is not
 listed again. Order: combination by combination,
-then first appearance in the forward pass. `hint` keys are the names --hint gave, else torch's symbols.
+then first appearance in the forward pass. `hint` keys are the names --hint gave, else the
+first input dim a symbol is (x.0), else torch's symbols: each a name --hint takes.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from typing import Any
 from ..errors import UserError
 from ..problem import MAX_DIM, GemmProblem
 from .classify import MatmulCall, sym
-from .export_expr import IDENT_RE
 from .found import GROUP_SOURCE, FoundGemm
 from .text import shown
 
@@ -50,10 +51,14 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
     """The combinations of values an exported program's dims are read at: `raws` are its
     classified calls, `inputs` its user inputs (name, sizes), `ranges` its symbols' ranges
     (.lower, .upper); `input_shapes` or `hints` as find_gemms takes them. `names` receives
-    {symbol: the name --hint gave it} (batch, x.0), for what is shown to the user. `dtypes`:
+    {symbol: the name it is shown by}: the one --hint gave it, else its first input dim
+    (x.0), which --hint takes as well (torch's s77 reads as nothing to the user). `dtypes`:
     the inputs' dtypes, which an --input-shape must give (the program runs no other)."""
 
     aliases = input_dims(inputs)
+    if names is not None:
+        for alias, symbol in aliases.items():  # --hint's own names are set over these below
+            names.setdefault(symbol, alias)
 
     per_call = [_call_symbols(raw) for raw in raws if isinstance(raw, MatmulCall)]
     used = list(dict.fromkeys(name for names_of_call in per_call for name in names_of_call))
@@ -77,7 +82,7 @@ def export_bindings(raws: list[Any], inputs: list[tuple[str, tuple[Any, ...]]],
             raise UserError(f"dynamic dim {symbol} is hinted twice (as {key!r} too)")
         given[symbol] = list(values)
         if names is not None:
-            names[symbol] = key
+            names[symbol] = key  # shown as the user named it
     caps = _default_caps(per_call, [s for s in used if s not in given])
     per_symbol = {s: given.get(s) or _default_values(ranges.get(s), caps[s]) for s in used}
     return _combine(per_symbol)
@@ -138,9 +143,10 @@ def outside_ranges(scenarios: list[dict[str, int]], ranges: dict[str, Any],
 
 
 def _hint_symbol(key: str, known: list[str], aliases: dict[str, str], inputs) -> str:
-    """The symbol a --hint name stands for: the symbol itself (s77), an input's dim (x.0),
-    or, where the program has one dynamic dim, any other name (torch.export does not save
-    a Dim's name, so Dim("batch") is saved as s77 and `batch` can only mean that one)."""
+    """The symbol a --hint name stands for: the symbol itself (s77) or an input's dim (x.0).
+    Any other name is refused, listing the known ones, even where the program has one
+    dynamic dim: Dim("batch") is saved as s77 without its name, so `batch` and a typo
+    would be told apart by nothing, and a typo must not tune the wrong values."""
     if key in known:
         return key
     if key in aliases:
@@ -154,18 +160,16 @@ def _hint_symbol(key: str, known: list[str], aliases: dict[str, str], inputs) ->
         what = "static" if size.is_Integer else "not one symbol"
         raise UserError(f"--hint {key!r}: that dim is {what} ({size}); the dynamic dims are "
                         f"{', '.join(_with_aliases(s, aliases) for s in known)}")
-    plain = [s for s in known if IDENT_RE.fullmatch(s)]
-    if not dot and len(plain) == 1:
-        return plain[0]
     listing = ", ".join(_with_aliases(s, aliases) for s in known)
     raise UserError(
-        f"unknown dynamic dim {key!r} in --hint; known: {listing}. Name a dim by its symbol "
-        "or as <input>.<dim> (e.g. x.0); torch.export does not save Dim names, so a Dim's own "
-        "name is accepted only where the program has one dynamic dim")
+        f"unknown dynamic dim {key!r} in --hint; known: {listing}. Name a dim as <input>.<dim> (the "
+        "forward argument's name and the dim's index) or by its symbol; torch.export does not save "
+        "Dim names")
 
 def _with_aliases(symbol: str, aliases: dict[str, str]) -> str:
+    """A dim as the user can name it: "x.0 (s77)", its input dims first; else "s77"."""
     names = [a for a, target in aliases.items() if target == symbol]
-    return f"{symbol} ({', '.join(names)})" if names else symbol
+    return f"{', '.join(names)} ({symbol})" if names else symbol
 
 
 def _bind_input_shapes(inputs, input_shapes, dtypes: dict[str, str]) -> dict[str, int]:

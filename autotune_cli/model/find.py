@@ -128,7 +128,7 @@ def find_gemms(
     fmt = check_model(path, trust_torchscript=trust_torchscript)
     fused: list[str] = []
     autocast: dict[str, str] = {}  # autocast region's device type -> its matmuls' dtype
-    names: dict[str, str] = {}  # symbol -> the name --hint gave it
+    names: dict[str, str] = {}  # symbol -> the name it is shown by: --hint's, else its input dim (x.0)
     if fmt == "export":
         graph = read_export(path)
         raws, untuned, autocast = graph.raws, graph.untuned, graph.autocast
