@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,24 @@ def test_profile_on_a_cache_hit_says_where_its_tune_went(cache_dir):
     assert line.startswith("phases: a cache hit; when it was tuned, phases (s): total "), line
 
 
+def header_cells(table: str) -> list[str]:
+    """A table's column headers, each whole (a header of two words may take two lines)."""
+    lines = [line.strip("┃").split("┃") for line in table.splitlines() if line.startswith("┃")]
+    return [" ".join(filter(None, (line[i].strip() for line in lines))) for i in range(len(lines[0]))]
+
+
+def test_the_candidates_table_has_the_columns_readme_names(cache_dir):
+    """`kernel` (the uid, its params under it) at every width, aten rows alone included: not
+    a `template | params` table with an empty `params` column where README says `kernel`."""
+    assert "| `kernel` |" in (ROOT / "README.md").read_text()
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir)}
+    for args, columns in (((), "80"), (("--top", 1), "80"), (("--templates", "aten"), "80"),
+                          (("--templates", "aten"), "200")):
+        shown = run("mm", "--m", 48, "--n", 64, "--k", 64, "--device", "cpu", *args, env={**env, "COLUMNS": columns})
+        assert shown.returncode == 0, shown.stderr
+        assert header_cells(shown.stdout) == ["#", "kernel", "ms", "TFLOP/s", "% of best", "status"], shown.stdout
+
+
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     """A static and a dynamic program of one linear: nn.Sequential names its input `input`."""
@@ -129,6 +148,18 @@ def tiny_models(tmp_path_factory):
     torch.export.save(torch.export.export(model, (torch.randn(4, 16),), dynamic_shapes=({0: batch},)),
                       str(folder / "dyn.pt2"))
     return folder
+
+
+def test_the_plan_has_a_hint_column_only_for_dynamic_dims(cache_dir, tiny_models):
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "80"}
+    static = run("model", tiny_models / "static.pt2", "--plan", "--device", "cpu", env=env)
+    assert static.returncode == 0, static.stderr
+    assert "hint" not in header_cells(static.stdout) and "from" in header_cells(static.stdout)
+    dynamic = run("model", tiny_models / "dyn.pt2", "--plan", "--device", "cpu", env=env)
+    assert dynamic.returncode == 0, dynamic.stderr
+    assert header_cells(dynamic.stdout)[-1] == "hint"
+    # each dim labelled by a name --hint takes: the input's name and dim, not torch's s31
+    assert "input.0=1 " in dynamic.stdout and not re.search(r"\bs\d+=", dynamic.stdout), dynamic.stdout
 
 
 def test_a_hint_names_a_dim_the_model_has(cache_dir, tiny_models):

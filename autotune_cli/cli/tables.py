@@ -148,6 +148,8 @@ def _lines(*parts: "str | Text") -> Text:
 
 
 def plan_table(rows: list[dict]) -> FitTable:
+    """`hint` only where some row has one: a static model's column of "-" took the width its
+    problems need."""
     hints = [printable(", ".join(f"{k}={v}" for k, v in (row["hint"] or {}).items()) or "-") for row in rows]
     columns = [
         Col("#", [str(i) for i in range(1, len(rows) + 1)], number=True),
@@ -156,8 +158,9 @@ def plan_table(rows: list[dict]) -> FitTable:
         Col("GFLOP each", [f"{row['gflop']:.3g}" for row in rows], number=True),
         Col("share", [f"{100 * row['share']:.1f}%" for row in rows], number=True),
         Col("from", [printable(", ".join(row["sources"])) for row in rows]),
-        Col("hint", hints),
     ]
+    if any(row["hint"] for row in rows):
+        columns.append(Col("hint", hints))
     return FitTable("matmuls found", [columns])
 
 
@@ -200,7 +203,9 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
     """At most `top` rows: the fastest, then the failures worth seeing (a compile error, a
     wrong result, a timeout). The skipped (what --budget left untimed, what the search passed
     over) are counted in one line under the table, not listed: nothing went wrong with them.
-    Narrower, the candidate's params go under its template's uid."""
+    One layout at every width, the columns README's "Reading the output" names: `kernel`
+    is the template's uid with its params under it (a table of aten rows alone showed an
+    empty `params` column where the others showed `kernel`)."""
     entry: Entry = outcome.entry
     problem = outcome.problem
     winner = entry.winner
@@ -243,7 +248,6 @@ def outcome_table(outcome, top: int = 10) -> FitTable:
                Col("% of best", measured(lambda ms: f"{100 * best / ms:.0f}%"), number=True)]
     status = Col("status", statuses)
     return FitTable(printable(title), [
-        [rank, Col("template", uids, whole=True), Col("params", params), *numbers, status],
         [rank, Col("kernel", [_lines(u, p) for u, p in zip(uids, params)], whole=True), *numbers, status],
     ], notes=[note for note in notes if note])
 
