@@ -38,6 +38,18 @@ def is_pick(winner: dict, candidates: list[dict]) -> bool:
     return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])
 
 
+def messages(text: str) -> list[str]:
+    """The messages a command printed, each on one line: a message wraps at the width, its
+    lines after the first indented (cli/console.message_lines); here they are joined again."""
+    said: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(" ") and said:
+            said[-1] += " " + line.strip()
+        elif line.strip():
+            said.append(line)
+    return said
+
+
 def pytest_collection_modifyitems(config, items):
     if not INTERPRETING:
         needs = pytest.mark.skip(reason="runs Triton on CPU tensors in-process: needs TRITON_INTERPRET=1")

@@ -1,6 +1,7 @@
 """What the command says, read as a newcomer reads it: counts in the right number, no
-claim that something runs when nothing does, tables a pipe or a log can hold (80 columns
-unless COLUMNS says otherwise), and a namesake distribution named when it is installed."""
+claim that something runs when nothing does, tables and messages a pipe or a log can hold
+(80 columns unless COLUMNS says otherwise; messages wrapped at words by one rule), and a
+namesake distribution named when it is installed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from rich.cells import cell_len
 
 from autotune_cli.text import article, plural
+from conftest import messages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,8 +107,9 @@ def test_a_namesake_distribution_is_named_when_installed(tmp_path):
     assert plain.returncode == 0 and "note:" not in plain.stderr
     beside = run("--version", cwd=tmp_path, env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}"})
     assert beside.returncode == 0 and beside.stdout == plain.stdout
-    (line,) = [line for line in beside.stderr.splitlines() if line.strip()]
-    assert line.startswith("note: autotune-cli 0.3.1 is installed here too") and "pip uninstall autotune-cli" in line
+    (note,) = messages(beside.stderr)  # one note, wrapped under its text
+    assert all(line.startswith(" " * len("note: ")) for line in beside.stderr.splitlines()[1:]), beside.stderr
+    assert note.startswith("note: autotune-cli 0.3.1 is installed here too") and "pip uninstall autotune-cli" in note
 
 
 def test_profile_on_a_cache_hit_says_where_its_tune_went(cache_dir):
@@ -135,6 +138,43 @@ def test_the_candidates_table_has_the_columns_readme_names(cache_dir):
         shown = run("mm", "--m", 48, "--n", 64, "--k", 64, "--device", "cpu", *args, env={**env, "COLUMNS": columns})
         assert shown.returncode == 0, shown.stderr
         assert header_cells(shown.stdout) == ["#", "kernel", "ms", "TFLOP/s", "% of best", "status"], shown.stdout
+
+
+def laid_out(text: str, width: int) -> list[str]:
+    """`text`'s lines, each checked against the one rule every message is printed by: none
+    wider than `width`, none ending in a space."""
+    lines = text.splitlines()
+    assert all(cell_len(line) <= width for line in lines), "\n".join(line for line in lines if cell_len(line) > width)
+    assert not [line for line in lines if line.endswith(" ")], text
+    return lines
+
+
+def test_every_message_wraps_at_words_under_its_label(cache_dir):
+    """Notes, progress, summaries and --profile break at spaces to the width, never inside an
+    aside in brackets, the lines after the first under the text after the label (`note: `:
+    6 columns); an error stays one line, whole, for a script or grep."""
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "60", "PATH": "/usr/bin:/bin"}  # no nvidia-smi
+    args = ("mm", "--m", 16, "--n", 16, "--k", 16, "--templates", "aten", "--profile")
+    tuned = run(*args, env=env)
+    assert tuned.returncode == 0, tuned.stderr
+    lines = laid_out(tuned.stderr, 60)
+    note = next(i for i, line in enumerate(lines) if line.startswith("note: no GPU found;"))
+    assert lines[note + 1].startswith(" " * 6 + lines[note + 1].strip()) and lines[note + 1][6] != " "
+    assert "running on the CPU through Triton's interpreter" in " ".join(line.strip() for line in lines)
+    assert any("(pruned: none)" in line for line in lines), lines  # an aside moves whole
+    phases = next(i for i, line in enumerate(lines) if line.startswith("phases (s): total "))
+    assert lines[phases + 1].startswith("  ") and not lines[phases + 1].startswith("   ")
+    laid_out(tuned.stdout, 60)
+    hit = run(*args, env=env)
+    assert hit.returncode == 0, hit.stderr
+    lines = laid_out(hit.stderr, 60)
+    cached = next(i for i, line in enumerate(lines) if line.startswith("cached: mm 16x16x16 float16 nn -> "))
+    assert lines[cached + 1].startswith(" " * len("cached: ") + "20"), lines  # the date, under the text
+    assert lines[cached + 1].endswith(" (--force re-tunes)"), lines
+    bad = run("mm", "--from", "list.json", "--m", 4, "--device", "cpu", env=env)
+    (line,) = bad.stderr.splitlines()
+    assert bad.returncode == 2 and cell_len(line) > 60
+    assert line == "autotune: error: --from takes each problem's fields from the file; --m goes there (field 'm')"
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +219,14 @@ def test_a_hint_names_a_dim_the_model_has(cache_dir, tiny_models):
     assert planned.returncode == 0, planned.stderr
     assert [(row["problem"]["m"], row["hint"]) for row in json.loads(planned.stdout)["plan"]] == [
         (4, {"input.0": 4}), (8, {"input.0": 8})]
+
+
+def test_the_estimate_under_the_winners_wraps_at_words(cache_dir, tiny_models):
+    env = {"AUTOTUNE_CACHE_DIR": str(cache_dir), "COLUMNS": "60"}
+    tuned = run("model", tiny_models / "dyn.pt2", "--device", "cpu", "--templates", "aten", "--workers", 1,
+                "--hint", "input.0=4", env=env)
+    assert tuned.returncode == 0, tuned.stderr
+    lines = laid_out(tuned.stdout, 60)
+    first = next(i for i, line in enumerate(lines) if line.startswith("estimated GEMM time per forward pass"))
+    assert lines[first + 1].startswith("  ") and re.search(r"\(saves -?\d+\.\d+ ms\)$", lines[first + 1]), lines
+    laid_out(tuned.stderr, 60)

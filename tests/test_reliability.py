@@ -17,7 +17,7 @@ import pytest
 
 from autotune_cli.store.cache import CACHE_FILE, SCHEMA, Cache
 from autotune_cli.store.cache_document import parse_document
-from conftest import PLUGINS
+from conftest import PLUGINS, messages
 from helpers_cache_writer import key_of, make_entry, stress_keys
 
 HELPER = Path(__file__).parent / "helpers_cache_writer.py"
@@ -34,7 +34,8 @@ def run_cli(*args, cache_dir=None, timeout=180):
 
 
 def stderr_lines(proc):
-    return [line for line in proc.stderr.splitlines() if line.strip()]
+    """Each message on stderr whole (a long note, a path in it, wraps to the width)."""
+    return messages(proc.stderr)
 
 
 def document(cache_dir):
@@ -247,7 +248,7 @@ def test_a_damaged_cache_in_a_folder_that_cannot_be_written_is_read_as_it_can_be
     finally:
         cache_dir.chmod(0o755)
     assert code == 0, err
-    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    notes = [line for line in messages(err) if line.startswith("note:")]
     assert len(notes) == 1 and "the file is left as it is" in notes[0], err
     if damage == "entry":
         assert "winner time 'fast' is not a number" in notes[0] and "1 other entry used" in notes[0]

@@ -21,6 +21,7 @@ from ..store.entry import Entry
 from ..tune.report import fmt_ms, fmt_tflops, tuned_text
 from ..store.results import BUDGET_RAN_OUT, OK, SKIPPED, Candidate, params_str
 from ..text import printable
+from .console import message_lines
 
 
 # -- tables that fit the width they are drawn at ------------------------------------------
@@ -127,12 +128,13 @@ class FitTable:
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        # the title a line of its own: as the table's title rich pads it with spaces to its width
-        yield Text(self.title, style="table.title", overflow="fold")  # no markup
+        # the title a line of its own (as the table's title rich pads it with spaces to its
+        # width); it and the notes laid out as every message is (console.message_lines)
+        yield message_lines(Text(self.title, style="table.title"), options.max_width)  # no markup
         if any(col.cells for col in self.layouts[0]):  # no rows: the notes say why, not an empty grid
             yield self.table(options.max_width)
         for note in self.notes:
-            yield Text(note, overflow="fold")
+            yield message_lines(note, options.max_width)
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         every = self.layouts + self.fallbacks
