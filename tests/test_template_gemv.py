@@ -435,6 +435,38 @@ def test_compiles_for_sm90_with_wide_loads(tmp_path, monkeypatch):
     assert len(dot) == 1 and ("cp.async.cg.shared.global" in dot[0] or "cp.async.bulk" in dot[0])
 
 
+def _loops_back(ptx: str) -> bool:
+    """Whether a branch of the PTX goes back to a label above it (a loop)."""
+    lines = ptx.splitlines()
+    labels = {found.group(1): i for i, line in enumerate(lines) if (found := re.match(r"(\$\w+):", line))}
+    return any(labels.get(target, len(lines)) < i for i, line in enumerate(lines)
+               for target in re.findall(r"\bbra(?:\.uni)?\s+(\$\w+);", line))
+
+
+@pytest.mark.skipif(_ptxas_missing(), reason="needs Triton's NVIDIA backend (its bundled ptxas)")
+def test_one_step_tiles_compile_for_sm90_as_straight_line_code(tmp_path, monkeypatch):
+    """A one-row decode with a short K (a GPT-2 head, 1x50257x768): the one-step tile and its
+    FLAT_ROW form build for a described H200 with 128-bit loads of B and not one branch (a
+    loop over K <= BLOCK_K compiled to a guard around its body); a K two steps long (1100)
+    keeps its loop."""
+    described = DeviceInfo(device_type="cuda", name="NVIDIA H200 (described, not present)", capability="9.0",
+                           sm_count=132, smem_per_block=232448, l2_bytes=50 << 20, runtime="12.8")
+    one_step = tile(1, 2, 1024, warps=4, each=1)
+    for k, configs_, loops in ((768, [one_step, {**one_step, "FLAT_ROW": 1}], False), (1100, [one_step], True)):
+        triton_cache = tmp_path / f"triton{k}"
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))
+        problem = make_problem(m=1, n=50257, k=k, dtype="bfloat16", layout="nt")
+        cases = [(GEMV, problem, c) for c in configs_]
+        answers, _ = compile_through_pool(described, cases, tmp_path / f"kernels{k}", by_index=True)
+        assert all(payload["ok"] for payload in answers.values()), answers
+        ptx = [p.read_text() for p in triton_cache.rglob("gemv_*.ptx")]
+        assert len(ptx) == len(configs_)
+        for text in ptx:
+            assert _loops_back(text) == loops, k
+            assert loops or "bra" not in text, "a branch around the one step"  # straight-line code
+            assert loops or re.search(r"ld\.global\.L1::evict_first[\w.:]*\.v4\.b32", text)  # B: 16 bytes a load
+
+
 def test_programmatic_dependent_launch_on_hopper_only(monkeypatch):
     """PDL=1 (a --space choice; the shipped lists leave it off) renders the wait for the
     kernel before (ahead of every load) and the early signal to the next, in each kernel of
