@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autotune_cli.store.cache import CACHE_FILE, Cache
+from conftest import messages
 from autotune_cli.store.entry import CacheKey
 from autotune_cli.export import inductor_table
 from autotune_cli.store.fingerprint import Fingerprint, machine_digest_of
@@ -337,7 +338,7 @@ def test_import_says_why_it_skips_once_per_reason(cli, cache_dir, tmp_path):
                                 ([], "skipped", "imported 0, replaced 0, skipped 6 of 6 entries")):
         code, out, err = cli("cache", "import", export, *args)
         assert code == 0 and out == "", err
-        assert err.splitlines() == [
+        assert messages(err) == [
             f"{verb} k: damaged ('fingerprint' missing or not a dict)",
             f"{verb} 2 entries: ours was tuned at the same time or later",
             f"{summary} from {export} (3 already cached, identical)"]
