@@ -80,6 +80,7 @@ def test_table_output(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
     assert code == 0
     assert "aten::mm" in out and "winner: aten::mm" in out and "% of best" in out
+    assert "winner: aten::mm  0." in out  # no params: the fields two spaces apart, as elsewhere
     assert "tuning mm 32x32x32 float16 nn on cpu" in err
 
 

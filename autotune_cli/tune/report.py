@@ -188,7 +188,7 @@ def outcome_summary(outcome) -> str:
         if any(c.cut_by_budget for c in entry.candidates):
             return f"no valid candidate ({_status_counts(entry)}): none finished within --budget; raise it"
         return f"no valid candidate ({_status_counts(entry)})"
-    shown = printable(f"{winner.uid} {params_str(winner.params)}")
+    shown = printable(" ".join(part for part in (winner.uid, params_str(winner.params)) if part))
     line = f"winner: {shown}  {fmt_ms(winner.ms)} ms  {fmt_tflops(winner.tflops)} TFLOP/s"
     counts = _counts_and_seconds(entry)
     # the counts whole on a line of their own where the one line would wrap inside them
