@@ -407,6 +407,25 @@ def test_split_keys_leaves_a_prefill_to_the_plain_fold():
 
 
 @pytest.mark.usefixtures("fresh_compile")
+def test_triton_in_another_mode_than_the_variable_says_leaves_the_kernel_out(monkeypatch):
+    """Triton imported before TRITON_INTERPRET was set (kernel_files.interpreter_mismatch):
+    the kernel would fail on its first call, so the plain fold's SDPA runs."""
+    from autotune_cli.templates import kernel_files
+
+    q, k, v = operands(1, 8, 2, 1, 100, 16)
+    mask = some_keys((1, 1, 1, 100))
+    seen: list = []
+    graph_targets(attend, seen, split_keys=True)(q, k, v, mask)
+    assert decode_attention.register_op() in seen[0]  # the kernel, where the modes agree
+    monkeypatch.setattr(kernel_files, "interpreter_mismatch", lambda: "triton was imported before ...")
+    torch._dynamo.reset()
+    seen = []
+    got = graph_targets(attend, seen, split_keys=True)(q, k, v, mask)
+    assert decode_attention.register_op() not in seen[0]
+    torch.testing.assert_close(got, sdpa_repeated(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("fresh_compile")
 def test_inductor_compiles_a_graph_holding_the_kernel():
     """The real compile (Inductor on the CPU): the op runs inside its generated code, with
     SDPA's values, call after call."""

@@ -227,10 +227,13 @@ def attention_of(fold: Fold, plain: bool):
 def _kernel_splits(fold: Fold) -> int | None:
     """The splits of the keys decode_attention's kernel would run `fold`'s SDPA with, or None
     where it does not serve it: too many rows, another head size, a dynamic cache, a scale
-    that is not a number, a device where Triton does not run, an output laid out otherwise
-    than the op's, or a tensor that needs gradients (the kernel has no backward)."""
+    that is not a number, a device where Triton does not run (or triton runs in another
+    mode than TRITON_INTERPRET says: the kernel would fail on its first call), an output
+    laid out otherwise than the op's, or a tensor that needs gradients (the kernel has no
+    backward)."""
     import torch
 
+    from ..templates.kernel_files import interpreter_mismatch
     from ..templates.triton_base import interpreting
     from . import decode_attention
 
@@ -240,7 +243,7 @@ def _kernel_splits(fold: Fold) -> int | None:
     batch, heads, rows, dim = _sizes(fold.query)
     _, heads_kv, keys, _ = _sizes(fold.key)
     v_dim = _sizes(fold.value)[3]
-    if q.device.type != "cuda" and not interpreting():
+    if (q.device.type != "cuda" and not interpreting()) or interpreter_mismatch():
         return None
     if not (fold.scale is None or isinstance(fold.scale, (int, float))):
         return None
