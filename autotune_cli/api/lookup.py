@@ -199,21 +199,14 @@ def _unjudged(entry: Entry, known: dict) -> str:
     are registered here), worded to follow STALE: say what is missing, the fingerprint's
     record of the winner's template (its source then, to check against this one's) or the
     template itself here."""
-    from ..templates import get_template
-
-    def registered(uid: str) -> bool:
-        try:
-            get_template(uid)
-        except UserError:
-            return False
-        return True
+    from ..templates import registered_template
 
     if not entry.templates:
         return "records no templates in its fingerprint (fingerprint.templates): no source to check its winner by"
     if entry.winner.uid not in entry.templates:
         return (f"does not record its winner's template {entry.winner.uid} in its fingerprint "
                 "(fingerprint.templates): no source to check it by")
-    unregistered = sorted(uid for uid in entry.templates if not registered(uid))
+    unregistered = sorted(uid for uid in entry.templates if registered_template(uid) is None)
     if unregistered:
         return f"names {', '.join(unregistered)}, not registered here (a plugin not loaded?)"
     return f"records no result of {', '.join(sorted(known))} that passed"

@@ -11,6 +11,7 @@ from .registry import (
     check_template_names,
     get_template,
     register_template,
+    registered_template,
     templates_for,
     unregister_template,
     vendor_uids,
@@ -18,5 +19,5 @@ from .registry import (
 
 __all__ = [
     "Operands", "Runnable", "Template", "all_templates", "check_template_names", "get_template",
-    "register_template", "templates_for", "unregister_template", "vendor_uids",
+    "register_template", "registered_template", "templates_for", "unregister_template", "vendor_uids",
 ]

@@ -128,26 +128,17 @@ def check_winner(template, problem: GemmProblem, params: Any) -> None:
                                   f"derives for {problem.describe()} ({_show(derived.get(name))})")
 
 
-def _registered(uid: str):
-    """The template registered under `uid`, or None."""
-    from ..errors import UserError
-    from .registry import get_template
-
-    try:
-        return get_template(uid)
-    except UserError:
-        return None
-
-
 def winner_problem(entry: "Entry") -> str | None:
     """Why the winner of a cache entry (an entry.Entry, whose fields are checked) must not be
     built, naming the bad field, or None: its template must be registered here (a plugin's
     loaded), its params pass `check_winner` for the entry's problem, and it must be one of
     the entry's own results that passed (`unverified_winner`)."""
+    from .registry import registered_template
+
     winner = entry.winner
     if winner is None:
         return None
-    template = _registered(winner.uid)
+    template = registered_template(winner.uid)
     if template is None:
         return f"winner template {_show(winner.uid)} is not registered here (a plugin's needs --plugin)"
     try:
@@ -178,11 +169,13 @@ def entry_problem(entry: "Entry") -> str | None:
     """`winner_problem`, and each candidate of a registered template has only declared
     params of the declared kinds (results, never built, but printed, and a resumed tune
     may adopt them)."""
+    from .registry import registered_template
+
     why = winner_problem(entry)
     if why:
         return why
     for i, candidate in enumerate(entry.candidates):
-        template = _registered(candidate.uid)
+        template = registered_template(candidate.uid)
         if template is None:
             continue
         try:

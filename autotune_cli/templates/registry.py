@@ -31,6 +31,11 @@ def get_template(uid: str) -> Template:
         raise UserError(f"unknown template {uid!r}; known templates: {known}") from None
 
 
+def registered_template(uid: str) -> Template | None:
+    """The template registered under `uid`, or None (a plugin's not loaded, say)."""
+    return _TEMPLATES.get(uid)
+
+
 def all_templates() -> list[Template]:
     return [_TEMPLATES[uid] for uid in sorted(_TEMPLATES)]
 

@@ -86,18 +86,10 @@ def judged_hashes(entry: Entry) -> dict[str, str]:
     for one that no longer serves its problem (changed, as far as the entry goes); one not
     registered (a plugin not loaded) is left out, not judged. What `unserved_reason` holds a
     stored entry against, wherever it is asked whether the lookups answer with it."""
-    from ..errors import UserError
-    from ..templates import get_template
+    from ..templates import registered_template
 
     now = template_hashes(entry.problem)
-    judged = {}
-    for uid in entry.templates:
-        try:
-            get_template(uid)
-        except UserError:
-            continue
-        judged[uid] = now.get(uid, "")
-    return judged
+    return {uid: now.get(uid, "") for uid in entry.templates if registered_template(uid) is not None}
 
 
 def stale_reason(entry: Entry) -> str:
@@ -111,13 +103,10 @@ def stale_reason(entry: Entry) -> str:
     why = unserved_reason(entry, judged_hashes(entry))
     if why:
         return why
-    from ..errors import UserError
-    from ..templates import get_template
+    from ..templates import registered_template
     from ..templates.params import winner_problem
 
-    try:
-        get_template(entry.winner.uid)
-    except UserError:
+    if registered_template(entry.winner.uid) is None:
         return ""
     refused = winner_problem(entry)
     return f"is refused: {refused}" if refused else ""
