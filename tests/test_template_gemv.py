@@ -297,12 +297,17 @@ def test_default_configs_fill_an_h200_and_its_registers(m, layout, n, k):
 @pytest.mark.parametrize("k", [768, 4096])
 def test_a_short_k_on_b_transposed_adds_the_short_k_tile(k):
     """Up to SHORT_K on B^T at a few rows, the list gains DOT 64x128 with 4 stages (whole
-    128-long steps of a 768-long K); a long K keeps the eight tiles."""
+    128-long steps of a 768-long K), and at one row the one-step FLAT_ROW tile (two rows of B
+    a program, four warps); a long K keeps the eight tiles."""
     short = {"BLOCK_N": 64, "BLOCK_K": 128, "num_stages": 4, "num_warps": 4, "DOT": 1, "SPLIT_K": 1}
+    flat = {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4, "REDUCE_EACH": 1, "SPLIT_K": 1, "FLAT_ROW": 1}
     for m in (1, 4):
         found = configs(make_problem(m=m, n=50257, k=k, dtype="bfloat16", layout="nt"))
         matches = [c for c in found if all(c[key] == value for key, value in short.items())]
-        assert len(matches) == (k <= gemv.SHORT_K) and len(found) <= 8 + (k <= gemv.SHORT_K)
+        flats = [c for c in found if all(c.get(key) == value for key, value in flat.items())]
+        assert len(matches) == (k <= gemv.SHORT_K) and len(found) <= 8 + len(gemv.SHORT_K_TILES) * (k <= gemv.SHORT_K)
+        assert len(flats) == (k <= gemv.SHORT_K and m == 1)
+        assert all(c.get("FLAT_ROW", 0) == 0 for c in found if c not in flats)
     wide = configs(make_problem(m=8, n=50257, k=768, dtype="bfloat16", layout="nt"))  # DOT's own list
     assert len(wide) <= 8 and wide == [c for c in wide if c["DOT"]]
 

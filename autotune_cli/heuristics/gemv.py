@@ -71,7 +71,7 @@ class Tile(NamedTuple):
     split: int | None = None  # None: chosen from the programs it makes
     fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
     pdl: int = 0  # PDL (a --space choice: templates/triton_gemv.py says why it is off here)
-    flat: int = 0  # FLAT_ROW (M = 1 as a 2-D product; a --space choice: templates/triton_gemv.py)
+    flat: int = 0  # FLAT_ROW (M = 1 as a 2-D product, templates/triton_gemv.py; dropped at more rows)
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
@@ -100,11 +100,13 @@ DEFAULT_TILES = {
     (False, False): _DOT_NN,
 }
 # Where K is short (at most SHORT_K) on B^T with the CUDA-core forms, the whole-row tiles above
-# become one masked step in tens of thousands of short programs. Two tiles stream B faster,
-# neither on every GPU: DOT 64x128 with 4 stages (six steps of 128 at K = 768) and two whole
-# rows a program on two warps; the tune picks by time (bench/README.md, "Decode GEMV").
+# become one masked step in tens of thousands of short programs. Three tiles stream B faster,
+# none on every GPU: DOT 64x128 with 4 stages (six steps of 128 at K = 768), two whole rows a
+# program on two warps, and at one row the same rows as one 2-D product on four warps
+# (FLAT_ROW: Inductor's persistent reduction's form); the tune picks by time
+# (bench/README.md, "Decode GEMV").
 SHORT_K = 1024
-SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1), Tile(EACH, 2, 1024, 2))
+SHORT_K_TILES = (Tile(DOT, 64, 128, 4, 4, 1), Tile(EACH, 2, 1024, 2), Tile(EACH, 2, 1024, 4, flat=1))
 # The exhaustive search's products, per form (each tile with its SPLIT_K and twice it, DOT's
 # without a split and with one; fitted and deduplicated).
 EXHAUSTIVE = {

@@ -41,8 +41,8 @@ timing of one kernel always has and a model's GEMV, after a norm or an activatio
 has (bench/README.md).
 FLAT_ROW=1 (M = 1, REDUCE_EACH, B^T) multiplies A's one row into B's [BLOCK_N, BLOCK_K] tile
 as a 2-D product, as a reduction kernel tiles it, rather than through a [1, BLOCK_N,
-BLOCK_K] one: the same sums, another register layout. No shipped list offers it: a --space
-file lists it under this template's uid (bench/gemv_sweep.py --flat 0,1 times it).
+BLOCK_K] one: the same sums, another register layout. The shipped lists offer it where it
+led on a GPU (heuristics/gemv.py); bench/gemv_sweep.py --flat 0,1 times every tile both ways.
 """
 
 from __future__ import annotations
