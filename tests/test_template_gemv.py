@@ -123,6 +123,9 @@ def test_a_flat_row_is_one_row_summed_each_step_along_b_transposed():
               "FLAT_ROW": 1}]
     assert [c.get("FLAT_ROW") for c in configs(make_problem(m=1, n=50257, k=768, layout="nt"), space=space)] == [1]
     assert configs(make_problem(m=1, n=50257, k=768, layout="nn"), space=space) == []
+    # the eviction hints: on unless a --space tile turns them off
+    assert [c.get("EVICT", 1) for c in configs(make_problem(m=1, n=50257, k=768, layout="nt"), space=[
+        {**space[0], "EVICT": 0}, {**space[0], "num_warps": 4}])] == [0, 1]
 
 
 def test_dot_serves_16_bit_dtypes_only():
@@ -394,6 +397,21 @@ def test_cli_tunes_it_on_the_cpu(cli, cache_dir, args):
     assert all(c["status"] == "ok" and c["max_rel_error"] is not None for c in candidates), candidates
     assert doc["winner"]["uid"] == GEMV
     assert doc["fingerprint"]["templates"] == {GEMV: get_template(GEMV).source_hash()}
+
+
+def test_a_space_file_sets_the_eviction_hints_and_the_flat_row(cli, cache_dir, tmp_path):
+    """EVICT and FLAT_ROW listed under the template's uid in a --space file reach the tuned
+    kernel: the winner carries both, run and verified under the interpreter."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({GEMV: [{"BLOCK_M": 1, "BLOCK_N": 2, "BLOCK_K": 128, "num_warps": 2, "num_stages": 1,
+                                         "REDUCE_EACH": 1, "FLAT_ROW": 1, "EVICT": 0}]}))
+    code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--space", str(space),
+                         "--m", 1, "--n", 33, "--k", 70, "--dtype", "bfloat16", "--layout", "nt")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [c["status"] for c in doc["candidates"]] == ["ok"]
+    params = doc["winner"]["params"]
+    assert (params["EVICT"], params["FLAT_ROW"], params["BLOCK_N"], params["BLOCK_K"]) == (0, 1, 2, 128)
 
 
 def test_cli_refuses_it_past_m_16(cli, cache_dir):

@@ -27,7 +27,7 @@ dimension, then along it, until it fits (`fit_tile`).
     the M allows, each with its SPLIT_K and twice it (bounded: the tile model does not rank
     these configs, every one is timed).
   - a user's --space: each config within the schema, its BLOCK_N, BLOCK_K, num_warps (and
-    SPLIT_K, num_stages, DOT, REDUCE_EACH, FUSED_REDUCE, PDL, FLAT_ROW where given, under
+    SPLIT_K, num_stages, DOT, REDUCE_EACH, FUSED_REDUCE, PDL, FLAT_ROW, EVICT where given, under
     the template's uid in the file; else SPLIT_K chosen, one stage, FMA), BLOCK_M set to the
     problem's.
 On the CPU (the interpreter) two small tiles, one without and one with a split of K.
@@ -52,7 +52,8 @@ FP8_DOT_LEAST_K = 32  # the float8 MMA's K step
 # templates' lists (triton::scaled_mm_splitk's longest step).
 FP8_DOT_MOST_K = 512
 SCHEMA = TritonGemvTemplate.params_schema  # what each param may be (one home: the template)
-TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE", "FLAT_ROW")
+TUNED = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "DOT", "REDUCE_EACH", "FUSED_REDUCE", "FLAT_ROW",
+         "EVICT")
 FMA, EACH, DOT = "fma", "each", "dot"
 FORMS = (FMA, EACH, DOT)
 # float32 values per thread (the accumulator, or the products): hardware/registers.py's
@@ -72,6 +73,7 @@ class Tile(NamedTuple):
     fused: int = 0  # FUSED_REDUCE where K is split: the slices summed in the one launch
     pdl: int = 0  # PDL (a --space choice: templates/triton_gemv.py says why it is off here)
     flat: int = 0  # FLAT_ROW (M = 1 as a 2-D product, templates/triton_gemv.py; dropped at more rows)
+    evict: int = 1  # EVICT (the eviction hints; a --space choice: they help or cost by the weight's size)
 
 
 # The default search, by (K contiguous?, CUDA cores or not): long along B's contiguous
@@ -246,6 +248,8 @@ def configs_for(problem: GemmProblem, tiles: Iterable[Tile], doubled: bool = Fal
                 config["PDL"] = 1
             if tile.flat:
                 config["FLAT_ROW"] = 1
+            if not tile.evict:
+                config["EVICT"] = 0
             ident = tuple(sorted(config.items()))
             if ident not in seen:
                 seen.add(ident)
@@ -269,7 +273,7 @@ def space_tiles(space: list[dict[str, Any]]) -> list[Tile]:
         form = DOT if config.get("DOT") else EACH if config.get("REDUCE_EACH") else FMA
         tiles.append(Tile(form, config["BLOCK_N"], config["BLOCK_K"], config["num_warps"],
                           config.get("num_stages") or 1, config.get("SPLIT_K"), config.get("FUSED_REDUCE", 0),
-                          config.get("PDL", 0), config.get("FLAT_ROW", 0)))
+                          config.get("PDL", 0), config.get("FLAT_ROW", 0), config.get("EVICT", 1)))
     return tiles
 
 
