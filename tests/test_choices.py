@@ -97,7 +97,7 @@ def test_a_decode_problem_leaves_out_the_plain_tiles_where_swap_ab_serves_it():
     everything = None  # every template: a --templates selection is the user's, kept whole
     decode = make_problem(m=16, n=4096, k=4096, dtype="bfloat16", layout="nt")
     result = get_choices(decode, H200, TuneSettings(device="cuda", templates=everything))
-    assert result.pruned_counts() == {"decode": 55}  # 21 tiled + 10 persistent + 24 split-K configs
+    assert result.pruned_counts() == {"decode": 56}  # 22 tiled + 10 persistent + 24 split-K configs
     assert {p.choice.uid for p in result.pruned} == {"triton::mm", "triton::mm_persistent_tma", "triton::mm_splitk"}
     assert "triton::mm_swap_ab serves this problem" in result.pruned[0].reason
     assert {c.uid for c in result.choices} == {"aten::mm", "triton::mm_swap_ab", "triton::gemv"}
