@@ -40,7 +40,7 @@ def is_pick(winner: dict, candidates: list[dict]) -> bool:
 
 def messages(text: str) -> list[str]:
     """The messages a command printed, each on one line: a message wraps at the width, its
-    lines after the first indented (cli/console.message_lines); here they are joined again."""
+    lines after the first indented (autotune_cli/console.message_lines); here they are joined again."""
     said: list[str] = []
     for line in text.splitlines():
         if line.startswith(" ") and said:

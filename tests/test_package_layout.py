@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune_cli"
 # Low to high: a module may import its own package, the root and what is listed before it.
 LAYERS = [
-    {"errors", "text", "version", "safe_read", "problem", "plugins"},
+    {"errors", "text", "console", "version", "safe_read", "problem", "plugins"},
     {"hardware"}, {"settings"}, {"store"}, {"templates"}, {"heuristics", "model"},
     {"candidates"}, {"runner"}, {"search"}, {"tune"}, {"export", "api"}, {"scaleout"},
     {"routing"}, {"cli"}, {"__init__", "__main__"},

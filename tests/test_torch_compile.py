@@ -471,6 +471,22 @@ def test_a_compile_tunes_what_it_meets_and_the_next_one_hits(cache_dir, space, c
     assert [(r.key, r.uid) for r in again] == [(r.key, r.uid) for r in routes]
 
 
+@pytest.mark.parametrize("columns", ["0", "30"])
+def test_a_compiles_tuning_notice_is_one_whole_line_at_any_width(cache_dir, space, capfd, monkeypatch, columns):
+    """The compile path's notices are laid out as the command's are: an `autotune: ` line
+    whole at a narrow terminal (COLUMNS=30), and printed at all where COLUMNS=0 (a plain
+    rich console drew nothing there)."""
+    from autotune_cli.problem import make_problem
+    from autotune_cli.routing.tuning import tune_missing
+
+    monkeypatch.setenv("COLUMNS", columns)
+    problem = make_problem(m=8, n=8, k=8, dtype="float32", device="cpu")
+    report = tune_missing([problem], dataclasses.replace(cpu_tuning(cache_dir, space), templates=("triton::mm",)))
+    assert report.tuned == [problem]
+    lines = capfd.readouterr().err.splitlines()
+    assert "autotune: tuning 1 matmul problem this graph meets (cached for later compiles)" in lines, lines
+
+
 def test_tune_false_tunes_nothing_and_says_what_was_left(cache_dir, capfd):
     routes: list = []
     with torch.no_grad():

@@ -21,7 +21,7 @@ from ..store.entry import Entry
 from ..tune.report import fmt_ms, fmt_tflops, tuned_text
 from ..store.results import BUDGET_RAN_OUT, OK, SKIPPED, Candidate, params_str
 from ..text import printable
-from .console import message_lines
+from ..console import message_lines
 
 
 # -- tables that fit the width they are drawn at ------------------------------------------

@@ -79,8 +79,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
     ends, so that what finished is known even if a later problem raises."""
     import time
 
-    from rich.console import Console
-
+    from ..console import message_console
     from ..tune.report import ModelProgress
     from ..runner.processes import prestart_workers
 
@@ -88,7 +87,7 @@ def tune_missing(problems: Sequence[GemmProblem], settings: TuneSettings, quiet:
     if not problems:
         return report
     started = time.perf_counter()
-    console = Console(stderr=True, quiet=quiet)
+    console = message_console(stderr=True, quiet=quiet)  # laid out as the command's notices are
     console.print(f"autotune: tuning {len(problems)} matmul problem{'s' if len(problems) != 1 else ''} "
                   f"this graph meets (cached for later compiles)", markup=False, highlight=False)
     progress = ModelProgress(console, total=len(problems))
