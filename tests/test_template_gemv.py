@@ -414,6 +414,19 @@ def test_a_space_file_sets_the_eviction_hints_and_the_flat_row(cli, cache_dir, t
     assert (params["EVICT"], params["FLAT_ROW"], params["BLOCK_N"], params["BLOCK_K"]) == (0, 1, 2, 128)
 
 
+def test_a_space_config_the_template_refuses_is_one_line_naming_the_file(cli, cache_dir, tmp_path):
+    """DOT on a block under 16 columns can run on no problem: exit 2, one line that names the
+    file and says why, not a traceback."""
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({GEMV: [{"BLOCK_M": 16, "BLOCK_N": 8, "BLOCK_K": 32, "num_warps": 4,
+                                         "num_stages": 1, "DOT": 1}]}))
+    code, out, err = cli("mm", "--device", "cpu", "--templates", GEMV, "--space", str(space),
+                         "--m", 1, "--n", 64, "--k", 64, "--layout", "nt")
+    assert code == 2 and out == "", err
+    assert err.startswith(f"autotune: error: space file {space}: {GEMV}: DOT needs") and "BN8" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_cli_refuses_it_past_m_16(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--m", 17, "--n", 64, "--k", 64)
     assert code == 2 and "no candidates" in err and out == ""

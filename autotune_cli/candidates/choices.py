@@ -339,6 +339,16 @@ class ChoiceSet:
         return counts
 
 
+def _check_listed(choice: KernelTemplateChoice, space_file: str) -> None:
+    """A config from the user's --space that its template refuses for this problem (gemv's
+    DOT on blocks under 16, say) is bad input: one line naming the file, not a traceback."""
+    try:
+        choice.params
+    except ValueError as exc:
+        raise UserError(f"space file {space_file}: {exc} (the config as this problem takes it: "
+                        f"{params_str(choice.config_dict)})") from None
+
+
 def enumerate_configs(
     template: Template, problem: GemmProblem, settings: TuneSettings,
     user_space: dict[str, list[dict]] | None,
@@ -384,6 +394,8 @@ def get_choices(
                 break
             considered += 1
             choice = KernelTemplateChoice.make(template, problem, template.fit_to_device(config, device))
+            if user_space is not None:
+                _check_listed(choice, settings.space_file)
             for stage_name, stage in stages or PRUNE_STAGES:
                 reason = stage(choice, ctx)
                 if reason:
