@@ -343,7 +343,7 @@ def _check_listed(choice: KernelTemplateChoice, space_file: str) -> None:
     """A config from the user's --space that its template refuses for this problem (gemv's
     DOT on blocks under 16, say) is bad input: one line naming the file, not a traceback."""
     try:
-        choice.params
+        choice.params  # noqa: B018 - derived (and checked) here, memoised for the tune
     except ValueError as exc:
         raise UserError(f"space file {space_file}: {exc} (the config as this problem takes it: "
                         f"{params_str(choice.config_dict)})") from None
