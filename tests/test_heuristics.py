@@ -86,7 +86,7 @@ def test_space_file(tmp_path):
 def test_a_space_listed_under_a_template_takes_its_own_keys_checked_by_it(tmp_path):
     """Under triton::gemv's uid: its own keys (PDL, FLAT_ROW, REDUCE_EACH) and its own ranges
     (BLOCK_N from 1); a value its schema refuses, a value it derives (EVEN_K), its keys in a
-    list for every template, and an unknown uid are said."""
+    list for every template, an unknown uid and a template without configs are said."""
     path = tmp_path / "space.json"
     gemv = {"BLOCK_M": 1, "BLOCK_N": 2, "BLOCK_K": 1024, "num_stages": 1, "num_warps": 2, "REDUCE_EACH": 1,
             "FLAT_ROW": 1, "PDL": 1}
@@ -102,5 +102,10 @@ def test_a_space_listed_under_a_template_takes_its_own_keys_checked_by_it(tmp_pa
     with pytest.raises(UserError, match="unknown config key"):
         load_space_file(path)
     path.write_text(json.dumps({"triton::nope": [gemv]}))
-    with pytest.raises(UserError, match="unknown template 'triton::nope'"):
+    with pytest.raises(UserError, match=f"space file {path} names unknown template 'triton::nope'; Triton"):
+        load_space_file(path)
+    # a template that takes no configs: said, not ignored
+    path.write_text(json.dumps({"aten::mm": [{key: gemv[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                                                         "num_stages", "num_warps")}]}))
+    with pytest.raises(UserError, match=f"space file {path} lists configs for aten::mm, which takes none"):
         load_space_file(path)

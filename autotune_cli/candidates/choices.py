@@ -371,15 +371,7 @@ def get_choices(
     space file may offer more than the budget can enumerate."""
     if templates is None:
         templates = templates_for(problem, settings.templates)
-    user_space = load_space_file(settings.space_file) if settings.space_file else None
-    if user_space is not None:
-        from ..templates import all_templates
-
-        known = {t.uid for t in all_templates()}
-        unknown = [uid for uid in user_space if uid != "*" and uid not in known]
-        if unknown:
-            raise UserError(f"space file {settings.space_file} names unknown template(s) "
-                            f"{', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}")
+    user_space = load_space_file(settings.space_file) if settings.space_file else None  # uids checked there
     ctx = PruneContext(problem, device, settings)
     kept: list[KernelTemplateChoice] = []
     pruned: list[Pruned] = []

@@ -123,11 +123,24 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
             raise UserError(f"space file {path}: {str(uid)!r} must map to a non-empty list of configs")
         schema = None
         if uid != "*":  # listed under a template: its own keys allowed, its schema checks them
-            from ..templates import get_template
-
-            schema = get_template(str(uid)).params_schema
+            schema = _listed_template(path, str(uid)).params_schema
         out[str(uid)] = [validate_config(c, f"{path} [{uid}]", schema) for c in configs]
     return out
+
+
+def _listed_template(path: Path, uid: str):
+    """The template a space file lists configs under: a registered Triton one, else why not
+    (a typo'd uid, or one that takes no configs), naming the file."""
+    from ..templates import all_templates, registered_template
+
+    template = registered_template(uid)
+    if template is None:
+        known = ", ".join(t.uid for t in all_templates() if t.backend == "triton")
+        raise UserError(f"space file {path} names unknown template {uid!r}; Triton templates: {known}")
+    if template.backend != "triton":
+        raise UserError(f"space file {path} lists configs for {uid}, which takes none (only Triton "
+                        "templates do)")
+    return template
 
 
 # The shipped lists of some templates carry keys the shared validator does not know
