@@ -194,7 +194,8 @@ file_arg = _path_arg("file")  # a file's argument or option: parser=file_arg
 DeviceOpt = typer.Option(None, "--device", help="cuda (default with a GPU) or cpu (Triton interpreter).")
 SearchOpt = typer.Option(Search.default, "--search", help="Config space: the default list or exhaustive.")
 SpaceOpt = typer.Option(None, "--space", metavar="FILE", parser=file_arg,
-                        help="JSON file of Triton configs to try instead of the defaults.")
+                        help="JSON file of Triton configs to try instead of the defaults: a list "
+                             "for every Triton template, or {uid: [configs]}.")
 TemplatesOpt = typer.Option(None, "--templates", help="Comma-separated uids or backends, e.g. aten or triton::mm.")
 WorkersOpt = typer.Option(None, "--workers", help="Benchmark worker processes (default: 1 per GPU, or per CPU core).")
 TimeoutOpt = typer.Option(120.0, "--timeout", help="Seconds one candidate may take before it is killed.")

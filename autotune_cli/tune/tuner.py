@@ -276,7 +276,7 @@ class Tuner:
         view = replace(selection_view(entry, fingerprint.template_hashes), phases=clock.with_total())
         if entry.winner is not None and view.winner is not None and entry.winner.identity != view.winner.identity:
             self.listener.notice(printable(
-                f"the cache keeps {entry.winner.uid} {params_str(entry.winner.params)} "
+                f"the cache keeps {' '.join(filter(None, (entry.winner.uid, params_str(entry.winner.params))))} "
                 f"({entry.winner.ms:.4f} ms) as the winner of {problem.describe()}: an earlier tune's, of "
                 f"templates not selected here"))
         self._emit_notices()
