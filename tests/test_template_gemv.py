@@ -427,6 +427,27 @@ def test_a_space_config_the_template_refuses_is_one_line_naming_the_file(cli, ca
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_space_configs_a_problem_cannot_take_are_said_not_dropped(cli, cache_dir, tmp_path):
+    """A FLAT_ROW tile at four rows gives no config: a note names the file and how many of
+    the configs listed under the uid were left out; where none is left, the error says so."""
+    from conftest import messages
+
+    tile = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 32, "num_stages": 1, "num_warps": 4}
+    args = ("mm", "--device", "cpu", "--templates", GEMV, "--m", 4, "--n", 64, "--k", 64, "--layout", "nt")
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({GEMV: [{**tile, "REDUCE_EACH": 1, "FLAT_ROW": 1}, tile]}))
+    code, out, err = cli(*args, "--json", "--space", str(space))
+    assert code == 0, err
+    assert len(json.loads(out)["candidates"]) == 1
+    assert f"note: {space}: 1 of 2 configs listed under {GEMV} left out for mm 4x64x64 float16 nt (a form it " \
+           "cannot take, or the same config as another once the blocks fit it)" in messages(err), err
+    only = tmp_path / "only.json"
+    only.write_text(json.dumps({GEMV: [{**tile, "REDUCE_EACH": 1, "FLAT_ROW": 1}]}))
+    code, out, err = cli(*args, "--space", str(only))
+    assert code == 2 and f"autotune: error: no candidates for mm 4x64x64 float16 nt: none of the configs {only} " \
+        "lists applies to it" in err.splitlines(), err
+
+
 def test_cli_refuses_it_past_m_16(cli, cache_dir):
     code, out, err = cli("mm", "--device", "cpu", "--json", "--templates", GEMV, "--m", 17, "--n", 64, "--k", 64)
     assert code == 2 and "no candidates" in err and out == ""

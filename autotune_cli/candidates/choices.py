@@ -331,6 +331,10 @@ class ChoiceSet:
     pruned: list[Pruned]
     considered: int
     cut_short: bool = False  # the deadline passed before every config was listed
+    # uid -> (configs the user's --space lists under it that gave no config here, how many
+    # it lists): forms the problem cannot take (FLAT_ROW past one row), or one config twice
+    # once its blocks fit the problem; said, as nothing a user asked for goes unsaid
+    space_left_out: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def pruned_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -377,14 +381,17 @@ def get_choices(
     pruned: list[Pruned] = []
     considered = 0
     cut_short = False
+    space_left_out: dict[str, tuple[int, int]] = {}
     for template in templates:
         if cut_short:
             break
+        listed, given = len((user_space or {}).get(template.uid, ())), 0
         for config in enumerate_configs(template, problem, settings, user_space):
             if deadline is not None and time.monotonic() > deadline:
                 cut_short = True
                 break
             considered += 1
+            given += 1
             choice = KernelTemplateChoice.make(template, problem, template.fit_to_device(config, device))
             if user_space is not None:
                 _check_listed(choice, settings.space_file)
@@ -395,9 +402,11 @@ def get_choices(
                     break
             else:
                 kept.append(choice)
+        if given < listed and not cut_short:
+            space_left_out[template.uid] = (listed - given, listed)
     if stages is None:
         for stage_name, set_stage in SET_STAGES:
             removed = {id(choice): reason for choice, reason in set_stage(kept, ctx)}
             pruned += [Pruned(c, stage_name, removed[id(c)]) for c in kept if id(c) in removed]
             kept = [c for c in kept if id(c) not in removed]
-    return ChoiceSet(kept, pruned, considered, cut_short)
+    return ChoiceSet(kept, pruned, considered, cut_short, space_left_out)

@@ -195,7 +195,16 @@ class Tuner:
         if choice_set.cut_short:
             self.listener.notice(f"the tuning budget ran out while listing configs: "
                                  f"{choice_set.considered} considered")
+        for uid, (left, listed) in choice_set.space_left_out.items():
+            self.listener.notice(printable(
+                f"{self.settings.space_file}: {'every' if left == listed else f'{left} of {listed}'} "
+                f"{'config' if left == listed else 'configs'} listed under {uid} left out for "
+                f"{problem.describe()} (a form it cannot take, or the same config as another once the "
+                f"blocks fit it)"))
         if not choice_set.choices and not choice_set.pruned:
+            if choice_set.space_left_out:
+                raise UserError(f"no candidates for {problem.describe()}: none of the configs "
+                                f"{self.settings.space_file} lists applies to it")
             raise UserError(f"no candidates for {problem.describe()}: no template selected offers a config "
                             f"for it; try --templates aten or other templates")
         if not choice_set.choices:
