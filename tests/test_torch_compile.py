@@ -512,6 +512,21 @@ def test_a_bad_mode_backend_or_option_is_said_at_the_call(kwargs, said):
     assert len(str(raised.value)) < 200 and "routing_backend" not in str(raised.value)
 
 
+def test_an_unknown_template_in_the_tune_settings_is_said_at_the_call(cache_dir):
+    """Said once, at the call, in one short line: at the first forward it was said for every
+    problem the graph met, each with the whole list of uids, and the summary then read
+    'nothing cached'."""
+    from autotune_cli.errors import UserError
+    from autotune_cli.settings import TuneSettings
+
+    with pytest.raises(UserError, match=r"^tune.templates: unknown template 'nonexist' \(a uid such as "
+                                        r"triton::mm, or a backend: aten, triton\)$") as raised:
+        autotune_cli.compile(torch.nn.Linear(4, 4), tune=TuneSettings(device="cpu", templates=("nonexist",)))
+    assert len(str(raised.value)) < 200
+    # uids and backends pass
+    autotune_cli.compile(torch.nn.Linear(4, 4), tune=TuneSettings(device="cpu", templates=("aten", "triton::mm")))
+
+
 def test_another_backend_gets_mode_and_options_as_torch_compile_passes_them():
     """Keywords of its call ("default" is no mode), not an error at the call."""
     seen: list = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import Dispatcher, default_dispatcher
+from ..errors import UserError
 from .backend import routing_backend
 
 __all__ = ["DEFAULT_MODE", "compile"]
@@ -63,6 +64,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     if not (tune is None or isinstance(tune, (bool, TuneSettings))):
         raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
+    if isinstance(tune, TuneSettings):
+        _check_templates(tune.templates)
     if routes is not None and not isinstance(routes, list):
         raise TypeError(f"routes takes a list (each Dispatch is appended to it), not {type(routes).__name__}")
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
@@ -80,3 +83,17 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
     routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa,
                               split_keys)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)
+
+
+def _check_templates(names: tuple[str, ...] | None) -> None:
+    """A name in the settings' templates that is neither a registered uid nor a backend: said
+    at the call, in one short line (at the first forward it was said for every problem the
+    graph met, each with the whole list of uids)."""
+    from ..templates import all_templates
+
+    known = all_templates()
+    uids, backends = {t.uid for t in known}, sorted({t.backend for t in known})
+    for name in names or ():
+        if name not in uids and name not in backends:
+            raise UserError(f"tune.templates: unknown template {name!r} (a uid such as triton::mm, or a "
+                            f"backend: {', '.join(backends)})")
