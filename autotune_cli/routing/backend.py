@@ -119,9 +119,10 @@ class routing_backend:
         routed_groups = [(g, *route) for g in groups for route in [self._route_group(g, graphs)]
                          if route is not None]
         self._rewrite(gm, pin_aten, sites, routed_groups, folds, dynamos)
+        graph = ""  # which graphs the line below counts, where not Dynamo's alone
         try:
             if self.inner == "inductor" and marks:
-                compiled = compile_step(self, gm, example_inputs, config, marks)
+                compiled, graph = compile_step(self, gm, example_inputs, config, marks)
             elif self.inner == "inductor":
                 from torch._inductor.compile_fx import compile_fx
 
@@ -134,7 +135,8 @@ class routing_backend:
             # calls the backend again): its routes are not the compile's
             del self.routes[routed_before:]
             raise
-        summary(self.routes[routed_before:], len(routed_groups), len(folds), sum(f.splits is not None for f in folds))
+        summary(self.routes[routed_before:], len(routed_groups), len(folds), sum(f.splits is not None for f in folds),
+                graph)
         for group, *_ in routed_groups:  # after the compile, which traced them where they were (groups.py)
             place_side_by_side(group.weights, group.biases)
         return compiled

@@ -92,10 +92,12 @@ def mark_step(backend, gm, sites: list) -> tuple[list, list]:
     return sites, marks
 
 
-def compile_step(backend, gm, example_inputs, config: dict, marks: list):
+def compile_step(backend, gm, example_inputs, config: dict, marks: list) -> tuple[Any, str]:
     """Inductor's compile of Dynamo's graph `gm`, whose `marks` (`mark_step`) are routed in
     the graphs AOTAutograd makes of it (`TrainingCompile`), without AOTAutograd's cache (see
-    the module); each marked matmul no graph held as a GEMM is said in `backend.routes`."""
+    the module); each marked matmul no graph held as a GEMM is said in `backend.routes`.
+    Returns the compiled graph and which graphs its one line counts (" in the forward and
+    the backward" where the backward was compiled with the forward, else "")."""
     from torch._inductor.compile_fx import compile_fx
 
     training = TrainingCompile(backend)
@@ -103,7 +105,7 @@ def compile_step(backend, gm, example_inputs, config: dict, marks: list):
         compiled = compile_fx(gm, example_inputs, inner_compile=training, config_patches=config)
     training.lazy = True
     backend.routes += training.unmet(marks)
-    return compiled
+    return compiled, " in the forward and the backward" if training.backward_with_forward else ""
 
 
 def without_autograd_cache():
@@ -127,6 +129,7 @@ class TrainingCompile:
     def __init__(self, backend) -> None:
         self.backend = backend
         self.lazy = False  # set by the backend once compile_fx has returned
+        self.backward_with_forward = False  # a backward compiled before compile_fx returned
         self.met: set[int] = set()
 
     def unmet(self, marks: list) -> list:
@@ -149,6 +152,8 @@ class TrainingCompile:
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         if kwargs.get("is_backward") and self.lazy:  # compiled at the first backward, after the forward's line
             summary(self.backend.routes[before:], graph=" in the backward")  # not read as a graph break
+        elif kwargs.get("is_backward"):  # counted in the forward's line, which says so
+            self.backward_with_forward = True
         return compiled
 
 
