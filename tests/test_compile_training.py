@@ -96,6 +96,36 @@ def test_forward_and_backward_run_the_recorded_problems_winners(tmp_path, cache_
                                                       "matmuls in the backward"], lines
 
 
+class Attention(torch.nn.Module):
+    """nn.MultiheadAttention (self-attention, no dropout), then a linear, on [B, T, C]."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.attn = torch.nn.MultiheadAttention(C, 2, batch_first=True, dropout=0.0)
+        self.fc = torch.nn.Linear(C, H)
+
+    def forward(self, x):
+        return self.fc(self.attn(x, x, x, need_weights=False)[0])
+
+
+def test_an_attention_modules_projections_are_routed_in_the_step(tmp_path, cache_dir, cli, space, capsys):
+    """In training Dynamo keeps F.multi_head_attention_forward whole (one node), and
+    AOTAutograd traces it into plain matmuls: its projections and their gradients are routed
+    there as a linear's are, to the winners of the problems `record` lists for the step, with
+    torch's values and gradients; nothing is said to be left whole."""
+    x = torch.randn(B, T, C)
+    listed = record_and_tune(tmp_path, cli, space, x, Attention)
+    capsys.readouterr()
+    routes: list = []
+    same_step(autotune_cli.compile(Attention(), mode="default", routes=routes, tune=False), Attention(), x)
+    assert routes and not [r for r in routes if r.fallback], routes
+    assert {key(r.problem) for r in routes} == listed
+    projections = {("mm", B * T, 3 * C, C, 1, "nt"), ("addmm", B * T, C, C, 1, "nt")}  # in_proj, out_proj
+    assert projections <= {key(r.problem) for r in routes}, routes
+    assert "left whole" not in capsys.readouterr().err
+
+
 def test_nothing_cached_leaves_each_product_to_the_compiler_and_says_why(cache_dir, capsys):
     x = torch.randn(B, T, C)
     model, eager = Net(), Net()

@@ -31,8 +31,8 @@ from dataclasses import replace
 from typing import Any
 
 from .dynamic import dynamic_problem, dynamic_route
-from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, NEEDS_GRADIENTS, concrete,
-                    is_static, matmul_sites, short_k)
+from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, FUSED, NEEDS_GRADIENTS,
+                    concrete, is_static, matmul_sites, short_k)
 
 __all__ = ["TrainingCompile", "checkpointed", "compile_step", "mark", "mark_step", "marked"]
 
@@ -67,6 +67,14 @@ def checkpointed(gm) -> list:
     return found
 
 
+def unfused(site) -> bool:
+    """Whether a site is F.multi_head_attention_forward: one node in Dynamo's graph, which
+    AOTAutograd traces into plain aten matmuls (the projections, the two attention bmms),
+    each marked with it and routed there (torch's fused attention op, its inference fast
+    path, stays one op there too and is left whole)."""
+    return site.skip == FUSED and site.op == "multi_head_attention"
+
+
 def mark_step(backend, gm, sites: list) -> tuple[list, list]:
     """(the `sites` of Dynamo's graph `gm` routed there, the marked matmuls' ops): with
     Inductor, those that record gradients are marked, and so is each matmul of `gm`'s
@@ -79,7 +87,7 @@ def mark_step(backend, gm, sites: list) -> tuple[list, list]:
     inductor = backend.inner == "inductor"
     if inductor:
         for site in sites:
-            if site.skip == NEEDS_GRADIENTS and site.match is not None:
+            if (site.skip == NEEDS_GRADIENTS and site.match is not None) or unfused(site):
                 mark(site.node, marks, site.op)
         sites = [site for site in sites if not marked(site.node)]
     for body in checkpointed(gm):
