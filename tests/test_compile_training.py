@@ -63,6 +63,20 @@ def record_and_tune(tmp_path, cli, space, x, make=None) -> set:
     return {key(problem) for problem, _ in read_counted(path, "cpu")}  # as `mm --from` reads it
 
 
+def routed_as_recorded(tmp_path, cli, space, capsys, make) -> list:
+    """The training step of `make()` recorded and tuned (`record_and_tune`), then compiled with
+    tuning off: torch's values and gradients, every product routed, each to the winner of a
+    problem the record listed. Its routes; what the compile said is left in `capsys`."""
+    x = torch.randn(B, T, C)
+    listed = record_and_tune(tmp_path, cli, space, x, make)
+    capsys.readouterr()
+    routes: list = []
+    same_step(autotune_cli.compile(make(), mode="default", routes=routes, tune=False), make(), x)
+    assert routes and not [r for r in routes if r.fallback], routes
+    assert {key(r.problem) for r in routes} == listed
+    return routes
+
+
 def key(problem) -> tuple:
     return problem.op, problem.m, problem.n, problem.k, problem.b, problem.layout
 
@@ -114,13 +128,7 @@ def test_an_attention_modules_projections_are_routed_in_the_step(tmp_path, cache
     AOTAutograd traces it into plain matmuls: its projections and their gradients are routed
     there as a linear's are, to the winners of the problems `record` lists for the step, with
     torch's values and gradients; nothing is said to be left whole."""
-    x = torch.randn(B, T, C)
-    listed = record_and_tune(tmp_path, cli, space, x, Attention)
-    capsys.readouterr()
-    routes: list = []
-    same_step(autotune_cli.compile(Attention(), mode="default", routes=routes, tune=False), Attention(), x)
-    assert routes and not [r for r in routes if r.fallback], routes
-    assert {key(r.problem) for r in routes} == listed
+    routes = routed_as_recorded(tmp_path, cli, space, capsys, Attention)
     projections = {("mm", B * T, 3 * C, C, 1, "nt"), ("addmm", B * T, C, C, 1, "nt")}  # in_proj, out_proj
     assert projections <= {key(r.problem) for r in routes}, routes
     assert "left whole" not in capsys.readouterr().err
@@ -332,13 +340,7 @@ class Checkpointed(Net):
 def test_a_checkpointed_regions_products_are_routed_in_the_steps_graphs(tmp_path, cache_dir, cli, space, capsys):
     """Dynamo keeps the region a subgraph; AOTAutograd inlines it, its recomputation in the
     backward: each of its products is routed there (none silently left out of `routes`)."""
-    x = torch.randn(B, T, C)
-    listed = record_and_tune(tmp_path, cli, space, x, Checkpointed)
-    capsys.readouterr()
-    routes: list = []
-    same_step(autotune_cli.compile(Checkpointed(), mode="default", routes=routes, tune=False), Checkpointed(), x)
-    assert routes and not [r for r in routes if r.fallback], routes
-    assert {key(r.problem) for r in routes} == listed
+    routes = routed_as_recorded(tmp_path, cli, space, capsys, Checkpointed)
     assert {r.op for r in routes} == {"addmm", "mm", "bmm"}
     assert said_matmuls(capsys.readouterr().err) == len(routes)
 
