@@ -238,8 +238,8 @@ def test_a_backward_compiled_with_the_forward_is_said_once(cache_dir, capsys):
     x = torch.randn(B, T, C)
     routes: list = []
     same_step(autotune_cli.compile(Net(), mode="default", routes=routes, tune=False, dynamic=True), Net(), x)
-    assert routes and all(r.fallback and r.reason.startswith(("a dynamic shape", "a dynamic M with nothing cached"))
-                          for r in routes), routes
+    left = ("a dynamic shape", "a dynamic M with nothing cached", "a dynamic K with nothing cached")
+    assert routes and all(r.fallback and r.reason.startswith(left) for r in routes), routes
     err = capsys.readouterr().err
     assert said_matmuls(err) == len(routes), err
     assert err.count("autotune: routed") == 1, err
@@ -251,9 +251,9 @@ def test_an_optimizer_loop_keeps_its_graphs_and_a_batch_of_another_size_is_route
     """Steps of SGD with momentum beside an eager copy: the same losses and weights at each
     step, the step's graphs compiled once; a batch of another size makes torch compile again
     with a dynamic batch, whose products with a dynamic M (the forward's and the input's
-    gradients) are routed per call (dynamic.py), the others (the weights' gradients, K
-    dynamic; the bmm) said to be the compiler's; then a batch of the first size again runs
-    the dynamic graph, its rows' winners chosen per call."""
+    gradients) or a dynamic K (the weights' gradients, summed over the batch's rows) are
+    routed per call (dynamic.py), the bmm said to be the compiler's; then a batch of the
+    first size again runs the dynamic graph, its winners chosen per call."""
     x = torch.randn(B, T, C)
     record_and_tune(tmp_path, cli, space, x)
     capsys.readouterr()
@@ -276,8 +276,12 @@ def test_an_optimizer_loop_keeps_its_graphs_and_a_batch_of_another_size_is_route
     left = [r for r in routes if r.fallback]
     per_call = [r for r in routes if r.uid == "dynamic"]
     assert left and all(r.reason.startswith("a dynamic shape") for r in left), left
-    assert {r.op for r in per_call} == {"addmm", "mm"} and all(r.problem.m == (B + 1) * T for r in per_call)
-    assert all(r.reason.startswith("per call, from the winners at M = ") for r in per_call), per_call
+    rows = [r for r in per_call if r.problem.m == (B + 1) * T]
+    sums = [r for r in per_call if r.problem.k == (B + 1) * T]  # the weights' gradients
+    assert {r.op for r in per_call} == {"addmm", "mm"} and rows and sums and len(rows) + len(sums) == len(per_call)
+    assert all(r.reason == f"per call, from the winners at M = {B * T}" for r in rows), rows
+    assert all(r.reason == f"per call, from the winners at K = {B * T}" for r in sums), sums
+    assert {r.op for r in left} == {"bmm"}, left
     from autotune_cli.routing.dynamic import DynamicCall
     from autotune_cli.routing.ops import ROUTES
 

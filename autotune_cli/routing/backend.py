@@ -167,8 +167,8 @@ class routing_backend:
         for site in sites:
             if site.skip:
                 continue
-            if site.dynamic_m:  # its plan: (the problem at its hint, the M values to tune)
-                problems += [replace(site.plan[0], m=m) for m in site.plan[1]]
+            if site.dynamic_m:  # its plan: the problem at its hint, the M values to tune
+                problems += site.plan.problems()
             else:
                 problems.append(self._problem(site))
         self.tune_problems(problems + list(group_problems or []))
@@ -311,7 +311,7 @@ class routing_backend:
 
         import torch
 
-        name = dynamic_route(self.dispatcher, self.routes, site.op, *site.plan)
+        name = dynamic_route(self.dispatcher, self.routes, site.op, site.plan)
         if name is None:
             return False
         ops = register_ops()

@@ -1,26 +1,28 @@
-"""A matmul whose M (batch x sequence) is dynamic in a compiled graph: winners tuned at a
-set of M values, and the one to run chosen per call inside the compiled graph.
+"""A matmul with one dynamic size in a compiled graph: winners tuned at a set of values of
+that size, and the one to run chosen per call inside the compiled graph. The size is M (a
+batch's rows) or, in a training step's backward, K (a weight's gradient A^T @ dC sums over
+the batch's rows): `DynamicPlan.dim`.
 
-The M values tuned (`tuned_m_values`): the powers of two from 1 up to the M the graph was
-traced at rounded up to a power of two (at least DYNAMIC_M_FLOOR), and that M itself, within
-the bounds torch knows for the size. A call with M rows runs the winner tuned at the least of
-them that is >= M: at that M itself, the tuned kernel; below it, the same config built for
-M rows (its derived params made anew) and checked once against float64 before it is used;
-above the largest, or where the config does not fit M or its check fails, torch's own op.
-The choice is made once per M and remembered: under CUDA graphs it is made while the graph
-of that size warms up, and the replays run the kernel alone.
+The values tuned (`tuned_m_values`): the powers of two from 1 up to the size the graph was
+traced at rounded up to a power of two (at least DYNAMIC_M_FLOOR), and that size itself,
+within the bounds torch knows for it. A call runs the winner tuned at the least of them that
+is >= its size: at that size itself, the tuned kernel; below it, the same config built for
+the call (its derived params made anew) and checked once against float64 before it is used;
+above the largest, or where the config does not fit or its check fails, torch's own op.
+The choice is made once per size and remembered: under CUDA graphs it is made while the
+graph of that size warms up, and the replays run the kernel alone.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from .sites import concrete
+from .sites import concrete, is_static
 from ..problem import GemmProblem
 
-__all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "dynamic_problem", "dynamic_route", "tuned_m_values"]
+__all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "DynamicPlan", "dynamic_problem", "dynamic_route", "tuned_m_values"]
 
 # Tuned up to at least this many rows: a decode batch grows past the one it was traced at.
 DYNAMIC_M_FLOOR = 16
@@ -38,15 +40,36 @@ def tuned_m_values(hint: int, lower: int = 1, upper: int | None = None) -> tuple
     return tuple(sorted(v for v in values if v >= max(lower, 1) and (upper is None or v <= upper)))
 
 
-class DynamicCall:
-    """The function a dynamic-M route runs: (a, b) or (bias, a, b) as torch's op takes them,
-    planned once per M (see the module)."""
+class DynamicPlan(NamedTuple):
+    """How a matmul with a dynamic size is routed: its problem at the size's hint, the values
+    of the size tuned, and which size it is ("m" or "k")."""
 
-    def __init__(self, dispatcher, op: str, problem: GemmProblem, m_values: tuple[int, ...], torch_op) -> None:
-        self.dispatcher, self.op, self.problem, self.m_values = dispatcher, op, problem, m_values
+    problem: GemmProblem
+    values: tuple[int, ...]
+    dim: str = "m"
+
+    def at(self, size: int) -> GemmProblem:
+        return replace(self.problem, **{self.dim: size})
+
+    def problems(self) -> list[GemmProblem]:
+        """The problems tuned for it, one per value."""
+        return [self.at(v) for v in self.values]
+
+    @property
+    def name(self) -> str:
+        return self.dim.upper()
+
+
+class DynamicCall:
+    """The function a dynamic route runs: (a, b) or (bias, a, b) as torch's op takes them,
+    planned once per value of the dynamic size (see the module)."""
+
+    def __init__(self, dispatcher, op: str, plan: DynamicPlan, torch_op) -> None:
+        self.dispatcher, self.op, self.plan = dispatcher, op, plan
+        self.problem, self.m_values = plan.problem, plan.values
         self.torch_op = torch_op
         self.plans: dict[tuple, Callable] = {}
-        self.chosen: dict[int, str] = {}  # M -> what runs it (uid, or why torch's op)
+        self.chosen: dict[int, str] = {}  # the size -> what runs it (uid, or why torch's op)
         self._lock = threading.Lock()
 
     def __call__(self, *args):
@@ -66,15 +89,18 @@ class DynamicCall:
 
         bias = args[0] if len(args) == 3 else None
         a, b = args[-2], args[-1]
-        m = a.shape[-2]
-        bucket = next((v for v in self.m_values if v >= m), None)
+        plan, name = self.plan, self.plan.name
+        m = a.shape[-2] if plan.dim == "m" else a.shape[-1]  # the dynamic size, M or K
+        bucket = next((v for v in self.m_values if v >= m), None) if m >= self.m_values[0] or plan.dim == "m" \
+            else None  # a K shorter than the least tuned is no GEMM: torch's op
         capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore", AutotuneFallbackWarning)  # said in `chosen`
-            run, why = self.torch_op, f"M = {m} is above the largest tuned ({self.m_values[-1]})"
-            found = self.dispatcher.lookup_entry(replace(self.problem, m=bucket)) if bucket else None
+            run, why = self.torch_op, (f"{name} = {m} is above the largest tuned ({self.m_values[-1]})"
+                                       if m > self.m_values[-1] else f"{name} = {m} is below the least tuned")
+            found = self.dispatcher.lookup_entry(plan.at(bucket)) if bucket else None
             if bucket is not None and found is None:
-                why = f"nothing cached at M = {bucket}"
+                why = f"nothing cached at {name} = {bucket}"
             elif found is not None and bucket == m:
                 run, info, built = self.dispatcher.route(a, b, bias)
                 why = info.reason if info.fallback else info.uid
@@ -84,11 +110,11 @@ class DynamicCall:
                 return self.torch_op
             elif found is not None:
                 run, info, built = self.dispatcher.plan_borrowed(a, b, bias, found)
-                why = info.reason if info.fallback else f"{info.uid} (tuned at M = {bucket})"
+                why = info.reason if info.fallback else f"{info.uid} (tuned at {name} = {bucket})"
                 if built is not None:
-                    failed = self._check(run, replace(self.problem, m=m), args)
+                    failed = self._check(run, plan.at(m), args)
                     if failed:
-                        why = f"{info.uid} tuned at M = {bucket} failed its check at M = {m}: {failed}"
+                        why = f"{info.uid} tuned at {name} = {bucket} failed its check at {name} = {m}: {failed}"
                         run = self.torch_op
                     elif built.pitch is not None:
                         run = _rows_whole(run)
@@ -164,11 +190,14 @@ def m_hint(size: Any) -> tuple[int, int, int | None] | None:
     return int(hint), lower, upper
 
 
-def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...]] | str:
-    """The problem of a matmul whose M alone is dynamic (fake tensors: A [M, K] or
-    [batch, M, K] with M symbolic), at its hint, and the M values to tune; or why not."""
+def dynamic_problem(dispatcher, a, b, bias, k_too: bool = False) -> DynamicPlan | str:
+    """How a matmul whose M alone is dynamic (fake tensors: A [M, K] or [batch, M, K] with M
+    symbolic) is routed: its problem at M's hint and the M values to tune; or why not. With
+    `k_too` (a training step's graphs), a matmul whose K alone is dynamic too (`_k_plan`)."""
     import torch
 
+    if k_too and concrete(a.shape[-2]) is not None and concrete(a.shape[-1]) is None:
+        return _k_plan(dispatcher, a, b, bias)
     sizes = m_hint(a.shape[-2])
     if sizes is None:  # M fixed (batch 1 under dynamic=True: torch specializes 0 and 1), K symbolic
         fixed_m = concrete(a.shape[-2])
@@ -189,29 +218,61 @@ def dynamic_problem(dispatcher, a, b, bias) -> tuple[GemmProblem, tuple[int, ...
     if problem is None:
         return "not a problem autotune tunes"
     # the stand-in has two rows at least (one row's layout reads either way); the problem, M's hint
-    return replace(problem, m=hint), tuned_m_values(hint, lower, upper)
+    return DynamicPlan(replace(problem, m=hint), tuned_m_values(hint, lower, upper))
 
 
-def dynamic_route(dispatcher, routes: list, op: str, problem: GemmProblem, m_values: tuple[int, ...]) -> str | None:
-    """The name of the route (the opaque op's) over a DynamicCall of a matmul whose M is
-    dynamic (`problem` at M's hint, tuned at `m_values`), where a winner is cached at one of
-    them at least; else None, the matmul said in `routes` to stay the compiler's. `routes`
-    gets its Dispatch either way."""
+def _k_plan(dispatcher, a, b, bias) -> DynamicPlan | str:
+    """A 2-D matmul whose K alone is dynamic: a weight's gradient A^T @ dC summed over a
+    dynamic batch's rows (A^T [M, K], dC [K, N], M and N static, every stride static). Its
+    problem at K's hint, tuned at the values `tuned_m_values` gives (from MIN_GEMM_K: a
+    shorter K is no GEMM)."""
+    import torch
+
+    from ..problem import MIN_GEMM_K
+
+    sizes = m_hint(a.shape[-1])
+    if sizes is None:
+        return "a dynamic shape torch gives no hint for"
+    hint, lower, upper = sizes
+    fixed = [concrete(s) for s in (a.shape[-2], b.shape[-1], *a.stride(), *b.stride())]
+    if a.dim() != 2 or b.dim() != 2 or any(s is None for s in fixed) or (bias is not None and not is_static(bias)):
+        return "a dynamic shape (other than M or K)"
+    fake_mode = getattr(a, "fake_mode", None)
+    if fake_mode is None:
+        return "a dynamic shape"
+    m, n, a_strides, b_strides = fixed[0], fixed[1], fixed[2:4], fixed[4:6]
+    k = max(hint, MIN_GEMM_K)
+    with fake_mode:
+        stand_a = torch.empty_strided((m, k), a_strides, dtype=a.dtype, device=a.device)
+        stand_b = torch.empty_strided((k, n), b_strides, dtype=b.dtype, device=b.device)
+    problem = dispatcher.problem_for(stand_a, stand_b, bias)
+    if problem is None:
+        return "not a problem autotune tunes"
+    values = tuple(v for v in tuned_m_values(hint, lower, upper) if v >= MIN_GEMM_K)
+    return DynamicPlan(replace(problem, k=hint), values, "k") if values else "a dynamic K of one row"
+
+
+def dynamic_route(dispatcher, routes: list, op: str, plan: DynamicPlan) -> str | None:
+    """The name of the route (the opaque op's) over a DynamicCall of a matmul with a dynamic
+    size (`plan`), where a winner is cached at one of its values at least; else None, the
+    matmul said in `routes` to stay the compiler's. `routes` gets its Dispatch either way."""
     from ..api import Dispatch
     from .ops import LOCK, ROUTES, Route, route_name
 
-    tuned = [m for m in m_values if dispatcher.lookup_entry(replace(problem, m=m)) is not None]
+    problem, name = plan.problem, plan.name
+    tuned = [v for v in plan.values if dispatcher.lookup_entry(plan.at(v)) is not None]
     if not tuned:
         routes.append(Dispatch(op, f"torch.{op}", problem, fallback=True,
-                               reason="a dynamic M with nothing cached at M = " + ", ".join(map(str, m_values))))
+                               reason=f"a dynamic {name} with nothing cached at {name} = "
+                                      + ", ".join(map(str, plan.values))))
         return None
     t = dispatcher._torch()
     # the name says which cache it reads: its plans are made per call from that cache
-    where = {"m": list(m_values), "cache": str(dispatcher.cache_dir)}
-    name = route_name(Dispatch(op, "dynamic", problem, None, where), (), "dynamic", None)
-    call = DynamicCall(dispatcher, op, problem, m_values, t.ops[op])
+    where = {plan.dim: list(plan.values), "cache": str(dispatcher.cache_dir)}
+    route = route_name(Dispatch(op, "dynamic", problem, None, where), (), "dynamic", None)
+    call = DynamicCall(dispatcher, op, plan, t.ops[op])
     with LOCK:  # a new compile plans anew (the cache may have changed since the last)
-        ROUTES[name] = Route(Dispatch(op, "dynamic", problem), call, None, None, None, None)
-    routes.append(Dispatch(op, "dynamic", problem, None, {"m": list(m_values)},
-                           reason=f"per call, from the winners at M = {', '.join(map(str, tuned))}"))
-    return name
+        ROUTES[route] = Route(Dispatch(op, "dynamic", problem), call, None, None, None, None)
+    routes.append(Dispatch(op, "dynamic", problem, None, {plan.dim: list(plan.values)},
+                           reason=f"per call, from the winners at {name} = {', '.join(map(str, tuned))}"))
+    return route

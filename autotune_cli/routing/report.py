@@ -67,6 +67,7 @@ def _reason_kind(reason: str) -> str:
                          ("K = 0", "with K = 0"),
                          ("a dynamic shape", "with a dynamic shape"),
                          ("a dynamic M with nothing cached", "dynamic with nothing cached"),
+                         ("a dynamic K with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),
                          ("needs gradients", "needing gradients"), ("under autocast", "under autocast"),
                          (PADDED, "whose winner pads its rows (see routes)"),

@@ -297,7 +297,7 @@ PADDED = "a winner with padded output rows, not routed in a training step's grap
 CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
 DECOMPOSED = "made pointwise work by the compiler's decompositions: no GEMM in the step's graphs"
 ADDMM_SCALED = f"{UNROUTED_ARGUMENTS} (an addmm's beta=, alpha=)"
-DYNAMIC_IN_STEP = "a dynamic shape (per call only where M alone is dynamic, in a matrix product)"
+DYNAMIC_IN_STEP = "a dynamic shape (per call only where M or K alone is dynamic, in a matrix product)"
 
 
 def short_k(k: int) -> str:

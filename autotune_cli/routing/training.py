@@ -27,7 +27,6 @@ each split graph still serves: it keys them by their text, routes included.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any
 
 from .dynamic import dynamic_problem, dynamic_route
@@ -210,9 +209,9 @@ def route_marked(backend, gm, met: set | None = None) -> None:
             skip = DYNAMIC_IN_STEP
         elif (k := concrete(values[1].shape[-1])) is not None and k < MIN_GEMM_K:  # M dynamic or not
             skip = short_k(k)  # a one-row step's weight gradients, a one-column output's input gradient
-        elif not is_static(*values):  # a batch's rows (M) alone: routed per call, as in Dynamo's graph
-            plan = dynamic_problem(backend.dispatcher, values[1], values[2], values[0]) \
-                if op != "bmm" and is_static(*values[::2]) else DYNAMIC_IN_STEP
+        elif not is_static(*values):  # a batch's rows alone (M, or a weight gradient's K): routed per call
+            plan = DYNAMIC_IN_STEP if op == "bmm" else dynamic_problem(
+                backend.dispatcher, values[1], values[2], values[0], k_too=not is_static(*values[::2]))
             if isinstance(plan, str):
                 skip = plan
             else:
@@ -225,7 +224,7 @@ def route_marked(backend, gm, met: set | None = None) -> None:
     if not found and not dynamic:
         return
     backend.tune_problems([backend.dispatcher.problem_for(a, b, bias) for _, _, (bias, a, b) in found]
-                          + [replace(plan[0], m=m) for *_, plan in dynamic for m in plan[1]])
+                          + [problem for *_, plan in dynamic for problem in plan.problems()])
     routed = _route_dynamic(backend, gm, dynamic)
     for node, op, values in found:
         bias, a, b = values
@@ -248,8 +247,8 @@ def _route_dynamic(backend, gm, dynamic: list) -> int:
 
     gemm = register_ops()["gemm"]
     routed = 0
-    for node, op, values, (problem, m_values) in dynamic:
-        name = dynamic_route(backend.dispatcher, backend.routes, op, problem, m_values)
+    for node, op, values, plan in dynamic:
+        name = dynamic_route(backend.dispatcher, backend.routes, op, plan)
         if name is None:
             continue
         _replace(gm, node, op, gemm, name, values)
