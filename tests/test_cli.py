@@ -366,6 +366,11 @@ def test_a_space_file_is_checked_before_the_cache_and_a_new_space_is_tuned(cli, 
                                 for c in first["candidates"] if c["uid"] == "triton::mm"]
     again, _ = tune_json(cli, *base, "--space", space)
     assert again["from_cache"]
+    # --force tunes whatever the entry holds: the space is not said to differ
+    other = tmp_path / "other.json"
+    other.write_text('[{"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "num_stages": 1, "num_warps": 1}]')
+    forced, err = tune_json(cli, *base, "--space", other, "--force")
+    assert not forced["from_cache"] and "other configs" not in err, err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")

@@ -168,7 +168,8 @@ class Tuner:
         if found.refused:
             self.listener.notice(found.refused)
         fingerprint, key, stored, hit = found.fingerprint, found.key, found.stored, found.hit
-        if hit is not None and self.settings.space_file and not self._tuned_with_space(problem, hit.entry):
+        if (hit is not None and self.settings.space_file and not self.settings.force
+                and not self._tuned_with_space(problem, hit.entry)):  # --force tunes them anyway: no word
             self.listener.notice(f"the cached entry of {problem.describe()} was tuned with other configs "
                                  f"than {self.settings.space_file} lists: tuning those")
             hit = None
