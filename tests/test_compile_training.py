@@ -134,6 +134,61 @@ def test_an_attention_modules_projections_are_routed_in_the_step(tmp_path, cache
     assert "left whole" not in capsys.readouterr().err
 
 
+class BiasOfRows(torch.nn.Module):
+    """An addmm whose bias is a tensor of the output's shape ([M, N], a linear's output)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(16, 24)
+        self.w = torch.nn.Parameter(torch.randn(16, 24) / 4)
+
+    def forward(self, x):
+        return torch.addmm(self.fc(x), x, self.w)
+
+
+def test_a_dynamic_batch_step_compiles_once_whatever_its_products(cache_dir):
+    """Under dynamic=True, batches of several sizes run one compiled step with torch's values
+    and gradients: the weights' gradients (K dynamic) routed per call, and a product whose
+    bias has the batch's rows too left to the compiler without fixing the batch's size in
+    the graph (a guard on it recompiled the step at every new size)."""
+    from torch._dynamo.utils import counters
+
+    from autotune_cli.settings import TuneSettings
+
+    counters.clear()
+    routes: list = []
+    compiled = autotune_cli.compile(BiasOfRows(), mode="default", dynamic=True, routes=routes,
+                                    tune=TuneSettings(device="cpu", templates=("aten",), cache_dir=cache_dir))
+    eager = BiasOfRows()
+    for batch in (8, 5, 3, 6):
+        x = torch.randn(batch, 16)
+        for p in (*compiled.parameters(), *eager.parameters()):
+            p.grad = None
+        same_step(compiled, eager, x)
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert {r.reason.split(" = ")[0] for r in routes if r.uid == "dynamic"} == \
+        {"per call, from the winners at M", "per call, from the winners at K"}, routes
+    assert [r.op for r in routes if r.fallback] == ["addmm"], routes
+
+
+def test_an_attentions_masked_scores_are_said_to_stay_torchs(cache_dir, capsys):
+    """With a mask and need_weights=True, torch's attention scores are a baddbmm: counted and
+    said to stay the compiler's, beside the projections routed."""
+    from autotune_cli.settings import TuneSettings
+
+    mha = torch.nn.MultiheadAttention(C, 2, batch_first=True, dropout=0.0)
+    x, mask = torch.randn(B, T, C), torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    compiled = autotune_cli.compile(mha, mode="default",
+                                    tune=TuneSettings(device="cpu", templates=("aten",), cache_dir=cache_dir))
+    got, weights = compiled(x, x, x, attn_mask=mask, need_weights=True)
+    want, want_weights = mha(x, x, x, attn_mask=mask, need_weights=True)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(weights, want_weights)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autotune: routed")]
+    assert lines and lines[0].endswith("; left to the compiler: 1 as baddbmm"), lines
+
+
 def test_nothing_cached_leaves_each_product_to_the_compiler_and_says_why(cache_dir, capsys):
     x = torch.randn(B, T, C)
     model, eager = Net(), Net()

@@ -19,7 +19,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Callable, NamedTuple
 
-from .sites import concrete, is_static
+from .sites import DYNAMIC_IN_STEP, concrete, is_static
 from ..problem import GemmProblem
 
 __all__ = ["DYNAMIC_M_FLOOR", "DynamicCall", "DynamicPlan", "dynamic_problem", "dynamic_route", "tuned_m_values"]
@@ -193,11 +193,14 @@ def m_hint(size: Any) -> tuple[int, int, int | None] | None:
 def dynamic_problem(dispatcher, a, b, bias, k_too: bool = False) -> DynamicPlan | str:
     """How a matmul whose M alone is dynamic (fake tensors: A [M, K] or [batch, M, K] with M
     symbolic) is routed: its problem at M's hint and the M values to tune; or why not. With
-    `k_too` (a training step's graphs), a matmul whose K alone is dynamic too (`_k_plan`)."""
+    `k_too` (a training step's graphs, where B or the bias is dynamic), a matmul whose K alone
+    is dynamic (`_k_plan`), else why not."""
     import torch
 
-    if k_too and concrete(a.shape[-2]) is not None and concrete(a.shape[-1]) is None:
-        return _k_plan(dispatcher, a, b, bias)
+    if k_too:  # B or the bias dynamic: only K alone may be (the M path below reads neither)
+        if concrete(a.shape[-2]) is not None and concrete(a.shape[-1]) is None:
+            return _k_plan(dispatcher, a, b, bias)
+        return DYNAMIC_IN_STEP
     sizes = m_hint(a.shape[-2])
     if sizes is None:  # M fixed (batch 1 under dynamic=True: torch specializes 0 and 1), K symbolic
         fixed_m = concrete(a.shape[-2])
@@ -249,7 +252,7 @@ def _k_plan(dispatcher, a, b, bias) -> DynamicPlan | str:
     if problem is None:
         return "not a problem autotune tunes"
     values = tuple(v for v in tuned_m_values(hint, lower, upper) if v >= MIN_GEMM_K)
-    return DynamicPlan(replace(problem, k=hint), values, "k") if values else "a dynamic K of one row"
+    return DynamicPlan(replace(problem, k=hint), values, "k") if values else DYNAMIC_IN_STEP
 
 
 def dynamic_route(dispatcher, routes: list, op: str, plan: DynamicPlan) -> str | None:

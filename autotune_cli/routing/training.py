@@ -30,8 +30,8 @@ import contextlib
 from typing import Any
 
 from .dynamic import dynamic_problem, dynamic_route
-from .sites import (ADDMM_SCALED, AUTOCAST, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, FUSED, NEEDS_GRADIENTS,
-                    concrete, is_static, matmul_sites, short_k)
+from .sites import (ADDMM_SCALED, AUTOCAST, BADDBMM, CHECKPOINTED, DECOMPOSED, DYNAMIC_IN_STEP, FUSED,
+                    NEEDS_GRADIENTS, concrete, is_static, matmul_sites, short_k)
 
 __all__ = ["TrainingCompile", "checkpointed", "compile_step", "mark", "mark_step", "marked"]
 
@@ -195,7 +195,11 @@ def route_marked(backend, gm, met: set | None = None) -> None:
     targets = _aten_matmuls()
     found: list[tuple[Any, str, tuple]] = []  # (node, op, its operands' values): bias, a, b
     dynamic: list[tuple[Any, str, tuple, tuple]] = []  # and the plan of a dynamic M (dynamic.py)
+    baddbmm = torch.ops.aten.baddbmm.default  # a marked attention's masked scores (multi_head_attention)
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is baddbmm and marked(node):
+            backend.routes.append(Dispatch("baddbmm", "torch.baddbmm", None, fallback=True, reason=BADDBMM))
+            continue
         op = targets.get(node.target) if node.op == "call_function" else None
         if op is None or not marked(node):
             continue
