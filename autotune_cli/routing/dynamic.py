@@ -66,11 +66,15 @@ class DynamicCall:
 
     def __init__(self, dispatcher, op: str, plan: DynamicPlan, torch_op) -> None:
         self.dispatcher, self.op, self.plan = dispatcher, op, plan
-        self.problem, self.m_values = plan.problem, plan.values
         self.torch_op = torch_op
         self.plans: dict[tuple, Callable] = {}
         self.chosen: dict[int, str] = {}  # the size -> what runs it (uid, or why torch's op)
         self._lock = threading.Lock()
+
+    @property
+    def problem(self) -> GemmProblem:
+        """The problem at the dynamic size's hint."""
+        return self.plan.problem
 
     def __call__(self, *args):
         a, b = args[-2], args[-1]
@@ -91,13 +95,15 @@ class DynamicCall:
         a, b = args[-2], args[-1]
         plan, name = self.plan, self.plan.name
         m = a.shape[-2] if plan.dim == "m" else a.shape[-1]  # the dynamic size, M or K
-        bucket = next((v for v in self.m_values if v >= m), None) if m >= self.m_values[0] or plan.dim == "m" \
-            else None  # a K shorter than the least tuned is no GEMM: torch's op
+        values = plan.values
+        # the least value tuned that is >= the call's; none for a K shorter than the least
+        # tuned (MIN_GEMM_K: no GEMM), left to torch's op
+        bucket = next((v for v in values if v >= m), None) if plan.dim == "m" or m >= values[0] else None
         capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
         with self._lock, warnings.catch_warnings():
             warnings.simplefilter("ignore", AutotuneFallbackWarning)  # said in `chosen`
-            run, why = self.torch_op, (f"{name} = {m} is above the largest tuned ({self.m_values[-1]})"
-                                       if m > self.m_values[-1] else f"{name} = {m} is below the least tuned")
+            run, why = self.torch_op, (f"{name} = {m} is above the largest tuned ({values[-1]})"
+                                       if m > values[-1] else f"{name} = {m} is below the least tuned")
             found = self.dispatcher.lookup_entry(plan.at(bucket)) if bucket else None
             if bucket is not None and found is None:
                 why = f"nothing cached at {name} = {bucket}"

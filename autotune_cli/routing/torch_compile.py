@@ -89,11 +89,9 @@ def _check_templates(names: tuple[str, ...] | None) -> None:
     """A name in the settings' templates that is neither a registered uid nor a backend: said
     at the call, in one short line (at the first forward it was said for every problem the
     graph met, each with the whole list of uids)."""
-    from ..templates import all_templates
+    from ..templates import all_templates, unknown_template_names
 
-    known = all_templates()
-    uids, backends = {t.uid for t in known}, sorted({t.backend for t in known})
-    for name in names or ():
-        if name not in uids and name not in backends:
-            raise UserError(f"tune.templates: unknown template {name!r} (a uid such as triton::mm, or a "
-                            f"backend: {', '.join(backends)})")
+    for name in unknown_template_names(names)[:1]:
+        backends = sorted({t.backend for t in all_templates()})
+        raise UserError(f"tune.templates: unknown template {name!r} (a uid such as triton::mm, or a "
+                        f"backend: {', '.join(backends)})")

@@ -13,11 +13,13 @@ from .registry import (
     register_template,
     registered_template,
     templates_for,
+    unknown_template_names,
     unregister_template,
     vendor_uids,
 )
 
 __all__ = [
     "Operands", "Runnable", "Template", "all_templates", "check_template_names", "get_template",
-    "register_template", "registered_template", "templates_for", "unregister_template", "vendor_uids",
+    "register_template", "registered_template", "templates_for", "unknown_template_names", "unregister_template",
+    "vendor_uids",
 ]

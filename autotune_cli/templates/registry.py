@@ -45,11 +45,16 @@ def vendor_uids() -> frozenset[str]:
     return frozenset(uid for uid, template in _TEMPLATES.items() if template.vendor)
 
 
+def unknown_template_names(only: tuple[str, ...] | None) -> list[str]:
+    """The names in `only` that are neither a registered uid nor a backend."""
+    backends = {t.backend for t in _TEMPLATES.values()}
+    return [name for name in only or () if name not in _TEMPLATES and name not in backends]
+
+
 def check_template_names(only: tuple[str, ...] | None) -> None:
     """Every name in `only` is a registered uid or backend, else a UserError listing the uids."""
-    for name in only or ():
-        if name not in _TEMPLATES and not any(t.backend == name for t in _TEMPLATES.values()):
-            get_template(name)  # raises with the list of known uids
+    for name in unknown_template_names(only)[:1]:
+        get_template(name)  # raises with the list of known uids
 
 
 def templates_for(problem: GemmProblem, only: tuple[str, ...] | None = None) -> list[Template]:
