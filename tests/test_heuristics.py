@@ -101,6 +101,14 @@ def test_a_space_listed_under_a_template_takes_its_own_keys_checked_by_it(tmp_pa
     path.write_text(json.dumps([gemv]))
     with pytest.raises(UserError, match="unknown config key"):
         load_space_file(path)
+    # a float8 kernel's SCALE and OUT_DTYPE come from the problem: no config sets them; the
+    # split-K kernel's SPLIT_K is its config's
+    tile = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_stages": 1, "num_warps": 2}
+    path.write_text(json.dumps({"triton::scaled_mm": [{**tile, "SCALE": "tensor"}]}))
+    with pytest.raises(UserError, match="unknown config key.*'SCALE'; expected BLOCK_M"):
+        load_space_file(path)
+    path.write_text(json.dumps({"triton::scaled_mm_splitk": [{**tile, "SPLIT_K": 4}]}))
+    assert load_space_file(path) == {"triton::scaled_mm_splitk": [{**tile, "SPLIT_K": 4, "GROUP_M": 8}]}
     path.write_text(json.dumps({"triton::nope": [gemv]}))
     with pytest.raises(UserError, match=f"space file {path} names unknown template 'triton::nope'; Triton"):
         load_space_file(path)

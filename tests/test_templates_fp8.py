@@ -258,7 +258,14 @@ def test_splitk_configs_serve_decode_shapes_only():
     decode = list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda")))
     assert decode and all(c["SPLIT_K"] >= 2 and 4096 >= c["SPLIT_K"] * c["BLOCK_K"] for c in decode)
     assert not list(heuristic.get_configs(fp8("row", m=2048, n=4096, k=4096, device="cuda")))
-    assert not list(heuristic.get_configs(fp8("row", m=8, n=4096, k=4096, device="cuda"), "default", [TILE]))
+    # a user's tile without SPLIT_K: tried at each split whose slices hold a BLOCK_K step;
+    # one with SPLIT_K: at that one alone; past the decode rows: none
+    listed = list(heuristic.get_configs(fp8("row", m=8, n=4096, k=256, device="cuda"), "default",
+                                        [{**SPLIT_TILE, "BLOCK_K": 64}, {**SPLIT_TILE, "SPLIT_K": 8}]))
+    assert [c["SPLIT_K"] for c in listed] == [2, 4, 8]
+    assert [c["BLOCK_K"] for c in listed] == [64, 64, 32]
+    assert not list(heuristic.get_configs(fp8("row", m=2048, n=4096, k=4096, device="cuda"), "default",
+                                          [SPLIT_TILE]))
     assert list(lookup_heuristic(SPLITK, "cpu", "scaled_mm").get_configs(fp8("row", m=8, k=128)))
     with pytest.raises(ValueError):
         get_template(SPLITK).full_params(fp8(), {**SPLIT_TILE, "SPLIT_K": 1})

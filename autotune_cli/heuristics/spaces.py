@@ -47,25 +47,26 @@ def exhaustive_space() -> list[dict[str, Any]]:
     ]
 
 
-def own_keys(schema: dict) -> set[str]:
-    """The keys a config listed under a template's uid may set beyond TRITON_KEYS: its
-    schema's, less the true/false values it derives from the problem (EVEN_K)."""
-    from ..templates.params import Bool
+def own_keys(template) -> set[str]:
+    """The keys a config listed under a template's uid may set beyond TRITON_KEYS: those its
+    configs take (config_keys and the optional `defaults`), not those it derives from the
+    problem (EVEN_K, a float8 kernel's SCALE and OUT_DTYPE), which a config could not change."""
+    settable = set(getattr(template, "config_keys", ())) | set(getattr(template, "defaults", {}))
+    return (settable & set(template.params_schema)) - set(TRITON_KEYS)
 
-    return {key for key, spec in schema.items() if not isinstance(spec, Bool)}
 
-
-def validate_config(config: Any, where: str, schema: dict | None = None) -> dict[str, Any]:
+def validate_config(config: Any, where: str, template=None) -> dict[str, Any]:
     """A config of a space as the tiles' keys (TRITON_KEYS; GROUP_M 8 where not given),
-    checked. `schema`: the params_schema of the template whose uid lists it, which may then
-    set that template's own keys too (triton::gemv's PDL, DOT, REDUCE_EACH, SPLIT_K), each
-    value checked by it (its BLOCK_N from 1)."""
+    checked. `template`: the one whose uid lists it, which may then set that template's own
+    keys too (triton::gemv's PDL, DOT, REDUCE_EACH, SPLIT_K), each value checked by its
+    params_schema (its BLOCK_N from 1)."""
     if not isinstance(config, dict):
         raise UserError(f"{where}: each config must be an object, got {type(config).__name__}")
-    allowed = set(TRITON_KEYS) | (own_keys(schema) if schema else set())
+    allowed = set(TRITON_KEYS) | (own_keys(template) if template is not None else set())
     unknown = set(config) - allowed
     if unknown:
-        expected = ", ".join(TRITON_KEYS) + (", and the template's own keys" if schema else "")
+        expected = ", ".join(TRITON_KEYS) + (f" and {', '.join(sorted(allowed - set(TRITON_KEYS)))}"
+                                              if allowed - set(TRITON_KEYS) else "")
         raise UserError(f"{where}: unknown config key(s) {', '.join(sorted(map(repr, unknown)))}; "
                         f"expected {expected}")
     out = {"GROUP_M": 8}
@@ -76,7 +77,8 @@ def validate_config(config: Any, where: str, schema: dict | None = None) -> dict
         value = out[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{where}: {key} must be a positive integer, got {value!r}")
-    if schema:
+    if template is not None:
+        schema = template.params_schema
         for key, value in out.items():
             problem = schema[key].problem(value) if key in schema else None
             if problem:
@@ -121,10 +123,10 @@ def load_space_file(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     for uid, configs in groups.items():
         if not isinstance(configs, list) or not configs:
             raise UserError(f"space file {path}: {str(uid)!r} must map to a non-empty list of configs")
-        schema = None
+        template = None
         if uid != "*":  # listed under a template: its own keys allowed, its schema checks them
-            schema = _listed_template(path, str(uid)).params_schema
-        out[str(uid)] = [validate_config(c, f"{path} [{uid}]", schema) for c in configs]
+            template = _listed_template(path, str(uid))
+        out[str(uid)] = [validate_config(c, f"{path} [{uid}]", template) for c in configs]
     return out
 
 

@@ -29,6 +29,7 @@ from .spaces import shipped_configs
 from .registry import Heuristic, register_heuristic
 from .spaces import exhaustive_space
 from .triton_mm import scaled_unique
+from .triton_splitk import SPLIT_CHOICES
 
 MIN_EXHAUSTIVE_BLOCK_K = 64
 PERSISTENT_KEYS = ("FLATTEN", "WARP_SPECIALIZE", "PROMOTE_IN_DOT")  # the persistent template's alone
@@ -93,16 +94,24 @@ class ScaledMMTiledCpu(ScaledMMCpu):
 
 
 class _ScaledMMSplitK(Heuristic):
-    """Decode shapes only (M <= MAX_SPLITK_M), from the shipped list (its configs carry
-    SPLIT_K; a user's --space, which cannot, and the exhaustive search leave it out); a
-    config whose slices of K would be shorter than one BLOCK_K step is dropped."""
+    """Decode shapes only (M <= MAX_SPLITK_M), from the shipped list (in the exhaustive search
+    too) or a user's --space (a tile without SPLIT_K tried at each of SPLIT_CHOICES, as
+    triton::mm_splitk's). A config whose slices of K would be shorter than one BLOCK_K step
+    is dropped."""
 
     shipped = ""
 
+    def should_run(self, problem: GemmProblem, search: str) -> bool:
+        return problem.m <= MAX_SPLITK_M
+
     def _impl(self, problem: GemmProblem, search: str, space) -> Iterator[dict[str, Any]]:
-        if space is not None or problem.m > MAX_SPLITK_M:
-            return
-        for config in scaled_unique(shipped_configs(self.shipped), problem):
+        if space is not None:
+            configs: Iterable[dict[str, Any]] = (
+                {**tile, "SPLIT_K": split} for tile in space
+                for split in ((tile["SPLIT_K"],) if "SPLIT_K" in tile else SPLIT_CHOICES))
+        else:  # the exhaustive search too: its tiles carry no SPLIT_K
+            configs = shipped_configs(self.shipped)
+        for config in scaled_unique(configs, problem):
             if problem.k >= config["SPLIT_K"] * config["BLOCK_K"]:
                 yield config
 
