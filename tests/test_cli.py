@@ -8,7 +8,7 @@ import sys
 import pytest
 
 
-from conftest import PLUGINS, is_pick
+from conftest import PLUGINS, is_pick, messages
 
 
 def tune_json(cli, *args):
@@ -371,6 +371,18 @@ def test_a_space_file_is_checked_before_the_cache_and_a_new_space_is_tuned(cli, 
     other.write_text('[{"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "num_stages": 1, "num_warps": 1}]')
     forced, err = tune_json(cli, *base, "--space", other, "--force")
     assert not forced["from_cache"] and "other configs" not in err, err
+    # the entry now holds the winner of other.json's configs: a lookup without --space is
+    # answered by it, saying so; the exhaustive search is not (it lists its own space)
+    plain, err = tune_json(cli, *base)
+    assert plain["from_cache"] and plain["winner"] == forced["winner"]
+    assert (f"the cached winner of mm 32x32x32 float16 nn is the best of the configs {other} lists "
+            "(--space); --force tunes the default search") in "\n".join(messages(err)), err
+    stored = json.loads((cache_dir / "autotune-cache.json").read_text())["entries"]
+    assert [e["space"] for e in stored.values()] == [str(other)]
+    _, err = tune_json(cli, *base, "--space", other)
+    assert "--space" not in err
+    wider, _ = tune_json(cli, *base, "--search", "exhaustive")
+    assert not wider["from_cache"]
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")

@@ -194,6 +194,7 @@ class Entry:
     pruned: Mapping[str, int] | None = None  # prune stage -> configs it removed
     considered: int | None = None  # configs listed before pruning
     search: str | None = None
+    space: str | None = None  # the --space file the tune listed its configs from, if one
     tool_version: str | None = None
     tuned_at: str | None = None  # ISO date-time, UTC
     tune_seconds: float | None = None

@@ -80,6 +80,7 @@ RECORDED_SHAPES: dict[str, tuple[Any, str]] = {
     "pruned": (mapping_of(is_count), "{stage: count}"),
     "considered": (is_count, "a count"),
     "search": (is_str, "a string"),
+    "space": (is_str, "a string"),
     "tool_version": (is_str, "a string"),
     "tuned_at": (is_str, "a string"),
     "tune_seconds": (is_non_negative, "a number of 0 or more"),

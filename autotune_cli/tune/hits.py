@@ -61,6 +61,7 @@ class Lookup:
     refused: str = ""  # why what is stored there is not used (see look_up), if it is not
     budgeted: bool = False  # this tune has a --budget: an entry one cut short answers it
     exhaustive: bool = False  # --search exhaustive: an entry of the default search does not answer it
+    own_space: bool = False  # --space: the tuner holds the entry against the configs listed
 
     @property
     def hit(self) -> TuneOutcome | None:
@@ -70,13 +71,26 @@ class Lookup:
         view = None if self.stored is None else answer(self.stored, self.fingerprint.template_hashes)
         if view is None or (not self.budgeted and cut_short_in(view)):
             return None  # a tune --budget cut short is resumed by one without
-        if self.exhaustive and view.search != "exhaustive":
+        if self.exhaustive and (view.search != "exhaustive" or view.space):
             return None  # asked to search wider than the stored tune did
         return TuneOutcome(self.problem, self.key, view, from_cache=True)
 
+    @property
+    def hit_note(self) -> str:
+        """What a hit must say of itself ("" where nothing): a winner of a user's --space
+        answers a default lookup, but as what it is, the best of the configs listed there."""
+        hit = self.hit
+        if hit is None or not hit.entry.space or self.own_space:
+            return ""
+        from ..text import printable
+
+        return printable(f"the cached winner of {self.problem.describe()} is the best of the configs "
+                         f"{hit.entry.space} lists (--space); --force tunes the default search")
+
 
 def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
-            only: tuple[str, ...] | None = None, budgeted: bool = False, exhaustive: bool = False) -> Lookup:
+            only: tuple[str, ...] | None = None, budgeted: bool = False, exhaustive: bool = False,
+            own_space: bool = False) -> Lookup:
     """`cache`: the cache file, or a Ray actor's entries. An entry whose
     params are not what its templates declare (templates/params.py: anyone who can write the
     file could have put it there) is not used, neither as a hit nor to resume from: the
@@ -93,7 +107,8 @@ def look_up(cache: CacheStore, problem: GemmProblem, device: DeviceInfo,
                       refused=printable(f"cache entry {key} is not used: {why}; tuning it again"))
     if stored is not None and not reusable(stored, fingerprint.template_hashes):
         stored = None  # a template changed since: nothing of it stands, it is tuned afresh
-    return Lookup(problem, fingerprint, key, stored, budgeted=budgeted, exhaustive=exhaustive)
+    return Lookup(problem, fingerprint, key, stored, budgeted=budgeted, exhaustive=exhaustive,
+                  own_space=own_space)
 
 
 def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneOutcome | None:
@@ -114,6 +129,8 @@ def cached(settings: TuneSettings, problem: GemmProblem, listener=None) -> TuneO
             listener.notice(cache.notices.pop(0))
     outcome = found.hit
     if outcome is not None and listener is not None:
+        if found.hit_note:
+            listener.notice(found.hit_note)
         listener.cache_hit(problem, outcome.entry)
         listener.finished(outcome)
     return outcome
@@ -144,4 +161,5 @@ def any_to_tune(cache, problems, device, settings) -> bool:
 
 def lookup_terms(settings: TuneSettings) -> dict[str, bool]:
     """What of a tune's settings decides whether a stored entry answers it (`look_up`)."""
-    return {"budgeted": bool(settings.budget_s), "exhaustive": settings.search == "exhaustive"}
+    return {"budgeted": bool(settings.budget_s), "exhaustive": settings.search == "exhaustive",
+            "own_space": bool(settings.space_file)}

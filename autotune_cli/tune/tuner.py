@@ -174,6 +174,8 @@ class Tuner:
                                  f"than {self.settings.space_file} lists: tuning those")
             hit = None
         if hit is not None and not self.settings.force:
+            if found.hit_note:
+                self.listener.notice(found.hit_note)
             self.listener.cache_hit(problem, hit.entry)
             self.listener.finished(hit)
             return hit
@@ -349,6 +351,7 @@ class Tuner:
             pruned=choice_set.pruned_counts(),
             considered=choice_set.considered,
             search=self.settings.search,
+            space=self.settings.space_file or None,
             cut_short=any(c.cut_by_budget for c in candidates),
             tool_version=__version__,
             tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
