@@ -86,8 +86,8 @@ def main() -> None:
                          "folded_us": fold_us, "split_us": split_us, "error": err})
             print(f"{keys:>5} {batch:>5} {batch * kv:>6} {rep_us:>7.2f} {fold_us:>7.2f} {split_us:>8.2f}"
                   f" {fold_us / rep_us:>8.3f} {split_us / rep_us:>9.3f} {err:>7.1e}", flush=True)
-    path = write_json("attention_fold", {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                         "heads": args.heads, "kv_heads": kv, "head_dim": dim, "rows": rows})
+    path = write_json("attention_fold.json", {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                              "heads": args.heads, "kv_heads": kv, "head_dim": dim, "rows": rows})
     print(f"wrote {path}")
 
 

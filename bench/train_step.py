@@ -221,7 +221,9 @@ def main() -> None:
             print(f"{row['path']}: left to the compiler: {'; '.join(row['left'])}")
     from bench.common import write_json
 
-    write_json("train_step", {"args": vars(args), "rows": rows})
+    # one file per model and token count: a device_run.sh of several runs keeps each
+    write_json(f"train_step_l{args.layers}_b{args.batch}_s{args.seq}_v{args.vocab}.json",
+               {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
