@@ -188,7 +188,7 @@ def test_export_inductor_to_file(cli, cache_dir, gpu_entries, tmp_path):
     note_lines = [line for line in err.splitlines() if line.startswith("note: ")]
     assert [line[len("note: "):] for line in note_lines] == notes
     assert any("tuned on cpu" in n for n in notes) and any("tuned for TF32" in n for n in notes)
-    assert "exported 4 lookup-table keys from 5 entries" in err
+    assert "exported 4 lookup-table keys from 3 entries" in err  # those the table holds
 
 
 def test_export_inductor_says_each_reason_once(cli, cache_dir, tmp_path):
@@ -203,7 +203,7 @@ def test_export_inductor_says_each_reason_once(cli, cache_dir, tmp_path):
                      "note: mm 256x256x256 float32 tf32 nn (aten::mm): skipped, tuned for TF32; export with "
                      "allow_tf32=True for that precision mode"]
     assert len(notes[0]) <= 80
-    assert "exported 0 lookup-table keys from 17 entries" in err
+    assert "exported 0 lookup-table keys from 0 entries" in err
 
 
 @pytest.mark.parametrize("dash", [True, False])
@@ -286,6 +286,9 @@ def test_import_merges_replaces_newer_and_keeps_foreign_apart(cli, cache_dir, tu
     newer = json.loads(json.dumps(here))
     newer["tuned_at"] = "2099-01-01T00:00:00+00:00"
     newer["winner"]["ms"] = here["winner"]["ms"] / 2
+    for result in newer["candidates"]:  # the winner's time is its own result's
+        if (result["uid"], result["params"]) == (newer["winner"]["uid"], newer["winner"]["params"]):
+            result["ms"] = newer["winner"]["ms"]
     older = synthetic(m=48, device="cpu", tuned_at="2026-01-01T00:00:00+00:00")
     # the same problem from another machine, "faster": it must never be used here
     tile32 = {**TRITON_PARAMS, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}  # EVEN_K holds for K = 32

@@ -247,12 +247,17 @@ def _no_results(entry):
     entry["candidates"] = []
 
 
+def _faster_than_measured(entry):
+    entry["winner"]["ms"] = entry["candidates"][0]["ms"] / 100
+
+
 @pytest.mark.parametrize("spoil, why", [
     (_failed("wrong_result"), "its own result is wrong_result"),
     (_failed("compile_error"), "its own result is compile_error"),
     (_not_among_results, "its config is none of the entry's results"),
     (_no_results, "the entry records no results"),
-], ids=["wrong_result", "compile_error", "absent", "no-candidates"])
+    (_faster_than_measured, "its time, "),
+], ids=["wrong_result", "compile_error", "absent", "no-candidates", "time-edited"])
 def test_a_winner_that_is_not_a_verified_result_of_its_entry_is_never_served(cli, tmp_path, spoil, why):
     """A tune picks its winner among its results that passed verification, and records them:
     a winner whose own result failed, or that none of its results is, was never checked.

@@ -17,6 +17,7 @@ import pytest
 
 from autotune_cli.export import (
     INDUCTOR_TRITON_ARGS,
+    inductor_export,
     inductor_key,
     inductor_table,
     inductor_value,
@@ -190,6 +191,21 @@ def test_table_keys_values_and_skip_notes():
     table32, notes32 = inductor_table([tf32], allow_tf32=True)
     assert table32 == {inductor_key(tf32["problem"], H200): [{"template_id": "aten::mm"}]}
     assert notes32 == []
+
+
+def test_each_entry_left_out_of_the_table_has_its_own_reason():
+    """What `cache export --json` lists under "left_out": each entry not in the table, by its
+    index, with its reason: skipped (no equivalent, a CPU's), or dropped for a faster one
+    under the same key; an entry in the table is not there."""
+    slow, fast = entry(problem(), aten_winner(ms=0.09)), entry(problem(), triton_winner(ms=0.05))
+    cpu = entry(problem(device="cpu"), triton_winner(), device_name="Some CPU", device_type="cpu")
+    odd = entry(problem(m=8), triton_winner("triton::mm_swap_ab"))
+    built = inductor_export([slow, cpu, fast, odd], include_hash=False)
+    assert list(built.table) == [inductor_key(problem(), H200)]
+    assert set(built.left_out) == {0, 1, 3}
+    assert built.left_out[0].startswith("dropped: ") and "is faster for the same key" in built.left_out[0]
+    assert "CUDA-only" in built.left_out[1] and "no Inductor" in built.left_out[3]
+    assert (built.table, built.notes) == inductor_table([slow, cpu, fast, odd], include_hash=False)
 
 
 def test_table_aten_addmm_with_vector_bias_gets_both_keys():

@@ -257,18 +257,20 @@ def cache_export(
             return
         err.print(f"exported {plural(len(items), 'entry', 'entries')} to {where}", markup=False)
         return
-    from ..export import inductor_table
+    from ..export import inductor_export
 
-    table, notes = inductor_table([entry for _, entry in items], allow_tf32=allow_tf32,
-                                  include_hash=not no_hash)
-    write_output(json.dumps(table, indent=1) + "\n", output)
-    if json_out:  # "entries": those the table was built from; "notes": why some are not in it
-        print_json({**done, "notes": notes, "lookup_table_keys": len(table)})
+    built = inductor_export([entry for _, entry in items], allow_tf32=allow_tf32, include_hash=not no_hash)
+    write_output(json.dumps(built.table, indent=1) + "\n", output)
+    used = [key for i, (key, _) in enumerate(items) if i not in built.left_out]
+    if json_out:  # "entries": those the table was built from; "left_out" and "notes": why the others are not
+        print_json({**done, "entries": used,
+                    "left_out": {**refused, **{items[i][0]: why for i, why in built.left_out.items()}},
+                    "notes": built.notes, "lookup_table_keys": len(built.table)})
         return
-    for note in notes:
+    for note in built.notes:
         err.print(f"note: {note}", markup=False)
-    err.print(f"exported {plural(len(table), 'lookup-table key')} from {plural(len(items), 'entry', 'entries')} "
-              f"to {where}", markup=False)
+    err.print(f"exported {plural(len(built.table), 'lookup-table key')} from "
+              f"{plural(len(used), 'entry', 'entries')} to {where}", markup=False)
 
 
 @cache_app.command("import", short_help="Merge another machine's entries into this cache.")

@@ -26,6 +26,7 @@ This package imports torch only inside `values.installed_template_hash` and
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..store.entry import Entry
 from ..text import printable
@@ -38,7 +39,9 @@ from .values import (INDUCTOR_TRITON_ARGS, TMA_SWITCH, TMA_TARGETS, convert, ind
 __all__ = [
     "inductor_key",
     "inductor_value",
+    "inductor_export",
     "inductor_table",
+    "InductorExport",
     "installed_template_hash",
     "INDUCTOR_TRITON_ARGS",
 ]
@@ -92,19 +95,37 @@ def _note_lines(found: dict[tuple[str, str], list[str | None]]) -> list[str]:
     return lines
 
 
-def inductor_table(
+@dataclass(frozen=True)
+class InductorExport:
+    """Inductor's lookup table built from a list of entries: `table` maps each key to a
+    one-config list; `notes` says, one line per reason, which entries were left out and why
+    and where a template hash was left out; `left_out` gives each entry not in the table
+    (by its index in the list) its own reason."""
+
+    table: dict[str, list[dict]]
+    notes: list[str]
+    left_out: dict[int, str]
+
+
+def inductor_table(entries: list[Entry | dict], *, allow_tf32: bool = False,
+                   include_hash: bool = True) -> tuple[dict[str, list[dict]], list[str]]:
+    """(table, notes) of `inductor_export`."""
+    built = inductor_export(entries, allow_tf32=allow_tf32, include_hash=include_hash)
+    return built.table, built.notes
+
+
+def inductor_export(
     entries: list[Entry | dict],
     *,
     allow_tf32: bool = False,
     include_hash: bool = True,
-) -> tuple[dict[str, list[dict]], list[str]]:
+) -> InductorExport:
     """Build Inductor's lookup table from cache entries (or their JSON objects).
 
-    Returns (table, notes): `table` maps each key to a one-config list; `notes` says, one
-    line per reason, which entries were left out and why (CPU entries, winners without an
-    Inductor equivalent, float32 entries tuned under the other precision mode, entries that
-    lost to a faster one for the same key) and where a template hash was left out: a line
-    names its entry, or counts the entries that share its reason.
+    Left out, and said (one note line per reason: it names its entry, or counts the entries
+    that share the reason): CPU entries, winners without an Inductor equivalent, float32
+    entries tuned under the other precision mode, entries that lost to a faster one for the
+    same key; and where a template hash was left out.
 
     Inductor's key does not say whether TF32 is allowed: it decides that at compile time
     from `torch.backends.cuda.matmul.fp32_precision`. Only float32 entries tuned with
@@ -112,13 +133,18 @@ def inductor_table(
     default).
     """
     found: dict[tuple[str, str], list[str | None]] = {}  # (kind, why) -> the entries it is said of
+    skipped: dict[int, str] = {}  # the entry's index -> why it is not in the table
+    index = 0
 
     def note(what: str | None, kind: str, why: str) -> None:
         found.setdefault((kind, why), []).append(what)
+        if kind == "skipped":
+            skipped[index] = why
 
-    chosen: dict[str, tuple[Entry, dict]] = {}  # key -> (entry, config)
+    chosen: dict[str, tuple[int, Entry, dict]] = {}  # key -> (the entry's index, entry, config)
+    lost: dict[int, str] = {}  # the entry's index -> what was faster for one of its keys
     installed = _installed_torch_version() if include_hash else None
-    for entry in entries:
+    for index, entry in enumerate(entries):
         if not isinstance(entry, Entry):
             try:
                 entry = Entry.from_dict(entry)
@@ -174,12 +200,16 @@ def inductor_table(
         for key, config in keyed:
             previous = chosen.get(key)
             if previous is None:
-                chosen[key] = (entry, config)
-            elif _ms(entry) < _ms(previous[0]):
-                note(_describe(previous[0]), "dropped", f"{what} is faster for the same key")
-                chosen[key] = (entry, config)
+                chosen[key] = (index, entry, config)
+            elif _ms(entry) < _ms(previous[1]):
+                note(_describe(previous[1]), "dropped", f"{what} is faster for the same key")
+                lost[previous[0]] = f"dropped: {what} is faster for the same key"
+                chosen[key] = (index, entry, config)
             else:
-                note(what, "dropped", f"{_describe(previous[0])} is faster for the same key")
-    table = {key: [dict(config)] for key, (_, config) in chosen.items()}
+                note(what, "dropped", f"{_describe(previous[1])} is faster for the same key")
+                lost[index] = f"dropped: {_describe(previous[1])} is faster for the same key"
+    table = {key: [dict(config)] for key, (_, _, config) in chosen.items()}
+    used = {i for i, _, _ in chosen.values()}
+    left_out = {i: printable(skipped.get(i) or lost[i]) for i in range(len(entries)) if i not in used}
     # notes are printed and quote what the cache file holds (a uid, a device name): escaped
-    return table, [printable(line) for line in _note_lines(found)]
+    return InductorExport(table, [printable(line) for line in _note_lines(found)], left_out)

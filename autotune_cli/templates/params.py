@@ -155,14 +155,27 @@ def unverified_winner(entry: "Entry") -> str | None:
     that none of its results is, was never checked against the reference, so it is refused."""
     identity = entry.winner.identity
     own = [c for c in entry.candidates if c.identity == identity]
-    if any(c.ok for c in own):
-        return None
+    passed = [c for c in own if c.ok]
+    if passed:
+        if any(_same_time(c.ms, entry.winner.ms) for c in passed):
+            return None
+        return (f"winner is not a verified candidate: its time, {_show(entry.winner.ms)} ms, is not "
+                f"its own result's ({_show(passed[0].ms)} ms)")
     if own:
         status = own[0].status if own[0].status != "ok" else "ok without a time"
         return f"winner is not a verified candidate: its own result is {status}"
     if not entry.candidates:
         return "winner is not a verified candidate: the entry records no results"
     return "winner is not a verified candidate: its config is none of the entry's results"
+
+
+def _same_time(recorded: Any, winner: Any) -> bool:
+    """Whether a winner's time is its result's: the pick copies it (store/entry.Winner.of),
+    so only a hand-edited entry differs (a relative 1e-6 for any float printing)."""
+    try:
+        return abs(float(recorded) - float(winner)) <= 1e-6 * max(abs(float(recorded)), 1e-12)
+    except (TypeError, ValueError):
+        return False
 
 
 def entry_problem(entry: "Entry") -> str | None:
