@@ -6,6 +6,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 
 # Bounds of what a caller may ask for: more worker processes than this is a typo, not a
@@ -301,6 +302,39 @@ class TuneSettings:
     def __post_init__(self) -> None:
         if self.measure is None:  # the device's policy, the environment's switches read now
             object.__setattr__(self, "measure", MeasurePolicy.for_device(self.device))
+
+    def check(self, name: Callable[[str], str] = lambda field: f"tune.{field}") -> None:
+        """UserError, in one line, for a value no tune takes: the same rules wherever the
+        settings come from (the command's flags, or autotune_cli.compile's `tune`), each
+        value named as its source calls it (`name`: a field's name there). A space file is
+        read here: a bad one is said before anything runs."""
+        from .errors import UserError
+
+        if self.device not in ("cuda", "cpu"):
+            raise UserError(f"{name('device')} takes cuda or cpu, not {self.device!r}")
+        from .search import STRATEGIES
+
+        if self.search not in STRATEGIES:
+            raise UserError(f"{name('search')} takes {' or '.join(STRATEGIES)}, not {self.search!r}")
+        if self.templates is not None and (isinstance(self.templates, str) or not all(
+                isinstance(t, str) for t in self.templates)):
+            raise UserError(f"{name('templates')} takes a tuple of uids or backends, e.g. ('aten', "
+                            f"'triton::mm'), not {self.templates!r}")
+        for field_name, low in (("workers", 1), ("compile_workers", 0)):
+            value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not low <= value <= MAX_WORKERS):
+                raise UserError(f"{name(field_name)} must be between {low} and {MAX_WORKERS}, got {value!r}")
+        check_seconds(name("timeout_s"), self.timeout_s, MIN_TIMEOUT_S)
+        check_seconds(name("interpreter_budget_s"), self.interpreter_budget_s)
+        if self.budget_s is not None:
+            check_seconds(name("budget_s"), self.budget_s)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise UserError(f"{name('seed')} must be between 0 and {MAX_SEED}, got {self.seed!r}")
+        if self.space_file is not None:
+            from .heuristics.spaces import load_space_file
+
+            load_space_file(self.space_file)
 
     @property
     def kernel_dir(self) -> Path:

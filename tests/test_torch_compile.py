@@ -527,6 +527,40 @@ def test_an_unknown_template_in_the_tune_settings_is_said_at_the_call(cache_dir)
     autotune_cli.compile(torch.nn.Linear(4, 4), tune=TuneSettings(device="cpu", templates=("aten", "triton::mm")))
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("workers", 10**6, "tune.workers must be between 1 and 256, got 1000000"),
+    ("workers", 0, "tune.workers must be between 1 and 256, got 0"),
+    ("seed", -1, "tune.seed must be between 0 and 4294967295, got -1"),
+    ("timeout_s", float("nan"), "tune.timeout_s must be a positive number of seconds, got nan"),
+    ("budget_s", -1, "tune.budget_s must be a positive number of seconds, got -1"),
+    ("device", "tpu", "tune.device takes cuda or cpu, not 'tpu'"),
+    ("search", "foo", "tune.search takes default or exhaustive, not 'foo'"),
+    ("space_file", "/no/such/space.json", "space file not found: /no/such/space.json"),
+    ("templates", "triton::mm", "tune.templates takes a tuple of uids or backends"),
+])
+def test_tune_settings_no_tune_takes_are_said_at_the_call(cache_dir, field, value, said):
+    """The command's rules (settings.TuneSettings.check): at the call, one line, before any
+    worker starts (a million workers started processes until the run was killed)."""
+    from autotune_cli.errors import UserError
+    from autotune_cli.settings import TuneSettings
+
+    with pytest.raises(UserError) as raised:
+        autotune_cli.compile(torch.nn.Linear(4, 4), tune=TuneSettings(**{"device": "cpu", "cache_dir": cache_dir,
+                                                                         field: value}))
+    assert str(raised.value).startswith(said) and "\n" not in str(raised.value)
+
+
+def test_compile_with_arguments_decorates_as_torch_compile_does(cache_dir):
+    weight = torch.randn(8, 4)
+
+    @autotune_cli.compile(mode="default", cache_dir=cache_dir, tune=False)
+    def project(x):
+        return x @ weight.t()
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(project(x), x @ weight.t())
+
+
 def test_another_backend_gets_mode_and_options_as_torch_compile_passes_them():
     """Keywords of its call ("default" is no mode), not an error at the call."""
     seen: list = []
@@ -1129,6 +1163,37 @@ def test_matmuls_under_autocast_are_routed_in_the_dtype_they_run_in(tmp_path, cl
     out.float().sum().backward()
     assert model.up.weight.grad is not None
     assert [r.reason.split(" (")[0] for r in routes if r.fallback] == [NEEDS_GRADIENTS.split(" (")[0]] * 2
+
+
+def test_autocast_around_the_call_is_autocast_and_two_dtypes_outside_it_are_refused(tmp_path, cli, cache_dir):
+    """A model called under torch.autocast (the graph holds no region: Dynamo compiles it
+    under that state) is routed in the dtype autocast runs it in. Outside autocast, a float32
+    input to a bfloat16 model is the user's mistake: torch's op refuses it, and so does the
+    compiled model (it was cast silently, a bfloat16 model run in float32); the line says why."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(C, H), torch.nn.ReLU(), torch.nn.Linear(H, C)).eval(), \
+        torch.randn(T, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), autotune_cli.record(path):
+        want = model(x)
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    routes: list = []
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    assert [(r.fallback, r.problem.dtype) for r in routes] == [(False, "bfloat16")] * 2, routes
+
+    torch._dynamo.reset()
+    routes.clear()
+    half = copy.deepcopy(model).bfloat16()
+    with torch.no_grad(), pytest.raises(RuntimeError) as eager:
+        half(x)
+    with torch.no_grad(), pytest.raises(Exception) as compiled:
+        autotune_cli.compile(half, backend="aot_eager", routes=routes, tune=False)(x)
+    assert str(eager.value).splitlines()[0] in str(compiled.value)
+    assert routes and all(r.reason.startswith("operands of two dtypes outside autocast") for r in routes), routes
 
 
 class DecodeOutput(torch.nn.Module):

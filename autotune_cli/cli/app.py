@@ -114,27 +114,12 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
                    executor: str = "local", ray_address: Optional[str] = None, switches=None):
     """The settings of a tune from the command's options, checked. `switches`: the
     environment's (settings.Switches) where the command has read them already, else read now."""
-    from ..settings import (MAX_SEED, MAX_WORKERS, MIN_TIMEOUT_S, MeasurePolicy, TuneSettings,
-                            check_seconds, default_cache_dir)
+    from ..settings import MeasurePolicy, TuneSettings, default_cache_dir
 
-    if workers is not None and not 1 <= workers <= MAX_WORKERS:
-        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
-    check_seconds("--timeout", timeout, MIN_TIMEOUT_S)
-    check_seconds("--interpreter-budget", interpreter_budget)
-    if budget is not None:
-        check_seconds("--budget", budget)
-    if compile_workers is not None and not 0 <= compile_workers <= MAX_WORKERS:
-        raise UserError(f"--compile-workers must be between 0 and {MAX_WORKERS}, got {compile_workers}")
-    if not 0 <= seed <= MAX_SEED:
-        raise UserError(f"--seed must be between 0 and {MAX_SEED}, got {seed}")
-    if space is not None:  # a bad file is said before anything, a cache hit included
-        from ..heuristics.spaces import load_space_file
-
-        load_space_file(space)
     uids = None if templates is None else tuple(t.strip() for t in templates.split(",") if t.strip())
     if uids == ():
         raise UserError("--templates names no template: give uids or backends, e.g. aten or triton::mm")
-    return TuneSettings(
+    settings = TuneSettings(
         device=device, search=search.value, space_file=str(space) if space else None,
         templates=uids, workers=workers, timeout_s=timeout,
         cache_dir=cache_dir if cache_dir is not None else default_cache_dir(), force=force,
@@ -143,6 +128,14 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         gpus=_gpu_count(gpus, executor),
         executor=executor, ray_address=ray_address, measure=MeasurePolicy.for_device(device, switches),
     )
+    # each value named by its flag; a bad space file is said before anything, a cache hit included
+    settings.check(lambda field: FLAGS.get(field, f"--{field.replace('_', '-')}"))
+    return settings
+
+
+# The flag that sets each checked field of TuneSettings, where the two names differ.
+FLAGS = {"timeout_s": "--timeout", "interpreter_budget_s": "--interpreter-budget", "budget_s": "--budget",
+         "space_file": "--space"}
 
 
 def _gpu_count(gpus: Optional[str], executor: str) -> int:

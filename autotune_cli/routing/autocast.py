@@ -10,7 +10,10 @@ gradients is left as written (routing leaves it to torch's op, which has a backw
 
 from __future__ import annotations
 
-__all__ = ["cast_autocast_operands", "casts_to"]
+__all__ = ["MIXED_DTYPES_MARK", "autocast_dtype", "cast_autocast_operands", "casts_to"]
+
+# node.meta key of a matmul whose operands are of two dtypes outside autocast (sites.py says it)
+MIXED_DTYPES_MARK = "autotune_mixed_dtypes"
 
 
 def casts_to(graph, operands: list, dtype) -> dict:
@@ -23,22 +26,52 @@ def casts_to(graph, operands: list, dtype) -> dict:
             if node_value(operand).dtype != dtype}
 
 
-def cast_autocast_operands(graph) -> int:
-    """Give every matmul of `graph` that runs in another dtype than its operands (see the
-    module) its operands cast; how many were."""
+def autocast_dtype(stack: list, device_type: str):
+    """The dtype autocast runs a matmul on `device_type` in, or None where it is off: the
+    innermost region the graph enters for that device (`stack`: (device type, dtype,
+    enabled) of each region entered and not left), else the state the graph is compiled
+    under (one called under torch.autocast: Dynamo guards on it, the graph holds no region)."""
     import torch
+
+    for device, dtype, enabled in reversed(stack):
+        if device == device_type:
+            return dtype if enabled else None
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+    except (RuntimeError, TypeError, ValueError):  # a device type autocast does not know
+        return None
+    return None
+
+
+def cast_autocast_operands(graph) -> int:
+    """Give every matmul of `graph` that autocast runs in another dtype than its operands
+    (see the module) its operands cast; how many were. Operands of two dtypes outside
+    autocast are left as they are: torch's op refuses them, and so does the compiled graph."""
+    import torch
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 
     from .graph_edits import fill_example_values
     from .sites import match_matmul, node_value, records_gradients
 
     cast = 0
+    regions: dict = {}  # each _enter_autocast node not left yet -> (device type, dtype, enabled)
     for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is _enter_autocast:
+            regions[node] = tuple((list(node.args) + [None, None, True])[:3])
+            continue
+        if node.op == "call_function" and node.target is _exit_autocast:
+            regions.pop(node.args[0] if node.args else None, None)
+            continue
         match = match_matmul(node)
         want = node_value(node)
         if match is None or match.unrouted or not isinstance(want, torch.Tensor):
             continue
         operands = [n for n in (match.a, match.b, match.bias) if isinstance(node_value(n), torch.Tensor)]
         if all(node_value(n).dtype == want.dtype for n in operands):
+            continue
+        if autocast_dtype(list(regions.values()), want.device.type) != want.dtype:
+            node.meta[MIXED_DTYPES_MARK] = True  # not autocast's doing: two dtypes torch's op refuses
             continue
         if records_gradients(node, *(node_value(n) for n in operands)):
             continue

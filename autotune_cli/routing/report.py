@@ -70,6 +70,8 @@ def _reason_kind(reason: str) -> str:
                          ("a dynamic K with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),
                          ("needs gradients", "needing gradients"), ("under autocast", "under autocast"),
+                         ("operands of two dtypes", "with operands of two dtypes"),
+                         ("autotune tunes float16", "in a dtype autotune does not tune"),
                          (PADDED, "whose winner pads its rows (see routes)"),
                          (CHECKPOINTED, "inside activation checkpoints"),
                          (DECOMPOSED, "made pointwise by the compiler")):

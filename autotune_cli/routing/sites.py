@@ -292,6 +292,7 @@ EINSUM = "an einsum that is not one matmul, left to the compiler"
 OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses"
 NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
+MIXED_DTYPES = "operands of two dtypes outside autocast (torch's op refuses them)"
 # what the graphs AOTAutograd makes of a training step leave (training.py)
 PADDED = "a winner with padded output rows, not routed in a training step's graphs"
 CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
@@ -357,7 +358,7 @@ def matmul_sites(graph):
             elif grads:
                 yield Site(node, op, match, None, static=False, skip=NEEDS_GRADIENTS)
             elif cast:
-                yield Site(node, op, match, None, static=False, skip=AUTOCAST)
+                yield Site(node, op, match, None, static=False, skip=_cast_reason(node))
             elif is_static(w, bias) and (bias is None or _row_bias(bias)) and match.batch is None \
                     and concrete(x.shape[-1]) is not None:
                 a = x.reshape(-1, concrete(x.shape[-1])) if match.fold is not None else x
@@ -374,12 +375,20 @@ def matmul_sites(graph):
         if a.shape[-1] == 1:
             skip, outer = OUTER, True
         elif cast:
-            skip = AUTOCAST
+            skip = _cast_reason(node)
         elif bias is not None and match.fold is not None and not _row_bias(bias):
             skip = "a linear's bias of two dims"
         elif a.shape[-1] < MIN_GEMM_K:
             skip = f"K = {a.shape[-1]}: an empty product, left to the compiler"
         yield Site(node, op, match, None, a, b, bias, skip=skip, outer=outer)
+
+
+def _cast_reason(node) -> str:
+    """Why a matmul whose operands' dtypes are not its own is not routed: autocast's, or
+    two dtypes the user's program mixed (autocast.py marks those)."""
+    from .autocast import MIXED_DTYPES_MARK
+
+    return MIXED_DTYPES if node.meta.get(MIXED_DTYPES_MARK) else AUTOCAST
 
 
 def _row_bias(bias) -> bool:

@@ -13,15 +13,16 @@ __all__ = ["DEFAULT_MODE", "compile"]
 DEFAULT_MODE = "reduce-overhead"  # Inductor with CUDA graphs, as its max-autotune mode runs
 
 
-def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
+def compile(model=None, *, cache_dir=None, backend: Any = "inductor", mode: str | None = None,
             options: dict | None = None, routes: list | None = None, tune: Any = None,
             group_linears: bool | None = None, fold_gqa: bool = True, split_keys: bool | None = None,
             **torch_compile_kwargs):
     """torch.compile(model, ...) with its matmuls routed to this machine's cached winners
-    (see the package). `cache_dir`: the cache to read (default: the one autotune_cli.mm
-    reads). `backend`, `mode`, `options` and every other keyword are torch.compile's;
-    `routes` (a list) collects the Dispatch of each matmul met, as graphs compile: the
-    routed ones, and the others with `fallback` True and the reason.
+    (see the package); without `model`, a decorator, as torch.compile's. `cache_dir`: the
+    cache to read (default: the one autotune_cli.mm reads). `backend`, `mode`, `options`
+    and every other keyword are torch.compile's; `routes` (a list) collects the Dispatch of
+    each matmul met, as graphs compile: the routed ones, and the others with `fallback` True
+    and the reason.
 
     `tune`: the problems a graph meets with no winner here are tuned as it compiles (all of
     a graph in one tuner, progress on stderr, the winners cached): None (the default) where
@@ -64,7 +65,8 @@ def compile(model, *, cache_dir=None, backend: Any = "inductor", mode: str | Non
 
     if not (tune is None or isinstance(tune, (bool, TuneSettings))):
         raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
-    if isinstance(tune, TuneSettings):
+    if isinstance(tune, TuneSettings):  # said at the call, not for each problem at the first forward
+        tune.check()
         _check_templates(tune.templates)
     if routes is not None and not isinstance(routes, list):
         raise TypeError(f"routes takes a list (each Dispatch is appended to it), not {type(routes).__name__}")
