@@ -349,6 +349,71 @@ def test_an_einsum_along_a_saved_contraction_path(tmp_path):
                                                   ("bmm", 1, 10, 16, 12, "float32", "tt", None, 1)]
 
 
+# -- composite products (products.py) --------------------------------------------------------
+
+class Product(nn.Module):
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+
+    def forward(self, *operands):
+        return self.run(*operands)
+
+
+PRODUCTS = [
+    ("inner", lambda a, b: torch.inner(a, b), [(8, 32), (24, 32)]),
+    ("inner-3d", lambda a, b: torch.inner(a, b), [(2, 4, 32), (3, 5, 32)]),
+    ("inner-column-major", lambda a, b: torch.inner(a, b.mT.contiguous().mT), [(8, 32), (24, 32)]),
+    ("tensordot", lambda a, b: torch.tensordot(a, b, dims=1), [(8, 32), (32, 24)]),
+    ("tensordot-2-dims", lambda a, b: torch.tensordot(a, b, dims=([1, 2], [1, 0])), [(4, 6, 8), (8, 6, 5)]),
+    ("tensordot-permuted", lambda a, b: torch.tensordot(a.transpose(0, 1), b, dims=([1], [0])),
+     [(32, 8), (32, 24)]),
+    ("multi_dot-3", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(8, 32), (32, 64), (64, 4)]),
+    ("multi_dot-3-right-first", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(64, 8), (8, 64), (64, 2)]),
+    ("multi_dot-5", lambda a, b, c, d, e: torch.linalg.multi_dot([a, b, c, d, e]),
+     [(10, 30), (30, 5), (5, 60), (60, 8), (8, 20)]),
+    ("multi_dot-vectors", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(32,), (32, 16), (16, 8)]),
+]
+
+
+@pytest.mark.parametrize("run,shapes", [p[1:] for p in PRODUCTS], ids=[p[0] for p in PRODUCTS])
+def test_a_composite_product_is_the_mm_calls_it_runs(tmp_path, run, shapes):
+    """torch.export keeps inner, tensordot and multi_dot as one node each: listed as the mm
+    calls torch runs for them (what `record` sees and a TorchScript run shows), not missed."""
+    inputs = tuple(torch.randn(s) for s in shapes)
+    model = Product(run).eval()
+    found = find_gemms(export(model, inputs, tmp_path / "m.pt2"), device="cpu")
+    ran = recorded(lambda: model(*inputs), tmp_path / "r.json")
+    assert ran and sorted(rows(found)) == sorted(ran)
+    assert sorted(rows(found)) == sorted(traced(model, inputs, tmp_path / "m.pt"))
+
+
+def test_products_with_vectors_and_others_no_template_takes_are_named(tmp_path):
+    """mv, dot, addmv, addr, addbmm and a bilinear layer: no GEMM `record` lists, counted in
+    the not-tuned note of both formats, beside the linear that is listed."""
+    class Vectors(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bilinear = nn.Linear(8, 8), nn.Bilinear(8, 8, 4)
+
+        def forward(self, x, v):
+            w = self.lin.weight
+            return (self.lin(x), torch.mv(w, v), torch.dot(v, v), torch.addmv(v, w, v), torch.addr(w, v, v),
+                    torch.addbmm(x[:4], x.reshape(2, 4, 8), w.expand(2, 8, 8)), self.bilinear(x, x))
+
+    inputs = (torch.randn(8, 8), torch.randn(8))
+    for path in (export(Vectors(), inputs, tmp_path / "m.pt2"), tmp_path / "m.pt"):
+        if str(path).endswith(".pt"):
+            traced(Vectors(), inputs, path)
+        not_tuned: list[NotTuned] = []
+        found = find_gemms(path, device="cpu", trust_torchscript=True, not_tuned=not_tuned,
+                           input_shapes=[((8, 8), "float32"), ((8,), "float32")])
+        assert rows(found) == [("addmm", 1, 8, 8, 8, "float32", "nt", "n", 1)], path
+        assert sorted(not_tuned, key=lambda n: n.what) == [
+            NotTuned("bilinear layer (aten.bilinear)", 1), NotTuned("matrix-vector product", 3),
+            NotTuned("outer product", 1), NotTuned("sum of batched products (aten.addbmm)", 1)], path
+
+
 def test_an_einsum_without_a_matmul_is_named(tmp_path):
     class Outer(nn.Module):
         def __init__(self):

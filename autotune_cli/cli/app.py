@@ -128,14 +128,16 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         gpus=_gpu_count(gpus, executor),
         executor=executor, ray_address=ray_address, measure=MeasurePolicy.for_device(device, switches),
     )
-    # each value named by its flag; a bad space file is said before anything, a cache hit included
-    settings.check(lambda field: FLAGS.get(field, f"--{field.replace('_', '-')}"))
+    settings.check(lambda field: FLAGS.get(field, f"--{field.replace('_', '-')}"))  # each named by its flag
+    if space is not None:  # a bad file is said before anything, a cache hit included
+        from ..heuristics.spaces import load_space_file
+
+        load_space_file(space)
     return settings
 
 
 # The flag that sets each checked field of TuneSettings, where the two names differ.
-FLAGS = {"timeout_s": "--timeout", "interpreter_budget_s": "--interpreter-budget", "budget_s": "--budget",
-         "space_file": "--space"}
+FLAGS = {"timeout_s": "--timeout", "interpreter_budget_s": "--interpreter-budget", "budget_s": "--budget"}
 
 
 def _gpu_count(gpus: Optional[str], executor: str) -> int:

@@ -6,7 +6,8 @@ Two formats are read; no file runs code unless the caller says it may:
   serialized program by autotune itself, never unpickled (export_archive.py,
   export_program.py, export_graph.py, export_expr.py), the graphs of its higher-order
   ops (no_grad and autocast regions, torch.cond, ...) included, an einsum read as the bmm
-  calls it runs (einsum.py); sizes may be symbolic (`torch.export.Dim`);
+  calls it runs (einsum.py), inner, tensordot and multi_dot as their mm calls
+  (products.py); sizes may be symbolic (`torch.export.Dim`);
 * TorchScript (`torch.jit.save`), which is code: run once under the profiler, and only
   when the caller says the file is trusted (torchscript.py).
 
@@ -18,8 +19,9 @@ mapped to a GEMM by the same rules for both formats (classify.py); dynamic dims 
   find.py           -> export_archive, torchscript, dims, classify, found
   export_archive.py -> export_program, export_expr, text
   export_program.py -> export_graph, export_expr, classify
-  export_graph.py   -> einsum, export_ops, export_expr, classify
+  export_graph.py   -> einsum, products, export_ops, export_expr, classify
   einsum.py         -> classify
+  products.py       -> classify
   torchscript.py    -> classify, text
   dims.py           -> classify, export_expr, found, text
   export_expr.py    -> classify

@@ -77,10 +77,13 @@ MATMUL_OPS = {
 # The dtypes a matmul (other than scaled_mm) is tuned in: the problem dtypes less float8.
 _GEMM_DTYPES = FLOAT_DTYPES
 
+VECTOR_PRODUCT = "matrix-vector product"
+
 # Ops that do much of a model's arithmetic but are no GEMM autotune tunes, by kind: the
 # not-tuned note counts them, so that a Linear's share of the GEMMs is not read as its
 # share of the model. Attention kernels and recurrent layers are fused ops (cuDNN runs
-# them whole) and are not looked into; an int8 matmul is in a dtype no template takes.
+# them whole) and are not looked into; an int8 matmul is in a dtype no template takes;
+# products with a vector, outer products, addbmm and bilinear are none `record` lists either.
 UNTUNED_KINDS = {
     "convolution": ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                     "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution"),
@@ -90,9 +93,12 @@ UNTUNED_KINDS = {
                      "_efficient_attention_forward"),
     **{f"recurrent op (aten.{op})": (op,) for op in ("gru", "lstm", "rnn_tanh", "rnn_relu")},
     "matmul in int8 (torch._int_mm)": ("_int_mm",),
+    VECTOR_PRODUCT: ("mv", "dot", "vdot", "addmv"),
+    "outer product": ("addr", "outer", "ger"),
+    "sum of batched products (aten.addbmm)": ("addbmm",),
+    "bilinear layer (aten.bilinear)": ("bilinear", "_trilinear"),
 }
 UNTUNED_OPS = {op: kind for kind, ops in UNTUNED_KINDS.items() for op in ops}
-VECTOR_PRODUCT = "matrix-vector product"
 EINSUM_NO_MATMUL = "einsum without a matmul"  # an elementwise or outer product
 EINSUM_UNREAD = "einsum whose matmuls are not read"  # see einsum.py: a diagonal, a sum within one operand
 

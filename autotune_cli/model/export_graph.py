@@ -48,6 +48,7 @@ from ..text import plural
 from .classify import (EINSUM_NO_MATMUL, EINSUM_UNREAD, MATMUL_OPS, UNTUNED_OPS, MatmulCall, Operand,
                        classify_call, sym)
 from .einsum import NotRead, einsum_bmms
+from .products import PRODUCT_OPS, product_calls
 from .export_expr import EXPORT_DTYPES, ArchiveUnreadable, ExprReader, one_field
 from .export_ops import AUTOCAST_OPS, EXPORT_ARG_NAMES, NON_TENSOR_ARGS, VIEW_OPS
 
@@ -234,6 +235,9 @@ class GraphReader:
         if op == "einsum":
             self._einsum(node, scope, lambda n: self._running(tensor(n), outer(n)))
             return
+        if op in PRODUCT_OPS:
+            self._product(node, op, scope, lambda n: self._running(tensor(n), outer(n)))
+            return
         name = f"aten::{op}"
         if name not in MATMUL_OPS:
             return
@@ -307,6 +311,24 @@ class GraphReader:
             raw = classify_call("aten::bmm", [left, right])
             if isinstance(raw, MatmulCall):
                 raw = dataclasses.replace(raw, source="aten.einsum")
+            self._add(raw, scope)
+
+    def _product(self, node: Any, op: str, scope: Scope, tensor) -> None:
+        """A composite product (inner, tensordot, multi_dot): the mm calls torch runs for it
+        (products.py), in the dtype autocast runs them in, where a region casts."""
+        cast = scope.autocast[1] if scope.autocast else None
+        args: dict[str, Any] = {}
+        for named in node["inputs"]:
+            field, body = one_field(named["arg"])
+            if field == "as_tensor":
+                args[named["name"]] = self._cast(tensor(body["name"]), cast)
+            elif field == "as_tensors":
+                args[named["name"]] = [self._cast(tensor(item["name"]), cast) for item in body]
+            elif field == "as_ints":
+                args[named["name"]] = list(body)
+        if cast:
+            self.autocast[scope.autocast[0]] = cast
+        for raw in product_calls(op, args):
             self._add(raw, scope)
 
     def _add(self, raw: Any, scope: Scope) -> None:

@@ -166,7 +166,7 @@ def find_gemms(
         other = sorted({r for r in raws if isinstance(r, str)})
         only = ([f"matmuls in {', '.join(other)}"] if other else []) + [
             item.many for item in skipped if item.what == VECTOR_PRODUCT]
-        fused_ops = [item for item in skipped if item.what in UNTUNED_KIND_NAMES]
+        fused_ops = [item for item in skipped if item.what in UNTUNED_KIND_NAMES and item.what != VECTOR_PRODUCT]
         if fused_ops:  # a recurrent layer, a convolution: what the model does instead
             only.append(", ".join(item.said() for item in fused_ops))
         one = len(only) == 1 and len(fused_ops) == 1 and fused_ops[0].count == 1

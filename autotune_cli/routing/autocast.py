@@ -10,10 +10,7 @@ gradients is left as written (routing leaves it to torch's op, which has a backw
 
 from __future__ import annotations
 
-__all__ = ["MIXED_DTYPES_MARK", "autocast_dtype", "cast_autocast_operands", "casts_to"]
-
-# node.meta key of a matmul whose operands are of two dtypes outside autocast (sites.py says it)
-MIXED_DTYPES_MARK = "autotune_mixed_dtypes"
+__all__ = ["autocast_dtype", "cast_autocast_operands", "casts_to"]
 
 
 def casts_to(graph, operands: list, dtype) -> dict:
@@ -52,7 +49,7 @@ def cast_autocast_operands(graph) -> int:
     from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 
     from .graph_edits import fill_example_values
-    from .sites import match_matmul, node_value, records_gradients
+    from .sites import MIXED_DTYPES_MARK, match_matmul, node_value, records_gradients
 
     cast = 0
     regions: dict = {}  # each _enter_autocast node not left yet -> (device type, dtype, enabled)

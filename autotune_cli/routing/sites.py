@@ -293,6 +293,7 @@ OUTER = "K = 1: an outer product, run as a broadcast multiply the compiler fuses
 NEEDS_GRADIENTS = "needs gradients (our kernels have no backward)"
 AUTOCAST = "under autocast: it runs in another dtype than its operands' (torch's op casts them)"
 MIXED_DTYPES = "operands of two dtypes outside autocast (torch's op refuses them)"
+MIXED_DTYPES_MARK = "autotune_mixed_dtypes"  # node.meta key: autocast.py marks such a matmul
 # what the graphs AOTAutograd makes of a training step leave (training.py)
 PADDED = "a winner with padded output rows, not routed in a training step's graphs"
 CHECKPOINTED = "a matmul inside an activation-checkpointed region, not read by routing"
@@ -386,8 +387,6 @@ def matmul_sites(graph):
 def _cast_reason(node) -> str:
     """Why a matmul whose operands' dtypes are not its own is not routed: autocast's, or
     two dtypes the user's program mixed (autocast.py marks those)."""
-    from .autocast import MIXED_DTYPES_MARK
-
     return MIXED_DTYPES if node.meta.get(MIXED_DTYPES_MARK) else AUTOCAST
 
 

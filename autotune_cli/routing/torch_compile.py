@@ -66,8 +66,7 @@ def compile(model=None, *, cache_dir=None, backend: Any = "inductor", mode: str 
     if not (tune is None or isinstance(tune, (bool, TuneSettings))):
         raise TypeError(f"tune takes None, True, False or a TuneSettings, not {tune!r}")
     if isinstance(tune, TuneSettings):  # said at the call, not for each problem at the first forward
-        tune.check()
-        _check_templates(tune.templates)
+        _check_tune(tune)
     if routes is not None and not isinstance(routes, list):
         raise TypeError(f"routes takes a list (each Dispatch is appended to it), not {type(routes).__name__}")
     if mode is None and backend == "inductor" and "triton.cudagraphs" not in (options or {}):
@@ -85,6 +84,20 @@ def compile(model=None, *, cache_dir=None, backend: Any = "inductor", mode: str 
     routing = routing_backend(dispatcher, backend, mode, options, routes, tune, group_linears, fold_gqa,
                               split_keys)
     return torch.compile(model, backend=routing, **torch_compile_kwargs)
+
+
+def _check_tune(tune) -> None:
+    """The settings' values, as the command checks its flags (TuneSettings.check), its search,
+    its space file and its templates: at the call, each in one line."""
+    from ..heuristics.spaces import load_space_file
+    from ..search import STRATEGIES
+
+    tune.check()
+    if tune.search not in STRATEGIES:
+        raise UserError(f"tune.search takes {' or '.join(STRATEGIES)}, not {tune.search!r}")
+    if tune.space_file is not None:
+        load_space_file(tune.space_file)
+    _check_templates(tune.templates)
 
 
 def _check_templates(names: tuple[str, ...] | None) -> None:
