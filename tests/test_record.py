@@ -176,6 +176,24 @@ def test_the_file_is_merged_or_moved_aside_never_lost(tmp_path, capsys):
     assert "moved to" in capsys.readouterr().err
 
 
+def test_the_list_takes_the_umasks_mode_or_keeps_its_own(tmp_path):
+    """A new list is readable as any file the user makes (a 0600 temporary file was renamed
+    into place: `mm --from` in another user's container could not read it); a list written
+    again keeps the mode the user gave it."""
+    path = tmp_path / "shapes.json"
+    umask = os.umask(0o022)
+    try:
+        with torch.no_grad(), autotune_cli.record(path):
+            nn.Linear(8, 8)(torch.randn(2, 8))
+        assert path.stat().st_mode & 0o777 == 0o644
+        path.chmod(0o640)
+        with torch.no_grad(), autotune_cli.record(path):
+            nn.Linear(8, 8)(torch.randn(2, 8))
+        assert path.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
+
+
 def test_a_bad_count_in_a_list_is_refused(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([{"m": 4, "n": 4, "k": 4, "count": 0}]))

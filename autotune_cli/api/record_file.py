@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -100,8 +101,18 @@ def _existing(path: Path) -> tuple[dict[str, int], str]:
 
 
 def _replace(path: Path, text: str) -> None:
+    """`text` as the file at `path`, written whole or not at all, with the file's own mode
+    where there is one, else a new file's under the umask (a temporary file is made 0600:
+    `mm --from` run by another user or container could not read the list)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .app import Stopped, err, out, say_notes
-from .rows import StageClock, result_row
+from .rows import StageClock, failed_line, result_row
 from ..errors import Interrupted, Terminated, UserError
 from ..problem import GemmProblem
 
@@ -131,7 +131,7 @@ def tune_list(path: Path, problems: list[GemmProblem], settings, json_out: bool,
         progress.close()
     for row in rows:
         if row.get("error"):
-            err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
+            err.print(failed_line(row), markup=False, highlight=False)
     if json_out:
         out.print(dumps({"from": str(path), "problems": rows, "stages_s": clock.stages}), markup=False, soft_wrap=True)
     else:

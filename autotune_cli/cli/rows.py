@@ -20,6 +20,13 @@ def aten_ms(entry: "Entry") -> float | None:
     return min(times) if times else None
 
 
+def failed_line(row: dict) -> str:
+    """The line that says a problem of a list failed: its error without the problem said
+    twice (an error names its problem, to stand alone)."""
+    describe, error = row["describe"], str(row["error"])
+    return f"failed: {describe}: {error.removeprefix(describe).lstrip(' :')}"
+
+
 def saved_ms(baseline_ms: float | None, winner: "Winner | None", count: int) -> float | None:
     """Milliseconds per forward pass the winner saves over the baseline, for `count` calls
     (None when either time is unknown)."""

@@ -42,7 +42,7 @@ from .app import (
     WorkersOpt,
 )
 from ..errors import UserError
-from .rows import StageClock, pass_estimates, pass_totals, plan_rows, result_row
+from .rows import StageClock, failed_line, pass_estimates, pass_totals, plan_rows, result_row
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -365,7 +365,7 @@ def model(
     clock.mark("closed")
     for row in rows:
         if row.get("error"):
-            err.print(f"failed: {row['describe']}: {row['error']}", markup=False, highlight=False)
+            err.print(failed_line(row), markup=False, highlight=False)
     if json_out:
         # a pass runs at one set of hint values: one total each ("passes"); the single
         # figures only where there is one pass
