@@ -21,7 +21,7 @@ the float32 values one thread holds, BLOCK_M·BLOCK_N·BLOCK_K over the block's 
 most PER_THREAD[form] (beyond that the kernel spills); a tile is halved across B's contiguous
 dimension, then along it, until it fits (`fit_tile`).
   - default search: the tiles of DEFAULT_TILES for the layout (K contiguous, B^T stored
-    [n, k] as the decode weight is; or N contiguous, B [k, n]) and the M: at most 9 configs,
+    [n, k] as the decode weight is; or N contiguous, B [k, n]) and the M: at most 10 configs,
     and SHORT_K_TILES too where K is at most SHORT_K on B^T with the CUDA-core forms.
   - exhaustive search: the default tiles, then the product of EXHAUSTIVE_* for each form
     the M allows, each with its SPLIT_K and twice it (bounded: the tile model does not rank
@@ -94,7 +94,8 @@ _DOT_NN = (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 32, 512, 4, 4, 1), Tile(DOT, 1
 DEFAULT_TILES = {
     (True, True): (Tile(EACH, 4, 4096, 8), Tile(EACH, 2, 4096, 4), Tile(EACH, 4, 2048, 4),
                    Tile(EACH, 2, 2048, 2), Tile(EACH, 1, 4096, 2), Tile(FMA, 8, 512, 4),
-                   Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(EACH, 2, 4096, 16, flat=1)),
+                   Tile(DOT, 64, 128, 4, 8, 1), Tile(DOT, 16, 512, 2, 3, 1), Tile(EACH, 2, 4096, 16, flat=1),
+                   Tile(FMA, 2, 4096, 16)),
     (False, True): (Tile(DOT, 32, 512, 4, 3, 1), Tile(DOT, 64, 256, 4, 3, 1), Tile(DOT, 16, 512, 2, 3, 1),
                     Tile(EACH, 128, 32, 4, 1, None, 1), Tile(FMA, 128, 16, 4, 1, None, 1),
                     Tile(EACH, 64, 32, 4, 1, None, 1), Tile(DOT, 32, 256, 4, 3, None, 1),
