@@ -139,6 +139,16 @@ def test_show_filter_table_and_no_match(cli, mixed):
     assert code == 0 and '"mm 64x64x64 bf16"' in out
 
 
+def test_show_names_winners_of_templates_not_registered_here(cli, cache_dir):
+    """A plugin's winner is served only where its module is loaded: `cache show` (which
+    loads none) says so in a note, neither hiding it nor calling it stale."""
+    write(cache_dir, synthetic(m=16), synthetic(m=32, uid="myplugin::gemm"))
+    code, out, err = cli("cache", "show")
+    assert code == 0 and "myplugin::gemm" in out and "stale, not served: mm 32x64x64" not in out
+    assert messages(err) == ["note: winners of myplugin::gemm, not registered here: served only where the "
+                             "plugin that registers them is loaded (--plugin)"]
+
+
 def test_show_filter_by_the_start_of_the_sizes_the_table_shows(cli, cache_dir):
     """`--filter 32x256` finds the row the table shows as addmm 32x256x64 (and not 32x2560x64)."""
     write(cache_dir, synthetic(op="addmm", bias="n", m=32, n=256, k=64),

@@ -123,6 +123,13 @@ def show(cache_dir: Optional[Path], json_out: bool, filter_text: Optional[str]) 
     for key, entry in items:
         if key in stale:
             print_wrapped(f"stale, not served: {entry_title(entry)} {stale[key]}; `cache prune --stale` removes it")
+    from ..templates import registered_template
+
+    # a plugin's winner: served only where its module is loaded (--plugin), so not judged here
+    foreign = sorted({entry.winner.uid for _, entry in items if registered_template(entry.winner.uid) is None})
+    if foreign:
+        err.print(printable(f"note: winners of {', '.join(foreign)}, not registered here: served only where "
+                            "the plugin that registers them is loaded (--plugin)"), markup=False, highlight=False)
     # a digest is the machine's alone: the templates are those of all its entries (a uid
     # tuned at two sources of its template lists both hashes)
     fingerprints: dict = {}
