@@ -381,6 +381,13 @@ def test_a_space_file_is_checked_before_the_cache_and_a_new_space_is_tuned(cli, 
     assert [e["space"] for e in stored.values()] == [str(other)]
     _, err = tune_json(cli, *base, "--space", other)
     assert "--space" not in err
+    # a selection of templates that take no configs: the space changed nothing it asks
+    aten = ("--m", 32, "--n", 32, "--k", 32, "--templates", "aten")
+    _, err = tune_json(cli, *aten)
+    assert "--space" not in err
+    # a tune of other configs' source keeps none of the space's results: the exhaustive
+    # search of aten alone, then of both, is no hit on the space's tile
+    tune_json(cli, *aten, "--search", "exhaustive", "--force")
     wider, _ = tune_json(cli, *base, "--search", "exhaustive")
     assert not wider["from_cache"]
 

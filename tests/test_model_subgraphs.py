@@ -373,6 +373,7 @@ PRODUCTS = [
     ("multi_dot-5", lambda a, b, c, d, e: torch.linalg.multi_dot([a, b, c, d, e]),
      [(10, 30), (30, 5), (5, 60), (60, 8), (8, 20)]),
     ("multi_dot-vectors", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), [(32,), (32, 16), (16, 8)]),
+    ("inner-vectors-and-matrix", lambda a, b: (torch.inner(a, b), torch.inner(b[0], b)), [(32,), (24, 32)]),
 ]
 
 
@@ -386,6 +387,17 @@ def test_a_composite_product_is_the_mm_calls_it_runs(tmp_path, run, shapes):
     ran = recorded(lambda: model(*inputs), tmp_path / "r.json")
     assert ran and sorted(rows(found)) == sorted(ran)
     assert sorted(rows(found)) == sorted(traced(model, inputs, tmp_path / "m.pt"))
+
+
+def test_a_product_summing_every_dim_is_a_dot_not_an_mm(tmp_path):
+    """inner of two vectors, tensordot over all dims: torch runs a dot, no GEMM."""
+    model = Product(lambda a, b: (torch.inner(a[0], a[1]), torch.tensordot(a, b, dims=2)))
+    inputs = (torch.randn(24, 32), torch.randn(24, 32))
+    with pytest.raises(UserError, match=r"only matrix-vector products"):
+        find_gemms(export(model, inputs, tmp_path / "m.pt2"), device="cpu")
+    with torch.no_grad(), autotune_cli.record(tmp_path / "r.json"):  # nothing to list: no file
+        model(*inputs)
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_products_with_vectors_and_others_no_template_takes_are_named(tmp_path):

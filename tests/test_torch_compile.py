@@ -1165,6 +1165,33 @@ def test_matmuls_under_autocast_are_routed_in_the_dtype_they_run_in(tmp_path, cl
     assert [r.reason.split(" (")[0] for r in routes if r.fallback] == [NEEDS_GRADIENTS.split(" (")[0]] * 2
 
 
+class AutocastNoDtype(torch.nn.Module):
+    """torch.autocast("cpu") naming no dtype: the device's autocast dtype (bfloat16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(C, H), torch.nn.Linear(H, C)
+
+    def forward(self, x):
+        with torch.autocast("cpu"):
+            return self.down(torch.relu(self.up(x)))
+
+
+def test_an_autocast_region_naming_no_dtype_runs_in_the_devices(tmp_path, cli, cache_dir):
+    torch.manual_seed(0)
+    model, x = AutocastNoDtype().eval(), torch.randn(T, C)
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = model(x)
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    torch.testing.assert_close(got, want)
+    assert [(r.fallback, r.problem.dtype) for r in routes] == [(False, "bfloat16")] * 2, routes
+
+
 def test_autocast_around_the_call_is_autocast_and_two_dtypes_outside_it_are_refused(tmp_path, cli, cache_dir):
     """A model called under torch.autocast (the graph holds no region: Dynamo compiles it
     under that state) is routed in the dtype autocast runs it in. Outside autocast, a float32

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..errors import UserError
 from ..problem import FLOAT_DTYPES, INDEX_LIMIT, GemmProblem, make_problem, matmul_folds
 
+UNTUNED_DTYPE = "autotune tunes float16, bfloat16 and float32"  # the start of a call's reason
 
 
 def plain_parameter(t) -> bool:
@@ -147,7 +148,7 @@ def problem_of(op: str, a, b, bias, *, tf32: bool) -> tuple[GemmProblem, Adapt]:
         raise TorchDecides("the operands differ in dtype or device")
     dtype = str(a.dtype).removeprefix("torch.")
     if dtype not in FLOAT_DTYPES:
-        raise UserError(f"autotune tunes float16, bfloat16 and float32, not {a.dtype}")
+        raise UserError(f"{UNTUNED_DTYPE}, not {a.dtype}")
     if a.device.type not in ("cuda", "cpu"):
         raise UserError(f"autotune runs on cuda or cpu, not {a.device.type}")
     m, k = a.shape[-2], a.shape[-1]

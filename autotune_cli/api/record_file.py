@@ -9,7 +9,7 @@ import fcntl
 import json
 import os
 import stat
-import tempfile
+import uuid
 from pathlib import Path
 
 from ..errors import UserError
@@ -102,17 +102,14 @@ def _existing(path: Path) -> tuple[dict[str, int], str]:
 
 def _replace(path: Path, text: str) -> None:
     """`text` as the file at `path`, written whole or not at all, with the file's own mode
-    where there is one, else a new file's under the umask (a temporary file is made 0600:
-    `mm --from` run by another user or container could not read the list)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    where there is one, else a new file's under the umask (mkstemp's 0600 would keep `mm
+    --from` run by another user or container from reading the list; the umask is applied
+    by the open itself, never changed: record runs inside the user's program)."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        try:
-            mode = stat.S_IMODE(path.stat().st_mode)
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.fchmod(fd, mode)
+        with contextlib.suppress(FileNotFoundError):
+            os.fchmod(fd, stat.S_IMODE(path.stat().st_mode))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

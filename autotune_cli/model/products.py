@@ -6,7 +6,8 @@ from the operands' sizes and strides alone:
 
   tensordot(a, b, dims_a, dims_b)  a permuted to (its free dims, dims_a) and reshaped to
                                    [M, K], b to (dims_b, its free dims) and [K, N]; one mm.
-                                   A reshape that cannot view copies (row-major: "n").
+                                   A reshape that cannot view copies (row-major: "n"). No
+                                   free dim on either side: a dot (counted, not listed).
   inner(a, b)                      tensordot over the last dim of each (B read as "t" where
                                    b is row-major); a 0-dim operand: a multiply, no mm.
   linalg.multi_dot(ts), chain_matmul(*ts)
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from .classify import MatmulCall, Operand, Untuned, classify_call, sym, sym_eq, sym_prod
+from .classify import VECTOR_PRODUCT, MatmulCall, Operand, Untuned, classify_call, sym, sym_eq, sym_prod
 
 PRODUCT_OPS = ("inner", "tensordot", "linalg_multi_dot", "chain_matmul")
 MULTI_DOT_DYNAMIC = "linalg.multi_dot of dynamic sizes (its order is chosen per call)"
@@ -39,12 +40,14 @@ def product_calls(op: str, args: dict[str, Any]) -> list[Any]:
         a, b = args.get("self"), args.get("other")
         if not _operands(a, b) or not a.sizes or not b.sizes:
             return []  # a scalar operand: a multiply
-        pairs = [_tensordot(a, b, [-1], [-1])]
+        pair = _tensordot(a, b, [-1], [-1])
+        pairs = [pair] if pair else []
     elif op == "tensordot":
         a, b = args.get("self"), args.get("other")
         if not _operands(a, b):
             return []
-        pairs = [_tensordot(a, b, list(args.get("dims_self") or ()), list(args.get("dims_other") or ()))]
+        pair = _tensordot(a, b, list(args.get("dims_self") or ()), list(args.get("dims_other") or ()))
+        pairs = [pair] if pair else []
     else:
         tensors = args.get("tensors" if op == "linalg_multi_dot" else "matrices") or []
         if len(tensors) < 2 or not _operands(*tensors):
@@ -52,6 +55,8 @@ def product_calls(op: str, args: dict[str, Any]) -> list[Any]:
         pairs = _chain(list(tensors))
         if pairs is None:
             return [Untuned(MULTI_DOT_DYNAMIC)]
+    if not pairs:
+        return [Untuned(VECTOR_PRODUCT)]  # every dim summed: a dot
     source = f"aten.{op}"
     calls = []
     for left, right in pairs:
@@ -92,11 +97,14 @@ def _as_matrix(t: Operand, rows: Sequence[int], cols: Sequence[int]) -> Operand:
                    t.dtype, t.requires_grad)
 
 
-def _tensordot(a: Operand, b: Operand, dims_a: list[int], dims_b: list[int]) -> tuple[Operand, Operand]:
+def _tensordot(a: Operand, b: Operand, dims_a: list[int], dims_b: list[int]) -> tuple[Operand, Operand] | None:
+    """The mm's operands, or None where neither side keeps a dim: torch runs a dot then."""
     dims_a = [d % len(a.sizes) for d in dims_a]
     dims_b = [d % len(b.sizes) for d in dims_b]
     free_a = [d for d in range(len(a.sizes)) if d not in dims_a]
     free_b = [d for d in range(len(b.sizes)) if d not in dims_b]
+    if not free_a and not free_b:
+        return None
     return _as_matrix(a, free_a, dims_a), _as_matrix(b, dims_b, free_b)
 
 

@@ -30,10 +30,10 @@ def autocast_dtype(stack: list, device_type: str):
     under (one called under torch.autocast: Dynamo guards on it, the graph holds no region)."""
     import torch
 
-    for device, dtype, enabled in reversed(stack):
-        if device == device_type:
-            return dtype if enabled else None
     try:
+        for device, dtype, enabled in reversed(stack):
+            if device == device_type:  # torch.autocast("cuda") names no dtype: the device's
+                return (dtype or torch.get_autocast_dtype(device_type)) if enabled else None
         if torch.is_autocast_enabled(device_type):
             return torch.get_autocast_dtype(device_type)
     except (RuntimeError, TypeError, ValueError):  # a device type autocast does not know

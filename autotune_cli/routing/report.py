@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ..api import Dispatch
 from ..api.lookup import STALE
-from .sites import (BADDBMM, BROADCAST, CHECKPOINTED, DECOMPOSED, EINSUM, FUSED, MATRIX_BY_BATCH, OTHER_KIND, PADDED,
-                    UNFOLDED, UNROUTED_ARGUMENTS, VECTOR)
+from ..api.problems import UNTUNED_DTYPE
+from .sites import (BADDBMM, BROADCAST, CHECKPOINTED, DECOMPOSED, EINSUM, FUSED, MATRIX_BY_BATCH, MIXED_DTYPES,
+                    OTHER_KIND, PADDED, UNFOLDED, UNROUTED_ARGUMENTS, VECTOR)
 from ..text import plural
 
 __all__ = ["GROUPED", "summary"]
@@ -70,8 +71,8 @@ def _reason_kind(reason: str) -> str:
                          ("a dynamic K with nothing cached", "dynamic with nothing cached"),
                          ("its winner", "whose winner cannot run here (see routes)"),
                          ("needs gradients", "needing gradients"), ("under autocast", "under autocast"),
-                         ("operands of two dtypes", "with operands of two dtypes"),
-                         ("autotune tunes float16", "in a dtype autotune does not tune"),
+                         (MIXED_DTYPES, "with operands of two dtypes"),
+                         (UNTUNED_DTYPE, "in a dtype autotune does not tune"),
                          (PADDED, "whose winner pads its rows (see routes)"),
                          (CHECKPOINTED, "inside activation checkpoints"),
                          (DECOMPOSED, "made pointwise by the compiler")):

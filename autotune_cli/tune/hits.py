@@ -82,7 +82,12 @@ class Lookup:
         hit = self.hit
         if hit is None or not hit.entry.space or self.own_space:
             return ""
+        from ..templates import registered_template
         from ..text import printable
+
+        if not any((t := registered_template(uid)) is not None and t.backend == "triton"
+                   for uid in self.fingerprint.template_hashes):
+            return ""  # no template selected takes configs: a space changed nothing it asks
 
         return printable(f"the cached winner of {self.problem.describe()} is the best of the configs "
                          f"{hit.entry.space} lists (--space); --force tunes the default search")

@@ -148,16 +148,27 @@ def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[st
     """`entry` (a tune's results) with the results `stored` holds of templates the tune did
     not select whose source (`current`: {uid: source hash} of every template serving the
     problem) has not changed since: a narrower tune (--templates) adds to what a wider one
-    learned instead of throwing it away. The winner is the pick over them all."""
+    learned instead of throwing it away. The winner is the pick over them all. The results
+    of a template that takes configs are kept only from a tune of the same search and
+    --space: an entry records one of each for all its results, and a lookup trusts them by
+    it (hits.Lookup.hit)."""
     if stored is None:
         return entry
     from ..search.pick import pick_winner
+    from ..templates import registered_template
+
+    same_source = (stored.search or "default", stored.space) == (entry.search or "default", entry.space)
+
+    def keeps(uid: str) -> bool:
+        template = registered_template(uid)
+        return same_source or (template is not None and template.backend != "triton")  # no configs
 
     selected, recorded = set(entry.templates), stored.templates
     # a template not registered here (a plugin's) cannot be judged: its results stay as
-    # they are, and a process that registers it checks its source when it reads them
+    # they are (from a tune of the same source), and a process that registers it checks its
+    # source when it reads them
     kept = {uid: digest for uid, digest in recorded.items()
-            if uid not in selected and current.get(uid, digest) == digest}
+            if uid not in selected and current.get(uid, digest) == digest and keeps(uid)}
     others = tuple(c for c in stored.candidates if c.uid in kept)
     if not others:
         return entry

@@ -9,6 +9,7 @@ import os
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
 from ..version import __version__
@@ -351,7 +352,8 @@ class Tuner:
             pruned=choice_set.pruned_counts(),
             considered=choice_set.considered,
             search=self.settings.search,
-            space=self.settings.space_file or None,
+            # the file as a path from anywhere: the entry may be read from another folder
+            space=str(Path(self.settings.space_file).resolve()) if self.settings.space_file else None,
             cut_short=any(c.cut_by_budget for c in candidates),
             tool_version=__version__,
             tuned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
