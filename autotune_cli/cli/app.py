@@ -128,11 +128,9 @@ def build_settings(device: str, *, search: Search = Search.default, space: Optio
         gpus=_gpu_count(gpus, executor),
         executor=executor, ray_address=ray_address, measure=MeasurePolicy.for_device(device, switches),
     )
-    settings.check(lambda field: FLAGS.get(field, f"--{field.replace('_', '-')}"))  # each named by its flag
-    if space is not None:  # a bad file is said before anything, a cache hit included
-        from ..heuristics.spaces import load_space_file
+    from ..tune.checks import check_settings
 
-        load_space_file(space)
+    check_settings(settings, lambda field: FLAGS.get(field, f"--{field.replace('_', '-')}"))  # by its flag
     return settings
 
 

@@ -87,16 +87,13 @@ def compile(model=None, *, cache_dir=None, backend: Any = "inductor", mode: str 
 
 
 def _check_tune(tune) -> None:
-    """The settings' values, as the command checks its flags (TuneSettings.check), its search,
-    its space file and its templates: at the call, each in one line."""
-    from ..heuristics.spaces import load_space_file
-    from ..search import STRATEGIES
+    """The settings as the command checks its flags (tune/checks.py), and its templates'
+    names, a plugin's once its module is loaded: at the call, each in one line."""
+    from ..plugins import load_plugins
+    from ..tune.checks import check_settings
 
-    tune.check()
-    if tune.search not in STRATEGIES:
-        raise UserError(f"tune.search takes {' or '.join(STRATEGIES)}, not {tune.search!r}")
-    if tune.space_file is not None:
-        load_space_file(tune.space_file)
+    check_settings(tune, lambda field: f"tune.{field}")
+    load_plugins(tune.plugins)
     _check_templates(tune.templates)
 
 
