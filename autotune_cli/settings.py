@@ -321,8 +321,8 @@ class TuneSettings:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not low <= value <= MAX_WORKERS):
                 raise UserError(f"{name(field_name)} must be between {low} and {MAX_WORKERS}, got {value!r}")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 1 <= self.gpus <= MAX_WORKERS:
-            raise UserError(f"{name('gpus')} must be between 1 and {MAX_WORKERS}, got {self.gpus!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 0 <= self.gpus <= MAX_WORKERS:
+            raise UserError(f"{name('gpus')} must be between 0 (all) and {MAX_WORKERS}, got {self.gpus!r}")
         check_seconds(name("timeout_s"), self.timeout_s, MIN_TIMEOUT_S)
         check_seconds(name("startup_timeout_s"), self.startup_timeout_s)
         check_seconds(name("interpreter_budget_s"), self.interpreter_budget_s)

@@ -538,7 +538,7 @@ def test_an_unknown_template_in_the_tune_settings_is_said_at_the_call(cache_dir)
     ("space_file", "/no/such/space.json", "space file not found: /no/such/space.json"),
     ("templates", "triton::mm", "tune.templates takes a tuple of uids or backends"),
     ("startup_timeout_s", float("nan"), "tune.startup_timeout_s must be a positive number of seconds, got nan"),
-    ("gpus", 0, "tune.gpus must be between 1 and 256, got 0"),
+    ("gpus", -1, "tune.gpus must be between 0 (all) and 256, got -1"),
 ])
 def test_tune_settings_no_tune_takes_are_said_at_the_call(cache_dir, field, value, said):
     """The command's rules (settings.TuneSettings.check): at the call, one line, before any
