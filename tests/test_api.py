@@ -185,6 +185,18 @@ def test_fallback_warns_once_per_problem_and_is_correct(cli, cache_dir):
     assert [str(w.message).split(" runs")[0] for w in fallbacks(caught)] == ["autotune: mm 32x32x32 float16 tn"]
     assert torch.equal(out, torch.mm(at, b))
 
+    # a product met at many row counts, none cached (a server's batch sizes): one warning,
+    # which says so; each call's own dispatch still names its problem and reason
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (5, 6, 7, 9):
+            autotune_cli.mm(operand(rows, 24, torch.float16), operand(24, 40, torch.float16))
+        info = autotune_cli.dispatch_info(operand(7, 24, torch.float16), operand(24, 40, torch.float16))
+    (only,) = fallbacks(caught)
+    assert "mm 5x40x24 float16 nn runs torch.mm: nothing cached" in str(only.message)
+    assert "its other row counts are not warned of" in str(only.message)
+    assert info.fallback and info.problem.m == 7 and info.reason.startswith("nothing cached for it")
+
     # what autotune does not tune: once per kind, torch's numbers
     d = operand(8, 8, torch.float64)
     with warnings.catch_warnings(record=True) as caught:

@@ -24,7 +24,8 @@ of 50257), so the result is a [M, N] view of wider rows and `out.is_contiguous()
 Its values are those of torch.mm; call `.contiguous()` where a packed tensor is needed.
 
 With nothing cached for a problem (or a problem autotune cannot express) the call falls back
-to torch.mm / addmm / bmm and warns once per problem with an AutotuneFallbackWarning. Tensors
+to torch.mm / addmm / bmm and warns once per problem with an AutotuneFallbackWarning (with
+nothing cached, once for all the row counts of a product). Tensors
 that need gradients go to torch too: the Triton kernels have no backward.
 
 The fingerprint that selects an entry is the tuner's own, computed for the template

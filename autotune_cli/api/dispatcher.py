@@ -7,7 +7,7 @@ import contextlib
 import copy
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +15,7 @@ from ..store.entry import Entry
 from ..errors import UserError, warn_caller
 from ..problem import GemmProblem, linear_fuses_bias
 from .calls import Built, Torch, kernel_call, lazily_bound, per_caller, scaled_kernel_call
-from .lookup import AutotuneFallbackWarning, WinnerLookup
+from .lookup import NOTHING_CACHED, AutotuneFallbackWarning, WinnerLookup
 from .problems import (TF32_AT, Adapt, TorchDecides, as_problem, bias_key, call_key, folds_as_torch, problem_of,
                        scaled_problem_of, tune_hint, wide_view)
 
@@ -234,8 +234,6 @@ class Dispatcher:
         """What mm(a, b) (bmm for 3-d tensors; addmm(bias, a, b) with a bias) runs, planning
         it as a call would (a fallback warns here, then not again), this call's own checks
         included (gradients, autocast, alignment: calls.torch_runs)."""
-        from dataclasses import replace
-
         from .calls import torch_runs
 
         _, info, built = self.route(a, b, bias)
@@ -295,14 +293,16 @@ class Dispatcher:
             self._info[("scaled_mm", key)] = info
             return run
 
-    def _fallback(self, op: str, problem: GemmProblem | None, reason: str) -> Dispatch:
-        """A fallback to torch's op, warned about once per problem, at the caller's line."""
+    def _fallback(self, op: str, problem: GemmProblem | None, reason: str, warn: bool = True,
+                  aside: str = "") -> Dispatch:
+        """A fallback to torch's op, warned about once per problem (unless `warn` is false), at
+        the caller's line; `aside`: what the warning adds to the reason."""
         what = problem.describe() if problem else f"this {op}"
         memo = problem.key() if problem else reason
         torch_name = "torch._scaled_mm" if op == "scaled_mm" else f"torch.{op}"
-        if memo not in self._warned:
+        if warn and memo not in self._warned:
             self._warned.add(memo)
-            warn_caller(f"autotune: {what} runs {torch_name}: {reason}", AutotuneFallbackWarning)
+            warn_caller(f"autotune: {what} runs {torch_name}: {reason}{aside}", AutotuneFallbackWarning)
         return Dispatch(op, torch_name, problem, fallback=True, reason=reason)
 
     def _plan_problem(self, op: str, problem: GemmProblem, how: Adapt, torch_op, device, slot: tuple,
@@ -321,7 +321,15 @@ class Dispatcher:
         found = found or self._lookup.find(problem, index=gpu_index(device))
         if found is None:
             why = self._lookup.miss_reason(problem, index=gpu_index(device))
-            return torch_op, self._fallback(op, problem, f"{why} ({tune_hint(op, problem)})")
+            reason = f"{why} ({tune_hint(op, problem)})"
+            if why != NOTHING_CACHED:
+                return torch_op, self._fallback(op, problem, reason)
+            # one warning for all the M a product meets uncached (a server's batch sizes)
+            family = (NOTHING_CACHED, replace(problem, m=1).key())
+            said = family in self._warned
+            self._warned.add(family)
+            return torch_op, self._fallback(op, problem, reason, warn=not said, aside=(
+                "; its other row counts are not warned of (autotune_cli.record lists every size a run makes)"))
         key, entry = found
         winner = entry.winner
         info = Dispatch(op, winner.uid, problem, key, dict(winner.params))
