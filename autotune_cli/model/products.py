@@ -29,7 +29,7 @@ from .classify import VECTOR_PRODUCT, MatmulCall, Operand, Untuned, classify_cal
 PRODUCT_OPS = ("inner", "tensordot", "linalg_multi_dot", "chain_matmul")
 MULTI_DOT_DYNAMIC = "linalg.multi_dot of dynamic sizes (its order is chosen per call)"
 
-__all__ = ["MULTI_DOT_DYNAMIC", "PRODUCT_OPS", "product_calls"]
+__all__ = ["MULTI_DOT_DYNAMIC", "PRODUCT_OPS", "chain_order", "product_calls", "three_right_first"]
 
 
 def product_calls(op: str, args: dict[str, Any]) -> list[Any]:
@@ -131,13 +131,12 @@ def _chain(tensors: list[Operand]) -> list[tuple[Operand, Operand]] | None:
     if n == 2:
         product(tensors[0], tensors[1])
     elif n == 3:  # torch compares the two orders' costs: (AB)C unless A(BC) is cheaper
-        a, b, c, d = p
-        if a * c * (b + d) > b * d * (a + c):
+        if three_right_first(p):
             product(tensors[0], product(tensors[1], tensors[2]))
         else:
             product(product(tensors[0], tensors[1]), tensors[2])
     else:
-        split = _chain_order(p)
+        split = chain_order(p)
 
         def run(i: int, j: int) -> Operand:
             if i == j:
@@ -150,7 +149,14 @@ def _chain(tensors: list[Operand]) -> list[tuple[Operand, Operand]] | None:
     return pairs
 
 
-def _chain_order(p: list[int]) -> list[list[int]]:
+def three_right_first(p: list[int]) -> bool:
+    """Whether torch multiplies three matrices (sizes p: a x b, b x c, c x d) as A(BC):
+    where that costs fewer multiplies than (AB)C."""
+    a, b, c, d = p
+    return a * c * (b + d) > b * d * (a + c)
+
+
+def chain_order(p: list[int]) -> list[list[int]]:
     """The split of each span of the chain that multiplies fewest (the first such, as torch's
     matrix_chain_order keeps it): split[i][j] = k for (i..k)(k+1..j)."""
     n = len(p) - 1

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from ..api import AutotuneFallbackWarning, Dispatch, Dispatcher
 from .autocast import cast_autocast_operands
 from .dynamic import dynamic_problem, dynamic_route
+from .composite import lower_products
 from .einsum import lower_einsums
 from .eager import launch_parts, warmed_call
 from .gqa import fold_attention
@@ -100,6 +101,7 @@ class routing_backend:
         dynamos = set(gm.graph.nodes)  # Dynamo's own nodes: fill_example_values leaves them alone
         folds = fold_attention(gm.graph, self.split_keys) if self.fold_gqa else []  # recompiled in _rewrite
         lowered, einsums_left = lower_einsums(gm.graph)  # the others are matmuls now, met as any
+        lowered += lower_products(gm.graph)  # inner, tensordot, multi_dot: the mm calls torch runs
         if cast_autocast_operands(gm.graph) or lowered:  # under autocast: met in the dtype they run in
             gm.recompile()
         # those that record gradients are routed in the training step's graphs (training.py)
