@@ -38,6 +38,25 @@ def is_pick(winner: dict, candidates: list[dict]) -> bool:
     return pick is not None and (pick.uid, pick.params) == (winner["uid"], winner["params"])
 
 
+def recorded_and_compiled(cli, tmp_path, model, *inputs):
+    """A model's problems recorded on an eager no-grad run, tuned from that list on the CPU
+    (aten), then the model compiled over that cache (aot_eager, no tuning) and run: (eager
+    output, compiled output, its routes, the list's path)."""
+    import torch
+
+    import autotune_cli
+
+    path = tmp_path / "shapes.json"
+    with torch.no_grad(), autotune_cli.record(path):
+        want = model(*inputs)
+    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
+    assert code == 0, err
+    routes: list = []
+    with torch.no_grad():
+        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(*inputs)
+    return want, got, routes, path
+
+
 def messages(text: str) -> list[str]:
     """The messages a command printed, each on one line: a message wraps at the width, its
     lines after the first indented (autotune_cli/console.message_lines); here they are joined again."""

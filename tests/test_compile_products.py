@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import autotune_cli
 from autotune_cli.model.shapes_file import read_listed
+from conftest import recorded_and_compiled
 
 pytestmark = pytest.mark.usefixtures("fresh_compile")
 
@@ -33,15 +33,7 @@ def problems(listed) -> list[tuple]:
 
 
 def test_composite_products_are_routed_as_the_mm_calls_torch_runs(tmp_path, cli, cache_dir):
-    model, x = Products().eval(), torch.randn(8, 32)
-    path = tmp_path / "shapes.json"
-    with torch.no_grad(), autotune_cli.record(path):
-        want = model(x)
-    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
-    assert code == 0, err
-    routes: list = []
-    with torch.no_grad():
-        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    want, got, routes, path = recorded_and_compiled(cli, tmp_path, Products().eval(), torch.randn(8, 32))
     for value, expected in zip(got, want):
         assert torch.equal(value, expected)
     routed = [r for r in routes if not r.fallback]

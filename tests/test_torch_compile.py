@@ -15,6 +15,7 @@ import torch
 import autotune_cli
 from autotune_cli import api
 from autotune_cli.routing.sites import NEEDS_GRADIENTS
+from conftest import recorded_and_compiled
 
 ONE_CONFIG = [{"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 2, "num_warps": 4}]
 T, C, H, V = 16, 32, 64, 48  # tokens, width, hidden, vocabulary
@@ -1181,15 +1182,7 @@ class AutocastNoDtype(torch.nn.Module):
 
 def test_an_autocast_region_naming_no_dtype_runs_in_the_devices(tmp_path, cli, cache_dir):
     torch.manual_seed(0)
-    model, x = AutocastNoDtype().eval(), torch.randn(T, C)
-    path = tmp_path / "shapes.json"
-    with torch.no_grad(), autotune_cli.record(path):
-        want = model(x)
-    code, _, err = cli("mm", "--from", path, "--device", "cpu", "--templates", "aten", "--workers", "1")
-    assert code == 0, err
-    routes: list = []
-    with torch.no_grad():
-        got = autotune_cli.compile(model, backend="aot_eager", routes=routes, tune=False)(x)
+    want, got, routes, _ = recorded_and_compiled(cli, tmp_path, AutocastNoDtype().eval(), torch.randn(T, C))
     torch.testing.assert_close(got, want)
     assert [(r.fallback, r.problem.dtype) for r in routes] == [(False, "bfloat16")] * 2, routes
 
