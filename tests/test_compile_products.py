@@ -25,6 +25,7 @@ class Products(torch.nn.Module):
                 torch.tensordot(x.reshape(2, 4, 32), self.c, dims=([2], [0])),
                 torch.linalg.multi_dot([x, self.c, self.c.t()]),
                 torch.linalg.multi_dot([x[0], self.c, self.c.t(), self.w.t()]),
+                torch.linalg.multi_dot([x[0], self.c, self.c.t(), x[1]]),  # two vectors: a scalar
                 torch.inner(x[0], x[1]))  # every dim summed: a dot, the compiler's
 
 

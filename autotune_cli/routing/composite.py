@@ -62,7 +62,7 @@ def lower_products(graph) -> int:
                 out = _tensordot_nodes(graph, operands, shapes, dims)
             else:
                 out = _chain_nodes(graph, operands, shapes)
-            out = graph.call_method("reshape", (out, *want.shape))
+            out = graph.call_method("reshape", (out, tuple(int(d) for d in want.shape)))  # () for a scalar
         node.replace_all_uses_with(out)
         graph.erase_node(node)
         with torch.set_grad_enabled(bool(getattr(want, "requires_grad", False))):
