@@ -33,8 +33,13 @@ def problems(listed) -> list[tuple]:
     return sorted((p.m, p.n, p.k, p.layout) for p, count, _ in listed for _ in range(count))
 
 
-def test_composite_products_are_routed_as_the_mm_calls_torch_runs(tmp_path, cli, cache_dir):
-    want, got, routes, path = recorded_and_compiled(cli, tmp_path, Products().eval(), torch.randn(8, 32))
+@pytest.mark.parametrize("exported", [False, True], ids=["model", "exported"])
+def test_composite_products_are_routed_as_the_mm_calls_torch_runs(tmp_path, cli, cache_dir, exported):
+    """Dynamo's graph calls torch's functions; an exported program's module, their aten ops."""
+    model, x = Products().eval(), torch.randn(8, 32)
+    if exported:
+        model = torch.export.export(model, (x,)).module()
+    want, got, routes, path = recorded_and_compiled(cli, tmp_path, model, x)
     for value, expected in zip(got, want):
         assert torch.equal(value, expected)
     routed = [r for r in routes if not r.fallback]

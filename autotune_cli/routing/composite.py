@@ -11,8 +11,9 @@ meets those products as any mm:
                          1-D first operand a row and a 1-D last one a column, the product
                          reshaped to the output.
 
-Only static sizes, two or more dims kept in all (no free dim on either side is a dot), and
-no `out=`: any other call stays the compiler's, said as before (sites.OTHER_KIND).
+The aten ops an exported program's module calls in their place are rewritten alike. Only
+static sizes, two or more dims kept in all (no free dim on either side is a dot), and no
+`out=`: any other call stays the compiler's, said as before (sites.OTHER_KIND).
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ def lower_products(graph) -> int:
     module); how many were."""
     import torch
 
+    aten = torch.ops.aten
+    # torch's functions as Dynamo records them, and the aten ops an exported program's module
+    # calls in their place (tensordot's dims as two lists, chain_matmul's matrices as one)
     functions = {torch.inner: "inner", torch.tensordot: "tensordot", torch.linalg.multi_dot: "multi_dot",
-                 torch.chain_matmul: "chain_matmul"}
+                 torch.chain_matmul: "chain_matmul", aten.inner.default: "inner",
+                 aten.tensordot.default: "tensordot", aten.linalg_multi_dot.default: "multi_dot",
+                 aten.chain_matmul.default: "multi_dot"}
     lowered = 0
     for node in list(graph.nodes):
         kind = _kind(node, functions)
@@ -100,6 +106,8 @@ def _tensordot_dims(node, kind: str, shapes) -> tuple[list[int], list[int]] | No
         dims_a, dims_b = [len(a) - 1], [len(b) - 1]
     else:
         dims = node.kwargs.get("dims", node.args[2] if len(node.args) > 2 else 2)
+        if len(node.args) == 4:  # aten.tensordot(self, other, dims_self, dims_other)
+            dims = (node.args[2], node.args[3])
         if isinstance(dims, int):
             dims_a, dims_b = list(range(len(a) - dims, len(a))), list(range(dims))
         elif isinstance(dims, (list, tuple)) and len(dims) == 2 and all(isinstance(d, (list, tuple)) for d in dims) \
