@@ -358,7 +358,7 @@ def enumerate_configs(
     user_space: dict[str, list[dict]] | None,
 ) -> Iterator[dict[str, Any]]:
     space = None
-    if user_space is not None and template.backend == "triton":
+    if user_space is not None and template.takes_configs:
         space = user_space.get(template.uid, user_space.get("*"))
     heuristic = lookup_heuristic(template.uid, problem.device, problem.op)
     yield from heuristic.get_configs(problem, settings.search, space)

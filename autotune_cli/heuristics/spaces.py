@@ -137,9 +137,9 @@ def _listed_template(path: Path, uid: str):
 
     template = registered_template(uid)
     if template is None:
-        known = ", ".join(t.uid for t in all_templates() if t.backend == "triton")
+        known = ", ".join(t.uid for t in all_templates() if t.takes_configs)
         raise UserError(f"space file {path} names unknown template {uid!r}; Triton templates: {known}")
-    if template.backend != "triton":
+    if not template.takes_configs:
         raise UserError(f"space file {path} lists configs for {uid}, which takes none (only Triton "
                         "templates do)")
     return template

@@ -244,6 +244,12 @@ class Template(ABC):
     # A template that declares none takes no params.
     params_schema: dict[str, Any] = {}
 
+    @property
+    def takes_configs(self) -> bool:
+        """Whether a search or a user's --space lists configs for it (a Triton template's
+        tiles; a library call takes none): what a space changes, and what it may list."""
+        return self.backend == "triton"
+
     def supports(self, problem: GemmProblem) -> bool:
         return problem.op in self.ops
 

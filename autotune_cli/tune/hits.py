@@ -8,6 +8,7 @@ search), so that a cached problem is answered for the cost of reading the cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping
 
 from ..store import CacheStore
@@ -63,7 +64,7 @@ class Lookup:
     exhaustive: bool = False  # --search exhaustive: an entry of the default search does not answer it
     own_space: bool = False  # --space: the tuner holds the entry against the configs listed
 
-    @property
+    @cached_property  # read by the tuner, `cached` and `hit_note`: the answer and its pick once
     def hit(self) -> TuneOutcome | None:
         """The outcome to answer with. An entry without a winner (all failed, or an
         interrupted run), or not tuned with every template of this selection as it is now
@@ -85,7 +86,7 @@ class Lookup:
         from ..templates import registered_template
         from ..text import printable
 
-        if not any((t := registered_template(uid)) is not None and t.backend == "triton"
+        if not any((t := registered_template(uid)) is not None and t.takes_configs
                    for uid in self.fingerprint.template_hashes):
             return ""  # no template selected takes configs: a space changed nothing it asks
 

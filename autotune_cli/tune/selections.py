@@ -161,7 +161,7 @@ def with_other_templates(entry: Entry, stored: Entry | None, current: Mapping[st
 
     def keeps(uid: str) -> bool:
         template = registered_template(uid)
-        return same_source or (template is not None and template.backend != "triton")  # no configs
+        return same_source or (template is not None and not template.takes_configs)
 
     selected, recorded = set(entry.templates), stored.templates
     # a template not registered here (a plugin's) cannot be judged: its results stay as
