@@ -22,14 +22,14 @@ from the operands' sizes and strides alone:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .classify import VECTOR_PRODUCT, MatmulCall, Operand, Untuned, classify_call, sym, sym_eq, sym_prod
 
 PRODUCT_OPS = ("inner", "tensordot", "linalg_multi_dot", "chain_matmul")
 MULTI_DOT_DYNAMIC = "linalg.multi_dot of dynamic sizes (its order is chosen per call)"
 
-__all__ = ["MULTI_DOT_DYNAMIC", "PRODUCT_OPS", "chain_order", "product_calls", "three_right_first"]
+__all__ = ["MULTI_DOT_DYNAMIC", "PRODUCT_OPS", "multiply_chain", "product_calls", "tensordot_split"]
 
 
 def product_calls(op: str, args: dict[str, Any]) -> list[Any]:
@@ -97,14 +97,25 @@ def _as_matrix(t: Operand, rows: Sequence[int], cols: Sequence[int]) -> Operand:
                    t.dtype, t.requires_grad)
 
 
-def _tensordot(a: Operand, b: Operand, dims_a: list[int], dims_b: list[int]) -> tuple[Operand, Operand] | None:
-    """The mm's operands, or None where neither side keeps a dim: torch runs a dot then."""
-    dims_a = [d % len(a.sizes) for d in dims_a]
-    dims_b = [d % len(b.sizes) for d in dims_b]
-    free_a = [d for d in range(len(a.sizes)) if d not in dims_a]
-    free_b = [d for d in range(len(b.sizes)) if d not in dims_b]
+def tensordot_split(rank_a: int, rank_b: int, dims_a, dims_b) -> tuple[list[int], ...] | None:
+    """(A's free dims, A's summed ones, B's summed ones, B's free ones) of a tensordot summing
+    `dims_a` with `dims_b` (negative ones counted from the end), or None where neither side
+    keeps a dim: torch runs a dot then."""
+    dims_a = [d % rank_a for d in dims_a]
+    dims_b = [d % rank_b for d in dims_b]
+    free_a = [d for d in range(rank_a) if d not in dims_a]
+    free_b = [d for d in range(rank_b) if d not in dims_b]
     if not free_a and not free_b:
         return None
+    return free_a, dims_a, dims_b, free_b
+
+
+def _tensordot(a: Operand, b: Operand, dims_a: list[int], dims_b: list[int]) -> tuple[Operand, Operand] | None:
+    """The mm's operands, or None where torch runs a dot."""
+    split = tensordot_split(len(a.sizes), len(b.sizes), dims_a, dims_b)
+    if split is None:
+        return None
+    free_a, dims_a, dims_b, free_b = split
     return _as_matrix(a, free_a, dims_a), _as_matrix(b, dims_b, free_b)
 
 
@@ -120,43 +131,48 @@ def _chain(tensors: list[Operand]) -> list[tuple[Operand, Operand]] | None:
     dims = [t.sizes[0] for t in tensors] + [tensors[-1].sizes[1]]
     if not all(getattr(sym(d), "is_number", False) for d in dims):
         return None
-    p = [int(sym(d)) for d in dims]
     pairs: list[tuple[Operand, Operand]] = []
 
     def product(left: Operand, right: Operand) -> Operand:
         pairs.append((left, right))
         return _row_major(left.sizes[0], right.sizes[1], left)
 
-    n = len(tensors)
-    if n == 2:
-        product(tensors[0], tensors[1])
-    elif n == 3:  # torch compares the two orders' costs: (AB)C unless A(BC) is cheaper
-        if three_right_first(p):
-            product(tensors[0], product(tensors[1], tensors[2]))
-        else:
-            product(product(tensors[0], tensors[1]), tensors[2])
-    else:
-        split = chain_order(p)
-
-        def run(i: int, j: int) -> Operand:
-            if i == j:
-                return tensors[i]
-            k = split[i][j]
-            left = run(i, k)
-            return product(left, run(k + 1, j))
-
-        run(0, n - 1)
+    multiply_chain(tensors, [int(sym(d)) for d in dims], product)
     return pairs
 
 
-def three_right_first(p: list[int]) -> bool:
+def multiply_chain(items: list, p: list[int], product: Callable[[Any, Any], Any]) -> Any:
+    """`items` (matrices of sizes p[0] x p[1], p[1] x p[2], ...) multiplied in the order
+    torch's multi_dot picks, each step `product(left, right)`, which gives the product's
+    item; the last. Three matrices: (AB)C unless A(BC) costs fewer multiplies; more: the
+    matrix-chain order."""
+    n = len(items)
+    if n == 2:
+        return product(items[0], items[1])
+    if n == 3:
+        if _three_right_first(p):
+            return product(items[0], product(items[1], items[2]))
+        return product(product(items[0], items[1]), items[2])
+    split = _chain_order(p)
+
+    def run(i: int, j: int) -> Any:
+        if i == j:
+            return items[i]
+        k = split[i][j]
+        left = run(i, k)
+        return product(left, run(k + 1, j))
+
+    return run(0, n - 1)
+
+
+def _three_right_first(p: list[int]) -> bool:
     """Whether torch multiplies three matrices (sizes p: a x b, b x c, c x d) as A(BC):
     where that costs fewer multiplies than (AB)C."""
     a, b, c, d = p
     return a * c * (b + d) > b * d * (a + c)
 
 
-def chain_order(p: list[int]) -> list[list[int]]:
+def _chain_order(p: list[int]) -> list[list[int]]:
     """The split of each span of the chain that multiplies fewest (the first such, as torch's
     matrix_chain_order keeps it): split[i][j] = k for (i..k)(k+1..j)."""
     n = len(p) - 1

@@ -7,7 +7,7 @@ meets those products as any mm:
                          [M, K], b to (the summed dims, its free ones) and [K, N], one
                          torch.mm, reshaped to the output (a reshape copies where torch's
                          would); inner(a, b) is tensordot over the last dim of each.
-  multi_dot(ts)          torch.mm in the order torch picks (model/products.chain_order), a
+  multi_dot(ts)          torch.mm in the order torch picks (model/products.multiply_chain), a
                          1-D first operand a row and a 1-D last one a column, the product
                          reshaped to the output.
 
@@ -98,9 +98,12 @@ def _operands(node, kind: str) -> list | None:
     return args[:2] if len(args) >= 2 else None
 
 
-def _tensordot_dims(node, kind: str, shapes) -> tuple[list[int], list[int]] | None:
-    """(A's summed dims, B's) of an inner or tensordot with sizes that agree, or None where
-    nothing is kept on either side (a dot) or the dims are not read."""
+def _tensordot_dims(node, kind: str, shapes) -> tuple[list[int], ...] | None:
+    """(A's free dims, A's summed, B's summed, B's free) of an inner or tensordot with sizes
+    that agree (model/products.tensordot_split), or None where nothing is kept on either side
+    (a dot) or the dims are not read."""
+    from ..model.products import tensordot_split
+
     a, b = shapes
     if kind == "inner":
         dims_a, dims_b = [len(a) - 1], [len(b) - 1]
@@ -112,22 +115,19 @@ def _tensordot_dims(node, kind: str, shapes) -> tuple[list[int], list[int]] | No
             dims_a, dims_b = list(range(len(a) - dims, len(a))), list(range(dims))
         elif isinstance(dims, (list, tuple)) and len(dims) == 2 and all(isinstance(d, (list, tuple)) for d in dims) \
                 and all(isinstance(i, int) for d in dims for i in d):
-            dims_a, dims_b = [d % len(a) for d in dims[0]], [d % len(b) for d in dims[1]]
+            dims_a, dims_b = list(dims[0]), list(dims[1])
         else:
             return None
-    if len(dims_a) != len(dims_b) or any(a[i] != b[j] for i, j in zip(dims_a, dims_b)):
+    split = tensordot_split(len(a), len(b), dims_a, dims_b)
+    if split is None or len(split[1]) != len(split[2]) or any(a[i] != b[j] for i, j in zip(split[1], split[2])):
         return None
-    if len(dims_a) == len(a) and len(dims_b) == len(b):
-        return None  # every dim summed: a dot
-    return dims_a, dims_b
+    return split
 
 
 def _tensordot_nodes(graph, operands, shapes, dims):
     import torch
 
-    (a, b), (sa, sb), (dims_a, dims_b) = operands, shapes, dims
-    free_a = [d for d in range(len(sa)) if d not in dims_a]
-    free_b = [d for d in range(len(sb)) if d not in dims_b]
+    (a, b), (sa, sb), (free_a, dims_a, dims_b, free_b) = operands, shapes, dims
     left = _as_matrix(graph, a, free_a + dims_a, prod(sa[d] for d in free_a), prod(sa[d] for d in dims_a))
     right = _as_matrix(graph, b, dims_b + free_b, prod(sb[d] for d in dims_b), prod(sb[d] for d in free_b))
     return graph.call_function(torch.mm, (left, right))
@@ -142,7 +142,7 @@ def _as_matrix(graph, node, order: list[int], rows: int, cols: int):
 def _chain_nodes(graph, operands, shapes):
     import torch
 
-    from ..model.products import chain_order, three_right_first
+    from ..model.products import multiply_chain
 
     nodes = list(operands)
     if len(shapes[0]) == 1:  # a row vector
@@ -151,25 +151,5 @@ def _chain_nodes(graph, operands, shapes):
     if len(shapes[-1]) == 1:  # a column vector
         nodes[-1] = graph.call_method("unsqueeze", (nodes[-1], 1))
         shapes = [*shapes[:-1], (shapes[-1][0], 1)]
-    p = [s[0] for s in shapes] + [shapes[-1][1]]
-
-    def mm(left, right):
-        return graph.call_function(torch.mm, (left, right))
-
-    n = len(nodes)
-    if n == 2:
-        return mm(nodes[0], nodes[1])
-    if n == 3:
-        if three_right_first(p):
-            return mm(nodes[0], mm(nodes[1], nodes[2]))
-        return mm(mm(nodes[0], nodes[1]), nodes[2])
-    split = chain_order(p)
-
-    def run(i: int, j: int):
-        if i == j:
-            return nodes[i]
-        k = split[i][j]
-        left = run(i, k)
-        return mm(left, run(k + 1, j))
-
-    return run(0, n - 1)
+    return multiply_chain(nodes, [s[0] for s in shapes] + [shapes[-1][1]],
+                          lambda left, right: graph.call_function(torch.mm, (left, right)))
